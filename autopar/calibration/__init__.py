@@ -1,0 +1,1 @@
+"""autopar.calibration."""

@@ -1,0 +1,64 @@
+"""The typer application object and the error boundary shared by every command."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from autopar.errors import AutoparError
+
+app = typer.Typer(
+    name="autopar",
+    help="Find how to parallelize LLM training on your GPUs (analytical model + NSGA-II search).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def validation_message(err: ValidationError) -> str:
+    """One line naming each invalid field, its value and the reason."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "input"
+        val = e.get("input")
+        shown = f"={val!r}" if not isinstance(val, dict) and val is not None else ""
+        parts.append(f"{loc}{shown}: {e.get('msg', 'invalid')}")
+    return "invalid input: " + "; ".join(parts)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-line error to stderr and exit with `code` (never a traceback)."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a command on `app` with autopar's error boundary around it."""
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            try:
+                return fn(*a, **kw)
+            except AutoparError as e:
+                fail(str(e), e.exit_code)
+            except ValidationError as e:
+                fail(validation_message(e))
+            except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+                fail(f"{e.strerror}: {e.filename}")
+            except KeyboardInterrupt:
+                err_console.print("interrupted")
+                sys.exit(130)
+
+        return app.command(*args, **kwargs)(wrapper)
+
+    return decorator

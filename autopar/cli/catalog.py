@@ -1,0 +1,1 @@
+"""CLI commands: catalog (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""CLI commands: estimate (filled in by its owner)."""

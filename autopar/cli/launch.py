@@ -1,0 +1,1 @@
+"""CLI commands: launch (filled in by its owner)."""

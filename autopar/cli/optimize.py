@@ -1,0 +1,1 @@
+"""CLI commands: optimize (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""CLI commands: whatif (filled in by its owner)."""

@@ -1,0 +1,48 @@
+"""autopar's error types: one base class carrying a one-line user message."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AutoparError(Exception):
+    """A user-facing error; the CLI prints ``str(err)`` on one line and exits 2."""
+
+    exit_code = 2
+
+
+class SpecError(AutoparError):
+    """An invalid model/cluster/workload/strategy specification."""
+
+
+class UnknownNameError(AutoparError):
+    """A GPU, model or other catalog name that does not exist."""
+
+    def __init__(self, kind: str, name: str, choices: Iterable[str]):
+        choices = sorted(set(choices))
+        close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=3, cutoff=0.4)
+        lower_to_real = {c.lower(): c for c in choices}
+        close_real = [lower_to_real[c] for c in close]
+        hint = f"; did you mean {', '.join(close_real)}?" if close_real else ""
+        shown = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
+        super().__init__(f"unknown {kind} '{name}'{hint} (known: {shown})")
+        self.kind, self.name, self.suggestions = kind, name, close_real
+
+
+class InvalidStrategyError(SpecError):
+    """A strategy that breaks one or more rules; carries every violation."""
+
+    def __init__(self, violations: list[str]):
+        self.violations = violations
+        super().__init__("invalid strategy: " + "; ".join(violations))
+
+
+class DataError(AutoparError):
+    """Malformed input data (run records, price files, logs)."""
+
+
+class NoFeasibleStrategyError(AutoparError):
+    """The search found nothing that fits; the message says what to change."""
+
+    exit_code = 1

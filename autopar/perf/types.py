@@ -1,0 +1,126 @@
+"""Result types of the analytical model: memory and time breakdowns and the Estimate.
+
+Plain slotted dataclasses (not pydantic) because the search evaluates tens of thousands per second.
+Units: bytes and seconds; FLOP/s where named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+GiB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Peak memory of the most loaded GPU, in bytes, by category."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float  # transformer-layer activations kept for backward, all in-flight micro-batches
+    logits: float  # embedding/output-layer activations and fp32 logits on the stage that holds them
+    buffers: float  # communication buffers, FSDP gathered units, gradient buckets
+    overhead: float  # CUDA context, NCCL, allocator fragmentation
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.activations + self.logits
+                + self.buffers + self.overhead)
+
+    @property
+    def other(self) -> float:
+        """Everything that is not model state or layer activations (logits + buffers + overhead)."""
+        return self.logits + self.buffers + self.overhead
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class TimeBreakdown:
+    """Time of one optimizer step, in seconds, split into compute, exposed comm and bubble."""
+
+    compute: float  # forward + backward (+ recompute) kernels on the busiest stage
+    recompute: float  # part of `compute` spent re-running forward (0 without activation recompute)
+    tp_comm: float  # exposed tensor/sequence-parallel collectives
+    cp_comm: float  # exposed context-parallel KV exchange
+    ep_comm: float  # exposed expert-parallel all-to-all
+    pp_comm: float  # exposed pipeline point-to-point
+    dp_comm: float  # exposed data-parallel gradient reduction / FSDP gathers
+    bubble: float  # pipeline idle time
+    optimizer: float  # optimizer step (memory bound)
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
+                + self.bubble + self.optimizer)
+
+    @property
+    def comm(self) -> float:
+        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Everything the analytical model predicts for one (model, cluster, workload, strategy)."""
+
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    step_time_s: float
+    tokens_per_s: float  # whole cluster
+    tokens_per_s_per_gpu: float
+    model_flops_per_step: float  # model FLOPs: 3x forward, causal-halved attention (see flops.py)
+    model_flops_per_step_full_attn: float  # same, attention counted without the causal discount (Megatron papers)
+    hw_flops_per_step: float  # executed FLOPs incl. recompute, full attention count
+    model_tflops_per_gpu: float  # model_flops_per_step_full_attn / step / GPUs / 1e12
+    hw_tflops_per_gpu: float
+    mfu: float  # model FLOPs (full attention count, no recompute) / (step * GPUs * dense peak of the precision)
+    mfu_causal: float  # same with the causal-halved attention count
+    hfu: float
+    peak_flops: float  # dense peak per GPU used for MFU (FLOP/s)
+    capacity_bytes: float  # usable memory per GPU
+    headroom_bytes: float  # capacity - peak memory (negative = does not fit)
+    fits: bool
+    bottleneck: str  # the largest time component, e.g. "compute", "tp_comm", "bubble"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.memory.total
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.headroom_bytes / GiB
+
+    def summary(self) -> dict[str, float | bool | str]:
+        """Flat dict of the headline figures plus every breakdown term (edge units labelled)."""
+        out: dict[str, float | bool | str] = {
+            "step_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
+            "mfu": self.mfu,
+            "mfu_causal": self.mfu_causal,
+            "hfu": self.hfu,
+            "mem_gib": self.memory.total / GiB,
+            "capacity_gib": self.capacity_bytes / GiB,
+            "headroom_gib": self.headroom_gib,
+            "fits": self.fits,
+            "bottleneck": self.bottleneck,
+        }
+        for k, v in self.memory.as_dict().items():
+            if k != "total":
+                out[f"mem_{k}_gib"] = v / GiB
+        for k, v in self.time.as_dict().items():
+            if k != "total":
+                out[f"time_{k}_s"] = v
+        return out

@@ -1,0 +1,71 @@
+"""Data types a search returns; shared by the CLI, the what-if planner and the HTML report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from autopar.perf.types import Estimate
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+
+@dataclass(frozen=True)
+class ObjectiveInfo:
+    """How an objective is named, which way is better and its display unit."""
+
+    name: str  # "throughput", "headroom", "cost", "step_time", "mfu"
+    direction: str  # "maximize" | "minimize"
+    unit: str  # "tokens/s", "GiB", "$/Mtoken", "s", "%"
+    label: str  # axis label incl. unit, e.g. "Throughput (tokens/s, cluster)"
+
+
+@dataclass
+class TrialRecord:
+    """One evaluated strategy (feasible or not)."""
+
+    number: int
+    strategy: Strategy
+    num_gpus: int
+    gpu: str
+    precision: str
+    estimate: Estimate | None  # None when the strategy broke a rule before the model ran
+    values: dict[str, float]  # objective name -> value (display units)
+    feasible: bool
+    reason: str = ""  # why infeasible (rule broken, OOM, constraint)
+    dominated: bool = True  # False for Pareto points
+
+
+@dataclass
+class Recommendation:
+    """A recommended point with its role and a plain-language justification."""
+
+    role: str  # "fastest", "cheapest", "most_headroom", "balanced"
+    trial: TrialRecord
+    why: str
+
+
+@dataclass
+class SearchResult:
+    """What `optimize` returns: inputs, every trial, the Pareto set and the recommendations."""
+
+    model: ModelSpec
+    clusters: list[ClusterSpec]  # one, or several when GPU type/count is searched
+    workload: Workload
+    objectives: list[ObjectiveInfo]
+    space_size: int
+    trials: list[TrialRecord]
+    pareto: pd.DataFrame  # one row per Pareto point: strategy columns, objective values, key breakdown
+    recommended: list[Recommendation]
+    seed: int
+    budget: int
+    sampler: str
+    wall_s: float
+    inputs: dict[str, Any] = field(default_factory=dict)  # echo of CLI/API inputs for the report header
+    notes: list[str] = field(default_factory=list)  # e.g. "cost collapses onto throughput: fixed cluster"
+    calibration: dict[str, Any] | None = None  # corrector name, version, error; None = uncalibrated
+
+    @property
+    def n_feasible(self) -> int:
+        return sum(t.feasible for t in self.trials)
