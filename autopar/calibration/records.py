@@ -1,0 +1,328 @@
+"""Run records (the columns of the published-runs dataset): reading, turning into specs, batch estimates.
+
+A run record is one measured training run: model architecture, cluster, strategy, measured
+throughput/memory. Empty cells mean "the source is silent"; `row_to_specs` fills them with the
+framework default and says so in `assumed`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from autopar.errors import AutoparError, DataError
+from autopar.perf.estimate import estimate
+from autopar.perf.types import GiB
+from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+
+RECORD_COLUMNS: tuple[str, ...] = (
+    "id", "source", "source_ref", "model", "arch", "params_b", "active_params_b", "layers", "hidden",
+    "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "seq_len", "experts", "topk", "shared_experts",
+    "moe_ffn_hidden", "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp",
+    "zero", "recompute", "micro_batch", "global_batch", "precision", "framework", "measured_tflops_per_gpu",
+    "measured_mfu", "measured_tokens_per_s_per_gpu", "measured_step_s", "measured_mem_gb_per_gpu", "notes",
+)
+
+ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
+
+# The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
+_GRAND_TETON_MARKERS = ("96gb hbm2e", "grand teton")
+
+
+@dataclass
+class RecordSpecs:
+    """The specs a run record describes, plus the defaults that were filled in."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    strategy: Strategy
+    assumed: list[str] = field(default_factory=list)
+
+
+def read_run_records(path: str | Path) -> pd.DataFrame:
+    """Read run records from CSV, JSONL or Parquet (by extension); every cell as object/str."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"run-record file not found: {p}")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            rows = []
+            for i, line in enumerate(p.read_text().splitlines(), start=1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{p}: line {i} is not valid JSON ({e.msg})") from e
+            df = pd.DataFrame(rows)
+        elif suffix == ".parquet":
+            df = pd.read_parquet(p)
+        elif suffix in (".csv", ".tsv", ""):
+            df = pd.read_csv(p, dtype=str, keep_default_na=False, sep="\t" if suffix == ".tsv" else ",")
+        else:
+            raise DataError(f"{p}: unsupported run-record format '{suffix}' (use .csv, .jsonl or .parquet)")
+    except (ValueError, OSError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{p}: could not be read as run records ({e})") from e
+    if "id" not in df.columns:
+        df.insert(0, "id", [f"row{i + 1}" for i in range(len(df))])
+    return df
+
+
+def _cell(row: Mapping[str, Any], key: str) -> Any:
+    v = row.get(key)
+    if v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, str):
+        v = v.strip()
+        if v == "" or v.lower() in ("nan", "none", "null"):
+            return None
+    return v
+
+
+def _int(row: Mapping[str, Any], key: str) -> int | None:
+    v = _cell(row, key)
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"column '{key}' = {v!r} is not a number") from e
+    if f != int(f):
+        raise DataError(f"column '{key}' = {v!r} is not a whole number")
+    return int(f)
+
+
+def _float(row: Mapping[str, Any], key: str) -> float | None:
+    v = _cell(row, key)
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"column '{key}' = {v!r} is not a number") from e
+
+
+def _bool(row: Mapping[str, Any], key: str) -> bool | None:
+    v = _cell(row, key)
+    if v is None:
+        return None
+    s = str(v).lower()
+    if s in ("1", "true", "yes", "y", "t", "1.0"):
+        return True
+    if s in ("0", "false", "no", "n", "f", "0.0"):
+        return False
+    raise DataError(f"column '{key}' = {v!r} is not a boolean (use 0/1 or true/false)")
+
+
+def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
+    name = str(_cell(row, "model") or "unnamed")
+    have_arch = all(_cell(row, c) is not None for c in ARCH_COLUMNS)
+    catalog_model: ModelSpec | None = None
+    try:
+        from autopar.catalog import get_model
+
+        catalog_model = get_model(name)
+    except (AutoparError, ImportError):
+        catalog_model = None
+    if not have_arch:
+        if catalog_model is None:
+            missing = [c for c in ARCH_COLUMNS if _cell(row, c) is None]
+            raise DataError(f"model '{name}' is not in the catalog and columns {', '.join(missing)} are empty")
+        assumed.append(f"architecture from catalog entry '{catalog_model.name}'")
+        return catalog_model
+    layers, hidden, ffn, heads = (_int(row, c) for c in ARCH_COLUMNS)
+    kv = _int(row, "kv_heads")
+    experts = _int(row, "experts") or 0
+    vocab = _int(row, "vocab")
+    if vocab is None:
+        vocab = catalog_model.vocab if catalog_model else 51200
+        assumed.append(f"vocab={vocab}")
+    if catalog_model is not None:
+        activation, tied, norm = catalog_model.activation, catalog_model.tied_embeddings, catalog_model.norm
+    else:
+        gelu = ffn == 4 * hidden
+        activation = "gelu" if gelu else "swiglu"
+        tied, norm = gelu, ("layernorm" if gelu else "rmsnorm")
+        assumed.append(f"activation={activation}, tied_embeddings={tied} (ffn {'=' if gelu else '!='} 4*hidden)")
+    fields: dict[str, Any] = dict(
+        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv, head_dim=_int(row, "head_dim"),
+        ffn_hidden=ffn, vocab=vocab, activation=activation, tied_embeddings=tied, norm=norm,
+    )
+    if experts:
+        fields.update(experts=experts, topk=_int(row, "topk") or 2, shared_experts=_int(row, "shared_experts") or 0,
+                      moe_ffn_hidden=_int(row, "moe_ffn_hidden") or ffn)
+        if catalog_model is not None and catalog_model.is_moe:
+            fields.update(dense_layers=catalog_model.dense_layers, q_lora_rank=catalog_model.q_lora_rank,
+                          kv_lora_rank=catalog_model.kv_lora_rank,
+                          qk_nope_head_dim=catalog_model.qk_nope_head_dim,
+                          qk_rope_head_dim=catalog_model.qk_rope_head_dim, v_head_dim=catalog_model.v_head_dim)
+    return ModelSpec(**fields)
+
+
+def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
+    from autopar.catalog import get_gpu
+
+    name = _cell(row, "gpu")
+    if name is None:
+        raise DataError("column 'gpu' is empty")
+    notes = str(_cell(row, "notes") or "").lower()
+    if str(name).lower().startswith("h100") and any(mk in notes for mk in _GRAND_TETON_MARKERS):
+        assumed.append("gpu=H100-SXM-96GB-500W (notes: Grand Teton 96 GB HBM2e, 500 W)")
+        return get_gpu("H100-SXM-96GB-500W")
+    return get_gpu(str(name))
+
+
+def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
+    """Turn one run record into specs, filling silent cells with framework defaults (listed in `assumed`)."""
+    assumed: list[str] = []
+    model = _model_from_row(row, assumed)
+    gpu = _gpu_from_row(row, assumed)
+    num_gpus = _int(row, "num_gpus")
+    if not num_gpus:
+        raise DataError("column 'num_gpus' is empty")
+    gpn = _int(row, "gpus_per_node")
+    cluster = ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpn)
+    seq = _int(row, "seq_len")
+    gbs = _int(row, "global_batch")
+    if not seq or not gbs:
+        raise DataError("columns 'seq_len' and 'global_batch' are required")
+    prec = str(_cell(row, "precision") or "bf16").lower()
+    if prec in ("fp16", "bf16", "mixed", "amp"):
+        if prec != "bf16":
+            assumed.append(f"precision {prec} computed as bf16 (same tensor-core peak)")
+        prec = "bf16"
+    elif prec.startswith("fp8"):
+        prec = "fp8"
+    else:
+        raise DataError(f"column 'precision' = {prec!r}: expected bf16, fp16 or fp8")
+    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec)
+
+    tp = _int(row, "tp")
+    pp = _int(row, "pp")
+    cp = _int(row, "cp") or 1
+    dp = _int(row, "dp")
+    if tp is None and pp is None and dp is not None and num_gpus % (dp * cp) == 0:
+        mp = num_gpus // (dp * cp)
+        tp = min(mp, cluster.node_size)
+        while mp % tp:
+            tp //= 2
+        pp = mp // tp
+        assumed.append(f"tp={tp}, pp={pp} (only the model-parallel size {mp} is known)")
+    if tp is None:
+        assumed.append("tp=1")
+    if pp is None:
+        assumed.append("pp=1")
+    tp = tp or 1
+    pp = pp or 1
+    ep = _int(row, "ep") or 1
+    etp = _int(row, "etp")
+    vpp = _int(row, "vpp") or 1
+    sp = _bool(row, "sp")
+    if sp is None:
+        sp = tp > 1
+        if tp > 1:
+            assumed.append("sp=true (Megatron-Core/NeMo default with tp>1)")
+    zero = _int(row, "zero")
+    if zero is None:
+        zero = 1
+        assumed.append("zero=1 (distributed optimizer, NeMo/Megatron-Core recipes)")
+    rec = _cell(row, "recompute")
+    if rec is None:
+        rec = "none"
+        assumed.append("recompute=none (Megatron default)")
+    rec = str(rec).lower()
+    if rec not in ("none", "selective", "full"):
+        raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
+    mb = _int(row, "micro_batch")
+    if mb is None:
+        mb = 1
+        assumed.append("micro_batch=1 (Megatron default)")
+    dp_derived = num_gpus // (tp * pp * cp) if num_gpus % (tp * pp * cp) == 0 else 0
+    if dp is not None and dp_derived and dp != dp_derived:
+        raise DataError(f"column 'dp' = {dp} but num_gpus/(tp*pp*cp) = {dp_derived}")
+    if dp_derived and gbs % (mb * dp_derived):
+        raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
+                        recompute=rec, pp_schedule="interleaved" if vpp > 1 else "1f1b", dp=dp_derived)
+    return RecordSpecs(model, cluster, workload, strategy, assumed)
+
+
+def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None, str]:
+    """Measured tokens/s/GPU of a record and how it was obtained (given, from step time, from TFLOP/s)."""
+    tps = _float(row, "measured_tokens_per_s_per_gpu")
+    if tps:
+        return tps, "given"
+    step = _float(row, "measured_step_s")
+    gbs, seq, n = _int(row, "global_batch"), _int(row, "seq_len"), _int(row, "num_gpus")
+    if step and gbs and seq and n:
+        return gbs * seq / step / n, "from step time"
+    tfl = _float(row, "measured_tflops_per_gpu")
+    src = str(_cell(row, "source") or "")
+    notes = str(_cell(row, "notes") or "").lower()
+    L, h, V = _int(row, "layers"), _int(row, "hidden"), _int(row, "vocab")
+    if tfl and seq and L and h and V and ("96bslh" in notes.replace("^", "").replace(" ", "") or src == "narayanan2021"):
+        # Narayanan et al. 2021 eq. (3): hardware FLOPs per token 96·L·h²·(1 + s/6h + V/16Lh) (full recompute).
+        per_tok = 96.0 * L * h * h * (1 + seq / (6 * h) + V / (16 * L * h))
+        return tfl * 1e12 / per_tok, "from TFLOP/s (Narayanan eq. 3)"
+    return None, "no throughput measurement"
+
+
+PRED_COLUMNS = (
+    "id", "status", "pred_tokens_per_s_per_gpu", "pred_step_s", "pred_tflops_per_gpu", "pred_hw_tflops_per_gpu",
+    "pred_mfu", "pred_mem_gib_per_gpu", "pred_fits",
+)
+
+
+def estimate_row(row: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+    """Evaluate one run record; status is 'ok' or the reason it can't be evaluated (never raises)."""
+    rid = str(_cell(row, "id") or "")
+    try:
+        specs = row_to_specs(row)
+        est = estimate(specs.model, specs.cluster, specs.workload, specs.strategy, strict=strict)
+    except AutoparError as e:
+        return {"id": rid, "status": f"error: {e}"}
+    except (ValueError, TypeError) as e:  # pydantic validation of a spec built from the row
+        msg = str(e).splitlines()
+        return {"id": rid, "status": "error: " + "; ".join(x.strip() for x in msg[:3])}
+    out: dict[str, Any] = {
+        "id": rid,
+        "status": "ok",
+        "pred_tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "pred_step_s": est.step_time_s,
+        "pred_tflops_per_gpu": est.model_tflops_per_gpu,
+        "pred_hw_tflops_per_gpu": est.hw_tflops_per_gpu,
+        "pred_mfu": est.mfu,
+        "pred_mem_gib_per_gpu": est.memory.total / GiB,
+        "pred_fits": est.fits,
+        "pred_headroom_gib": est.headroom_gib,
+        "bottleneck": est.bottleneck,
+    }
+    for k, v in est.memory.as_dict().items():
+        out[f"mem_{k}_gib"] = v / GiB
+    for k, v in est.time.as_dict().items():
+        out[f"time_{k}_s"] = v
+    out["assumed"] = "; ".join(specs.assumed)
+    out["strategy"] = specs.strategy.label()
+    return out
+
+
+def batch_estimate(df: pd.DataFrame, strict: bool = False) -> pd.DataFrame:
+    """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run."""
+    rows = [estimate_row(r, strict=strict) for r in df.to_dict(orient="records")]
+    out = pd.DataFrame(rows)
+    for col in PRED_COLUMNS:
+        if col not in out.columns:
+            out[col] = None
+    first = list(PRED_COLUMNS)
+    return out[first + [c for c in out.columns if c not in first]]

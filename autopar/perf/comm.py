@@ -1,0 +1,95 @@
+"""Collective communication times (formulas.md §4.1): alpha-beta ring model on the link a group uses.
+
+Rank order is tp -> cp -> ep/dp -> pp (tp fastest-varying, Megatron's `tp-cp-ep-dp-pp`). A group whose
+members are `stride` ranks apart and which has `size` members stays inside an NVLink domain of G GPUs
+when stride*size <= G, spans nodes one member per node when stride >= G, and is hierarchical otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Effective per-GPU per-direction bandwidths (bytes/s) and latencies (s) of one cluster."""
+
+    node_size: int
+    scaleup_bw: float  # NVLink busbw achievable (nominal x efficiency)
+    scaleout_bw: float  # NIC busbw achievable per GPU
+    scaleup_lat: float
+    scaleout_lat: float
+
+
+def placement(size: int, stride: int, node_size: int) -> tuple[int, int]:
+    """Split a group into (members per node g, nodes k) for the rank order described above."""
+    if size <= 1:
+        return 1, 1
+    if stride * size <= node_size:
+        return size, 1
+    if stride >= node_size:
+        return 1, size
+    g = max(1, node_size // stride)
+    return g, -(-size // g)
+
+
+def _ring(factor_steps: float, size: int, nbytes: float, bw: float, lat: float, phases: float) -> float:
+    """Time of a ring phase: `phases` latency steps plus the bandwidth term factor*(n-1)/n*S/bw."""
+    return phases * lat + factor_steps * (size - 1) / size * nbytes / bw
+
+
+def all_reduce(nbytes: float, size: int, stride: int, links: Links) -> float:
+    """All-reduce of a buffer of `nbytes` over a group (hierarchical when it spans nodes)."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    g, k = placement(size, stride, links.node_size)
+    t = 0.0
+    if g > 1:  # intra-node reduce-scatter + all-gather
+        t += 2 * _ring(1.0, g, nbytes, links.scaleup_bw, links.scaleup_lat, _log2(g))
+    if k > 1:  # inter-node all-reduce of the 1/g shard, each local rank on its own NIC
+        t += _ring(2.0, k, nbytes / g, links.scaleout_bw, links.scaleout_lat, 2 * _log2(k))
+    return t
+
+
+def reduce_scatter(nbytes: float, size: int, stride: int, links: Links) -> float:
+    """Reduce-scatter (or all-gather: same cost) of a full buffer of `nbytes` over a group."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    g, k = placement(size, stride, links.node_size)
+    t = 0.0
+    if g > 1:
+        t += _ring(1.0, g, nbytes, links.scaleup_bw, links.scaleup_lat, _log2(g))
+    if k > 1:
+        t += _ring(1.0, k, nbytes / g, links.scaleout_bw, links.scaleout_lat, _log2(k))
+    return t
+
+
+all_gather = reduce_scatter
+
+
+def all_to_all(nbytes: float, size: int, stride: int, links: Links) -> float:
+    """All-to-all where each rank sends `nbytes` in total, (n-1)/n of it to peers.
+
+    Across nodes the inter-node share (members on other nodes) goes over the NIC; the rest over NVLink.
+    """
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    g, k = placement(size, stride, links.node_size)
+    local_share = (g - 1) / size
+    remote_share = (size - g) / size
+    t_local = local_share * nbytes / links.scaleup_bw + (links.scaleup_lat if g > 1 else 0.0)
+    t_remote = remote_share * nbytes / links.scaleout_bw + (links.scaleout_lat if k > 1 else 0.0)
+    return max(t_local, t_remote) + 0.25 * min(t_local, t_remote)
+
+
+def p2p(nbytes: float, crosses_node: bool, links: Links) -> float:
+    """Point-to-point send of `nbytes` to a neighbour."""
+    if nbytes <= 0:
+        return 0.0
+    if crosses_node:
+        return links.scaleout_lat + nbytes / links.scaleout_bw
+    return links.scaleup_lat + nbytes / links.scaleup_bw
+
+
+def _log2(n: int) -> float:
+    return max(1.0, float((n - 1).bit_length()))
