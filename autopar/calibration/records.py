@@ -183,6 +183,22 @@ def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
     return get_gpu(str(name))
 
 
+def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
+    """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile."""
+    t = str(text or "").lower()
+    if "torchtitan" in t:
+        return "torchtitan"
+    if "deepspeed" in t or "zero-3" in t and "megatron" not in t:
+        return "deepspeed"
+    if any(k in t for k in ("fsdp", "composer", "llm-foundry", "foundry", "accelerate")):
+        return "fsdp"
+    if any(k in t for k in ("megatron", "nemo")):
+        return "megatron"
+    if assumed is not None:
+        assumed.append(f"framework=megatron (framework '{text or ''}' not recognised)")
+    return "megatron"
+
+
 def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     """Turn one run record into specs, filling silent cells with framework defaults (listed in `assumed`)."""
     assumed: list[str] = []
@@ -206,7 +222,8 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         prec = "fp8"
     else:
         raise DataError(f"column 'precision' = {prec!r}: expected bf16, fp16 or fp8")
-    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec)
+    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec,
+                        framework=framework_from_text(_cell(row, "framework"), assumed))
 
     tp = _int(row, "tp")
     pp = _int(row, "pp")

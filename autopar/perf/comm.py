@@ -57,10 +57,11 @@ def reduce_scatter(nbytes: float, size: int, stride: int, links: Links) -> float
         return 0.0
     g, k = placement(size, stride, links.node_size)
     t = 0.0
+    # Ring all-gather / reduce-scatter: n-1 dependent steps, so latency grows linearly with the group.
     if g > 1:
-        t += _ring(1.0, g, nbytes, links.scaleup_bw, links.scaleup_lat, _log2(g))
+        t += _ring(1.0, g, nbytes, links.scaleup_bw, links.scaleup_lat, g - 1)
     if k > 1:
-        t += _ring(1.0, k, nbytes / g, links.scaleout_bw, links.scaleout_lat, _log2(k))
+        t += _ring(1.0, k, nbytes / g, links.scaleout_bw, links.scaleout_lat, k - 1)
     return t
 
 

@@ -16,12 +16,14 @@ class Efficiency:
 
     gemm_max: float  # best-shape BF16 GEMM / dense peak (MAMF)
     gemm_max_fp8: float  # best-shape FP8 GEMM / FP8 dense peak
-    attn_fwd: float  # flash-attention forward / BF16 peak at long sequences
-    attn_bwd: float  # flash-attention backward / BF16 peak
+    attn_fwd: float  # FlashAttention-2-class forward / BF16 peak at long sequences
+    attn_bwd: float  # FlashAttention-2-class backward / BF16 peak
+    attn_fwd_fused: float  # vendor-fused attention (cuDNN / FA3-class on Hopper+) forward
+    attn_bwd_fused: float
     hbm: float  # achievable / nominal HBM bandwidth for memory-bound kernels
     scaleup: float  # NCCL bus bandwidth / NVLink per-direction rate
     scaleout: float  # NCCL bus bandwidth / NIC rate
-    scaleup_latency_s: float  # per collective step
+    scaleup_latency_s: float  # per ring/tree step (NCCL simple protocol)
     scaleout_latency_s: float
     kernel_overhead_s: float  # launch + tail per GEMM-sized kernel
     tile: int  # GEMM tile edge for wave-quantisation
@@ -34,17 +36,17 @@ class Efficiency:
 #   H100 795/989 = 80%, B200 1745/2250 = 78%, MI300X 668/1307 = 51%); FP8 GH200 1535/1979 = 78%, B200 76%.
 #   Training stacks reach less than the best single shape: we take ~0.93 of MAMF for bf16 and ~0.8 for fp8
 #   (scaling, amax bookkeeping, TE kernel choices).
-# - attention: FA2 50-73% of A100 peak (fwd 70, bwd ~60); H100 with FA2/cuDNN ~45-55%, FA3 up to 75% fwd
-#   (Dao 2023; Shah et al. 2024).
+# - attention: FA2 50-73% of A100 peak (Dao 2023); FA2 only ~35-40% of H100 peak, FA3 / cuDNN fused
+#   attention 55-75% forward (Shah et al. 2024). Training sees less than the forward-only best case.
 # - links: Calculon NVLink 0.65-0.75 / IB 0.9; nccl-tests busbw on 8xH100 ~360 of 450 GB/s.
 _FAMILIES: dict[str, Efficiency] = {
-    "ampere": Efficiency(0.80, 0.80, 0.62, 0.52, 0.80, 0.78, 0.85, 8e-6, 15e-6, 6e-6, 128, 108,
+    "ampere": Efficiency(0.80, 0.80, 0.62, 0.52, 0.62, 0.52, 0.80, 0.78, 0.85, 3e-6, 8e-6, 6e-6, 128, 108,
                          "MAMF A100 87%; FA2 on A100 (Dao 2023)"),
-    "hopper": Efficiency(0.74, 0.62, 0.50, 0.42, 0.80, 0.78, 0.85, 8e-6, 15e-6, 5e-6, 128, 132,
-                         "MAMF H100 80%; FA2/cuDNN on H100 ~45-55% (Shah et al. 2024)"),
-    "blackwell": Efficiency(0.72, 0.60, 0.50, 0.42, 0.80, 0.78, 0.85, 8e-6, 15e-6, 5e-6, 128, 148,
-                            "MAMF B200 78%, fp8 76%"),
-    "cdna3": Efficiency(0.48, 0.40, 0.35, 0.30, 0.75, 0.65, 0.80, 10e-6, 15e-6, 8e-6, 128, 304,
+    "hopper": Efficiency(0.74, 0.62, 0.40, 0.33, 0.55, 0.45, 0.80, 0.78, 0.85, 3e-6, 8e-6, 5e-6, 128, 132,
+                         "MAMF H100 80%; FA2 ~35-40% of H100 peak, FA3/cuDNN higher (Shah et al. 2024)"),
+    "blackwell": Efficiency(0.72, 0.60, 0.40, 0.33, 0.55, 0.45, 0.80, 0.78, 0.85, 3e-6, 8e-6, 5e-6, 128, 148,
+                            "MAMF B200 78%, fp8 76%; attention assumed as Hopper"),
+    "cdna3": Efficiency(0.48, 0.40, 0.35, 0.30, 0.35, 0.30, 0.75, 0.65, 0.80, 4e-6, 8e-6, 8e-6, 128, 304,
                         "MAMF MI300X 51%"),
 }
 _DEFAULT = "hopper"
@@ -59,6 +61,44 @@ def efficiency_for(family: str) -> Efficiency:
 def families() -> list[str]:
     """Known GPU families with an efficiency profile."""
     return sorted(_FAMILIES)
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwareProfile:
+    """What a training framework does that changes kernel time: fusion, attention kernel, recompute, ZeRO-3."""
+
+    name: str
+    fused_attention: bool  # cuDNN/TE fused attention (True) or FlashAttention-2 / PyTorch SDPA (False)
+    elementwise_passes: float  # memory traffic of norms/activations/residuals relative to fully fused kernels
+    selective_gemm_fraction: float  # share of forward GEMMs re-run by "selective" recompute
+    zero3_collectives_per_layer: int  # collectives per layer per pass (1 = flat per-block unit)
+    zero3_overlap: float  # fraction of ZeRO-3/FSDP collectives that can hide under compute
+    loss_bytes_per_logit: float  # peak bytes per logit element in the loss (bf16 + fp32 copies, grads)
+    description: str
+
+
+# Megatron-Core/NeMo: TE fused kernels and cuDNN attention; selective = core attention only (Korthikanti 2022).
+# torchtitan / PyTorch FSDP: SDPA (FA2 backend); torchtitan's "selective" is per-op SAC, which saves every
+# other matmul output and recomputes the rest (torchtitan activation_checkpoint.py, `_save_list`).
+# DeepSpeed ZeRO-3 gathers parameters tensor by tensor (per-module hooks) with limited prefetch.
+# Loss memory: Megatron's vocab-parallel cross-entropy works in place on an fp32 copy (~6 B/logit);
+# llm-foundry uses a fused cross-entropy; torchtitan upcasts the full logits and keeps fp32 grads (~12 B).
+_SOFTWARE: dict[str, SoftwareProfile] = {
+    "megatron": SoftwareProfile("megatron", True, 1.0, 0.0, 1, 1.0, 6.0,
+                                "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)"),
+    "torchtitan": SoftwareProfile("torchtitan", False, 2.0, 0.5, 1, 1.0, 12.0,
+                                  "torchtitan (FSDP2, DTensor TP, SDPA attention, per-op selective AC)"),
+    "fsdp": SoftwareProfile("fsdp", False, 2.0, 0.0, 1, 1.0, 6.0,
+                            "PyTorch FSDP stacks (llm-foundry/Composer, HF Accelerate) with FlashAttention-2"),
+    "deepspeed": SoftwareProfile("deepspeed", False, 1.5, 0.0, 12, 0.0, 6.0,
+                                 "DeepSpeed / Megatron-DeepSpeed (ZeRO with per-parameter gathers)"),
+}
+FRAMEWORKS: tuple[str, ...] = tuple(_SOFTWARE)
+
+
+def software_for(framework: str) -> SoftwareProfile:
+    """Software profile of a training framework (see FRAMEWORKS)."""
+    return _SOFTWARE[framework]
 
 
 def gemm_efficiency(m: float, n: float, k: float, eff: Efficiency, fp8: bool) -> float:

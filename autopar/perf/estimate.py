@@ -6,13 +6,11 @@ most loaded pipeline stage; memory is the peak over the first and last stage (th
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import lru_cache
 
 from autopar.errors import InvalidStrategyError
 from autopar.perf import comm
-from autopar.perf.efficiency import Efficiency, efficiency_for, gemm_efficiency
+from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
 from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
 from autopar.perf.params import ParamCounts, count_params
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
@@ -23,22 +21,11 @@ GiB = 2**30
 
 # Modelling constants that are not GPU-specific (documented in the README's assumptions).
 MOE_IMBALANCE = 1.1  # busiest EP rank's share of routed tokens relative to uniform (γ, formulas §3.2)
-LOGITS_BYTES_PER_ELEMENT = 8.0  # bf16 logits + fp32 upcast in the cross-entropy (grad reuses the buffer)
 CUDA_CONTEXT_BYTES = 1.0 * GiB  # CUDA context + kernels (formulas §3.5: 0.5-2 GiB)
 NCCL_BYTES = 0.75 * GiB  # NCCL communicators and buffers
 FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buffers
 OVERLAP_SLOWDOWN = 0.10  # compute slowdown while overlapped communication runs (SM sharing, Calculon)
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam step traffic per local parameter (formulas §6, ~30 B + grad norm)
-
-
-@dataclass(frozen=True, slots=True)
-class _ModelConsts:
-    """Per-model quantities reused by every estimate of that model."""
-
-    pc: ParamCounts
-    attn_sharded: float  # per layer, TP-sharded attention params
-    attn_replicated: float
-    flops_full: float  # forward FLOPs per token, full attention count (set per seq_len at call time)
 
 
 @lru_cache(maxsize=256)
@@ -70,6 +57,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strateg
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
     gpu = cluster.gpu
     eff = efficiency_for(gpu.family)
+    sw = software_for(w.framework)
     pc = _params(model)
     notes: list[str] = []
 
@@ -137,8 +125,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     attn_core_flops = 2.0 * a * (qk_dim + v_dim) * s_ctx * T / t
     s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
     attn_eta_scale = (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
-    attn_fwd = attn_core_flops / (peak16 * eff.attn_fwd * attn_eta_scale) + eff.kernel_overhead_s
-    attn_bwd = 2.5 * attn_core_flops / (peak16 * eff.attn_bwd * attn_eta_scale) + eff.kernel_overhead_s
+    eta_f, eta_b = (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
+    attn_fwd = attn_core_flops / (peak16 * eta_f * attn_eta_scale) + eff.kernel_overhead_s
+    attn_bwd = 2.5 * attn_core_flops / (peak16 * eta_b * attn_eta_scale) + eff.kernel_overhead_s
 
     n_mat = 3 if model.activation == "swiglu" else 2
     f = model.ffn_hidden
@@ -162,7 +151,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     act_f = (fe * model.topk * MOE_IMBALANCE) if model.is_moe else f
     elem_rep = 20.0 * h
     elem_shard = 4.0 * (a + k) * dh + (6.0 if n_mat == 3 else 4.0) * act_f
-    elem_fwd = T * (elem_rep / (t if sp else 1) + elem_shard / t) / hbm
+    elem_fwd = sw.elementwise_passes * T * (elem_rep / (t if sp else 1) + elem_shard / t) / hbm
     fp8_cast = 0.0
     if fp8:  # quantise GEMM inputs (read 2 B, write 1 B) fwd and bwd, plus the local weights each micro-batch
         in_elems = T * (2 * h + a * dh / t + (act_f if not model.is_moe else act_f) / t)
@@ -176,7 +165,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     if s.recompute == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
     elif s.recompute == "selective":
-        dense_re = moe_re = attn_fwd + 0.5 * elem_fwd
+        # Megatron: core attention only (Korthikanti 2022); torchtitan per-op SAC: also half the matmuls.
+        dense_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + dense_mlp_gemm)
+        moe_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + moe_gemm)
     else:
         dense_re = moe_re = 0.0
 
@@ -251,7 +242,11 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
             wts = 4.0 * (ne / n_dp + ex / n_edp)
             grd = 4.0 * (ne / n_dp + ex / n_edp)
             opt = (opt_bytes - 4.0) * (ne / n_dp + ex / n_edp)
-            buf = biggest * (2.0 * 2 + 2.0 + 4.0)  # 2 gathered bf16 units (prefetch) + bf16 grad + fp32 reduce
+            if p > 1:  # the stage stays gathered across micro-batches: bf16 params + bf16 accumulated grads
+                buf = (ne + ex) * (2.0 + 2.0) + biggest * 4.0
+            else:  # 2 gathered bf16 units (prefetch) + bf16 grad + fp32 reduce buffer
+                unit = biggest if sw.zero3_collectives_per_layer == 1 else 3.0 * biggest / sw.zero3_collectives_per_layer
+                buf = unit * (2.0 * 2 + 2.0 + 4.0)
             return wts, grd, opt, buf
         n_opt_dense = n_dp if s.zero >= 1 else 1
         n_opt_exp = n_edp if s.zero >= 1 else 1
@@ -268,11 +263,15 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     else:
         qkv_tok = 2.0 * dh * (a + 2 * k)
         ctx_tok = 2.0 * a * dh
-    rep_tok = 8.0 * h  # 2 norm inputs, QKV input, MLP input
-    mlp_tok = (2.0 * n_mat) * f  # SwiGLU gate/up/act (6f), GeLU fc1/act (4f)
+    # FP8 (Transformer Engine / torchao float8) keeps the quantised GEMM inputs (1 byte) for backward.
+    gemm_in = 1.0 if fp8 else 2.0
+    rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
+    ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
+    mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
     moe_tok = model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe) + model.shared_experts * (
         2.0 * h + 2.0 * n_mat * model.shared_ffn) + 4.0 * model.experts if model.is_moe else 0.0
     sp_div = t if sp else 1
+    op_sac = sw.selective_gemm_fraction > 0
 
     def layer_act(moe: bool, kind: str) -> float:
         mlp = moe_tok if moe else mlp_tok
@@ -280,7 +279,10 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         if kind == "none":
             return full
         if kind == "selective":
-            return full - T * ctx_tok / t
+            if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
+                return T * (4.0 * h / sp_div + (ctx_tok + 4.0 * a) / t
+                            + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
+            return full - T * ctx_tok / t  # Megatron: core attention recomputed
         return T * 2.0 * h / sp_div  # full recompute: the layer input only
 
     def stage_act(mix: tuple[int, int], inflight: float) -> float:
@@ -297,7 +299,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         inflight_first = float(min(p, m_mb))
         if v > 1:
             inflight_first *= 1 + (p - 1) / (p * v)
-    logits_mem = T * model.vocab / t * LOGITS_BYTES_PER_ELEMENT
+    logits_mem = T * model.vocab / t * sw.loss_bytes_per_logit
 
     def memory_for(mix: tuple[int, int], first_stage: bool, last_stage: bool, inflight: float) -> MemoryBreakdown:
         ne, ex, biggest = stage_params(mix, first_stage, last_stage)
@@ -332,11 +334,20 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
                 2.0 * layer_ex, n_edp, te * e, links)
             rs = comm.reduce_scatter(4.0 * layer_ne, n_dp, dp_stride, links) + comm.reduce_scatter(
                 4.0 * layer_ex, n_edp, te * e, links)
-            per_layer_comm = (2 * ag + rs) if s.recompute != "none" or True else 2 * ag + rs
+            # Per-tensor gathers (DeepSpeed) pay the collective latency once per parameter tensor.
+            n_coll = sw.zero3_collectives_per_layer
+            if n_coll > 1:
+                ag += (n_coll - 1) * comm.all_gather(1.0, n_dp, dp_stride, links)  # latency-only calls
+                rs += (n_coll - 1) * comm.reduce_scatter(1.0, n_dp, dp_stride, links)
+            per_layer_comm = 2 * ag + rs
             per_layer_comp = comp_mb / max(1, n_layers_stage)
-            exposed_layer = max(0.0, per_layer_comm - per_layer_comp)
-            dp_exposed = m_mb * (n_layers_stage * exposed_layer + ag + rs)
-            dp_overlap_busy = m_mb * n_layers_stage * min(per_layer_comm, per_layer_comp)
+            # With pipelining, FSDP keeps the stage's parameters gathered across micro-batches and
+            # reduces gradients once per step (torchtitan); without it, every micro-batch re-gathers.
+            rounds = 1 if p > 1 else m_mb
+            hidden = sw.zero3_overlap * per_layer_comp
+            exposed_layer = max(0.0, per_layer_comm - hidden)
+            dp_exposed = rounds * (n_layers_stage * exposed_layer + (ag + rs) * sw.zero3_overlap)
+            dp_overlap_busy = rounds * n_layers_stage * min(per_layer_comm, hidden)
     else:
         grad_bytes = 4.0
         if n_dp > 1 or n_edp > 1:
@@ -416,9 +427,3 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         notes=tuple(notes),
     )
 
-
-def _unused(_: Efficiency) -> None:  # pragma: no cover - keeps the import explicit for readers
-    return None
-
-
-_ = math
