@@ -1,1 +1,129 @@
-"""CLI commands: catalog (filled in by its owner)."""
+"""CLI commands `autopar models` and `autopar gpus`: list the built-in catalogs as tables or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+import typer
+from rich import box
+from rich.table import Table
+
+from autopar.catalog import list_gpus, list_models
+from autopar.catalog.loader import gpu_catalog, model_catalog
+from autopar.catalog.names import loose_key
+from autopar.cli.app import command, console
+from autopar.errors import UnknownNameError
+from autopar.perf.params import count_params
+from autopar.specs import GPUSpec, ModelSpec
+
+_JSON = typer.Option(False, "--json", help="Print JSON (SI units) instead of a table.")
+_QUERY = typer.Argument(None, help="Only entries whose name or an alias contains this text (loosely matched).")
+
+
+def _matches(query: str | None, name: str, aliases: tuple[str, ...]) -> bool:
+    """Loose substring match of a filter against a name and its aliases."""
+    if not query:
+        return True
+    q = loose_key(query)
+    return any(q in loose_key(label) for label in (name, *aliases))
+
+
+def short_source(url: str) -> str:
+    """A compact label for a source URL (hf:org/repo, arXiv:id, gh:org/repo/file), for narrow tables."""
+    parts = urlparse(url)
+    path = [p for p in parts.path.split("/") if p]
+    host = parts.netloc.removeprefix("www.")
+    if host == "huggingface.co" and len(path) >= 2:
+        return f"hf:{path[0]}/{path[1]}"
+    if host == "arxiv.org" and path:
+        return f"arXiv:{path[-1]}"
+    if host == "github.com" and len(path) >= 2:
+        return f"gh:{path[0]}/{path[1]}" + (f"/{path[-1]}" if len(path) > 2 else "")
+    return host or url
+
+
+def model_kind(m: ModelSpec) -> str:
+    """'dense', or 'MoE 256x8+1s' (routed experts x top-k, + shared experts) for a mixture of experts."""
+    if not m.is_moe:
+        return "dense"
+    shared = f"+{m.shared_experts}s" if m.shared_experts else ""
+    return f"MoE {m.experts}x{m.topk}{shared}"
+
+
+def model_record(m: ModelSpec) -> dict[str, Any]:
+    """A model as a JSON-ready dict: its spec fields plus derived parameter counts and notes."""
+    counts = count_params(m)
+    return m.model_dump(mode="json") | {
+        "kind": "moe" if m.is_moe else "dense",
+        "total_params": counts.total,
+        "active_params": counts.active,
+        "notes": model_catalog().notes.get(m.name, ""),
+    }
+
+
+def gpu_record(g: GPUSpec) -> dict[str, Any]:
+    """A GPU as a JSON-ready dict: its spec fields plus notes."""
+    return g.model_dump(mode="json") | {"notes": gpu_catalog().notes.get(g.name, "")}
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], left: int, shrink: int | None = None) -> Table:
+    """A rich table, one header word per line; cells keep their width, only column `shrink` is cut when narrow."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, head in enumerate(headers):
+        width = max([len(r[i]) for r in rows] + [len(w) for w in head.split()])
+        t.add_column(head.replace(" ", "\n"), justify="left" if i < left else "right",
+                     style="bold" if i == 0 else None, no_wrap=True, overflow="ellipsis",
+                     min_width=None if i == shrink else width)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _models_table(models: list[ModelSpec]) -> Table:
+    rows = []
+    for m in models:
+        c = count_params(m)
+        rows.append([m.name, model_kind(m), str(m.layers), str(m.hidden), f"{m.heads}/{m.kv}",
+                     f"{c.total / 1e9:,.2f}", f"{c.active / 1e9:,.2f}", short_source(m.source)])
+    headers = ["name", "kind", "layers", "hidden", "heads/kv", "params B", "active B", "source"]
+    t = _table("autopar models (parameters from autopar.perf.params; B = 1e9)", headers, rows, 2, shrink=7)
+    t.columns[-1].justify = "left"
+    return t
+
+
+def _gpus_table(gpus: list[GPUSpec]) -> Table:
+    rows = [[
+        g.name, f"{g.memory_bytes / 1e9:,.0f}", f"{g.bf16_flops / 1e12:,.0f}",
+        f"{g.fp8_flops / 1e12:,.0f}" if g.fp8_flops else "-", f"{g.hbm_bw / 1e12:.2f}",
+        f"{g.scaleup_bw / 1e9:,.0f}", f"{g.scaleout_bw / 1e9:,.0f}", str(g.scaleup_domain),
+        f"{g.price_usd_per_hour:.2f}" if g.price_usd_per_hour is not None else "-",
+    ] for g in gpus]
+    headers = ["name", "mem GB", "BF16 TF/s", "FP8 TF/s", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "domain",
+               "$/h"]
+    return _table("autopar GPUs (dense TFLOP/s; bandwidth per GPU per direction; default on-demand $/GPU-h)", headers, rows, 1)
+
+
+@command("models")
+def models(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
+    """List the built-in models (architecture, total/active parameters, source)."""
+    chosen = [m for m in list_models() if _matches(query, m.name, m.aliases)]
+    if not chosen:
+        raise UnknownNameError("model", query or "", [m.name for m in list_models()])
+    if json_out:
+        typer.echo(json.dumps([model_record(m) for m in chosen], indent=2))
+        return
+    console.print(_models_table(chosen))
+
+
+@command("gpus")
+def gpus(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
+    """List the built-in GPUs (memory, peaks, bandwidths, NVLink domain, default price)."""
+    chosen = [g for g in list_gpus() if _matches(query, g.name, g.aliases)]
+    if not chosen:
+        raise UnknownNameError("GPU", query or "", [g.name for g in list_gpus()])
+    if json_out:
+        typer.echo(json.dumps([gpu_record(g) for g in chosen], indent=2))
+        return
+    console.print(_gpus_table(chosen))

@@ -1,0 +1,284 @@
+"""Import a Hugging Face `config.json` (dict) as a ModelSpec, for the model types autopar can count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from autopar.errors import SpecError
+from autopar.specs import ModelSpec
+
+Fields = dict[str, Any]
+_MISSING = object()
+
+
+class _Reader:
+    """Typed access to one HF config with error messages that name the key and the model_type."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str):
+        self.cfg, self.mt = cfg, model_type
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> Any:
+        """An integer >= minimum; a missing key falls back to `default` or is an error."""
+        value = self.cfg.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"Hugging Face config (model_type '{self.mt}') is missing required key '{key}'")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(f"Hugging Face config key '{key}'={value!r} must be an integer >= {minimum}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A boolean flag with a default for when the key is absent."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(f"Hugging Face config key '{key}'={value!r} must be true or false")
+        return value
+
+    def first_int(self, *keys: str) -> int:
+        """The first of several alternative keys that is present (e.g. num_experts_per_tok / experts_per_token)."""
+        for key in keys:
+            if self.has(key):
+                return self.integer(key)
+        raise SpecError(f"Hugging Face config (model_type '{self.mt}') is missing required key '{keys[0]}'")
+
+
+def _decoder(r: _Reader, *, tied_default: bool = False, bias_default: bool = False) -> Fields:
+    """Fields shared by the Llama-style decoders (RMSNorm, SwiGLU, RoPE, optional GQA)."""
+    heads = r.integer("num_attention_heads")
+    return {
+        "layers": r.integer("num_hidden_layers"),
+        "hidden": r.integer("hidden_size"),
+        "heads": heads,
+        "kv_heads": r.integer("num_key_value_heads", heads),
+        "head_dim": r.integer("head_dim", None),
+        "ffn_hidden": r.integer("intermediate_size"),
+        "vocab": r.integer("vocab_size"),
+        "tied_embeddings": r.flag("tie_word_embeddings", tied_default),
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "qkv_bias": r.flag("attention_bias", bias_default),
+    }
+
+
+def _window_from_layer_types(r: _Reader, layers: int) -> Fields:
+    """Sliding-window size and the fraction of layers that use it, from `layer_types`."""
+    types = r.cfg.get("layer_types")
+    if not isinstance(types, list) or not types:
+        return {}
+    sliding = sum(1 for t in types if t == "sliding_attention")
+    if not sliding:
+        return {}
+    return {"sliding_window": r.integer("sliding_window"), "sliding_window_fraction": sliding / len(types)}
+
+
+def _window_qwen(r: _Reader, layers: int) -> Fields:
+    """Qwen: a window only when use_sliding_window, on layers at index >= max_window_layers."""
+    if r.cfg.get("layer_types"):
+        return _window_from_layer_types(r, layers)
+    if not r.flag("use_sliding_window", False) or not r.has("sliding_window"):
+        return {}
+    start = min(r.integer("max_window_layers", layers, minimum=0), layers)
+    if start >= layers:
+        return {}
+    return {"sliding_window": r.integer("sliding_window"), "sliding_window_fraction": (layers - start) / layers}
+
+
+def _window_mistral(r: _Reader, layers: int) -> Fields:
+    """Mistral/Mixtral: a non-null sliding_window applies to every layer."""
+    if r.cfg.get("layer_types"):
+        return _window_from_layer_types(r, layers)
+    if not r.has("sliding_window"):
+        return {}
+    return {"sliding_window": r.integer("sliding_window"), "sliding_window_fraction": 1.0}
+
+
+def _llama(r: _Reader) -> Fields:
+    f = _decoder(r)
+    return f | _window_from_layer_types(r, f["layers"])
+
+
+def _mistral(r: _Reader) -> Fields:
+    f = _decoder(r)
+    return f | _window_mistral(r, f["layers"])
+
+
+def _mixtral(r: _Reader) -> Fields:
+    f = _mistral(r)
+    return f | {"experts": r.integer("num_local_experts"), "topk": r.integer("num_experts_per_tok"),
+                "moe_ffn_hidden": f["ffn_hidden"]}
+
+
+def _qwen2(r: _Reader) -> Fields:
+    f = _decoder(r) | {"qkv_bias": True}  # Qwen2 always has q/k/v biases
+    return f | _window_qwen(r, f["layers"])
+
+
+def _qwen3(r: _Reader) -> Fields:
+    f = _decoder(r)
+    return f | _window_qwen(r, f["layers"])
+
+
+def _leading_dense_layers(r: _Reader, layers: int) -> int:
+    """Qwen-MoE dense layers: `mlp_only_layers` must be a leading block and decoder_sparse_step 1."""
+    step = r.integer("decoder_sparse_step", 1)
+    if step != 1:
+        raise SpecError(f"Hugging Face config key 'decoder_sparse_step'={step} is not supported (only 1: every layer MoE)")
+    only = r.cfg.get("mlp_only_layers") or []
+    if sorted(only) != list(range(len(only))):
+        raise SpecError(f"Hugging Face config key 'mlp_only_layers'={only!r} is not supported "
+                        "(only a leading block of dense layers, e.g. [0, 1])")
+    return len(only)
+
+
+def _qwen_moe(r: _Reader, base: Fields) -> Fields:
+    shared = r.integer("shared_expert_intermediate_size", 0, minimum=0)
+    return base | {
+        "experts": r.integer("num_experts"),
+        "topk": r.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": r.integer("moe_intermediate_size"),
+        "shared_experts": 1 if shared else 0,
+        "shared_ffn_hidden": shared or None,
+        "dense_layers": _leading_dense_layers(r, base["layers"]),
+    }
+
+
+def _qwen2_moe(r: _Reader) -> Fields:
+    return _qwen_moe(r, _qwen2(r))
+
+
+def _qwen3_moe(r: _Reader) -> Fields:
+    return _qwen_moe(r, _qwen3(r))
+
+
+def _deepseek(r: _Reader) -> Fields:
+    """DeepSeek-V2/V3: MLA attention, leading dense layers, routed + shared experts."""
+    f = _decoder(r)
+    f |= {
+        "kv_heads": None,
+        "head_dim": None,
+        "q_lora_rank": r.integer("q_lora_rank", None),
+        "kv_lora_rank": r.integer("kv_lora_rank"),
+        "qk_nope_head_dim": r.integer("qk_nope_head_dim"),
+        "qk_rope_head_dim": r.integer("qk_rope_head_dim"),
+        "v_head_dim": r.integer("v_head_dim"),
+    }
+    if not r.has("n_routed_experts"):
+        return f
+    freq = r.integer("moe_layer_freq", 1)
+    if freq != 1:
+        raise SpecError(f"Hugging Face config key 'moe_layer_freq'={freq} is not supported (only 1)")
+    return f | {
+        "experts": r.integer("n_routed_experts"),
+        "topk": r.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": r.integer("moe_intermediate_size"),
+        "shared_experts": r.integer("n_shared_experts", 0, minimum=0),
+        "dense_layers": r.integer("first_k_dense_replace", 0, minimum=0),
+    }
+
+
+def _gpt_oss(r: _Reader) -> Fields:
+    """GPT-OSS: MoE SwiGLU experts, attention biases, alternating sliding/full attention."""
+    f = _decoder(r, bias_default=True) | {"head_dim": r.integer("head_dim", 64)}
+    f |= {
+        "experts": r.first_int("num_local_experts", "num_experts"),
+        "topk": r.first_int("num_experts_per_tok", "experts_per_token"),
+        "moe_ffn_hidden": f["ffn_hidden"],
+    }
+    if r.cfg.get("layer_types"):
+        return f | _window_from_layer_types(r, f["layers"])
+    if r.has("sliding_window"):  # older configs: even layers sliding, odd layers full
+        return f | {"sliding_window": r.integer("sliding_window"), "sliding_window_fraction": 0.5}
+    return f
+
+
+def _gpt2(r: _Reader) -> Fields:
+    """GPT-2: LayerNorm, GeLU MLP (n_inner defaults to 4*n_embd), biases, tied embeddings.
+
+    Learned position embeddings (n_positions x n_embd) have no ModelSpec field and are not counted.
+    """
+    hidden = r.integer("n_embd")
+    r.integer("n_positions", 1024)  # validated only
+    return {
+        "layers": r.integer("n_layer"),
+        "hidden": hidden,
+        "heads": r.integer("n_head"),
+        "ffn_hidden": r.integer("n_inner", 4 * hidden),
+        "vocab": r.integer("vocab_size"),
+        "tied_embeddings": r.flag("tie_word_embeddings", True),
+        "activation": "gelu",
+        "norm": "layernorm",
+        "qkv_bias": True,
+    }
+
+
+_BUILDERS: dict[str, Callable[[_Reader], Fields]] = {
+    "llama": _llama,
+    "mistral": _mistral,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "qwen2_moe": _qwen2_moe,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "gpt2": _gpt2,
+    "gpt_oss": _gpt_oss,
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_BUILDERS)
+
+
+def canonical_fields(fields: Fields) -> Fields:
+    """Drop redundant values (kv_heads == heads, head_dim == hidden/heads) so equal models compare equal."""
+    out = dict(fields)
+    heads, hidden = out.get("heads"), out.get("hidden")
+    if out.get("kv_heads") is not None and out["kv_heads"] == heads:
+        out["kv_heads"] = None
+    if (out.get("head_dim") is not None and heads and hidden and hidden % heads == 0
+            and out["head_dim"] == hidden // heads):
+        out["head_dim"] = None
+    return out
+
+
+def _pydantic_message(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'model'}: {e['msg']}" for e in err.errors())
+
+
+def model_from_hf_config(cfg: Mapping[str, Any], name: str | None = None, source: str = "") -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config dict, so any supported HF model can be planned for.
+
+    Supported model_type values are SUPPORTED_MODEL_TYPES; a multimodal config whose own type is not
+    supported is read through its `text_config`. Unsupported types and missing keys raise SpecError.
+    """
+    if not isinstance(cfg, Mapping):
+        raise SpecError(f"a Hugging Face config must be a JSON object, got {type(cfg).__name__}")
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    mt = cfg.get("model_type")
+    if mt not in _BUILDERS and isinstance(cfg.get("text_config"), Mapping):
+        return model_from_hf_config(cfg["text_config"], name or _default_name(cfg), source)
+    if mt is None:
+        raise SpecError(f"Hugging Face config has no 'model_type' (supported: {supported})")
+    if mt not in _BUILDERS:
+        raise SpecError(f"unsupported Hugging Face model_type '{mt}' (supported: {supported})")
+    fields = _BUILDERS[mt](_Reader(cfg, mt))
+    label = name or _default_name(cfg)
+    try:
+        return ModelSpec(name=label, source=source, **canonical_fields(fields))
+    except ValidationError as e:
+        raise SpecError(f"Hugging Face config for '{label}' gives an invalid model: {_pydantic_message(e)}") from None
+
+
+def _default_name(cfg: Mapping[str, Any]) -> str:
+    """A readable name for an imported config: its _name_or_path, else its model_type."""
+    path = cfg.get("_name_or_path")
+    if isinstance(path, str) and path.strip():
+        return path.strip().rstrip("/").rsplit("/", 1)[-1]
+    return str(cfg.get("model_type") or "hf-model")
