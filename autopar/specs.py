@@ -174,7 +174,7 @@ class Workload(_Frozen):
     precision: Literal["bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "adam_bf16_states", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")
-    framework: Literal["megatron", "torchtitan", "fsdp", "deepspeed"] = Field(
+    framework: Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"] = Field(
         default="megatron", description="software stack: sets kernel fusion, attention kernel, recompute semantics")
 
     @property

@@ -8,6 +8,7 @@ framework default and says so in `assumed`.
 from __future__ import annotations
 
 import json
+import re
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -186,6 +187,10 @@ def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
 def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
     """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile."""
     t = str(text or "").lower()
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", t)]
+    legacy = bool(years) and max(years) <= 2022 or "examples/pretrain_gpt3_175b" in t
+    if legacy and any(k in t for k in ("megatron", "deepspeed", "nemo")):
+        return "megatron-legacy"
     if "torchtitan" in t:
         return "torchtitan"
     if "deepspeed" in t or "zero-3" in t and "megatron" not in t:

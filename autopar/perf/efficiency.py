@@ -68,15 +68,19 @@ class SoftwareProfile:
     """What a training framework does that changes kernel time: fusion, attention kernel, recompute, ZeRO-3."""
 
     name: str
+    flash_attention: bool  # attention never materialises the s x s scores (False = pre-2023 unfused softmax)
     fused_attention: bool  # cuDNN/TE fused attention (True) or FlashAttention-2 / PyTorch SDPA (False)
     elementwise_passes: float  # memory traffic of norms/activations/residuals relative to fully fused kernels
     selective_gemm_fraction: float  # share of forward GEMMs re-run by "selective" recompute
     zero3_collectives_per_layer: int  # collectives per layer per pass (1 = flat per-block unit)
     zero3_overlap: float  # fraction of ZeRO-3/FSDP collectives that can hide under compute
     loss_bytes_per_logit: float  # peak bytes per logit element in the loss (bf16 + fp32 copies, grads)
+    zero3_grad_bytes: float  # bytes per gradient element in the ZeRO-3/FSDP reduce-scatter
     description: str
 
 
+# Megatron-LM before FlashAttention (2021-22 papers, BLOOM) materialised the s x s attention scores, the
+# cost selective recompute was invented to avoid (Korthikanti 2022 §5).
 # Megatron-Core/NeMo: TE fused kernels and cuDNN attention; selective = core attention only (Korthikanti 2022).
 # torchtitan / PyTorch FSDP: SDPA (FA2 backend); torchtitan's "selective" is per-op SAC, which saves every
 # other matmul output and recomputes the rest (torchtitan activation_checkpoint.py, `_save_list`).
@@ -84,13 +88,16 @@ class SoftwareProfile:
 # Loss memory: Megatron's vocab-parallel cross-entropy works in place on an fp32 copy (~6 B/logit);
 # llm-foundry uses a fused cross-entropy; torchtitan upcasts the full logits and keeps fp32 grads (~12 B).
 _SOFTWARE: dict[str, SoftwareProfile] = {
-    "megatron": SoftwareProfile("megatron", True, 1.0, 0.0, 1, 1.0, 6.0,
+    "megatron": SoftwareProfile("megatron", True, True, 1.0, 0.0, 1, 1.0, 6.0, 4.0,
                                 "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)"),
-    "torchtitan": SoftwareProfile("torchtitan", False, 2.0, 0.5, 1, 1.0, 12.0,
+    "megatron-legacy": SoftwareProfile("megatron-legacy", False, False, 1.0, 0.0, 12, 0.5, 6.0, 2.0,
+                                       "Megatron-LM / Megatron-DeepSpeed before FlashAttention (2019-2022); "
+                                       "ZeRO-3 there is DeepSpeed's"),
+    "torchtitan": SoftwareProfile("torchtitan", True, False, 2.0, 0.5, 1, 1.0, 12.0, 4.0,
                                   "torchtitan (FSDP2, DTensor TP, SDPA attention, per-op selective AC)"),
-    "fsdp": SoftwareProfile("fsdp", False, 2.0, 0.0, 1, 1.0, 6.0,
+    "fsdp": SoftwareProfile("fsdp", True, False, 2.0, 0.0, 1, 1.0, 6.0, 4.0,
                             "PyTorch FSDP stacks (llm-foundry/Composer, HF Accelerate) with FlashAttention-2"),
-    "deepspeed": SoftwareProfile("deepspeed", False, 1.5, 0.0, 12, 0.0, 6.0,
+    "deepspeed": SoftwareProfile("deepspeed", True, False, 1.5, 0.0, 12, 0.5, 6.0, 2.0,
                                  "DeepSpeed / Megatron-DeepSpeed (ZeRO with per-parameter gathers)"),
 }
 FRAMEWORKS: tuple[str, ...] = tuple(_SOFTWARE)

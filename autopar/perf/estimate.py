@@ -121,13 +121,24 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         attn_gemm = gemm(T, (a + 2 * k) * dh / t, h, fp8) + gemm(T, h, a * dh / t, fp8)
         qk_dim, v_dim = dh, dh
         kv_bytes_tok = 2 * 2 * k * dh
-    s_ctx = attention_context(model, S, causal=True)
-    attn_core_flops = 2.0 * a * (qk_dim + v_dim) * s_ctx * T / t
-    s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
-    attn_eta_scale = (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
-    eta_f, eta_b = (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
-    attn_fwd = attn_core_flops / (peak16 * eta_f * attn_eta_scale) + eff.kernel_overhead_s
-    attn_bwd = 2.5 * attn_core_flops / (peak16 * eta_b * attn_eta_scale) + eff.kernel_overhead_s
+    if sw.flash_attention:
+        s_ctx = attention_context(model, S, causal=True)
+        attn_core_flops = 2.0 * a * (qk_dim + v_dim) * s_ctx * T / t
+        s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
+        attn_eta_scale = (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
+        eta_f, eta_b = (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
+        attn_fwd = attn_core_flops / (peak16 * eta_f * attn_eta_scale) + eff.kernel_overhead_s
+        attn_bwd = 2.5 * attn_core_flops / (peak16 * eta_b * attn_eta_scale) + eff.kernel_overhead_s
+    else:
+        # Unfused attention (pre-FlashAttention Megatron): batched GEMMs over the full s x s scores, and the
+        # scores/softmax/dropout tensors go through HBM: ~11 B per score forward, ~2x that backward.
+        s_loc = S / c
+        heads_local = a / t
+        seqs = T / s_loc
+        bmm = gemm(s_loc, S, qk_dim, False) + gemm(s_loc, v_dim, S, False) - 2 * eff.kernel_overhead_s
+        scores = seqs * heads_local * s_loc * S
+        attn_fwd = seqs * heads_local * bmm + 11.0 * scores / hbm + eff.kernel_overhead_s
+        attn_bwd = 2.0 * seqs * heads_local * bmm + 22.0 * scores / hbm + eff.kernel_overhead_s
 
     n_mat = 3 if model.activation == "swiglu" else 2
     f = model.ffn_hidden
@@ -273,16 +284,19 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     sp_div = t if sp else 1
     op_sac = sw.selective_gemm_fraction > 0
 
+    # Without FlashAttention the softmax output and dropout mask of the s x s scores are kept (5·a·s B/token).
+    score_tok = 0.0 if sw.flash_attention else 5.0 * a * S
+
     def layer_act(moe: bool, kind: str) -> float:
         mlp = moe_tok if moe else mlp_tok
-        full = T * (rep_tok / sp_div + (qkv_tok + ctx_tok + 4.0 * a + mlp) / t)
+        full = T * (rep_tok / sp_div + (qkv_tok + ctx_tok + 4.0 * a + mlp + score_tok) / t)
         if kind == "none":
             return full
         if kind == "selective":
             if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
                 return T * (4.0 * h / sp_div + (ctx_tok + 4.0 * a) / t
                             + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
-            return full - T * ctx_tok / t  # Megatron: core attention recomputed
+            return full - T * (ctx_tok + score_tok) / t  # Megatron: core attention recomputed
         return T * 2.0 * h / sp_div  # full recompute: the layer input only
 
     def stage_act(mix: tuple[int, int], inflight: float) -> float:
@@ -330,15 +344,19 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         if n_dp > 1 or n_edp > 1:
             layer_ne = ne_f / max(1, n_layers_stage)
             layer_ex = ex_f / max(1, n_layers_stage)
-            ag = comm.all_gather(2.0 * layer_ne, n_dp, dp_stride, links) + comm.all_gather(
-                2.0 * layer_ex, n_edp, te * e, links)
-            rs = comm.reduce_scatter(4.0 * layer_ne, n_dp, dp_stride, links) + comm.reduce_scatter(
-                4.0 * layer_ex, n_edp, te * e, links)
-            # Per-tensor gathers (DeepSpeed) pay the collective latency once per parameter tensor.
             n_coll = sw.zero3_collectives_per_layer
+            # Per-tensor gathers (DeepSpeed) run flat over the whole DP group: no node-local hierarchy,
+            # and each parameter tensor pays the collective latency once.
+            zl = links if n_coll == 1 else comm.Links(1, links.scaleout_bw, links.scaleout_bw,
+                                                       links.scaleout_lat, links.scaleout_lat)
+            ag = comm.all_gather(2.0 * layer_ne, n_dp, dp_stride, zl) + comm.all_gather(
+                2.0 * layer_ex, n_edp, te * e, zl)
+            gb = sw.zero3_grad_bytes
+            rs = comm.reduce_scatter(gb * layer_ne, n_dp, dp_stride, zl) + comm.reduce_scatter(
+                gb * layer_ex, n_edp, te * e, zl)
             if n_coll > 1:
-                ag += (n_coll - 1) * comm.all_gather(1.0, n_dp, dp_stride, links)  # latency-only calls
-                rs += (n_coll - 1) * comm.reduce_scatter(1.0, n_dp, dp_stride, links)
+                ag += (n_coll - 1) * comm.all_gather(1.0, n_dp, dp_stride, zl)  # latency-only calls
+                rs += (n_coll - 1) * comm.reduce_scatter(1.0, n_dp, dp_stride, zl)
             per_layer_comm = 2 * ag + rs
             per_layer_comp = comp_mb / max(1, n_layers_stage)
             # With pipelining, FSDP keeps the stage's parameters gathered across micro-batches and
