@@ -6,6 +6,7 @@ most loaded pipeline stage; memory is the peak over the first and last stage (th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from autopar.errors import InvalidStrategyError
@@ -54,60 +55,98 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strateg
     return _estimate(model, cluster, workload, s)
 
 
-def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
-    gpu = cluster.gpu
-    eff = efficiency_for(gpu.family)
-    sw = software_for(w.framework)
-    pc = _params(model)
-    notes: list[str] = []
+class _Context:
+    """Quantities fixed by (model, cluster, workload), and a cache of per-layer costs by layer sharding."""
 
-    t, p, c, d = s.tp, s.pp, s.cp, s.dp
-    e, te = s.ep, s.expert_tp
-    sp = s.sp and t > 1
-    b, S, B = s.micro_batch, w.seq_len, w.global_batch
-    v = s.vpp if p > 1 else 1
-    m_mb = max(1, B // (b * d))  # micro-batches per step per pipeline
-    W = cluster.num_gpus
-    G = cluster.node_size
-    fp8 = w.precision == "fp8" and gpu.fp8_flops is not None
-    peak16 = gpu.bf16_flops
-    peak_gemm = gpu.peak_flops(w.precision)
-    h, L = model.hidden, model.layers
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload):
+        gpu = cluster.gpu
+        self.model, self.cluster, self.w, self.gpu = model, cluster, w, gpu
+        self.eff = eff = efficiency_for(gpu.family)
+        self.sw = software_for(w.framework)
+        self.pc = _params(model)
+        self.W = cluster.num_gpus
+        self.G = cluster.node_size
+        self.fp8 = w.precision == "fp8" and gpu.fp8_flops is not None
+        self.peak16 = gpu.bf16_flops
+        self.peak_gemm = gpu.peak_flops(w.precision)
+        self.hbm = gpu.hbm_bw * eff.hbm
+        self.links = comm.Links(self.G, gpu.scaleup_bw * eff.scaleup, cluster.nic_bw * eff.scaleout,
+                                eff.scaleup_latency_s, eff.scaleout_latency_s)
+        self.capacity = usable_memory_bytes(gpu.memory_bytes)
+        tokens = w.global_batch * w.seq_len
+        self.tokens = tokens
+        self.flops_causal = 3.0 * tokens * _fwd_flops(model, w.seq_len, True)
+        self.flops_full = 3.0 * tokens * _fwd_flops(model, w.seq_len, False)
+        self.hw_flops = {r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
+                         for r in ("none", "selective", "full")}
+        self.opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
+        self.layers: dict[tuple, _LayerCosts] = {}
+        self.gemms: dict[tuple, float] = {}
+
+    def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
+        """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""
+        key = (mm, nn, kk, use_fp8)
+        tm = self.gemms.get(key)
+        if tm is None:
+            if mm <= 0 or nn <= 0 or kk <= 0:
+                tm = 0.0
+            else:
+                pk = self.peak_gemm if use_fp8 else self.peak16
+                eta = gemm_efficiency(mm, nn, kk, self.eff, use_fp8)
+                tm = 2.0 * mm * nn * kk / (pk * eta) + self.eff.kernel_overhead_s
+            self.gemms[key] = tm
+        return tm
+
+
+@lru_cache(maxsize=64)
+def _context(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> _Context:
+    return _Context(model, cluster, workload)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerCosts:
+    """Per-layer, per-micro-batch times (s) and activation bytes for one layer sharding."""
+
+    dense_fwd: float
+    dense_bwd: float
+    dense_re: float
+    moe_fwd: float
+    moe_bwd: float
+    moe_re: float
+    logits_time: float
+    tp_dense: float
+    tp_moe: float
+    cp_layer: float
+    ep_layer: float
+    act_dense: float  # activation bytes kept per dense layer per micro-batch (for this recompute mode)
+    act_moe: float
+    act_dense_full: float  # without recompute (the working set while a layer is recomputed)
+    act_moe_full: float
+    logits_mem: float
+    embed_mem: float
+    pp_bytes: float
+
+
+def _layer_costs(ctx: _Context, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> _LayerCosts:
+    key = (t, c, b, e, te, sp, rec)
+    lc = ctx.layers.get(key)
+    if lc is None:
+        lc = _compute_layer_costs(ctx, t, c, b, e, te, sp, rec)
+        ctx.layers[key] = lc
+    return lc
+
+
+def _compute_layer_costs(ctx: _Context, t: int, c: int, b: int, e: int, te: int, sp: bool,
+                         rec: str) -> _LayerCosts:
+    """Compute and communication per layer per micro-batch, and activation bytes (formulas §2-4)."""
+    model, sw, eff, links = ctx.model, ctx.sw, ctx.eff, ctx.links
+    fp8, peak16, hbm, G = ctx.fp8, ctx.peak16, ctx.hbm, ctx.G
+    gemm = ctx.gemm
+    S = ctx.w.seq_len
+    h = model.hidden
     a, k, dh = model.heads, model.kv, model.dh
     T = b * S / c  # tokens of one micro-batch on this GPU's CP shard (all TP ranks see them)
 
-    links = comm.Links(G, gpu.scaleup_bw * eff.scaleup, cluster.nic_bw * eff.scaleout,
-                       eff.scaleup_latency_s, eff.scaleout_latency_s)
-
-    # ---- layers per stage (uneven splits put the remainder on the last stage) --------------------
-    Ls = -(-L // p)
-    Ls_last = L - (p - 1) * Ls if p > 1 else Ls
-    if Ls_last <= 0:
-        Ls_last = max(1, L // p)
-    if L % p:
-        notes.append(f"uneven pipeline split: {Ls} layers on the first stages, {Ls_last} on the last")
-
-    def stage_mix(n_layers: int, first: bool) -> tuple[int, int]:
-        """(dense layers, MoE layers) on a stage."""
-        if not model.is_moe:
-            return n_layers, 0
-        if first:
-            nd = min(model.dense_layers, n_layers)
-            return nd, n_layers - nd
-        return 0, n_layers
-
-    first_mix = stage_mix(Ls, True)
-    last_mix = stage_mix(Ls_last, p == 1)
-
-    # ---- per-layer compute times (forward, one micro-batch) ----------------------------------
-    def gemm(mm: float, nn: float, kk: float, use_fp8: bool) -> float:
-        if mm <= 0 or nn <= 0 or kk <= 0:
-            return 0.0
-        pk = peak_gemm if use_fp8 else peak16
-        eta = gemm_efficiency(mm, nn, kk, eff, use_fp8)
-        return 2.0 * mm * nn * kk / (pk * eta) + eff.kernel_overhead_s
-
-    hbm = gpu.hbm_bw * eff.hbm
     if model.is_mla:
         dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
         rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
@@ -173,9 +212,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + fp8_cast / 2
     moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + fp8_cast / 2
 
-    if s.recompute == "full":
+    if rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
-    elif s.recompute == "selective":
+    elif rec == "selective":
         # Megatron: core attention only (Korthikanti 2022); torchtitan per-op SAC: also half the matmuls.
         dense_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + dense_mlp_gemm)
         moe_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + moe_gemm)
@@ -188,7 +227,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     # ---- communication per layer per micro-batch -------------------------------------------
     tp_bytes = 2.0 * T * h  # one all-reduce buffer (bf16 activations of the micro-batch)
     ar_tp = comm.all_reduce(tp_bytes, t, 1, links) if t > 1 else 0.0
-    n_tp_dense = 4 + (2 if s.recompute == "full" else 0)
+    n_tp_dense = 4 + (2 if rec == "full" else 0)
     tp_dense = n_tp_dense * ar_tp
     tp_moe = (n_tp_dense / 2) * ar_tp * (1 + (1 if te > 1 else 0))
 
@@ -197,7 +236,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         chunk = kv_bytes_tok * T / (t if not model.is_mla else 1)
         ring = comm.p2p(chunk, t * c > G, links) * (c - 1)
         cp_layer = max(0.0, ring - attn_fwd) + max(0.0, 2 * ring - attn_bwd)
-        if s.recompute == "full":
+        if rec == "full":
             cp_layer += max(0.0, ring - attn_fwd)
 
     ep_layer = 0.0
@@ -205,7 +244,84 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         disp = (T / t) * model.topk * h * (1.0 if fp8 else 2.0) * MOE_IMBALANCE
         comb = (T / t) * model.topk * h * 2.0 * MOE_IMBALANCE
         a2a = comm.all_to_all(disp, e, te, links) + comm.all_to_all(comb, e, te, links)
-        ep_layer = 2 * a2a + (a2a if s.recompute == "full" else 0.0)
+        ep_layer = 2 * a2a + (a2a if rec == "full" else 0.0)
+
+    # ---- activations -----------------------------------------------------------------------
+    if model.is_mla:
+        qkv_tok = 2.0 * (a * (dn + dr) * 2 + a * dv) + 2.0 * ((model.q_lora_rank or 0) + rkv) * t
+        ctx_tok = 2.0 * a * dv
+    else:
+        qkv_tok = 2.0 * dh * (a + 2 * k)
+        ctx_tok = 2.0 * a * dh
+    # FP8 (Transformer Engine / torchao float8) keeps the quantised GEMM inputs (1 byte) for backward.
+    gemm_in = 1.0 if fp8 else 2.0
+    rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
+    ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
+    mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+    moe_tok = model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe) + model.shared_experts * (
+        2.0 * h + 2.0 * n_mat * model.shared_ffn) + 4.0 * model.experts if model.is_moe else 0.0
+    sp_div = t if sp else 1
+    op_sac = sw.selective_gemm_fraction > 0
+
+    # Without FlashAttention the softmax output and dropout mask of the s x s scores are kept (5·a·s B/token).
+    score_tok = 0.0 if sw.flash_attention else 5.0 * a * S
+
+    def layer_act(moe: bool, kind: str) -> float:
+        mlp = moe_tok if moe else mlp_tok
+        full = T * (rep_tok / sp_div + (qkv_tok + ctx_tok + 4.0 * a + mlp + score_tok) / t)
+        if kind == "none":
+            return full
+        if kind == "selective":
+            if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
+                return T * (4.0 * h / sp_div + (ctx_tok + 4.0 * a) / t
+                            + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
+            return full - T * (ctx_tok + score_tok) / t  # Megatron: core attention recomputed
+        return T * 2.0 * h / sp_div  # full recompute: the layer input only
+
+    return _LayerCosts(
+        dense_fwd, dense_bwd, dense_re, moe_fwd, moe_bwd, moe_re, logits_time, tp_dense, tp_moe, cp_layer,
+        ep_layer, layer_act(False, rec), layer_act(True, rec), layer_act(False, "none"), layer_act(True, "none"),
+        T * model.vocab / t * sw.loss_bytes_per_logit, T * h * 2.0 / sp_div, 2.0 * T * h / sp_div,
+    )
+
+
+def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
+    ctx = _context(model, cluster, w)
+    sw, pc, links = ctx.sw, ctx.pc, ctx.links
+    notes: list[str] = []
+    t, p, c, d = s.tp, s.pp, s.cp, s.dp
+    e, te = s.ep, s.expert_tp
+    sp = s.sp and t > 1
+    b, B = s.micro_batch, w.global_batch
+    v = s.vpp if p > 1 else 1
+    m_mb = max(1, B // (b * d))  # micro-batches per step per pipeline
+    W, G, fp8, hbm = ctx.W, ctx.G, ctx.fp8, ctx.hbm
+    L = model.layers
+    lc = _layer_costs(ctx, t, c, b, e, te, sp, s.recompute)
+
+    # ---- layers per stage (uneven splits put the remainder on the last stage) --------------------
+    Ls = -(-L // p)
+    Ls_last = L - (p - 1) * Ls if p > 1 else Ls
+    if Ls_last <= 0:
+        Ls_last = max(1, L // p)
+    if L % p:
+        notes.append(f"uneven pipeline split: {Ls} layers on the first stages, {Ls_last} on the last")
+
+    def stage_mix(n_layers: int, first: bool) -> tuple[int, int]:
+        """(dense layers, MoE layers) on a stage."""
+        if not model.is_moe:
+            return n_layers, 0
+        if first:
+            nd = min(model.dense_layers, n_layers)
+            return nd, n_layers - nd
+        return 0, n_layers
+
+    first_mix = stage_mix(Ls, True)
+    last_mix = stage_mix(Ls_last, p == 1)
+    dense_fwd, dense_bwd, dense_re = lc.dense_fwd, lc.dense_bwd, lc.dense_re
+    moe_fwd, moe_bwd, moe_re = lc.moe_fwd, lc.moe_bwd, lc.moe_re
+    logits_time, tp_dense, tp_moe = lc.logits_time, lc.tp_dense, lc.tp_moe
+    cp_layer, ep_layer = lc.cp_layer, lc.ep_layer
 
     # ---- stage time for one micro-batch ----------------------------------------------------
     def stage_time(mix: tuple[int, int], has_logits: bool) -> tuple[float, float, float, float, float]:
@@ -245,7 +361,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
 
     n_dp = d * c  # gradient/optimizer sharding group for dense params (Megatron reduces over dp x cp)
     n_edp = max(1, (t * c * d) // (e * te))  # expert data-parallel size
-    opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
+    opt_bytes = ctx.opt_bytes
 
     def states(ne: float, ex: float, biggest: float) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, buffers) bytes for the given local parameter counts."""
@@ -267,44 +383,11 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         buf = 0.125 * GiB + (2.0 * biggest if fp8 else 0.0)  # bucket staging; fp8 weight copies
         return wts, grd, opt, buf
 
-    # ---- activations -----------------------------------------------------------------------
-    if model.is_mla:
-        qkv_tok = 2.0 * (a * (dn + dr) * 2 + a * dv) + 2.0 * ((model.q_lora_rank or 0) + rkv) * t
-        ctx_tok = 2.0 * a * dv
-    else:
-        qkv_tok = 2.0 * dh * (a + 2 * k)
-        ctx_tok = 2.0 * a * dh
-    # FP8 (Transformer Engine / torchao float8) keeps the quantised GEMM inputs (1 byte) for backward.
-    gemm_in = 1.0 if fp8 else 2.0
-    rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
-    ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
-    mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
-    moe_tok = model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe) + model.shared_experts * (
-        2.0 * h + 2.0 * n_mat * model.shared_ffn) + 4.0 * model.experts if model.is_moe else 0.0
-    sp_div = t if sp else 1
-    op_sac = sw.selective_gemm_fraction > 0
-
-    # Without FlashAttention the softmax output and dropout mask of the s x s scores are kept (5·a·s B/token).
-    score_tok = 0.0 if sw.flash_attention else 5.0 * a * S
-
-    def layer_act(moe: bool, kind: str) -> float:
-        mlp = moe_tok if moe else mlp_tok
-        full = T * (rep_tok / sp_div + (qkv_tok + ctx_tok + 4.0 * a + mlp + score_tok) / t)
-        if kind == "none":
-            return full
-        if kind == "selective":
-            if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
-                return T * (4.0 * h / sp_div + (ctx_tok + 4.0 * a) / t
-                            + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
-            return full - T * (ctx_tok + score_tok) / t  # Megatron: core attention recomputed
-        return T * 2.0 * h / sp_div  # full recompute: the layer input only
-
     def stage_act(mix: tuple[int, int], inflight: float) -> float:
         nd, nm = mix
-        per_mb = nd * layer_act(False, s.recompute) + nm * layer_act(True, s.recompute)
-        total = per_mb * inflight
+        total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
         if s.recompute == "full":  # one layer's activations live while it is recomputed
-            total += layer_act(nm > 0, "none")
+            total += lc.act_moe_full if nm > 0 else lc.act_dense_full
         return total
 
     if p == 1:
@@ -313,15 +396,14 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         inflight_first = float(min(p, m_mb))
         if v > 1:
             inflight_first *= 1 + (p - 1) / (p * v)
-    logits_mem = T * model.vocab / t * sw.loss_bytes_per_logit
 
     def memory_for(mix: tuple[int, int], first_stage: bool, last_stage: bool, inflight: float) -> MemoryBreakdown:
         ne, ex, biggest = stage_params(mix, first_stage, last_stage)
         wts, grd, opt, buf = states(ne, ex, biggest)
         act = stage_act(mix, inflight)
-        lg = logits_mem if last_stage else 0.0
+        lg = lc.logits_mem if last_stage else 0.0
         if first_stage:
-            lg += T * h * 2.0 / sp_div  # embedding output
+            lg += lc.embed_mem  # embedding output
         over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
         return MemoryBreakdown(wts, grd, opt, act, lg, buf, over)
 
@@ -385,7 +467,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     pp_comm = 0.0
     bubble = 0.0
     if p > 1:
-        act_bytes = 2.0 * T * h / sp_div
+        act_bytes = lc.pp_bytes
         crosses = t * c * d >= G or t * c * d * p > G
         per_send = comm.p2p(act_bytes, crosses, links)
         pp_comm = 2.0 * m_mb * v * per_send
@@ -411,12 +493,10 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         optimizer=opt_time,
     )
     step = tb.total
-    tokens = B * S
-    flops_causal = 3.0 * tokens * _fwd_flops(model, S, True)
-    flops_full = 3.0 * tokens * _fwd_flops(model, S, False)
-    hw = hardware_flops_per_step(model, S, B, s.recompute, causal=False)
-    peak_mfu = peak_gemm
-    cap = usable_memory_bytes(gpu.memory_bytes)
+    tokens = ctx.tokens
+    flops_causal, flops_full, hw = ctx.flops_causal, ctx.flops_full, ctx.hw_flops[s.recompute]
+    peak_mfu = ctx.peak_gemm
+    cap = ctx.capacity
     headroom = cap - mem.total
     parts = {"compute": tb.compute, "tp_comm": tb.tp_comm, "cp_comm": tb.cp_comm, "ep_comm": tb.ep_comm,
              "pp_comm": tb.pp_comm, "dp_comm": tb.dp_comm, "bubble": tb.bubble, "optimizer": tb.optimizer}
