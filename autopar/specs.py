@@ -32,6 +32,7 @@ class ModelSpec(_Frozen):
     activation: Literal["swiglu", "gelu"] = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     qkv_bias: bool = False
+    dropout: bool = Field(default=False, description="hidden/attention dropout (GPT-era Megatron configs)")
     # MoE
     experts: int = Field(default=0, ge=0, description="routed experts; 0 = dense model")
     topk: int = Field(default=0, ge=0)

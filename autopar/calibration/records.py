@@ -8,8 +8,8 @@ framework default and says so in `assumed`.
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,14 +151,15 @@ def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         assumed.append(f"vocab={vocab}")
     if catalog_model is not None:
         activation, tied, norm = catalog_model.activation, catalog_model.tied_embeddings, catalog_model.norm
+        dropout = catalog_model.dropout
     else:
         gelu = ffn == 4 * hidden
         activation = "gelu" if gelu else "swiglu"
-        tied, norm = gelu, ("layernorm" if gelu else "rmsnorm")
+        tied, norm, dropout = gelu, ("layernorm" if gelu else "rmsnorm"), False
         assumed.append(f"activation={activation}, tied_embeddings={tied} (ffn {'=' if gelu else '!='} 4*hidden)")
     fields: dict[str, Any] = dict(
         name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv, head_dim=_int(row, "head_dim"),
-        ffn_hidden=ffn, vocab=vocab, activation=activation, tied_embeddings=tied, norm=norm,
+        ffn_hidden=ffn, vocab=vocab, activation=activation, tied_embeddings=tied, norm=norm, dropout=dropout,
     )
     if experts:
         fields.update(experts=experts, topk=_int(row, "topk") or 2, shared_experts=_int(row, "shared_experts") or 0,

@@ -1,1 +1,156 @@
-"""CLI commands: estimate (filled in by its owner)."""
+"""CLI command `autopar estimate`: one strategy's memory and step time, or a batch of run records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from autopar.cli.app import command, console
+from autopar.errors import DataError, SpecError
+
+GiB = 2**30
+
+
+def _write_table(df: Any, out: Path) -> None:
+    """Write a DataFrame as CSV, JSONL or Parquet, chosen by the file extension (atomic rename)."""
+    suffix = out.suffix.lower()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    if suffix in (".jsonl", ".ndjson"):
+        df.to_json(tmp, orient="records", lines=True)
+    elif suffix == ".parquet":
+        df.to_parquet(tmp, index=False)
+    elif suffix in (".csv", ""):
+        df.to_csv(tmp, index=False)
+    else:
+        raise DataError(f"--out '{out}': unsupported extension '{suffix}' (use .csv, .jsonl or .parquet)")
+    tmp.replace(out)
+
+
+def run_batch(batch: Path, out: Path | None, as_json: bool) -> None:
+    """Evaluate every row of a run-record file; bad rows get status=error and the rest still run."""
+    from autopar.calibration.records import batch_estimate, read_run_records
+
+    df = read_run_records(batch)
+    preds = batch_estimate(df)
+    n_ok = int((preds["status"] == "ok").sum())
+    if out is not None:
+        _write_table(preds, out)
+    if as_json:
+        sys.stdout.write(preds.to_json(orient="records") + "\n")
+        return
+    console.print(f"evaluated {len(preds)} rows: {n_ok} ok, {len(preds) - n_ok} not evaluable"
+                  + (f"; wrote {out}" if out else ""))
+    if out is None:
+        cols = ["id", "status", "pred_tokens_per_s_per_gpu", "pred_step_s", "pred_mfu", "pred_mem_gib_per_gpu",
+                "pred_fits"]
+        table = Table("id", "status", "tokens/s/GPU", "step s", "MFU %", "mem GiB", "fits")
+        for r in preds[cols].to_dict("records"):
+            ok = r["status"] == "ok"
+            table.add_row(str(r["id"]), str(r["status"])[:60],
+                          f"{r['pred_tokens_per_s_per_gpu']:,.0f}" if ok else "",
+                          f"{r['pred_step_s']:.2f}" if ok else "", f"{100 * r['pred_mfu']:.1f}" if ok else "",
+                          f"{r['pred_mem_gib_per_gpu']:.1f}" if ok else "", str(r["pred_fits"]) if ok else "")
+        console.print(table)
+
+
+def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est: Any) -> None:
+    """Readable breakdown: headline figures, memory and time tables, notes."""
+    head = Table(title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}: {strategy.label()}",
+                 show_header=False, title_justify="left")
+    head.add_column("figure")
+    head.add_column("value", justify="right")
+    head.add_row("step time", f"{est.step_time_s:.3f} s")
+    head.add_row("throughput (cluster)", f"{est.tokens_per_s:,.0f} tokens/s")
+    head.add_row("throughput per GPU", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s")
+    head.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f} (model FLOPs, full s² attention)")
+    head.add_row("MFU", f"{100 * est.mfu:.1f}% of {est.peak_flops / 1e12:.0f} TFLOP/s dense {workload.precision} "
+                 f"peak ({100 * est.mfu_causal:.1f}% with causal-halved attention)")
+    head.add_row("HFU (incl. recompute)", f"{100 * est.hfu:.1f}%")
+    head.add_row("peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}")
+    head.add_row("headroom", f"{est.headroom_gib:+.1f} GiB" + ("" if est.fits else "  [red]does not fit[/]"))
+    head.add_row("bottleneck", est.bottleneck)
+    console.print(head)
+    mem = Table("memory", "GiB", "share", title="Memory per GPU", title_justify="left")
+    for k, v in est.memory.as_dict().items():
+        if k != "total":
+            mem.add_row(k, f"{v / GiB:.2f}", f"{100 * v / est.memory.total:.0f}%")
+    mem.add_row("[bold]total[/]", f"[bold]{est.memory.total / GiB:.2f}[/]", "100%")
+    tim = Table("time per step", "s", "share", title="Step time", title_justify="left")
+    for k, v in est.time.as_dict().items():
+        if k not in ("total", "recompute"):
+            tim.add_row(k, f"{v:.3f}", f"{100 * v / est.step_time_s:.0f}%")
+    tim.add_row("  of which recompute", f"{est.time.recompute:.3f}", f"{100 * est.time.recompute / est.step_time_s:.0f}%")
+    tim.add_row("[bold]total[/]", f"[bold]{est.step_time_s:.3f}[/]", "100%")
+    console.print(mem)
+    console.print(tim)
+    for n in est.notes:
+        console.print(f"note: {n}")
+
+
+@command("estimate")
+def estimate_cmd(
+    model: Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")] = "Llama-3.1-70B",
+    gpu: Annotated[str, typer.Option(help="GPU type (see `autopar gpus`)")] = "H100-SXM",
+    gpus: Annotated[int, typer.Option(help="Number of GPUs")] = 64,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per NVLink domain (default: the GPU's)")] = None,
+    internode_gbps: Annotated[float | None, typer.Option(help="Inter-node GB/s per GPU per direction")] = None,
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens)")] = 8192,
+    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
+    precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
+    framework: Annotated[str, typer.Option(help="megatron, megatron-legacy, torchtitan, fsdp, deepspeed")] = "megatron",
+    tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
+    cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert parallel size")] = 1,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp)")] = None,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved schedule when > 1)")] = 1,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")] = None,
+    zero: Annotated[int, typer.Option(help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3")] = 1,
+    micro_batch: Annotated[int, typer.Option(help="Micro-batch size (sequences)")] = 1,
+    recompute: Annotated[str, typer.Option(help="none, selective or full")] = "none",
+    allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
+    batch: Annotated[Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")] = None,
+    out: Annotated[Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
+) -> None:
+    """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
+    if batch is not None:
+        run_batch(batch, out, as_json)
+        return
+    if out is not None:
+        raise SpecError("--out goes with --batch (single estimates print to the terminal; use --json)")
+    from autopar.catalog import get_gpu, get_model
+    from autopar.perf import estimate
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    m = get_model(model)
+    cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node,
+                          internode_bw=internode_gbps * 1e9 if internode_gbps else None)
+    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=(tp > 1) if sp is None else sp, zero=zero,
+                        micro_batch=micro_batch, recompute=recompute,
+                        pp_schedule="interleaved" if vpp > 1 else "1f1b").with_dp(gpus)
+    est = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
+    if as_json:
+        doc = {
+            "inputs": {"model": m.name, "gpu": cluster.gpu.name, "num_gpus": gpus, "gpus_per_node": cluster.node_size,
+                       "seq_len": seq_len, "global_batch": global_batch, "precision": precision,
+                       "framework": framework},
+            "strategy": strategy.model_dump(),
+            "estimate": est.summary(),
+            "memory_gib": {k: v / GiB for k, v in est.memory.as_dict().items()},
+            "time_s": est.time.as_dict(),
+            "flops": {"model_flops_per_step": est.model_flops_per_step,
+                      "model_flops_per_step_full_attn": est.model_flops_per_step_full_attn,
+                      "hw_flops_per_step": est.hw_flops_per_step, "peak_flops_per_gpu": est.peak_flops},
+            "notes": list(est.notes),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    _print_estimate(m, cluster, workload, strategy, est)

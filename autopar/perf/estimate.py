@@ -264,18 +264,21 @@ def _compute_layer_costs(ctx: _Context, t: int, c: int, b: int, e: int, te: int,
     op_sac = sw.selective_gemm_fraction > 0
 
     # Without FlashAttention the softmax output and dropout mask of the s x s scores are kept (5·a·s B/token).
-    score_tok = 0.0 if sw.flash_attention else 5.0 * a * S
+    # (softmax output 2 B + dropout mask 1 B + dropout output 2 B per score with dropout, else the softmax only)
+    score_tok = 0.0 if sw.flash_attention else (5.0 if model.dropout else 2.0) * a * S
+    lse_tok = 4.0 * a if sw.flash_attention else 0.0  # FlashAttention's fp32 log-sum-exp per head
+    drop_tok = 2.0 * h if model.dropout else 0.0  # two 1-byte hidden-dropout masks (Korthikanti Table 2's 34)
 
     def layer_act(moe: bool, kind: str) -> float:
         mlp = moe_tok if moe else mlp_tok
-        full = T * (rep_tok / sp_div + (qkv_tok + ctx_tok + 4.0 * a + mlp + score_tok) / t)
+        full = T * ((rep_tok + drop_tok) / sp_div + (qkv_tok + ctx_tok + lse_tok + mlp + score_tok) / t)
         if kind == "none":
             return full
         if kind == "selective":
             if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
-                return T * (4.0 * h / sp_div + (ctx_tok + 4.0 * a) / t
+                return T * (4.0 * h / sp_div + (ctx_tok + lse_tok) / t
                             + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
-            return full - T * (ctx_tok + score_tok) / t  # Megatron: core attention recomputed
+            return full - T * score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
         return T * 2.0 * h / sp_div  # full recompute: the layer input only
 
     return _LayerCosts(
@@ -283,6 +286,14 @@ def _compute_layer_costs(ctx: _Context, t: int, c: int, b: int, e: int, te: int,
         ep_layer, layer_act(False, rec), layer_act(True, rec), layer_act(False, "none"), layer_act(True, "none"),
         T * model.vocab / t * sw.loss_bytes_per_logit, T * h * 2.0 / sp_div, 2.0 * T * h / sp_div,
     )
+
+
+def activation_bytes_per_layer(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                               strategy: Strategy) -> float:
+    """Activation bytes one dense layer keeps for backward per micro-batch (Korthikanti Table 2 form)."""
+    s = strategy.with_dp(cluster.num_gpus)
+    ctx = _context(model, cluster, workload)
+    return _layer_costs(ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute).act_dense
 
 
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
@@ -365,10 +376,10 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
 
     def states(ne: float, ex: float, biggest: float) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, buffers) bytes for the given local parameter counts."""
-        if s.zero == 3:
-            wts = 4.0 * (ne / n_dp + ex / n_edp)
-            grd = 4.0 * (ne / n_dp + ex / n_edp)
-            opt = (opt_bytes - 4.0) * (ne / n_dp + ex / n_edp)
+        if s.zero == 3:  # 16/n bytes per parameter: bf16 params 2 + grads 2 + fp32 master/m/v 12 (ZeRO §5)
+            wts = 2.0 * (ne / n_dp + ex / n_edp)
+            grd = 2.0 * (ne / n_dp + ex / n_edp)
+            opt = opt_bytes * (ne / n_dp + ex / n_edp)
             if p > 1:  # the stage stays gathered across micro-batches: bf16 params + bf16 accumulated grads
                 buf = (ne + ex) * (2.0 + 2.0) + biggest * 4.0
             else:  # 2 gathered bf16 units (prefetch) + bf16 grad + fp32 reduce buffer
@@ -386,8 +397,8 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     def stage_act(mix: tuple[int, int], inflight: float) -> float:
         nd, nm = mix
         total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
-        if s.recompute == "full":  # one layer's activations live while it is recomputed
-            total += lc.act_moe_full if nm > 0 else lc.act_dense_full
+        if s.recompute == "full":  # one layer's activations live while it is recomputed (input already kept)
+            total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
         return total
 
     if p == 1:

@@ -1,0 +1,84 @@
+"""`autopar estimate` end to end: tables, JSON, batch mode and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from autopar.data import published_runs_path
+
+runner = CliRunner()
+
+
+def test_estimate_json_matches_library():
+    from autopar.catalog import get_gpu, get_model
+    from autopar.perf import estimate
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2",
+                            "--recompute", "selective", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    e = estimate(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+                 Workload(seq_len=8192, global_batch=512), Strategy(tp=8, pp=2, sp=True, recompute="selective"))
+    assert doc["estimate"]["step_s"] == pytest.approx(e.step_time_s)
+    assert doc["strategy"]["dp"] == 4
+    assert sum(v for k, v in doc["memory_gib"].items() if k != "total") == pytest.approx(doc["memory_gib"]["total"])
+
+
+def test_estimate_table_output():
+    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-8b", "--gpus", "8", "--zero", "3"])
+    assert r.exit_code == 0, r.output
+    assert "tokens/s" in r.stdout and "Memory per GPU" in r.stdout and "MFU" in r.stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--model", "lama3-70b"], "did you mean Llama-3-70B"),
+    (["--gpu", "H1OO"], "unknown GPU"),
+    (["--tp", "3"], "tp=3 does not divide heads=64"),
+    (["--gpus", "-4"], "num_gpus=-4"),
+    (["--recompute", "sometimes"], "recompute"),
+    (["--precision", "fp4"], "precision"),
+])
+def test_bad_input_is_one_line_exit_2(args, fragment):
+    r = runner.invoke(app, ["estimate", *args])
+    assert r.exit_code == 2
+    out = r.output.strip()
+    assert fragment in out
+    assert "Traceback" not in out and len(out.splitlines()) == 1
+
+
+def test_batch_writes_predictions_and_survives_bad_rows(tmp_path: Path):
+    df = pd.read_csv(published_runs_path(), dtype=str, keep_default_na=False).head(5)
+    df.loc[1, "tp"] = "abc"  # malformed
+    df.loc[2, "gpu"] = "TPU-v9"  # unknown GPU
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    out = tmp_path / "preds.csv"
+    r = runner.invoke(app, ["estimate", "--batch", str(src), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    preds = pd.read_csv(out)
+    assert list(preds["id"]) == list(df["id"])
+    assert preds.loc[1, "status"].startswith("error:") and "'tp'" in preds.loc[1, "status"]
+    assert "unknown GPU 'TPU-v9'" in preds.loc[2, "status"]
+    ok = preds[preds["status"] == "ok"]
+    assert len(ok) == 3 and (ok["pred_tokens_per_s_per_gpu"] > 0).all()
+    for col in ("pred_step_s", "pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu", "pred_mem_gib_per_gpu",
+                "pred_fits", "assumed", "time_compute_s", "mem_activations_gib"):
+        assert col in preds.columns
+
+
+def test_batch_jsonl_and_missing_file(tmp_path: Path):
+    df = pd.read_csv(published_runs_path(), dtype=str, keep_default_na=False).head(3)
+    src = tmp_path / "runs.jsonl"
+    df.to_json(src, orient="records", lines=True)
+    r = runner.invoke(app, ["estimate", "--batch", str(src), "--json"])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)) == 3
+    r = runner.invoke(app, ["estimate", "--batch", str(tmp_path / "nope.csv")])
+    assert r.exit_code == 2 and "not found" in r.output

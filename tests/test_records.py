@@ -1,0 +1,74 @@
+"""Run records: the shipped dataset, measured-throughput derivations and defaults for silent cells."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autopar.calibration.records import (
+    framework_from_text,
+    measured_tokens_per_s_per_gpu,
+    read_run_records,
+    row_to_specs,
+)
+from autopar.data import published_runs_path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "groundtruth" / "public.csv"
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/groundtruth not present")
+def test_shipped_dataset_in_sync_with_shared_copy():
+    ours = pd.read_csv(published_runs_path(), dtype=str, keep_default_na=False)
+    canon = pd.read_csv(SHARED, dtype=str, keep_default_na=False)
+    assert list(ours.columns) == list(canon.columns)
+    pd.testing.assert_frame_equal(ours, canon)
+
+
+def _row(rid: str) -> dict:
+    df = read_run_records(published_runs_path())
+    return df[df["id"] == rid].iloc[0].to_dict()
+
+
+def test_narayanan_tflops_to_tokens_per_s():
+    # arXiv 2104.04473 Table 1, 1.7B on 32 A100s: 137 TFLOP/s per GPU under eq. (3)
+    # 96·L·h²·(1 + s/6h + V/16Lh) per token = 96*24*2304^2*(1 + 0.148148 + 0.057870) = 1.47496e10 FLOP
+    tps, how = measured_tokens_per_s_per_gpu(_row("NAR21-T1-01"))
+    assert tps == pytest.approx(137e12 / 1.47496e10, rel=1e-4)
+    assert "Narayanan" in how
+
+
+def test_step_time_to_tokens_per_s():
+    # KOR22-01: 22B, 8 GPUs, global batch 4, seq 2048, 1.1 s per step -> 4*2048/1.1/8 = 930.9 tokens/s/GPU
+    tps, how = measured_tokens_per_s_per_gpu(_row("KOR22-01"))
+    assert tps == pytest.approx(4 * 2048 / 1.1 / 8)
+    assert how == "from step time"
+
+
+def test_silent_cells_get_documented_defaults():
+    spec = row_to_specs(_row("NEMO2407-07"))  # Llama-2-70B: sp/zero/recompute not stated
+    assert spec.strategy.sp is True and spec.strategy.zero == 1 and spec.strategy.recompute == "none"
+    assert spec.strategy.vpp == 20 and spec.strategy.pp_schedule == "interleaved"
+    text = "; ".join(spec.assumed)
+    assert "sp=true" in text and "zero=1" in text and "recompute=none" in text
+    assert spec.workload.framework == "megatron"
+
+
+def test_grand_teton_rows_use_the_500w_part():
+    spec = row_to_specs(_row("TT24-T1-1"))
+    assert spec.cluster.gpu.name == "H100-SXM-96GB-500W"
+    assert spec.workload.framework == "torchtitan"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("NeMo 24.07 (Megatron-Core)", "megatron"),
+    ("Megatron-LM (2021)", "megatron-legacy"),
+    ("Megatron-LM + DeepSpeed ZeRO-3 (2021)", "megatron-legacy"),
+    ("torchtitan (FSDP2)", "torchtitan"),
+    ("Composer/llm-foundry (PyTorch FSDP FULL_SHARD)", "fsdp"),
+    ("Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)", "deepspeed"),
+    ("", "megatron"),
+])
+def test_framework_mapping(text: str, expected: str):
+    assert framework_from_text(text) == expected
