@@ -1,0 +1,67 @@
+"""autopar: how to parallelize LLM training on the GPUs you have (or are about to buy).
+
+The public API. Heavy modules (plotly, scikit-learn) load lazily on first use, so importing
+autopar and running the search stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    # specs and errors
+    "ModelSpec": "autopar.specs",
+    "GPUSpec": "autopar.specs",
+    "ClusterSpec": "autopar.specs",
+    "Workload": "autopar.specs",
+    "Strategy": "autopar.specs",
+    "AutoparError": "autopar.errors",
+    "InvalidStrategyError": "autopar.errors",
+    "UnknownNameError": "autopar.errors",
+    # catalogs
+    "get_model": "autopar.catalog",
+    "get_gpu": "autopar.catalog",
+    "list_models": "autopar.catalog",
+    "list_gpus": "autopar.catalog",
+    "model_from_hf_config": "autopar.catalog",
+    # the analytical model
+    "estimate": "autopar.perf",
+    "validate_strategy": "autopar.perf",
+    "count_params": "autopar.perf",
+    "Estimate": "autopar.perf",
+    # search
+    "optimize": "autopar.search",
+    "SearchResult": "autopar.search.result",
+    # costs
+    "cost_figures": "autopar.costs",
+    "default_price_book": "autopar.costs",
+    "load_price_book": "autopar.costs",
+    "run_whatif": "autopar.costs.whatif",
+    # reports
+    "write_search_report": "autopar.reports",
+    "write_whatif_report": "autopar.reports",
+    "launch_settings": "autopar.reports.launch",
+    # run records and calibration
+    "read_run_records": "autopar.calibration.records",
+    "batch_estimate": "autopar.calibration.records",
+    "load_default_calibration": "autopar.calibration.apply",
+}
+
+__all__ = sorted([*_LAZY, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    """Import public names on first access (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autopar' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up and run the test suite (unit, property, CLI and, when Debian's chromium is present, browser tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check autopar tests bench
+.venv/bin/python -m pytest "$@"
