@@ -41,24 +41,31 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a command on `app` with autopar's error boundary around it."""
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command so user errors print one line and exit non-zero instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except AutoparError as e:
+            fail(str(e), e.exit_code)
+        except ValidationError as e:
+            fail(validation_message(e))
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+            fail(f"{e.strerror}: {e.filename}")
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)
+
+    return wrapper
+
+
+def command(*args: Any, typer_app: typer.Typer | None = None,
+            **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a command on `app` (or a sub-app) with autopar's error boundary around it."""
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*a: Any, **kw: Any) -> Any:
-            try:
-                return fn(*a, **kw)
-            except AutoparError as e:
-                fail(str(e), e.exit_code)
-            except ValidationError as e:
-                fail(validation_message(e))
-            except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-                fail(f"{e.strerror}: {e.filename}")
-            except KeyboardInterrupt:
-                err_console.print("interrupted")
-                sys.exit(130)
-
-        return app.command(*args, **kwargs)(wrapper)
+        return (typer_app or app).command(*args, **kwargs)(guarded(fn))
 
     return decorator

@@ -1,1 +1,319 @@
-"""CLI commands: calibrate (filled in by its owner)."""
+"""CLI: `autopar calibrate ingest|list|export|fit|report` (run store and throughput corrector)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from autopar.calibration.runs import (
+    FORMATS,
+    SCHEMA_COLUMNS,
+    InvalidRowsError,
+    RowError,
+    ingest,
+    load_sidecar,
+    measured_tokens_per_s_per_gpu,
+    normalize_config,
+)
+from autopar.calibration.store import RunStore
+from autopar.cli.app import app, command, console, err_console
+from autopar.errors import DataError
+
+calibrate_app = typer.Typer(
+    help="Learn from measured runs: ingest logs/tables into a store, fit and evaluate the corrector.",
+    no_args_is_help=True,
+)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+def _command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a `calibrate` subcommand behind the same error boundary as autopar's commands."""
+    return command(*args, typer_app=calibrate_app, **kwargs)
+
+
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="run store (default $AUTOPAR_HOME/runs.db, "
+                                                "else ~/.autopar/runs.db)")]
+
+
+def _error_table(path: Path, errors: list[RowError], title: str) -> Table:
+    """A per-row report: row number, field, value, reason."""
+    t = Table(title=f"{title}: {path}", title_justify="left")
+    for col in ("row", "field", "value", "reason"):
+        t.add_column(col, overflow="fold")
+    for e in errors:
+        t.add_row(str(e.row), e.field, "" if e.value is None else repr(e.value), e.reason)
+    return t
+
+
+@_command("ingest")
+def ingest_cmd(
+    files: Annotated[list[Path], typer.Argument(help="CSV/JSONL/Parquet run records, or training logs")],
+    store: StoreOpt = None,
+    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="ingest the valid rows, report the "
+                                               "rest (default: a file with a bad row is rejected whole)")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="|".join(FORMATS))] = "auto",
+    source: Annotated[str | None, typer.Option(help="source label for rows without one (default: file "
+                                               "name; for logs the format)")] = None,
+    warmup: Annotated[int | None, typer.Option(help="logged steps to skip at the start of a log "
+                                               "(default 10%, at least 1)")] = None,
+    sidecar: Annotated[Path | None, typer.Option(help="YAML with the run's config (for logs)")] = None,
+    model: Annotated[str | None, typer.Option(help="catalog model name (for logs)")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name (for logs)")] = None,
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs (for logs)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    tp: Annotated[int | None, typer.Option()] = None,
+    pp: Annotated[int | None, typer.Option()] = None,
+    cp: Annotated[int | None, typer.Option()] = None,
+    ep: Annotated[int | None, typer.Option()] = None,
+    dp: Annotated[int | None, typer.Option()] = None,
+    vpp: Annotated[int | None, typer.Option()] = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp")] = None,
+    micro_batch: Annotated[int | None, typer.Option()] = None,
+    global_batch: Annotated[int | None, typer.Option()] = None,
+    seq_len: Annotated[int | None, typer.Option()] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16|fp16|fp8|fp32")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none|selective|full")] = None,
+    zero: Annotated[int | None, typer.Option(help="0-3")] = None,
+    framework: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Validate run records or training logs and add them to the run store (idempotent)."""
+    config = load_sidecar(sidecar) if sidecar else {}
+    flags = {"model": model, "gpu": gpu, "num_gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp,
+             "pp": pp, "cp": cp, "ep": ep, "dp": dp, "vpp": vpp, "sp": None if sp is None else int(sp),
+             "micro_batch": micro_batch, "global_batch": global_batch, "seq_len": seq_len,
+             "precision": precision, "recompute": recompute, "zero": zero, "framework": framework}
+    config.update(normalize_config(flags))
+    run_store = RunStore(store)
+    try:
+        report = ingest(files, run_store, fmt=fmt, skip_invalid=skip_invalid, config=config or None,
+                        warmup=warmup, source=source)
+    except InvalidRowsError as e:
+        for c in e.checks:
+            if c.errors:
+                err_console.print(_error_table(c.path, c.errors, "invalid rows"))
+        raise
+    summary = Table(title="ingest", title_justify="left")
+    for col in ("file", "format", "rows", "valid", "invalid"):
+        summary.add_column(col, justify="left" if col in ("file", "format") else "right")
+    for c in report.checks:
+        summary.add_row(str(c.path), c.fmt, str(c.rows_read), str(len(c.records)), str(len(c.bad_rows)))
+        if c.errors:
+            err_console.print(_error_table(c.path, c.errors, "skipped invalid rows"))
+    console.print(summary)
+    console.print(f"added {report.added} new record(s) ({report.duplicates} already stored, "
+                  f"{report.skipped} invalid row(s) skipped) to {report.store_path}")
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    if v is None or v == "":
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+@_command("list")
+def list_cmd(
+    store: StoreOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+) -> None:
+    """Show the runs in the store (tokens/s per GPU marked * when derived from step time or TFLOP/s)."""
+    runs = RunStore(store).runs()
+    if as_json:
+        for r in runs:
+            typer.echo(json.dumps({**r.record, "_file": r.file, "_fingerprint": r.fingerprint}))
+        return
+    t = Table(title=f"{len(runs)} run(s) in {RunStore(store).path}", title_justify="left")
+    for c in ("id", "source", "model", "GPUs", "layout", "batch", "prec", "tok/s/GPU", "step s", "GiB"):
+        t.add_column(c, no_wrap=c in ("id", "tok/s/GPU"),
+                     justify="right" if c in ("tok/s/GPU", "step s", "GiB") else "left")
+    for r in runs:
+        d = r.record
+        tps, how = measured_tokens_per_s_per_gpu(d)
+        layout = " ".join(f"{k}{d[k]}" for k in ("tp", "pp", "cp", "ep", "dp") if d.get(k) not in (None, ""))
+        if d.get("micro_batch"):
+            layout += f" mb{d['micro_batch']}"
+        t.add_row(str(d.get("id")), r.source, _fmt(d.get("model")), f"{d.get('gpu')}x{d.get('num_gpus')}",
+                  layout, f"{d.get('global_batch')}x{d.get('seq_len')}", _fmt(d.get("precision")),
+                  "" if tps is None else f"{tps:,.0f}" + ("" if how == "measured" else "*"),
+                  _fmt(d.get("measured_step_s"), 3), _fmt(d.get("measured_mem_gb_per_gpu"), 1))
+    console.print(t)
+
+
+def export_text(records: list[dict[str, Any]], fmt: str) -> str:
+    """Records as CSV (schema columns first, then extras; header row) or JSON lines."""
+    if fmt == "jsonl":
+        return "".join(json.dumps(r) + "\n" for r in records)
+    extras = sorted({k for r in records for k in r} - set(SCHEMA_COLUMNS))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=[*SCHEMA_COLUMNS, *extras], lineterminator="\n")
+    w.writeheader()
+    for r in records:
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+@_command("export")
+def export_cmd(
+    store: StoreOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv|jsonl")] = "csv",
+    out: Annotated[Path | None, typer.Option("--out", help="file to write (default: stdout)")] = None,
+) -> None:
+    """Dump the store, one record per row (CSV with header) or per line (JSONL); re-ingestable."""
+    if fmt not in ("csv", "jsonl"):
+        raise DataError(f"--format={fmt} is not an export format (allowed: csv, jsonl)")
+    text = export_text(RunStore(store).records(), fmt)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"wrote {out}")
+
+
+# ------------------------------------------------------------------------------------ fit, report
+PublicOpt = Annotated[bool, typer.Option("--public/--no-public", help="include the published runs shipped "
+                                         "with autopar")]
+DataOpt = Annotated[list[Path] | None, typer.Option("--data", help="extra run-record file(s) (CSV/JSONL/"
+                                                    "Parquet), validated like ingest")]
+ModelOpt = Annotated[str, typer.Option("--model", help="auto|ridge|hgb (auto: chosen by leave-one-source-out "
+                                       "cross-validation)")]
+
+
+def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
+    """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
+    from autopar.calibration.runs import check_file, fingerprint
+    from autopar.data import published_runs_path
+
+    if store is not None and not store.exists():
+        raise DataError(f"no run store at '{store}': ingest runs first (autopar calibrate ingest FILE)")
+    records: list[dict[str, Any]] = RunStore(store).records()  # [] when the default store does not exist
+    if public:
+        records.extend(check_file(published_runs_path()).records)
+    for f in data or []:
+        chk = check_file(f)
+        if chk.errors:
+            raise InvalidRowsError([chk])
+        records.extend(chk.records)
+    seen: set[str] = set()
+    unique = []
+    for r in records:
+        fp = fingerprint(r)
+        if fp not in seen:
+            seen.add(fp)
+            unique.append(r)
+    if not unique:
+        raise DataError("no runs to learn from: ingest some (autopar calibrate ingest FILE) or use --public")
+    return unique
+
+
+def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
+    """Rich table of an error_table: before -> after per metric, one row per group plus 'all'."""
+    t = Table(title=title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family")),
+              title_justify="left")
+    for c in (by, "n", "median APE", "mean APE", "Kendall tau", "in band"):
+        t.add_column(c, justify="left" if c == by else "right", no_wrap=True)
+
+    def pct(v: float) -> str:
+        return f"{100 * v:.1f}%"
+
+    def tau(v: float) -> str:
+        return "–" if v is None or v != v else f"{v:.2f}"
+
+    for r in df.to_dict("records"):
+        t.add_row(str(r[by]), str(r["n"]), f"{pct(r['median_ape_before'])} → {pct(r['median_ape_after'])}",
+                  f"{pct(r['mean_ape_before'])} → {pct(r['mean_ape_after'])}",
+                  f"{tau(r['tau_before'])} → {tau(r['tau_after'])}", pct(r["band_coverage"]),
+                  style="bold" if r[by] == "all" else None)
+    return t
+
+
+@_command("fit")
+def fit_cmd(
+    out: Annotated[Path, typer.Option("--out", help="where to save the model (.joblib)")],
+    store: StoreOpt = None,
+    public: PublicOpt = True,
+    data: DataOpt = None,
+    model: ModelOpt = "auto",
+) -> None:
+    """Fit the throughput corrector on stored (and published) runs and save it with its versions."""
+    from autopar.calibration.apply import fit_training_set
+    from autopar.calibration.corrector import MODEL_CHOICES, ThroughputCorrector
+    from autopar.calibration.features import build_training_set
+
+    if model not in MODEL_CHOICES:
+        raise DataError(f"--model={model} is not a corrector (allowed: {', '.join(MODEL_CHOICES)})")
+    records = gather_records(store, public, data)
+    ts = build_training_set(records)
+    cal = fit_training_set(ts, name=out.stem, estimator=ThroughputCorrector(model=model),
+                           memory_ts=build_training_set(records, "memory"))
+    cal.save(out)
+    if ts.skipped:
+        console.print(f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
+                      + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]))
+    if cal.meta.loso:
+        import pandas as pd
+
+        console.print(_loso_table(pd.DataFrame(cal.meta.loso), "source"))
+    if cal.meta.memory_cv:
+        import pandas as pd
+
+        console.print(_loso_table(pd.DataFrame(cal.meta.memory_cv), "source",
+                                  title=f"peak memory, 5-fold CV ({cal.meta.memory_n_train} runs)"))
+    cv = ", ".join(f"{k} {100 * v:.1f}%" for k, v in cal.meta.cv_errors.items())
+    console.print(f"cross-validated median APE: {cv} -> chose {cal.meta.model_name}")
+    console.print(f"saved {out}: {cal.describe()}")
+
+
+@_command("report")
+def report_cmd(
+    out: Annotated[Path, typer.Option("--out", help="HTML file to write")] = Path("reports/calibration.html"),
+    store: StoreOpt = None,
+    public: PublicOpt = True,
+    data: DataOpt = None,
+    model: ModelOpt = "auto",
+    plotlyjs: Annotated[str, typer.Option(help="inline (offline page) or cdn")] = "inline",
+) -> None:
+    """Leave-one-source-out errors before/after calibration, per source and GPU family, as tables + HTML."""
+    from autopar.calibration.apply import MIN_MEMORY_RUNS
+    from autopar.calibration.corrector import MODEL_CHOICES, ThroughputCorrector
+    from autopar.calibration.evaluate import (
+        error_table,
+        kfold_cross_validated,
+        leave_one_source_out,
+        write_report,
+    )
+    from autopar.calibration.features import build_training_set
+
+    if model not in MODEL_CHOICES:
+        raise DataError(f"--model={model} is not a corrector (allowed: {', '.join(MODEL_CHOICES)})")
+    if plotlyjs not in ("inline", "cdn"):
+        raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")
+    records = gather_records(store, public, data)
+    ts = build_training_set(records)
+    sources = sorted(set(ts.sources))
+    if len(sources) < 2:
+        raise DataError(f"leave-one-source-out needs runs from at least 2 sources; have {sources or 'none'} "
+                        "(add --public or ingest runs from another source)")
+    res = leave_one_source_out(ts, ThroughputCorrector(model=model))
+    mem_ts = build_training_set(records, "memory")
+    memory = (kfold_cross_validated(mem_ts, ThroughputCorrector(model=model))
+              if len(mem_ts) >= MIN_MEMORY_RUNS else None)
+    console.print(_loso_table(error_table(res, "source"), "source"))
+    console.print("model chosen per held-out source: " + ", ".join(f"{k} {v}" for k, v in res.chosen.items()))
+    console.print(_loso_table(error_table(res, "family"), "family"))
+    if memory is not None:
+        console.print(_loso_table(error_table(memory, "source"), "source",
+                                  title=f"peak memory, 5-fold CV ({len(mem_ts)} runs)"))
+    desc = (f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)}); corrector: {model}"
+            + (f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""))
+    write_report(res, out, description=desc, plotlyjs=plotlyjs, memory=memory)
+    console.print(f"wrote {out}")

@@ -1,0 +1,232 @@
+"""Training-log parsers (Megatron-LM, torchtitan): per-step samples, warm-up skip, one aggregated record.
+
+Formats (checked against the frameworks' source):
+- Megatron-LM ``training_log`` (megatron/training/training.py) prints, every ``--log-interval``
+  iterations, `` [2025-08-01 07:19:37] iteration       10/     100 | consumed samples: ... |
+  elapsed time per iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 400.1 | learning rate:
+  ... | global batch size:   512 | lm loss: ... |``; the timestamp and throughput fields are optional
+  (older versions, ``--log-throughput`` off). ``report_memory`` prints
+  ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... |
+  max reserved: ...`` (MB = 2**20 bytes), sometimes two ranks' lines run together on one line.
+- torchtitan ``MetricsProcessor.log`` (torchtitan/components/metrics.py) prints, through the
+  ``[titan] <time> - root - INFO - `` logger and with ANSI colours unless disabled,
+  ``step: 10  loss:  7.9  grad_norm:  1.2  memory: 45.12GiB(47.49%)  tps: 5,762  tflops: 334.10
+  mfu: 33.78%`` (memory = max reserved, GiB; tps = tokens/s per GPU). Older versions print ``wps``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.errors import DataError
+
+LOG_FORMATS = ("megatron-log", "torchtitan-log")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
+_MEG_MEM = re.compile(
+    rf"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((MB|GB)\) \| allocated: ({_NUM}) \| "
+    rf"max allocated: ({_NUM}) \| reserved: ({_NUM}) \| max reserved: ({_NUM})")
+_TT_STEP = re.compile(r"(?<![\w])step:\s*(\d+)\s+(.*)$")
+_TT_MEM = re.compile(rf"memory:\s*({_NUM})\s*GiB\(({_NUM})%\)")
+_TT_FIELD = re.compile(rf"\b(loss|grad_norm|tps|wps|tflops|mfu):\s*({_NUM})")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass
+class LogSamples:
+    """Per-logged-step measurements read from one log, in log order."""
+
+    framework: str
+    steps: list[int] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)  # Megatron: elapsed time per iteration
+    tokens_per_s_per_gpu: list[float] = field(default_factory=list)  # torchtitan tps
+    tflops: list[float] = field(default_factory=list)
+    mfu: list[float] = field(default_factory=list)  # fraction
+    mem_gib: list[float] = field(default_factory=list)  # per step (torchtitan) or per rank report
+    global_batch: int | None = None
+    train_iters: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def sniff_log_format(text: str) -> str | None:
+    """'megatron-log' or 'torchtitan-log' if the text holds that framework's step lines, else None."""
+    clean = _ANSI.sub("", text)
+    if re.search(r"iteration\s+\d+\s*/\s*\d+\s*\|.*elapsed time per iteration \(ms\)", clean):
+        return "megatron-log"
+    if re.search(r"step:\s*\d+\s.*\b(tps|wps):\s*[\d,]+", clean):
+        return "torchtitan-log"
+    return None
+
+
+def _fields(rest: str) -> dict[str, str]:
+    """'| key: value |' pairs of a Megatron line."""
+    out: dict[str, str] = {}
+    for part in rest.split("|"):
+        if ":" in part:
+            k, _, v = part.rpartition(":")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_megatron_log(text: str) -> LogSamples:
+    """Every iteration line (and the memory report lines) of a Megatron-LM log."""
+    s = LogSamples(framework="Megatron-LM")
+    for m in _MEG_MEM.finditer(text):
+        scale = 1 / 1024 if m.group(3) == "MB" else 1.0  # MB here means MiB
+        s.mem_gib.append(_num(m.group(7)) * scale)
+    for line in _ANSI.sub("", text).splitlines():
+        m = _MEG_ITER.search(line)
+        if not m:
+            continue
+        f = _fields(m.group(3))
+        ms = f.get("elapsed time per iteration (ms)")
+        if ms is None:
+            continue
+        if int(float(f.get("number of nan iterations", "0") or 0)) > 0:
+            continue  # a step that produced NaN is not a timing sample
+        s.steps.append(int(m.group(1)))
+        s.train_iters = int(m.group(2))
+        s.step_s.append(_num(ms) / 1000.0)
+        if "throughput per GPU (TFLOP/s/GPU)" in f:
+            s.tflops.append(_num(f["throughput per GPU (TFLOP/s/GPU)"]))
+        for key in ("tokens per GPU (tokens/s/GPU)", "Tokens per second per GPU (Tok/s/GPU)"):
+            if key in f:
+                s.tokens_per_s_per_gpu.append(_num(f[key]))
+        if "global batch size" in f:
+            gb = int(_num(f["global batch size"]))
+            if s.global_batch is not None and gb != s.global_batch:
+                raise DataError(f"Megatron log changes global batch size ({s.global_batch} -> {gb}) at "
+                                f"iteration {s.steps[-1]}: batch ramp-up logs cannot be one record")
+            s.global_batch = gb
+    return s
+
+
+def parse_torchtitan_log(text: str) -> LogSamples:
+    """Every training step line of a torchtitan log (validation lines skipped, colours stripped)."""
+    s = LogSamples(framework="torchtitan")
+    by_step: dict[int, dict[str, list[float]]] = {}
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        m = _TT_STEP.search(line)
+        if not m or "validate step:" in line:
+            continue
+        rest = m.group(2)
+        vals = {k: _num(v) for k, v in _TT_FIELD.findall(rest)}
+        tps = vals.get("tps", vals.get("wps"))
+        if tps is None:
+            continue
+        d = by_step.setdefault(int(m.group(1)), {"tps": [], "tflops": [], "mfu": [], "mem": []})
+        d["tps"].append(tps)
+        if "tflops" in vals:
+            d["tflops"].append(vals["tflops"])
+        if "mfu" in vals:
+            d["mfu"].append(vals["mfu"] / 100.0)
+        mm = _TT_MEM.search(rest)
+        if mm:
+            d["mem"].append(_num(mm.group(1)))
+    for step in sorted(by_step):  # several ranks may log the same step: mean rate, max memory
+        d = by_step[step]
+        s.steps.append(step)
+        s.tokens_per_s_per_gpu.append(statistics.fmean(d["tps"]))
+        if d["tflops"]:
+            s.tflops.append(statistics.fmean(d["tflops"]))
+        if d["mfu"]:
+            s.mfu.append(statistics.fmean(d["mfu"]))
+        if d["mem"]:
+            s.mem_gib.append(max(d["mem"]))
+    return s
+
+
+def warmup_count(n: int, warmup: int | None) -> int:
+    """How many leading logged steps to drop: `warmup` if given, else 10% (at least 1 of 2+)."""
+    if warmup is not None:
+        if warmup < 0:
+            raise DataError(f"--warmup={warmup} must be >= 0")
+        return warmup
+    return 0 if n < 2 else max(1, math.ceil(0.1 * n))
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of a non-empty list."""
+    ys = sorted(xs)
+    pos = q * (len(ys) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def _summary(prefix: str, xs: list[float]) -> dict[str, float]:
+    """Median plus p10/p90 of a series under `prefix`, `prefix`_p10, `prefix`_p90."""
+    if not xs:
+        return {}
+    return {prefix: statistics.median(xs), f"{prefix}_p10": _quantile(xs, 0.1),
+            f"{prefix}_p90": _quantile(xs, 0.9)}
+
+
+def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None = None) -> dict[str, Any]:
+    """One run record from a log: config columns + median (p10/p90) of the post-warm-up steps."""
+    n = len(samples)
+    if n == 0:
+        raise DataError(f"no {samples.framework} step lines found in the log")
+    skip = warmup_count(n, warmup)
+    if skip >= n:
+        raise DataError(f"--warmup={skip} skips all {n} logged steps of the {samples.framework} log")
+    rec: dict[str, Any] = dict(config)
+    if samples.global_batch is not None:
+        given = rec.get("global_batch")
+        if given not in (None, "") and int(given) != samples.global_batch:
+            raise DataError(f"global_batch={given} but the Megatron log says global batch size "
+                            f"{samples.global_batch}")
+        rec["global_batch"] = samples.global_batch
+    rec.setdefault("framework", samples.framework)
+    step_s = samples.step_s[skip:]
+    tflops = samples.tflops[skip:] if len(samples.tflops) == n else []
+    tps = samples.tokens_per_s_per_gpu[skip:] if len(samples.tokens_per_s_per_gpu) == n else []
+    mfu = samples.mfu[skip:] if len(samples.mfu) == n else []
+    rec.update(_summary("measured_step_s", step_s))
+    if not tps and step_s and rec.get("seq_len") and rec.get("num_gpus") and rec.get("global_batch"):
+        tokens = float(rec["global_batch"]) * float(rec["seq_len"])
+        tps = [tokens / t / float(rec["num_gpus"]) for t in step_s]
+    rec.update(_summary("measured_tokens_per_s_per_gpu", tps))
+    if tflops:
+        rec["measured_tflops_per_gpu"] = statistics.median(tflops)
+    if mfu:
+        rec["measured_mfu"] = statistics.median(mfu)
+    if samples.framework == "torchtitan":
+        mem = samples.mem_gib[skip:] if len(samples.mem_gib) == n else samples.mem_gib
+    else:
+        mem = samples.mem_gib
+    if mem:
+        rec["measured_mem_gb_per_gpu"] = max(mem)  # GiB, max reserved, as torchtitan reports it
+    rec["log_steps_used"] = n - skip
+    rec["log_warmup_skipped"] = skip
+    rec["log_first_step"] = samples.steps[skip]
+    rec["log_last_step"] = samples.steps[-1]
+    how = "median of post-warm-up steps; spread in *_p10/*_p90"
+    if samples.framework == "torchtitan":
+        how += "; memory = max reserved GiB (torchtitan)"
+    elif mem:
+        how += "; memory = max 'max reserved' over ranks, GiB"
+    note = f"parsed from {samples.framework} log: {n - skip} of {n} steps after {skip} warm-up; {how}"
+    rec["notes"] = f"{rec['notes']}; {note}" if rec.get("notes") else note
+    return rec
+
+
+def parse_log(text: str, fmt: str) -> LogSamples:
+    """Dispatch to the parser of `fmt` ('megatron-log' or 'torchtitan-log')."""
+    if fmt == "megatron-log":
+        return parse_megatron_log(text)
+    if fmt == "torchtitan-log":
+        return parse_torchtitan_log(text)
+    raise DataError(f"unknown log format '{fmt}' (allowed: {', '.join(LOG_FORMATS)})")

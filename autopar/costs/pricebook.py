@@ -1,0 +1,274 @@
+"""The price book: USD per GPU-hour by GPU and pricing tier, built-in and user-overridable.
+
+Built-in prices live in ``autopar/data/prices.yaml`` (every tier backed by dated public quotes; the
+tier price is their median). A user file (YAML or CSV, ``--prices``) overrides or adds entries: a
+negotiated contract rate, or owned hardware priced from capex and power (see `OwnedCost`).
+
+GPU names resolve through ``autopar.catalog.get_gpu`` (aliases, case-insensitive) when the catalog is
+available, so ``price("h100")`` and ``price("H100-SXM")`` find the same entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autopar.errors import AutoparError, UnknownNameError
+
+TIERS: tuple[str, ...] = ("on_demand", "reserved", "spot", "owned")
+TIER_HELP = {
+    "on_demand": "pay as you go, no commitment",
+    "reserved": "committed capacity (1-3 year terms)",
+    "spot": "interruptible / preemptible capacity",
+    "owned": "your own hardware: amortised capex + power + overhead",
+}
+HOURS_PER_YEAR = 8760.0
+
+
+def normalize_tier(tier: str) -> str:
+    """Canonical tier name ('On-Demand' -> 'on_demand'); raises AutoparError for unknown tiers."""
+    t = re.sub(r"[\s\-]+", "_", str(tier).strip().lower())
+    t = {"ondemand": "on_demand", "od": "on_demand", "committed": "reserved", "preemptible": "spot",
+         "interruptible": "spot"}.get(t, t)
+    if t not in TIERS:
+        raise AutoparError(f"tier={tier!r} is not a pricing tier; allowed: {', '.join(TIERS)}")
+    return t
+
+
+@dataclass(frozen=True)
+class OwnedCost:
+    """Owned hardware priced per useful GPU-hour.
+
+    usd_per_gpu_hour = (capex_usd / (amortization_years * 8760) + overhead_usd_per_hour) / utilization
+                       + power_kw * pue * usd_per_kwh
+
+    - capex_usd: purchase cost per GPU, including its share of server, network and installation.
+    - amortization_years: straight-line depreciation period (no residual value).
+    - overhead_usd_per_hour: per-GPU wall-clock costs other than power (colocation/space, staff,
+      support contracts, insurance).
+    - utilization: fraction of wall-clock hours the GPU does paid-for work (0 < u <= 1); capex and
+      overhead accrue every hour, so they are spread over the useful hours only.
+    - power_kw: per-GPU share of the node's draw under load (GPU + host + network), kW.
+    - pue: facility power usage effectiveness (>= 1; cooling and distribution losses).
+    - usd_per_kwh: electricity price. Power is charged for useful hours only (idle draw ignored).
+    """
+
+    capex_usd: float
+    amortization_years: float
+    power_kw: float
+    usd_per_kwh: float
+    pue: float = 1.0
+    utilization: float = 1.0
+    overhead_usd_per_hour: float = 0.0
+
+    @property
+    def capex_per_hour(self) -> float:
+        """Amortised capex per useful GPU-hour."""
+        return self.capex_usd / (self.amortization_years * HOURS_PER_YEAR) / self.utilization
+
+    @property
+    def power_per_hour(self) -> float:
+        """Electricity per useful GPU-hour (incl. PUE)."""
+        return self.power_kw * self.pue * self.usd_per_kwh
+
+    @property
+    def overhead_per_hour(self) -> float:
+        """Overhead per useful GPU-hour."""
+        return self.overhead_usd_per_hour / self.utilization
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        """Effective USD per useful GPU-hour (formula in the class docstring)."""
+        return self.capex_per_hour + self.overhead_per_hour + self.power_per_hour
+
+    def describe(self) -> str:
+        """One line: the inputs and the three cost terms."""
+        return (f"owned: capex ${self.capex_usd:,.0f}/{self.amortization_years:g} y "
+                f"-> ${self.capex_per_hour:.3f}/h, power {self.power_kw:g} kW x PUE {self.pue:g} x "
+                f"${self.usd_per_kwh:g}/kWh -> ${self.power_per_hour:.3f}/h, overhead "
+                f"${self.overhead_per_hour:.3f}/h, utilization {self.utilization:g}")
+
+
+@dataclass(frozen=True)
+class Quote:
+    """One public price observation behind a built-in tier price."""
+
+    usd_per_gpu_hour: float
+    provider: str
+    source: str  # title and URL
+    date: str
+    note: str = ""
+    derived: bool = False  # True when computed as on-demand x (1 - discount)
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    """The price of one GPU in one tier, with where it came from."""
+
+    gpu: str
+    tier: str
+    usd_per_gpu_hour: float
+    source: str  # one-line provenance
+    origin: str = "built-in"  # "built-in" or the user file path
+    quotes: tuple[Quote, ...] = ()
+    owned: OwnedCost | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (quotes included)."""
+        return {
+            "gpu": self.gpu, "tier": self.tier, "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "source": self.source, "origin": self.origin, "note": self.note or None,
+            "owned": None if self.owned is None else self.owned.__dict__.copy(),
+            "quotes": [q.__dict__.copy() for q in self.quotes],
+        }
+
+
+def norm_name(name: str) -> str:
+    """Name folded for matching: lower case, letters and digits only ('H100-SXM' -> 'h100sxm')."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def catalog_names() -> list[str] | None:
+    """Names of the catalog GPUs, or None while the catalog is not available."""
+    try:
+        from autopar.catalog import list_gpus
+    except ImportError:
+        return None
+    try:
+        return [g.name for g in list_gpus()]
+    except (AutoparError, OSError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=512)
+def catalog_canonical(name: str) -> str | None:
+    """The catalog's canonical name for `name`; None when unknown or the catalog is unavailable."""
+    try:
+        from autopar.catalog import get_gpu
+    except ImportError:
+        return None
+    try:
+        return get_gpu(name).name
+    except (AutoparError, OSError, ValueError):
+        return None
+
+
+def catalog_gpu(name: str) -> Any:
+    """The catalog GPUSpec for `name`, or None."""
+    try:
+        from autopar.catalog import get_gpu
+    except ImportError:
+        return None
+    try:
+        return get_gpu(name)
+    except (AutoparError, OSError, ValueError):
+        return None
+
+
+@dataclass
+class PriceBook:
+    """USD per GPU-hour by (GPU, tier), with provenance; look-ups accept any catalog alias."""
+
+    entries: dict[tuple[str, str], PriceEntry] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # alias -> GPU whose prices it uses
+    files: tuple[str, ...] = ()  # user files merged in, in order
+
+    # -- name resolution -------------------------------------------------------------------------
+    def _known(self) -> dict[str, str]:
+        """Normalised name -> book key, for GPUs with at least one entry."""
+        return {norm_name(g): g for g, _ in self.entries}
+
+    def resolve(self, gpu_name: str) -> str:
+        """The book's key for a GPU name (catalog alias, case-insensitive, or price-book alias)."""
+        known = self._known()
+        for candidate in (gpu_name, catalog_canonical(gpu_name)):
+            if candidate is None:
+                continue
+            if norm_name(candidate) in known:
+                return known[norm_name(candidate)]
+            for alias, target in self.aliases.items():
+                if norm_name(alias) == norm_name(candidate) and norm_name(target) in known:
+                    return known[norm_name(target)]
+        canonical = catalog_canonical(gpu_name)
+        if canonical is not None:
+            return canonical  # a catalog GPU without a price-book entry (may have a catalog default)
+        raise UnknownNameError("GPU", gpu_name, [g for g, _ in self.entries] + list(self.aliases))
+
+    # -- queries ---------------------------------------------------------------------------------
+    def entry(self, gpu_name: str, tier: str = "on_demand") -> PriceEntry:
+        """The PriceEntry for a GPU and tier; AutoparError naming the tiers that exist if absent."""
+        t = normalize_tier(tier)
+        key = self.resolve(gpu_name)
+        hit = self.entries.get((key, t))
+        if hit is not None:
+            return hit
+        if t == "on_demand":
+            spec = catalog_gpu(gpu_name)
+            if spec is not None and getattr(spec, "price_usd_per_hour", None) is not None:
+                return PriceEntry(gpu=key, tier=t, usd_per_gpu_hour=float(spec.price_usd_per_hour),
+                                  source=f"catalog default price for {spec.name}", origin="catalog")
+        have = self.tiers(gpu_name)
+        hint = f"tiers priced for {key}: {', '.join(have)}" if have else f"no price at all for {key}"
+        raise AutoparError(f"no {t} price for GPU '{key}' ({hint}); add one with --prices FILE "
+                           f"(YAML or CSV: gpu,tier,usd_per_gpu_hour)")
+
+    def price(self, gpu_name: str, tier: str = "on_demand") -> float:
+        """USD per GPU-hour for a GPU in a pricing tier."""
+        return self.entry(gpu_name, tier).usd_per_gpu_hour
+
+    def source(self, gpu_name: str, tier: str = "on_demand") -> str:
+        """Where the price of a GPU in a tier comes from (one line)."""
+        return self.entry(gpu_name, tier).source
+
+    def tiers(self, gpu_name: str) -> list[str]:
+        """Tiers with a price for this GPU, in TIERS order."""
+        try:
+            key = self.resolve(gpu_name)
+        except UnknownNameError:
+            return []
+        return [t for t in TIERS if (key, t) in self.entries]
+
+    def gpus(self) -> list[str]:
+        """GPUs with at least one price, sorted."""
+        return sorted({g for g, _ in self.entries})
+
+    def rows(self) -> list[PriceEntry]:
+        """Every entry, sorted by GPU then tier order."""
+        order = {t: i for i, t in enumerate(TIERS)}
+        return sorted(self.entries.values(), key=lambda e: (e.gpu, order[e.tier]))
+
+    # -- derivations -----------------------------------------------------------------------------
+    def merged(self, other: PriceBook) -> PriceBook:
+        """A new book: this one with every (GPU, tier) of `other` replacing or adding entries."""
+        entries = dict(self.entries)
+        entries.update(other.entries)
+        return PriceBook(entries=entries, aliases={**self.aliases, **other.aliases},
+                         files=self.files + other.files)
+
+    def scaled(self, gpu_name: str, factor: float) -> PriceBook:
+        """A new book with every tier of one GPU multiplied by `factor` (sensitivity analysis)."""
+        key = self.resolve(gpu_name)
+        entries = {
+            k: (replace(e, usd_per_gpu_hour=e.usd_per_gpu_hour * factor,
+                        source=f"{e.source} x {factor:g}") if k[0] == key else e)
+            for k, e in self.entries.items()
+        }
+        return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)
+
+    def with_price(self, gpu_name: str, tier: str, usd_per_gpu_hour: float, source: str = "set in code") -> PriceBook:
+        """A new book with one price set (added or replaced)."""
+        if not (usd_per_gpu_hour >= 0 and math.isfinite(usd_per_gpu_hour)):
+            raise AutoparError(f"usd_per_gpu_hour={usd_per_gpu_hour!r} must be a finite number >= 0")
+        t = normalize_tier(tier)
+        try:
+            key = self.resolve(gpu_name)
+        except UnknownNameError:
+            key = gpu_name
+        entries = dict(self.entries)
+        entries[(key, t)] = PriceEntry(gpu=key, tier=t, usd_per_gpu_hour=float(usd_per_gpu_hour),
+                                       source=source, origin="code")
+        return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)

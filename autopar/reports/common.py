@@ -1,0 +1,172 @@
+"""Small helpers shared by the report modules: number formatting, lookups, the HTML template."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+from importlib import resources
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.offline as po
+
+from autopar.search.result import SearchResult, TrialRecord
+from autopar.specs import ClusterSpec, Workload
+
+GiB = 2**30
+
+ROLE_TITLES = {
+    "fastest": "Fastest", "cheapest": "Cheapest", "most_headroom": "Most headroom",
+    "balanced": "Balanced",
+}
+# One colour per category, reused across figures so a segment means the same thing everywhere.
+PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
+PLOT_CONFIG = {"displaylogo": False, "responsive": True,
+               "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+
+
+def esc(x: object) -> str:
+    """HTML-escape any value (user-provided names end up in the page)."""
+    return html.escape(str(x), quote=True)
+
+
+def role_title(role: str) -> str:
+    """Display name of a recommendation role ('most_headroom' -> 'Most headroom')."""
+    return ROLE_TITLES.get(role, role.replace("_", " ").capitalize())
+
+
+def fmt_num(x: float | None, digits: int = 3) -> str:
+    """Compact number with thousands suffix (1.23M, 45.6k, 0.123); '–' for None/NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    ax = abs(x)
+    for div, suf in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if ax >= div:
+            return f"{x / div:.{digits}g}{suf}"
+    if ax == 0 or ax >= 1:
+        return f"{x:.{digits}g}" if ax < 1000 else f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_value(x: float | None, unit: str) -> str:
+    """A value with its display unit ('1.2M tokens/s', '41.0 %', '$2.31/Mtoken', '12.3 GiB')."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if unit == "%":
+        return f"{x:.1f} %"
+    if unit.startswith("$"):
+        return f"${x:,.2f}{unit[1:]}" if unit != "$" else f"${x:,.2f}"
+    if unit == "GiB":
+        return f"{x:.1f} GiB"
+    if unit == "s":
+        return fmt_seconds(x)
+    return f"{fmt_num(x)} {unit}".strip()
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds as ms / s / min / h / days, whichever reads best."""
+    if s < 1:
+        return f"{s * 1e3:.0f} ms"
+    if s < 120:
+        return f"{s:.2f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 3 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def cluster_label(gpu: str, num_gpus: int) -> str:
+    """'64 × H100-SXM'."""
+    return f"{num_gpus} × {gpu}"
+
+
+def trial_cluster(result: SearchResult, trial: TrialRecord) -> ClusterSpec:
+    """The cluster a trial ran on (matched by GPU name and count; first cluster as fallback)."""
+    for c in result.clusters:
+        if c.gpu.name == trial.gpu and c.num_gpus == trial.num_gpus:
+            return c
+    for c in result.clusters:
+        if c.gpu.name == trial.gpu:
+            return c.model_copy(update={"num_gpus": trial.num_gpus})
+    return result.clusters[0]
+
+
+def trial_workload(result: SearchResult, trial: TrialRecord) -> Workload:
+    """The workload with the trial's GEMM precision (the search may vary precision)."""
+    if trial.precision and trial.precision != result.workload.precision:
+        return result.workload.model_copy(update={"precision": trial.precision})
+    return result.workload
+
+
+def pareto_trials(result: SearchResult) -> list[TrialRecord]:
+    """Feasible non-dominated trials in trial order: the Pareto set as the search marked it."""
+    return sorted((t for t in result.trials if t.feasible and not t.dominated), key=lambda t: t.number)
+
+
+def autopar_version() -> str:
+    """Installed autopar version (package metadata), 'dev' when not installed."""
+    try:
+        from importlib.metadata import version
+
+        return version("autopar")
+    except Exception:  # noqa: BLE001 - metadata missing in a source checkout
+        return "dev"
+
+
+def now_utc() -> str:
+    """Report timestamp, UTC, minute resolution."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def figure_html(fig: go.Figure, div_id: str) -> str:
+    """A figure as an embeddable <div> (plotly.js is loaded once by the page)."""
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG)
+
+
+def plotly_script(mode: str) -> str:
+    """<script> that loads plotly.js: inlined (offline, ~4.8 MB) or from the CDN (small file)."""
+    if mode == "inline":
+        return f'<script type="text/javascript">{po.get_plotlyjs()}</script>'
+    if mode == "cdn":
+        v = po.get_plotlyjs_version()
+        return f'<script src="https://cdn.plot.ly/plotly-{v}.min.js" charset="utf-8"></script>'
+    from autopar.errors import SpecError
+
+    raise SpecError(f"plotlyjs='{mode}' is not supported (allowed: inline, cdn)")
+
+
+def render_page(title: str, body: str, plotlyjs: str) -> str:
+    """Fill the single HTML template with a title, the plotly.js loader and the body."""
+    tpl = resources.files("autopar.reports").joinpath("template.html").read_text(encoding="utf-8")
+    values = {"title": esc(title), "plotlyjs": plotly_script(plotlyjs), "body": body}
+    out, rest = [], tpl
+    while "{{" in rest:  # substitute once, left to right, never inside inserted text
+        head, _, tail = rest.partition("{{")
+        key, _, rest = tail.partition("}}")
+        out += [head, values[key.strip()]]
+    out.append(rest)
+    return "".join(out)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write the page, creating parent folders; returns the resolved path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p.resolve()
+
+
+def base_layout(height: int, **kw: object) -> dict[str, object]:
+    """Shared plotly layout: white template, explicit height, readable font, tight margins."""
+    layout: dict[str, object] = {
+        "template": "plotly_white", "height": height,
+        "font": {"family": FONT, "size": 12, "color": "#1f2937"},
+        "margin": {"l": 70, "r": 30, "t": 50, "b": 60},
+        "hoverlabel": {"font": {"family": FONT, "size": 12}, "align": "left"},
+        "paper_bgcolor": "white", "plot_bgcolor": "white",
+    }
+    layout.update(kw)
+    return layout

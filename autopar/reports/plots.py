@@ -1,0 +1,157 @@
+"""Plotly figures drawn from the data functions in `autopar.reports.figures` (no computation here)."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from autopar.reports.common import FONT, PALETTE, base_layout
+from autopar.reports.figures import ParallelCoordsInfo, ParetoPlotInfo, StackedBarInfo
+
+HOVER = "%{hovertext}<extra></extra>"
+PANEL_HEIGHT = 440
+
+
+def _label_positions(xs: tuple[float, ...], ys: tuple[float, ...], all_x: list[float],
+                     all_y: list[float]) -> list[str]:
+    """Put each label on the side facing the middle of the panel, so it is not cut at the edge;
+    labels of points close to an earlier one go to the other side, so they do not overlap."""
+    if not all_x:
+        return ["top center"] * len(xs)
+    x0, x1, y0, y1 = min(all_x), max(all_x), min(all_y), max(all_y)
+    sx, sy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    out: list[str] = []
+    placed: list[tuple[float, float, str]] = []
+    for x, y in zip(xs, ys, strict=True):
+        nx, ny = (x - x0) / sx, (y - y0) / sy
+        vert = "bottom" if ny > 0.5 else "top"
+        horiz = "left" if nx > 0.5 else "right"
+        for px, py, pv in placed:
+            if abs(px - nx) < 0.15 and abs(py - ny) < 0.15 and pv == vert:
+                vert = "top" if vert == "bottom" else "bottom"
+        placed.append((nx, ny, vert))
+        out.append(f"{vert} {horiz}")
+    return out
+
+
+def focus_range(front: list[float], everything: list[float], pad: float = 0.18) -> list[float] | None:
+    """Initial axis range around the Pareto points (padded), so far-off dominated points do not
+    squash the front; the autoscale button still shows everything."""
+    if not front:
+        return None
+    lo, hi = min(front), max(front)
+    span = hi - lo or max(abs(hi) * 0.1, 1e-9)
+    lo, hi = lo - pad * span, hi + pad * span
+    if everything:  # never pad beyond the data
+        lo, hi = max(lo, min(everything) - pad * span), min(hi, max(everything) + pad * span)
+    return [lo, hi]
+
+
+def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
+    """Pareto front, one panel per objective pair: front coloured, dominated faded, infeasible hidden."""
+    n = len(info.panels)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.09, vertical_spacing=0.16)
+    colors = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(info.groups)}
+    multi = len(info.groups) > 1
+    for i, p in enumerate(info.panels):
+        r, c = i // cols + 1, i % cols + 1
+        first = i == 0
+        fig.add_trace(go.Scatter(
+            x=p.dominated.x, y=p.dominated.y, hovertext=p.dominated.hover, hovertemplate=HOVER,
+            mode="markers", name="Dominated (feasible)", legendgroup="dominated", showlegend=first,
+            marker={"size": 6, "color": "#94a3b8", "opacity": 0.35}), row=r, col=c)
+        fig.add_trace(go.Scatter(
+            x=p.infeasible.x, y=p.infeasible.y, hovertext=p.infeasible.hover, hovertemplate=HOVER,
+            mode="markers", name="Infeasible (click to show)", legendgroup="infeasible",
+            showlegend=first, visible="legendonly",
+            marker={"size": 7, "color": "#dc2626", "symbol": "x-thin", "line": {"width": 1.5,
+                                                                              "color": "#dc2626"}}),
+            row=r, col=c)
+        for g in info.groups or ("",):
+            idx = [k for k, gg in enumerate(p.pareto.group) if gg == g] if multi else range(len(p.pareto.x))
+            name = f"Pareto front · {g}" if multi else "Pareto front"
+            fig.add_trace(go.Scatter(
+                x=[p.pareto.x[k] for k in idx], y=[p.pareto.y[k] for k in idx],
+                hovertext=[p.pareto.hover[k] for k in idx], hovertemplate=HOVER, mode="markers",
+                name=name, legendgroup=f"pareto-{g}", showlegend=first,
+                marker={"size": 9, "color": colors.get(g, PALETTE[0]), "opacity": 0.9,
+                        "line": {"width": 1, "color": "white"}}), row=r, col=c)
+        fig.add_trace(go.Scatter(
+            x=p.recommended.x, y=p.recommended.y, hovertext=p.recommended.hover, hovertemplate=HOVER,
+            text=p.recommended.text, mode="markers+text", cliponaxis=False,
+            textposition=_label_positions(p.recommended.x, p.recommended.y,
+                                          [*p.dominated.x, *p.pareto.x, *p.recommended.x],
+                                          [*p.dominated.y, *p.pareto.y, *p.recommended.y]),
+            textfont={"family": FONT, "size": 12, "color": "#111827"},
+            name="Recommended", legendgroup="recommended", showlegend=first,
+            marker={"size": 17, "color": "#f59e0b", "symbol": "star",
+                    "line": {"width": 1.2, "color": "#92400e"}}), row=r, col=c)
+        front_x, front_y = [*p.pareto.x, *p.recommended.x], [*p.pareto.y, *p.recommended.y]
+        all_x, all_y = [*front_x, *p.dominated.x], [*front_y, *p.dominated.y]
+        fig.update_xaxes(title_text=p.x_title, row=r, col=c, automargin=True, zeroline=False,
+                         range=focus_range(front_x, all_x))
+        fig.update_yaxes(title_text=p.y_title, row=r, col=c, automargin=True, zeroline=False,
+                         range=focus_range(front_y, all_y))
+    fig.update_layout(**base_layout(
+        PANEL_HEIGHT * rows + 40,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        margin={"l": 70, "r": 30, "t": 40, "b": 60}))
+    return fig
+
+
+def plot_parallel_coords(info: ParallelCoordsInfo) -> go.Figure:
+    """Parallel coordinates of knobs and objectives; Pareto lines blue, dominated lines grey."""
+    dims = []
+    for d in info.dimensions:
+        dim: dict[str, object] = {"label": d.label, "values": d.values}
+        if d.tickvals is None and max((abs(v) for v in d.values), default=0) >= 1000:
+            dim["tickformat"] = ".3~s"
+        elif d.tickvals is None and any(not float(v).is_integer() for v in d.values):
+            dim["tickformat"] = ".3~g"
+        if d.tickvals is not None:
+            dim["tickvals"], dim["ticktext"] = d.tickvals, d.ticktext
+        dims.append(dim)
+    fig = go.Figure(go.Parcoords(
+        dimensions=dims,
+        line={"color": list(info.is_pareto), "cmin": 0, "cmax": 1,
+              "colorscale": [[0, "#cbd5e1"], [1, "#2563eb"]]},
+        labelfont={"family": FONT, "size": 12}, tickfont={"family": FONT, "size": 10},
+        labelangle=0, labelside="top"))
+    fig.update_layout(**base_layout(460, margin={"l": 60, "r": 60, "t": 70, "b": 30}))
+    return fig
+
+
+def plot_stacked_bars(info: StackedBarInfo) -> go.Figure:
+    """Stacked bars per recommended point, with the GPU capacity as a dashed line where given."""
+    xs = list(range(len(info.categories)))
+    fig = go.Figure()
+    for seg in info.segments:
+        fig.add_trace(go.Bar(
+            x=xs, y=seg.values, name=seg.name, marker={"color": seg.color},
+            hovertemplate=f"{seg.name}: %{{y:.3g}} {info.unit}<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=xs, y=info.totals, mode="text", text=[f"{v:.3g} {info.unit}" for v in info.totals],
+        textposition="top center", showlegend=False, hoverinfo="skip",
+        textfont={"family": FONT, "size": 12, "color": "#111827"}))
+    if info.capacity:
+        lx: list[float | None] = []
+        ly: list[float | None] = []
+        for x, cap in zip(xs, info.capacity, strict=True):
+            lx += [x - 0.42, x + 0.42, None]
+            ly += [cap, cap, None]
+        fig.add_trace(go.Scatter(
+            x=lx, y=ly, mode="lines", name="GPU capacity", line={"color": "#dc2626", "width": 2,
+                                                                 "dash": "dash"},
+            hovertemplate=f"GPU capacity: %{{y:.1f}} {info.unit}<extra></extra>"))
+    top = max([*info.totals, *(info.capacity or ())], default=1.0)
+    fig.update_layout(**base_layout(
+        450, barmode="stack", bargap=0.35,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        margin={"l": 70, "r": 20, "t": 60, "b": 110}))
+    fig.update_xaxes(tickvals=xs, ticktext=list(info.categories), range=[-0.6, len(xs) - 0.4], tickangle=0)
+    fig.update_yaxes(title_text=info.y_title, range=[0, top * 1.15], rangemode="tozero")
+    return fig

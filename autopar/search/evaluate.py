@@ -1,0 +1,145 @@
+"""Evaluate one point of the space: rules, analytical estimate, calibration, objectives, constraints.
+
+Infeasibility (a broken rule, out of memory, below --min-headroom, above --max-cost) is an outcome,
+never an exception, and comes with one scalar violation for Optuna (<= 0 feasible): broken rules
+weigh RULE_PENALTY each, memory shortfall counts in GiB, cost excess as a fraction of the cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.objectives import REGISTRY, Objective
+from autopar.perf.types import Estimate, GiB
+from autopar.search.space import Hardware, Point
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+RULE_PENALTY = 1000.0
+DEFAULT_PRICE_USD = 2.0  # per GPU-hour, last resort when neither price book nor catalog has a price
+
+EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], Estimate]
+ValidateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], list[str]]
+
+# Sentinel objective values for strategies the model cannot evaluate (finite, so Optuna accepts them).
+_WORST = {"throughput": 0.0, "headroom": -1e6, "cost": 1e12, "step_time": 1e12, "mfu": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of evaluating one point."""
+
+    estimate: Estimate | None
+    values: dict[str, float]  # every registered objective (display units); empty when a rule broke
+    feasible: bool
+    reason: str
+    violation: float  # > 0 infeasible (Optuna constraint)
+
+    def vector(self, objectives: Sequence[Objective]) -> list[float]:
+        """Values of the chosen objectives in order (sentinels when a rule broke)."""
+        return [self.values.get(o.name, _WORST[o.name]) for o in objectives]
+
+
+def resolve_price(cluster: ClusterSpec, price_book: Any, tier: str) -> tuple[float, str]:
+    """USD per GPU-hour for a cluster and where it came from (override > price book > catalog > default)."""
+    if cluster.price_usd_per_gpu_hour is not None:
+        return cluster.price_usd_per_gpu_hour, "cluster override"
+    if price_book is not None:
+        try:
+            return float(price_book.price(cluster.gpu.name, tier)), f"price book ({tier})"
+        except Exception:  # noqa: BLE001 - an unknown GPU/tier in the book falls through to the catalog
+            pass
+    if cluster.gpu.price_usd_per_hour is not None:
+        return cluster.gpu.price_usd_per_hour, "catalog default"
+    return DEFAULT_PRICE_USD, f"flat default ${DEFAULT_PRICE_USD:.2f}/GPU-h"
+
+
+def default_price_book() -> Any:
+    """The costs package's default price book, or None while it is not available."""
+    try:
+        from autopar.costs import default_price_book as dpb
+    except ImportError:
+        return None
+    return dpb()
+
+
+class Evaluator:
+    """Evaluates points of a space against fixed objectives, prices, constraints and calibration."""
+
+    def __init__(self, model: ModelSpec, hardware: Sequence[Hardware], *, prices: Sequence[float],
+                 min_headroom_gib: float = 0.0, max_cost: float | None = None, calibration: Any = None,
+                 estimate_fn: EstimateFn | None = None, validate_fn: ValidateFn | None = None):
+        from autopar.perf import estimate, validate_strategy
+
+        self.model = model
+        self.hardware = list(hardware)
+        self.prices = list(prices)
+        self.min_headroom_gib = min_headroom_gib
+        self.max_cost = max_cost
+        self.calibration = calibration
+        self.estimate_fn = estimate_fn or _unchecked(estimate)
+        self.validate_fn = validate_fn or validate_strategy
+        self.n_estimates = 0
+
+    def rules(self, point: Point) -> list[str]:
+        """Rules the point breaks ([] = valid)."""
+        hw = self.hardware[point.hw]
+        return self.validate_fn(self.model, hw.cluster, hw.workload, point.strategy)
+
+    def __call__(self, point: Point) -> Outcome:
+        """Evaluate a point: rules first, then the estimate, objectives and constraints."""
+        hw = self.hardware[point.hw]
+        broken = self.validate_fn(self.model, hw.cluster, hw.workload, point.strategy)
+        if broken:
+            return Outcome(None, {}, False, "rule: " + "; ".join(broken), RULE_PENALTY * len(broken))
+        est = self.estimate_fn(self.model, hw.cluster, hw.workload, point.strategy)
+        self.n_estimates += 1
+        if self.calibration is not None:
+            est = apply_calibration(est, self.calibration, self.model, hw, point.strategy)
+        values = {name: o.value(est, hw.cluster, self.prices[point.hw]) for name, o in REGISTRY.items()}
+        reasons, violation = [], 0.0
+        need = self.min_headroom_gib - values["headroom"]
+        if not est.fits or need > 0:
+            short = max(need, 0.0, -values["headroom"])
+            if not est.fits:
+                reasons.append(f"out of memory: needs {est.peak_memory_bytes / GiB:.1f} GiB of "
+                               f"{est.capacity_bytes / GiB:.1f} GiB")
+            else:
+                reasons.append(f"headroom {values['headroom']:.1f} GiB < min {self.min_headroom_gib:g} GiB")
+            violation += max(short, 1e-3)
+        if self.max_cost is not None and values["cost"] > self.max_cost:
+            reasons.append(f"cost ${values['cost']:.3f}/Mtoken > max ${self.max_cost:g}")
+            violation += (values["cost"] - self.max_cost) / self.max_cost + 1e-3
+        return Outcome(est, values, not reasons, "; ".join(reasons), violation)
+
+
+def _unchecked(estimate: EstimateFn) -> EstimateFn:
+    """The estimator without its own rule check (the evaluator has just validated the strategy)."""
+    import inspect
+
+    if "check" in inspect.signature(estimate).parameters:
+        return lambda m, c, w, s: estimate(m, c, w, s, check=False)  # type: ignore[call-arg]
+    return estimate
+
+
+def apply_calibration(est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware,
+                      strategy: Strategy) -> Estimate:
+    """Scale throughput-like figures of an estimate by the corrector's factor (and note the band)."""
+    factor, lo, hi = calibration.throughput_factor(model, hw.cluster, hw.workload, strategy, est)
+    if factor <= 0:
+        return est
+    note = f"calibrated throughput x{factor:.3f} (band x{lo:.3f}-x{hi:.3f})"
+    return dataclasses.replace(
+        est,
+        step_time_s=est.step_time_s / factor,
+        tokens_per_s=est.tokens_per_s * factor,
+        tokens_per_s_per_gpu=est.tokens_per_s_per_gpu * factor,
+        model_tflops_per_gpu=est.model_tflops_per_gpu * factor,
+        hw_tflops_per_gpu=est.hw_tflops_per_gpu * factor,
+        mfu=est.mfu * factor,
+        mfu_causal=est.mfu_causal * factor,
+        hfu=est.hfu * factor,
+        notes=(*est.notes, note),
+    )

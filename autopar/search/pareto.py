@@ -1,0 +1,216 @@
+"""Pareto maths and the Pareto table: non-dominated filtering, exact hypervolume, the front as a DataFrame.
+
+Convention inside: objective matrices are *minimised* (maximised objectives are negated first with
+``to_min_matrix``), one row per point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from autopar.objectives import Objective
+from autopar.search.result import TrialRecord
+
+
+def to_min_matrix(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> np.ndarray:
+    """Objective values of the records as an (n, k) matrix to minimise."""
+    return np.array([[o.to_min(r.values[o.name]) for o in objectives] for r in records],
+                    dtype=float).reshape(len(records), len(objectives))
+
+
+def nondominated_mask(F: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows of F (minimised) that no other row dominates; equal rows all survive.
+
+    Rows are visited in lexicographic order, so a row can only be dominated by an earlier one, and by
+    transitivity it suffices to compare it with the non-dominated rows kept so far.
+    """
+    F = np.asarray(F, dtype=float)
+    n = F.shape[0]
+    mask = np.zeros(n, dtype=bool)
+    if n == 0:
+        return mask
+    order = np.lexsort(F.T[::-1])
+    front = np.empty_like(F)
+    k = 0
+    for i in order:
+        p = F[i]
+        if k:
+            kept = front[:k]
+            if np.any(np.all(kept <= p, axis=1) & np.any(kept < p, axis=1)):
+                continue
+        front[k] = p
+        k += 1
+        mask[i] = True
+    return mask
+
+
+class FrontTracker:
+    """Incrementally maintained non-dominated set of (key, minimised vector) pairs."""
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self._F = np.empty((0, 0))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: Any, vec: Sequence[float]) -> bool:
+        """Insert a point; returns True if it joined the front (dropping those it dominates)."""
+        v = np.asarray(vec, dtype=float)
+        cur = self._F
+        if len(self.keys):
+            if np.any(np.all(cur <= v, axis=1) & np.any(cur < v, axis=1)):
+                return False
+            keep = ~(np.all(v <= cur, axis=1) & np.any(v < cur, axis=1))
+            self.keys = [k for k, m in zip(self.keys, keep, strict=True) if m]
+            self._F = np.vstack([cur[keep], v])
+        else:
+            self._F = v.reshape(1, -1)
+        self.keys.append(key)
+        return True
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self._F
+
+
+def nondominated_mask_slow(F: np.ndarray) -> np.ndarray:
+    """All-pairs oracle for ``nondominated_mask`` (O(n^2), for tests)."""
+    F = np.asarray(F, dtype=float)
+    n = F.shape[0]
+    out = np.ones(n, dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            if i != j and all(F[j] <= F[i]) and any(F[j] < F[i]):
+                out[i] = False
+                break
+    return out
+
+
+def hypervolume(F: np.ndarray, ref: Sequence[float]) -> float:
+    """Exact hypervolume dominated by the rows of F (minimised) and bounded by `ref`.
+
+    Points not strictly better than `ref` in every objective contribute nothing. 2-D is a sweep;
+    higher dimensions slice along the last objective (exact; fine for fronts of a few hundred points
+    in 3-4 objectives).
+    """
+    F = np.asarray(F, dtype=float)
+    r = np.asarray(ref, dtype=float)
+    if F.size == 0:
+        return 0.0
+    F = F[np.all(r > F, axis=1)]
+    if F.shape[0] == 0:
+        return 0.0
+    F = F[nondominated_mask(F)]
+    return _hv(F, r)
+
+
+def _hv(F: np.ndarray, r: np.ndarray) -> float:
+    d = F.shape[1]
+    if d == 1:
+        return float(r[0] - F[:, 0].min())
+    if d == 2:
+        P = F[np.lexsort((F[:, 1], F[:, 0]))]
+        area, best_y = 0.0, r[1]
+        for x, y in P:
+            if y < best_y:
+                area += (r[0] - x) * (best_y - y)
+                best_y = y
+        return float(area)
+    P = F[np.argsort(F[:, -1], kind="stable")]
+    total = 0.0
+    for i in range(P.shape[0]):
+        z_hi = P[i + 1, -1] if i + 1 < P.shape[0] else r[-1]
+        depth = z_hi - P[i, -1]
+        if depth > 0:
+            sub = P[: i + 1, :-1]
+            total += depth * _hv(sub[nondominated_mask(sub)], r[:-1])
+    return float(total)
+
+
+def normalize(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray) -> np.ndarray:
+    """Scale minimised objectives so that ideal -> 0 and nadir -> 1 (flat objectives -> 0)."""
+    span = np.where(nadir > ideal, nadir - ideal, 1.0)
+    return (np.asarray(F, dtype=float) - ideal) / span
+
+
+def reference_bounds(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ideal and nadir points of a front (component-wise best and worst), minimised."""
+    F = np.asarray(F, dtype=float)
+    return F.min(axis=0), F.max(axis=0)
+
+
+def normalized_hypervolume(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray, margin: float = 0.1) -> float:
+    """Hypervolume after normalising with (ideal, nadir); reference point = (1 + margin, ...).
+
+    Use the same (ideal, nadir) for the fronts you compare, e.g. those of the exhaustive front.
+    """
+    if len(F) == 0:
+        return 0.0
+    Z = normalize(F, ideal, nadir)
+    return hypervolume(Z, [1.0 + margin] * Z.shape[1])
+
+
+# --- the Pareto table ----------------------------------------------------------------------------
+STRATEGY_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "micro_batch", "recompute",
+                    "pp_schedule")
+
+
+def record_row(r: TrialRecord) -> dict[str, Any]:
+    """One flat table row for a trial: hardware, strategy, every objective value, key breakdown figures."""
+    s = r.strategy
+    row: dict[str, Any] = {"trial": r.number, "gpu": r.gpu, "num_gpus": r.num_gpus, "precision": r.precision,
+                           "label": s.label()}
+    row.update({k: getattr(s, k) for k in STRATEGY_COLUMNS})
+    row.update(r.values)
+    e = r.estimate
+    if e is not None:
+        t = e.time
+        step = e.step_time_s or 1.0
+        row.update({
+            "step_s": e.step_time_s,
+            "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+            "mfu_pct": 100.0 * e.mfu,
+            "mem_gib": e.peak_memory_bytes / 2**30,
+            "mem_states_gib": (e.memory.weights + e.memory.grads + e.memory.optimizer) / 2**30,
+            "mem_activations_gib": (e.memory.activations + e.memory.logits) / 2**30,
+            "capacity_gib": e.capacity_bytes / 2**30,
+            "bottleneck": e.bottleneck,
+            "compute_pct": 100.0 * t.compute / step,
+            "comm_pct": 100.0 * t.comm / step,
+            "bubble_pct": 100.0 * t.bubble / step,
+        })
+    return row
+
+
+def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> pd.DataFrame:
+    """The Pareto set as a DataFrame, sorted by the first objective (best first)."""
+    rows = [record_row(r) for r in front]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    o = objectives[0]
+    df = df.sort_values([o.name, "trial"], ascending=[not o.maximize, True], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def pareto_records(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
+    """The feasible, non-dominated records (one per distinct hardware+strategy), marking them."""
+    seen: dict[tuple[Any, ...], TrialRecord] = {}
+    for r in records:
+        if r.feasible:
+            key = (r.gpu, r.num_gpus, r.precision, r.strategy)
+            seen.setdefault(key, r)
+    cand = list(seen.values())
+    if not cand:
+        return []
+    mask = nondominated_mask(to_min_matrix(cand, objectives))
+    front = [r for r, m in zip(cand, mask, strict=True) if m]
+    ids = {id(r) for r in front}
+    for r in records:
+        r.dominated = id(r) not in ids
+    return front

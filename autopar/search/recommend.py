@@ -1,0 +1,182 @@
+"""Recommended points on a Pareto set, each with a plain-language "why", and the no-fit message.
+
+Roles: one per chosen objective (fastest, cheapest, most_headroom, shortest_step, most_efficient)
+plus ``balanced``, the knee: every chosen objective is scaled to [0, 1] over the front (best -> 0,
+worst -> 1) and the point closest (Euclidean) to the ideal point (0, ..., 0) wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autopar.objectives import REGISTRY, Objective
+from autopar.perf.types import Estimate, GiB
+from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
+from autopar.search.result import Recommendation, TrialRecord
+
+if TYPE_CHECKING:
+    from autopar.search.space import Space
+    from autopar.specs import ModelSpec
+
+ROLE_OF = {"throughput": "fastest", "cost": "cheapest", "headroom": "most_headroom",
+           "step_time": "shortest_step", "mfu": "most_efficient"}
+
+_BOTTLENECK = {
+    "compute": ("compute-bound", ""),
+    "tp_comm": ("limited by exposed tensor-parallel collectives",
+                "a lower TP degree, keeping TP inside the NVLink domain, or TP comm overlap would help"),
+    "cp_comm": ("limited by the context-parallel KV exchange", "a lower CP degree would help"),
+    "ep_comm": ("limited by the expert all-to-all", "keeping EP inside a node or a lower EP degree would help"),
+    "pp_comm": ("limited by pipeline point-to-point transfers", "fewer pipeline stages or virtual stages would help"),
+    "dp_comm": ("limited by data-parallel gradient reduction / parameter gathers",
+                "more gradient accumulation (smaller dp or micro-batch), ZeRO-1 instead of ZeRO-3, or faster NICs would help"),
+    "bubble": ("limited by the pipeline bubble",
+               "more micro-batches per step, interleaving (vpp) or fewer pipeline stages would help"),
+    "optimizer": ("limited by the optimizer step", "sharding the optimizer (ZeRO-1+) would help"),
+}
+
+
+def _fmt(name: str, v: float) -> str:
+    """An objective value with its unit, compactly."""
+    if name == "throughput":
+        return f"{v:,.0f} tokens/s"
+    if name == "headroom":
+        return f"{v:.1f} GiB headroom"
+    if name == "cost":
+        return f"${v:.3f}/Mtoken"
+    if name == "step_time":
+        return f"{v:.2f} s/step"
+    return f"{v:.1f}% MFU"
+
+
+def _delta(name: str, a: float, b: float) -> str:
+    """How b differs from a on one objective, in words ('2.1 GiB more headroom', '3.0% slower')."""
+    if name == "headroom":
+        return f"{abs(b - a):.1f} GiB {'more' if b > a else 'less'} headroom"
+    if name == "mfu":
+        return f"{abs(b - a):.1f} points {'more' if b > a else 'less'} MFU"
+    rel = (b - a) / abs(a) * 100 if a else 0.0
+    word = {"throughput": ("faster", "slower"), "cost": ("more expensive", "cheaper"),
+            "step_time": ("longer per step", "shorter per step")}[name]
+    return f"{abs(rel):.1f}% {word[0] if rel >= 0 else word[1]}"
+
+
+def _compute_hint(r: TrialRecord | None) -> str:
+    """What could speed up a compute-bound point, given what it already uses."""
+    if r is None:
+        return "only faster math or more GPUs help"
+    opts = []
+    if r.precision == "bf16":
+        opts.append("FP8")
+    if r.strategy.recompute != "none":
+        opts.append("less activation recompute (costs memory)")
+    opts.append("more GPUs")
+    return "only " + ", ".join(opts[:-1]) + (" or " if len(opts) > 1 else "") + opts[-1] + " would help"
+
+
+def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
+    """One sentence on where the step time goes and what limits it."""
+    t = e.time
+    step = e.step_time_s or 1.0
+    parts = {"compute": t.compute, "TP comm": t.tp_comm, "CP comm": t.cp_comm, "EP comm": t.ep_comm,
+             "PP comm": t.pp_comm, "DP comm": t.dp_comm, "bubble": t.bubble, "optimizer": t.optimizer}
+    shown = ", ".join(f"{k} {100 * v / step:.0f}%" for k, v in parts.items() if v / step >= 0.01)
+    what, hint = _BOTTLENECK.get(e.bottleneck, (f"limited by {e.bottleneck}", ""))
+    if e.bottleneck == "compute":
+        hint = _compute_hint(r)
+    rc = f"; recompute is {100 * t.recompute / step:.0f}% of it" if t.recompute / step >= 0.01 else ""
+    return f"Its {e.step_time_s:.2f} s step is {what} ({shown}{rc}){'; ' + hint if hint else ''}."
+
+
+def explain_memory(e: Estimate) -> str:
+    """One sentence on memory use and its largest component."""
+    m = e.memory
+    cats = {"weights": m.weights, "gradients": m.grads, "optimizer states": m.optimizer,
+            "activations": m.activations, "logits": m.logits, "buffers": m.buffers, "overhead": m.overhead}
+    big = max(cats, key=lambda k: cats[k])
+    return (f"It uses {m.total / GiB:.1f} of {e.capacity_bytes / GiB:.1f} GiB per GPU "
+            f"({e.headroom_bytes / GiB:.1f} GiB free), mostly {big} ({cats[big] / GiB:.1f} GiB).")
+
+
+def _head(r: TrialRecord) -> str:
+    e = r.estimate
+    mfu = f", MFU {100 * e.mfu:.1f}%" if e is not None else ""
+    return (f"{r.strategy.label()} on {r.num_gpus}x {r.gpu} ({r.precision}): "
+            f"{r.values['throughput']:,.0f} tokens/s{mfu}, ${r.values['cost']:.3f}/Mtoken.")
+
+
+def _why(role: str, r: TrialRecord, runner: TrialRecord | None, key: str | None,
+         objectives: Sequence[Objective], dist: float | None = None) -> str:
+    """The paragraph for one recommendation."""
+    if role == "balanced":
+        lead = (f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
+                f"the front (distance {dist:.3f}).")
+    else:
+        lead = f"{role.replace('_', ' ').capitalize()}: best {REGISTRY[key].info.label.split(' (')[0].lower()} on the front."
+    text = [lead, _head(r)]
+    if r.estimate is not None:
+        text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
+    if runner is not None:
+        trades = [_delta(o.name, r.values[o.name], runner.values[o.name]) for o in objectives
+                  if abs(runner.values[o.name] - r.values[o.name]) > 1e-9 * max(1.0, abs(r.values[o.name]))]
+        said = (", ".join(trades[:-1]) + " and " + trades[-1]) if len(trades) > 1 else \
+            (trades[0] if trades else "equal on every objective")
+        text.append(f"The runner-up, {runner.strategy.label()} on {runner.num_gpus}x {runner.gpu} "
+                    f"({runner.precision}), is {said}.")
+    else:
+        text.append("It is the only point on the front.")
+    return " ".join(text)
+
+
+def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> tuple[list[int], np.ndarray]:
+    """Indices of the front sorted by normalised distance to the ideal point, and the distances."""
+    F = to_min_matrix(front, objectives)
+    ideal, nadir = reference_bounds(F)
+    d = np.linalg.norm(normalize(F, ideal, nadir), axis=1)
+    order = sorted(range(len(front)), key=lambda i: (round(float(d[i]), 12), front[i].number))
+    return order, d
+
+
+def recommend(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[Recommendation]:
+    """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons."""
+    out: list[Recommendation] = []
+    if not front:
+        return out
+    for o in objectives:
+        ranked = sorted(front, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
+        best = ranked[0]
+        runner = next((r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
+                      ranked[1] if len(ranked) > 1 else None)
+        out.append(Recommendation(ROLE_OF[o.name], best, _why(ROLE_OF[o.name], best, runner, o.name, objectives)))
+    order, d = knee_order(front, objectives)
+    best = front[order[0]]
+    runner = front[order[1]] if len(order) > 1 else None
+    out.append(Recommendation("balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]]))))
+    return out
+
+
+def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord]) -> str:
+    """Why nothing is feasible: the smallest memory need found and what to change."""
+    ests = [r for r in records if r.estimate is not None]
+    if not ests:
+        reasons = sorted({r.reason for r in records if r.reason})[:3]
+        return (f"no strategy for {model.name} passes the parallelism rules on these GPUs"
+                + (f" (e.g. {'; '.join(reasons)})" if reasons else "")
+                + "; change --gpus, --global-batch or --seq-len")
+    best = min(ests, key=lambda r: r.estimate.peak_memory_bytes - r.estimate.capacity_bytes)
+    e, s = best.estimate, best.strategy
+    if e.fits:
+        return ("strategies fit in memory but none meets the constraints (--min-headroom / --max-cost); "
+                f"the closest is {s.label()}: {best.reason}; relax the constraint")
+    tips = ["more GPUs (--gpus)"]
+    if s.recompute != "full":
+        tips.append("full activation recompute")
+    if s.zero != 3:
+        tips.append("ZeRO-3")
+    tips += ["a shorter --seq-len", "a smaller --global-batch", "a GPU with more memory (--gpu)"]
+    return (f"nothing fits in memory: the smallest need found is {e.peak_memory_bytes / GiB:.1f} GiB per GPU "
+            f"({s.label()} on {best.num_gpus}x {best.gpu}) against {e.capacity_bytes / GiB:.1f} GiB usable; "
+            f"try {', '.join(tips)}")

@@ -1,0 +1,354 @@
+"""The search space: every knob value that can be valid for a model, cluster(s) and workload.
+
+The space is a list of *layouts* (hardware option, tp, pp, cp, ep with dp derived), each with the
+micro-batch/virtual-stage pairs, SP settings, ZeRO stages and recompute modes it allows. Points are
+numbered 0..size-1 (``point(i)`` unranks one), so the space can be counted, enumerated and sampled
+uniformly without materialising it. ``decode`` maps Optuna's per-knob categorical choices onto a
+point, repairing dependent knobs (vpp, sp, micro-batch) and reporting the rest as rule violations.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+MIN_TOKENS_PER_CP_RANK = 1024  # below this a CP rank's two causal chunks are too short to overlap the ring
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of n, ascending."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One hardware option of the search: a cluster and the GEMM precision it trains in."""
+
+    cluster: ClusterSpec
+    precision: str
+    workload: Workload  # the user's workload with this precision
+
+    @property
+    def gpu(self) -> str:
+        return self.cluster.gpu.name
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    def label(self) -> str:
+        """E.g. '64x H100-SXM bf16'."""
+        return f"{self.num_gpus}x {self.gpu} {self.precision}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A (hardware, tp, pp, cp, ep) grid with dp derived, and the knob values it allows."""
+
+    hw: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    mb_vpp: tuple[tuple[int, int], ...]  # allowed (micro_batch, vpp) pairs
+    sp: tuple[bool, ...]
+    zero: tuple[int, ...] = ZERO_STAGES
+    recompute: tuple[str, ...] = RECOMPUTE
+
+    @property
+    def size(self) -> int:
+        return len(self.mb_vpp) * len(self.sp) * len(self.zero) * len(self.recompute)
+
+    def strategy(self, j: int) -> Strategy:
+        """The j-th strategy of this layout (0 <= j < size)."""
+        j, r = divmod(j, len(self.recompute))
+        j, z = divmod(j, len(self.zero))
+        j, s = divmod(j, len(self.sp))
+        mb, vpp = self.mb_vpp[j]
+        return Strategy(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, vpp=vpp,
+                        sp=self.sp[s], zero=self.zero[z], micro_batch=mb, recompute=self.recompute[r],
+                        pp_schedule="interleaved" if vpp > 1 else "1f1b")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point of the space: which hardware option and which strategy."""
+
+    hw: int
+    strategy: Strategy
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Hashable identity used by the duplicate cache."""
+        s = self.strategy
+        return (self.hw, s.tp, s.pp, s.cp, s.ep, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
+
+
+def _tp_values(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
+    """TP degrees: divide the heads, KV heads and dense FFN, and fit in (and divide) one NVLink domain."""
+    node = min(cluster.node_size, cluster.num_gpus)
+    kv = model.heads if model.is_mla else model.kv
+    ffn = model.ffn_hidden if model.layers > model.moe_layers else 0
+    return [t for t in divisors(node)
+            if model.heads % t == 0 and kv % t == 0 and ffn % t == 0 and cluster.num_gpus % t == 0]
+
+
+def _pp_values(model: ModelSpec, rest: int) -> list[int]:
+    """PP degrees: divide the layer count and the GPUs left after TP."""
+    return [p for p in divisors(model.layers) if rest % p == 0]
+
+
+def _cp_values(workload: Workload, rest: int) -> list[int]:
+    """CP degrees: seq % (2 cp) == 0 (causal load balancing), >= MIN_TOKENS_PER_CP_RANK tokens per rank."""
+    s = workload.seq_len
+    return [c for c in divisors(rest)
+            if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_TOKENS_PER_CP_RANK)]
+
+
+def _ep_values(model: ModelSpec, dp_cp: int) -> list[int]:
+    """EP degrees (MoE only): divide the routed experts and the dp*cp ranks experts fold out of."""
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(model.experts) if dp_cp % e == 0]
+
+
+def _mb_vpp(model: ModelSpec, workload: Workload, pp: int, dp: int) -> tuple[tuple[int, int], ...]:
+    """(micro_batch, vpp) pairs: mb divides B/dp; vpp > 1 needs pp > 1, L % (pp vpp) == 0 and m % pp == 0."""
+    per_rank = workload.global_batch // dp
+    pairs = []
+    for mb in divisors(per_rank):
+        m = per_rank // mb
+        pairs.append((mb, 1))
+        if pp > 1 and m % pp == 0:
+            pairs += [(mb, v) for v in divisors(model.layers // pp) if v > 1]
+    return tuple(pairs)
+
+
+def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
+    """Every valid (hardware, tp, pp, cp, ep) layout with its allowed micro-batch/vpp/SP values."""
+    out: list[Layout] = []
+    for h, hw in enumerate(hardware):
+        n, wl = hw.num_gpus, hw.workload
+        for tp in _tp_values(model, hw.cluster):
+            for pp in _pp_values(model, n // tp):
+                for cp in _cp_values(wl, n // (tp * pp)):
+                    dp = n // (tp * pp * cp)
+                    if wl.global_batch % dp:
+                        continue
+                    for ep in _ep_values(model, dp * cp):
+                        # SP needs tp > 1; Megatron requires it for MoE with tp > 1 and ep > 1.
+                        sp = (False,) if tp == 1 else ((True,) if ep > 1 else (False, True))
+                        out.append(Layout(h, tp, pp, cp, ep, dp, _mb_vpp(model, wl, pp, dp), sp))
+    return out
+
+
+@dataclass
+class Space:
+    """The countable, enumerable, samplable strategy space of one search problem."""
+
+    model: ModelSpec
+    hardware: list[Hardware]
+    layouts: list[Layout]
+    skipped: list[str] = field(default_factory=list)  # hardware options dropped, with the reason
+    _cum: list[int] = field(init=False, repr=False)
+    _index: dict[tuple[int, int, int, int, int], Layout] = field(init=False, repr=False)
+    _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._cum, total = [], 0
+        for lay in self.layouts:
+            total += lay.size
+            self._cum.append(total)
+        self._index = {(lay.hw, lay.tp, lay.pp, lay.cp, lay.ep): lay for lay in self.layouts}
+
+    @property
+    def size(self) -> int:
+        """Number of knob combinations offered (hardware included)."""
+        return self._cum[-1] if self._cum else 0
+
+    def point(self, i: int) -> Point:
+        """The i-th point (0 <= i < size): unranks without enumerating."""
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        k = bisect.bisect_right(self._cum, i)
+        lay = self.layouts[k]
+        j = i - (self._cum[k - 1] if k else 0)
+        return Point(lay.hw, lay.strategy(j))
+
+    def __iter__(self) -> Iterator[Point]:
+        """Every point, in index order."""
+        for lay in self.layouts:
+            for j in range(lay.size):
+                yield Point(lay.hw, lay.strategy(j))
+
+    def sample(self, rng: random.Random) -> Point:
+        """A uniformly random point."""
+        return self.point(rng.randrange(self.size))
+
+    # --- Optuna encoding: one categorical parameter per knob ------------------------------------
+    def distributions(self) -> dict[str, list[Any]]:
+        """Categorical choices per knob (union over layouts; knobs with one value are left out)."""
+        if self._dists is not None:
+            return self._dists
+        hw = self.hardware
+        d: dict[str, list[Any]] = {
+            "gpu": _uniq(h.gpu for h in hw),
+            "num_gpus": sorted(_uniq(h.num_gpus for h in hw)),
+            "precision": _uniq(h.precision for h in hw),
+            "tp": sorted(_uniq(lay.tp for lay in self.layouts)),
+            "pp": sorted(_uniq(lay.pp for lay in self.layouts)),
+            "vpp": sorted(_uniq(v for lay in self.layouts for _, v in lay.mb_vpp)),
+            "cp": sorted(_uniq(lay.cp for lay in self.layouts)),
+            "ep": sorted(_uniq(lay.ep for lay in self.layouts)),
+            "sp": sorted(_uniq(s for lay in self.layouts for s in lay.sp)),
+            "zero": list(ZERO_STAGES),
+            "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
+            "recompute": list(RECOMPUTE),
+        }
+        self._dists = {k: v for k, v in d.items() if len(v) > 1}
+        return self._dists
+
+    def hardware_index(self, gpu: str, num_gpus: int, precision: str) -> int | None:
+        """Index of the hardware option with these values, or None when it was skipped."""
+        for i, h in enumerate(self.hardware):
+            if (h.gpu, h.num_gpus, h.precision) == (gpu, num_gpus, precision):
+                return i
+        return None
+
+    def decode(self, params: dict[str, Any]) -> Point | str:
+        """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid."""
+        h0 = self.hardware[0]
+        gpu, n, prec = params.get("gpu", h0.gpu), params.get("num_gpus", h0.num_gpus), \
+            params.get("precision", h0.precision)
+        h = self.hardware_index(gpu, n, prec)
+        lays = self.layouts
+        first = lays[0] if lays else None
+        tp, pp, cp, ep = (params.get(k, getattr(first, k, 1)) for k in ("tp", "pp", "cp", "ep"))
+        if h is None:
+            return f"{n}x {gpu} in {prec} is not a usable hardware option"
+        lay = self._index.get((h, tp, pp, cp, ep))
+        if lay is None:
+            return _layout_reason(self.model, self.hardware[h], tp, pp, cp, ep)
+        mb_want = params.get("micro_batch", lay.mb_vpp[0][0])
+        mbs = sorted({mb for mb, _ in lay.mb_vpp})
+        below = [mb for mb in mbs if mb <= mb_want]
+        mb = below[-1] if below else mbs[0]
+        v_want = params.get("vpp", 1)
+        vs = [v for m, v in lay.mb_vpp if m == mb and v <= v_want]
+        vpp = max(vs) if vs else 1
+        sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
+        zero = params.get("zero", lay.zero[0])
+        rc = params.get("recompute", lay.recompute[0])
+        s = Strategy(tp=tp, pp=pp, dp=lay.dp, cp=cp, ep=ep, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
+                     recompute=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        return Point(h, s)
+
+    def point_of_key(self, key: tuple[Any, ...]) -> Point:
+        """Rebuild a point from its cache key."""
+        h, tp, pp, cp, ep, vpp, sp, zero, mb, rc = key
+        dp = self.hardware[h].num_gpus // (tp * pp * cp)
+        return Point(h, Strategy(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
+                                 recompute=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b"))
+
+    def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
+        """Points that differ from `point` in one knob (after repair), without duplicates.
+
+        adjacent=True only moves ordered knobs to the next value up or down.
+        """
+        base = self.encode(point)
+        out: dict[tuple[Any, ...], Point] = {}
+        for knob, values in self.distributions().items():
+            i = values.index(base[knob])
+            cand = values[max(0, i - 1): i + 2] if adjacent and knob in _ORDERED else values
+            for v in cand:
+                if v == base[knob]:
+                    continue
+                q = self.decode({**base, knob: v})
+                if isinstance(q, Point) and q.key != point.key:
+                    out.setdefault(q.key, q)
+        return list(out.values())
+
+    def encode(self, point: Point) -> dict[str, Any]:
+        """The per-knob choices that decode to this point (used to enqueue it in Optuna)."""
+        hw, s = self.hardware[point.hw], point.strategy
+        full = {"gpu": hw.gpu, "num_gpus": hw.num_gpus, "precision": hw.precision, "tp": s.tp, "pp": s.pp,
+                "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "sp": s.sp, "zero": s.zero,
+                "micro_batch": s.micro_batch, "recompute": s.recompute}
+        return {k: full[k] for k in self.distributions()}
+
+
+_ORDERED = {"num_gpus", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "recompute"}
+
+
+def _uniq(items: Any) -> list[Any]:
+    out: list[Any] = []
+    for x in items:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _layout_reason(model: ModelSpec, hw: Hardware, tp: int, pp: int, cp: int, ep: int) -> str:
+    """A readable sentence saying why a (tp, pp, cp, ep) grid is not offered on this hardware."""
+    n, wl = hw.num_gpus, hw.workload
+    if tp not in _tp_values(model, hw.cluster):
+        return (f"tp={tp} must divide heads={model.heads}, kv_heads={model.kv} and ffn_hidden and fit in "
+                f"{hw.cluster.node_size} GPUs per node")
+    if n % (tp * pp * cp):
+        return f"tp*pp*cp={tp * pp * cp} does not divide {n} GPUs"
+    if model.layers % pp:
+        return f"pp={pp} does not divide layers={model.layers}"
+    if cp not in _cp_values(wl, n // (tp * pp)):
+        return f"cp={cp} needs seq_len={wl.seq_len} divisible by {2 * cp} with >= {MIN_TOKENS_PER_CP_RANK} tokens per rank"
+    dp = n // (tp * pp * cp)
+    if wl.global_batch % dp:
+        return f"global_batch={wl.global_batch} is not a multiple of dp={dp}"
+    if model.is_moe and ep not in _ep_values(model, dp * cp):
+        return f"ep={ep} must divide experts={model.experts} and dp*cp={dp * cp}"
+    return f"ep={ep} is only for MoE models" if ep > 1 else "layout not offered"
+
+
+def make_hardware(clusters: Sequence[ClusterSpec], workload: Workload,
+                  precisions: Sequence[str] | None = None) -> tuple[list[Hardware], list[str]]:
+    """Cross clusters with precisions; drop fp8 on GPUs without FP8 peaks (and say so)."""
+    precs = list(precisions or [workload.precision])
+    bad = [p for p in precs if p not in ("bf16", "fp8")]
+    if bad:
+        raise AutoparError(f"precision={bad[0]!r}: allowed values are bf16, fp8")
+    out, skipped = [], []
+    for c in clusters:
+        for p in precs:
+            if p == "fp8" and not c.gpu.fp8_flops:
+                skipped.append(f"{c.gpu.name} has no FP8 tensor cores; fp8 skipped on it")
+                continue
+            out.append(Hardware(c, p, workload.model_copy(update={"precision": p})))
+    return out, skipped
+
+
+def build_space(model: ModelSpec, clusters: ClusterSpec | Sequence[ClusterSpec], workload: Workload,
+                precisions: Sequence[str] | None = None) -> Space:
+    """Build the space for a model over one or several clusters and precisions."""
+    cl = [clusters] if isinstance(clusters, ClusterSpec) else list(clusters)
+    if not cl:
+        raise AutoparError("clusters: expected at least one cluster")
+    hardware, skipped = make_hardware(cl, workload, precisions)
+    if not hardware:
+        raise AutoparError("precision: no hardware option left (" + "; ".join(skipped) + ")")
+    return Space(model, hardware, build_layouts(model, hardware), skipped)

@@ -1,0 +1,201 @@
+"""`optimize`: build the space, run a search loop, assemble the SearchResult (Pareto set, notes, stats).
+
+See autopar/search/loops.py for the NSGA-II and exhaustive loops and what the budget counts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.objectives import Objective, parse_objectives
+from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
+from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive, run_nsga2
+from autopar.search.pareto import (
+    normalized_hypervolume,
+    pareto_frame,
+    pareto_records,
+    reference_bounds,
+    to_min_matrix,
+)
+from autopar.search.recommend import no_fit_message, recommend
+from autopar.search.result import SearchResult, TrialRecord
+from autopar.search.space import Point, Space, build_space
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+SAMPLERS = ("nsga2", "exhaustive")
+EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
+VALID_COUNT_SAMPLES = 2_000
+
+
+def count_valid(space: Space, ev: Evaluator, rng: random.Random) -> tuple[int, bool]:
+    """How many points pass validate_strategy: exact up to EXACT_VALID_COUNT_LIMIT, else sampled."""
+    if space.size <= EXACT_VALID_COUNT_LIMIT:
+        return sum(not ev.rules(pt) for pt in space), True
+    n = VALID_COUNT_SAMPLES
+    ok = sum(not ev.rules(space.sample(rng)) for _ in range(n))
+    return round(space.size * ok / n), False
+
+
+def _records(run: Run, space: Space) -> list[TrialRecord]:
+    """One TrialRecord per distinct point (numbered by its first trial), invalid grids included."""
+    recs = []
+    for key, out in run.outcomes.items():
+        pt, hw = run.points[key], space.hardware[run.points[key].hw]
+        recs.append(TrialRecord(run.first_trial.get(key, -1), pt.strategy, hw.num_gpus, hw.gpu,
+                                hw.precision, out.estimate, dict(out.values), out.feasible, out.reason))
+    h0, lay0 = space.hardware[0], space.layouts[0]
+    for number, params, reason in run.invalid.values():
+        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep")}
+        n = params.get("num_gpus", h0.num_gpus)
+        knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        s = Strategy(**knobs, **{k: params[k] for k in ("sp", "zero", "micro_batch", "recompute") if k in params})
+        recs.append(TrialRecord(number, s, n, params.get("gpu", h0.gpu),
+                                params.get("precision", h0.precision), None, {}, False, reason))
+    recs.sort(key=lambda r: r.number)
+    return recs
+
+
+def _leanest(space: Space, ev: Evaluator) -> list[TrialRecord]:
+    """Per layout, the least memory-hungry strategy (full recompute, ZeRO-3, smallest micro-batch, SP)."""
+    out = []
+    for lay in space.layouts:
+        mb = min(m for m, _ in lay.mb_vpp)
+        s = Strategy(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, ep=lay.ep, sp=lay.sp[-1], zero=3,
+                     micro_batch=mb, recompute="full")
+        o, hw = ev(Point(lay.hw, s)), space.hardware[lay.hw]
+        out.append(TrialRecord(-1, s, hw.num_gpus, hw.gpu, hw.precision, o.estimate, dict(o.values),
+                               o.feasible, o.reason))
+    return out
+
+
+def _notes(space: Space, objectives: Sequence[Objective], prices: list[tuple[float, str]], budget: int,
+           sampler: str, run: Run) -> list[str]:
+    names = [o.name for o in objectives]
+    notes = list(space.skipped)
+    clusters = {(h.gpu, h.num_gpus) for h in space.hardware}
+    if "cost" in names and len(clusters) == 1 and len({p for p, _ in prices}) == 1:
+        gpu, n = next(iter(clusters))
+        notes.append(f"cost collapses onto throughput: on one fixed cluster ({n}x {gpu} at "
+                     f"${prices[0][0]:.2f}/GPU-h) $/Mtoken = price x GPUs / throughput, so the cheapest "
+                     "point is the fastest; search GPU counts (--gpus 64..512) or types (--gpu A,B) "
+                     "to make cost a real trade-off")
+    for (_price, src), h in zip(prices, space.hardware, strict=True):
+        if src.startswith("flat default"):
+            notes.append(f"no price known for {h.gpu}: using the {src}")
+    if sampler == "nsga2" and budget > space.size:
+        notes.append(f"budget {budget} exceeds the space size {space.size}: every point was evaluated; "
+                     "--sampler exhaustive does this faster")
+    if run.timed_out:
+        notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
+    return notes
+
+
+def optimize(model: ModelSpec, clusters: ClusterSpec | list[ClusterSpec], workload: Workload, *,
+             budget: int = 300, objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
+             seed: int = 0, sampler: str = "nsga2", storage: Any = None, study_name: str | None = None,
+             timeout: float | None = None, min_headroom_gib: float = 0.0, max_cost: float | None = None,
+             precisions: list[str] | None = None, price_book: Any = None, tier: str = "on_demand",
+             calibration: Any = None, progress: bool = False, local_search: float = LOCAL_SEARCH_SHARE,
+             estimate_fn: Any = None) -> SearchResult:
+    """Search parallelism strategies and return every trial, the Pareto set and recommendations.
+
+    `local_search` is the share of post-exploration trials spent on one-knob moves from the front
+    (0 = plain NSGA-II). `estimate_fn` replaces the analytical model (tests only).
+    """
+    t0 = time.perf_counter()
+    if sampler not in SAMPLERS:
+        raise AutoparError(f"sampler={sampler!r}: allowed values are {', '.join(SAMPLERS)}")
+    if not 0.0 <= local_search <= 1.0:
+        raise AutoparError(f"local_search={local_search}: must be in [0, 1]")
+    if budget < 1:
+        raise AutoparError(f"budget={budget}: must be at least 1")
+    if timeout is not None and timeout <= 0:
+        raise AutoparError(f"timeout={timeout}: must be positive (seconds)")
+    if max_cost is not None and max_cost <= 0:
+        raise AutoparError(f"max-cost={max_cost}: must be positive ($/Mtoken)")
+    objs = parse_objectives(objectives)
+    space = build_space(model, clusters, workload, precisions)
+    if space.size == 0:
+        raise AutoparError(f"no parallel layout of {model.name} fits these GPU counts and global_batch="
+                           f"{workload.global_batch} (dp must divide it); change --global-batch or --gpus")
+    book = price_book if price_book is not None else default_price_book()
+    prices = [resolve_price(h.cluster, book, tier) for h in space.hardware]
+    ev = Evaluator(model, space.hardware, prices=[p for p, _ in prices], min_headroom_gib=min_headroom_gib,
+                   max_cost=max_cost, calibration=calibration, estimate_fn=estimate_fn)
+    fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
+    t_search = time.perf_counter()
+    if sampler == "exhaustive":
+        run = run_exhaustive(space, ev, objs, timeout, progress)
+    else:
+        run = run_nsga2(space, ev, objs, budget=budget, seed=seed, storage=storage, study_name=study_name,
+                         timeout=timeout, progress=progress, fp=fp, local_search=local_search)
+    search_s = time.perf_counter() - t_search
+    if sampler == "exhaustive" and not run.timed_out:
+        valid, exact = sum(not o.reason.startswith("rule:") for o in run.outcomes.values()), True
+    else:
+        valid, exact = count_valid(space, ev, random.Random(seed))
+    records = _records(run, space)
+    front = pareto_records(records, objs)
+    notes = _notes(space, objs, prices, budget, sampler, run)
+    stats: dict[str, Any] = {
+        "space_valid": valid, "space_valid_exact": exact, "optuna_trials": run.n_trials,
+        "evaluated": run.n_evaluated, "duplicates": run.n_duplicates, "study_name": run.study_name,
+        "search_s": search_s, "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
+        "prices": {h.label(): {"usd_per_gpu_hour": p, "source": s}
+                   for h, (p, s) in zip(space.hardware, prices, strict=True)},
+        "fingerprint": fp,
+    }
+    if front:
+        F = to_min_matrix(front, objs)
+        all_feas = [r for r in records if r.feasible]
+        ideal, nadir = reference_bounds(to_min_matrix(all_feas, objs))
+        stats["hypervolume"] = normalized_hypervolume(F, ideal, nadir)
+        stats["hypervolume_reference"] = (
+            "objectives scaled so the best feasible value seen -> 0 and the worst -> 1 (maximised ones "
+            "negated); reference point 1.1 in each")
+    else:
+        notes.append(no_fit_message(model, space, records + _leanest(space, ev)))
+    result = SearchResult(
+        model=model, clusters=list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values()),
+        workload=workload, objectives=[o.info for o in objs], space_size=space.size, trials=records,
+        pareto=_with_training(pareto_frame(front, objs), workload.token_budget), recommended=recommend(front, objs) if front else [], seed=seed,
+        budget=budget, sampler=sampler, wall_s=0.0,
+        inputs={"model": model.name, "gpus": sorted({h.num_gpus for h in space.hardware}),
+                "gpu": list(dict.fromkeys(h.gpu for h in space.hardware)),
+                "precision": list(dict.fromkeys(h.precision for h in space.hardware)),
+                "seq_len": workload.seq_len, "global_batch": workload.global_batch,
+                "token_budget": workload.token_budget, "objectives": [o.name for o in objs],
+                "budget": budget, "seed": seed, "sampler": sampler,
+                "storage": None if storage is None else str(storage), "study_name": run.study_name,
+                "min_headroom_gib": min_headroom_gib, "max_cost": max_cost, "tier": tier},
+        notes=notes, calibration=_calibration_info(calibration), space_valid=valid, stats=stats)
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _with_training(df: Any, tokens: float | None) -> Any:
+    """Add days and dollars to train the token budget (when one is given) to the Pareto table."""
+    if tokens and not df.empty:
+        df["train_days"] = tokens / df["throughput"] / 86_400
+        df["train_cost_usd"] = df["cost"] * tokens / 1e6
+    return df
+
+
+def _calibration_info(calibration: Any) -> dict[str, Any] | None:
+    """What the report says about the corrector (None = uncalibrated)."""
+    if calibration is None:
+        return None
+    meta = getattr(calibration, "meta", None)
+    info: dict[str, Any] = {"name": getattr(meta, "name", type(calibration).__name__)}
+    for attr in ("info", "describe", "as_dict"):
+        fn = getattr(calibration, attr, None)
+        value = fn() if callable(fn) else fn
+        if isinstance(value, dict):
+            info.update(value)
+        elif isinstance(value, str):
+            info["description"] = value
+    return info

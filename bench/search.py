@@ -1,0 +1,167 @@
+"""Search benchmark: NSGA-II front quality vs the exhaustive oracle, and speed.
+
+For each problem: space size, exhaustive front (size, hypervolume, wall time), NSGA-II hypervolume
+ratio at budgets 100/300/1000 (mean and min over 5 seeds) with wall time, and raw estimator speed.
+Hypervolumes use the exhaustive front's ideal/nadir to scale each objective to [0, 1] (maximised
+objectives negated) and the reference point 1.1 in every objective.
+
+Targets (reported, not asserted): estimator >= 20,000 strategies/s; exhaustive 100k space < 10 s;
+`autopar optimize --budget 1000` for a 70B model on 1024 GPUs < 10 s end to end; HV ratio >= 0.98 at
+budget 300 on the 70B problem.
+
+Run: .venv/bin/python bench/search.py [--quick] [--seeds 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autopar.catalog import get_gpu, get_model  # noqa: E402
+from autopar.objectives import parse_objectives  # noqa: E402
+from autopar.perf import estimate, validate_strategy  # noqa: E402
+from autopar.search import build_space, optimize  # noqa: E402
+from autopar.search.pareto import normalized_hypervolume, pareto_records, reference_bounds, to_min_matrix  # noqa: E402
+from autopar.specs import ClusterSpec, Workload  # noqa: E402
+
+PROBLEMS: list[dict[str, Any]] = [
+    {"name": "Llama-3.1-8B / 8x H100-SXM", "model": "Llama-3.1-8B", "gpu": "H100-SXM", "gpus": 8,
+     "seq": 8192, "batch": 128},
+    {"name": "Llama-3.1-70B / 64x H100-SXM", "model": "Llama-3.1-70B", "gpu": "H100-SXM", "gpus": 64,
+     "seq": 8192, "batch": 512},
+    {"name": "Mixtral-8x7B / 256x H100-SXM", "model": "Mixtral-8x7B", "gpu": "H100-SXM", "gpus": 256,
+     "seq": 4096, "batch": 1024},
+    {"name": "Llama-3.1-70B / 64..512x H100-SXM,H200 (hardware searched)", "model": "Llama-3.1-70B",
+     "gpu": ["H100-SXM", "H200"], "gpus": [64, 128, 256, 512], "seq": 8192, "batch": 512},
+]
+OBJECTIVES = ("throughput", "headroom", "cost")
+
+
+def _problem(p: dict[str, Any]) -> tuple[Any, list[ClusterSpec], Workload]:
+    gpus = p["gpu"] if isinstance(p["gpu"], list) else [p["gpu"]]
+    counts = p["gpus"] if isinstance(p["gpus"], list) else [p["gpus"]]
+    clusters = [ClusterSpec(gpu=get_gpu(g), num_gpus=n) for g in gpus for n in counts]
+    return get_model(p["model"]), clusters, Workload(seq_len=p["seq"], global_batch=p["batch"])
+
+
+def estimator_speed(model: Any, clusters: list[ClusterSpec], wl: Workload, n: int = 5000) -> float:
+    """Raw validate+estimate calls per second over the first n points of the space."""
+    space = build_space(model, clusters, wl)
+    pts = []
+    for pt in space:
+        pts.append(pt)
+        if len(pts) >= n:
+            break
+    t = time.perf_counter()
+    for pt in pts:
+        hw = space.hardware[pt.hw]
+        if not validate_strategy(model, hw.cluster, hw.workload, pt.strategy):
+            estimate(model, hw.cluster, hw.workload, pt.strategy, check=False)
+    return len(pts) / (time.perf_counter() - t)
+
+
+def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, Any]:
+    """Exhaustive oracle, then NSGA-II at each budget over `seeds` seeds."""
+    model, clusters, wl = _problem(p)
+    objs = parse_objectives(list(OBJECTIVES))
+    t = time.perf_counter()
+    ex = optimize(model, clusters, wl, sampler="exhaustive", objectives=OBJECTIVES)
+    ex_s = time.perf_counter() - t
+    ex_front = pareto_records(ex.trials, objs)
+    F = to_min_matrix(ex_front, objs)
+    ideal, nadir = reference_bounds(F)
+    hv_ex = normalized_hypervolume(F, ideal, nadir)
+    out: dict[str, Any] = {
+        "problem": p["name"], "space_size": ex.space_size, "space_valid": ex.space_valid,
+        "feasible": ex.n_feasible, "exhaustive_front": len(ex_front), "exhaustive_hv": hv_ex,
+        "exhaustive_s": ex_s, "exhaustive_evals_per_s": ex.stats["evals_per_s"],
+        "estimator_per_s": estimator_speed(model, clusters, wl), "nsga2": {},
+    }
+    for b in budgets:
+        ratios, walls, fronts = [], [], []
+        for seed in range(seeds):
+            t = time.perf_counter()
+            r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES)
+            walls.append(time.perf_counter() - t)
+            front = pareto_records(r.trials, objs)
+            ratios.append(normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex
+                          if hv_ex else 0.0)
+            fronts.append(len(front))
+        out["nsga2"][b] = {"hv_ratio_mean": statistics.mean(ratios), "hv_ratio_min": min(ratios),
+                           "wall_s_mean": statistics.mean(walls), "front_mean": statistics.mean(fronts)}
+    # Ablation: plain NSGA-II (no Pareto local search) at budget 300.
+    plain = []
+    for seed in range(seeds):
+        r = optimize(model, clusters, wl, budget=300, seed=seed, objectives=OBJECTIVES, local_search=0.0)
+        front = pareto_records(r.trials, objs)
+        plain.append(normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0)
+    out["plain_nsga2_300"] = statistics.mean(plain)
+    return out
+
+
+def storage_speed(budget: int = 150) -> dict[str, float]:
+    """Optuna trials per second on the 8B problem: in memory, journal file, SQLite."""
+    model, clusters, wl = _problem(PROBLEMS[0])
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, storage in (("memory", None), ("journal", f"{d}/s.journal"), ("sqlite", f"sqlite:///{d}/s.db")):
+            t = time.perf_counter()
+            r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage)
+            out[name] = r.stats["optuna_trials"] / (time.perf_counter() - t)
+    return out
+
+
+def cli_end_to_end() -> float:
+    """Wall time of `autopar optimize --budget 1000` for Llama-3.1-70B on 1024 H100s, start-up included."""
+    cmd = [sys.executable, "-m", "autopar", "optimize", "--model", "Llama-3.1-70B", "--gpu", "H100-SXM",
+           "--gpus", "1024", "--seq-len", "8192", "--global-batch", "512", "--budget", "1000", "--json"]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    """Run the benchmark and print a table (optionally write JSON)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2 seeds, budgets 100/300, first two problems")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    budgets = [100, 300] if args.quick else [100, 300, 1000]
+    seeds = 2 if args.quick else args.seeds
+    problems = PROBLEMS[:2] if args.quick else PROBLEMS
+    results = []
+    for p in problems:
+        r = run_problem(p, budgets, seeds)
+        results.append(r)
+        print(f"\n== {r['problem']}")
+        print(f"space {r['space_size']:,} combinations, {r['space_valid']:,} valid, {r['feasible']:,} feasible; "
+              f"exhaustive front {r['exhaustive_front']} points, HV {r['exhaustive_hv']:.4f}, "
+              f"{r['exhaustive_s']:.2f} s ({r['exhaustive_evals_per_s']:,.0f} points/s); "
+              f"estimator {r['estimator_per_s']:,.0f} strategies/s")
+        for b, v in r["nsga2"].items():
+            print(f"  NSGA-II budget {b:>5}: HV ratio mean {v['hv_ratio_mean']:.4f} (min {v['hv_ratio_min']:.4f}) "
+                  f"over {seeds} seeds, front {v['front_mean']:.1f}, {v['wall_s_mean']:.2f} s")
+        print(f"  plain NSGA-II (no local search), budget 300: HV ratio mean {r['plain_nsga2_300']:.4f}")
+    e2e = cli_end_to_end()
+    print(f"\nCLI end to end, 70B on 1024 GPUs, budget 1000: {e2e:.2f} s (target < 10 s)")
+    store = storage_speed()
+    print("Optuna trials/s by storage (8B problem, budget 150): "
+          + ", ".join(f"{k} {v:,.0f}" for k, v in store.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"problems": results, "cli_e2e_s": e2e, "storage_trials_per_s": store},
+                                        indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Open a generated report in headless Chromium (Debian's /usr/bin/chromium, driven by Playwright)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from test_report_fixtures import make_result
+
+from autopar.reports.html import write_search_report
+from autopar.reports.screenshot import CHROMIUM, screenshot_report
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package"),
+]
+
+INFEASIBLE_VISIBILITY = ("() => document.getElementById('fig-pareto').data"
+                         ".filter(t => t.name.startsWith('Infeasible')).map(t => t.visible)")
+
+
+def test_report_renders_offline_in_chromium(tmp_path) -> None:
+    """Plots render (SVG in each), no console errors, labels visible, table = Pareto set, no network;
+    then sorting, the infeasible toggle and the launch tabs work. Screenshot kept in tmp_path."""
+    result = make_result()
+    path = write_search_report(result, tmp_path / "report.html")
+    fastest = next(r.trial for r in result.recommended if r.role == "fastest")
+    seen: dict[str, object] = {}
+
+    def interact(page) -> None:
+        page.set_default_timeout(15_000)
+        th = page.locator("#pareto-table th", has_text="Throughput")
+        th.click()
+        th.click()  # descending: the fastest strategy comes first
+        seen["first_row"] = page.locator("#pareto-table tbody tr").first.locator("td").first.inner_text()
+        seen["before"] = set(page.evaluate(INFEASIBLE_VISIBILITY))
+        n_points = page.locator("#fig-pareto .scatterlayer .point").count()
+        page.locator("#fig-pareto .legend .traces", has_text="Infeasible").locator(".legendtoggle").click()
+        # plotly waits out its double-click delay before toggling
+        page.wait_for_function(f"() => ({INFEASIBLE_VISIBILITY})().every(v => v === true)")
+        seen["more_points"] = page.locator("#fig-pareto .scatterlayer .point").count() > n_points
+        card = page.locator(".card").first
+        card.locator("summary").click()
+        card.locator(".tabs button[data-tab=slurm]").click()
+        seen["slurm"] = card.locator(".tabpanel.on pre").inner_text()
+
+    png = tmp_path / "report.png"
+    check = screenshot_report(path, png, expect_texts=("Fastest · Cheapest", "Most headroom", "Balanced"),
+                              actions=interact)
+    assert check.plot_ids == ["fig-pareto", "fig-memory", "fig-time", "fig-parcoords"]
+    assert check.rendered_ids == check.plot_ids  # plotly .main-svg inside every plot div
+    assert check.console_errors == []
+    assert check.blocked_requests == []  # nothing fetched from the network: self-contained
+    assert all(check.visible_texts.values()), check.visible_texts
+    assert check.table_rows == len(result.pareto)
+    assert str(seen["first_row"]).startswith(fastest.strategy.label())
+    assert seen["before"] == {"legendonly"} and seen["more_points"] is True
+    assert str(seen["slurm"]).startswith("#!/bin/bash")
+    assert png.stat().st_size > 50_000

@@ -1,0 +1,236 @@
+"""The study: determinism, NSGA-II vs exhaustive oracle, feasibility, cache, storage, notes, recommendations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.catalog import get_gpu, get_model
+from autopar.errors import AutoparError
+from autopar.objectives import parse_objectives
+from autopar.perf import estimate
+from autopar.search import optimize
+from autopar.search.evaluate import RULE_PENALTY, Evaluator
+from autopar.search.pareto import nondominated_mask_slow, to_min_matrix
+from autopar.search.space import Point, build_space
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+TINY_CLUSTER = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=4, gpus_per_node=4)
+TINY_WL = Workload(seq_len=2048, global_batch=8)
+L8B = get_model("Llama-3.1-8B")
+H100x8 = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
+WL8B = Workload(seq_len=8192, global_batch=64)
+
+
+def front_set(result):
+    cols = ["gpu", "num_gpus", "precision", "label", "throughput", "headroom", "cost"]
+    return sorted(map(tuple, result.pareto[cols].itertuples(index=False)))
+
+
+def test_same_seed_same_pareto_set():
+    a = optimize(L8B, H100x8, WL8B, budget=120, seed=7)
+    b = optimize(L8B, H100x8, WL8B, budget=120, seed=7)
+    assert front_set(a) == front_set(b)
+    assert [t.strategy for t in a.trials] == [t.strategy for t in b.trials]
+    c = optimize(L8B, H100x8, WL8B, budget=120, seed=8)
+    assert [t.strategy for t in a.trials] != [t.strategy for t in c.trials]
+
+
+@pytest.mark.parametrize("local_search", [0.0, 0.7])
+def test_nsga2_with_budget_of_space_size_finds_exhaustive_front(local_search):
+    ex = optimize(TINY, TINY_CLUSTER, TINY_WL, sampler="exhaustive")
+    assert ex.space_size == len(ex.trials) == 588 and ex.space_valid == 588
+    ga = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=588, seed=3, local_search=local_search)
+    assert ga.stats["evaluated"] == 588
+    assert front_set(ga) == front_set(ex)
+    assert any("exceeds the space size" in n for n in optimize(TINY, TINY_CLUSTER, TINY_WL, budget=700).notes)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), budget=st.integers(20, 150),
+       objectives=st.sampled_from(["throughput,headroom", "throughput,headroom,cost", "cost,mfu,headroom",
+                                   "step_time,headroom,mfu,cost"]))
+def test_returned_points_are_feasible_and_nondominated(seed, budget, objectives):
+    """Every Pareto point is feasible and not dominated by any feasible trial (all-pairs oracle)."""
+    r = optimize(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32),
+                 Workload(seq_len=4096, global_batch=128), budget=budget, seed=seed, objectives=objectives,
+                 min_headroom_gib=2.0)
+    objs = parse_objectives(objectives)
+    feas = [t for t in r.trials if t.feasible]
+    front = [t for t in r.trials if not t.dominated]
+    assert len(front) == len(r.pareto) > 0
+    for t in front:
+        assert t.feasible and t.estimate.fits and t.values["headroom"] >= 2.0
+    F = to_min_matrix(front + feas, objs)
+    mask = nondominated_mask_slow(F)
+    assert mask[: len(front)].all()
+    # ... and every feasible point the oracle keeps is on the returned front (same values).
+    kept = {tuple(row) for row in F[mask]}
+    assert kept == {tuple(row) for row in F[: len(front)]}
+
+
+def test_duplicates_are_not_re_estimated():
+    calls = []
+
+    def counting(m, c, w, s):
+        calls.append((c.num_gpus, s))
+        return estimate(m, c, w, s, check=False)
+
+    r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=200, seed=1, estimate_fn=counting)
+    assert len(calls) == len(set(calls)) == r.stats["evaluated"] == 200
+    assert r.stats["optuna_trials"] >= 200
+    estimated = [t for t in r.trials if t.estimate is not None]
+    assert len({t.strategy for t in estimated}) == len(estimated) == 200
+    # the rest are grids outside the space (tp*pp*cp not dividing 4 GPUs): recorded as broken rules
+    assert all(t.reason.startswith("rule:") and not t.feasible for t in r.trials if t.estimate is None)
+
+
+def test_rule_violation_and_oom_are_outcomes_not_exceptions():
+    space = build_space(TINY, TINY_CLUSTER, TINY_WL)
+    ev = Evaluator(TINY, space.hardware, prices=[2.0])
+    bad = ev(Point(0, Strategy(tp=2, pp=4, dp=1)))  # 2*4 = 8 > 4 GPUs, and pp=4 with tp=2
+    assert not bad.feasible and bad.reason.startswith("rule:") and bad.violation >= RULE_PENALTY
+    assert bad.estimate is None and bad.values == {}
+    big = get_model("Llama-3.1-70B")
+    c8 = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
+    wl = Workload(seq_len=8192, global_batch=64)
+    space = build_space(big, c8, wl)
+    ev = Evaluator(big, space.hardware, prices=[2.0])
+    oom = ev(Point(0, Strategy(tp=1, pp=1, dp=8, zero=0, micro_batch=8)))
+    assert not oom.feasible and "out of memory" in oom.reason
+    # violation = memory shortfall in GiB: peak - capacity
+    e = oom.estimate
+    assert oom.violation == pytest.approx((e.peak_memory_bytes - e.capacity_bytes) / 2**30)
+
+
+def test_constraints_min_headroom_and_max_cost():
+    r = optimize(L8B, H100x8, WL8B, budget=150, seed=0, min_headroom_gib=20, max_cost=5.0)
+    assert not r.pareto.empty
+    assert (r.pareto["headroom"] >= 20).all() and (r.pareto["cost"] <= 5.0).all()
+    assert any("headroom" in t.reason and "< min 20" in t.reason for t in r.trials if not t.feasible)
+
+
+def test_nothing_fits_message():
+    r = optimize(get_model("Llama-3.1-405B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
+                 Workload(seq_len=8192, global_batch=64), sampler="exhaustive")
+    assert r.pareto.empty and r.recommended == [] and r.n_feasible == 0
+    msg = r.notes[-1]
+    assert msg.startswith("nothing fits in memory: the smallest need found is")
+    assert "more GPUs" in msg and "GiB" in msg
+    # The smallest need is really the minimum over every evaluated strategy.
+    need = min(t.estimate.peak_memory_bytes for t in r.trials if t.estimate is not None) / 2**30
+    assert f"{need:.1f} GiB" in msg
+
+
+def test_cost_collapse_note_only_for_a_fixed_cluster():
+    fixed = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=30)
+    assert any(n.startswith("cost collapses onto throughput") for n in fixed.notes)
+    clusters = [ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n) for n in (8, 16)]
+    multi = optimize(L8B, clusters, WL8B, budget=100, seed=0)
+    assert not any(n.startswith("cost collapses") for n in multi.notes)
+    assert set(multi.pareto["num_gpus"]) <= {8, 16} and len(multi.clusters) == 2
+    # cost = price x GPUs / throughput on every row (price from the stats of that hardware option)
+    for row in multi.pareto.to_dict("records"):
+        price = multi.stats["prices"][f"{row['num_gpus']}x {row['gpu']} bf16"]["usd_per_gpu_hour"]
+        assert row["cost"] == pytest.approx(price * row["num_gpus"] / 3600 / row["throughput"] * 1e6)
+
+
+def test_recommendations():
+    r = optimize(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+                 Workload(seq_len=8192, global_batch=512), budget=150, seed=0)
+    roles = {x.role: x for x in r.recommended}
+    assert set(roles) == {"fastest", "most_headroom", "cheapest", "balanced"}
+    df = r.pareto
+    assert roles["fastest"].trial.values["throughput"] == df["throughput"].max()
+    assert roles["most_headroom"].trial.values["headroom"] == df["headroom"].max()
+    assert roles["cheapest"].trial.values["cost"] == df["cost"].min()
+    # balanced: min Euclidean distance to the ideal after scaling each objective to [0, 1] over the front
+    Z = np.column_stack([(df["throughput"].max() - df["throughput"]) / np.ptp(df["throughput"]),
+                         (df["headroom"].max() - df["headroom"]) / np.ptp(df["headroom"]),
+                         (df["cost"] - df["cost"].min()) / np.ptp(df["cost"])])
+    best = df.iloc[int(np.argmin(np.linalg.norm(Z, axis=1)))]
+    assert roles["balanced"].trial.strategy.label() == best["label"]
+    for rec in r.recommended:
+        assert rec.trial.estimate.bottleneck.replace("_", " ")[:4] in rec.why.lower().replace("_", " ") or \
+            "step is" in rec.why
+        assert "runner-up" in rec.why or "only point" in rec.why
+
+
+def test_calibration_scales_throughput():
+    class Half:
+        def throughput_factor(self, model, cluster, workload, strategy, est):
+            return 0.5, 0.4, 0.6
+
+    base = optimize(TINY, TINY_CLUSTER, TINY_WL, sampler="exhaustive")
+    cal = optimize(TINY, TINY_CLUSTER, TINY_WL, sampler="exhaustive", calibration=Half())
+    a = {t.strategy: t.values["throughput"] for t in base.trials}
+    b = {t.strategy: t.values["throughput"] for t in cal.trials}
+    assert all(b[s] == pytest.approx(0.5 * a[s]) for s in a)
+    assert cal.calibration == {"name": "Half"}
+
+
+def test_timeout_and_bad_inputs():
+    r = optimize(L8B, H100x8, WL8B, budget=100_000, timeout=0.3)
+    assert any("stopped by --timeout" in n for n in r.notes) and r.stats["evaluated"] < 100_000
+    with pytest.raises(AutoparError, match="sampler"):
+        optimize(TINY, TINY_CLUSTER, TINY_WL, sampler="random")
+    with pytest.raises(AutoparError, match="budget"):
+        optimize(TINY, TINY_CLUSTER, TINY_WL, budget=0)
+
+
+def test_journal_storage_resume_and_fingerprint(tmp_path):
+    path = tmp_path / "study.journal"
+    a = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=40, seed=0, storage=str(path), study_name="s")
+    b = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=40, seed=1, storage=str(path), study_name="s")
+    sa = {t.strategy for t in a.trials if t.estimate is not None}
+    sb = {t.strategy for t in b.trials if t.estimate is not None}
+    assert len(sa) == 40
+    assert len(sb) == 80 and sa < sb  # the resumed study holds both runs' distinct strategies
+    with pytest.raises(AutoparError, match="created for other inputs"):
+        optimize(TINY, TINY_CLUSTER, TINY_WL.model_copy(update={"seq_len": 4096}), budget=5,
+                 storage=str(path), study_name="s")
+
+
+WORKER = """
+import json, sys
+from autopar.catalog import get_gpu
+from autopar.search import optimize
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=4, gpus_per_node=4)
+r = optimize(m, c, Workload(seq_len=2048, global_batch=8), budget=60, seed=int(sys.argv[2]),
+             storage=sys.argv[1], study_name="shared")
+print(json.dumps({"trials": r.stats["optuna_trials"], "evaluated": r.stats["evaluated"]}))
+"""
+
+
+def test_two_processes_share_one_journal(tmp_path):
+    import optuna
+
+    path = str(tmp_path / "shared.journal")
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, path, str(seed)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    stats = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(path)))
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == sum(s["trials"] for s in stats)
+    assert all(s == optuna.trial.TrialState.COMPLETE or s == optuna.trial.TrialState.WAITING for s in states)
+    # Reloading gives the union: at least each worker's own distinct evaluations, at most their sum.
+    r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=1, storage=path, study_name="shared")
+    n = len([t for t in r.trials if t.estimate is not None])
+    assert max(s["evaluated"] for s in stats) < n <= sum(s["evaluated"] for s in stats) + 1
