@@ -191,3 +191,18 @@ def test_memory_factor(tmp_path, published, small_cal):
     assert "memory corrector on 20 runs" in cal.describe()
     back = Calibration.load(cal.save(tmp_path / "mem.joblib"))
     assert back.memory_factor(*_specs()) == pytest.approx((f, lo, hi))
+
+
+def test_shipped_default_artifact_matches_current_model():
+    # The committed autopar/data/default_calibration.joblib must be trained on the current analytical
+    # model's predictions; otherwise every user pays a ~3 s refit. Regenerate with
+    # `python -c "from autopar.calibration.apply import write_default_calibration as w; w()"`.
+    from autopar.calibration.apply import (
+        _published_training_sets,
+        _try_load,
+        default_artifact_path,
+        training_fingerprint,
+    )
+
+    fp = training_fingerprint(*_published_training_sets())
+    assert _try_load(default_artifact_path(), fp) is not None

@@ -21,7 +21,7 @@ def test_estimate_json_matches_library():
     from autopar.specs import ClusterSpec, Strategy, Workload
 
     r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2",
-                            "--recompute", "selective", "--json"])
+                            "--recompute", "selective", "--json", "--no-calibration"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     e = estimate(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
@@ -29,6 +29,20 @@ def test_estimate_json_matches_library():
     assert doc["estimate"]["step_s"] == pytest.approx(e.step_time_s)
     assert doc["strategy"]["dp"] == 4
     assert sum(v for k, v in doc["memory_gib"].items() if k != "total") == pytest.approx(doc["memory_gib"]["total"])
+
+
+def test_calibrated_estimate_scales_throughput_and_keeps_breakdown_consistent():
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpus", "8", "--zero", "3", "--json"]
+    raw = json.loads(runner.invoke(app, [*args, "--no-calibration"]).stdout)
+    cal = json.loads(runner.invoke(app, args).stdout)
+    f = cal["calibration"]["factor"]
+    assert cal["calibration"]["analytical_tokens_per_s"] == pytest.approx(raw["estimate"]["tokens_per_s"])
+    assert cal["estimate"]["tokens_per_s"] == pytest.approx(raw["estimate"]["tokens_per_s"] * f)
+    assert cal["estimate"]["tokens_per_s_low"] <= cal["estimate"]["tokens_per_s_high"]
+    assert cal["time_s"]["total"] == pytest.approx(cal["estimate"]["step_s"])
+    assert sum(v for k, v in cal["time_s"].items() if k not in ("total", "recompute")) == pytest.approx(
+        cal["estimate"]["step_s"])
+    assert "published runs" in cal["calibration"]["description"]
 
 
 def test_estimate_table_output():

@@ -151,7 +151,10 @@ def test_recommendations():
     assert set(roles) == {"fastest", "most_headroom", "cheapest", "balanced"}
     df = r.pareto
     assert roles["fastest"].trial.values["throughput"] == df["throughput"].max()
-    assert roles["most_headroom"].trial.values["headroom"] == df["headroom"].max()
+    # most headroom among the points with >= 90% of the best throughput (the extreme point is uselessly slow)
+    safe = df[df["throughput"] >= 0.9 * df["throughput"].max()]
+    assert roles["most_headroom"].trial.values["headroom"] == safe["headroom"].max()
+    assert roles["most_headroom"].trial.values["throughput"] >= 0.9 * df["throughput"].max()
     assert roles["cheapest"].trial.values["cost"] == df["cost"].min()
     # balanced: min Euclidean distance to the ideal after scaling each objective to [0, 1] over the front
     Z = np.column_stack([(df["throughput"].max() - df["throughput"]) / np.ptp(df["throughput"]),

@@ -11,6 +11,13 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console
+from autopar.cli.common import (
+    CalibrationOpt,
+    FrameworkOpt,
+    NoCalibrationOpt,
+    check_framework,
+    resolve_calibration,
+)
 from autopar.errors import DataError, SpecError
 
 GiB = 2**30
@@ -103,7 +110,7 @@ def estimate_cmd(
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens)")] = 8192,
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
     precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
-    framework: Annotated[str, typer.Option(help="megatron, megatron-legacy, torchtitan, fsdp, deepspeed")] = "megatron",
+    framework: FrameworkOpt = "megatron",
     tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
@@ -117,6 +124,8 @@ def estimate_cmd(
     allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
     batch: Annotated[Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")] = None,
     out: Annotated[Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")] = None,
+    calibration: CalibrationOpt = None,
+    no_calibration: NoCalibrationOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
 ) -> None:
     """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
@@ -132,11 +141,17 @@ def estimate_cmd(
     m = get_model(model)
     cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node,
                           internode_bw=internode_gbps * 1e9 if internode_gbps else None)
-    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
+    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                        framework=check_framework(framework))
     strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=(tp > 1) if sp is None else sp, zero=zero,
                         micro_batch=micro_batch, recompute=recompute,
                         pp_schedule="interleaved" if vpp > 1 else "1f1b").with_dp(gpus)
-    est = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
+    analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
+    calib = resolve_calibration(calibration, no_calibration)
+    est = analytical
+    if calib is not None:
+        f, lo, hi = calib.throughput_factor(m, cluster, workload, strategy, analytical)
+        est = analytical.calibrated(f, lo, hi, calib.meta.name)
     if as_json:
         doc = {
             "inputs": {"model": m.name, "gpu": cluster.gpu.name, "num_gpus": gpus, "gpus_per_node": cluster.node_size,
@@ -150,7 +165,16 @@ def estimate_cmd(
                       "model_flops_per_step_full_attn": est.model_flops_per_step_full_attn,
                       "hw_flops_per_step": est.hw_flops_per_step, "peak_flops_per_gpu": est.peak_flops},
             "notes": list(est.notes),
+            "calibration": None if calib is None else {"name": calib.meta.name, "description": calib.describe(),
+                                                       "factor": est.calibration_factor,
+                                                       "analytical_tokens_per_s": analytical.tokens_per_s},
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     _print_estimate(m, cluster, workload, strategy, est)
+    if calib is None:
+        console.print("uncalibrated: analytical model only (--no-calibration)")
+    else:
+        lo, hi = est.tokens_per_s_band or (est.tokens_per_s, est.tokens_per_s)
+        console.print(f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
+                      f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s ({calib.describe()})", highlight=False)

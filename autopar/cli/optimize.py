@@ -16,6 +16,13 @@ from typing import Annotated, Any
 import typer
 
 from autopar.cli.app import command, console
+from autopar.cli.common import (
+    CalibrationOpt,
+    FrameworkOpt,
+    NoCalibrationOpt,
+    check_framework,
+    resolve_calibration,
+)
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = "Llama-3.1-70B", "H100-SXM", "64", 8192, 512
@@ -151,11 +158,14 @@ def optimize_cmd(
                                                       "or sqlite:///study.db; share it between workers.")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    min_headroom: Annotated[str, typer.Option(help="Constraint: free memory per GPU, e.g. 4GiB.")] = "0",
+    min_headroom: Annotated[str, typer.Option(
+        help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error).")] = "2GiB",
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
-    calibrated: Annotated[bool, typer.Option(help="Correct throughput with the default calibration.")] = False,
+    calibration: CalibrationOpt = None,
+    no_calibration: NoCalibrationOpt = False,
+    framework: FrameworkOpt = "megatron",
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     out: Annotated[Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")] = None,
@@ -178,19 +188,13 @@ def optimize_cmd(
     clusters, skipped = build_clusters(parse_list(gpu, "gpu"), counts, gpus_per_node, internode_gbps)
     precs = parse_list(precision, "precision")
     wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],
-                  token_budget=parse_count(tokens))
+                  token_budget=parse_count(tokens), framework=check_framework(framework))
     book = None
     if prices is not None:
         from autopar.costs import load_price_book
 
         book = load_price_book(prices)
-    calib = None
-    if calibrated:
-        try:
-            from autopar.calibration.apply import load_default_calibration
-        except ImportError as e:
-            raise AutoparError("calibrated: no calibration is available in this build") from e
-        calib = load_default_calibration()
+    calib = resolve_calibration(calibration, no_calibration)
     if default_problem and not as_json:
         console.print(f"[dim]no --model given: default problem {m.name} on {gpus}x {gpu}, seq {seq_len}, "
                       f"global batch {global_batch}[/]", highlight=False)

@@ -12,6 +12,13 @@ from rich import box
 from rich.table import Table
 
 from autopar.cli.app import command, console, err_console
+from autopar.cli.common import (
+    CalibrationOpt,
+    FrameworkOpt,
+    NoCalibrationOpt,
+    check_framework,
+    resolve_calibration,
+)
 from autopar.costs.figures import (
     format_duration,
     format_duration_short,
@@ -141,9 +148,11 @@ def whatif(
     goodput: Annotated[float, typer.Option(
         "--goodput", help="Fraction of wall-clock time making progress (restarts, failures), 0 < g <= 1.")] = 1.0,
     min_headroom: Annotated[str, typer.Option(
-        "--min-headroom", help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB.")] = "0",
-    calibrated: Annotated[bool, typer.Option("--calibrated", help="Correct throughput with the default "
-                                                                  "calibration.")] = False,
+        "--min-headroom", help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
+        "(default keeps a margin for the memory model's error).")] = "2GiB",
+    calibration: CalibrationOpt = None,
+    no_calibration: NoCalibrationOpt = False,
+    framework: FrameworkOpt = "megatron",
     no_sensitivity: Annotated[bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
@@ -157,14 +166,9 @@ def whatif(
     deadline_s = parse_duration(deadline) if deadline is not None else None
     cap = parse_usd(max_spend, "max-spend") if max_spend is not None else None
     precs = parse_list(precision, "precision")
-    wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0])  # type: ignore[arg-type]
-    calib = None
-    if calibrated:
-        try:
-            from autopar.calibration.apply import load_default_calibration
-        except ImportError as e:
-            raise AutoparError("calibrated: no calibration is available in this build") from e
-        calib = load_default_calibration()
+    wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],  # type: ignore[arg-type]
+                  framework=check_framework(framework))
+    calib = resolve_calibration(calibration, no_calibration)
     write_report = _report_writer(out) if out is not None else None
     progress = None if json_out else (lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
     result = run_whatif(spec, option, wl, token_budget=tokens, tier=tier, price_book=book, goodput=goodput,

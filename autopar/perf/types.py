@@ -6,7 +6,8 @@ Units: bytes and seconds; FLOP/s where named.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, replace
 
 GiB = 2**30
 
@@ -91,6 +92,30 @@ class Estimate:
     fits: bool
     bottleneck: str  # the largest time component, e.g. "compute", "tp_comm", "bubble"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    calibration_factor: float = 1.0  # throughput multiplier applied by a calibration model (1 = analytical)
+    tokens_per_s_band: tuple[float, float] | None = None  # (low, high) cluster tokens/s from the corrector
+
+    def calibrated(self, factor: float, low: float, high: float, label: str = "") -> Estimate:
+        """This estimate with throughput scaled by a corrector's factor; every time term shrinks alike.
+
+        The breakdown keeps its proportions (the corrector says the level is off, not which term), so it
+        still adds up to the step time. `low`/`high` are the corrector's band as factors.
+        """
+        if factor <= 0 or not math.isfinite(factor):
+            return self
+        t = self.time
+        inv = 1.0 / factor
+        time = TimeBreakdown(*(getattr(t, f) * inv for f in t.__slots__))
+        note = f"calibrated throughput x{factor:.3f} (80% band x{low:.3f}-x{high:.3f}){' by ' + label if label else ''}"
+        return replace(
+            self, time=time, step_time_s=self.step_time_s * inv, tokens_per_s=self.tokens_per_s * factor,
+            tokens_per_s_per_gpu=self.tokens_per_s_per_gpu * factor,
+            model_tflops_per_gpu=self.model_tflops_per_gpu * factor, hw_tflops_per_gpu=self.hw_tflops_per_gpu * factor,
+            mfu=self.mfu * factor, mfu_causal=self.mfu_causal * factor, hfu=self.hfu * factor,
+            notes=(*self.notes, note), calibration_factor=self.calibration_factor * factor,
+            tokens_per_s_band=(self.tokens_per_s / self.calibration_factor * low,
+                               self.tokens_per_s / self.calibration_factor * high),
+        )
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -116,7 +141,10 @@ class Estimate:
             "headroom_gib": self.headroom_gib,
             "fits": self.fits,
             "bottleneck": self.bottleneck,
+            "calibration_factor": self.calibration_factor,
         }
+        if self.tokens_per_s_band is not None:
+            out["tokens_per_s_low"], out["tokens_per_s_high"] = self.tokens_per_s_band
         for k, v in self.memory.as_dict().items():
             if k != "total":
                 out[f"mem_{k}_gib"] = v / GiB

@@ -7,7 +7,6 @@ weigh RULE_PENALTY each, memory shortfall counts in GiB, cost excess as a fracti
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,20 +125,7 @@ def _unchecked(estimate: EstimateFn) -> EstimateFn:
 
 def apply_calibration(est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware,
                       strategy: Strategy) -> Estimate:
-    """Scale throughput-like figures of an estimate by the corrector's factor (and note the band)."""
+    """Scale throughput-like figures of an estimate by the corrector's factor (and record the band)."""
     factor, lo, hi = calibration.throughput_factor(model, hw.cluster, hw.workload, strategy, est)
-    if factor <= 0:
-        return est
-    note = f"calibrated throughput x{factor:.3f} (band x{lo:.3f}-x{hi:.3f})"
-    return dataclasses.replace(
-        est,
-        step_time_s=est.step_time_s / factor,
-        tokens_per_s=est.tokens_per_s * factor,
-        tokens_per_s_per_gpu=est.tokens_per_s_per_gpu * factor,
-        model_tflops_per_gpu=est.model_tflops_per_gpu * factor,
-        hw_tflops_per_gpu=est.hw_tflops_per_gpu * factor,
-        mfu=est.mfu * factor,
-        mfu_causal=est.mfu_causal * factor,
-        hfu=est.hfu * factor,
-        notes=(*est.notes, note),
-    )
+    name = getattr(getattr(calibration, "meta", None), "name", "")
+    return est.calibrated(factor, lo, hi, name)

@@ -115,7 +115,9 @@ def _why(role: str, r: TrialRecord, runner: TrialRecord | None, key: str | None,
         lead = (f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
                 f"the front (distance {dist:.3f}).")
     else:
-        lead = f"{role.replace('_', ' ').capitalize()}: best {REGISTRY[key].info.label.split(' (')[0].lower()} on the front."
+        lead = f"{role.replace('_', ' ').capitalize()}: best {REGISTRY[key].info.label.split(' (')[0].lower()} on the front"
+        lead += (f" among points within {100 - 100 * SAFE_SPEED_FRACTION:.0f}% of the best throughput."
+                 if role == "most_headroom" and any(o.name == "throughput" for o in objectives) else ".")
     text = [lead, _head(r)]
     if r.estimate is not None:
         text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
@@ -140,13 +142,23 @@ def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) ->
     return order, d
 
 
+SAFE_SPEED_FRACTION = 0.9  # "most headroom" is chosen among points with >= 90% of the best throughput
+
+
 def recommend(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[Recommendation]:
     """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons."""
     out: list[Recommendation] = []
     if not front:
         return out
+    names = {o.name for o in objectives}
+    best_tps = max(r.values["throughput"] for r in front) if "throughput" in names else None
     for o in objectives:
-        ranked = sorted(front, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
+        pool = front
+        if o.name == "headroom" and best_tps is not None:
+            # The front's extreme headroom point is usually uselessly slow: offer the most headroom among
+            # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
+            pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
+        ranked = sorted(pool, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
         best = ranked[0]
         runner = next((r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
                       ranked[1] if len(ranked) > 1 else None)

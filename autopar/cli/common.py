@@ -1,0 +1,39 @@
+"""Options shared by several commands: calibration choice and the software stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autopar.errors import SpecError
+
+CalibrationOpt = Annotated[Path | None, typer.Option(
+    "--calibration", help="Calibration model from `autopar calibrate fit` (default: the built-in model "
+    "trained on the shipped published runs).")]
+NoCalibrationOpt = Annotated[bool, typer.Option(
+    "--no-calibration", help="Use the analytical model alone (no learned correction).")]
+FrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
+    "(sets kernel fusion, attention kernel, recompute semantics).")]
+
+FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
+
+
+def check_framework(name: str) -> str:
+    """Validate a --framework value (one-line error naming the allowed values)."""
+    if name not in FRAMEWORKS:
+        raise SpecError(f"framework={name!r}: expected one of {', '.join(FRAMEWORKS)}")
+    return name
+
+
+def resolve_calibration(path: Path | None, disabled: bool) -> Any:
+    """The Calibration to apply: a user file, the built-in default, or None with --no-calibration."""
+    if disabled:
+        if path is not None:
+            raise SpecError("--calibration and --no-calibration exclude each other")
+        return None
+    from autopar.calibration.apply import load_calibration, load_default_calibration
+
+    return load_calibration(path) if path is not None else load_default_calibration()
