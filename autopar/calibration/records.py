@@ -282,23 +282,11 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
 
 
 def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None, str]:
-    """Measured tokens/s/GPU of a record and how it was obtained (given, from step time, from TFLOP/s)."""
-    tps = _float(row, "measured_tokens_per_s_per_gpu")
-    if tps:
-        return tps, "given"
-    step = _float(row, "measured_step_s")
-    gbs, seq, n = _int(row, "global_batch"), _int(row, "seq_len"), _int(row, "num_gpus")
-    if step and gbs and seq and n:
-        return gbs * seq / step / n, "from step time"
-    tfl = _float(row, "measured_tflops_per_gpu")
-    src = str(_cell(row, "source") or "")
-    notes = str(_cell(row, "notes") or "").lower()
-    L, h, V = _int(row, "layers"), _int(row, "hidden"), _int(row, "vocab")
-    if tfl and seq and L and h and V and ("96bslh" in notes.replace("^", "").replace(" ", "") or src == "narayanan2021"):
-        # Narayanan et al. 2021 eq. (3): hardware FLOPs per token 96·L·h²·(1 + s/6h + V/16Lh) (full recompute).
-        per_tok = 96.0 * L * h * h * (1 + seq / (6 * h) + V / (16 * L * h))
-        return tfl * 1e12 / per_tok, "from TFLOP/s (Narayanan eq. 3)"
-    return None, "no throughput measurement"
+    """Measured tokens/s/GPU of a record and how it was obtained (as measured, from step time, from TFLOP/s
+    under the source's FLOP convention); one implementation, shared with ingestion."""
+    from autopar.calibration.runs import measured_tokens_per_s_per_gpu as derive
+
+    return derive(row)
 
 
 PRED_COLUMNS = (
