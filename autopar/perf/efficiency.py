@@ -45,8 +45,9 @@ _FAMILIES: dict[str, Efficiency] = {
                          "MAMF A100 87%; FA2 on A100 (Dao 2023)"),
     "hopper": Efficiency(0.66, 0.62, 0.40, 0.33, 0.55, 0.45, 0.80, 0.78, 0.85, 3e-6, 8e-6, 5e-6, 128, 132,
                          "MAMF H100 80%; FA2 ~35-40% of H100 peak, FA3/cuDNN higher (Shah et al. 2024)"),
-    "blackwell": Efficiency(0.72, 0.60, 0.40, 0.33, 0.55, 0.45, 0.80, 0.78, 0.85, 3e-6, 8e-6, 5e-6, 128, 148,
-                            "MAMF B200 78%, fp8 76%; attention assumed as Hopper"),
+    "blackwell": Efficiency(0.65, 0.60, 0.40, 0.33, 0.55, 0.45, 0.80, 0.78, 0.85, 3e-6, 8e-6, 5e-6, 128, 148,
+                            "MAMF B200 78%, fp8 76%; sustained bf16 taken at 0.83 of MAMF as for H100; "
+                            "attention assumed as Hopper"),
     "cdna3": Efficiency(0.48, 0.40, 0.35, 0.30, 0.35, 0.30, 0.75, 0.65, 0.80, 4e-6, 8e-6, 8e-6, 128, 304,
                         "MAMF MI300X 51%"),
 }
