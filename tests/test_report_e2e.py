@@ -35,3 +35,20 @@ def test_real_search_report(real_result, tmp_path) -> None:
     page = write_search_report(r, tmp_path / "real.html", plotlyjs="cdn").read_text()
     for rec in r.recommended:
         assert rec.trial.strategy.label() in page
+
+
+def test_calibrated_search_report_shows_band_and_corrector(tmp_path) -> None:
+    from autopar.calibration.apply import load_default_calibration
+
+    cal = load_default_calibration()
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+    r = optimize(get_model("llama-3-8b"), cluster, Workload(seq_len=4096, global_batch=64), budget=30, seed=0,
+                 calibration=cal)
+    assert r.calibration is not None
+    rec = r.recommended[0].trial.estimate
+    lo, hi = rec.tokens_per_s_band
+    assert lo <= hi and rec.calibration_factor != 1.0
+    # the calibrated breakdown still adds up to the calibrated step time
+    assert rec.time.total == pytest.approx(rec.step_time_s)
+    page = write_search_report(r, tmp_path / "cal.html", plotlyjs="cdn").read_text()
+    assert "80% band" in page and "published runs" in page

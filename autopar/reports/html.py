@@ -133,9 +133,14 @@ def _metrics(t: TrialRecord, result: SearchResult) -> str:
         items += [("Tokens/s per GPU", fmt_num(e.tokens_per_s_per_gpu)), ("MFU", f"{100 * e.mfu:.1f} %"),
                   ("Step time", fmt_seconds(e.step_time_s))]
     items = items[: len(items) - len(items) % 2] if len(items) > 2 else items
+    band = ""
+    if e is not None and e.tokens_per_s_band is not None:
+        lo, hi = e.tokens_per_s_band
+        band = (f'<div class="small muted">Calibrated x{e.calibration_factor:.2f} on the analytical model; '
+                f"80% band {fmt_num(lo)}–{fmt_num(hi)} tokens/s (cluster)</div>")
     return '<div class="metrics">' + "".join(
         f'<div class="metric"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-        for k, v in items[:8]) + "</div>"
+        for k, v in items[:8]) + "</div>" + band
 
 
 def _knobs(t: TrialRecord) -> str:
