@@ -175,6 +175,9 @@ class Workload(_Frozen):
     precision: Literal["bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "adam_bf16_states", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")
+    tp_comm_overlap: bool = Field(
+        default=False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan "
+        "async TP); needs sequence parallelism")
     framework: Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"] = Field(
         default="megatron", description="software stack: sets kernel fusion, attention kernel, recompute semantics")
 

@@ -96,3 +96,36 @@ def test_batch_jsonl_and_missing_file(tmp_path: Path):
     assert len(json.loads(r.stdout)) == 3
     r = runner.invoke(app, ["estimate", "--batch", str(tmp_path / "nope.csv")])
     assert r.exit_code == 2 and "not found" in r.output
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
+    (["estimat"], "No such command 'estimat'"),
+    (["launch", "--model", "llama-3.1-70b"], "Missing option '--gpu'"),
+    (["optimize", "--gpu", "H1OO", "--budget", "5"], "unknown GPU 'H1OO'"),
+])
+def test_console_script_usage_errors_are_one_line(argv, fragment):
+    # The real entry point (python -m autopar), not CliRunner: typer's usage errors become one line too.
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "autopar", *argv], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    err = p.stderr.strip()
+    assert fragment in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_tp_comm_overlap_hides_tp_time():
+    from autopar.catalog import get_gpu, get_model
+    from autopar.perf import estimate
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    m, cl = get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    st = Strategy(tp=8, pp=2, sp=True)
+    base = estimate(m, cl, Workload(seq_len=8192, global_batch=512), st)
+    over = estimate(m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), st)
+    # half of the (t-1)/t chunked share hides: exposed = tp * (1 - 0.5 * 7/8) when GEMMs are long enough
+    assert over.time.tp_comm == pytest.approx(base.time.tp_comm * (1 - 0.5 * 7 / 8), rel=1e-9)
+    assert over.step_time_s < base.step_time_s
+    no_sp = estimate(m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), Strategy(tp=8, pp=2))
+    assert any("needs sequence parallelism" in n for n in no_sp.notes)

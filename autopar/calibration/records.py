@@ -32,6 +32,10 @@ RECORD_COLUMNS: tuple[str, ...] = (
 
 ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
 
+# Notes that say the run overlapped TP communication (optional column `tp_comm_overlap` wins when present);
+# compared after removing spaces, '-' and '_'.
+_TP_OVERLAP_MARKERS = ("asynctp", "tpcommoverlap")
+
 # The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
 _GRAND_TETON_MARKERS = ("96gb hbm2e", "grand teton")
 
@@ -228,7 +232,13 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         prec = "fp8"
     else:
         raise DataError(f"column 'precision' = {prec!r}: expected bf16, fp16 or fp8")
-    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec,
+    overlap = _bool(row, "tp_comm_overlap")
+    if overlap is None:
+        notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+        overlap = any(k in notes for k in _TP_OVERLAP_MARKERS)
+        if overlap:
+            assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
+    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec, tp_comm_overlap=overlap,
                         framework=framework_from_text(_cell(row, "framework"), assumed))
 
     tp = _int(row, "tp")

@@ -14,5 +14,21 @@ from autopar.cli.app import app
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors (unknown option, wrong type) print one line, exit 2."""
+    import sys
+
+    try:
+        rv = app(standalone_mode=False)
+    except Exception as e:  # click/typer usage errors carry format_message() and exit_code
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            from autopar.cli.app import err_console
+
+            ctx = getattr(e, "ctx", None)
+            where = f"`{ctx.command_path} --help`" if ctx is not None else "`autopar --help`"
+            err_console.print(f"[bold red]error:[/] {e.format_message()} (see {where})", highlight=False,
+                              soft_wrap=True)
+            sys.exit(e.exit_code)
+        if type(e).__name__ == "Abort":  # Ctrl-C at a prompt
+            sys.exit(130)
+        raise
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -18,6 +18,10 @@ FrameworkOpt = Annotated[str, typer.Option(
     "--framework", help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
     "(sets kernel fusion, attention kernel, recompute semantics).")]
 
+TpOverlapOpt = Annotated[bool, typer.Option(
+    "--tp-comm-overlap", help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
+    "TP); needs sequence parallelism.")]
+
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
 
 

@@ -15,6 +15,7 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    TpOverlapOpt,
     check_framework,
     resolve_calibration,
 )
@@ -111,6 +112,7 @@ def estimate_cmd(
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
     precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
     framework: FrameworkOpt = "megatron",
+    tp_comm_overlap: TpOverlapOpt = False,
     tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
@@ -142,7 +144,7 @@ def estimate_cmd(
     cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node,
                           internode_bw=internode_gbps * 1e9 if internode_gbps else None)
     workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                        framework=check_framework(framework))
+                        framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
     strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=(tp > 1) if sp is None else sp, zero=zero,
                         micro_batch=micro_batch, recompute=recompute,
                         pp_schedule="interleaved" if vpp > 1 else "1f1b").with_dp(gpus)

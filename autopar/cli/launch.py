@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from autopar.cli.app import command, console, err_console
+from autopar.cli.common import TpOverlapOpt
 from autopar.errors import InvalidStrategyError, SpecError
 
 FRAMEWORK_CHOICES = ("megatron", "torchtitan", "deepspeed", "slurm", "all")
@@ -70,6 +71,7 @@ def launch_cmd(
     precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node [default: the GPU's NVLink domain].")] = None,
     framework: Annotated[str, typer.Option(help="megatron, torchtitan, deepspeed, slurm or all.")] = "all",
+    tp_comm_overlap: TpOverlapOpt = False,
     out: Annotated[Path | None, typer.Option(help="Also write the files into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
@@ -82,7 +84,8 @@ def launch_cmd(
         raise SpecError(f"framework={framework!r} is not allowed (allowed: {', '.join(FRAMEWORK_CHOICES)})")
     m = get_model(model)
     cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node)
-    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision)
+    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                  tp_comm_overlap=tp_comm_overlap)
     s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)
     _check(m, cluster, workload, s)
     ls = launch_settings(m, cluster, workload, s)

@@ -20,6 +20,7 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    TpOverlapOpt,
     check_framework,
     resolve_calibration,
 )
@@ -166,6 +167,7 @@ def optimize_cmd(
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
+    tp_comm_overlap: TpOverlapOpt = False,
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     out: Annotated[Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")] = None,
@@ -188,7 +190,7 @@ def optimize_cmd(
     clusters, skipped = build_clusters(parse_list(gpu, "gpu"), counts, gpus_per_node, internode_gbps)
     precs = parse_list(precision, "precision")
     wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],
-                  token_budget=parse_count(tokens), framework=check_framework(framework))
+                  token_budget=parse_count(tokens), framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
     book = None
     if prices is not None:
         from autopar.costs import load_price_book

@@ -16,6 +16,7 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    TpOverlapOpt,
     check_framework,
     resolve_calibration,
 )
@@ -153,6 +154,7 @@ def whatif(
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
+    tp_comm_overlap: TpOverlapOpt = False,
     no_sensitivity: Annotated[bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
@@ -167,7 +169,7 @@ def whatif(
     cap = parse_usd(max_spend, "max-spend") if max_spend is not None else None
     precs = parse_list(precision, "precision")
     wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],  # type: ignore[arg-type]
-                  framework=check_framework(framework))
+                  framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
     calib = resolve_calibration(calibration, no_calibration)
     write_report = _report_writer(out) if out is not None else None
     progress = None if json_out else (lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
