@@ -237,3 +237,21 @@ def test_two_processes_share_one_journal(tmp_path):
     r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=1, storage=path, study_name="shared")
     n = len([t for t in r.trials if t.estimate is not None])
     assert max(s["evaluated"] for s in stats) < n <= sum(s["evaluated"] for s in stats) + 1
+
+
+def test_batched_calibration_equals_per_point_calibration():
+    # Exhaustive mode calibrates a chunk of points with one prediction; it must match point-by-point.
+    from autopar.calibration.apply import load_default_calibration
+
+    cal = load_default_calibration()
+    space = build_space(TINY, TINY_CLUSTER, TINY_WL)
+    ev = Evaluator(TINY, space.hardware, prices=[2.0], calibration=cal)
+    pts = list(space)[:200]
+    batch = ev.evaluate_many(pts)
+    for pt, out in zip(pts, batch, strict=True):
+        one = ev(pt)
+        assert out.feasible == one.feasible and out.reason == one.reason
+        if out.estimate is not None:
+            assert out.estimate.tokens_per_s == pytest.approx(one.estimate.tokens_per_s, rel=1e-9)
+            assert out.estimate.tokens_per_s_band == pytest.approx(one.estimate.tokens_per_s_band, rel=1e-9)
+            assert out.estimate.calibration_factor != 1.0 or one.estimate.calibration_factor == 1.0

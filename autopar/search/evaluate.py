@@ -89,14 +89,63 @@ class Evaluator:
 
     def __call__(self, point: Point) -> Outcome:
         """Evaluate a point: rules first, then the estimate, objectives and constraints."""
+        first = self._analytical(point)
+        if isinstance(first, Outcome):
+            return first
+        if self.calibration is not None:
+            first = apply_calibration(first, self.calibration, self.model, self.hardware[point.hw], point.strategy)
+        return self._finish(point, first)
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[Outcome]:
+        """Evaluate many points; the calibration runs once on the stacked features (fast exhaustive mode)."""
+        outs: list[Outcome | None] = [None] * len(points)
+        pending: list[tuple[int, Estimate]] = []
+        for i, pt in enumerate(points):
+            first = self._analytical(pt)
+            if isinstance(first, Outcome):
+                outs[i] = first
+            else:
+                pending.append((i, first))
+        if self.calibration is not None and pending:
+            pending = self._calibrate_batch(points, pending)
+        for i, est in pending:
+            outs[i] = self._finish(points[i], est)
+        return [o for o in outs if o is not None]
+
+    def _calibrate_batch(self, points: Sequence[Point], pending: list[tuple[int, Estimate]]
+                         ) -> list[tuple[int, Estimate]]:
+        """Apply the corrector to a batch of estimates with one prediction call when it supports it."""
+        cal = self.calibration
+        if not hasattr(cal, "factors"):
+            return [(i, apply_calibration(e, cal, self.model, self.hardware[points[i].hw], points[i].strategy))
+                    for i, e in pending]
+        import numpy as np
+
+        from autopar.calibration.features import features
+
+        X = np.vstack([features(self.model, self.hardware[points[i].hw].cluster, self.hardware[points[i].hw].workload,
+                                points[i].strategy, e) for i, e in pending])
+        ok = np.all(np.isfinite(X), axis=1)
+        half = float(getattr(getattr(cal, "corrector", None), "prior_halfwidth_", 0.0))
+        f = np.ones(len(pending))
+        lo, hi = np.full(len(pending), np.exp(-half)), np.full(len(pending), np.exp(half))
+        if ok.any():
+            f[ok], lo[ok], hi[ok] = cal.factors(X[ok])
+        name = getattr(getattr(cal, "meta", None), "name", "")
+        return [(i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name)) for j, (i, e) in enumerate(pending)]
+
+    def _analytical(self, point: Point) -> Estimate | Outcome:
+        """The uncalibrated estimate of a point, or its rule-violation outcome."""
         hw = self.hardware[point.hw]
         broken = self.validate_fn(self.model, hw.cluster, hw.workload, point.strategy)
         if broken:
             return Outcome(None, {}, False, "rule: " + "; ".join(broken), RULE_PENALTY * len(broken))
-        est = self.estimate_fn(self.model, hw.cluster, hw.workload, point.strategy)
         self.n_estimates += 1
-        if self.calibration is not None:
-            est = apply_calibration(est, self.calibration, self.model, hw, point.strategy)
+        return self.estimate_fn(self.model, hw.cluster, hw.workload, point.strategy)
+
+    def _finish(self, point: Point, est: Estimate) -> Outcome:
+        """Objectives and constraints of an estimate."""
+        hw = self.hardware[point.hw]
         values = {name: o.value(est, hw.cluster, self.prices[point.hw]) for name, o in REGISTRY.items()}
         reasons, violation = [], 0.0
         need = self.min_headroom_gib - values["headroom"]

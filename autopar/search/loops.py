@@ -15,6 +15,7 @@ covers the whole space. Optuna is imported here only, inside the NSGA-II loop.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -93,23 +94,28 @@ def run_exhaustive(space: Space, ev: Evaluator, objectives: Sequence[Objective],
     run = Run()
     t0 = time.perf_counter()
     tracker, n_feas = FrontTracker(), 0
-    step = max(1, space.size // 200)
+    chunk = 2048  # evaluated together so a calibration predicts once per chunk
     with SearchProgress(space.size, progress, "exhaustive") as bar:
-        for i, pt in enumerate(space):
-            out = ev(pt)
-            key = pt.key
-            run.outcomes[key], run.first_trial[key], run.points[key] = out, i, pt
-            run.n_trials += 1
-            if out.feasible:
-                n_feas += 1
-                if progress:
-                    tracker.add(key, [o.to_min(v) for o, v in zip(objectives, out.vector(objectives),
-                                                                   strict=True)])
-            if i % step == 0:
-                if timeout is not None and time.perf_counter() - t0 > timeout:
-                    run.timed_out = True
-                    break
-                bar.update(i + 1, n_feas, len(tracker))
+        pts = iter(space)
+        i = 0
+        while True:
+            batch = list(itertools.islice(pts, chunk))
+            if not batch:
+                break
+            for pt, out in zip(batch, ev.evaluate_many(batch), strict=True):
+                key = pt.key
+                run.outcomes[key], run.first_trial[key], run.points[key] = out, i, pt
+                run.n_trials += 1
+                i += 1
+                if out.feasible:
+                    n_feas += 1
+                    if progress:
+                        tracker.add(key, [o.to_min(v) for o, v in zip(objectives, out.vector(objectives),
+                                                                       strict=True)])
+            bar.update(i, n_feas, len(tracker))
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                run.timed_out = True
+                break
     run.n_evaluated = ev.n_estimates
     return run
 
