@@ -62,6 +62,8 @@ def calibration_text(result: SearchResult) -> str:
         v = cal[k]
         parts.append(f"{k.replace('_', ' ')} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}")
     described = [str(cal[k]) for k in ("description", "summary") if cal.get(k)]
+    if any(str(name) in d for d in described):  # the description already names the corrector
+        parts = parts[1:]
     extra = [f"{k}={v}" for k, v in cal.items()
              if k not in {"name", "corrector", "version", "description", "summary", *err_keys}
              and isinstance(v, (str, int, float))]
