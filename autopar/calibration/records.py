@@ -294,7 +294,7 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
 def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None, str]:
     """Measured tokens/s/GPU of a record and how it was obtained (as measured, from step time, from TFLOP/s
     under the source's FLOP convention); one implementation, shared with ingestion."""
-    from autopar.calibration.runs import measured_tokens_per_s_per_gpu as derive
+    from autopar.calibration.throughput import measured_tokens_per_s_per_gpu as derive
 
     return derive(row)
 

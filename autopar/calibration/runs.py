@@ -1,149 +1,70 @@
-"""Run-record ingestion: read tables, validate rows (pydantic), fingerprint, derive tokens/s.
+"""Run-record ingestion: read tables and training logs, validate them, write valid records to the store.
 
 A run record is one measured training run: its configuration (the columns of the run-record schema,
-the header of ``shared/groundtruth/public.csv``) plus at least one throughput measurement. A file is
-validated row by row; invalid rows are reported with (row, field, value, reason) and the caller
-decides whether to reject the file whole or keep the valid rows.
+the header of ``shared/groundtruth/public.csv``) plus at least one throughput measurement. Row
+validation and the fingerprint live in `autopar.calibration.rows`, tokens/s derivation in
+`autopar.calibration.throughput`; both are re-exported here for existing importers.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from typing import Any
 
 from autopar.calibration.logs import LOG_FORMATS, aggregate, parse_log, sniff_log_format
-from autopar.calibration.records import ARCH_COLUMNS, RECORD_COLUMNS, row_to_specs
-from autopar.errors import AutoparError, DataError, UnknownNameError
+from autopar.calibration.rows import (
+    CORE_ARCH_COLUMNS,
+    LABEL_COLUMNS,
+    SCHEMA_COLUMNS,
+    RowError,
+    RunRow,
+    fingerprint,
+    normalize_record,
+    validate_rows,
+)
+from autopar.calibration.throughput import (
+    TFLOPS_DEFINITIONS,
+    flops_per_token,
+    measured_tokens_per_s_per_gpu,
+    tflops_definition,
+)
+from autopar.errors import DataError
 
-# The run-record schema (the columns of shared/groundtruth/public.csv, in order) and the arch columns
-# without which a row must name a catalog model: both as the specs builder in records.py reads them.
-SCHEMA_COLUMNS: tuple[str, ...] = RECORD_COLUMNS
-CORE_ARCH_COLUMNS: tuple[str, ...] = ARCH_COLUMNS
-# Labels that name a record but are not part of what was run or measured (left out of the fingerprint).
-LABEL_COLUMNS = frozenset({"id", "source", "source_ref", "notes"})
-TFLOPS_DEFINITIONS = ("megatron_hfu", "megatron_mfu", "6n", "palm")
+__all__ = [
+    "CONFIG_ALIASES",
+    "CORE_ARCH_COLUMNS",
+    "FORMATS",
+    "LABEL_COLUMNS",
+    "SCHEMA_COLUMNS",
+    "TABLE_FORMATS",
+    "TFLOPS_DEFINITIONS",
+    "FileCheck",
+    "IngestReport",
+    "InvalidRowsError",
+    "RowError",
+    "RunRow",
+    "check_file",
+    "check_log_file",
+    "check_table_file",
+    "detect_format",
+    "fingerprint",
+    "flops_per_token",
+    "ingest",
+    "load_sidecar",
+    "measured_tokens_per_s_per_gpu",
+    "normalize_config",
+    "normalize_record",
+    "read_table_rows",
+    "tflops_definition",
+    "validate_rows",
+]
+
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
-
-_MISSING = frozenset({"", "nan", "none", "null", "na", "n/a"})
-
-
-def _blank_to_none(v: Any) -> Any:
-    """Empty cells (blank, NaN, 'null') mean 'not stated'."""
-    if v is None:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, str):
-        s = v.strip()
-        return None if s.lower() in _MISSING else s
-    return v
-
-
-def _as_number(v: Any) -> Any:
-    """Turn numeric text into a number (int when integral) so CSV and JSONL rows compare equal."""
-    if hasattr(v, "item") and not isinstance(v, str | bytes):  # numpy scalar from Parquet/pandas
-        v = v.item()
-    if isinstance(v, bool) or not isinstance(v, str | int | float):
-        return v
-    if isinstance(v, str):
-        try:
-            v = float(v.replace(",", "")) if re.fullmatch(r"[-+0-9.,eE]+", v) else v
-        except ValueError:
-            return v
-        if isinstance(v, str):
-            return v
-    if isinstance(v, float) and math.isfinite(v) and v.is_integer() and abs(v) < 2**53:
-        return int(v)
-    return v
-
-
-class RunRow(BaseModel):
-    """One run record as read from a file: types and ranges of every schema column."""
-
-    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
-
-    id: str | None = None
-    source: str | None = None
-    source_ref: str | None = None
-    model: str | None = None
-    arch: str | None = None
-    params_b: float | None = Field(default=None, gt=0)
-    active_params_b: float | None = Field(default=None, gt=0)
-    layers: int | None = Field(default=None, gt=0)
-    hidden: int | None = Field(default=None, gt=0)
-    ffn_hidden: int | None = Field(default=None, gt=0)
-    heads: int | None = Field(default=None, gt=0)
-    kv_heads: int | None = Field(default=None, gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    vocab: int | None = Field(default=None, gt=0)
-    seq_len: int = Field(gt=0)
-    experts: int | None = Field(default=None, ge=0)
-    topk: int | None = Field(default=None, ge=0)
-    shared_experts: int | None = Field(default=None, ge=0)
-    moe_ffn_hidden: int | None = Field(default=None, gt=0)
-    gpu: str
-    num_gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
-    tp: int | None = Field(default=None, gt=0)
-    pp: int | None = Field(default=None, gt=0)
-    dp: int | None = Field(default=None, gt=0)
-    cp: int | None = Field(default=None, gt=0)
-    ep: int | None = Field(default=None, gt=0)
-    etp: int | None = Field(default=None, gt=0)
-    vpp: int | None = Field(default=None, gt=0)
-    sp: bool | None = None
-    zero: int | None = Field(default=None, ge=0, le=3)
-    recompute: Literal["none", "selective", "full"] | None = None
-    micro_batch: int | None = Field(default=None, gt=0)
-    global_batch: int = Field(gt=0)
-    precision: Literal["bf16", "fp16", "fp8", "fp32"] | None = None
-    framework: str | None = None
-    measured_tflops_per_gpu: float | None = Field(default=None, gt=0)
-    measured_mfu: float | None = Field(default=None, gt=0, le=1, description="a fraction: 0.44 = 44%")
-    measured_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
-    measured_step_s: float | None = Field(default=None, gt=0)
-    measured_mem_gb_per_gpu: float | None = Field(default=None, gt=0)
-    notes: str | None = None
-    tflops_definition: Literal["megatron_hfu", "megatron_mfu", "6n", "palm"] | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _clean(cls, v: Any, info: ValidationInfo) -> Any:
-        """Blank cells to None, numeric text to numbers, enum text to lower case."""
-        v = _blank_to_none(v)
-        name = info.field_name
-        if name in _LOWER_FIELDS:
-            return v.lower() if isinstance(v, str) else v
-        if name not in _TEXT_FIELDS:
-            return _as_number(v)
-        return v
-
-
-_TEXT_FIELDS = frozenset({"id", "source", "source_ref", "model", "arch", "gpu", "framework", "notes",
-                          "recompute", "precision", "tflops_definition"})
-_LOWER_FIELDS = frozenset({"recompute", "precision", "arch", "tflops_definition"})
-
-
-@dataclass(frozen=True)
-class RowError:
-    """Why one row of a file is invalid: 1-based row (first data row = 1), field, value, reason."""
-
-    row: int
-    field: str
-    value: Any
-    reason: str
-
-    def __str__(self) -> str:
-        return f"row {self.row}: {self.field}={self.value!r}: {self.reason}"
 
 
 @dataclass
@@ -159,203 +80,6 @@ class FileCheck:
     @property
     def bad_rows(self) -> list[int]:
         return sorted({e.row for e in self.errors})
-
-
-# ---------------------------------------------------------------------------------------- catalog
-def _catalog_lookup(kind: str, name: str) -> tuple[Any | None, str | None]:
-    """(spec, None) if the catalog knows `name`; (None, reason) if it does not; (None, None) if no catalog."""
-    try:
-        from autopar import catalog
-    except ImportError:
-        return None, None
-    fn = getattr(catalog, "get_model" if kind == "model" else "get_gpu", None)
-    if fn is None:
-        return None, None
-    try:
-        return fn(name), None
-    except UnknownNameError as e:
-        return None, str(e)
-    except Exception:  # a catalog still being built or a broken entry: do not judge the row by it
-        return None, None
-
-
-def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
-    """Cross-field rules a row must satisfy: model known, GPU known, degrees and a throughput."""
-    errs: list[tuple[str, Any, str]] = []
-    missing_arch = [c for c in CORE_ARCH_COLUMNS if getattr(r, c) is None]
-    if missing_arch:
-        if not r.model:
-            errs.append(("model", None, "required: a catalog model name, or the arch columns "
-                         + "/".join(CORE_ARCH_COLUMNS)))
-        else:
-            spec, reason = _catalog_lookup("model", r.model)
-            if spec is None and reason is not None:
-                errs.append(("model", r.model, f"{reason}; or give the arch columns "
-                             f"({', '.join(missing_arch)} are empty)"))
-    _, reason = _catalog_lookup("gpu", r.gpu)
-    if reason is not None:
-        errs.append(("gpu", r.gpu, reason))
-    degrees = {k: getattr(r, k) for k in ("tp", "pp", "cp", "dp")}
-    if all(v is not None for v in degrees.values()):
-        prod = math.prod(degrees.values())
-        if prod != r.num_gpus:
-            errs.append(("num_gpus", r.num_gpus,
-                         f"tp*pp*cp*dp = {'*'.join(str(v) for v in degrees.values())} = {prod} != num_gpus"))
-    if r.micro_batch and r.dp and r.global_batch % (r.micro_batch * r.dp):
-        errs.append(("global_batch", r.global_batch,
-                     f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}"))
-    has_tflops = r.measured_tflops_per_gpu is not None and tflops_definition(r.model_dump()) is not None
-    if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops:
-        errs.append(("measured_tokens_per_s_per_gpu", None,
-                     "no throughput: give measured_tokens_per_s_per_gpu, measured_step_s, or "
-                     "measured_tflops_per_gpu with tflops_definition in " + "|".join(TFLOPS_DEFINITIONS)))
-    return errs
-
-
-def _specs_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """Why the specs builder cannot turn a record into model/cluster/workload/strategy, if it cannot."""
-    try:
-        row_to_specs(rec)
-    except (AutoparError, ValueError, TypeError) as e:
-        msg = " ".join(str(e).split())
-        m = re.search(r"column '(\w+)'|columns '(\w+)'|\b(\w+)=", msg)
-        name = next((g for g in (m.groups() if m else ()) if g), None)
-        if name not in rec:
-            name = "model" if msg.startswith("model ") else ("gpu" if "GPU" in msg else "config")
-        return name, rec.get(name), msg
-    return None
-
-
-def normalize_record(r: RunRow) -> dict[str, Any]:
-    """A validated row as a plain dict: every schema column (None where empty) then the extras."""
-    d = r.model_dump()
-    out: dict[str, Any] = {c: d.get(c) for c in SCHEMA_COLUMNS}
-    if d.get("sp") is not None:
-        out["sp"] = int(d["sp"])
-    for k, v in d.items():
-        if k not in out:
-            v = _as_number(_blank_to_none(v))
-            if v is not None:
-                out[k] = v
-    return out
-
-
-def validate_rows(rows: Iterable[Mapping[str, Any]], *, default_source: str | None = None,
-                  start: int = 1) -> tuple[list[dict[str, Any]], list[RowError]]:
-    """Validate raw rows; return the normalized good records and one RowError per problem."""
-    good: list[dict[str, Any]] = []
-    errors: list[RowError] = []
-    for i, raw in enumerate(rows, start=start):
-        raw = {str(k).strip(): v for k, v in raw.items() if k is not None}
-        try:
-            r = RunRow.model_validate(raw)
-        except ValidationError as e:
-            for err in e.errors():
-                loc = str(err["loc"][0]) if err.get("loc") else "row"
-                val = raw.get(loc, err.get("input")) if loc != "row" else None
-                errors.append(RowError(i, loc, val, err.get("msg", "invalid")))
-            continue
-        sem = _semantic_errors(r)
-        if sem:
-            errors.extend(RowError(i, f, v, why) for f, v, why in sem)
-            continue
-        rec = normalize_record(r)
-        spec_err = _specs_error(rec)
-        if spec_err:
-            errors.append(RowError(i, *spec_err))
-            continue
-        if not rec.get("source") and default_source:
-            rec["source"] = default_source
-        if not rec.get("id"):
-            rec["id"] = f"{rec.get('source') or 'run'}-{fingerprint(rec)[:10]}"
-        good.append(rec)
-    return good, errors
-
-
-# ------------------------------------------------------------------------------------ fingerprint
-def _canon(v: Any) -> Any:
-    """A value in canonical form: integral floats as ints, other floats to 9 significant digits."""
-    v = _as_number(v)
-    if isinstance(v, float):
-        return float(f"{v:.9g}")
-    return v
-
-
-def fingerprint(record: Mapping[str, Any]) -> str:
-    """sha256 of the canonical config + measurement (labels id/source/notes left out): the dedup key."""
-    body = {k: _canon(v) for k, v in record.items()
-            if k not in LABEL_COLUMNS and _blank_to_none(v) is not None}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-# ------------------------------------------------------------------------------ tokens/s from rows
-def tflops_definition(record: Mapping[str, Any]) -> str | None:
-    """The FLOP convention of measured_tflops_per_gpu: the column, or 'flops_def=eq.3' in notes."""
-    d = _blank_to_none(record.get("tflops_definition"))
-    if d:
-        return str(d).lower()
-    notes = str(record.get("notes") or "")
-    if re.search(r"flops_def\s*=\s*eq\.?\s*3\b", notes):
-        return "megatron_hfu"  # Narayanan et al. 2021 eq. 3, recompute forward included
-    return None
-
-
-def _arch(record: Mapping[str, Any]) -> tuple[float, float, float, float] | None:
-    """(layers, hidden, vocab, params) from the row, or from the catalog model it names."""
-    vals = [_as_number(_blank_to_none(record.get(c))) for c in ("layers", "hidden", "vocab")]
-    params = _as_number(_blank_to_none(record.get("params_b")))
-    if all(isinstance(v, int | float) for v in vals):
-        n = float(params) * 1e9 if isinstance(params, int | float) else math.nan
-        return float(vals[0]), float(vals[1]), float(vals[2]), n
-    if record.get("model"):
-        spec, _ = _catalog_lookup("model", str(record["model"]))
-        if spec is not None:
-            return float(spec.layers), float(spec.hidden), float(spec.vocab), float(spec.total_params)
-    return None
-
-
-def flops_per_token(record: Mapping[str, Any], definition: str) -> float | None:
-    """FLOPs counted per trained token under a source's convention (for TFLOP/s -> tokens/s).
-
-    megatron_hfu: Narayanan et al. 2021 eq. 3, 96·l·h²·(1 + s/6h + V/16lh) (recompute included);
-    megatron_mfu: Korthikanti et al. 2022, 72·l·h²·(1 + s/6h + V/12lh) (no recompute);
-    6n: 6·N; palm: 6·N + 12·l·h·s (PaLM appendix B). N = params_b·1e9.
-    """
-    a = _arch(record)
-    s = float(record.get("seq_len") or 0)
-    if a is None or s <= 0:
-        return None
-    nl, h, v, n = a
-    if definition == "megatron_hfu":
-        return 96 * nl * h * h * (1 + s / (6 * h) + v / (16 * nl * h))
-    if definition == "megatron_mfu":
-        return 72 * nl * h * h * (1 + s / (6 * h) + v / (12 * nl * h))
-    if math.isnan(n):
-        return None
-    if definition == "6n":
-        return 6 * n
-    if definition == "palm":
-        return 6 * n + 12 * nl * h * s
-    return None
-
-
-def measured_tokens_per_s_per_gpu(record: Mapping[str, Any]) -> tuple[float | None, str]:
-    """Measured tokens/s per GPU and how it was obtained: as measured, from step time, or from TFLOP/s."""
-    tps = _as_number(_blank_to_none(record.get("measured_tokens_per_s_per_gpu")))
-    if isinstance(tps, int | float) and tps > 0:
-        return float(tps), "measured"
-    step = _as_number(_blank_to_none(record.get("measured_step_s")))
-    gb, s, n = (_as_number(_blank_to_none(record.get(k))) for k in ("global_batch", "seq_len", "num_gpus"))
-    if isinstance(step, int | float) and step > 0 and all(isinstance(x, int | float) for x in (gb, s, n)):
-        return float(gb) * float(s) / float(step) / float(n), "step time"
-    tf = _as_number(_blank_to_none(record.get("measured_tflops_per_gpu")))
-    d = tflops_definition(record)
-    if isinstance(tf, int | float) and tf > 0 and d:
-        fpt = flops_per_token(record, d)
-        if fpt:
-            return float(tf) * 1e12 / fpt, f"TFLOP/s ({d})"
-    return None, "none"
 
 
 # ------------------------------------------------------------------------------------ file reading

@@ -4,239 +4,37 @@
 keeps the strategy that trains the token budget fastest while fitting in memory, turns it into
 money and time with `cost_figures`, ranks the options and runs a small sensitivity analysis.
 
-The dataclasses below are rendered by `autopar.reports.write_whatif_report` and serialised by
-`autopar whatif --json`; their fields are a stable interface (add, never rename or remove).
+The result dataclasses live in `autopar.costs.whatif_types` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from autopar.costs.figures import CostFigures, check_goodput, cost_figures, parse_tokens
+from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options
 from autopar.costs.pricebook import PriceBook, normalize_tier
 from autopar.costs.pricefile import default_price_book
 from autopar.costs.ranking import Candidate, headline, pareto, rank
+from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
 from autopar.errors import AutoparError, SpecError
-from autopar.perf.types import Estimate
-from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
+
+__all__ = [
+    "HardwareOption",
+    "OptionResult",
+    "ScenarioOption",
+    "SensitivityRow",
+    "WhatIfResult",
+    "choose_trial",
+    "run_whatif",
+]
 
 GiB = 2**30
-
-
-@dataclass
-class OptionResult:
-    """The outcome for one hardware option: chosen strategy, speed, money, time, rank.
-
-    Fields that need a feasible strategy (strategy, estimate, tokens_per_s, mfu, headroom_gib,
-    figures) are None when the search found nothing that fits; `reason` then says why.
-    """
-
-    label: str  # "H100-SXM:512"
-    gpu: str  # canonical GPU name
-    count: int  # GPUs
-    tier: str  # price tier used, e.g. "on_demand"
-    usd_per_gpu_hour: float  # price used
-    price_source: str  # where the price came from (price book entry or user file)
-    feasible: bool  # a strategy that fits was found
-    strategy: Strategy | None = None  # recommended strategy (max tokens/s among fitting ones)
-    strategy_label: str = ""  # Strategy.label(), e.g. "TP8+SP PP4 DP16/Z1 mb1"
-    precision: str = ""  # GEMM precision of the chosen trial (bf16/fp8)
-    estimate: Estimate | None = None  # estimate of the chosen strategy (calibrated when a corrector ran)
-    tokens_per_s: float | None = None  # cluster tokens/s used for the figures (calibrated if a corrector ran)
-    mfu: float | None = None  # model FLOPs utilisation of the chosen strategy (0..1)
-    headroom_gib: float | None = None  # free memory per GPU at peak, GiB
-    figures: CostFigures | None = None  # $/h, $/Mtoken, time and cost to train, GPU-hours
-    meets_deadline: bool | None = None  # None when no deadline was given (or infeasible)
-    within_cost_cap: bool | None = None  # None when no --max-cost was given (or infeasible)
-    rank: int | None = None  # 1 = best; None when infeasible
-    on_pareto: bool = False  # on the cost-vs-time Pareto front across options
-    n_trials: int = 0  # strategies evaluated by the search for this option
-    n_feasible: int = 0  # of which fit and broke no rule
-    search_wall_s: float = 0.0  # search time for this option
-    reason: str = ""  # why infeasible, or other caveat
-    search: Any = None  # the SearchResult (kept for the report; not serialised)
-    cluster: ClusterSpec | None = None  # the cluster searched (price set on it)
-
-    @property
-    def time_to_train_s(self) -> float | None:
-        """Wall-clock seconds to train the token budget (goodput applied)."""
-        return self.figures.time_to_train_s if self.figures else None
-
-    @property
-    def total_cost_usd(self) -> float | None:
-        """USD to train the token budget (goodput applied)."""
-        return self.figures.total_cost_usd if self.figures else None
-
-    @property
-    def usd_per_mtoken(self) -> float | None:
-        """USD per million trained tokens (goodput applied)."""
-        return self.figures.usd_per_mtoken if self.figures else None
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        """Cluster USD per wall-clock hour."""
-        return self.figures.usd_per_hour if self.figures else None
-
-    @property
-    def gpu_hours(self) -> float | None:
-        """GPU-hours to train the token budget."""
-        return self.figures.gpu_hours if self.figures else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the `options` entries of `autopar whatif --json`)."""
-        return {
-            "label": self.label,
-            "gpu": self.gpu,
-            "count": self.count,
-            "tier": self.tier,
-            "usd_per_gpu_hour": self.usd_per_gpu_hour,
-            "price_source": self.price_source,
-            "feasible": self.feasible,
-            "strategy": self.strategy_label or None,
-            "strategy_params": self.strategy.model_dump() if self.strategy else None,
-            "precision": self.precision or None,
-            "tokens_per_s": self.tokens_per_s,
-            "mfu": self.mfu,
-            "time_to_train_s": self.time_to_train_s,
-            "time_to_train_days": (self.time_to_train_s / 86400 if self.time_to_train_s is not None
-                                   else None),
-            "total_cost_usd": self.total_cost_usd,
-            "usd_per_mtoken": self.usd_per_mtoken,
-            "usd_per_hour": self.usd_per_hour,
-            "gpu_hours": self.gpu_hours,
-            "headroom_gib": self.headroom_gib,
-            "meets_deadline": self.meets_deadline,
-            "within_cost_cap": self.within_cost_cap,
-            "rank": self.rank,
-            "on_pareto": self.on_pareto,
-            "n_trials": self.n_trials,
-            "n_feasible": self.n_feasible,
-            "reason": self.reason or None,
-        }
-
-
-@dataclass
-class ScenarioOption:
-    """One option's figures under a sensitivity scenario."""
-
-    label: str
-    time_to_train_s: float
-    total_cost_usd: float
-    meets_deadline: bool | None
-    rank: int | None
-
-
-@dataclass
-class SensitivityRow:
-    """One what-if perturbation (a GPU's price ±20%, inter-node bandwidth halved) and its effect."""
-
-    scenario: str  # human label, e.g. "H100-SXM price +20%"
-    kind: str  # "price" | "internode_bw"
-    gpu: str | None  # GPU whose price moved (None for bandwidth)
-    factor: float  # multiplier applied (1.2, 0.8, 0.5)
-    winner: str | None  # label of the rank-1 option under the scenario
-    runner_up: str | None  # label of the rank-2 option under the scenario
-    winner_changed: bool  # winner differs from the baseline winner
-    options: list[ScenarioOption] = field(default_factory=list)
-    note: str = ""  # how it was computed (e.g. "chosen strategies re-estimated, not re-searched")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "scenario": self.scenario,
-            "kind": self.kind,
-            "gpu": self.gpu,
-            "factor": self.factor,
-            "winner": self.winner,
-            "runner_up": self.runner_up,
-            "winner_changed": self.winner_changed,
-            "options": [o.__dict__.copy() for o in self.options],
-            "note": self.note,
-        }
-
-
-@dataclass
-class WhatIfResult:
-    """Everything `run_whatif` found: per-option results, ranking, Pareto set, sensitivity."""
-
-    model: ModelSpec
-    workload: Workload  # token_budget set
-    token_budget: float  # tokens to train
-    tier: str
-    goodput: float  # fraction of wall-clock time doing useful training (restarts, failures)
-    deadline_s: float | None  # wall-clock deadline, seconds
-    max_cost_usd: float | None  # spending cap, USD
-    options: list[OptionResult]  # in the order given
-    ranking: list[str]  # option labels, best first (feasible options only)
-    pareto: list[str]  # labels on the cost-vs-time Pareto front, by increasing time
-    sensitivity: list[SensitivityRow]
-    message: str  # headline sentence (winner, or "no option meets the deadline; fastest is ...")
-    seed: int
-    search_budget: int  # trials per option
-    wall_s: float
-    prices_file: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def winner(self) -> OptionResult | None:
-        """The rank-1 option (None if nothing is feasible)."""
-        return self.by_label(self.ranking[0]) if self.ranking else None
-
-    @property
-    def runner_up(self) -> OptionResult | None:
-        """The rank-2 option (None if fewer than two are feasible)."""
-        return self.by_label(self.ranking[1]) if len(self.ranking) > 1 else None
-
-    @property
-    def fastest(self) -> OptionResult | None:
-        """The feasible option with the shortest time to train."""
-        ok = [o for o in self.options if o.figures]
-        return min(ok, key=lambda o: o.figures.time_to_train_s) if ok else None  # type: ignore[union-attr]
-
-    @property
-    def deadline_met(self) -> bool | None:
-        """Whether any option meets the deadline (None without a deadline)."""
-        if self.deadline_s is None:
-            return None
-        return any(o.meets_deadline for o in self.options)
-
-    def by_label(self, label: str) -> OptionResult:
-        """The option with this label."""
-        for o in self.options:
-            if o.label == label:
-                return o
-        raise KeyError(label)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (`autopar whatif --json`)."""
-        return {
-            "model": self.model.name,
-            "tokens": self.token_budget,
-            "seq_len": self.workload.seq_len,
-            "global_batch": self.workload.global_batch,
-            "precision": self.workload.precision,
-            "tier": self.tier,
-            "goodput": self.goodput,
-            "deadline_s": self.deadline_s,
-            "max_cost_usd": self.max_cost_usd,
-            "deadline_met": self.deadline_met,
-            "message": self.message,
-            "options": [o.to_dict() for o in self.options],
-            "ranking": list(self.ranking),
-            "pareto": list(self.pareto),
-            "sensitivity": [s.to_dict() for s in self.sensitivity],
-            "seed": self.seed,
-            "search_budget": self.search_budget,
-            "wall_s": self.wall_s,
-            "prices_file": self.prices_file,
-            "notes": list(self.notes),
-        }
 
 
 # ---------------------------------------------------------------------------------------------

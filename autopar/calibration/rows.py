@@ -1,0 +1,220 @@
+"""Run-record row validation: pydantic types and ranges, cross-field checks, normalization, fingerprint.
+
+A file is validated row by row; invalid rows are reported with (row, field, value, reason) and the
+caller decides whether to reject the file whole or keep the valid rows. The fingerprint of a
+normalized record is the store's dedup key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from autopar.calibration.cells import as_number, blank_to_none, catalog_lookup
+from autopar.calibration.records import ARCH_COLUMNS, RECORD_COLUMNS, row_to_specs
+from autopar.calibration.throughput import TFLOPS_DEFINITIONS, tflops_definition
+from autopar.errors import AutoparError
+
+# The run-record schema (the columns of shared/groundtruth/public.csv, in order) and the arch columns
+# without which a row must name a catalog model: both as the specs builder in records.py reads them.
+SCHEMA_COLUMNS: tuple[str, ...] = RECORD_COLUMNS
+CORE_ARCH_COLUMNS: tuple[str, ...] = ARCH_COLUMNS
+# Labels that name a record but are not part of what was run or measured (left out of the fingerprint).
+LABEL_COLUMNS = frozenset({"id", "source", "source_ref", "notes"})
+
+
+class RunRow(BaseModel):
+    """One run record as read from a file: types and ranges of every schema column."""
+
+    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
+
+    id: str | None = None
+    source: str | None = None
+    source_ref: str | None = None
+    model: str | None = None
+    arch: str | None = None
+    params_b: float | None = Field(default=None, gt=0)
+    active_params_b: float | None = Field(default=None, gt=0)
+    layers: int | None = Field(default=None, gt=0)
+    hidden: int | None = Field(default=None, gt=0)
+    ffn_hidden: int | None = Field(default=None, gt=0)
+    heads: int | None = Field(default=None, gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    vocab: int | None = Field(default=None, gt=0)
+    seq_len: int = Field(gt=0)
+    experts: int | None = Field(default=None, ge=0)
+    topk: int | None = Field(default=None, ge=0)
+    shared_experts: int | None = Field(default=None, ge=0)
+    moe_ffn_hidden: int | None = Field(default=None, gt=0)
+    gpu: str
+    num_gpus: int = Field(gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    tp: int | None = Field(default=None, gt=0)
+    pp: int | None = Field(default=None, gt=0)
+    dp: int | None = Field(default=None, gt=0)
+    cp: int | None = Field(default=None, gt=0)
+    ep: int | None = Field(default=None, gt=0)
+    etp: int | None = Field(default=None, gt=0)
+    vpp: int | None = Field(default=None, gt=0)
+    sp: bool | None = None
+    zero: int | None = Field(default=None, ge=0, le=3)
+    recompute: Literal["none", "selective", "full"] | None = None
+    micro_batch: int | None = Field(default=None, gt=0)
+    global_batch: int = Field(gt=0)
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] | None = None
+    framework: str | None = None
+    measured_tflops_per_gpu: float | None = Field(default=None, gt=0)
+    measured_mfu: float | None = Field(default=None, gt=0, le=1, description="a fraction: 0.44 = 44%")
+    measured_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
+    measured_step_s: float | None = Field(default=None, gt=0)
+    measured_mem_gb_per_gpu: float | None = Field(default=None, gt=0)
+    notes: str | None = None
+    tflops_definition: Literal["megatron_hfu", "megatron_mfu", "6n", "palm"] | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _clean(cls, v: Any, info: ValidationInfo) -> Any:
+        """Blank cells to None, numeric text to numbers, enum text to lower case."""
+        v = blank_to_none(v)
+        name = info.field_name
+        if name in _LOWER_FIELDS:
+            return v.lower() if isinstance(v, str) else v
+        if name not in _TEXT_FIELDS:
+            return as_number(v)
+        return v
+
+
+_TEXT_FIELDS = frozenset({"id", "source", "source_ref", "model", "arch", "gpu", "framework", "notes",
+                          "recompute", "precision", "tflops_definition"})
+_LOWER_FIELDS = frozenset({"recompute", "precision", "arch", "tflops_definition"})
+
+
+@dataclass(frozen=True)
+class RowError:
+    """Why one row of a file is invalid: 1-based row (first data row = 1), field, value, reason."""
+
+    row: int
+    field: str
+    value: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return f"row {self.row}: {self.field}={self.value!r}: {self.reason}"
+
+
+def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
+    """Cross-field rules a row must satisfy: model known, GPU known, degrees and a throughput."""
+    errs: list[tuple[str, Any, str]] = []
+    missing_arch = [c for c in CORE_ARCH_COLUMNS if getattr(r, c) is None]
+    if missing_arch:
+        if not r.model:
+            errs.append(("model", None, "required: a catalog model name, or the arch columns "
+                         + "/".join(CORE_ARCH_COLUMNS)))
+        else:
+            spec, reason = catalog_lookup("model", r.model)
+            if spec is None and reason is not None:
+                errs.append(("model", r.model, f"{reason}; or give the arch columns "
+                             f"({', '.join(missing_arch)} are empty)"))
+    _, reason = catalog_lookup("gpu", r.gpu)
+    if reason is not None:
+        errs.append(("gpu", r.gpu, reason))
+    degrees = {k: getattr(r, k) for k in ("tp", "pp", "cp", "dp")}
+    if all(v is not None for v in degrees.values()):
+        prod = math.prod(degrees.values())
+        if prod != r.num_gpus:
+            errs.append(("num_gpus", r.num_gpus,
+                         f"tp*pp*cp*dp = {'*'.join(str(v) for v in degrees.values())} = {prod} != num_gpus"))
+    if r.micro_batch and r.dp and r.global_batch % (r.micro_batch * r.dp):
+        errs.append(("global_batch", r.global_batch,
+                     f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}"))
+    has_tflops = r.measured_tflops_per_gpu is not None and tflops_definition(r.model_dump()) is not None
+    if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops:
+        errs.append(("measured_tokens_per_s_per_gpu", None,
+                     "no throughput: give measured_tokens_per_s_per_gpu, measured_step_s, or "
+                     "measured_tflops_per_gpu with tflops_definition in " + "|".join(TFLOPS_DEFINITIONS)))
+    return errs
+
+
+def _specs_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """Why the specs builder cannot turn a record into model/cluster/workload/strategy, if it cannot."""
+    try:
+        row_to_specs(rec)
+    except (AutoparError, ValueError, TypeError) as e:
+        msg = " ".join(str(e).split())
+        m = re.search(r"column '(\w+)'|columns '(\w+)'|\b(\w+)=", msg)
+        name = next((g for g in (m.groups() if m else ()) if g), None)
+        if name not in rec:
+            name = "model" if msg.startswith("model ") else ("gpu" if "GPU" in msg else "config")
+        return name, rec.get(name), msg
+    return None
+
+
+def normalize_record(r: RunRow) -> dict[str, Any]:
+    """A validated row as a plain dict: every schema column (None where empty) then the extras."""
+    d = r.model_dump()
+    out: dict[str, Any] = {c: d.get(c) for c in SCHEMA_COLUMNS}
+    if d.get("sp") is not None:
+        out["sp"] = int(d["sp"])
+    for k, v in d.items():
+        if k not in out:
+            v = as_number(blank_to_none(v))
+            if v is not None:
+                out[k] = v
+    return out
+
+
+def validate_rows(rows: Iterable[Mapping[str, Any]], *, default_source: str | None = None,
+                  start: int = 1) -> tuple[list[dict[str, Any]], list[RowError]]:
+    """Validate raw rows; return the normalized good records and one RowError per problem."""
+    good: list[dict[str, Any]] = []
+    errors: list[RowError] = []
+    for i, raw in enumerate(rows, start=start):
+        raw = {str(k).strip(): v for k, v in raw.items() if k is not None}
+        try:
+            r = RunRow.model_validate(raw)
+        except ValidationError as e:
+            for err in e.errors():
+                loc = str(err["loc"][0]) if err.get("loc") else "row"
+                val = raw.get(loc, err.get("input")) if loc != "row" else None
+                errors.append(RowError(i, loc, val, err.get("msg", "invalid")))
+            continue
+        sem = _semantic_errors(r)
+        if sem:
+            errors.extend(RowError(i, f, v, why) for f, v, why in sem)
+            continue
+        rec = normalize_record(r)
+        spec_err = _specs_error(rec)
+        if spec_err:
+            errors.append(RowError(i, *spec_err))
+            continue
+        if not rec.get("source") and default_source:
+            rec["source"] = default_source
+        if not rec.get("id"):
+            rec["id"] = f"{rec.get('source') or 'run'}-{fingerprint(rec)[:10]}"
+        good.append(rec)
+    return good, errors
+
+
+# ------------------------------------------------------------------------------------ fingerprint
+def _canon(v: Any) -> Any:
+    """A value in canonical form: integral floats as ints, other floats to 9 significant digits."""
+    v = as_number(v)
+    if isinstance(v, float):
+        return float(f"{v:.9g}")
+    return v
+
+
+def fingerprint(record: Mapping[str, Any]) -> str:
+    """sha256 of the canonical config + measurement (labels id/source/notes left out): the dedup key."""
+    body = {k: _canon(v) for k, v in record.items()
+            if k not in LABEL_COLUMNS and blank_to_none(v) is not None}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
