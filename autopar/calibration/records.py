@@ -283,7 +283,7 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         assumed.append("micro_batch=1 (Megatron default)")
     dp_derived = num_gpus // (tp * pp * cp) if num_gpus % (tp * pp * cp) == 0 else 0
     if dp is not None and dp_derived and dp != dp_derived:
-        raise DataError(f"column 'dp' = {dp} but num_gpus/(tp*pp*cp) = {dp_derived}")
+        assumed.append(f"dp={dp_derived} = num_gpus/(tp*pp*cp) (column dp={dp} ignored)")
     if dp_derived and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
     strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,

@@ -93,16 +93,27 @@ def _models_table(models: list[ModelSpec]) -> Table:
     return t
 
 
+def _on_demand_price(g: GPUSpec) -> float | None:
+    """The price book's on-demand $/GPU-h (what optimize and whatif use), else the catalog's flat default."""
+    try:
+        from autopar.costs import default_price_book
+
+        return default_price_book().price(g.name, "on_demand")
+    except Exception:  # noqa: BLE001 - a missing price is shown as the catalog default
+        return g.price_usd_per_hour
+
+
 def _gpus_table(gpus: list[GPUSpec]) -> Table:
+    prices = {g.name: _on_demand_price(g) for g in gpus}
     rows = [[
         g.name, f"{g.memory_bytes / 1e9:,.0f}", f"{g.bf16_flops / 1e12:,.0f}",
         f"{g.fp8_flops / 1e12:,.0f}" if g.fp8_flops else "-", f"{g.hbm_bw / 1e12:.2f}",
         f"{g.scaleup_bw / 1e9:,.0f}", f"{g.scaleout_bw / 1e9:,.0f}", str(g.scaleup_domain),
-        f"{g.price_usd_per_hour:.2f}" if g.price_usd_per_hour is not None else "-",
+        f"{prices[g.name]:.2f}" if prices[g.name] is not None else "-",
     ] for g in gpus]
     headers = ["name", "mem GB", "BF16 TF/s", "FP8 TF/s", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "domain",
                "$/h"]
-    return _table("autopar GPUs (dense TFLOP/s; bandwidth per GPU per direction; default on-demand $/GPU-h)", headers, rows, 1)
+    return _table("autopar GPUs (dense TFLOP/s; bandwidth per GPU per direction; on-demand $/GPU-h from `autopar prices`)", headers, rows, 1)
 
 
 @command("models")

@@ -133,6 +133,7 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
     S = ctx.w.seq_len
     h = model.hidden
     a, k, dh = model.heads, model.kv, model.dh
+    k = max(k, t)  # with tp > kv_heads each TP rank holds (a replica of) one KV head
     T = b * S / c  # tokens of one micro-batch on this GPU's CP shard (all TP ranks see them)
 
     if model.is_mla:

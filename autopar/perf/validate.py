@@ -9,8 +9,9 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
                       strict: bool = True, allow_cross_node_tp: bool = False) -> list[str]:
     """Return every violated rule as a readable sentence ([] = valid).
 
-    strict=False accepts uneven pipeline stages (Megatron's first/last-stage layer options,
-    torchtitan's uneven splits), as real logged runs use them.
+    strict=False is for logged runs, which real frameworks allow to bend the search's rules: uneven pipeline
+    stages, KV heads replicated when tp > kv_heads, TP across nodes, interleaving with any micro-batch count,
+    MoE without sequence parallelism.
     """
     s = strategy
     out: list[str] = []
@@ -27,11 +28,12 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     # Tensor parallel.
     if model.heads % t:
         out.append(f"tp={t} does not divide heads={model.heads}")
-    if not model.is_mla and model.kv % t:
+    if not model.is_mla and model.kv % t and (strict or t % model.kv):
+        # strict=False accepts tp > kv_heads with the KV heads replicated across TP ranks (real runs do)
         out.append(f"tp={t} does not divide kv_heads={model.kv} (Megatron needs query groups % tp == 0)")
     if model.ffn_hidden % t and model.layers - model.moe_layers > 0:
         out.append(f"tp={t} does not divide ffn_hidden={model.ffn_hidden}")
-    if t > cluster.node_size and not allow_cross_node_tp:
+    if t > cluster.node_size and not allow_cross_node_tp and strict:
         out.append(f"tp={t} exceeds the NVLink domain of {cluster.node_size} GPUs (TP across nodes is too slow)")
     # Pipeline.
     v = s.vpp
@@ -65,7 +67,7 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
                 out.append(f"expert mesh: tp*cp*dp = {t * c * d} is not divisible by ep*etp = {e * et}")
             if model.moe_ffn_hidden and model.moe_ffn_hidden % et:
                 out.append(f"etp={et} does not divide moe_ffn_hidden={model.moe_ffn_hidden}")
-    if model.is_moe and t > 1 and e > 1 and not s.sp:
+    if model.is_moe and t > 1 and e > 1 and not s.sp and strict:
         out.append("MoE with tp>1 and ep>1 needs sequence parallelism (sp=true) in Megatron")
     # Batch.
     if workload.global_batch % (s.micro_batch * d):
@@ -73,7 +75,7 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
                    f"{s.micro_batch}*{d} = {s.micro_batch * d}")
     else:
         m = workload.global_batch // (s.micro_batch * d)
-        if v > 1 and p > 1 and m % p:
+        if v > 1 and p > 1 and m % p and strict:
             out.append(f"interleaved schedule needs micro-batches per step ({m}) divisible by pp={p}")
     # Precision.
     if workload.precision == "fp8" and not cluster.gpu.fp8_flops:
