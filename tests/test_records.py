@@ -72,3 +72,23 @@ def test_grand_teton_rows_use_the_500w_part():
 ])
 def test_framework_mapping(text: str, expected: str):
     assert framework_from_text(text) == expected
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from autopar.calibration.records import RECORD_COLUMNS, estimate_row  # noqa: E402
+
+_CELL = st.one_of(st.none(), st.just(""), st.integers(-4, 4096).map(str), st.sampled_from(
+    ["H100-SXM", "A100-80GB", "Llama-3.1-8B", "fp8", "bf16", "full", "selective", "1", "0", "nan", "x"]),
+    st.floats(allow_nan=True, allow_infinity=True))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(RECORD_COLUMNS), _CELL, max_size=len(RECORD_COLUMNS)))
+def test_any_row_gets_a_status_never_an_exception(row):
+    # Batch mode promise: a malformed row gets status "error: ..." and never stops the batch.
+    out = estimate_row({"id": "fuzz", **row})
+    assert out["status"] == "ok" or out["status"].startswith("error: ")
+    if out["status"] == "ok":
+        assert out["pred_tokens_per_s_per_gpu"] > 0

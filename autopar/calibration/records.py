@@ -103,9 +103,17 @@ def _int(row: Mapping[str, Any], key: str) -> int | None:
         f = float(v)
     except (TypeError, ValueError) as e:
         raise DataError(f"column '{key}' = {v!r} is not a number") from e
-    if f != int(f):
+    if not math.isfinite(f) or f != int(f):
         raise DataError(f"column '{key}' = {v!r} is not a whole number")
     return int(f)
+
+
+def _pos(row: Mapping[str, Any], key: str) -> int | None:
+    """A positive whole number, or None when the cell is empty."""
+    v = _int(row, key)
+    if v is not None and v <= 0:
+        raise DataError(f"column '{key}' = {v} must be a positive whole number")
+    return v
 
 
 def _float(row: Mapping[str, Any], key: str) -> float | None:
@@ -214,13 +222,13 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     assumed: list[str] = []
     model = _model_from_row(row, assumed)
     gpu = _gpu_from_row(row, assumed)
-    num_gpus = _int(row, "num_gpus")
+    num_gpus = _pos(row, "num_gpus")
     if not num_gpus:
         raise DataError("column 'num_gpus' is empty")
-    gpn = _int(row, "gpus_per_node")
+    gpn = _pos(row, "gpus_per_node")
     cluster = ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpn)
-    seq = _int(row, "seq_len")
-    gbs = _int(row, "global_batch")
+    seq = _pos(row, "seq_len")
+    gbs = _pos(row, "global_batch")
     if not seq or not gbs:
         raise DataError("columns 'seq_len' and 'global_batch' are required")
     prec = str(_cell(row, "precision") or "bf16").lower()
@@ -241,10 +249,10 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     workload = Workload(seq_len=seq, global_batch=gbs, precision=prec, tp_comm_overlap=overlap,
                         framework=framework_from_text(_cell(row, "framework"), assumed))
 
-    tp = _int(row, "tp")
-    pp = _int(row, "pp")
-    cp = _int(row, "cp") or 1
-    dp = _int(row, "dp")
+    tp = _pos(row, "tp")
+    pp = _pos(row, "pp")
+    cp = _pos(row, "cp") or 1
+    dp = _pos(row, "dp")
     if tp is None and pp is None and dp is not None and num_gpus % (dp * cp) == 0:
         mp = num_gpus // (dp * cp)
         tp = min(mp, cluster.node_size)
@@ -258,9 +266,9 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         assumed.append("pp=1")
     tp = tp or 1
     pp = pp or 1
-    ep = _int(row, "ep") or 1
-    etp = _int(row, "etp")
-    vpp = _int(row, "vpp") or 1
+    ep = _pos(row, "ep") or 1
+    etp = _pos(row, "etp")
+    vpp = _pos(row, "vpp") or 1
     sp = _bool(row, "sp")
     if sp is None:
         sp = tp > 1
@@ -277,7 +285,7 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     rec = str(rec).lower()
     if rec not in ("none", "selective", "full"):
         raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
-    mb = _int(row, "micro_batch")
+    mb = _pos(row, "micro_batch")
     if mb is None:
         mb = 1
         assumed.append("micro_batch=1 (Megatron default)")
@@ -316,6 +324,8 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False) -> dict[str, Any]
     except (ValueError, TypeError) as e:  # pydantic validation of a spec built from the row
         msg = str(e).splitlines()
         return {"id": rid, "status": "error: " + "; ".join(x.strip() for x in msg[:3])}
+    except Exception as e:  # noqa: BLE001 - one odd row must not stop a batch; say what happened
+        return {"id": rid, "status": f"error: could not evaluate ({type(e).__name__}: {e})"}
     out: dict[str, Any] = {
         "id": rid,
         "status": "ok",
