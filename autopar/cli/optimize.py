@@ -117,6 +117,9 @@ def print_result(result: Any, top: int) -> None:
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
         cells += [_COLS[n][1].format(row[n]) for n in names + extra]
+        if "throughput" in names + extra and row.get("throughput_low") == row.get("throughput_low"):  # not NaN
+            k = (names + extra).index("throughput") + len(cells) - len(names + extra)
+            cells[k] += f" [dim]({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)[/]"
         cells.append(str(row.get("bottleneck", "")))
         table.add_row(*cells)
     console.print(table)
@@ -124,6 +127,9 @@ def print_result(result: Any, top: int) -> None:
         console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
     if extra:
         console.print("[dim]· = not an objective, shown for reference[/]")
+    if result.calibration:
+        console.print("[dim]tokens/s calibrated on published runs; (low–high) is the 80% band; "
+                      "--no-calibration for the analytical model alone[/]")
     tokens = w.token_budget
     for r in result.recommended:
         console.print(f"\n[bold green]{r.role}[/]: {r.trial.strategy.label()}", highlight=False)

@@ -183,7 +183,10 @@ def record_row(r: TrialRecord) -> dict[str, Any]:
             "compute_pct": 100.0 * t.compute / step,
             "comm_pct": 100.0 * t.comm / step,
             "bubble_pct": 100.0 * t.bubble / step,
+            "calibration_factor": e.calibration_factor,
         })
+        if e.tokens_per_s_band is not None:  # the corrector's 80% band on cluster tokens/s
+            row["throughput_low"], row["throughput_high"] = e.tokens_per_s_band
     return row
 
 
