@@ -6,6 +6,8 @@ share model + cluster size. Throughput is compared as tokens/s/GPU, derived from
 the source's own TFLOP/s formula where that is what a row has (see measured_tokens_per_s_per_gpu).
 
 Usage: python bench/accuracy.py [runs.csv] [--rows] [--calibrated]
+(--calibrated adds the leave-one-source-out table of the default corrector: each source predicted by a
+model trained on the others.)
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="?", default=str(published_runs_path()))
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
+    ap.add_argument("--calibrated", action="store_true", help="also leave-one-source-out with the corrector")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     df = read_run_records(Path(args.runs))
@@ -111,7 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in bad.iterrows():
         print(f"  not evaluated: {r['id']}: {r['status']}")
     print(f"\n{len(df)} rows in {wall:.2f} s")
+    if args.calibrated:
+        print_loso(df)
     return 0
+
+
+def print_loso(df: pd.DataFrame) -> None:
+    """Leave-one-source-out error of the default corrector (median/mean APE before -> after, per source)."""
+    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.evaluate import error_table, leave_one_source_out
+    from autopar.calibration.features import build_training_set
+
+    t0 = time.perf_counter()
+    res = leave_one_source_out(build_training_set(df.to_dict(orient="records")), ThroughputCorrector())
+    for by in ("source", "family"):
+        print(f"\nleave-one-source-out by {by} (APE of tokens/s per GPU, before -> after the corrector)")
+        print(error_table(res, by).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"({time.perf_counter() - t0:.1f} s)")
 
 
 if __name__ == "__main__":
