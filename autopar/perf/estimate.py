@@ -223,10 +223,8 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         crosses = t * c * d >= G or t * c * d * p > G
         per_send = comm.p2p(act_bytes, crosses, links)
         pp_comm = 2.0 * m_mb * v * per_send
-        mean_stage = (stage_mb * (p - 1) + sum(last[:1] + last[2:])) / p if p > 1 else stage_mb
+        mean_stage = (stage_mb * (p - 1) + sum(last[:1] + last[2:])) / p
         bubble = (p - 1) / v * mean_stage
-        if s.pp_schedule == "interleaved":
-            pp_comm *= 1.0  # v already multiplies the number of sends
 
     # ---- optimizer step ------------------------------------------------------------------------
     local_for_opt = (ne_f / n_dp + ex_f / n_edp) if s.zero >= 1 else (ne_f + ex_f)
