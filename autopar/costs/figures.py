@@ -139,10 +139,10 @@ def parse_duration(text: str | float | int, field: str = "deadline") -> float:
     return value
 
 
-def format_duration(seconds: float) -> str:
+def format_duration(seconds: float, day_unit: str = " days") -> str:
     """Human-readable duration: '11.6 days', '5.2 h', '42 min', '30 s'."""
     if seconds >= 2 * SECONDS_PER_DAY:
-        return f"{seconds / SECONDS_PER_DAY:,.1f} days"
+        return f"{seconds / SECONDS_PER_DAY:,.1f}{day_unit}"
     if seconds >= 2 * SECONDS_PER_HOUR:
         return f"{seconds / SECONDS_PER_HOUR:.1f} h"
     if seconds >= 120:
@@ -194,10 +194,4 @@ def format_usd_short(usd: float) -> str:
 
 def format_duration_short(seconds: float) -> str:
     """Compact duration for tables: '21.4 d', '5.2 h', '42 min'."""
-    if seconds >= 2 * SECONDS_PER_DAY:
-        return f"{seconds / SECONDS_PER_DAY:.1f} d"
-    if seconds >= 2 * SECONDS_PER_HOUR:
-        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+    return format_duration(seconds, " d")
