@@ -64,3 +64,22 @@ def test_report_renders_offline_in_chromium(tmp_path) -> None:
     assert seen["before"] == {"legendonly"} and seen["more_points"] is True
     assert str(seen["slurm"]).startswith("#!/bin/bash")
     assert png.stat().st_size > 50_000
+
+
+def test_whatif_report_renders_offline_in_chromium(tmp_path) -> None:
+    """The what-if report from a real (small) run: every plot rendered, no console errors, no network,
+    one table row per hardware option; screenshot kept in tmp_path."""
+    from autopar.catalog import get_model
+    from autopar.costs.whatif import run_whatif
+    from autopar.reports import write_whatif_report
+    from autopar.specs import Workload
+
+    r = run_whatif(get_model("llama-3-8b"), ["H100-SXM:16", "A100-80GB:16", "H200:8"],
+                   Workload(seq_len=4096, global_batch=128), token_budget=1e11, budget=30, seed=0)
+    path = write_whatif_report(r, tmp_path / "whatif.html")
+    check = screenshot_report(path, tmp_path / "whatif.png")
+    assert check.plot_ids and check.rendered_ids == check.plot_ids
+    assert check.console_errors == []
+    assert check.blocked_requests == []
+    assert check.table_rows >= len(r.options)
+    assert (tmp_path / "whatif.png").stat().st_size > 20_000
