@@ -431,3 +431,11 @@ def test_model_notes_record_deviations():
     assert "51200" in model_notes("GPT-3-175B")
     assert "gelu" in model_notes("Nemotron-4-340B")
     assert "5140" in model_notes("GPT-3-13B")
+
+
+def test_version_command():
+    from autopar import __version__
+
+    runner, app = _cli()
+    r = runner.invoke(app, ["version"])
+    assert r.exit_code == 0 and f"autopar {__version__}" in r.stdout and "optuna" in r.stdout

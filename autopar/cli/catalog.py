@@ -138,3 +138,20 @@ def gpus(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
         typer.echo(json.dumps([gpu_record(g) for g in chosen], indent=2))
         return
     console.print(_gpus_table(chosen))
+
+
+@command("version")
+def version() -> None:
+    """Print autopar's version and the versions of the libraries it relies on."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+
+    import autopar
+
+    parts = [f"autopar {autopar.__version__}"]
+    for dep in ("optuna", "scikit-learn", "pandas", "plotly", "pydantic", "typer"):
+        try:
+            parts.append(f"{dep} {pkg_version(dep)}")
+        except PackageNotFoundError:
+            parts.append(f"{dep} (not installed)")
+    console.print(" · ".join(parts), highlight=False)
