@@ -11,7 +11,7 @@ from functools import lru_cache
 from autopar.perf import comm
 from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
 from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
-from autopar.perf.params import ParamCounts, count_params
+from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 GiB = 2**30
@@ -24,11 +24,6 @@ FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buf
 OVERLAP_SLOWDOWN = 0.10  # compute slowdown while overlapped communication runs (SM sharing, Calculon)
 TP_OVERLAP_HIDDEN = 0.5  # share of TP collectives that chunked overlap hides (torchtitan async-TP: ~+10%)
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam step traffic per local parameter (formulas §6, ~30 B + grad norm)
-
-
-@lru_cache(maxsize=256)
-def _params(model: ModelSpec) -> ParamCounts:
-    return count_params(model)
 
 
 @lru_cache(maxsize=4096)
@@ -49,7 +44,7 @@ class PerfContext:
         self.model, self.cluster, self.w, self.gpu = model, cluster, w, gpu
         self.eff = eff = efficiency_for(gpu.family)
         self.sw = software_for(w.framework)
-        self.pc = _params(model)
+        self.pc = count_params(model)
         self.W = cluster.num_gpus
         self.G = cluster.node_size
         self.fp8 = w.precision == "fp8" and gpu.fp8_flops is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from autopar.specs import ModelSpec
 
@@ -63,8 +64,11 @@ def mlp_params(h: int, f: int, activation: str) -> float:
     return float((3 if activation == "swiglu" else 2) * h * f)
 
 
+@lru_cache(maxsize=512)
 def count_params(m: ModelSpec) -> ParamCounts:
-    """Count parameters of a model; MoE active counts top-k routed plus shared experts."""
+    """Count parameters of a model; MoE active counts top-k routed plus shared experts.
+
+    Memoised (specs are frozen and hashable): the search and the corrector's features ask per trial."""
     h = m.hidden
     attn, attn_rep = attention_params(m)
     norm_per = (1 if m.norm == "rmsnorm" else 2) * h
