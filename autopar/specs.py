@@ -64,8 +64,12 @@ class ModelSpec(_Frozen):
                 raise ValueError("moe_ffn_hidden is required when experts > 0")
             if self.dense_layers >= self.layers:
                 raise ValueError(f"dense_layers={self.dense_layers} must be < layers={self.layers}")
-        if self.is_mla and None in (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim,
-                                    self.v_head_dim):
+        if self.is_mla and None in (
+            self.kv_lora_rank,
+            self.qk_nope_head_dim,
+            self.qk_rope_head_dim,
+            self.v_head_dim,
+        ):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
         return self
 
@@ -124,7 +128,9 @@ class GPUSpec(_Frozen):
     hbm_bw: float = Field(gt=0, description="HBM bandwidth, bytes/s")
     scaleup_bw: float = Field(gt=0, description="NVLink/xGMI bandwidth per GPU per direction, bytes/s")
     scaleup_domain: int = Field(default=8, gt=0, description="GPUs per NVLink domain (node)")
-    scaleout_bw: float = Field(gt=0, description="default inter-node NIC bandwidth per GPU per direction, bytes/s")
+    scaleout_bw: float = Field(
+        gt=0, description="default inter-node NIC bandwidth per GPU per direction, bytes/s"
+    )
     tdp_watts: float | None = None
     price_usd_per_hour: float | None = Field(default=None, ge=0, description="flat default on-demand price")
     source: str = ""
@@ -176,10 +182,14 @@ class Workload(_Frozen):
     optimizer: Literal["adam", "adam_bf16_states", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")
     tp_comm_overlap: bool = Field(
-        default=False, description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan "
-        "async TP); needs sequence parallelism")
+        default=False,
+        description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan "
+        "async TP); needs sequence parallelism",
+    )
     framework: Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"] = Field(
-        default="megatron", description="software stack: sets kernel fusion, attention kernel, recompute semantics")
+        default="megatron",
+        description="software stack: sets kernel fusion, attention kernel, recompute semantics",
+    )
 
     @property
     def tokens_per_step(self) -> int:

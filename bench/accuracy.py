@@ -74,19 +74,24 @@ def summarize(ev: pd.DataFrame) -> pd.DataFrame:
                 tau = kendall_tau(list(grp["pred_tokens_per_s_per_gpu"]), list(grp["meas_tps"]))
                 if not np.isnan(tau):
                     taus.append(tau)
-        rows.append({
-            "source": src, "rows": len(g), "evaluated": len(ok), "tps_n": len(t),
-            "tps_median_ape_%": 100 * t.median() if len(t) else np.nan,
-            "tps_mean_ape_%": 100 * t.mean() if len(t) else np.nan,
-            "tps_median_ratio": ok["tps_ratio"].median() if len(t) else np.nan,
-            "mem_n": len(mm),
-            "mem_median_ape_%": 100 * mm.median() if len(mm) else np.nan,
-            "mem_mean_ape_%": 100 * mm.mean() if len(mm) else np.nan,
-            "oom_predicted": int((ok["pred_fits"] == False).sum()),  # noqa: E712
-            "groups": len(taus),
-            "min_tau": min(taus) if taus else np.nan,
-            "mean_tau": float(np.mean(taus)) if taus else np.nan,
-        })
+        rows.append(
+            {
+                "source": src,
+                "rows": len(g),
+                "evaluated": len(ok),
+                "tps_n": len(t),
+                "tps_median_ape_%": 100 * t.median() if len(t) else np.nan,
+                "tps_mean_ape_%": 100 * t.mean() if len(t) else np.nan,
+                "tps_median_ratio": ok["tps_ratio"].median() if len(t) else np.nan,
+                "mem_n": len(mm),
+                "mem_median_ape_%": 100 * mm.median() if len(mm) else np.nan,
+                "mem_mean_ape_%": 100 * mm.mean() if len(mm) else np.nan,
+                "oom_predicted": int((ok["pred_fits"] == False).sum()),  # noqa: E712
+                "groups": len(taus),
+                "min_tau": min(taus) if taus else np.nan,
+                "mean_tau": float(np.mean(taus)) if taus else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -105,8 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.max_columns", 30)
     pd.set_option("display.max_rows", 500)
     if args.rows:
-        cols = ["id", "status", "strategy", "meas_tps", "pred_tokens_per_s_per_gpu", "tps_ratio",
-                "meas_mem_gib", "pred_mem_gib_per_gpu", "bottleneck"]
+        cols = [
+            "id",
+            "status",
+            "strategy",
+            "meas_tps",
+            "pred_tokens_per_s_per_gpu",
+            "tps_ratio",
+            "meas_mem_gib",
+            "pred_mem_gib_per_gpu",
+            "bottleneck",
+        ]
         print(ev[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         print()
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

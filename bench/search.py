@@ -35,14 +35,38 @@ from autopar.search.pareto import normalized_hypervolume, pareto_records, refere
 from autopar.specs import ClusterSpec, Workload  # noqa: E402
 
 PROBLEMS: list[dict[str, Any]] = [
-    {"name": "Llama-3.1-8B / 8x H100-SXM", "model": "Llama-3.1-8B", "gpu": "H100-SXM", "gpus": 8,
-     "seq": 8192, "batch": 128},
-    {"name": "Llama-3.1-70B / 64x H100-SXM", "model": "Llama-3.1-70B", "gpu": "H100-SXM", "gpus": 64,
-     "seq": 8192, "batch": 512},
-    {"name": "Mixtral-8x7B / 256x H100-SXM", "model": "Mixtral-8x7B", "gpu": "H100-SXM", "gpus": 256,
-     "seq": 4096, "batch": 1024},
-    {"name": "Llama-3.1-70B / 64..512x H100-SXM,H200 (hardware searched)", "model": "Llama-3.1-70B",
-     "gpu": ["H100-SXM", "H200"], "gpus": [64, 128, 256, 512], "seq": 8192, "batch": 512},
+    {
+        "name": "Llama-3.1-8B / 8x H100-SXM",
+        "model": "Llama-3.1-8B",
+        "gpu": "H100-SXM",
+        "gpus": 8,
+        "seq": 8192,
+        "batch": 128,
+    },
+    {
+        "name": "Llama-3.1-70B / 64x H100-SXM",
+        "model": "Llama-3.1-70B",
+        "gpu": "H100-SXM",
+        "gpus": 64,
+        "seq": 8192,
+        "batch": 512,
+    },
+    {
+        "name": "Mixtral-8x7B / 256x H100-SXM",
+        "model": "Mixtral-8x7B",
+        "gpu": "H100-SXM",
+        "gpus": 256,
+        "seq": 4096,
+        "batch": 1024,
+    },
+    {
+        "name": "Llama-3.1-70B / 64..512x H100-SXM,H200 (hardware searched)",
+        "model": "Llama-3.1-70B",
+        "gpu": ["H100-SXM", "H200"],
+        "gpus": [64, 128, 256, 512],
+        "seq": 8192,
+        "batch": 512,
+    },
 ]
 OBJECTIVES = ("throughput", "headroom", "cost")
 
@@ -82,10 +106,16 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
     ideal, nadir = reference_bounds(F)
     hv_ex = normalized_hypervolume(F, ideal, nadir)
     out: dict[str, Any] = {
-        "problem": p["name"], "space_size": ex.space_size, "space_valid": ex.space_valid,
-        "feasible": ex.n_feasible, "exhaustive_front": len(ex_front), "exhaustive_hv": hv_ex,
-        "exhaustive_s": ex_s, "exhaustive_evals_per_s": ex.stats["evals_per_s"],
-        "estimator_per_s": estimator_speed(model, clusters, wl), "nsga2": {},
+        "problem": p["name"],
+        "space_size": ex.space_size,
+        "space_valid": ex.space_valid,
+        "feasible": ex.n_feasible,
+        "exhaustive_front": len(ex_front),
+        "exhaustive_hv": hv_ex,
+        "exhaustive_s": ex_s,
+        "exhaustive_evals_per_s": ex.stats["evals_per_s"],
+        "estimator_per_s": estimator_speed(model, clusters, wl),
+        "nsga2": {},
     }
     for b in budgets:
         ratios, walls, fronts = [], [], []
@@ -94,17 +124,24 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
             r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES)
             walls.append(time.perf_counter() - t)
             front = pareto_records(r.trials, objs)
-            ratios.append(normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex
-                          if hv_ex else 0.0)
+            ratios.append(
+                normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0
+            )
             fronts.append(len(front))
-        out["nsga2"][b] = {"hv_ratio_mean": statistics.mean(ratios), "hv_ratio_min": min(ratios),
-                           "wall_s_mean": statistics.mean(walls), "front_mean": statistics.mean(fronts)}
+        out["nsga2"][b] = {
+            "hv_ratio_mean": statistics.mean(ratios),
+            "hv_ratio_min": min(ratios),
+            "wall_s_mean": statistics.mean(walls),
+            "front_mean": statistics.mean(fronts),
+        }
     # Ablation: plain NSGA-II (no Pareto local search) at budget 300.
     plain = []
     for seed in range(seeds):
         r = optimize(model, clusters, wl, budget=300, seed=seed, objectives=OBJECTIVES, local_search=0.0)
         front = pareto_records(r.trials, objs)
-        plain.append(normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0)
+        plain.append(
+            normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0
+        )
     out["plain_nsga2_300"] = statistics.mean(plain)
     return out
 
@@ -114,7 +151,11 @@ def storage_speed(budget: int = 150) -> dict[str, float]:
     model, clusters, wl = _problem(PROBLEMS[0])
     out = {}
     with tempfile.TemporaryDirectory() as d:
-        for name, storage in (("memory", None), ("journal", f"{d}/s.journal"), ("sqlite", f"sqlite:///{d}/s.db")):
+        for name, storage in (
+            ("memory", None),
+            ("journal", f"{d}/s.journal"),
+            ("sqlite", f"sqlite:///{d}/s.db"),
+        ):
             t = time.perf_counter()
             r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage)
             out[name] = r.stats["optuna_trials"] / (time.perf_counter() - t)
@@ -123,8 +164,25 @@ def storage_speed(budget: int = 150) -> dict[str, float]:
 
 def cli_end_to_end() -> float:
     """Wall time of `autopar optimize --budget 1000` for Llama-3.1-70B on 1024 H100s, start-up included."""
-    cmd = [sys.executable, "-m", "autopar", "optimize", "--model", "Llama-3.1-70B", "--gpu", "H100-SXM",
-           "--gpus", "1024", "--seq-len", "8192", "--global-batch", "512", "--budget", "1000", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "autopar",
+        "optimize",
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "H100-SXM",
+        "--gpus",
+        "1024",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "512",
+        "--budget",
+        "1000",
+        "--json",
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     return time.perf_counter() - t
@@ -145,22 +203,31 @@ def main() -> None:
         r = run_problem(p, budgets, seeds)
         results.append(r)
         print(f"\n== {r['problem']}")
-        print(f"space {r['space_size']:,} combinations, {r['space_valid']:,} valid, {r['feasible']:,} feasible; "
-              f"exhaustive front {r['exhaustive_front']} points, HV {r['exhaustive_hv']:.4f}, "
-              f"{r['exhaustive_s']:.2f} s ({r['exhaustive_evals_per_s']:,.0f} points/s); "
-              f"estimator {r['estimator_per_s']:,.0f} strategies/s")
+        print(
+            f"space {r['space_size']:,} combinations, {r['space_valid']:,} valid, {r['feasible']:,} feasible; "
+            f"exhaustive front {r['exhaustive_front']} points, HV {r['exhaustive_hv']:.4f}, "
+            f"{r['exhaustive_s']:.2f} s ({r['exhaustive_evals_per_s']:,.0f} points/s); "
+            f"estimator {r['estimator_per_s']:,.0f} strategies/s"
+        )
         for b, v in r["nsga2"].items():
-            print(f"  NSGA-II budget {b:>5}: HV ratio mean {v['hv_ratio_mean']:.4f} (min {v['hv_ratio_min']:.4f}) "
-                  f"over {seeds} seeds, front {v['front_mean']:.1f}, {v['wall_s_mean']:.2f} s")
+            print(
+                f"  NSGA-II budget {b:>5}: HV ratio mean {v['hv_ratio_mean']:.4f} (min {v['hv_ratio_min']:.4f}) "
+                f"over {seeds} seeds, front {v['front_mean']:.1f}, {v['wall_s_mean']:.2f} s"
+            )
         print(f"  plain NSGA-II (no local search), budget 300: HV ratio mean {r['plain_nsga2_300']:.4f}")
     e2e = cli_end_to_end()
     print(f"\nCLI end to end, 70B on 1024 GPUs, budget 1000: {e2e:.2f} s (target < 10 s)")
     store = storage_speed()
-    print("Optuna trials/s by storage (8B problem, budget 150): "
-          + ", ".join(f"{k} {v:,.0f}" for k, v in store.items()))
+    print(
+        "Optuna trials/s by storage (8B problem, budget 150): "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in store.items())
+    )
     if args.json:
-        args.json.write_text(json.dumps({"problems": results, "cli_e2e_s": e2e, "storage_trials_per_s": store},
-                                        indent=2, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"problems": results, "cli_e2e_s": e2e, "storage_trials_per_s": store}, indent=2, default=str
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check autopar tests bench
+.venv/bin/ruff format --check autopar tests bench
 .venv/bin/python -m pytest "$@"

@@ -17,13 +17,17 @@ _REQUIRED = os.environ.get("AUTOPAR_REQUIRE_BROWSER") == "1"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not _REQUIRED and not Path(CHROMIUM).exists(),
-                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)"),
+    pytest.mark.skipif(
+        not _REQUIRED and not Path(CHROMIUM).exists(),
+        reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)",
+    ),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package"),
 ]
 
-INFEASIBLE_VISIBILITY = ("() => document.getElementById('fig-pareto').data"
-                         ".filter(t => t.name.startsWith('Infeasible')).map(t => t.visible)")
+INFEASIBLE_VISIBILITY = (
+    "() => document.getElementById('fig-pareto').data"
+    ".filter(t => t.name.startsWith('Infeasible')).map(t => t.visible)"
+)
 
 
 def test_report_renders_offline_in_chromium(tmp_path) -> None:
@@ -52,8 +56,9 @@ def test_report_renders_offline_in_chromium(tmp_path) -> None:
         seen["slurm"] = card.locator(".tabpanel.on pre").inner_text()
 
     png = tmp_path / "report.png"
-    check = screenshot_report(path, png, expect_texts=("Fastest · Cheapest", "Most headroom", "Balanced"),
-                              actions=interact)
+    check = screenshot_report(
+        path, png, expect_texts=("Fastest · Cheapest", "Most headroom", "Balanced"), actions=interact
+    )
     assert check.plot_ids == ["fig-pareto", "fig-memory", "fig-time", "fig-parcoords"]
     assert check.rendered_ids == check.plot_ids  # plotly .main-svg inside every plot div
     assert check.console_errors == []
@@ -74,8 +79,14 @@ def test_whatif_report_renders_offline_in_chromium(tmp_path) -> None:
     from autopar.reports import write_whatif_report
     from autopar.specs import Workload
 
-    r = run_whatif(get_model("llama-3-8b"), ["H100-SXM:16", "A100-80GB:16", "H200:8"],
-                   Workload(seq_len=4096, global_batch=128), token_budget=1e11, budget=30, seed=0)
+    r = run_whatif(
+        get_model("llama-3-8b"),
+        ["H100-SXM:16", "A100-80GB:16", "H200:8"],
+        Workload(seq_len=4096, global_batch=128),
+        token_budget=1e11,
+        budget=30,
+        seed=0,
+    )
     path = write_whatif_report(r, tmp_path / "whatif.html")
     check = screenshot_report(path, tmp_path / "whatif.png")
     assert check.plot_ids and check.rendered_ids == check.plot_ids

@@ -39,7 +39,9 @@ def published() -> list[dict[str, object]]:
 @pytest.fixture(scope="module")
 def small_cal(published) -> Calibration:
     """A quick model on three sources (no LOSO table)."""
-    recs = [r for r in published if r["source"] in ("nemo_perf_summary", "mosaic_llmfoundry", "korthikanti2022")]
+    recs = [
+        r for r in published if r["source"] in ("nemo_perf_summary", "mosaic_llmfoundry", "korthikanti2022")
+    ]
     return fit_calibration(recs, name="small", evaluate=False)
 
 
@@ -55,7 +57,10 @@ def test_throughput_factor_and_band(small_cal):
     f, lo, hi = small_cal.throughput_factor(*_specs())
     assert lo <= f <= hi and 0.3 < f < 3.0
     assert small_cal.meta.n_train == 51 and small_cal.meta.sources == [
-        "korthikanti2022", "mosaic_llmfoundry", "nemo_perf_summary"]
+        "korthikanti2022",
+        "mosaic_llmfoundry",
+        "nemo_perf_summary",
+    ]
 
 
 def test_save_load_roundtrip(tmp_path, small_cal):
@@ -72,11 +77,14 @@ def _tamper(path: Path, **meta: object) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("sklearn_version", "0.24.2", "scikit-learn 0.24.2"),
-    ("autopar_version", "9.9.0", "autopar 9.9.0"),
-    ("feature_schema_version", "0", "feature schema 0"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("sklearn_version", "0.24.2", "scikit-learn 0.24.2"),
+        ("autopar_version", "9.9.0", "autopar 9.9.0"),
+        ("feature_schema_version", "0", "feature schema 0"),
+    ],
+)
 def test_incompatible_version_is_a_clear_error(tmp_path, small_cal, field, value, needle):
     p = _tamper(small_cal.save(tmp_path / "m.joblib"), **{field: value})
     with pytest.raises(CalibrationVersionError, match=needle) as ei:
@@ -145,15 +153,30 @@ def test_cli_fit_and_report(tmp_path, published):
     db = tmp_path / "runs.db"
     assert runner.invoke(app, ["calibrate", "ingest", str(data), "--store", str(db)]).exit_code == 0
     out = tmp_path / "m.joblib"
-    r = runner.invoke(app, ["calibrate", "fit", "--store", str(db), "--no-public", "--out", str(out),
-                            "--model", "ridge"])
+    r = runner.invoke(
+        app, ["calibrate", "fit", "--store", str(db), "--no-public", "--out", str(out), "--model", "ridge"]
+    )
     assert r.exit_code == 0, r.output
     assert "saved" in r.output and "ridge corrector on 30 runs" in " ".join(r.output.split())
     cal = load_calibration(out)
     assert cal.meta.model_name == "ridge" and cal.meta.n_train == 30
     html = tmp_path / "rep.html"
-    r2 = runner.invoke(app, ["calibrate", "report", "--store", str(db), "--no-public", "--out", str(html),
-                             "--plotlyjs", "cdn", "--model", "ridge"])
+    r2 = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "report",
+            "--store",
+            str(db),
+            "--no-public",
+            "--out",
+            str(html),
+            "--plotlyjs",
+            "cdn",
+            "--model",
+            "ridge",
+        ],
+    )
     assert r2.exit_code == 0, r2.output
     text = html.read_text()
     assert "Per source" in text and "korthikanti2022" in text and "plotly" in text
@@ -163,8 +186,18 @@ def test_cli_fit_and_report(tmp_path, published):
 def test_cli_fit_errors(tmp_path):
     r = runner.invoke(app, ["calibrate", "fit", "--out", str(tmp_path / "m.joblib"), "--model", "forest"])
     assert r.exit_code == 2 and "ridge" in r.output
-    r2 = runner.invoke(app, ["calibrate", "fit", "--out", str(tmp_path / "m.joblib"), "--no-public",
-                             "--store", str(tmp_path / "none.db")])
+    r2 = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "fit",
+            "--out",
+            str(tmp_path / "m.joblib"),
+            "--no-public",
+            "--store",
+            str(tmp_path / "none.db"),
+        ],
+    )
     assert r2.exit_code == 2 and "no run store" in r2.output
     r3 = runner.invoke(app, ["calibrate", "report", "--no-public", "--store", str(tmp_path / "none.db")])
     assert r3.exit_code == 2 and "Traceback" not in r3.output

@@ -21,15 +21,21 @@ from autopar.perf import estimate
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
 def test_sklearn_estimator_checks_ridge():
     """Every applicable check_estimator check passes (ridge candidate: fast)."""
-    failed = [r for r in check_estimator(ThroughputCorrector(model="ridge"), on_fail=None)
-              if r["status"] == "failed"]
+    failed = [
+        r
+        for r in check_estimator(ThroughputCorrector(model="ridge"), on_fail=None)
+        if r["status"] == "failed"
+    ]
     assert failed == []
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
 def test_sklearn_estimator_checks_auto():
-    failed = [r for r in check_estimator(ThroughputCorrector(hgb_max_iter=10), on_fail=None)
-              if r["status"] == "failed"]
+    failed = [
+        r
+        for r in check_estimator(ThroughputCorrector(hgb_max_iter=10), on_fail=None)
+        if r["status"] == "failed"
+    ]
     assert failed == []
 
 
@@ -55,16 +61,41 @@ def test_bad_parameters_are_value_errors():
 def _synthetic_records() -> list[dict[str, object]]:
     """Llama-3.1 8B/70B on H100 clusters over a grid of TP/PP/micro-batch/seq/recompute."""
     out = []
-    grid = itertools.product(["llama-3.1-8b", "llama-3.1-70b"], [8, 16, 32, 64], [1, 2, 4, 8], [1, 2, 4],
-                             [1, 2], [4096, 8192], ["selective", "full"])
+    grid = itertools.product(
+        ["llama-3.1-8b", "llama-3.1-70b"],
+        [8, 16, 32, 64],
+        [1, 2, 4, 8],
+        [1, 2, 4],
+        [1, 2],
+        [4096, 8192],
+        ["selective", "full"],
+    )
     for i, (model, n, tp, pp, mb, seq, rc) in enumerate(grid):
         dp = n // (tp * pp)
         if dp < 1 or 256 % (mb * dp):
             continue
-        out.append({"id": f"S{i}", "source": f"src{i % 4}", "model": model, "gpu": "H100-SXM", "num_gpus": n,
-                    "gpus_per_node": 8, "tp": tp, "pp": pp, "cp": 1, "dp": dp, "ep": 1, "sp": int(tp > 1),
-                    "zero": 1, "recompute": rc, "micro_batch": mb, "global_batch": 256, "seq_len": seq,
-                    "precision": "bf16"})
+        out.append(
+            {
+                "id": f"S{i}",
+                "source": f"src{i % 4}",
+                "model": model,
+                "gpu": "H100-SXM",
+                "num_gpus": n,
+                "gpus_per_node": 8,
+                "tp": tp,
+                "pp": pp,
+                "cp": 1,
+                "dp": dp,
+                "ep": 1,
+                "sp": int(tp > 1),
+                "zero": 1,
+                "recompute": rc,
+                "micro_batch": mb,
+                "global_batch": 256,
+                "seq_len": seq,
+                "precision": "bf16",
+            }
+        )
     return out
 
 

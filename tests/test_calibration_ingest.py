@@ -30,11 +30,33 @@ from autopar.errors import DataError
 def _row(**kw: object) -> dict[str, object]:
     """A valid run record (GPT-3 175B-like on 64 A100s), overridable per test."""
     base: dict[str, object] = {
-        "id": "R1", "source": "unit", "model": "GPT-test", "arch": "dense", "layers": 96, "hidden": 12288,
-        "ffn_hidden": 49152, "heads": 96, "kv_heads": 96, "vocab": 51200, "seq_len": 2048,
-        "gpu": "A100-80GB", "num_gpus": 64, "gpus_per_node": 8, "tp": 8, "pp": 8, "dp": 1, "cp": 1,
-        "ep": 1, "sp": 1, "zero": 0, "recompute": "selective", "micro_batch": 1, "global_batch": 64,
-        "precision": "bf16", "framework": "Megatron-LM", "measured_step_s": 13.75,
+        "id": "R1",
+        "source": "unit",
+        "model": "GPT-test",
+        "arch": "dense",
+        "layers": 96,
+        "hidden": 12288,
+        "ffn_hidden": 49152,
+        "heads": 96,
+        "kv_heads": 96,
+        "vocab": 51200,
+        "seq_len": 2048,
+        "gpu": "A100-80GB",
+        "num_gpus": 64,
+        "gpus_per_node": 8,
+        "tp": 8,
+        "pp": 8,
+        "dp": 1,
+        "cp": 1,
+        "ep": 1,
+        "sp": 1,
+        "zero": 0,
+        "recompute": "selective",
+        "micro_batch": 1,
+        "global_batch": 64,
+        "precision": "bf16",
+        "framework": "Megatron-LM",
+        "measured_step_s": 13.75,
     }
     base.update(kw)
     return base
@@ -51,8 +73,11 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
 
 
 def _three(tmp_path: Path, bad: dict[str, object] | None = None) -> Path:
-    rows = [_row(id="R1"), _row(id="R2", global_batch=128, measured_step_s=27.1),
-            _row(id="R3", num_gpus=128, dp=2, global_batch=128, measured_step_s=13.9)]
+    rows = [
+        _row(id="R1"),
+        _row(id="R2", global_batch=128, measured_step_s=27.1),
+        _row(id="R3", num_gpus=128, dp=2, global_batch=128, measured_step_s=13.9),
+    ]
     if bad:
         rows[1] = {**rows[1], **bad}
     return _write_csv(tmp_path / "runs.csv", rows)
@@ -70,14 +95,17 @@ def test_valid_row_normalized_and_tokens_from_step_time():
     assert tps == pytest.approx(64 * 2048 / 13.75 / 64)
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("seq_len", "abc", "valid integer"),
-    ("num_gpus", 0, "greater than 0"),
-    ("recompute", "sometimes", "'none', 'selective' or 'full'"),
-    ("measured_mfu", 44, "less than or equal to 1"),
-    ("zero", 4, "less than or equal to 3"),
-    ("tp", 2.5, "fractional part"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("seq_len", "abc", "valid integer"),
+        ("num_gpus", 0, "greater than 0"),
+        ("recompute", "sometimes", "'none', 'selective' or 'full'"),
+        ("measured_mfu", 44, "less than or equal to 1"),
+        ("zero", 4, "less than or equal to 3"),
+        ("tp", 2.5, "fractional part"),
+    ],
+)
 def test_bad_field_reported_with_row_field_value_reason(field, value, needle):
     good, errors = validate_rows([_row(), _row(**{field: value})])
     assert len(good) == 1
@@ -99,8 +127,9 @@ def test_semantic_rules():
     _, e4 = validate_rows([_row(measured_step_s=None, measured_tflops_per_gpu=150)])
     assert len(e4) == 1
     # ... and is with one
-    good, e5 = validate_rows([_row(measured_step_s=None, measured_tflops_per_gpu=150,
-                                   tflops_definition="megatron_hfu")])
+    good, e5 = validate_rows(
+        [_row(measured_step_s=None, measured_tflops_per_gpu=150, tflops_definition="megatron_hfu")]
+    )
     assert e5 == [] and len(good) == 1
     # required columns
     _, e6 = validate_rows([{k: v for k, v in _row().items() if k != "gpu"}])
@@ -112,8 +141,19 @@ def test_semantic_rules():
     _, e8 = validate_rows([_row(gpu="Z100")])
     assert e8[0].field == "gpu" and "unknown GPU 'Z100'" in e8[0].reason and "H100-SXM" in e8[0].reason
     # a catalog model name stands in for the arch columns
-    good, e9 = validate_rows([_row(model="llama-3.1-8b", layers=None, hidden=None, heads=None, ffn_hidden=None,
-                                   kv_heads=None, vocab=None)])
+    good, e9 = validate_rows(
+        [
+            _row(
+                model="llama-3.1-8b",
+                layers=None,
+                hidden=None,
+                heads=None,
+                ffn_hidden=None,
+                kv_heads=None,
+                vocab=None,
+            )
+        ]
+    )
     assert e9 == [] and len(good) == 1
 
 
@@ -121,8 +161,15 @@ def test_tokens_from_tflops_megatron_eq3():
     # Narayanan 2021 Table 1 row 1: GPT 1.7B, l=24, h=2304, s=2048, V=51200, 137 TFLOP/s per GPU.
     # FLOPs/token = 96*l*h^2*(1 + s/6h + V/16lh) = 96*24*2304^2*(1 + 0.148148 + 0.0578704)
     #             = 1.2230590e10 * 1.2060185 = 1.4750317e10 -> 137e12 / 1.4750317e10 = 9287.9 tokens/s
-    rec = _row(layers=24, hidden=2304, heads=24, ffn_hidden=9216, measured_step_s=None,
-               measured_tflops_per_gpu=137, notes="flops_def=eq.3 incl. recompute")
+    rec = _row(
+        layers=24,
+        hidden=2304,
+        heads=24,
+        ffn_hidden=9216,
+        measured_step_s=None,
+        measured_tflops_per_gpu=137,
+        notes="flops_def=eq.3 incl. recompute",
+    )
     tps, how = measured_tokens_per_s_per_gpu(rec)
     assert how == "TFLOP/s (megatron_hfu)"
     assert tps == pytest.approx(9287.9, rel=1e-4)
@@ -130,16 +177,26 @@ def test_tokens_from_tflops_megatron_eq3():
 
 def test_fingerprint_ignores_labels_and_number_spelling():
     a = _row()
-    b = {**a, "id": "other", "notes": "re-typed", "source": "elsewhere", "num_gpus": "64.0",
-         "measured_step_s": "13.750"}
+    b = {
+        **a,
+        "id": "other",
+        "notes": "re-typed",
+        "source": "elsewhere",
+        "num_gpus": "64.0",
+        "measured_step_s": "13.750",
+    }
     assert fingerprint(a) == fingerprint(b)
     assert fingerprint(a) != fingerprint({**a, "measured_step_s": 13.76})
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.dictionaries(st.sampled_from(["tp", "pp", "micro_batch", "measured_step_s", "model"]),
-                       st.one_of(st.integers(1, 64), st.floats(0.1, 100), st.text(max_size=5)),
-                       max_size=4))
+@given(
+    st.dictionaries(
+        st.sampled_from(["tp", "pp", "micro_batch", "measured_step_s", "model"]),
+        st.one_of(st.integers(1, 64), st.floats(0.1, 100), st.text(max_size=5)),
+        max_size=4,
+    )
+)
 def test_fingerprint_is_order_independent_and_stable(extra):
     rec = {**_row(), **extra}
     shuffled = dict(reversed(list(rec.items())))
@@ -221,8 +278,10 @@ def test_store_schema_has_unique_fingerprint(tmp_path):
 
 # -------------------------------------------------------------------------------- formats, export
 def test_jsonl_and_parquet_give_the_same_records(tmp_path):
-    rows = [_row(id="A", log_steps_used=90), _row(id="B", global_batch=128, measured_step_s=27.0,
-                                                  log_steps_used=45)]
+    rows = [
+        _row(id="A", log_steps_used=90),
+        _row(id="B", global_batch=128, measured_step_s=27.0, log_steps_used=45),
+    ]
     csv_f = _write_csv(tmp_path / "r.csv", rows)
     jl = tmp_path / "r.jsonl"
     jl.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -262,7 +321,9 @@ def test_cli_ingest_list_export_roundtrip(tmp_path):
     lst = runner.invoke(app, ["calibrate", "list", "--store", str(db)])
     assert lst.exit_code == 0 and "R1" in lst.output and "R3" in lst.output
     out_csv = tmp_path / "dump.csv"
-    ex = runner.invoke(app, ["calibrate", "export", "--store", str(db), "--format", "csv", "--out", str(out_csv)])
+    ex = runner.invoke(
+        app, ["calibrate", "export", "--store", str(db), "--format", "csv", "--out", str(out_csv)]
+    )
     assert ex.exit_code == 0
     lines = out_csv.read_text().splitlines()
     assert lines[0].split(",")[:3] == ["id", "source", "source_ref"] and len(lines) == 4
@@ -285,7 +346,9 @@ def test_cli_bad_row_exits_2_with_report(tmp_path):
 
 
 def test_cli_missing_file_and_bad_format(tmp_path):
-    r = runner.invoke(app, ["calibrate", "ingest", str(tmp_path / "nope.csv"), "--store", str(tmp_path / "d.db")])
+    r = runner.invoke(
+        app, ["calibrate", "ingest", str(tmp_path / "nope.csv"), "--store", str(tmp_path / "d.db")]
+    )
     assert r.exit_code == 2 and "No such file" in r.output
     r2 = runner.invoke(app, ["calibrate", "export", "--store", str(tmp_path / "d.db"), "--format", "xml"])
     assert r2.exit_code == 2 and "csv, jsonl" in r2.output

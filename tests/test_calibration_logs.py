@@ -25,8 +25,18 @@ from autopar.errors import DataError
 LOGS = Path(__file__).parent / "data" / "logs"
 MEG = LOGS / "megatron_gpt_tp2.log"
 TT = LOGS / "torchtitan_llama3_8b.log"
-MEG_FLAGS = {"gpu": "H100-SXM", "num_gpus": 8, "tp": 2, "pp": 1, "cp": 1, "dp": 4, "micro_batch": 1,
-             "seq_len": 8192, "precision": "bf16", "recompute": "none"}
+MEG_FLAGS = {
+    "gpu": "H100-SXM",
+    "num_gpus": 8,
+    "tp": 2,
+    "pp": 1,
+    "cp": 1,
+    "dp": 4,
+    "micro_batch": 1,
+    "seq_len": 8192,
+    "precision": "bf16",
+    "recompute": "none",
+}
 
 
 def test_sniff_formats():
@@ -103,9 +113,11 @@ def test_torchtitan_aggregate_matches_hand_values():
 
 
 def test_torchtitan_older_wps_and_multi_rank_lines():
-    text = ("[rank0]:step:  1  loss: 10.0  memory: 10.00GiB(10.00%)  wps: 1,000  mfu: 1.00%\n"
-            "[rank0]:step: 10  loss:  9.0  memory: 20.00GiB(20.00%)  wps: 3,000  mfu: 3.00%\n"
-            "[rank1]:step: 10  loss:  9.0  memory: 22.00GiB(22.00%)  wps: 3,200  mfu: 3.20%\n")
+    text = (
+        "[rank0]:step:  1  loss: 10.0  memory: 10.00GiB(10.00%)  wps: 1,000  mfu: 1.00%\n"
+        "[rank0]:step: 10  loss:  9.0  memory: 20.00GiB(20.00%)  wps: 3,000  mfu: 3.00%\n"
+        "[rank1]:step: 10  loss:  9.0  memory: 22.00GiB(22.00%)  wps: 3,200  mfu: 3.20%\n"
+    )
     s = parse_torchtitan_log(text)
     assert s.steps == [1, 10]
     assert s.tokens_per_s_per_gpu == [1000, 3100]  # ranks averaged
@@ -116,7 +128,9 @@ def test_file_ingest_validates_the_aggregate():
     chk = check_file(TT, config=load_sidecar(LOGS / "torchtitan_llama3_8b.yaml"))
     assert chk.fmt == "torchtitan-log" and chk.errors == []
     rec = chk.records[0]
-    assert rec["source"] == "torchtitan-log" and rec["num_gpus"] == 8 and rec["id"].startswith("torchtitan-log-")
+    assert (
+        rec["source"] == "torchtitan-log" and rec["num_gpus"] == 8 and rec["id"].startswith("torchtitan-log-")
+    )
     # without the config the aggregate misses required columns and is reported, not crashed on
     bad = check_file(TT, config={})
     assert {e.field for e in bad.errors} >= {"gpu", "num_gpus", "seq_len", "global_batch"}
@@ -151,16 +165,52 @@ runner = CliRunner()
 
 def test_cli_ingest_logs_with_flags_and_sidecar(tmp_path):
     db = tmp_path / "runs.db"
-    args = ["calibrate", "ingest", str(MEG), "--store", str(db), "--sidecar", str(LOGS / "megatron_gpt_tp2.yaml"),
-            "--gpu", "H100-SXM", "--gpus", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--micro-batch", "1",
-            "--seq-len", "8192", "--precision", "bf16", "--recompute", "none"]
+    args = [
+        "calibrate",
+        "ingest",
+        str(MEG),
+        "--store",
+        str(db),
+        "--sidecar",
+        str(LOGS / "megatron_gpt_tp2.yaml"),
+        "--gpu",
+        "H100-SXM",
+        "--gpus",
+        "8",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--dp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--seq-len",
+        "8192",
+        "--precision",
+        "bf16",
+        "--recompute",
+        "none",
+    ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "added 1 new record(s)" in r.output
     r2 = runner.invoke(app, args)
     assert "added 0 new record(s)" in r2.output
-    r3 = runner.invoke(app, ["calibrate", "ingest", str(TT), "--store", str(db),
-                             "--sidecar", str(LOGS / "torchtitan_llama3_8b.yaml"), "--source", "my-cluster"])
+    r3 = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "ingest",
+            str(TT),
+            "--store",
+            str(db),
+            "--sidecar",
+            str(LOGS / "torchtitan_llama3_8b.yaml"),
+            "--source",
+            "my-cluster",
+        ],
+    )
     assert r3.exit_code == 0, r3.output
     recs = {r.source: r.record for r in RunStore(db).runs()}
     assert recs["megatron-log"]["tp"] == 2 and recs["megatron-log"]["measured_step_s"] == pytest.approx(6.1)

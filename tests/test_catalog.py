@@ -55,8 +55,18 @@ def test_every_model_entry_loads_and_counts():
 
 def test_every_gpu_entry_loads_with_sane_units():
     gpus = list_gpus()
-    assert {g.name for g in gpus} >= {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200",
-                                       "GB200", "MI300X", "MI325X", "H100-SXM-96GB-500W"}
+    assert {g.name for g in gpus} >= {
+        "A100-40GB",
+        "A100-80GB",
+        "H100-SXM",
+        "H100-PCIe",
+        "H200",
+        "B200",
+        "GB200",
+        "MI300X",
+        "MI325X",
+        "H100-SXM-96GB-500W",
+    }
     for g in gpus:
         assert 30e9 <= g.memory_bytes <= 300e9, g.name  # bytes, GB = 1e9
         assert 100e12 <= g.bf16_flops <= 3e15, g.name  # FLOP/s, dense
@@ -104,8 +114,14 @@ GOLDEN = [
     ("GPT-3-175B", 175e9, 0.005, None, 0, "Brown et al. 2020 Table 2.1: 175.0B"),
     ("BLOOM-176B", 176.247e9, 0.005, None, 0, "BLOOM paper (arXiv 2211.05100): 176,247M"),
     ("Nemotron-4-340B", 340e9, 0.005, None, 0, "Nemotron-4 340B report (arXiv 2406.11704)"),
-    ("DeepSeek-V3", 671e9, 0.005, 37e9, 0.02,
-     "DeepSeek-V3 report: 671B total, 37B activated (formulas.md §1 gives 671.0/37.6; 37B is rounded)"),
+    (
+        "DeepSeek-V3",
+        671e9,
+        0.005,
+        37e9,
+        0.02,
+        "DeepSeek-V3 report: 671B total, 37B activated (formulas.md §1 gives 671.0/37.6; 37B is rounded)",
+    ),
     ("DeepSeek-V2", 236e9, 0.005, 21e9, 0.025, "DeepSeek-V2 paper: 236B total, 21B activated (rounded)"),
     ("Mixtral-8x7B", 46.7e9, 0.005, 12.9e9, 0.01, "Mistral AI blog 'Mixtral of experts': 46.7B / 12.9B"),
     ("Mixtral-8x22B", 141e9, 0.005, 39e9, 0.01, "Mistral AI blog 'Cheaper, better...': 141B / 39B"),
@@ -117,7 +133,9 @@ GOLDEN = [
 ]
 
 
-@pytest.mark.parametrize(("name", "total", "tol", "active", "atol", "cite"), GOLDEN, ids=[g[0] for g in GOLDEN])
+@pytest.mark.parametrize(
+    ("name", "total", "tol", "active", "atol", "cite"), GOLDEN, ids=[g[0] for g in GOLDEN]
+)
 def test_golden_parameter_counts(name, total, tol, active, atol, cite):
     c = count_params(get_model(name))
     assert c.total == pytest.approx(total, rel=tol), cite
@@ -135,23 +153,47 @@ def test_llama3_70b_count_by_hand():
 # ---------------------------------------------------------------------------------- name matching
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("llama3-70b", "Llama-3-70B"), ("LLAMA3-70B", "Llama-3-70B"), ("llama 3 70b", "Llama-3-70B"),
-    ("llama-3.1-70b", "Llama-3.1-70B"), ("meta-llama/Llama-3.1-70B", "Llama-3.1-70B"),
-    ("Llama_3.1_70B", "Llama-3.1-70B"), ("someorg/llama-3.1-405b", "Llama-3.1-405B"),
-    ("LLAMA2-7B", "Llama-2-7B"), ("GPT3-175B", "GPT-3-175B"), ("gpt-3", "GPT-3-175B"),
-    ("GPT-529.6B", "MT-NLG-530B"), ("GPT-1008.0B", "GPT-1T"), ("MPT-7b", "MPT-7B"),
-    ("Nemotron-340B", "Nemotron-4-340B"), ("gpt3-13b", "GPT-3-13B"), ("GPT-3-1.3B", "GPT-3-1.3B"),
-    ("deepseek-ai/DeepSeek-V3", "DeepSeek-V3"), ("mixtral 8x7b", "Mixtral-8x7B"), ("GPT-174.6B", "GPT-3-175B-Megatron"),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("llama3-70b", "Llama-3-70B"),
+        ("LLAMA3-70B", "Llama-3-70B"),
+        ("llama 3 70b", "Llama-3-70B"),
+        ("llama-3.1-70b", "Llama-3.1-70B"),
+        ("meta-llama/Llama-3.1-70B", "Llama-3.1-70B"),
+        ("Llama_3.1_70B", "Llama-3.1-70B"),
+        ("someorg/llama-3.1-405b", "Llama-3.1-405B"),
+        ("LLAMA2-7B", "Llama-2-7B"),
+        ("GPT3-175B", "GPT-3-175B"),
+        ("gpt-3", "GPT-3-175B"),
+        ("GPT-529.6B", "MT-NLG-530B"),
+        ("GPT-1008.0B", "GPT-1T"),
+        ("MPT-7b", "MPT-7B"),
+        ("Nemotron-340B", "Nemotron-4-340B"),
+        ("gpt3-13b", "GPT-3-13B"),
+        ("GPT-3-1.3B", "GPT-3-1.3B"),
+        ("deepseek-ai/DeepSeek-V3", "DeepSeek-V3"),
+        ("mixtral 8x7b", "Mixtral-8x7B"),
+        ("GPT-174.6B", "GPT-3-175B-Megatron"),
+    ],
+)
 def test_model_aliases_and_case(query, expected):
     assert get_model(query).name == expected
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("h100", "H100-SXM"), ("H100-80GB", "H100-SXM"), ("h100_sxm", "H100-SXM"), ("a100", "A100-80GB"),
-    ("A100 40GB", "A100-40GB"), ("mi300x", "MI300X"), ("gb200-nvl72", "GB200"), ("h100 pcie", "H100-PCIe"),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("h100", "H100-SXM"),
+        ("H100-80GB", "H100-SXM"),
+        ("h100_sxm", "H100-SXM"),
+        ("a100", "A100-80GB"),
+        ("A100 40GB", "A100-40GB"),
+        ("mi300x", "MI300X"),
+        ("gb200-nvl72", "GB200"),
+        ("h100 pcie", "H100-PCIe"),
+    ],
+)
 def test_gpu_aliases_and_case(query, expected):
     assert get_gpu(query).name == expected
 
@@ -190,14 +232,19 @@ _SEPARATORS = st.sampled_from(["", "-", "_", ".", " "])
 
 
 @settings(max_examples=60, deadline=None)
-@given(idx=st.integers(min_value=0, max_value=10_000), seps=st.lists(_SEPARATORS, min_size=40, max_size=40),
-       upper=st.lists(st.booleans(), min_size=40, max_size=40))
+@given(
+    idx=st.integers(min_value=0, max_value=10_000),
+    seps=st.lists(_SEPARATORS, min_size=40, max_size=40),
+    upper=st.lists(st.booleans(), min_size=40, max_size=40),
+)
 def test_name_matching_ignores_case_and_separators(idx, seps, upper):
     models = list_models()
     m = models[idx % len(models)]
     # rebuild the name from its alphanumeric characters with arbitrary separators and case
     chars = [c for c in m.name if c.isalnum()]
-    mangled = "".join((c.upper() if u else c.lower()) + s for c, s, u in zip(chars, seps, upper, strict=False))
+    mangled = "".join(
+        (c.upper() if u else c.lower()) + s for c, s, u in zip(chars, seps, upper, strict=False)
+    )
     try:
         assert get_model(mangled) is m
     except AutoparError as e:  # only a documented loose collision may refuse to guess
@@ -250,10 +297,26 @@ def test_hf_import_key_fields():
     assert qwen.dh == 128 and qwen.hidden // qwen.heads == 64
     assert model_from_hf_config(json.loads((HF_DIR / "qwen2.5-7b.json").read_text())).qkv_bias
     gpt2 = model_from_hf_config(json.loads((HF_DIR / "gpt2-xl.json").read_text()))
-    assert (gpt2.ffn_hidden, gpt2.tied_embeddings, gpt2.activation, gpt2.norm) == (6400, True, "gelu", "layernorm")
-    assert model_from_hf_config({"model_type": "llama", "_name_or_path": "org/My-Model", "num_hidden_layers": 2,
-                                 "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
-                                 "vocab_size": 100}).name == "My-Model"
+    assert (gpt2.ffn_hidden, gpt2.tied_embeddings, gpt2.activation, gpt2.norm) == (
+        6400,
+        True,
+        "gelu",
+        "layernorm",
+    )
+    assert (
+        model_from_hf_config(
+            {
+                "model_type": "llama",
+                "_name_or_path": "org/My-Model",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        ).name
+        == "My-Model"
+    )
 
 
 def test_hf_import_directory_with_config_json(tmp_path):
@@ -313,7 +376,9 @@ def test_sliding_window_rules():
     qwen = json.loads((HF_DIR / "qwen2.5-7b.json").read_text())
     assert model_from_hf_config(qwen).sliding_window is None  # use_sliding_window false
     # with the window on, layers with index >= max_window_layers slide: 28 - 21 = 7 of 28 layers
-    on = model_from_hf_config(qwen | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21})
+    on = model_from_hf_config(
+        qwen | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}
+    )
     assert (on.sliding_window, on.sliding_window_fraction) == (4096, 0.25)
     mistral = model_from_hf_config(json.loads((HF_DIR / "mistral-7b-v0.1.json").read_text()))
     assert (mistral.sliding_window, mistral.sliding_window_fraction) == (4096, 1.0)
@@ -334,27 +399,60 @@ def test_moe_layout_rules():
 
 
 def test_qwen2_moe_shared_expert_and_text_config():
-    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
-           "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936, "num_experts": 60,
-           "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632}
+    cfg = {
+        "model_type": "qwen2_moe",
+        "num_hidden_layers": 24,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 5632,
+        "vocab_size": 151936,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+    }
     m = model_from_hf_config({"model_type": "some_vlm", "text_config": cfg}, name="vlm")
     assert (m.name, m.experts, m.shared_experts, m.shared_ffn, m.qkv_bias) == ("vlm", 60, 1, 5632, True)
 
 
 @settings(max_examples=40, deadline=None)
-@given(layers=st.integers(1, 200), heads=st.sampled_from([8, 16, 32, 64, 128]), group=st.sampled_from([1, 2, 4, 8]),
-       dh=st.sampled_from([64, 80, 128]), ffn=st.integers(1, 100_000), vocab=st.integers(1, 300_000),
-       tied=st.booleans())
+@given(
+    layers=st.integers(1, 200),
+    heads=st.sampled_from([8, 16, 32, 64, 128]),
+    group=st.sampled_from([1, 2, 4, 8]),
+    dh=st.sampled_from([64, 80, 128]),
+    ffn=st.integers(1, 100_000),
+    vocab=st.integers(1, 300_000),
+    tied=st.booleans(),
+)
 def test_llama_config_maps_field_for_field(layers, heads, group, dh, ffn, vocab, tied):
-    cfg = {"model_type": "llama", "num_hidden_layers": layers, "hidden_size": heads * dh,
-           "num_attention_heads": heads, "num_key_value_heads": heads // group, "intermediate_size": ffn,
-           "vocab_size": vocab, "tie_word_embeddings": tied}
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": heads * dh,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads // group,
+        "intermediate_size": ffn,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+    }
     m = model_from_hf_config(cfg)
     assert (m.layers, m.hidden, m.heads, m.kv, m.dh, m.ffn_hidden, m.vocab, m.tied_embeddings) == (
-        layers, heads * dh, heads, heads // group, dh, ffn, vocab, tied)
+        layers,
+        heads * dh,
+        heads,
+        heads // group,
+        dh,
+        ffn,
+        vocab,
+        tied,
+    )
     # formulas.md §1: L*(h*dh*(2a+2k) + 3hf + 2h) + V*h*(1 or 2) + h
     h, k = heads * dh, heads // group
-    expected = layers * (h * dh * (2 * heads + 2 * k) + 3 * h * ffn + 2 * h) + vocab * h * (1 if tied else 2) + h
+    expected = (
+        layers * (h * dh * (2 * heads + 2 * k) + 3 * h * ffn + 2 * h) + vocab * h * (1 if tied else 2) + h
+    )
     assert count_params(m).total == expected
 
 
@@ -367,8 +465,15 @@ def test_groundtruth_model_names_resolve_with_same_architecture():
     checked = 0
     for row in rows:
         m = get_model(row["model"])
-        for col, value in [("layers", m.layers), ("hidden", m.hidden), ("ffn_hidden", m.ffn_hidden),
-                           ("heads", m.heads), ("kv_heads", m.kv), ("head_dim", m.dh), ("vocab", m.vocab)]:
+        for col, value in [
+            ("layers", m.layers),
+            ("hidden", m.hidden),
+            ("ffn_hidden", m.ffn_hidden),
+            ("heads", m.heads),
+            ("kv_heads", m.kv),
+            ("head_dim", m.dh),
+            ("vocab", m.vocab),
+        ]:
             if not row[col]:
                 continue
             if col == "vocab" and m.name == "GPT-3-175B":

@@ -20,15 +20,37 @@ def test_estimate_json_matches_library():
     from autopar.perf import estimate
     from autopar.specs import ClusterSpec, Strategy, Workload
 
-    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2",
-                            "--recompute", "selective", "--json", "--no-calibration"])
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama-3.1-70b",
+            "--gpus",
+            "64",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--recompute",
+            "selective",
+            "--json",
+            "--no-calibration",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    e = estimate(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
-                 Workload(seq_len=8192, global_batch=512), Strategy(tp=8, pp=2, sp=True, recompute="selective"))
+    e = estimate(
+        get_model("Llama-3.1-70B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+        Workload(seq_len=8192, global_batch=512),
+        Strategy(tp=8, pp=2, sp=True, recompute="selective"),
+    )
     assert doc["estimate"]["step_s"] == pytest.approx(e.step_time_s)
     assert doc["strategy"]["dp"] == 4
-    assert sum(v for k, v in doc["memory_gib"].items() if k != "total") == pytest.approx(doc["memory_gib"]["total"])
+    assert sum(v for k, v in doc["memory_gib"].items() if k != "total") == pytest.approx(
+        doc["memory_gib"]["total"]
+    )
 
 
 def test_calibrated_estimate_scales_throughput_and_keeps_breakdown_consistent():
@@ -41,7 +63,8 @@ def test_calibrated_estimate_scales_throughput_and_keeps_breakdown_consistent():
     assert cal["estimate"]["tokens_per_s_low"] <= cal["estimate"]["tokens_per_s_high"]
     assert cal["time_s"]["total"] == pytest.approx(cal["estimate"]["step_s"])
     assert sum(v for k, v in cal["time_s"].items() if k not in ("total", "recompute")) == pytest.approx(
-        cal["estimate"]["step_s"])
+        cal["estimate"]["step_s"]
+    )
     assert "published runs" in cal["calibration"]["description"]
 
 
@@ -51,14 +74,17 @@ def test_estimate_table_output():
     assert "tokens/s" in r.stdout and "Memory per GPU" in r.stdout and "MFU" in r.stdout
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--model", "lama3-70b"], "did you mean Llama-3-70B"),
-    (["--gpu", "H1OO"], "unknown GPU"),
-    (["--tp", "3"], "tp=3 does not divide heads=64"),
-    (["--gpus", "-4"], "num_gpus=-4"),
-    (["--recompute", "sometimes"], "recompute"),
-    (["--precision", "fp4"], "precision"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--model", "lama3-70b"], "did you mean Llama-3-70B"),
+        (["--gpu", "H1OO"], "unknown GPU"),
+        (["--tp", "3"], "tp=3 does not divide heads=64"),
+        (["--gpus", "-4"], "num_gpus=-4"),
+        (["--recompute", "sometimes"], "recompute"),
+        (["--precision", "fp4"], "precision"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, fragment):
     r = runner.invoke(app, ["estimate", *args])
     assert r.exit_code == 2
@@ -82,8 +108,17 @@ def test_batch_writes_predictions_and_survives_bad_rows(tmp_path: Path):
     assert "unknown GPU 'TPU-v9'" in preds.loc[2, "status"]
     ok = preds[preds["status"] == "ok"]
     assert len(ok) == 3 and (ok["pred_tokens_per_s_per_gpu"] > 0).all()
-    for col in ("pred_step_s", "pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu", "pred_mem_gib_per_gpu",
-                "pred_fits", "assumed", "time_compute_s", "mem_activations_gib"):
+    for col in (
+        "pred_step_s",
+        "pred_tflops_per_gpu",
+        "pred_hw_tflops_per_gpu",
+        "pred_mfu",
+        "pred_mem_gib_per_gpu",
+        "pred_fits",
+        "assumed",
+        "time_compute_s",
+        "mem_activations_gib",
+    ):
         assert col in preds.columns
 
 
@@ -98,12 +133,15 @@ def test_batch_jsonl_and_missing_file(tmp_path: Path):
     assert r.exit_code == 2 and "not found" in r.output
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
-    (["estimat"], "No such command 'estimat'"),
-    (["launch", "--model", "llama-3.1-70b"], "Missing option '--gpu'"),
-    (["optimize", "--gpu", "H1OO", "--budget", "5"], "unknown GPU 'H1OO'"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
+        (["estimat"], "No such command 'estimat'"),
+        (["launch", "--model", "llama-3.1-70b"], "Missing option '--gpu'"),
+        (["optimize", "--gpu", "H1OO", "--budget", "5"], "unknown GPU 'H1OO'"),
+    ],
+)
 def test_console_script_usage_errors_are_one_line(argv, fragment):
     # The real entry point (python -m autopar), not CliRunner: typer's usage errors become one line too.
     import subprocess
@@ -127,5 +165,7 @@ def test_tp_comm_overlap_hides_tp_time():
     # half of the (t-1)/t chunked share hides: exposed = tp * (1 - 0.5 * 7/8) when GEMMs are long enough
     assert over.time.tp_comm == pytest.approx(base.time.tp_comm * (1 - 0.5 * 7 / 8), rel=1e-9)
     assert over.step_time_s < base.step_time_s
-    no_sp = estimate(m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), Strategy(tp=8, pp=2))
+    no_sp = estimate(
+        m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), Strategy(tp=8, pp=2)
+    )
     assert any("needs sequence parallelism" in n for n in no_sp.notes)

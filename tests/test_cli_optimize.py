@@ -26,8 +26,16 @@ def test_json_default_problem():
     assert d["inputs"]["seq_len"] == 8192 and d["inputs"]["global_batch"] == 512
     assert d["space_size"] > 1000 and d["trials"]["evaluated"] == 60
     assert 0 < d["trials"]["feasible"] <= 60
-    assert d["pareto"] and {"tp", "pp", "dp", "throughput", "headroom", "cost", "mem_gib", "bottleneck"} \
-        <= set(d["pareto"][0])
+    assert d["pareto"] and {
+        "tp",
+        "pp",
+        "dp",
+        "throughput",
+        "headroom",
+        "cost",
+        "mem_gib",
+        "bottleneck",
+    } <= set(d["pareto"][0])
     roles = [x["role"] for x in d["recommended"]]
     assert roles == ["fastest", "most_headroom", "cheapest", "balanced"]
     assert all(len(x["why"]) > 100 for x in d["recommended"])
@@ -35,8 +43,24 @@ def test_json_default_problem():
 
 
 def test_tables_and_hardware_dimension():
-    r = run("--model", "Llama-3.1-8B", "--gpu", "H100-SXM,H200", "--gpus", "8..16", "--seq-len", "4096",
-            "--global-batch", "64", "--budget", "80", "--objectives", "throughput,cost", "--top", "5")
+    r = run(
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM,H200",
+        "--gpus",
+        "8..16",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--budget",
+        "80",
+        "--objectives",
+        "throughput,cost",
+        "--top",
+        "5",
+    )
     assert r.exit_code == 0, r.output
     assert "Pareto set" in r.stdout and "hardware" in r.stdout
     assert "fastest" in r.stdout and "cheapest" in r.stdout and "balanced" in r.stdout
@@ -44,8 +68,19 @@ def test_tables_and_hardware_dimension():
 
 
 def test_min_headroom_constraint_in_json():
-    r = run("--model", "Llama-3.1-8B", "--gpus", "8", "--global-batch", "64", "--budget", "60",
-            "--min-headroom", "30GiB", "--json")
+    r = run(
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--budget",
+        "60",
+        "--min-headroom",
+        "30GiB",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["inputs"]["min_headroom_gib"] == 30.0
@@ -59,13 +94,16 @@ def test_nothing_fits_exits_1():
     assert "more GPUs" in r.output
 
 
-@pytest.mark.parametrize("args, field", [
-    (("--objectives", "throughput"), "objectives"),
-    (("--model", "llama-9000"), "model"),
-    (("--sampler", "random"), "sampler"),
-    (("--min-headroom", "lots"), "min-headroom"),
-    (("--gpus", "12"), "gpus"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (("--objectives", "throughput"), "objectives"),
+        (("--model", "llama-9000"), "model"),
+        (("--sampler", "random"), "sampler"),
+        (("--min-headroom", "lots"), "min-headroom"),
+        (("--gpus", "12"), "gpus"),
+    ],
+)
 def test_bad_input_exits_2(args, field):
     r = run(*args, "--budget", "5")
     assert r.exit_code == 2
@@ -82,8 +120,18 @@ def test_out_calls_the_report_writer(tmp_path, monkeypatch):
         return p
 
     monkeypatch.setattr(autopar.reports, "write_search_report", fake_writer, raising=False)
-    r = run("--model", "Llama-3.1-8B", "--gpus", "8", "--global-batch", "64", "--budget", "30",
-            "--out", str(tmp_path / "r.html"))
+    r = run(
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--budget",
+        "30",
+        "--out",
+        str(tmp_path / "r.html"),
+    )
     assert r.exit_code == 0, r.output
     assert "report:" in r.stdout and (tmp_path / "r.html").exists()
     assert len(seen["result"].pareto) > 0

@@ -52,15 +52,18 @@ def test_no_budget_leaves_time_and_cost_empty():
     assert f.usd_per_mtoken == pytest.approx(0.0066667, rel=1e-4)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(tokens_per_s=0.0), "tokens_per_s"),
-    (dict(tokens_per_s=float("nan")), "tokens_per_s"),
-    (dict(num_gpus=0), "num_gpus"),
-    (dict(usd_per_gpu_hour=-1.0), "usd_per_gpu_hour"),
-    (dict(goodput=0.0), "goodput"),
-    (dict(goodput=1.5), "goodput"),
-    (dict(token_budget=-5.0), "token_budget"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(tokens_per_s=0.0), "tokens_per_s"),
+        (dict(tokens_per_s=float("nan")), "tokens_per_s"),
+        (dict(num_gpus=0), "num_gpus"),
+        (dict(usd_per_gpu_hour=-1.0), "usd_per_gpu_hour"),
+        (dict(goodput=0.0), "goodput"),
+        (dict(goodput=1.5), "goodput"),
+        (dict(token_budget=-5.0), "token_budget"),
+    ],
+)
 def test_bad_inputs_raise_naming_the_field(kwargs, field):
     args = dict(tokens_per_s=1e5, num_gpus=8, usd_per_gpu_hour=2.0, token_budget=1e9, goodput=1.0)
     args.update(kwargs)
@@ -68,10 +71,23 @@ def test_bad_inputs_raise_naming_the_field(kwargs, field):
         cost_figures(**args)
 
 
-@pytest.mark.parametrize("text, value", [
-    ("2T", 2e12), ("500B", 5e11), ("1.5T", 1.5e12), ("300M", 3e8), ("10K", 1e4), ("10k", 1e4),
-    ("1e12", 1e12), ("1_000_000", 1e6), ("2,000", 2e3), (" 7 B ", 7e9), ("3G", 3e9), (42, 42.0),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("2T", 2e12),
+        ("500B", 5e11),
+        ("1.5T", 1.5e12),
+        ("300M", 3e8),
+        ("10K", 1e4),
+        ("10k", 1e4),
+        ("1e12", 1e12),
+        ("1_000_000", 1e6),
+        ("2,000", 2e3),
+        (" 7 B ", 7e9),
+        ("3G", 3e9),
+        (42, 42.0),
+    ],
+)
 def test_parse_tokens_examples(text, value):
     assert parse_tokens(text) == pytest.approx(value)
 
@@ -101,16 +117,28 @@ def test_format_tokens_round_trips_to_4_significant_digits(x):
     assert parse_tokens(format_tokens(x)) == pytest.approx(x, rel=1e-3)
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("30d", 30 * 86400), ("720h", 720 * 3600), ("6w", 6 * 7 * 86400), ("45min", 2700), ("3600s", 3600),
-    ("1.5d", 1.5 * 86400), ("3mo", 90 * 86400), ("1y", 365 * 86400), ("2 days", 2 * 86400),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30d", 30 * 86400),
+        ("720h", 720 * 3600),
+        ("6w", 6 * 7 * 86400),
+        ("45min", 2700),
+        ("3600s", 3600),
+        ("1.5d", 1.5 * 86400),
+        ("3mo", 90 * 86400),
+        ("1y", 365 * 86400),
+        ("2 days", 2 * 86400),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text, msg", [("30", "unit"), ("3m", "ambiguous"), ("-2d", "duration"),
-                                       ("0d", "positive"), ("soon", "duration")])
+@pytest.mark.parametrize(
+    "text, msg",
+    [("30", "unit"), ("3m", "ambiguous"), ("-2d", "duration"), ("0d", "positive"), ("soon", "duration")],
+)
 def test_parse_duration_errors(text, msg):
     with pytest.raises(SpecError, match=msg):
         parse_duration(text)
@@ -134,8 +162,13 @@ def test_formatting():
     assert format_usd(0.35556) == "$0.3556"
 
 
-@given(tps=st.floats(1e2, 1e8), n=st.integers(1, 100_000), price=st.floats(0.01, 50.0),
-       tokens=st.floats(1e6, 1e14), g=st.floats(0.05, 1.0))
+@given(
+    tps=st.floats(1e2, 1e8),
+    n=st.integers(1, 100_000),
+    price=st.floats(0.01, 50.0),
+    tokens=st.floats(1e6, 1e14),
+    g=st.floats(0.05, 1.0),
+)
 def test_figures_are_mutually_consistent(tps, n, price, tokens, g):
     f = cost_figures(tps, n, price, tokens, g)
     # cost = $/Mtoken x Mtokens; time x effective rate = tokens; GPU-hours x price = cost

@@ -83,8 +83,10 @@ def test_tier_aliases():
 
 def test_yaml_override_changes_exactly_the_entries_it_names(tmp_path):
     p = tmp_path / "my.yaml"
-    p.write_text("H100-SXM:\n  on_demand: 2.50\n  owned:\n    capex_usd: 40000\n    amortization_years: 4\n"
-                 "    power_kw: 1.275\n    usd_per_kwh: 0.10\n")
+    p.write_text(
+        "H100-SXM:\n  on_demand: 2.50\n  owned:\n    capex_usd: 40000\n    amortization_years: 4\n"
+        "    power_kw: 1.275\n    usd_per_kwh: 0.10\n"
+    )
     base, book = default_price_book(), load_price_book(p)
     assert book.price("H100-SXM") == 2.50
     assert str(p) in book.source("H100-SXM")
@@ -95,7 +97,9 @@ def test_yaml_override_changes_exactly_the_entries_it_names(tmp_path):
 
 def test_csv_override_and_row_form(tmp_path):
     p = tmp_path / "contract.csv"
-    p.write_text("gpu,tier,usd_per_gpu_hour,source\nh200,reserved,2.10,our 3-year contract\nB200,spot,1.99,\n")
+    p.write_text(
+        "gpu,tier,usd_per_gpu_hour,source\nh200,reserved,2.10,our 3-year contract\nB200,spot,1.99,\n"
+    )
     book = load_price_book(p)
     assert book.price("H200", "reserved") == 2.10
     assert book.source("H200", "reserved").startswith("our 3-year contract")
@@ -113,16 +117,25 @@ def test_yaml_list_form(tmp_path):
 def test_owned_hardware_formula():
     # capex 40000 / (4 y * 8760 h) = 1.141553 $/h; / utilization 0.8 = 1.426941
     # overhead 0.20 / 0.8 = 0.25; power 1.275 kW * PUE 1.3 * $0.10 = 0.16575  -> 1.842691 $/GPU-h
-    o = OwnedCost(capex_usd=40000, amortization_years=4, power_kw=1.275, usd_per_kwh=0.10, pue=1.3,
-                  utilization=0.8, overhead_usd_per_hour=0.20)
+    o = OwnedCost(
+        capex_usd=40000,
+        amortization_years=4,
+        power_kw=1.275,
+        usd_per_kwh=0.10,
+        pue=1.3,
+        utilization=0.8,
+        overhead_usd_per_hour=0.20,
+    )
     assert o.capex_per_hour == pytest.approx(1.426941, rel=1e-6)
     assert o.usd_per_gpu_hour == pytest.approx(1.842691, rel=1e-6)
 
 
 def test_owned_row_in_csv(tmp_path):
     p = tmp_path / "owned.csv"
-    p.write_text("gpu,tier,usd_per_gpu_hour,capex_usd,amortization_years,power_kw,usd_per_kwh,pue,utilization,"
-                 "overhead_usd_per_hour\nH100-SXM,owned,,40000,4,1.275,0.10,1.3,0.8,0.20\n")
+    p.write_text(
+        "gpu,tier,usd_per_gpu_hour,capex_usd,amortization_years,power_kw,usd_per_kwh,pue,utilization,"
+        "overhead_usd_per_hour\nH100-SXM,owned,,40000,4,1.275,0.10,1.3,0.8,0.20\n"
+    )
     e = load_price_book(p).entry("H100", "owned")
     assert e.usd_per_gpu_hour == pytest.approx(1.842691, rel=1e-6)
     assert e.owned is not None and "capex" in e.source
@@ -136,34 +149,80 @@ def _err(tmp_path, name: str, text: str) -> str:
     return str(ei.value)
 
 
-@pytest.mark.parametrize("name, text, expected", [
-    ("neg.csv", "gpu,tier,usd_per_gpu_hour\nH100-SXM,on_demand,-1\n",
-     r"neg\.csv, row 2, field usd_per_gpu_hour: '-1' must be >= 0"),
-    ("missing.csv", "gpu,tier,usd_per_gpu_hour\nH100-SXM,on_demand,\n",
-     r"missing\.csv, row 2, field usd_per_gpu_hour: missing value"),
-    ("tier.csv", "gpu,tier,usd_per_gpu_hour\nH100-SXM,weekly,2\n",
-     r"tier\.csv, row 2, field tier: 'weekly' is not a pricing tier; allowed: on_demand"),
-    ("nan.csv", "gpu,tier,usd_per_gpu_hour\nH100-SXM,spot,cheap\n",
-     r"nan\.csv, row 2, field usd_per_gpu_hour: 'cheap' is not a number"),
-    ("wide.csv", "gpu,tier,usd_per_gpu_hour\nH100-SXM,spot,1,extra\n",
-     r"wide\.csv, row 2: more values than header"),
-    ("hdr.csv", "name,price\nH100,2\n", r"hdr\.csv, row 1 \(header\)"),
-    ("gpu.csv", "gpu,tier,usd_per_gpu_hour\nH100-SMX,spot,1\n",
-     r"gpu\.csv, row 2, field gpu: unknown GPU 'H100-SMX'; did you mean"),
-    ("neg.yaml", "H100-SXM:\n  reserved: -2\n",
-     r"neg\.yaml, entry H100-SXM\.reserved, field usd_per_gpu_hour: -2 must be >= 0"),
-    ("tier.yaml", "H100-SXM:\n  hourly: 2\n", r"tier\.yaml, entry H100-SXM\.hourly, field tier: 'hourly'"),
-    ("field.yaml", "H100-SXM:\n  spot: {usd_per_gpu_hour: 1, vendor: x}\n",
-     r"field\.yaml, entry H100-SXM\.spot, field vendor: unknown field"),
-    ("empty.yaml", "H100-SXM:\n  spot: {source: x}\n", r"empty\.yaml, entry H100-SXM\.spot, field usd_per_gpu_hour: missing"),
-    ("bad.yaml", "H100-SXM: [unclosed\n", r"bad\.yaml, line \d+: not valid YAML"),
-    ("own.yaml", "H100-SXM:\n  owned: {capex_usd: 30000, amortization_years: 3}\n",
-     r"own\.yaml, entry H100-SXM\.owned, field power_kw: missing value"),
-    ("util.yaml", "H100-SXM:\n  owned: {capex_usd: 1, amortization_years: 3, power_kw: 1, usd_per_kwh: 0.1, "
-     "utilization: 1.5}\n", r"field utilization: 1\.5 must be <= 1"),
-    ("rows.yaml", "prices:\n  - {gpu: H200, usd_per_gpu_hour: 2}\n", r"rows\.yaml, row 1, field tier: missing value"),
-    ("p.txt", "x", r"unknown extension '\.txt'"),
-])
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        (
+            "neg.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SXM,on_demand,-1\n",
+            r"neg\.csv, row 2, field usd_per_gpu_hour: '-1' must be >= 0",
+        ),
+        (
+            "missing.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SXM,on_demand,\n",
+            r"missing\.csv, row 2, field usd_per_gpu_hour: missing value",
+        ),
+        (
+            "tier.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SXM,weekly,2\n",
+            r"tier\.csv, row 2, field tier: 'weekly' is not a pricing tier; allowed: on_demand",
+        ),
+        (
+            "nan.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SXM,spot,cheap\n",
+            r"nan\.csv, row 2, field usd_per_gpu_hour: 'cheap' is not a number",
+        ),
+        (
+            "wide.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SXM,spot,1,extra\n",
+            r"wide\.csv, row 2: more values than header",
+        ),
+        ("hdr.csv", "name,price\nH100,2\n", r"hdr\.csv, row 1 \(header\)"),
+        (
+            "gpu.csv",
+            "gpu,tier,usd_per_gpu_hour\nH100-SMX,spot,1\n",
+            r"gpu\.csv, row 2, field gpu: unknown GPU 'H100-SMX'; did you mean",
+        ),
+        (
+            "neg.yaml",
+            "H100-SXM:\n  reserved: -2\n",
+            r"neg\.yaml, entry H100-SXM\.reserved, field usd_per_gpu_hour: -2 must be >= 0",
+        ),
+        (
+            "tier.yaml",
+            "H100-SXM:\n  hourly: 2\n",
+            r"tier\.yaml, entry H100-SXM\.hourly, field tier: 'hourly'",
+        ),
+        (
+            "field.yaml",
+            "H100-SXM:\n  spot: {usd_per_gpu_hour: 1, vendor: x}\n",
+            r"field\.yaml, entry H100-SXM\.spot, field vendor: unknown field",
+        ),
+        (
+            "empty.yaml",
+            "H100-SXM:\n  spot: {source: x}\n",
+            r"empty\.yaml, entry H100-SXM\.spot, field usd_per_gpu_hour: missing",
+        ),
+        ("bad.yaml", "H100-SXM: [unclosed\n", r"bad\.yaml, line \d+: not valid YAML"),
+        (
+            "own.yaml",
+            "H100-SXM:\n  owned: {capex_usd: 30000, amortization_years: 3}\n",
+            r"own\.yaml, entry H100-SXM\.owned, field power_kw: missing value",
+        ),
+        (
+            "util.yaml",
+            "H100-SXM:\n  owned: {capex_usd: 1, amortization_years: 3, power_kw: 1, usd_per_kwh: 0.1, "
+            "utilization: 1.5}\n",
+            r"field utilization: 1\.5 must be <= 1",
+        ),
+        (
+            "rows.yaml",
+            "prices:\n  - {gpu: H200, usd_per_gpu_hour: 2}\n",
+            r"rows\.yaml, row 1, field tier: missing value",
+        ),
+        ("p.txt", "x", r"unknown extension '\.txt'"),
+    ],
+)
 def test_validation_errors_name_file_row_field_value(tmp_path, name, text, expected):
     msg = _err(tmp_path, name, text)
     assert re.search(expected, msg), msg

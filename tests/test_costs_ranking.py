@@ -46,7 +46,9 @@ def test_headline_deadline_nobody_meets_names_fastest():
 
 def test_headline_recommendation_and_fastest():
     msg = headline(OPTS, rank(OPTS, 25 * DAY), 25 * DAY, None)
-    assert msg.startswith("Recommended: A, the cheapest option that meets the 25.0 days deadline: 20.0 days, $900,000.")
+    assert msg.startswith(
+        "Recommended: A, the cheapest option that meets the 25.0 days deadline: 20.0 days, $900,000."
+    )
     assert "Fastest is D" in msg
 
 
@@ -61,7 +63,10 @@ def test_headline_no_feasible_option():
 
 cands = st.lists(
     st.builds(Candidate, label=st.uuids().map(str), time_s=st.floats(1.0, 1e8), cost_usd=st.floats(1.0, 1e9)),
-    min_size=1, max_size=12, unique_by=lambda c: c.label)
+    min_size=1,
+    max_size=12,
+    unique_by=lambda c: c.label,
+)
 
 
 @given(cands, st.one_of(st.none(), st.floats(1.0, 1e8)), st.one_of(st.none(), st.floats(1.0, 1e9)))
@@ -80,8 +85,14 @@ def test_rank_properties(cs, deadline, cap):
 def test_pareto_properties(cs):
     front = set(pareto(cs))
     assert front
+
     def dominates(a, b):
-        return a.time_s <= b.time_s and a.cost_usd <= b.cost_usd and (a.time_s < b.time_s or a.cost_usd < b.cost_usd)
+        return (
+            a.time_s <= b.time_s
+            and a.cost_usd <= b.cost_usd
+            and (a.time_s < b.time_s or a.cost_usd < b.cost_usd)
+        )
+
     for c in cs:
         if c.label in front:
             assert not any(dominates(o, c) for o in cs)

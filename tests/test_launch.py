@@ -18,30 +18,70 @@ from autopar.errors import InvalidStrategyError, SpecError
 from autopar.reports.launch import launch_settings, parse_strategy_label
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 
-H100 = GPUSpec(name="H100-SXM", family="hopper", memory_bytes=80e9, bf16_flops=989e12, fp8_flops=1979e12,
-               hbm_bw=3.35e12, scaleup_bw=450e9, scaleup_domain=8, scaleout_bw=50e9)
-LLAMA70B = ModelSpec(name="Llama-3-70B", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672,
-                     vocab=128256)
-LLAMA8B = ModelSpec(name="Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                    vocab=128256)
-MIXTRAL = ModelSpec(name="Mixtral-8x7B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                    vocab=32000, experts=8, topk=2, moe_ffn_hidden=14336)
+H100 = GPUSpec(
+    name="H100-SXM",
+    family="hopper",
+    memory_bytes=80e9,
+    bf16_flops=989e12,
+    fp8_flops=1979e12,
+    hbm_bw=3.35e12,
+    scaleup_bw=450e9,
+    scaleup_domain=8,
+    scaleout_bw=50e9,
+)
+LLAMA70B = ModelSpec(
+    name="Llama-3-70B", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256
+)
+LLAMA8B = ModelSpec(
+    name="Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256
+)
+MIXTRAL = ModelSpec(
+    name="Mixtral-8x7B",
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    ffn_hidden=14336,
+    vocab=32000,
+    experts=8,
+    topk=2,
+    moe_ffn_hidden=14336,
+)
 
 
 def test_megatron_args_llama70b_interleaved() -> None:
     """TP4+SP, PP2 with 2 virtual stages (80/(2*2) = 20 layers each), distributed optimizer, selective AC."""
-    s = Strategy(tp=4, pp=2, vpp=2, pp_schedule="interleaved", sp=True, zero=1, micro_batch=1,
-                 recompute="selective")
-    ls = launch_settings(LLAMA70B, ClusterSpec(gpu=H100, num_gpus=64), Workload(seq_len=8192, global_batch=128), s)
+    s = Strategy(
+        tp=4, pp=2, vpp=2, pp_schedule="interleaved", sp=True, zero=1, micro_batch=1, recompute="selective"
+    )
+    ls = launch_settings(
+        LLAMA70B, ClusterSpec(gpu=H100, num_gpus=64), Workload(seq_len=8192, global_batch=128), s
+    )
     expected = [
-        "--num-layers 80", "--hidden-size 8192", "--ffn-hidden-size 28672", "--num-attention-heads 64",
-        "--group-query-attention", "--num-query-groups 8", "--seq-length 8192",
-        "--max-position-embeddings 8192", "--position-embedding-type rope", "--normalization RMSNorm",
-        "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-        "--tensor-model-parallel-size 4", "--pipeline-model-parallel-size 2",
-        "--num-layers-per-virtual-pipeline-stage 20", "--sequence-parallel", "--use-distributed-optimizer",
-        "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-granularity selective",
-        "--micro-batch-size 1", "--global-batch-size 128", "--bf16",
+        "--num-layers 80",
+        "--hidden-size 8192",
+        "--ffn-hidden-size 28672",
+        "--num-attention-heads 64",
+        "--group-query-attention",
+        "--num-query-groups 8",
+        "--seq-length 8192",
+        "--max-position-embeddings 8192",
+        "--position-embedding-type rope",
+        "--normalization RMSNorm",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--tensor-model-parallel-size 4",
+        "--pipeline-model-parallel-size 2",
+        "--num-layers-per-virtual-pipeline-stage 20",
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--recompute-granularity selective",
+        "--micro-batch-size 1",
+        "--global-batch-size 128",
+        "--bf16",
     ]
     assert list(ls.megatron_args) == expected
     assert ls.megatron == " \\\n".join(expected)
@@ -49,16 +89,20 @@ def test_megatron_args_llama70b_interleaved() -> None:
     assert ls.nodes == 8 and ls.gpus_per_node == 8
     assert ls.torchrun.startswith(
         "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun \\\n--nnodes 8 \\\n--nproc-per-node 8 \\\n--rdzv-id autopar"
-        " \\\n--rdzv-backend c10d \\\n--rdzv-endpoint $MASTER_ADDR:29500 \\\npretrain_gpt.py \\\n--num-layers 80")
+        " \\\n--rdzv-backend c10d \\\n--rdzv-endpoint $MASTER_ADDR:29500 \\\npretrain_gpt.py \\\n--num-layers 80"
+    )
     # DeepSpeed has no pipeline engine config for a plain model: None with the reason.
     assert ls.deepspeed is None and "pp=2" in ls.deepspeed_reason
 
 
 def test_torchtitan_toml_llama70b() -> None:
     """PP>1: local batch = 128/8 = 16 sequences per DP rank, split in micro-batches of 1."""
-    s = Strategy(tp=4, pp=2, vpp=2, pp_schedule="interleaved", sp=True, zero=3, micro_batch=1,
-                 recompute="full")
-    ls = launch_settings(LLAMA70B, ClusterSpec(gpu=H100, num_gpus=64), Workload(seq_len=8192, global_batch=128), s)
+    s = Strategy(
+        tp=4, pp=2, vpp=2, pp_schedule="interleaved", sp=True, zero=3, micro_batch=1, recompute="full"
+    )
+    ls = launch_settings(
+        LLAMA70B, ClusterSpec(gpu=H100, num_gpus=64), Workload(seq_len=8192, global_batch=128), s
+    )
     header = "Llama-3-70B on 64 x H100-SXM, TP4+SP PP2v2 DP8/Z3 mb1 full-AC, bf16"
     expected = f"""# torchtitan job config generated by autopar: {header}
 # Field names: pytorch/torchtitan torchtitan/config/job_config.py (TOML JobConfig)
@@ -95,16 +139,24 @@ mode = "full"
     assert "--use-megatron-fsdp" in args and "--data-parallel-sharding-strategy optim_grads_params" in args
     assert "--ckpt-format fsdp_dtensor" in args
     i = args.index("--recompute-granularity full")
-    assert args[i:i + 3] == ("--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1")
+    assert args[i : i + 3] == (
+        "--recompute-granularity full",
+        "--recompute-method uniform",
+        "--recompute-num-layers 1",
+    )
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in ls.env  # FSDP wants it unset (megatron_fsdp.md)
 
 
 def test_deepspeed_json_pure_data_parallel() -> None:
     """8 GPUs, ZeRO-3, micro-batch 2, global batch 64: 64 = 2 x GAS x 8 -> GAS = 4 (config-json.md)."""
     s = Strategy(zero=3, micro_batch=2)
-    ls = launch_settings(LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=4096, global_batch=64), s)
+    ls = launch_settings(
+        LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=4096, global_batch=64), s
+    )
     assert json.loads(ls.deepspeed) == {
-        "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+        "train_batch_size": 64,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
         "bf16": {"enabled": True},
         "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True},
         "gradient_clipping": 1.0,
@@ -119,7 +171,9 @@ def test_deepspeed_json_pure_data_parallel() -> None:
 def test_deepspeed_autotp_and_zero1() -> None:
     """TP2 on 8 GPUs -> dp 4; 32 = 1 x GAS x 4 -> GAS 8; AutoTP size 2."""
     s = Strategy(tp=2, zero=1)
-    ls = launch_settings(LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=4096, global_batch=32), s)
+    ls = launch_settings(
+        LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=4096, global_batch=32), s
+    )
     cfg = json.loads(ls.deepspeed)
     assert cfg["gradient_accumulation_steps"] == 8
     assert cfg["tensor_parallel"] == {"autotp_size": 2}
@@ -129,7 +183,9 @@ def test_deepspeed_autotp_and_zero1() -> None:
 
 def test_slurm_script_for_node_count() -> None:
     s = Strategy(tp=8, pp=4, zero=1)
-    ls = launch_settings(LLAMA70B, ClusterSpec(gpu=H100, num_gpus=256), Workload(seq_len=4096, global_batch=512), s)
+    ls = launch_settings(
+        LLAMA70B, ClusterSpec(gpu=H100, num_gpus=256), Workload(seq_len=4096, global_batch=512), s
+    )
     lines = ls.slurm.splitlines()
     assert lines[0] == "#!/bin/bash"
     assert "#SBATCH --nodes=32" in lines and "#SBATCH --gpus-per-node=8" in lines
@@ -146,9 +202,16 @@ def test_moe_and_fp8() -> None:
     w = Workload(seq_len=4096, global_batch=64, precision="fp8")
     ls = launch_settings(MIXTRAL, ClusterSpec(gpu=H100, num_gpus=16), w, s)
     a = ls.megatron_args
-    for arg in ("--num-experts 8", "--moe-router-topk 2", "--moe-ffn-hidden-size 14336",
-                "--expert-model-parallel-size 4", "--expert-tensor-parallel-size 2",
-                "--moe-token-dispatcher-type alltoall", "--fp8-format hybrid", "--bf16"):
+    for arg in (
+        "--num-experts 8",
+        "--moe-router-topk 2",
+        "--moe-ffn-hidden-size 14336",
+        "--expert-model-parallel-size 4",
+        "--expert-tensor-parallel-size 2",
+        "--moe-token-dispatcher-type alltoall",
+        "--fp8-format hybrid",
+        "--bf16",
+    ):
         assert arg in a
     assert ls.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert 'converters = ["quantize.linear.float8"]' in ls.torchtitan
@@ -166,25 +229,49 @@ def test_uneven_virtual_stages_use_stage_count() -> None:
     assert any("not a multiple of pp*vpp" in n for n in ls.notes)
 
 
-@pytest.mark.parametrize(("strategy", "batch", "needle"), [
-    (Strategy(tp=4), 101, "global_batch=101"),  # dp = 8/4 = 2 does not divide 101
-    (Strategy(tp=3), 48, "does not divide num_gpus"),
-    (Strategy(vpp=2), 48, "needs pp > 1"),
-])
+@pytest.mark.parametrize(
+    ("strategy", "batch", "needle"),
+    [
+        (Strategy(tp=4), 101, "global_batch=101"),  # dp = 8/4 = 2 does not divide 101
+        (Strategy(tp=3), 48, "does not divide num_gpus"),
+        (Strategy(vpp=2), 48, "needs pp > 1"),
+    ],
+)
 def test_invalid_strategies_raise(strategy: Strategy, batch: int, needle: str) -> None:
     with pytest.raises(InvalidStrategyError, match=needle):
-        launch_settings(LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=2048, global_batch=batch),
-                        strategy)
+        launch_settings(
+            LLAMA8B, ClusterSpec(gpu=H100, num_gpus=8), Workload(seq_len=2048, global_batch=batch), strategy
+        )
 
 
-@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), vpp=st.sampled_from([1, 2, 3]),
-       cp=st.sampled_from([1, 2]), ep=st.sampled_from([1, 4]), dp=st.integers(1, 64), zero=st.integers(0, 3),
-       mb=st.integers(1, 8), rc=st.sampled_from(["none", "selective", "full"]), sp=st.booleans())
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    vpp=st.sampled_from([1, 2, 3]),
+    cp=st.sampled_from([1, 2]),
+    ep=st.sampled_from([1, 4]),
+    dp=st.integers(1, 64),
+    zero=st.integers(0, 3),
+    mb=st.integers(1, 8),
+    rc=st.sampled_from(["none", "selective", "full"]),
+    sp=st.booleans(),
+)
 def test_label_round_trip(tp, pp, vpp, cp, ep, dp, zero, mb, rc, sp) -> None:
     """parse_strategy_label inverts Strategy.label() for every strategy the label can describe."""
     vpp = vpp if pp > 1 else 1
-    s = Strategy(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=dp, zero=zero, micro_batch=mb, recompute=rc,
-                 sp=sp and tp > 1, pp_schedule="interleaved" if vpp > 1 else "1f1b")
+    s = Strategy(
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        ep=ep,
+        dp=dp,
+        zero=zero,
+        micro_batch=mb,
+        recompute=rc,
+        sp=sp and tp > 1,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+    )
     assert parse_strategy_label(s.label()) == s
 
 
@@ -198,33 +285,88 @@ runner = CliRunner()
 
 def test_cli_launch_megatron_from_label(tmp_path) -> None:
     """`autopar launch --strategy LABEL` with the catalog's Llama-3-70B, files written to --out."""
-    res = runner.invoke(app, ["launch", "--model", "llama-3-70b", "--gpu", "H100-SXM", "--gpus", "64",
-                              "--seq-len", "8192", "--global-batch", "128", "--strategy",
-                              "TP4+SP PP2v2 DP8/Z1 mb1 sel-AC", "--framework", "all", "--out", str(tmp_path)])
+    res = runner.invoke(
+        app,
+        [
+            "launch",
+            "--model",
+            "llama-3-70b",
+            "--gpu",
+            "H100-SXM",
+            "--gpus",
+            "64",
+            "--seq-len",
+            "8192",
+            "--global-batch",
+            "128",
+            "--strategy",
+            "TP4+SP PP2v2 DP8/Z1 mb1 sel-AC",
+            "--framework",
+            "all",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "--num-layers-per-virtual-pipeline-stage 20" in res.output
-    assert (tmp_path / "autopar.sbatch").read_text().startswith("#!/bin/bash\n#SBATCH --job-name=autopar-llama-3-70b")
-    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in (tmp_path / "autopar_torchtitan.toml").read_text()
+    assert (
+        (tmp_path / "autopar.sbatch")
+        .read_text()
+        .startswith("#!/bin/bash\n#SBATCH --job-name=autopar-llama-3-70b")
+    )
+    assert (
+        'pipeline_parallel_schedule = "Interleaved1F1B"' in (tmp_path / "autopar_torchtitan.toml").read_text()
+    )
     assert not (tmp_path / "ds_config.json").exists()  # PP: DeepSpeed not expressible
 
 
 def test_cli_launch_json_and_knobs() -> None:
-    res = runner.invoke(app, ["launch", "--model", "llama-3-70b", "--gpu", "H100-SXM", "--gpus", "16",
-                              "--seq-len", "4096", "--global-batch", "64", "--tp", "8", "--zero", "3",
-                              "--framework", "deepspeed", "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "launch",
+            "--model",
+            "llama-3-70b",
+            "--gpu",
+            "H100-SXM",
+            "--gpus",
+            "16",
+            "--seq-len",
+            "4096",
+            "--global-batch",
+            "64",
+            "--tp",
+            "8",
+            "--zero",
+            "3",
+            "--framework",
+            "deepspeed",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["strategy"]["dp"] == 2 and d["strategy"]["sp"] is True
     assert json.loads(d["deepspeed"])["gradient_accumulation_steps"] == 32  # 64 / (1 x 2)
 
 
-@pytest.mark.parametrize("args", [
-    ["--framework", "jax"], ["--recompute", "some"], ["--global-batch", "101", "--tp", "8"],
-    ["--strategy", "TP2 banana"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--framework", "jax"],
+        ["--recompute", "some"],
+        ["--global-batch", "101", "--tp", "8"],
+        ["--strategy", "TP2 banana"],
+    ],
+)
 def test_cli_launch_bad_input_exits_2(args: list[str]) -> None:
-    base = {"--model": "llama-3-70b", "--gpu": "H100-SXM", "--gpus": "16", "--seq-len": "4096",
-            "--global-batch": "64"}
+    base = {
+        "--model": "llama-3-70b",
+        "--gpu": "H100-SXM",
+        "--gpus": "16",
+        "--seq-len": "4096",
+        "--global-batch": "64",
+    }
     for k, v in zip(args[::2], args[1::2], strict=True):
         base[k] = v
     res = runner.invoke(app, ["launch", *[x for kv in base.items() for x in kv]])

@@ -15,14 +15,33 @@ from autopar.specs import ClusterSpec
 GiB = 2**30
 
 
-def fake_estimate(tokens_per_s: float = 100_000.0, headroom_gib: float = 6.0, step: float = 4.0,
-                  mfu: float = 0.42) -> Estimate:
+def fake_estimate(
+    tokens_per_s: float = 100_000.0, headroom_gib: float = 6.0, step: float = 4.0, mfu: float = 0.42
+) -> Estimate:
     """A hand-made Estimate with known headline figures."""
     mem = MemoryBreakdown(10 * GiB, 5 * GiB, 20 * GiB, 30 * GiB, 1 * GiB, 1 * GiB, 2 * GiB)
     t = TimeBreakdown(3.0, 0.0, 0.5, 0.0, 0.0, 0.1, 0.2, 0.2, 0.0)
     cap = mem.total + headroom_gib * GiB
-    return Estimate(mem, t, step, tokens_per_s, tokens_per_s / 64, 1e18, 1.1e18, 1.1e18, 400.0, 400.0,
-                    mfu, mfu * 0.9, mfu, 989e12, cap, cap - mem.total, headroom_gib > 0, "compute")
+    return Estimate(
+        mem,
+        t,
+        step,
+        tokens_per_s,
+        tokens_per_s / 64,
+        1e18,
+        1.1e18,
+        1.1e18,
+        400.0,
+        400.0,
+        mfu,
+        mfu * 0.9,
+        mfu,
+        989e12,
+        cap,
+        cap - mem.total,
+        headroom_gib > 0,
+        "compute",
+    )
 
 
 def test_usd_per_mtoken_by_hand():
@@ -42,8 +61,13 @@ def test_registry_values_and_directions():
     assert v["step_time"] == 4.0
     assert v["mfu"] == pytest.approx(42.0)
     dirs = {n: o.info.direction for n, o in REGISTRY.items()}
-    assert dirs == {"throughput": "maximize", "headroom": "maximize", "cost": "minimize",
-                    "step_time": "minimize", "mfu": "maximize"}
+    assert dirs == {
+        "throughput": "maximize",
+        "headroom": "maximize",
+        "cost": "minimize",
+        "step_time": "minimize",
+        "mfu": "maximize",
+    }
     # to_min negates maximised objectives only.
     assert get_objective("throughput").to_min(5.0) == -5.0
     assert get_objective("cost").to_min(5.0) == 5.0

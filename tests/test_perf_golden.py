@@ -15,8 +15,18 @@ GiB = 2**30
 
 def gpt(h: int, L: int, a: int, V: int = 51200, dropout: bool = True) -> ModelSpec:
     """A Megatron GPT: MHA, GeLU MLP with f = 4h, no biases counted, LayerNorm."""
-    return ModelSpec(name=f"gpt-{h}", layers=L, hidden=h, heads=a, ffn_hidden=4 * h, vocab=V, activation="gelu",
-                     norm="layernorm", tied_embeddings=True, dropout=dropout)
+    return ModelSpec(
+        name=f"gpt-{h}",
+        layers=L,
+        hidden=h,
+        heads=a,
+        ffn_hidden=4 * h,
+        vocab=V,
+        activation="gelu",
+        norm="layernorm",
+        tied_embeddings=True,
+        dropout=dropout,
+    )
 
 
 def test_llama3_70b_parameter_count():
@@ -73,7 +83,9 @@ def test_korthikanti_table2_activation_memory(recompute: str, sp: bool, tp: int)
     cluster = ClusterSpec(gpu=get_gpu("A100-80GB"), num_gpus=tp)
     w = Workload(seq_len=S, global_batch=8, framework="megatron-legacy")
     st = Strategy(tp=tp, sp=sp, recompute=recompute, micro_batch=B_MB)
-    assert activation_bytes_per_layer(m, cluster, w, st) == pytest.approx(K22_CASES[(recompute, sp, tp)], rel=1e-9)
+    assert activation_bytes_per_layer(m, cluster, w, st) == pytest.approx(
+        K22_CASES[(recompute, sp, tp)], rel=1e-9
+    )
 
 
 def _states_per_param(zero: int, n: int) -> float:
@@ -97,8 +109,12 @@ def test_megatron_optimizer_state_bytes():
 
 def test_h100_exposes_79_2_gib():
     # formulas.md §3.5 / ml-engineering: an "80 GB" H100 reports 79.2 GiB to torch.
-    e = estimate(get_model("Llama-3.1-8B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
-                 Workload(seq_len=4096, global_batch=8), Strategy(micro_batch=1))
+    e = estimate(
+        get_model("Llama-3.1-8B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
+        Workload(seq_len=4096, global_batch=8),
+        Strategy(micro_batch=1),
+    )
     assert e.capacity_bytes / GiB == pytest.approx(79.2, rel=1e-9)
 
 

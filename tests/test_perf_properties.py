@@ -22,15 +22,24 @@ def problems(draw):
     gpu = get_gpu(draw(st.sampled_from(GPUS)))
     n = draw(st.sampled_from([8, 16, 32, 64, 128]))
     cluster = ClusterSpec(gpu=gpu, num_gpus=n)
-    w = Workload(seq_len=draw(st.sampled_from([2048, 4096, 8192])), global_batch=draw(st.sampled_from([128, 256])),
-                 precision=draw(st.sampled_from(["bf16", "fp8"])) if gpu.fp8_flops else "bf16",
-                 framework=draw(st.sampled_from(FRAMEWORKS)))
+    w = Workload(
+        seq_len=draw(st.sampled_from([2048, 4096, 8192])),
+        global_batch=draw(st.sampled_from([128, 256])),
+        precision=draw(st.sampled_from(["bf16", "fp8"])) if gpu.fp8_flops else "bf16",
+        framework=draw(st.sampled_from(FRAMEWORKS)),
+    )
     tp = draw(st.sampled_from([1, 2, 4, 8]))
     pp = draw(st.sampled_from([1, 2, 4]))
     ep = draw(st.sampled_from([1, 2, 4, 8])) if model.is_moe else 1
-    s = Strategy(tp=tp, pp=pp, ep=ep, sp=tp > 1, zero=draw(st.integers(0, 3)),
-                 micro_batch=draw(st.sampled_from([1, 2])),
-                 recompute=draw(st.sampled_from(["none", "selective", "full"]))).with_dp(n)
+    s = Strategy(
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        sp=tp > 1,
+        zero=draw(st.integers(0, 3)),
+        micro_batch=draw(st.sampled_from([1, 2])),
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+    ).with_dp(n)
     assume(not validate_strategy(model, cluster, w, s))
     return model, cluster, w, s
 
@@ -52,8 +61,10 @@ def test_more_tp_never_raises_weight_memory(p):
     big_cluster = _doubled(cluster)
     bigger = s.model_copy(update={"tp": s.tp * 2, "sp": True})
     assume(s.tp * 2 <= 8 and _valid(model, big_cluster, w, bigger))
-    assert (estimate(model, big_cluster, w, bigger).memory.weights
-            <= estimate(model, cluster, w, s).memory.weights + 1e-6)
+    assert (
+        estimate(model, big_cluster, w, bigger).memory.weights
+        <= estimate(model, cluster, w, s).memory.weights + 1e-6
+    )
 
 
 @SETTINGS
@@ -63,8 +74,10 @@ def test_more_pp_never_raises_weight_memory(p):
     big_cluster = _doubled(cluster)
     bigger = s.model_copy(update={"pp": s.pp * 2})
     assume(_valid(model, big_cluster, w, bigger))
-    assert (estimate(model, big_cluster, w, bigger).memory.weights
-            <= estimate(model, cluster, w, s).memory.weights + 1e-6)
+    assert (
+        estimate(model, big_cluster, w, bigger).memory.weights
+        <= estimate(model, cluster, w, s).memory.weights + 1e-6
+    )
 
 
 @SETTINGS
@@ -83,7 +96,10 @@ def test_higher_zero_stage_never_raises_weight_memory(p, z):
 @given(problems())
 def test_recompute_never_raises_activation_memory_nor_lowers_step_time(p):
     model, cluster, w, s = p
-    ests = {r: estimate(model, cluster, w, s.model_copy(update={"recompute": r})) for r in ("none", "selective", "full")}
+    ests = {
+        r: estimate(model, cluster, w, s.model_copy(update={"recompute": r}))
+        for r in ("none", "selective", "full")
+    }
     for r in ("selective", "full"):
         assert ests[r].memory.activations <= ests["none"].memory.activations + 1e-6
         assert ests[r].step_time_s >= ests["none"].step_time_s - 1e-12

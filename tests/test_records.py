@@ -61,15 +61,18 @@ def test_grand_teton_rows_use_the_500w_part():
     assert spec.workload.framework == "torchtitan"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("NeMo 24.07 (Megatron-Core)", "megatron"),
-    ("Megatron-LM (2021)", "megatron-legacy"),
-    ("Megatron-LM + DeepSpeed ZeRO-3 (2021)", "megatron-legacy"),
-    ("torchtitan (FSDP2)", "torchtitan"),
-    ("Composer/llm-foundry (PyTorch FSDP FULL_SHARD)", "fsdp"),
-    ("Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)", "deepspeed"),
-    ("", "megatron"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("NeMo 24.07 (Megatron-Core)", "megatron"),
+        ("Megatron-LM (2021)", "megatron-legacy"),
+        ("Megatron-LM + DeepSpeed ZeRO-3 (2021)", "megatron-legacy"),
+        ("torchtitan (FSDP2)", "torchtitan"),
+        ("Composer/llm-foundry (PyTorch FSDP FULL_SHARD)", "fsdp"),
+        ("Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)", "deepspeed"),
+        ("", "megatron"),
+    ],
+)
 def test_framework_mapping(text: str, expected: str):
     assert framework_from_text(text) == expected
 
@@ -79,9 +82,15 @@ from hypothesis import strategies as st  # noqa: E402
 
 from autopar.calibration.records import RECORD_COLUMNS, estimate_row  # noqa: E402
 
-_CELL = st.one_of(st.none(), st.just(""), st.integers(-4, 4096).map(str), st.sampled_from(
-    ["H100-SXM", "A100-80GB", "Llama-3.1-8B", "fp8", "bf16", "full", "selective", "1", "0", "nan", "x"]),
-    st.floats(allow_nan=True, allow_infinity=True))
+_CELL = st.one_of(
+    st.none(),
+    st.just(""),
+    st.integers(-4, 4096).map(str),
+    st.sampled_from(
+        ["H100-SXM", "A100-80GB", "Llama-3.1-8B", "fp8", "bf16", "full", "selective", "1", "0", "nan", "x"]
+    ),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

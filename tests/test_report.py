@@ -86,8 +86,18 @@ def test_hover_text_shows_full_strategy(result: SearchResult) -> None:
     h = hover_text(t, result.objectives)
     s = t.strategy
     assert s.label() in h
-    for part in (f"tp={s.tp}", f"pp={s.pp}", f"dp={s.dp}", f"cp={s.cp}", f"ep={s.ep}", f"vpp={s.vpp}",
-                 f"zero={s.zero}", f"mb={s.micro_batch}", f"recompute={s.recompute}", "16 × H100-SXM"):
+    for part in (
+        f"tp={s.tp}",
+        f"pp={s.pp}",
+        f"dp={s.dp}",
+        f"cp={s.cp}",
+        f"ep={s.ep}",
+        f"vpp={s.vpp}",
+        f"zero={s.zero}",
+        f"mb={s.micro_batch}",
+        f"recompute={s.recompute}",
+        "16 × H100-SXM",
+    ):
         assert part in h
 
 
@@ -126,25 +136,69 @@ def test_time_bars_sum_to_step_time(result: SearchResult) -> None:
 
 def _estimate(step: float, tb: TimeBreakdown) -> Estimate:
     mem = MemoryBreakdown(1, 1, 1, 1, 1, 1, 1)
-    return Estimate(memory=mem, time=tb, step_time_s=step, tokens_per_s=1, tokens_per_s_per_gpu=1,
-                    model_flops_per_step=1, model_flops_per_step_full_attn=1, hw_flops_per_step=1,
-                    model_tflops_per_gpu=1, hw_tflops_per_gpu=1, mfu=0.5, mfu_causal=0.5, hfu=0.5, peak_flops=1,
-                    capacity_bytes=10, headroom_bytes=3, fits=True, bottleneck="compute")
+    return Estimate(
+        memory=mem,
+        time=tb,
+        step_time_s=step,
+        tokens_per_s=1,
+        tokens_per_s_per_gpu=1,
+        model_flops_per_step=1,
+        model_flops_per_step_full_attn=1,
+        hw_flops_per_step=1,
+        model_tflops_per_gpu=1,
+        hw_tflops_per_gpu=1,
+        mfu=0.5,
+        mfu_causal=0.5,
+        hfu=0.5,
+        peak_flops=1,
+        capacity_bytes=10,
+        headroom_bytes=3,
+        fits=True,
+        bottleneck="compute",
+    )
 
 
 times = st.floats(0, 10, allow_nan=False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(c=st.floats(0.01, 10), rfrac=st.floats(0, 1), tp=times, cp=times, ep=times, pp=times, dp=times,
-       bubble=times, opt=times, extra=st.floats(0, 5))
+@given(
+    c=st.floats(0.01, 10),
+    rfrac=st.floats(0, 1),
+    tp=times,
+    cp=times,
+    ep=times,
+    pp=times,
+    dp=times,
+    bubble=times,
+    opt=times,
+    extra=st.floats(0, 5),
+)
 def test_time_segments_property(c, rfrac, tp, cp, ep, pp, dp, bubble, opt, extra) -> None:
     """Any breakdown: segments are non-negative and stack exactly to the step time (extra -> 'Other')."""
-    tb = TimeBreakdown(compute=c, recompute=c * rfrac, tp_comm=tp, cp_comm=cp, ep_comm=ep, pp_comm=pp,
-                       dp_comm=dp, bubble=bubble, optimizer=opt)
+    tb = TimeBreakdown(
+        compute=c,
+        recompute=c * rfrac,
+        tp_comm=tp,
+        cp_comm=cp,
+        ep_comm=ep,
+        pp_comm=pp,
+        dp_comm=dp,
+        bubble=bubble,
+        optimizer=opt,
+    )
     step = tb.total + extra
-    t = TrialRecord(number=0, strategy=Strategy(dp=1), num_gpus=1, gpu="X", precision="bf16",
-                    estimate=_estimate(step, tb), values={}, feasible=True, dominated=False)
+    t = TrialRecord(
+        number=0,
+        strategy=Strategy(dp=1),
+        num_gpus=1,
+        gpu="X",
+        precision="bf16",
+        estimate=_estimate(step, tb),
+        values={},
+        feasible=True,
+        dominated=False,
+    )
     r = make_result()
     r.recommended = [Recommendation("fastest", t, "")]
     info = time_bar_info(r)
@@ -195,9 +249,22 @@ def test_page_inline_and_cdn(tmp_path) -> None:
     text = p.read_text()
     assert p.stat().st_size > 3_000_000  # plotly.js inlined: works offline
     assert '<script src="https://cdn.plot.ly' not in text
-    for needle in ("Llama-3-8B", "Fastest · Cheapest", "Most headroom", "uncalibrated", "fig-pareto",
-                   "fig-memory", "fig-time", "fig-parcoords", "pareto-table", "--tensor-model-parallel-size 2",
-                   "data_parallel_shard_degree", "#SBATCH --nodes=2", "on_demand", "1,000 B tokens"):
+    for needle in (
+        "Llama-3-8B",
+        "Fastest · Cheapest",
+        "Most headroom",
+        "uncalibrated",
+        "fig-pareto",
+        "fig-memory",
+        "fig-time",
+        "fig-parcoords",
+        "pareto-table",
+        "--tensor-model-parallel-size 2",
+        "data_parallel_shard_degree",
+        "#SBATCH --nodes=2",
+        "on_demand",
+        "1,000 B tokens",
+    ):
         assert needle in text, needle
     small = write_search_report(r, tmp_path / "cdn.html", plotlyjs="cdn")
     assert small.stat().st_size < 600_000 and "https://cdn.plot.ly/plotly-" in small.read_text()
@@ -228,16 +295,26 @@ def test_multi_cluster_groups() -> None:
     w = Workload(seq_len=4096, global_batch=64)
     s = Strategy(tp=1, zero=3).with_dp(8)
     e = make_estimate(s, 8, w)
-    extra = TrialRecord(number=999, strategy=s, num_gpus=8, gpu=H100.name, precision="bf16", estimate=e,
-                        values={"throughput": 1.0, "headroom": 1000.0, "cost": 0.01}, feasible=True,
-                        dominated=False)
+    extra = TrialRecord(
+        number=999,
+        strategy=s,
+        num_gpus=8,
+        gpu=H100.name,
+        precision="bf16",
+        estimate=e,
+        values={"throughput": 1.0, "headroom": 1000.0, "cost": 0.01},
+        feasible=True,
+        dominated=False,
+    )
     r.trials.append(extra)
     r.clusters.append(r.clusters[0].model_copy(update={"num_gpus": 8}))
     info = pareto_plot_info(r)
     assert set(info.groups) == {"16 × H100-SXM", "8 × H100-SXM"}
     fig = plot_pareto(info)
     assert {t.name for t in fig.data if t.name.startswith("Pareto")} == {
-        "Pareto front · 16 × H100-SXM", "Pareto front · 8 × H100-SXM"}
+        "Pareto front · 16 × H100-SXM",
+        "Pareto front · 8 × H100-SXM",
+    }
 
 
 def test_parallel_coords_log2_size_axes(result: SearchResult) -> None:

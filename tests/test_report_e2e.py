@@ -17,7 +17,9 @@ GiB = 2**30
 @pytest.fixture(scope="module")
 def real_result():
     cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
-    return optimize(get_model("llama-3-8b"), cluster, Workload(seq_len=4096, global_batch=64), budget=40, seed=0)
+    return optimize(
+        get_model("llama-3-8b"), cluster, Workload(seq_len=4096, global_batch=64), budget=40, seed=0
+    )
 
 
 def test_real_search_report(real_result, tmp_path) -> None:
@@ -42,8 +44,14 @@ def test_calibrated_search_report_shows_band_and_corrector(tmp_path) -> None:
 
     cal = load_default_calibration()
     cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
-    r = optimize(get_model("llama-3-8b"), cluster, Workload(seq_len=4096, global_batch=64), budget=30, seed=0,
-                 calibration=cal)
+    r = optimize(
+        get_model("llama-3-8b"),
+        cluster,
+        Workload(seq_len=4096, global_batch=64),
+        budget=30,
+        seed=0,
+        calibration=cal,
+    )
     assert r.calibration is not None
     rec = r.recommended[0].trial.estimate
     lo, hi = rec.tokens_per_s_band

@@ -19,10 +19,20 @@ from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 GiB = 2**30
 PRICE = 2.5  # $/GPU-hour
 
-H100 = GPUSpec(name="H100-SXM", family="hopper", memory_bytes=80e9, bf16_flops=989e12, fp8_flops=1979e12,
-               hbm_bw=3.35e12, scaleup_bw=450e9, scaleup_domain=8, scaleout_bw=50e9)
-LLAMA8B = ModelSpec(name="Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
-                    vocab=128256)
+H100 = GPUSpec(
+    name="H100-SXM",
+    family="hopper",
+    memory_bytes=80e9,
+    bf16_flops=989e12,
+    fp8_flops=1979e12,
+    hbm_bw=3.35e12,
+    scaleup_bw=450e9,
+    scaleup_domain=8,
+    scaleout_bw=50e9,
+)
+LLAMA8B = ModelSpec(
+    name="Llama-3-8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256
+)
 OBJECTIVES = [
     ObjectiveInfo("throughput", "maximize", "tokens/s", "Throughput (tokens/s, cluster)"),
     ObjectiveInfo("headroom", "maximize", "GiB", "Memory headroom (GiB per GPU)"),
@@ -39,33 +49,63 @@ def make_estimate(s: Strategy, num_gpus: int, workload: Workload, capacity: floa
     optim = 96e9 / shard / zdiv
     act_factor = {"none": 1.0, "selective": 0.45, "full": 0.12}[s.recompute]
     acts = 34e9 * s.micro_batch * act_factor / s.tp * (1 if s.pp == 1 else 1.3)
-    mem = MemoryBreakdown(weights=weights, grads=grads, optimizer=optim, activations=acts,
-                          logits=2.1e9 * s.micro_batch / s.tp, buffers=0.6e9, overhead=2.5e9)
+    mem = MemoryBreakdown(
+        weights=weights,
+        grads=grads,
+        optimizer=optim,
+        activations=acts,
+        logits=2.1e9 * s.micro_batch / s.tp,
+        buffers=0.6e9,
+        overhead=2.5e9,
+    )
     compute = 9.0 * 16 / num_gpus * (1 + {"none": 0, "selective": 0.05, "full": 0.33}[s.recompute])
     recompute = compute - compute / (1 + {"none": 0, "selective": 0.05, "full": 0.33}[s.recompute])
-    t = TimeBreakdown(compute=compute, recompute=recompute, tp_comm=0.04 * (s.tp - 1),
-                      cp_comm=0.0, ep_comm=0.0, pp_comm=0.01 * (s.pp - 1),
-                      dp_comm=0.08 if s.zero == 3 else 0.03, bubble=0.12 * (s.pp - 1) / s.micro_batch,
-                      optimizer=0.02)
+    t = TimeBreakdown(
+        compute=compute,
+        recompute=recompute,
+        tp_comm=0.04 * (s.tp - 1),
+        cp_comm=0.0,
+        ep_comm=0.0,
+        pp_comm=0.01 * (s.pp - 1),
+        dp_comm=0.08 if s.zero == 3 else 0.03,
+        bubble=0.12 * (s.pp - 1) / s.micro_batch,
+        optimizer=0.02,
+    )
     step = t.total
     tokens = workload.tokens_per_step
     tps = tokens / step
     peak = H100.bf16_flops
     mfu = 6 * 8e9 * tokens / step / num_gpus / peak
     return Estimate(
-        memory=mem, time=t, step_time_s=step, tokens_per_s=tps, tokens_per_s_per_gpu=tps / num_gpus,
-        model_flops_per_step=6 * 8e9 * tokens, model_flops_per_step_full_attn=6.2 * 8e9 * tokens,
-        hw_flops_per_step=8 * 8e9 * tokens, model_tflops_per_gpu=mfu * peak / 1e12,
-        hw_tflops_per_gpu=mfu * peak / 1e12 * 1.1, mfu=mfu, mfu_causal=mfu * 0.97, hfu=mfu * 1.1,
-        peak_flops=peak, capacity_bytes=capacity, headroom_bytes=capacity - mem.total,
-        fits=mem.total <= capacity, bottleneck="compute")
+        memory=mem,
+        time=t,
+        step_time_s=step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=tps / num_gpus,
+        model_flops_per_step=6 * 8e9 * tokens,
+        model_flops_per_step_full_attn=6.2 * 8e9 * tokens,
+        hw_flops_per_step=8 * 8e9 * tokens,
+        model_tflops_per_gpu=mfu * peak / 1e12,
+        hw_tflops_per_gpu=mfu * peak / 1e12 * 1.1,
+        mfu=mfu,
+        mfu_causal=mfu * 0.97,
+        hfu=mfu * 1.1,
+        peak_flops=peak,
+        capacity_bytes=capacity,
+        headroom_bytes=capacity - mem.total,
+        fits=mem.total <= capacity,
+        bottleneck="compute",
+    )
 
 
 def objective_values(e: Estimate, num_gpus: int) -> dict[str, float]:
     """Objective values in display units from an estimate."""
     usd_per_s = PRICE * num_gpus / 3600
-    return {"throughput": e.tokens_per_s, "headroom": e.headroom_bytes / GiB,
-            "cost": usd_per_s / e.tokens_per_s * 1e6}
+    return {
+        "throughput": e.tokens_per_s,
+        "headroom": e.headroom_bytes / GiB,
+        "cost": usd_per_s / e.tokens_per_s * 1e6,
+    }
 
 
 def _dominates(a: dict[str, float], b: dict[str, float]) -> bool:
@@ -84,13 +124,33 @@ def make_result(with_number_column: bool = True, num_gpus: int = 16) -> SearchRe
         s = Strategy(tp=tp, pp=pp, zero=zero, micro_batch=mb, recompute=rc, sp=tp > 1).with_dp(num_gpus)
         e = make_estimate(s, num_gpus, workload)
         values = objective_values(e, num_gpus)
-        trials.append(TrialRecord(number=n, strategy=s, num_gpus=num_gpus, gpu=H100.name, precision="bf16",
-                                  estimate=e, values=values, feasible=e.fits,
-                                  reason="" if e.fits else "out of memory"))
+        trials.append(
+            TrialRecord(
+                number=n,
+                strategy=s,
+                num_gpus=num_gpus,
+                gpu=H100.name,
+                precision="bf16",
+                estimate=e,
+                values=values,
+                feasible=e.fits,
+                reason="" if e.fits else "out of memory",
+            )
+        )
     # One strategy that broke a rule before the model ran (no estimate, no values).
-    trials.append(TrialRecord(number=len(trials), strategy=Strategy(tp=3).with_dp(num_gpus), num_gpus=num_gpus,
-                              gpu=H100.name, precision="bf16", estimate=None, values={}, feasible=False,
-                              reason="tp=3 does not divide heads=32"))
+    trials.append(
+        TrialRecord(
+            number=len(trials),
+            strategy=Strategy(tp=3).with_dp(num_gpus),
+            num_gpus=num_gpus,
+            gpu=H100.name,
+            precision="bf16",
+            estimate=None,
+            values={},
+            feasible=False,
+            reason="tp=3 does not divide heads=32",
+        )
+    )
     feas = [t for t in trials if t.feasible]
     for t in feas:
         t.dominated = any(_dominates(o.values, t.values) for o in feas if o is not t)
@@ -101,25 +161,57 @@ def make_result(with_number_column: bool = True, num_gpus: int = 16) -> SearchRe
         # Same layout as autopar.search.pareto.record_row; the variant without the trial/label
         # columns makes the report match rows to trials by strategy and hardware.
         row = {"trial": t.number, "label": s.label()} if with_number_column else {}
-        row.update({"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "sp": s.sp,
-                    "zero": s.zero, "micro_batch": s.micro_batch, "recompute": s.recompute,
-                    "pp_schedule": s.pp_schedule, "gpu": t.gpu, "num_gpus": t.num_gpus,
-                    "precision": t.precision, **t.values, "mem_gib": e.memory.total / GiB,
-                    "step_s": e.step_time_s, "mfu_pct": 100 * e.mfu, "bottleneck": e.bottleneck})
+        row.update(
+            {
+                "tp": s.tp,
+                "pp": s.pp,
+                "dp": s.dp,
+                "cp": s.cp,
+                "ep": s.ep,
+                "vpp": s.vpp,
+                "sp": s.sp,
+                "zero": s.zero,
+                "micro_batch": s.micro_batch,
+                "recompute": s.recompute,
+                "pp_schedule": s.pp_schedule,
+                "gpu": t.gpu,
+                "num_gpus": t.num_gpus,
+                "precision": t.precision,
+                **t.values,
+                "mem_gib": e.memory.total / GiB,
+                "step_s": e.step_time_s,
+                "mfu_pct": 100 * e.mfu,
+                "bottleneck": e.bottleneck,
+            }
+        )
         rows.append(row)
     fastest = max(front, key=lambda t: t.values["throughput"])
     roomy = max(front, key=lambda t: t.values["headroom"])
     cheapest = min(front, key=lambda t: t.values["cost"])
     balanced = sorted(front, key=lambda t: t.values["throughput"])[len(front) // 2]
-    recs = [Recommendation("fastest", fastest, "Highest predicted throughput that fits in memory."),
-            Recommendation("cheapest", cheapest, "Lowest cost per million tokens."),
-            Recommendation("most_headroom", roomy, "Most free memory per GPU: safest against OOM."),
-            Recommendation("balanced", balanced, "Within 10 % of the fastest with 3x the headroom.")]
+    recs = [
+        Recommendation("fastest", fastest, "Highest predicted throughput that fits in memory."),
+        Recommendation("cheapest", cheapest, "Lowest cost per million tokens."),
+        Recommendation("most_headroom", roomy, "Most free memory per GPU: safest against OOM."),
+        Recommendation("balanced", balanced, "Within 10 % of the fastest with 3x the headroom."),
+    ]
     return SearchResult(
-        model=LLAMA8B, clusters=[cluster], workload=workload, objectives=OBJECTIVES, space_size=len(trials),
-        trials=trials, pareto=pd.DataFrame(rows), recommended=recs, seed=0, budget=len(trials),
-        sampler="exhaustive", wall_s=1.23, inputs={"tier": "on_demand"},
-        notes=["cost collapses onto throughput: fixed cluster and price"], calibration=None)
+        model=LLAMA8B,
+        clusters=[cluster],
+        workload=workload,
+        objectives=OBJECTIVES,
+        space_size=len(trials),
+        trials=trials,
+        pareto=pd.DataFrame(rows),
+        recommended=recs,
+        seed=0,
+        budget=len(trials),
+        sampler="exhaustive",
+        wall_s=1.23,
+        inputs={"tier": "on_demand"},
+        notes=["cost collapses onto throughput: fixed cluster and price"],
+        calibration=None,
+    )
 
 
 @pytest.fixture

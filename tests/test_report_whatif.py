@@ -21,11 +21,20 @@ DAY = 86400.0
 TOKENS = 1e12
 
 
-def _option(label: str, count: int, price: float, tps: float | None, rank: int | None, pareto: bool) -> OptionResult:
+def _option(
+    label: str, count: int, price: float, tps: float | None, rank: int | None, pareto: bool
+) -> OptionResult:
     gpu = label.split(":")[0]
-    o = OptionResult(label=label, gpu=gpu, count=count, tier="on_demand", usd_per_gpu_hour=price,
-                     price_source="test", feasible=tps is not None,
-                     cluster=ClusterSpec(gpu=H100, num_gpus=count, price_usd_per_gpu_hour=price))
+    o = OptionResult(
+        label=label,
+        gpu=gpu,
+        count=count,
+        tier="on_demand",
+        usd_per_gpu_hour=price,
+        price_source="test",
+        feasible=tps is not None,
+        cluster=ClusterSpec(gpu=H100, num_gpus=count, price_usd_per_gpu_hour=price),
+    )
     if tps is None:
         o.reason = "no strategy fits in 40 trials"
         return o
@@ -47,19 +56,49 @@ def result() -> WhatIfResult:
     # 1e12 / 150k = 77.2 days; 64 x $2 x 1851.9 h = $237,037: dominated by both.
     c = _option("A100-80GB:64", 64, 2.0, 150_000.0, 3, False)
     d = _option("A100-40GB:8", 8, 1.5, None, None, False)
-    sens = [SensitivityRow(scenario="H100-SXM price +20%", kind="price", gpu="H100-SXM", factor=1.2,
-                           winner="H100-SXM:64", runner_up="H100-SXM:32", winner_changed=False,
-                           options=[ScenarioOption("H100-SXM:64", 2.5e6, 160_000.0, True, 1),
-                                    ScenarioOption("H100-SXM:32", 4.545e6, 145_454.0, False, 2)]),
-            SensitivityRow(scenario="inter-node bandwidth halved", kind="internode_bw", gpu=None, factor=0.5,
-                           winner="H100-SXM:32", runner_up="H100-SXM:64", winner_changed=True,
-                           options=[ScenarioOption("H100-SXM:64", 5e6, 266_666.0, False, 2)])]
+    sens = [
+        SensitivityRow(
+            scenario="H100-SXM price +20%",
+            kind="price",
+            gpu="H100-SXM",
+            factor=1.2,
+            winner="H100-SXM:64",
+            runner_up="H100-SXM:32",
+            winner_changed=False,
+            options=[
+                ScenarioOption("H100-SXM:64", 2.5e6, 160_000.0, True, 1),
+                ScenarioOption("H100-SXM:32", 4.545e6, 145_454.0, False, 2),
+            ],
+        ),
+        SensitivityRow(
+            scenario="inter-node bandwidth halved",
+            kind="internode_bw",
+            gpu=None,
+            factor=0.5,
+            winner="H100-SXM:32",
+            runner_up="H100-SXM:64",
+            winner_changed=True,
+            options=[ScenarioOption("H100-SXM:64", 5e6, 266_666.0, False, 2)],
+        ),
+    ]
     return WhatIfResult(
-        model=LLAMA8B, workload=Workload(seq_len=4096, global_batch=256, token_budget=TOKENS), token_budget=TOKENS,
-        tier="on_demand", goodput=1.0, deadline_s=40 * DAY, max_cost_usd=200_000.0, options=[a, b, c, d],
-        ranking=["H100-SXM:64", "H100-SXM:32", "A100-80GB:64"], pareto=["H100-SXM:64", "H100-SXM:32"],
-        sensitivity=sens, message="H100-SXM:64 trains 1T tokens in 28.9 days for $133,333.", seed=0,
-        search_budget=40, wall_s=2.0, notes=["prices are examples"])
+        model=LLAMA8B,
+        workload=Workload(seq_len=4096, global_batch=256, token_budget=TOKENS),
+        token_budget=TOKENS,
+        tier="on_demand",
+        goodput=1.0,
+        deadline_s=40 * DAY,
+        max_cost_usd=200_000.0,
+        options=[a, b, c, d],
+        ranking=["H100-SXM:64", "H100-SXM:32", "A100-80GB:64"],
+        pareto=["H100-SXM:64", "H100-SXM:32"],
+        sensitivity=sens,
+        message="H100-SXM:64 trains 1T tokens in 28.9 days for $133,333.",
+        seed=0,
+        search_budget=40,
+        wall_s=2.0,
+        notes=["prices are examples"],
+    )
 
 
 def test_cost_time_points(result: WhatIfResult) -> None:
@@ -92,8 +131,12 @@ def test_options_table(result: WhatIfResult) -> None:
 def test_sensitivity_table(result: WhatIfResult) -> None:
     info = sensitivity_table_info(result)
     assert len(info.rows) == 2
-    assert [c.label for c in info.columns][4:] == ["H100-SXM:64 (days / USD)", "H100-SXM:32 (days / USD)",
-                                                   "A100-80GB:64 (days / USD)", "A100-40GB:8 (days / USD)"]
+    assert [c.label for c in info.columns][4:] == [
+        "H100-SXM:64 (days / USD)",
+        "H100-SXM:32 (days / USD)",
+        "A100-80GB:64 (days / USD)",
+        "A100-40GB:8 (days / USD)",
+    ]
     assert info.rows[0][4][0] == "28.9 d / $160,000"
     assert info.rows[1][3][0] == "yes" and info.roles[1] == "Winner changes"
     assert info.rows[1][5][0] == "–"  # option missing from the scenario
@@ -103,8 +146,15 @@ def test_whatif_page(result: WhatIfResult, tmp_path) -> None:
     p = write_whatif_report(result, tmp_path / "w.html")
     text = p.read_text()
     assert p.stat().st_size > 3_000_000
-    for needle in ("What-if: training Llama-3-8B on 1 T tokens", "fig-cost-time", "options-table",
-                   "sensitivity-table", "H100-SXM:64 trains 1T tokens", "#SBATCH --nodes=8", "Best option"):
+    for needle in (
+        "What-if: training Llama-3-8B on 1 T tokens",
+        "fig-cost-time",
+        "options-table",
+        "sensitivity-table",
+        "H100-SXM:64 trains 1T tokens",
+        "#SBATCH --nodes=8",
+        "Best option",
+    ):
         assert needle in text, needle
     assert text.count("<tr") == 1 + 4 + 1 + 2  # two tables with headers
 
@@ -122,8 +172,14 @@ def test_real_whatif_report(tmp_path) -> None:
     from autopar.catalog import get_model
     from autopar.costs.whatif import run_whatif
 
-    r = run_whatif(get_model("llama-3-8b"), ["H100-SXM:16", "A100-80GB:16"],
-                   Workload(seq_len=4096, global_batch=128), token_budget=1e11, budget=30, seed=0)
+    r = run_whatif(
+        get_model("llama-3-8b"),
+        ["H100-SXM:16", "A100-80GB:16"],
+        Workload(seq_len=4096, global_batch=128),
+        token_budget=1e11,
+        budget=30,
+        seed=0,
+    )
     info = cost_time_info(r)
     assert set(info.labels) == {o.label for o in r.options if o.feasible}
     assert len(options_table_info(r).rows) == 2

@@ -22,8 +22,10 @@ from autopar.search.pareto import (
 def matrices(max_rows: int = 12, dims: tuple[int, ...] = (2, 3, 4), values: int = 6):
     """Small integer matrices (ties are likely, which is the hard case)."""
     return st.sampled_from(dims).flatmap(
-        lambda d: st.lists(st.lists(st.integers(0, values), min_size=d, max_size=d), min_size=0,
-                           max_size=max_rows).map(lambda rows, d=d: np.array(rows, dtype=float).reshape(-1, d)))
+        lambda d: st.lists(
+            st.lists(st.integers(0, values), min_size=d, max_size=d), min_size=0, max_size=max_rows
+        ).map(lambda rows, d=d: np.array(rows, dtype=float).reshape(-1, d))
+    )
 
 
 @settings(max_examples=200, deadline=None)

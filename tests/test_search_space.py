@@ -49,12 +49,29 @@ def test_space_equals_rule_valid_set():
     got = {pt.strategy for pt in space}
     want = set()
     for tp, pp, cp, vpp, mb, sp, zero, rc in itertools.product(
-            [1, 2, 3, 4], [1, 2, 3, 4], [1, 2], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8], [False, True],
-            [0, 1, 2, 3], ["none", "selective", "full"]):
+        [1, 2, 3, 4],
+        [1, 2, 3, 4],
+        [1, 2],
+        [1, 2, 3, 4],
+        [1, 2, 3, 4, 5, 6, 7, 8],
+        [False, True],
+        [0, 1, 2, 3],
+        ["none", "selective", "full"],
+    ):
         if 4 % (tp * pp * cp) or (sp and tp == 1):
             continue
-        s = Strategy(tp=tp, pp=pp, cp=cp, dp=4 // (tp * pp * cp), vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
-                     recompute=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        s = Strategy(
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            dp=4 // (tp * pp * cp),
+            vpp=vpp,
+            sp=sp,
+            zero=zero,
+            micro_batch=mb,
+            recompute=rc,
+            pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        )
         if not validate_strategy(TINY, TINY_CLUSTER, TINY_WL, s):
             want.add(s)
     assert got == want
@@ -106,11 +123,17 @@ def test_sampled_points_are_valid(seed):
 
 
 def test_moe_and_dense_expert_parallel():
-    dense = build_space(get_model("Llama-3.1-8B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16),
-                        Workload(seq_len=4096, global_batch=64))
+    dense = build_space(
+        get_model("Llama-3.1-8B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16),
+        Workload(seq_len=4096, global_batch=64),
+    )
     assert {lay.ep for lay in dense.layouts} == {1}
-    moe = build_space(get_model("Mixtral-8x7B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16),
-                      Workload(seq_len=4096, global_batch=64))
+    moe = build_space(
+        get_model("Mixtral-8x7B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16),
+        Workload(seq_len=4096, global_batch=64),
+    )
     assert {lay.ep for lay in moe.layouts} == {1, 2, 4, 8}  # divisors of 8 experts
     for lay in moe.layouts:
         assert 8 % lay.ep == 0 and (lay.dp * lay.cp) % lay.ep == 0
@@ -122,8 +145,12 @@ def test_moe_and_dense_expert_parallel():
 
 def test_hardware_dimensions_and_fp8_skip():
     clusters = [ClusterSpec(gpu=get_gpu(g), num_gpus=n) for g in ("H100-SXM", "A100-80GB") for n in (8, 16)]
-    space = build_space(get_model("Llama-3.1-8B"), clusters, Workload(seq_len=4096, global_batch=64),
-                        precisions=["bf16", "fp8"])
+    space = build_space(
+        get_model("Llama-3.1-8B"),
+        clusters,
+        Workload(seq_len=4096, global_batch=64),
+        precisions=["bf16", "fp8"],
+    )
     labels = {h.label() for h in space.hardware}
     # A100 has no FP8: 2 GPUs x 2 counts x 2 precisions - 2 skipped = 6 options.
     assert len(space.hardware) == 6
@@ -132,5 +159,7 @@ def test_hardware_dimensions_and_fp8_skip():
     d = space.distributions()
     assert d["gpu"] == ["H100-SXM", "A100-80GB"] and d["num_gpus"] == [8, 16]
     assert d["precision"] == ["bf16", "fp8"]
-    assert space.decode({k: v[0] for k, v in d.items()} | {"gpu": "A100-80GB", "precision": "fp8"}) \
+    assert (
+        space.decode({k: v[0] for k, v in d.items()} | {"gpu": "A100-80GB", "precision": "fp8"})
         == "8x A100-80GB in fp8 is not a usable hardware option"
+    )

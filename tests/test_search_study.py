@@ -56,14 +56,29 @@ def test_nsga2_with_budget_of_space_size_finds_exhaustive_front(local_search):
 
 
 @settings(max_examples=6, deadline=None)
-@given(seed=st.integers(0, 10_000), budget=st.integers(20, 150),
-       objectives=st.sampled_from(["throughput,headroom", "throughput,headroom,cost", "cost,mfu,headroom",
-                                   "step_time,headroom,mfu,cost"]))
+@given(
+    seed=st.integers(0, 10_000),
+    budget=st.integers(20, 150),
+    objectives=st.sampled_from(
+        [
+            "throughput,headroom",
+            "throughput,headroom,cost",
+            "cost,mfu,headroom",
+            "step_time,headroom,mfu,cost",
+        ]
+    ),
+)
 def test_returned_points_are_feasible_and_nondominated(seed, budget, objectives):
     """Every Pareto point is feasible and not dominated by any feasible trial (all-pairs oracle)."""
-    r = optimize(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32),
-                 Workload(seq_len=4096, global_batch=128), budget=budget, seed=seed, objectives=objectives,
-                 min_headroom_gib=2.0)
+    r = optimize(
+        get_model("Llama-3.1-70B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32),
+        Workload(seq_len=4096, global_batch=128),
+        budget=budget,
+        seed=seed,
+        objectives=objectives,
+        min_headroom_gib=2.0,
+    )
     objs = parse_objectives(objectives)
     feas = [t for t in r.trials if t.feasible]
     front = [t for t in r.trials if not t.dominated]
@@ -120,8 +135,12 @@ def test_constraints_min_headroom_and_max_cost():
 
 
 def test_nothing_fits_message():
-    r = optimize(get_model("Llama-3.1-405B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
-                 Workload(seq_len=8192, global_batch=64), sampler="exhaustive")
+    r = optimize(
+        get_model("Llama-3.1-405B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
+        Workload(seq_len=8192, global_batch=64),
+        sampler="exhaustive",
+    )
     assert r.pareto.empty and r.recommended == [] and r.n_feasible == 0
     msg = r.notes[-1]
     assert msg.startswith("nothing fits in memory: the smallest need found is")
@@ -145,8 +164,13 @@ def test_cost_collapse_note_only_for_a_fixed_cluster():
 
 
 def test_recommendations():
-    r = optimize(get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
-                 Workload(seq_len=8192, global_batch=512), budget=150, seed=0)
+    r = optimize(
+        get_model("Llama-3.1-70B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+        Workload(seq_len=8192, global_batch=512),
+        budget=150,
+        seed=0,
+    )
     roles = {x.role: x for x in r.recommended}
     assert set(roles) == {"fastest", "most_headroom", "cheapest", "balanced"}
     df = r.pareto
@@ -157,14 +181,20 @@ def test_recommendations():
     assert roles["most_headroom"].trial.values["throughput"] >= 0.9 * df["throughput"].max()
     assert roles["cheapest"].trial.values["cost"] == df["cost"].min()
     # balanced: min Euclidean distance to the ideal after scaling each objective to [0, 1] over the front
-    Z = np.column_stack([(df["throughput"].max() - df["throughput"]) / np.ptp(df["throughput"]),
-                         (df["headroom"].max() - df["headroom"]) / np.ptp(df["headroom"]),
-                         (df["cost"] - df["cost"].min()) / np.ptp(df["cost"])])
+    Z = np.column_stack(
+        [
+            (df["throughput"].max() - df["throughput"]) / np.ptp(df["throughput"]),
+            (df["headroom"].max() - df["headroom"]) / np.ptp(df["headroom"]),
+            (df["cost"] - df["cost"].min()) / np.ptp(df["cost"]),
+        ]
+    )
     best = df.iloc[int(np.argmin(np.linalg.norm(Z, axis=1)))]
     assert roles["balanced"].trial.strategy.label() == best["label"]
     for rec in r.recommended:
-        assert rec.trial.estimate.bottleneck.replace("_", " ")[:4] in rec.why.lower().replace("_", " ") or \
-            "step is" in rec.why
+        assert (
+            rec.trial.estimate.bottleneck.replace("_", " ")[:4] in rec.why.lower().replace("_", " ")
+            or "step is" in rec.why
+        )
         assert "runner-up" in rec.why or "only point" in rec.why
 
 
@@ -199,8 +229,14 @@ def test_journal_storage_resume_and_fingerprint(tmp_path):
     assert len(sa) == 40
     assert len(sb) == 80 and sa < sb  # the resumed study holds both runs' distinct strategies
     with pytest.raises(AutoparError, match="created for other inputs"):
-        optimize(TINY, TINY_CLUSTER, TINY_WL.model_copy(update={"seq_len": 4096}), budget=5,
-                 storage=str(path), study_name="s")
+        optimize(
+            TINY,
+            TINY_CLUSTER,
+            TINY_WL.model_copy(update={"seq_len": 4096}),
+            budget=5,
+            storage=str(path),
+            study_name="s",
+        )
 
 
 WORKER = """
@@ -220,8 +256,16 @@ def test_two_processes_share_one_journal(tmp_path):
     import optuna
 
     path = str(tmp_path / "shared.journal")
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, path, str(seed)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, path, str(seed)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err

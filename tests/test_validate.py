@@ -15,7 +15,10 @@ W = Workload(seq_len=8192, global_batch=512)
 
 
 def test_valid_strategy_has_no_violations():
-    assert validate_strategy(L70, H100x64, W, Strategy(tp=8, pp=4, vpp=5, pp_schedule="interleaved", sp=True)) == []
+    assert (
+        validate_strategy(L70, H100x64, W, Strategy(tp=8, pp=4, vpp=5, pp_schedule="interleaved", sp=True))
+        == []
+    )
 
 
 def test_every_rule_is_reported_at_once():
@@ -29,13 +32,19 @@ def test_every_rule_is_reported_at_once():
     assert "ep=2 needs an MoE model" in text
 
 
-@pytest.mark.parametrize("strategy,fragment", [
-    (Strategy(tp=16), "exceeds the NVLink domain of 8 GPUs"),
-    (Strategy(tp=8, pp=2, vpp=3, pp_schedule="interleaved"), "layers=80 is not divisible by pp*vpp = 2*3 = 6"),
-    (Strategy(tp=8, vpp=2, pp_schedule="interleaved"), "vpp=2 needs pp > 1"),
-    (Strategy(tp=8, pp=2, pp_schedule="interleaved"), "interleaved needs vpp > 1"),
-    (Strategy(tp=8, micro_batch=3), "global_batch=512 is not divisible by micro_batch*dp = 3*8 = 24"),
-])
+@pytest.mark.parametrize(
+    "strategy,fragment",
+    [
+        (Strategy(tp=16), "exceeds the NVLink domain of 8 GPUs"),
+        (
+            Strategy(tp=8, pp=2, vpp=3, pp_schedule="interleaved"),
+            "layers=80 is not divisible by pp*vpp = 2*3 = 6",
+        ),
+        (Strategy(tp=8, vpp=2, pp_schedule="interleaved"), "vpp=2 needs pp > 1"),
+        (Strategy(tp=8, pp=2, pp_schedule="interleaved"), "interleaved needs vpp > 1"),
+        (Strategy(tp=8, micro_batch=3), "global_batch=512 is not divisible by micro_batch*dp = 3*8 = 24"),
+    ],
+)
 def test_single_rules(strategy: Strategy, fragment: str):
     assert any(fragment in v for v in validate_strategy(L70, H100x64, W, strategy))
 
@@ -47,7 +56,9 @@ def test_moe_rules():
     assert any("ep=3 does not divide experts=8" in v for v in validate_strategy(mix, cl, W, Strategy(ep=3)))
     assert any("needs sequence parallelism" in v for v in validate_strategy(mix, cl, W, Strategy(tp=2, ep=4)))
     # expert mesh: tp*cp*dp = 2*1*32 = 64 must be divisible by ep*etp = 8*16
-    assert any("expert mesh" in v for v in validate_strategy(mix, cl, W, Strategy(tp=2, ep=8, etp=16, sp=True)))
+    assert any(
+        "expert mesh" in v for v in validate_strategy(mix, cl, W, Strategy(tp=2, ep=8, etp=16, sp=True))
+    )
 
 
 def test_fp8_needs_fp8_hardware():

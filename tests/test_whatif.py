@@ -28,11 +28,22 @@ def fake_optimize(model, cluster, workload, **kw):
     tps = TPS[(cluster.gpu.name, cluster.num_gpus)]
     trials = []
     for i, (frac, fits) in enumerate([(0.8, True), (1.0, True), (1.3, False)]):
-        est = SimpleNamespace(tokens_per_s=tps * frac, headroom_bytes=(5 if fits else -5) * 2**30, mfu=0.4 * frac)
-        trials.append(TrialRecord(number=i, strategy=Strategy(tp=8, dp=cluster.num_gpus // 8),
-                                  num_gpus=cluster.num_gpus, gpu=cluster.gpu.name, precision="bf16",
-                                  estimate=est, values={"throughput": tps * frac}, feasible=fits,
-                                  reason="" if fits else "out of memory"))
+        est = SimpleNamespace(
+            tokens_per_s=tps * frac, headroom_bytes=(5 if fits else -5) * 2**30, mfu=0.4 * frac
+        )
+        trials.append(
+            TrialRecord(
+                number=i,
+                strategy=Strategy(tp=8, dp=cluster.num_gpus // 8),
+                num_gpus=cluster.num_gpus,
+                gpu=cluster.gpu.name,
+                precision="bf16",
+                estimate=est,
+                values={"throughput": tps * frac},
+                feasible=fits,
+                reason="" if fits else "out of memory",
+            )
+        )
     return SimpleNamespace(trials=trials, clusters=[cluster])
 
 
@@ -43,7 +54,9 @@ def fake_estimate(model, cluster, workload, strategy):
 
 
 def book(h100=2.50, b200=5.00):
-    return default_price_book().with_price("H100-SXM", "on_demand", h100).with_price("B200", "on_demand", b200)
+    return (
+        default_price_book().with_price("H100-SXM", "on_demand", h100).with_price("B200", "on_demand", b200)
+    )
 
 
 def run(**kw):
@@ -104,21 +117,30 @@ def test_deadline_prefers_the_option_that_meets_it():
     assert r.ranking == ["H100-SXM:512", "B200:128"]
     assert r.by_label("H100-SXM:512").meets_deadline is True
     assert r.by_label("B200:128").meets_deadline is False
-    assert r.message.startswith("Recommended: H100-SXM:512, the cheapest option that meets the 15.0 days deadline")
+    assert r.message.startswith(
+        "Recommended: H100-SXM:512, the cheapest option that meets the 15.0 days deadline"
+    )
 
 
 def test_deadline_nobody_meets_says_so_and_names_the_fastest():
     r = run(deadline_s=5 * DAY)
     assert r.deadline_met is False
-    assert r.message.startswith("No option meets the 5.0 days deadline: the fastest is H100-SXM:512 at 11.6 days")
+    assert r.message.startswith(
+        "No option meets the 5.0 days deadline: the fastest is H100-SXM:512 at 11.6 days"
+    )
     assert r.to_dict()["deadline_met"] is False
 
 
 def test_sensitivity_rows():
     r = run(deadline_s=15 * DAY)
     names = [s.scenario for s in r.sensitivity]
-    assert names == ["H100-SXM price +20%", "H100-SXM price -20%", "B200 price +20%", "B200 price -20%",
-                     "inter-node bandwidth halved"]
+    assert names == [
+        "H100-SXM price +20%",
+        "H100-SXM price -20%",
+        "B200 price +20%",
+        "B200 price -20%",
+        "inter-node bandwidth halved",
+    ]
     assert not any(s.winner_changed for s in r.sensitivity if s.kind == "price")
     bw = r.sensitivity[-1]
     # halved bandwidth halves the stub H100 throughput: 2e6 s = 23.1 d > 15 d; B200 (19.3 d) is now faster,
@@ -139,6 +161,7 @@ def test_infeasible_option_is_reported_not_raised():
             for t in res.trials:
                 t.feasible, t.reason = False, "out of memory: needs 200 GiB of 178 GiB"
         return res
+
     r = run(optimize_fn=nothing_fits)
     b = r.by_label("B200:128")
     assert not b.feasible and b.rank is None and b.figures is None
@@ -149,8 +172,19 @@ def test_infeasible_option_is_reported_not_raised():
 
 def test_json_shape_of_options():
     d = run(deadline_s=30 * DAY).to_dict()
-    required = {"gpu", "count", "strategy", "tokens_per_s", "mfu", "time_to_train_s", "total_cost_usd",
-                "usd_per_mtoken", "headroom_gib", "meets_deadline", "rank"}
+    required = {
+        "gpu",
+        "count",
+        "strategy",
+        "tokens_per_s",
+        "mfu",
+        "time_to_train_s",
+        "total_cost_usd",
+        "usd_per_mtoken",
+        "headroom_gib",
+        "meets_deadline",
+        "rank",
+    }
     assert len(d["options"]) == 2
     for o in d["options"]:
         assert required <= set(o)
@@ -160,6 +194,7 @@ def test_json_shape_of_options():
 def test_input_errors_before_any_search():
     def boom(*a, **k):
         raise AssertionError("search must not run")
+
     with pytest.raises(AutoparError, match="unknown GPU 'H900'"):
         run_whatif(MODEL, ["H900:8"], WL, token_budget=1e9, optimize_fn=boom)
     with pytest.raises(SpecError, match="GPU:COUNT"):
@@ -199,8 +234,9 @@ def test_end_to_end_with_the_real_optimizer():
     assert sorted(o.rank for o in r.options) == [1, 2, 3]
     assert r.sensitivity and r.sensitivity[-1].kind == "internode_bw"
     # same seed, same answer
-    r2 = run_whatif(MODEL, ["H100-SXM:8..16", "A100-80GB:16"], WL, token_budget=1e10, budget=25, seed=1,
-                    sensitivity=False)
+    r2 = run_whatif(
+        MODEL, ["H100-SXM:8..16", "A100-80GB:16"], WL, token_budget=1e10, budget=25, seed=1, sensitivity=False
+    )
     assert [o.strategy_label for o in r2.options] == [o.strategy_label for o in r.options]
 
 
@@ -213,7 +249,9 @@ def test_optimize_cost_objective_uses_the_price_book():
 
     cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
     custom = default_price_book().with_price("H100-SXM", "reserved", 1.25)
-    assert resolve_price(cluster, default_price_book(), "on_demand")[0] == default_price_book().price("H100-SXM")
+    assert resolve_price(cluster, default_price_book(), "on_demand")[0] == default_price_book().price(
+        "H100-SXM"
+    )
     res = optimize(MODEL, cluster, WL, budget=10, seed=0, price_book=custom, tier="reserved")
     t = next(t for t in res.trials if t.feasible)
     # 8 GPUs x $1.25/h = $10/h; $/Mtoken = 10 / 3600 / tokens_per_s * 1e6
@@ -224,7 +262,10 @@ def test_cluster_overrides_reach_the_search():
     seen = []
 
     def spy(model, cluster, workload, **kw):
-        seen.append((cluster.node_size, cluster.nic_bw, cluster.price_usd_per_gpu_hour, kw["tier"], kw["budget"]))
+        seen.append(
+            (cluster.node_size, cluster.nic_bw, cluster.price_usd_per_gpu_hour, kw["tier"], kw["budget"])
+        )
         return fake_optimize(model, cluster, workload)
+
     run(optimize_fn=spy, internode_bw=25e9, gpus_per_node=4, budget=7, tier="on-demand", sensitivity=False)
     assert seen == [(4, 25e9, 2.5, "on_demand", 7), (4, 25e9, 5.0, "on_demand", 7)]

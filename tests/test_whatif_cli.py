@@ -10,31 +10,80 @@ from typer.testing import CliRunner
 from autopar.cli import app
 
 runner = CliRunner()
-BASE = ["whatif", "--model", "llama-3-8b", "--tokens", "10B", "--seq-len", "4096", "--global-batch", "256",
-        "--budget", "20"]
+BASE = [
+    "whatif",
+    "--model",
+    "llama-3-8b",
+    "--tokens",
+    "10B",
+    "--seq-len",
+    "4096",
+    "--global-batch",
+    "256",
+    "--budget",
+    "20",
+]
 
 
 def test_json_shape():
-    res = runner.invoke(app, [*BASE, "--option", "H100-SXM:8", "--option", "B200:8", "--deadline", "30d",
-                              "--goodput", "0.9", "--json"])
+    res = runner.invoke(
+        app,
+        [
+            *BASE,
+            "--option",
+            "H100-SXM:8",
+            "--option",
+            "B200:8",
+            "--deadline",
+            "30d",
+            "--goodput",
+            "0.9",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["tokens"] == 1e10 and d["goodput"] == 0.9 and d["deadline_s"] == 30 * 86400
     assert [o["label"] for o in d["options"]] == ["H100-SXM:8", "B200:8"]
     for o in d["options"]:
-        for key in ("gpu", "count", "strategy", "tokens_per_s", "mfu", "time_to_train_s", "total_cost_usd",
-                    "usd_per_mtoken", "headroom_gib", "meets_deadline", "rank"):
+        for key in (
+            "gpu",
+            "count",
+            "strategy",
+            "tokens_per_s",
+            "mfu",
+            "time_to_train_s",
+            "total_cost_usd",
+            "usd_per_mtoken",
+            "headroom_gib",
+            "meets_deadline",
+            "rank",
+        ):
             assert key in o
         # money follows from speed and price: cost = $/h * time / 3600
         assert o["total_cost_usd"] == pytest.approx(
-            o["count"] * o["usd_per_gpu_hour"] * o["time_to_train_s"] / 3600, rel=1e-9)
+            o["count"] * o["usd_per_gpu_hour"] * o["time_to_train_s"] / 3600, rel=1e-9
+        )
     assert sorted(o["rank"] for o in d["options"]) == [1, 2]
     assert isinstance(d["sensitivity"], list) and d["message"]
 
 
 def test_table_output_and_impossible_deadline():
-    res = runner.invoke(app, [*BASE, "--tokens", "1T", "--option", "H100-SXM:8", "--option", "A100-80GB:8",
-                              "--deadline", "1d", "--no-sensitivity"])
+    res = runner.invoke(
+        app,
+        [
+            *BASE,
+            "--tokens",
+            "1T",
+            "--option",
+            "H100-SXM:8",
+            "--option",
+            "A100-80GB:8",
+            "--deadline",
+            "1d",
+            "--no-sensitivity",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = " ".join(res.stdout.split())
     assert "No option meets the 24.0 h deadline: the fastest is H100-SXM:8 at" in out
@@ -67,8 +116,20 @@ def test_user_errors_exit_2_with_one_line():
 def test_prices_file_is_used(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text("gpu,tier,usd_per_gpu_hour,source\nH100-SXM,reserved,1.50,our contract\n")
-    res = runner.invoke(app, [*BASE, "--option", "H100-SXM:8", "--tier", "reserved", "--prices", str(p), "--json",
-                              "--no-sensitivity"])
+    res = runner.invoke(
+        app,
+        [
+            *BASE,
+            "--option",
+            "H100-SXM:8",
+            "--tier",
+            "reserved",
+            "--prices",
+            str(p),
+            "--json",
+            "--no-sensitivity",
+        ],
+    )
     assert res.exit_code == 0, res.output
     o = json.loads(res.stdout)["options"][0]
     assert o["usd_per_gpu_hour"] == 1.5 and o["price_source"].startswith("our contract")
@@ -85,8 +146,22 @@ def test_prices_command():
 
 
 def test_spending_cap_column_and_flag():
-    res = runner.invoke(app, [*BASE, "--option", "H100-SXM:8", "--option", "A100-80GB:8", "--max-spend", "100",
-                              "--no-sensitivity"])
+    res = runner.invoke(
+        app,
+        [
+            *BASE,
+            "--option",
+            "H100-SXM:8",
+            "--option",
+            "A100-80GB:8",
+            "--max-spend",
+            "100",
+            "--no-sensitivity",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = " ".join(res.stdout.split())
-    assert "spending cap $100" in out and "No option fits the $100 spending cap: the cheapest is H100-SXM:8" in out
+    assert (
+        "spending cap $100" in out
+        and "No option fits the $100 spending cap: the cheapest is H100-SXM:8" in out
+    )

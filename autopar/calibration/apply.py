@@ -94,8 +94,12 @@ def training_fingerprint(*sets: TrainingSet | None) -> str:
         h.update(f"[{ts.target}]\n".encode())
         order = np.argsort(np.array(ts.ids, dtype=str), kind="stable")
         for i in order:
-            row = [ts.ids[i], f"{ts.measured[i]:.6g}", f"{ts.predicted[i]:.6g}",
-                   *(f"{v:.6g}" for v in ts.X[i])]
+            row = [
+                ts.ids[i],
+                f"{ts.measured[i]:.6g}",
+                f"{ts.predicted[i]:.6g}",
+                *(f"{v:.6g}" for v in ts.X[i]),
+            ]
             h.update(("|".join(row) + "\n").encode())
     return h.hexdigest()
 
@@ -103,8 +107,12 @@ def training_fingerprint(*sets: TrainingSet | None) -> str:
 class Calibration:
     """A fitted throughput corrector plus its metadata; the object the search and reports use."""
 
-    def __init__(self, corrector: ThroughputCorrector, meta: CalibrationMeta,
-                 memory_corrector: ThroughputCorrector | None = None):
+    def __init__(
+        self,
+        corrector: ThroughputCorrector,
+        meta: CalibrationMeta,
+        memory_corrector: ThroughputCorrector | None = None,
+    ):
         self.corrector = corrector
         self.meta = meta
         self.memory_corrector = memory_corrector
@@ -115,8 +123,14 @@ class Calibration:
         c, lo, hi = self.corrector.predict_interval(np.atleast_2d(X))
         return np.exp(c), np.exp(lo), np.exp(hi)
 
-    def throughput_factor(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                          strategy: Strategy, estimate: Estimate) -> tuple[float, float, float]:
+    def throughput_factor(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        workload: Workload,
+        strategy: Strategy,
+        estimate: Estimate,
+    ) -> tuple[float, float, float]:
         """Multiplicative correction of the estimate's tokens/s and its (low, high) band."""
         x = features(model, cluster, workload, strategy, estimate)
         if not np.all(np.isfinite(x)):  # a degenerate estimate: no correction, the uncorrected band
@@ -125,8 +139,14 @@ class Calibration:
         f, lo, hi = self.factors(x)
         return float(f[0]), float(lo[0]), float(hi[0])
 
-    def memory_factor(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                      strategy: Strategy, estimate: Estimate) -> tuple[float, float, float]:
+    def memory_factor(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        workload: Workload,
+        strategy: Strategy,
+        estimate: Estimate,
+    ) -> tuple[float, float, float]:
         """Multiplicative correction of the estimate's peak memory and its band; (1, 1, 1) without
         a memory corrector. Learned from max-reserved memory of few sources: use with care."""
         if self.memory_corrector is None:
@@ -144,12 +164,16 @@ class Calibration:
     def describe(self) -> str:
         """One line naming the corrector and its evidence, for reports and CLI output."""
         m = self.meta
-        text = (f"calibration '{m.name}': {m.model_name} corrector on {m.n_train} runs from "
-                f"{len(m.sources)} source(s)")
+        text = (
+            f"calibration '{m.name}': {m.model_name} corrector on {m.n_train} runs from "
+            f"{len(m.sources)} source(s)"
+        )
         overall = next((r for r in m.loso if r.get("source") == "all"), None)
         if overall:
-            text += (f"; leave-one-source-out median APE {100 * overall['median_ape_before']:.1f}% -> "
-                     f"{100 * overall['median_ape_after']:.1f}%")
+            text += (
+                f"; leave-one-source-out median APE {100 * overall['median_ape_before']:.1f}% -> "
+                f"{100 * overall['median_ape_after']:.1f}%"
+            )
         if self.memory_corrector is not None:
             text += f"; memory corrector on {m.memory_n_train} runs ({', '.join(m.memory_sources)})"
         return text
@@ -159,10 +183,17 @@ class Calibration:
         """Write the model (joblib) with its metadata; the estimator is pickled inside."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": asdict(self.meta),
-                   "corrector": pickle.dumps(self.corrector, protocol=pickle.HIGHEST_PROTOCOL),
-                   "memory_corrector": (None if self.memory_corrector is None else
-                                        pickle.dumps(self.memory_corrector, protocol=pickle.HIGHEST_PROTOCOL))}
+        payload = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "meta": asdict(self.meta),
+            "corrector": pickle.dumps(self.corrector, protocol=pickle.HIGHEST_PROTOCOL),
+            "memory_corrector": (
+                None
+                if self.memory_corrector is None
+                else pickle.dumps(self.memory_corrector, protocol=pickle.HIGHEST_PROTOCOL)
+            ),
+        }
         joblib.dump(payload, p, compress=3)
         return p
 
@@ -192,17 +223,27 @@ def _check_compatible(p: Path, fmt_version: Any, meta: CalibrationMeta) -> None:
     """Raise CalibrationVersionError unless this autopar/scikit-learn can use the saved model."""
     refit = f"refit it with `autopar calibrate fit --out {p}`"
     if fmt_version != FORMAT_VERSION:
-        raise CalibrationVersionError(f"calibration model '{p}' has format version {fmt_version}; this "
-                                      f"autopar reads version {FORMAT_VERSION}: {refit}")
+        raise CalibrationVersionError(
+            f"calibration model '{p}' has format version {fmt_version}; this "
+            f"autopar reads version {FORMAT_VERSION}: {refit}"
+        )
     if _major_minor(meta.sklearn_version) != _major_minor(sklearn.__version__):
-        raise CalibrationVersionError(f"calibration model '{p}' was made with scikit-learn "
-                                      f"{meta.sklearn_version}; this environment has {sklearn.__version__}: {refit}")
+        raise CalibrationVersionError(
+            f"calibration model '{p}' was made with scikit-learn "
+            f"{meta.sklearn_version}; this environment has {sklearn.__version__}: {refit}"
+        )
     if _major_minor(meta.autopar_version) != _major_minor(autopar_version()):
-        raise CalibrationVersionError(f"calibration model '{p}' was made with autopar {meta.autopar_version}; "
-                                      f"this is autopar {autopar_version()}: {refit}")
-    if meta.feature_schema_version != FEATURE_SCHEMA_VERSION or list(meta.feature_names) != list(FEATURE_NAMES):
-        raise CalibrationVersionError(f"calibration model '{p}' uses feature schema {meta.feature_schema_version}; "
-                                      f"this autopar uses {FEATURE_SCHEMA_VERSION}: {refit}")
+        raise CalibrationVersionError(
+            f"calibration model '{p}' was made with autopar {meta.autopar_version}; "
+            f"this is autopar {autopar_version()}: {refit}"
+        )
+    if meta.feature_schema_version != FEATURE_SCHEMA_VERSION or list(meta.feature_names) != list(
+        FEATURE_NAMES
+    ):
+        raise CalibrationVersionError(
+            f"calibration model '{p}' uses feature schema {meta.feature_schema_version}; "
+            f"this autopar uses {FEATURE_SCHEMA_VERSION}: {refit}"
+        )
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -214,21 +255,39 @@ def load_calibration(path: str | Path) -> Calibration:
 MIN_MEMORY_RUNS = 8
 
 
-def fit_calibration(records: Sequence[Mapping[str, Any]], *, name: str,
-                    estimator: ThroughputCorrector | None = None, evaluate: bool = True) -> Calibration:
+def fit_calibration(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    name: str,
+    estimator: ThroughputCorrector | None = None,
+    evaluate: bool = True,
+) -> Calibration:
     """Fit the throughput corrector (and a memory one where enough runs measured memory) on records."""
-    return fit_training_set(build_training_set(records), name=name, estimator=estimator, evaluate=evaluate,
-                            memory_ts=build_training_set(records, "memory"))
+    return fit_training_set(
+        build_training_set(records),
+        name=name,
+        estimator=estimator,
+        evaluate=evaluate,
+        memory_ts=build_training_set(records, "memory"),
+    )
 
 
-def fit_training_set(ts: TrainingSet, *, name: str, estimator: ThroughputCorrector | None = None,
-                     evaluate: bool = True, memory_ts: TrainingSet | None = None) -> Calibration:
+def fit_training_set(
+    ts: TrainingSet,
+    *,
+    name: str,
+    estimator: ThroughputCorrector | None = None,
+    evaluate: bool = True,
+    memory_ts: TrainingSet | None = None,
+) -> Calibration:
     """Fit on prepared training sets; with `evaluate`, store the held-out error tables too."""
     from autopar.calibration.evaluate import error_table, kfold_cross_validated, leave_one_source_out
 
     if len(ts) < 3:
-        raise DataError(f"need at least 3 usable runs to fit a calibration, have {len(ts)}"
-                        + (f" ({len(ts.skipped)} skipped: {ts.skipped[0][1]})" if ts.skipped else ""))
+        raise DataError(
+            f"need at least 3 usable runs to fit a calibration, have {len(ts)}"
+            + (f" ({len(ts.skipped)} skipped: {ts.skipped[0][1]})" if ts.skipped else "")
+        )
     est = estimator if estimator is not None else ThroughputCorrector()
     corrector = clone(est).fit(ts.X, ts.y, groups=np.array(ts.sources))
     loso: list[dict[str, Any]] = []
@@ -240,20 +299,27 @@ def fit_training_set(ts: TrainingSet, *, name: str, estimator: ThroughputCorrect
         mem_corrector = clone(est).fit(memory_ts.X, memory_ts.y, groups=np.array(memory_ts.sources))
         if evaluate:
             mem_cv = _records(error_table(kfold_cross_validated(memory_ts, est)))
-    meta = CalibrationMeta(name=name, model_name=corrector.model_name_, n_train=len(ts),
-                           sources=sorted(set(ts.sources)),
-                           training_fingerprint=training_fingerprint(ts, memory_ts if use_memory else None),
-                           cv_errors=dict(corrector.cv_errors_), loso=loso,
-                           memory_n_train=len(memory_ts) if use_memory else 0,
-                           memory_sources=sorted(set(memory_ts.sources)) if use_memory else [],
-                           memory_cv=mem_cv)
+    meta = CalibrationMeta(
+        name=name,
+        model_name=corrector.model_name_,
+        n_train=len(ts),
+        sources=sorted(set(ts.sources)),
+        training_fingerprint=training_fingerprint(ts, memory_ts if use_memory else None),
+        cv_errors=dict(corrector.cv_errors_),
+        loso=loso,
+        memory_n_train=len(memory_ts) if use_memory else 0,
+        memory_sources=sorted(set(memory_ts.sources)) if use_memory else [],
+        memory_cv=mem_cv,
+    )
     return Calibration(corrector, meta, mem_corrector)
 
 
 def _records(table: Any) -> list[dict[str, Any]]:
     """An error table as JSON-friendly dicts (NaN -> None)."""
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in table.to_dict("records")]
+    return [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        for r in table.to_dict("records")
+    ]
 
 
 # ---------------------------------------------------------------------------------- default model

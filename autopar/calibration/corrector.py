@@ -54,11 +54,23 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
     random_state : seed of the shuffled K-fold used when no groups are given.
     """
 
-    def __init__(self, model: str = "auto", ridge_alphas: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
-                 hgb_max_iter: int = 120, hgb_learning_rate: float = 0.05, hgb_max_depth: int = 3,
-                 hgb_min_samples_leaf: int = 6, hgb_l2: float = 1.0, monotonic_cst: list[int] | None = None,
-                 n_neighbors: int = 5, shrink_scale: float = 1.0, min_feature_scale: float = 0.1,
-                 trust_quantile: float = 0.75, coverage: float = 0.8, random_state: int = 0):
+    def __init__(
+        self,
+        model: str = "auto",
+        ridge_alphas: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
+        hgb_max_iter: int = 120,
+        hgb_learning_rate: float = 0.05,
+        hgb_max_depth: int = 3,
+        hgb_min_samples_leaf: int = 6,
+        hgb_l2: float = 1.0,
+        monotonic_cst: list[int] | None = None,
+        n_neighbors: int = 5,
+        shrink_scale: float = 1.0,
+        min_feature_scale: float = 0.1,
+        trust_quantile: float = 0.75,
+        coverage: float = 0.8,
+        random_state: int = 0,
+    ):
         self.model = model
         self.ridge_alphas = ridge_alphas
         self.hgb_max_iter = hgb_max_iter
@@ -80,9 +92,15 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
         if name == "ridge":
             return RidgeCV(alphas=self.ridge_alphas)
         return HistGradientBoostingRegressor(
-            max_iter=self.hgb_max_iter, learning_rate=self.hgb_learning_rate, max_depth=self.hgb_max_depth,
-            min_samples_leaf=self.hgb_min_samples_leaf, l2_regularization=self.hgb_l2,
-            monotonic_cst=self.monotonic_cst, early_stopping=False, random_state=0)
+            max_iter=self.hgb_max_iter,
+            learning_rate=self.hgb_learning_rate,
+            max_depth=self.hgb_max_depth,
+            min_samples_leaf=self.hgb_min_samples_leaf,
+            l2_regularization=self.hgb_l2,
+            monotonic_cst=self.monotonic_cst,
+            early_stopping=False,
+            random_state=0,
+        )
 
     def _splits(self, n: int, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Cross-validation splits: leave-one-group-out with 3+ groups, else shuffled K-fold."""
@@ -93,8 +111,9 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
         k = min(5, n // 2)
         return list(KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(np.zeros(n)))
 
-    def _oof(self, name: str, X: np.ndarray, y: np.ndarray,
-             splits: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def _oof(
+        self, name: str, X: np.ndarray, y: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]]
+    ) -> np.ndarray:
         """Out-of-fold predictions of the whole pipeline (candidate + shrinkage) for one candidate."""
         pred = np.zeros_like(y)
         for tr, te in splits:
@@ -123,8 +142,11 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
                 self.cv_errors_[name] = float(np.median(ape_of_log_error(p - y)))
             if splits:
                 self.cv_errors_["none"] = float(np.median(ape_of_log_error(-y)))
-            self.model_name_ = (min(names, key=lambda k: self.cv_errors_[k]) if oof else
-                                ("ridge" if self.model == "auto" else self.model))
+            self.model_name_ = (
+                min(names, key=lambda k: self.cv_errors_[k])
+                if oof
+                else ("ridge" if self.model == "auto" else self.model)
+            )
             self._fit_final(X, y, self.model_name_)
             resid = y - (oof[self.model_name_] if oof else self.predict(X))
         lo_q, hi_q = (1 - self.coverage) / 2, (1 + self.coverage) / 2
@@ -146,8 +168,11 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
         self.estimator_ = clone(self._candidate(name)).fit(Z, y)
         self.train_points_ = X / self.distance_scale_
         self.k_ = min(self.n_neighbors, max(n - 1, 1))
-        typical = (float(np.quantile(self._knn_distance(self.train_points_, exclude_self=True), self.trust_quantile))
-                   if n > 1 else 0.0)
+        typical = (
+            float(np.quantile(self._knn_distance(self.train_points_, exclude_self=True), self.trust_quantile))
+            if n > 1
+            else 0.0
+        )
         self.typical_distance_ = typical if typical > 0 else 1.0
 
     # -------------------------------------------------------------------------------- distance

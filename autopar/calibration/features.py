@@ -20,23 +20,50 @@ from autopar.perf.estimate import estimate
 from autopar.perf.types import Estimate, GiB
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-TIME_PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
-              "optimizer")
+TIME_PARTS = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
+)
 GPU_FAMILIES = ("ampere", "hopper", "blackwell")
 
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"share_{p}" for p in TIME_PARTS),
-    "log2_gemm_tokens", "log2_hidden_per_tp",
-    *(f"family_{f}" for f in GPU_FAMILIES), "family_other", "log2_peak_tflops",
-    "fp8", "recompute_selective", "recompute_full", "zero", "sp",
-    "log2_tp", "log2_pp", "log2_dp", "log2_cp", "log2_ep", "log2_vpp",
-    "log2_seq", "log2_micro_batch", "log10_params", "moe", "log2_num_gpus", "pred_mfu",
+    "log2_gemm_tokens",
+    "log2_hidden_per_tp",
+    *(f"family_{f}" for f in GPU_FAMILIES),
+    "family_other",
+    "log2_peak_tflops",
+    "fp8",
+    "recompute_selective",
+    "recompute_full",
+    "zero",
+    "sp",
+    "log2_tp",
+    "log2_pp",
+    "log2_dp",
+    "log2_cp",
+    "log2_ep",
+    "log2_vpp",
+    "log2_seq",
+    "log2_micro_batch",
+    "log10_params",
+    "moe",
+    "log2_num_gpus",
+    "pred_mfu",
 )
 FEATURE_SCHEMA_VERSION = "1"
 
 
-def features(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy,
-             est: Estimate) -> np.ndarray:
+def features(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
+) -> np.ndarray:
     """The feature vector (FEATURE_NAMES order) of one configuration and its analytical estimate."""
     t = est.time
     total = t.total or 1.0
@@ -47,28 +74,48 @@ def features(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strateg
     fam_onehot = [1.0 if fam == f else 0.0 for f in GPU_FAMILIES]
     peak = cluster.gpu.peak_flops(workload.precision)
     gemm_tokens = s.micro_batch * workload.seq_len / s.cp
-    return np.array([
-        *shares,
-        math.log2(gemm_tokens), math.log2(model.hidden / s.tp),
-        *fam_onehot, 0.0 if any(fam_onehot) else 1.0, math.log2(peak / 1e12),
-        1.0 if workload.precision == "fp8" else 0.0,
-        1.0 if s.recompute == "selective" else 0.0, 1.0 if s.recompute == "full" else 0.0,
-        float(s.zero), 1.0 if s.sp else 0.0,
-        math.log2(s.tp), math.log2(s.pp), math.log2(max(s.dp, 1)), math.log2(s.cp), math.log2(s.ep),
-        math.log2(s.vpp),
-        math.log2(workload.seq_len), math.log2(s.micro_batch), math.log10(model.total_params),
-        1.0 if model.is_moe else 0.0, math.log2(cluster.num_gpus), est.mfu,
-    ], dtype=float)
+    return np.array(
+        [
+            *shares,
+            math.log2(gemm_tokens),
+            math.log2(model.hidden / s.tp),
+            *fam_onehot,
+            0.0 if any(fam_onehot) else 1.0,
+            math.log2(peak / 1e12),
+            1.0 if workload.precision == "fp8" else 0.0,
+            1.0 if s.recompute == "selective" else 0.0,
+            1.0 if s.recompute == "full" else 0.0,
+            float(s.zero),
+            1.0 if s.sp else 0.0,
+            math.log2(s.tp),
+            math.log2(s.pp),
+            math.log2(max(s.dp, 1)),
+            math.log2(s.cp),
+            math.log2(s.ep),
+            math.log2(s.vpp),
+            math.log2(workload.seq_len),
+            math.log2(s.micro_batch),
+            math.log10(model.total_params),
+            1.0 if model.is_moe else 0.0,
+            math.log2(cluster.num_gpus),
+            est.mfu,
+        ],
+        dtype=float,
+    )
 
 
 MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "overhead")
 MEMORY_FEATURE_NAMES: tuple[str, ...] = (
-    *FEATURE_NAMES, *(f"mem_share_{p}" for p in MEMORY_PARTS), "log2_capacity_gib", "pred_mem_fraction",
+    *FEATURE_NAMES,
+    *(f"mem_share_{p}" for p in MEMORY_PARTS),
+    "log2_capacity_gib",
+    "pred_mem_fraction",
 )
 
 
-def memory_features(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy,
-                    est: Estimate) -> np.ndarray:
+def memory_features(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
+) -> np.ndarray:
     """Throughput features plus the memory breakdown shares and capacity (MEMORY_FEATURE_NAMES order)."""
     mem = est.memory
     total = mem.total or 1.0
@@ -126,7 +173,9 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
         raise ValueError(f"target={target!r} must be 'throughput' or 'memory'")
     xs: list[np.ndarray] = []
     ys: list[float] = []
-    meta: dict[str, list[Any]] = {k: [] for k in ("ids", "sources", "gpus", "families", "meas", "pred", "how")}
+    meta: dict[str, list[Any]] = {
+        k: [] for k in ("ids", "sources", "gpus", "families", "meas", "pred", "how")
+    }
     skipped: list[tuple[str, str]] = []
     for rec in records:
         rid = str(rec.get("id") or "")
@@ -146,12 +195,28 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
             continue
         xs.append(x)
         ys.append(math.log(meas / pred))
-        for k, v in (("ids", rid), ("sources", str(rec.get("source") or "unknown")), ("gpus", str(rec.get("gpu"))),
-                     ("families", family), ("meas", meas), ("pred", pred), ("how", how)):
+        for k, v in (
+            ("ids", rid),
+            ("sources", str(rec.get("source") or "unknown")),
+            ("gpus", str(rec.get("gpu"))),
+            ("families", family),
+            ("meas", meas),
+            ("pred", pred),
+            ("how", how),
+        ):
             meta[k].append(v)
     names = MEMORY_FEATURE_NAMES if target == "memory" else FEATURE_NAMES
     X = np.vstack(xs) if xs else np.empty((0, len(names)))
-    return TrainingSet(X=X, y=np.array(ys, dtype=float), ids=meta["ids"], sources=meta["sources"],
-                       gpus=meta["gpus"], families=meta["families"], measured=np.array(meta["meas"], dtype=float),
-                       predicted=np.array(meta["pred"], dtype=float), how=meta["how"], skipped=skipped,
-                       target=target)
+    return TrainingSet(
+        X=X,
+        y=np.array(ys, dtype=float),
+        ids=meta["ids"],
+        sources=meta["sources"],
+        gpus=meta["gpus"],
+        families=meta["families"],
+        measured=np.array(meta["meas"], dtype=float),
+        predicted=np.array(meta["pred"], dtype=float),
+        how=meta["how"],
+        skipped=skipped,
+        target=target,
+    )

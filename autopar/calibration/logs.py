@@ -31,7 +31,8 @@ _NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 _MEG_MEM = re.compile(
     rf"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((MB|GB)\) \| allocated: ({_NUM}) \| "
-    rf"max allocated: ({_NUM}) \| reserved: ({_NUM}) \| max reserved: ({_NUM})")
+    rf"max allocated: ({_NUM}) \| reserved: ({_NUM}) \| max reserved: ({_NUM})"
+)
 _TT_STEP = re.compile(r"(?<![\w])step:\s*(\d+)\s+(.*)$")
 _TT_MEM = re.compile(rf"memory:\s*({_NUM})\s*GiB\(({_NUM})%\)")
 _TT_FIELD = re.compile(rf"\b(loss|grad_norm|tps|wps|tflops|mfu):\s*({_NUM})")
@@ -106,8 +107,10 @@ def parse_megatron_log(text: str) -> LogSamples:
         if "global batch size" in f:
             gb = int(_num(f["global batch size"]))
             if s.global_batch is not None and gb != s.global_batch:
-                raise DataError(f"Megatron log changes global batch size ({s.global_batch} -> {gb}) at "
-                                f"iteration {s.steps[-1]}: batch ramp-up logs cannot be one record")
+                raise DataError(
+                    f"Megatron log changes global batch size ({s.global_batch} -> {gb}) at "
+                    f"iteration {s.steps[-1]}: batch ramp-up logs cannot be one record"
+                )
             s.global_batch = gb
     return s
 
@@ -170,8 +173,11 @@ def _summary(prefix: str, xs: list[float]) -> dict[str, float]:
     """Median plus p10/p90 of a series under `prefix`, `prefix`_p10, `prefix`_p90."""
     if not xs:
         return {}
-    return {prefix: statistics.median(xs), f"{prefix}_p10": _quantile(xs, 0.1),
-            f"{prefix}_p90": _quantile(xs, 0.9)}
+    return {
+        prefix: statistics.median(xs),
+        f"{prefix}_p10": _quantile(xs, 0.1),
+        f"{prefix}_p90": _quantile(xs, 0.9),
+    }
 
 
 def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None = None) -> dict[str, Any]:
@@ -186,8 +192,9 @@ def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None
     if samples.global_batch is not None:
         given = rec.get("global_batch")
         if given not in (None, "") and int(given) != samples.global_batch:
-            raise DataError(f"global_batch={given} but the Megatron log says global batch size "
-                            f"{samples.global_batch}")
+            raise DataError(
+                f"global_batch={given} but the Megatron log says global batch size {samples.global_batch}"
+            )
         rec["global_batch"] = samples.global_batch
     rec.setdefault("framework", samples.framework)
     step_s = samples.step_s[skip:]

@@ -23,11 +23,48 @@ from autopar.perf.types import GiB
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 
 RECORD_COLUMNS: tuple[str, ...] = (
-    "id", "source", "source_ref", "model", "arch", "params_b", "active_params_b", "layers", "hidden",
-    "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab", "seq_len", "experts", "topk", "shared_experts",
-    "moe_ffn_hidden", "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp",
-    "zero", "recompute", "micro_batch", "global_batch", "precision", "framework", "measured_tflops_per_gpu",
-    "measured_mfu", "measured_tokens_per_s_per_gpu", "measured_step_s", "measured_mem_gb_per_gpu", "notes",
+    "id",
+    "source",
+    "source_ref",
+    "model",
+    "arch",
+    "params_b",
+    "active_params_b",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "vocab",
+    "seq_len",
+    "experts",
+    "topk",
+    "shared_experts",
+    "moe_ffn_hidden",
+    "gpu",
+    "num_gpus",
+    "gpus_per_node",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "sp",
+    "zero",
+    "recompute",
+    "micro_batch",
+    "global_batch",
+    "precision",
+    "framework",
+    "measured_tflops_per_gpu",
+    "measured_mfu",
+    "measured_tokens_per_s_per_gpu",
+    "measured_step_s",
+    "measured_mem_gb_per_gpu",
+    "notes",
 )
 
 ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
@@ -151,7 +188,9 @@ def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     if not have_arch:
         if catalog_model is None:
             missing = [c for c in ARCH_COLUMNS if _cell(row, c) is None]
-            raise DataError(f"model '{name}' is not in the catalog and columns {', '.join(missing)} are empty")
+            raise DataError(
+                f"model '{name}' is not in the catalog and columns {', '.join(missing)} are empty"
+            )
         assumed.append(f"architecture from catalog entry '{catalog_model.name}'")
         return catalog_model
     layers, hidden, ffn, heads = (_int(row, c) for c in ARCH_COLUMNS)
@@ -168,19 +207,39 @@ def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         gelu = ffn == 4 * hidden
         activation = "gelu" if gelu else "swiglu"
         tied, norm, dropout = gelu, ("layernorm" if gelu else "rmsnorm"), False
-        assumed.append(f"activation={activation}, tied_embeddings={tied} (ffn {'=' if gelu else '!='} 4*hidden)")
+        assumed.append(
+            f"activation={activation}, tied_embeddings={tied} (ffn {'=' if gelu else '!='} 4*hidden)"
+        )
     fields: dict[str, Any] = dict(
-        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv, head_dim=_int(row, "head_dim"),
-        ffn_hidden=ffn, vocab=vocab, activation=activation, tied_embeddings=tied, norm=norm, dropout=dropout,
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=_int(row, "head_dim"),
+        ffn_hidden=ffn,
+        vocab=vocab,
+        activation=activation,
+        tied_embeddings=tied,
+        norm=norm,
+        dropout=dropout,
     )
     if experts:
-        fields.update(experts=experts, topk=_int(row, "topk") or 2, shared_experts=_int(row, "shared_experts") or 0,
-                      moe_ffn_hidden=_int(row, "moe_ffn_hidden") or ffn)
+        fields.update(
+            experts=experts,
+            topk=_int(row, "topk") or 2,
+            shared_experts=_int(row, "shared_experts") or 0,
+            moe_ffn_hidden=_int(row, "moe_ffn_hidden") or ffn,
+        )
         if catalog_model is not None and catalog_model.is_moe:
-            fields.update(dense_layers=catalog_model.dense_layers, q_lora_rank=catalog_model.q_lora_rank,
-                          kv_lora_rank=catalog_model.kv_lora_rank,
-                          qk_nope_head_dim=catalog_model.qk_nope_head_dim,
-                          qk_rope_head_dim=catalog_model.qk_rope_head_dim, v_head_dim=catalog_model.v_head_dim)
+            fields.update(
+                dense_layers=catalog_model.dense_layers,
+                q_lora_rank=catalog_model.q_lora_rank,
+                kv_lora_rank=catalog_model.kv_lora_rank,
+                qk_nope_head_dim=catalog_model.qk_nope_head_dim,
+                qk_rope_head_dim=catalog_model.qk_rope_head_dim,
+                v_head_dim=catalog_model.v_head_dim,
+            )
     return ModelSpec(**fields)
 
 
@@ -246,8 +305,13 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         overlap = any(k in notes for k in _TP_OVERLAP_MARKERS)
         if overlap:
             assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
-    workload = Workload(seq_len=seq, global_batch=gbs, precision=prec, tp_comm_overlap=overlap,
-                        framework=framework_from_text(_cell(row, "framework"), assumed))
+    workload = Workload(
+        seq_len=seq,
+        global_batch=gbs,
+        precision=prec,
+        tp_comm_overlap=overlap,
+        framework=framework_from_text(_cell(row, "framework"), assumed),
+    )
 
     tp = _pos(row, "tp")
     pp = _pos(row, "pp")
@@ -294,8 +358,20 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         assumed.append(f"dp={dp_derived} = num_gpus/(tp*pp*cp) (column dp={dp} ignored)")
     if dp_derived and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
-    strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
-                        recompute=rec, pp_schedule="interleaved" if vpp > 1 else "1f1b", dp=dp_derived)
+    strategy = Strategy(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        sp=sp,
+        zero=zero,
+        micro_batch=mb,
+        recompute=rec,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        dp=dp_derived,
+    )
     return RecordSpecs(model, cluster, workload, strategy, assumed)
 
 
@@ -308,8 +384,15 @@ def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None,
 
 
 PRED_COLUMNS = (
-    "id", "status", "pred_tokens_per_s_per_gpu", "pred_step_s", "pred_tflops_per_gpu", "pred_hw_tflops_per_gpu",
-    "pred_mfu", "pred_mem_gib_per_gpu", "pred_fits",
+    "id",
+    "status",
+    "pred_tokens_per_s_per_gpu",
+    "pred_step_s",
+    "pred_tflops_per_gpu",
+    "pred_hw_tflops_per_gpu",
+    "pred_mfu",
+    "pred_mem_gib_per_gpu",
+    "pred_fits",
 )
 
 

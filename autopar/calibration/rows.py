@@ -92,8 +92,21 @@ class RunRow(BaseModel):
         return v
 
 
-_TEXT_FIELDS = frozenset({"id", "source", "source_ref", "model", "arch", "gpu", "framework", "notes",
-                          "recompute", "precision", "tflops_definition"})
+_TEXT_FIELDS = frozenset(
+    {
+        "id",
+        "source",
+        "source_ref",
+        "model",
+        "arch",
+        "gpu",
+        "framework",
+        "notes",
+        "recompute",
+        "precision",
+        "tflops_definition",
+    }
+)
 _LOWER_FIELDS = frozenset({"recompute", "precision", "arch", "tflops_definition"})
 
 
@@ -116,13 +129,23 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
     missing_arch = [c for c in CORE_ARCH_COLUMNS if getattr(r, c) is None]
     if missing_arch:
         if not r.model:
-            errs.append(("model", None, "required: a catalog model name, or the arch columns "
-                         + "/".join(CORE_ARCH_COLUMNS)))
+            errs.append(
+                (
+                    "model",
+                    None,
+                    "required: a catalog model name, or the arch columns " + "/".join(CORE_ARCH_COLUMNS),
+                )
+            )
         else:
             spec, reason = catalog_lookup("model", r.model)
             if spec is None and reason is not None:
-                errs.append(("model", r.model, f"{reason}; or give the arch columns "
-                             f"({', '.join(missing_arch)} are empty)"))
+                errs.append(
+                    (
+                        "model",
+                        r.model,
+                        f"{reason}; or give the arch columns ({', '.join(missing_arch)} are empty)",
+                    )
+                )
     _, reason = catalog_lookup("gpu", r.gpu)
     if reason is not None:
         errs.append(("gpu", r.gpu, reason))
@@ -130,16 +153,27 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
     if all(v is not None for v in degrees.values()):
         prod = math.prod(degrees.values())
         if prod != r.num_gpus:
-            errs.append(("num_gpus", r.num_gpus,
-                         f"tp*pp*cp*dp = {'*'.join(str(v) for v in degrees.values())} = {prod} != num_gpus"))
+            errs.append(
+                (
+                    "num_gpus",
+                    r.num_gpus,
+                    f"tp*pp*cp*dp = {'*'.join(str(v) for v in degrees.values())} = {prod} != num_gpus",
+                )
+            )
     if r.micro_batch and r.dp and r.global_batch % (r.micro_batch * r.dp):
-        errs.append(("global_batch", r.global_batch,
-                     f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}"))
+        errs.append(
+            ("global_batch", r.global_batch, f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}")
+        )
     has_tflops = r.measured_tflops_per_gpu is not None and tflops_definition(r.model_dump()) is not None
     if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops:
-        errs.append(("measured_tokens_per_s_per_gpu", None,
-                     "no throughput: give measured_tokens_per_s_per_gpu, measured_step_s, or "
-                     "measured_tflops_per_gpu with tflops_definition in " + "|".join(TFLOPS_DEFINITIONS)))
+        errs.append(
+            (
+                "measured_tokens_per_s_per_gpu",
+                None,
+                "no throughput: give measured_tokens_per_s_per_gpu, measured_step_s, or "
+                "measured_tflops_per_gpu with tflops_definition in " + "|".join(TFLOPS_DEFINITIONS),
+            )
+        )
     return errs
 
 
@@ -171,8 +205,9 @@ def normalize_record(r: RunRow) -> dict[str, Any]:
     return out
 
 
-def validate_rows(rows: Iterable[Mapping[str, Any]], *, default_source: str | None = None,
-                  start: int = 1) -> tuple[list[dict[str, Any]], list[RowError]]:
+def validate_rows(
+    rows: Iterable[Mapping[str, Any]], *, default_source: str | None = None, start: int = 1
+) -> tuple[list[dict[str, Any]], list[RowError]]:
     """Validate raw rows; return the normalized good records and one RowError per problem."""
     good: list[dict[str, Any]] = []
     errors: list[RowError] = []
@@ -214,7 +249,8 @@ def _canon(v: Any) -> Any:
 
 def fingerprint(record: Mapping[str, Any]) -> str:
     """sha256 of the canonical config + measurement (labels id/source/notes left out): the dedup key."""
-    body = {k: _canon(v) for k, v in record.items()
-            if k not in LABEL_COLUMNS and blank_to_none(v) is not None}
+    body = {
+        k: _canon(v) for k, v in record.items() if k not in LABEL_COLUMNS and blank_to_none(v) is not None
+    }
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()

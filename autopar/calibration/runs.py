@@ -97,8 +97,9 @@ def detect_format(path: Path) -> str:
         head = fh.read(1 << 20)
     fmt = sniff_log_format(head)
     if fmt is None:
-        raise DataError(f"cannot tell the format of '{path}': pass --format "
-                        "csv|jsonl|parquet|megatron-log|torchtitan-log")
+        raise DataError(
+            f"cannot tell the format of '{path}': pass --format csv|jsonl|parquet|megatron-log|torchtitan-log"
+        )
     return fmt
 
 
@@ -170,9 +171,16 @@ def check_table_file(path: Path, fmt: str, *, default_source: str | None = None)
 # ------------------------------------------------------------------------------------------ ingest
 FORMATS = ("auto", *TABLE_FORMATS, *LOG_FORMATS)
 # Sidecar/flag spellings accepted for schema columns.
-CONFIG_ALIASES = {"gpus": "num_gpus", "micro-batch": "micro_batch", "global-batch": "global_batch",
-                  "seq-len": "seq_len", "seq_length": "seq_len", "micro_batch_size": "micro_batch",
-                  "global_batch_size": "global_batch", "gpus-per-node": "gpus_per_node"}
+CONFIG_ALIASES = {
+    "gpus": "num_gpus",
+    "micro-batch": "micro_batch",
+    "global-batch": "global_batch",
+    "seq-len": "seq_len",
+    "seq_length": "seq_len",
+    "micro_batch_size": "micro_batch",
+    "global_batch_size": "global_batch",
+    "gpus-per-node": "gpus_per_node",
+}
 
 
 class InvalidRowsError(DataError):
@@ -183,8 +191,9 @@ class InvalidRowsError(DataError):
         bad = [c for c in checks if c.errors]
         parts = [f"{c.path}: {len(c.bad_rows)} invalid of {c.rows_read} rows" for c in bad]
         valid = sum(len(c.records) for c in checks)
-        super().__init__("; ".join(parts) + f" — nothing written (--skip-invalid ingests the {valid} "
-                         "valid rows)")
+        super().__init__(
+            "; ".join(parts) + f" — nothing written (--skip-invalid ingests the {valid} valid rows)"
+        )
 
 
 @dataclass
@@ -233,8 +242,14 @@ def normalize_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_log_file(path: Path, fmt: str, config: Mapping[str, Any], *, warmup: int | None = None,
-                   default_source: str | None = None) -> FileCheck:
+def check_log_file(
+    path: Path,
+    fmt: str,
+    config: Mapping[str, Any],
+    *,
+    warmup: int | None = None,
+    default_source: str | None = None,
+) -> FileCheck:
     """Parse a training log into one record (config from flags/sidecar) and validate it."""
     text = path.read_text(errors="replace")
     samples = parse_log(text, fmt)
@@ -243,8 +258,14 @@ def check_log_file(path: Path, fmt: str, config: Mapping[str, Any], *, warmup: i
     return FileCheck(path=path, fmt=fmt, records=good, errors=errors, rows_read=1)
 
 
-def check_file(path: str | Path, fmt: str = "auto", *, config: Mapping[str, Any] | None = None,
-               warmup: int | None = None, source: str | None = None) -> FileCheck:
+def check_file(
+    path: str | Path,
+    fmt: str = "auto",
+    *,
+    config: Mapping[str, Any] | None = None,
+    warmup: int | None = None,
+    source: str | None = None,
+) -> FileCheck:
     """Read and validate one input file of any supported format."""
     p = Path(path)
     if not p.exists():
@@ -255,17 +276,26 @@ def check_file(path: str | Path, fmt: str = "auto", *, config: Mapping[str, Any]
     if fmt in LOG_FORMATS:
         return check_log_file(p, fmt, config or {}, warmup=warmup, default_source=source)
     if config:
-        raise DataError(f"config flags/--sidecar ({', '.join(sorted(config))}) describe a training log; "
-                        f"'{p.name}' is a {fmt} table whose rows carry their own config")
+        raise DataError(
+            f"config flags/--sidecar ({', '.join(sorted(config))}) describe a training log; "
+            f"'{p.name}' is a {fmt} table whose rows carry their own config"
+        )
     check = check_table_file(p, fmt, default_source=source or p.stem)
     if check.rows_read == 0:
         raise DataError(f"'{p}' has no rows")
     return check
 
 
-def ingest(paths: Sequence[str | Path], store: Any, *, fmt: str = "auto", skip_invalid: bool = False,
-           config: Mapping[str, Any] | None = None, warmup: int | None = None,
-           source: str | None = None) -> IngestReport:
+def ingest(
+    paths: Sequence[str | Path],
+    store: Any,
+    *,
+    fmt: str = "auto",
+    skip_invalid: bool = False,
+    config: Mapping[str, Any] | None = None,
+    warmup: int | None = None,
+    source: str | None = None,
+) -> IngestReport:
     """Validate every file, then write all valid records in one transaction (unless any row is bad)."""
     checks = [check_file(p, fmt, config=config, warmup=warmup, source=source) for p in paths]
     if any(c.errors for c in checks) and not skip_invalid:

@@ -67,8 +67,10 @@ class RunStore:
     @contextmanager
     def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:
         if not self.path.exists() and not create:
-            raise DataError(f"no run store at '{self.path}': ingest runs first "
-                            "(autopar calibrate ingest FILE) or pass --store PATH")
+            raise DataError(
+                f"no run store at '{self.path}': ingest runs first "
+                "(autopar calibrate ingest FILE) or pass --store PATH"
+            )
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
@@ -81,8 +83,10 @@ class RunStore:
             if row is None:
                 conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
             elif row[0] != SCHEMA_VERSION:
-                raise DataError(f"run store '{self.path}' has schema version {row[0]}; this autopar "
-                                f"reads version {SCHEMA_VERSION}")
+                raise DataError(
+                    f"run store '{self.path}' has schema version {row[0]}; this autopar "
+                    f"reads version {SCHEMA_VERSION}"
+                )
             yield conn
         finally:
             conn.close()
@@ -92,9 +96,18 @@ class RunStore:
         cur = conn.execute(
             "INSERT OR IGNORE INTO runs (fingerprint, run_id, source, file, model, gpu, num_gpus, "
             "ingested_at, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (fp, str(record.get("id") or ""), str(record.get("source") or ""), file,
-             record.get("model"), record.get("gpu"), record.get("num_gpus"), now,
-             json.dumps(record, sort_keys=False, default=str)))
+            (
+                fp,
+                str(record.get("id") or ""),
+                str(record.get("source") or ""),
+                file,
+                record.get("model"),
+                record.get("gpu"),
+                record.get("num_gpus"),
+                now,
+                json.dumps(record, sort_keys=False, default=str),
+            ),
+        )
         return cur.rowcount == 1
 
     def add(self, items: Sequence[tuple[str, dict[str, Any], str]]) -> int:
@@ -116,7 +129,8 @@ class RunStore:
             return []
         with self._connect(create=False) as conn:
             rows = conn.execute(
-                "SELECT fingerprint, source, file, ingested_at, record FROM runs ORDER BY pk").fetchall()
+                "SELECT fingerprint, source, file, ingested_at, record FROM runs ORDER BY pk"
+            ).fetchall()
         return [StoredRun(fp, src, f, t, json.loads(rec)) for fp, src, f, t, rec in rows]
 
     def records(self) -> list[dict[str, Any]]:

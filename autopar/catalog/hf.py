@@ -28,7 +28,9 @@ class _Reader:
         value = self.cfg.get(key)
         if value is None:
             if default is _MISSING:
-                raise SpecError(f"Hugging Face config (model_type '{self.mt}') is missing required key '{key}'")
+                raise SpecError(
+                    f"Hugging Face config (model_type '{self.mt}') is missing required key '{key}'"
+                )
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise SpecError(f"Hugging Face config key '{key}'={value!r} must be an integer >= {minimum}")
@@ -89,7 +91,10 @@ def _window_qwen(r: _Reader, layers: int) -> Fields:
     start = min(r.integer("max_window_layers", layers, minimum=0), layers)
     if start >= layers:
         return {}
-    return {"sliding_window": r.integer("sliding_window"), "sliding_window_fraction": (layers - start) / layers}
+    return {
+        "sliding_window": r.integer("sliding_window"),
+        "sliding_window_fraction": (layers - start) / layers,
+    }
 
 
 def _window_mistral(r: _Reader, layers: int) -> Fields:
@@ -113,8 +118,11 @@ def _mistral(r: _Reader) -> Fields:
 
 def _mixtral(r: _Reader) -> Fields:
     f = _mistral(r)
-    return f | {"experts": r.integer("num_local_experts"), "topk": r.integer("num_experts_per_tok"),
-                "moe_ffn_hidden": f["ffn_hidden"]}
+    return f | {
+        "experts": r.integer("num_local_experts"),
+        "topk": r.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": f["ffn_hidden"],
+    }
 
 
 def _qwen2(r: _Reader) -> Fields:
@@ -131,11 +139,15 @@ def _leading_dense_layers(r: _Reader, layers: int) -> int:
     """Qwen-MoE dense layers: `mlp_only_layers` must be a leading block and decoder_sparse_step 1."""
     step = r.integer("decoder_sparse_step", 1)
     if step != 1:
-        raise SpecError(f"Hugging Face config key 'decoder_sparse_step'={step} is not supported (only 1: every layer MoE)")
+        raise SpecError(
+            f"Hugging Face config key 'decoder_sparse_step'={step} is not supported (only 1: every layer MoE)"
+        )
     only = r.cfg.get("mlp_only_layers") or []
     if sorted(only) != list(range(len(only))):
-        raise SpecError(f"Hugging Face config key 'mlp_only_layers'={only!r} is not supported "
-                        "(only a leading block of dense layers, e.g. [0, 1])")
+        raise SpecError(
+            f"Hugging Face config key 'mlp_only_layers'={only!r} is not supported "
+            "(only a leading block of dense layers, e.g. [0, 1])"
+        )
     return len(only)
 
 
@@ -242,8 +254,13 @@ def canonical_fields(fields: Fields) -> Fields:
     heads, hidden = out.get("heads"), out.get("hidden")
     if out.get("kv_heads") is not None and out["kv_heads"] == heads:
         out["kv_heads"] = None
-    if (out.get("head_dim") is not None and heads and hidden and hidden % heads == 0
-            and out["head_dim"] == hidden // heads):
+    if (
+        out.get("head_dim") is not None
+        and heads
+        and hidden
+        and hidden % heads == 0
+        and out["head_dim"] == hidden // heads
+    ):
         out["head_dim"] = None
     return out
 
@@ -273,7 +290,9 @@ def model_from_hf_config(cfg: Mapping[str, Any], name: str | None = None, source
     try:
         return ModelSpec(name=label, source=source, **canonical_fields(fields))
     except ValidationError as e:
-        raise SpecError(f"Hugging Face config for '{label}' gives an invalid model: {_pydantic_message(e)}") from None
+        raise SpecError(
+            f"Hugging Face config for '{label}' gives an invalid model: {_pydantic_message(e)}"
+        ) from None
 
 
 def _default_name(cfg: Mapping[str, Any]) -> str:

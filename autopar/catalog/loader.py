@@ -109,8 +109,11 @@ def get_gpu(name: str) -> GPUSpec:
 
 def _looks_like_path(text: str) -> bool:
     p = Path(text).expanduser()
-    return p.is_file() or (p.is_dir() and (p / "config.json").is_file()) or text.lower().endswith(
-        (".json", ".yaml", ".yml"))
+    return (
+        p.is_file()
+        or (p.is_dir() and (p / "config.json").is_file())
+        or text.lower().endswith((".json", ".yaml", ".yml"))
+    )
 
 
 def get_model(name_or_path: str) -> ModelSpec:
@@ -143,7 +146,9 @@ def load_model_file(path: str | Path) -> ModelSpec:
     if "model_type" in data or "text_config" in data:
         name = None if p.stem == "config" and not stem else stem
         return model_from_hf_config(data, name=name, source=str(p))
-    fields = canonical_fields({"name": stem, "source": str(p)} | {k: v for k, v in data.items() if k != "notes"})
+    fields = canonical_fields(
+        {"name": stem, "source": str(p)} | {k: v for k, v in data.items() if k != "notes"}
+    )
     try:
         return ModelSpec.model_validate(fields)
     except ValidationError as e:

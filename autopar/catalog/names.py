@@ -66,5 +66,7 @@ class NameIndex(Generic[T]):
             return hits[0]
         if len(hits) > 1:
             names = ", ".join(sorted(getattr(h, "name", str(h)) for h in hits))
-            raise AutoparError(f"{self.kind} name '{query}' is ambiguous: it matches {names}; use the exact name")
+            raise AutoparError(
+                f"{self.kind} name '{query}' is ambiguous: it matches {names}; use the exact name"
+            )
         raise UnknownNameError(self.kind, query, self.canonical)

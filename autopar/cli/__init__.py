@@ -25,8 +25,9 @@ def main() -> None:
 
             ctx = getattr(e, "ctx", None)
             where = f"`{ctx.command_path} --help`" if ctx is not None else "`autopar --help`"
-            err_console.print(f"[bold red]error:[/] {e.format_message()} (see {where})", highlight=False,
-                              soft_wrap=True)
+            err_console.print(
+                f"[bold red]error:[/] {e.format_message()} (see {where})", highlight=False, soft_wrap=True
+            )
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":  # Ctrl-C at a prompt
             sys.exit(130)

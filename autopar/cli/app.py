@@ -61,8 +61,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def command(*args: Any, typer_app: typer.Typer | None = None,
-            **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def command(
+    *args: Any, typer_app: typer.Typer | None = None, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a command on `app` (or a sub-app) with autopar's error boundary around it."""
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -39,8 +39,10 @@ def _command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callab
     return command(*args, typer_app=calibrate_app, **kwargs)
 
 
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="run store (default $AUTOPAR_HOME/runs.db, "
-                                                "else ~/.autopar/runs.db)")]
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option("--store", help="run store (default $AUTOPAR_HOME/runs.db, else ~/.autopar/runs.db)"),
+]
 
 
 def _error_table(path: Path, errors: list[RowError], title: str) -> Table:
@@ -57,13 +59,21 @@ def _error_table(path: Path, errors: list[RowError], title: str) -> Table:
 def ingest_cmd(
     files: Annotated[list[Path], typer.Argument(help="CSV/JSONL/Parquet run records, or training logs")],
     store: StoreOpt = None,
-    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="ingest the valid rows, report the "
-                                               "rest (default: a file with a bad row is rejected whole)")] = False,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--skip-invalid",
+            help="ingest the valid rows, report the rest (default: a file with a bad row is rejected whole)",
+        ),
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="|".join(FORMATS))] = "auto",
-    source: Annotated[str | None, typer.Option(help="source label for rows without one (default: file "
-                                               "name; for logs the format)")] = None,
-    warmup: Annotated[int | None, typer.Option(help="logged steps to skip at the start of a log "
-                                               "(default 10%, at least 1)")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(help="source label for rows without one (default: file name; for logs the format)"),
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="logged steps to skip at the start of a log (default 10%, at least 1)")
+    ] = None,
     sidecar: Annotated[Path | None, typer.Option(help="YAML with the run's config (for logs)")] = None,
     model: Annotated[str | None, typer.Option(help="catalog model name (for logs)")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU name (for logs)")] = None,
@@ -86,15 +96,38 @@ def ingest_cmd(
 ) -> None:
     """Validate run records or training logs and add them to the run store (idempotent)."""
     config = load_sidecar(sidecar) if sidecar else {}
-    flags = {"model": model, "gpu": gpu, "num_gpus": gpus, "gpus_per_node": gpus_per_node, "tp": tp,
-             "pp": pp, "cp": cp, "ep": ep, "dp": dp, "vpp": vpp, "sp": None if sp is None else int(sp),
-             "micro_batch": micro_batch, "global_batch": global_batch, "seq_len": seq_len,
-             "precision": precision, "recompute": recompute, "zero": zero, "framework": framework}
+    flags = {
+        "model": model,
+        "gpu": gpu,
+        "num_gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "ep": ep,
+        "dp": dp,
+        "vpp": vpp,
+        "sp": None if sp is None else int(sp),
+        "micro_batch": micro_batch,
+        "global_batch": global_batch,
+        "seq_len": seq_len,
+        "precision": precision,
+        "recompute": recompute,
+        "zero": zero,
+        "framework": framework,
+    }
     config.update(normalize_config(flags))
     run_store = RunStore(store)
     try:
-        report = ingest(files, run_store, fmt=fmt, skip_invalid=skip_invalid, config=config or None,
-                        warmup=warmup, source=source)
+        report = ingest(
+            files,
+            run_store,
+            fmt=fmt,
+            skip_invalid=skip_invalid,
+            config=config or None,
+            warmup=warmup,
+            source=source,
+        )
     except InvalidRowsError as e:
         for c in e.checks:
             if c.errors:
@@ -108,8 +141,10 @@ def ingest_cmd(
         if c.errors:
             err_console.print(_error_table(c.path, c.errors, "skipped invalid rows"))
     console.print(summary)
-    console.print(f"added {report.added} new record(s) ({report.duplicates} already stored, "
-                  f"{report.skipped} invalid row(s) skipped) to {report.store_path}")
+    console.print(
+        f"added {report.added} new record(s) ({report.duplicates} already stored, "
+        f"{report.skipped} invalid row(s) skipped) to {report.store_path}"
+    )
 
 
 def _fmt(v: Any, digits: int = 0) -> str:
@@ -133,18 +168,29 @@ def list_cmd(
         return
     t = Table(title=f"{len(runs)} run(s) in {RunStore(store).path}", title_justify="left")
     for c in ("id", "source", "model", "GPUs", "layout", "batch", "prec", "tok/s/GPU", "step s", "GiB"):
-        t.add_column(c, no_wrap=c in ("id", "tok/s/GPU"),
-                     justify="right" if c in ("tok/s/GPU", "step s", "GiB") else "left")
+        t.add_column(
+            c,
+            no_wrap=c in ("id", "tok/s/GPU"),
+            justify="right" if c in ("tok/s/GPU", "step s", "GiB") else "left",
+        )
     for r in runs:
         d = r.record
         tps, how = measured_tokens_per_s_per_gpu(d)
         layout = " ".join(f"{k}{d[k]}" for k in ("tp", "pp", "cp", "ep", "dp") if d.get(k) not in (None, ""))
         if d.get("micro_batch"):
             layout += f" mb{d['micro_batch']}"
-        t.add_row(str(d.get("id")), r.source, _fmt(d.get("model")), f"{d.get('gpu')}x{d.get('num_gpus')}",
-                  layout, f"{d.get('global_batch')}x{d.get('seq_len')}", _fmt(d.get("precision")),
-                  "" if tps is None else f"{tps:,.0f}" + ("" if how == "measured" else "*"),
-                  _fmt(d.get("measured_step_s"), 3), _fmt(d.get("measured_mem_gb_per_gpu"), 1))
+        t.add_row(
+            str(d.get("id")),
+            r.source,
+            _fmt(d.get("model")),
+            f"{d.get('gpu')}x{d.get('num_gpus')}",
+            layout,
+            f"{d.get('global_batch')}x{d.get('seq_len')}",
+            _fmt(d.get("precision")),
+            "" if tps is None else f"{tps:,.0f}" + ("" if how == "measured" else "*"),
+            _fmt(d.get("measured_step_s"), 3),
+            _fmt(d.get("measured_mem_gb_per_gpu"), 1),
+        )
     console.print(t)
 
 
@@ -180,12 +226,17 @@ def export_cmd(
 
 
 # ------------------------------------------------------------------------------------ fit, report
-PublicOpt = Annotated[bool, typer.Option("--public/--no-public", help="include the published runs shipped "
-                                         "with autopar")]
-DataOpt = Annotated[list[Path] | None, typer.Option("--data", help="extra run-record file(s) (CSV/JSONL/"
-                                                    "Parquet), validated like ingest")]
-ModelOpt = Annotated[str, typer.Option("--model", help="auto|ridge|hgb (auto: chosen by leave-one-source-out "
-                                       "cross-validation)")]
+PublicOpt = Annotated[
+    bool, typer.Option("--public/--no-public", help="include the published runs shipped with autopar")
+]
+DataOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--data", help="extra run-record file(s) (CSV/JSONL/Parquet), validated like ingest"),
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", help="auto|ridge|hgb (auto: chosen by leave-one-source-out cross-validation)"),
+]
 
 
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
@@ -217,8 +268,10 @@ def gather_records(store: Path | None, public: bool, data: list[Path] | None) ->
 
 def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
     """Rich table of an error_table: before -> after per metric, one row per group plus 'all'."""
-    t = Table(title=title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family")),
-              title_justify="left")
+    t = Table(
+        title=title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family")),
+        title_justify="left",
+    )
     for c in (by, "n", "median APE", "mean APE", "Kendall tau", "in band"):
         t.add_column(c, justify="left" if c == by else "right", no_wrap=True)
 
@@ -229,10 +282,15 @@ def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
         return "–" if v is None or v != v else f"{v:.2f}"
 
     for r in df.to_dict("records"):
-        t.add_row(str(r[by]), str(r["n"]), f"{pct(r['median_ape_before'])} → {pct(r['median_ape_after'])}",
-                  f"{pct(r['mean_ape_before'])} → {pct(r['mean_ape_after'])}",
-                  f"{tau(r['tau_before'])} → {tau(r['tau_after'])}", pct(r["band_coverage"]),
-                  style="bold" if r[by] == "all" else None)
+        t.add_row(
+            str(r[by]),
+            str(r["n"]),
+            f"{pct(r['median_ape_before'])} → {pct(r['median_ape_after'])}",
+            f"{pct(r['mean_ape_before'])} → {pct(r['mean_ape_after'])}",
+            f"{tau(r['tau_before'])} → {tau(r['tau_after'])}",
+            pct(r["band_coverage"]),
+            style="bold" if r[by] == "all" else None,
+        )
     return t
 
 
@@ -253,12 +311,18 @@ def fit_cmd(
         raise DataError(f"--model={model} is not a corrector (allowed: {', '.join(MODEL_CHOICES)})")
     records = gather_records(store, public, data)
     ts = build_training_set(records)
-    cal = fit_training_set(ts, name=out.stem, estimator=ThroughputCorrector(model=model),
-                           memory_ts=build_training_set(records, "memory"))
+    cal = fit_training_set(
+        ts,
+        name=out.stem,
+        estimator=ThroughputCorrector(model=model),
+        memory_ts=build_training_set(records, "memory"),
+    )
     cal.save(out)
     if ts.skipped:
-        console.print(f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
-                      + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]))
+        console.print(
+            f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
+            + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5])
+        )
     if cal.meta.loso:
         import pandas as pd
 
@@ -266,8 +330,13 @@ def fit_cmd(
     if cal.meta.memory_cv:
         import pandas as pd
 
-        console.print(_loso_table(pd.DataFrame(cal.meta.memory_cv), "source",
-                                  title=f"peak memory, 5-fold CV ({cal.meta.memory_n_train} runs)"))
+        console.print(
+            _loso_table(
+                pd.DataFrame(cal.meta.memory_cv),
+                "source",
+                title=f"peak memory, 5-fold CV ({cal.meta.memory_n_train} runs)",
+            )
+        )
     cv = ", ".join(f"{k} {100 * v:.1f}%" for k, v in cal.meta.cv_errors.items())
     console.print(f"cross-validated median APE: {cv} -> chose {cal.meta.model_name}")
     console.print(f"saved {out}: {cal.describe()}")
@@ -301,19 +370,28 @@ def report_cmd(
     ts = build_training_set(records)
     sources = sorted(set(ts.sources))
     if len(sources) < 2:
-        raise DataError(f"leave-one-source-out needs runs from at least 2 sources; have {sources or 'none'} "
-                        "(add --public or ingest runs from another source)")
+        raise DataError(
+            f"leave-one-source-out needs runs from at least 2 sources; have {sources or 'none'} "
+            "(add --public or ingest runs from another source)"
+        )
     res = leave_one_source_out(ts, ThroughputCorrector(model=model))
     mem_ts = build_training_set(records, "memory")
-    memory = (kfold_cross_validated(mem_ts, ThroughputCorrector(model=model))
-              if len(mem_ts) >= MIN_MEMORY_RUNS else None)
+    memory = (
+        kfold_cross_validated(mem_ts, ThroughputCorrector(model=model))
+        if len(mem_ts) >= MIN_MEMORY_RUNS
+        else None
+    )
     console.print(_loso_table(error_table(res, "source"), "source"))
     console.print("model chosen per held-out source: " + ", ".join(f"{k} {v}" for k, v in res.chosen.items()))
     console.print(_loso_table(error_table(res, "family"), "family"))
     if memory is not None:
-        console.print(_loso_table(error_table(memory, "source"), "source",
-                                  title=f"peak memory, 5-fold CV ({len(mem_ts)} runs)"))
-    desc = (f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)}); corrector: {model}"
-            + (f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""))
+        console.print(
+            _loso_table(
+                error_table(memory, "source"), "source", title=f"peak memory, 5-fold CV ({len(mem_ts)} runs)"
+            )
+        )
+    desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)}); corrector: {model}" + (
+        f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
+    )
     write_report(res, out, description=desc, plotlyjs=plotlyjs, memory=memory)
     console.print(f"wrote {out}")

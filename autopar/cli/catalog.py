@@ -19,7 +19,9 @@ from autopar.perf.params import count_params
 from autopar.specs import GPUSpec, ModelSpec
 
 _JSON = typer.Option(False, "--json", help="Print JSON (SI units) instead of a table.")
-_QUERY = typer.Argument(None, help="Only entries whose name or an alias contains this text (loosely matched).")
+_QUERY = typer.Argument(
+    None, help="Only entries whose name or an alias contains this text (loosely matched)."
+)
 
 
 def _matches(query: str | None, name: str, aliases: tuple[str, ...]) -> bool:
@@ -68,14 +70,21 @@ def gpu_record(g: GPUSpec) -> dict[str, Any]:
     return g.model_dump(mode="json") | {"notes": gpu_catalog().notes.get(g.name, "")}
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], left: int, shrink: int | None = None) -> Table:
+def _table(
+    title: str, headers: list[str], rows: list[list[str]], left: int, shrink: int | None = None
+) -> Table:
     """A rich table, one header word per line; cells keep their width, only column `shrink` is cut when narrow."""
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, head in enumerate(headers):
         width = max([len(r[i]) for r in rows] + [len(w) for w in head.split()])
-        t.add_column(head.replace(" ", "\n"), justify="left" if i < left else "right",
-                     style="bold" if i == 0 else None, no_wrap=True, overflow="ellipsis",
-                     min_width=None if i == shrink else width)
+        t.add_column(
+            head.replace(" ", "\n"),
+            justify="left" if i < left else "right",
+            style="bold" if i == 0 else None,
+            no_wrap=True,
+            overflow="ellipsis",
+            min_width=None if i == shrink else width,
+        )
     for r in rows:
         t.add_row(*r)
     return t
@@ -85,8 +94,18 @@ def _models_table(models: list[ModelSpec]) -> Table:
     rows = []
     for m in models:
         c = count_params(m)
-        rows.append([m.name, model_kind(m), str(m.layers), str(m.hidden), f"{m.heads}/{m.kv}",
-                     f"{c.total / 1e9:,.2f}", f"{c.active / 1e9:,.2f}", short_source(m.source)])
+        rows.append(
+            [
+                m.name,
+                model_kind(m),
+                str(m.layers),
+                str(m.hidden),
+                f"{m.heads}/{m.kv}",
+                f"{c.total / 1e9:,.2f}",
+                f"{c.active / 1e9:,.2f}",
+                short_source(m.source),
+            ]
+        )
     headers = ["name", "kind", "layers", "hidden", "heads/kv", "params B", "active B", "source"]
     t = _table("autopar models (parameters from autopar.perf.params; B = 1e9)", headers, rows, 2, shrink=7)
     t.columns[-1].justify = "left"
@@ -105,15 +124,37 @@ def _on_demand_price(g: GPUSpec) -> float | None:
 
 def _gpus_table(gpus: list[GPUSpec]) -> Table:
     prices = {g.name: _on_demand_price(g) for g in gpus}
-    rows = [[
-        g.name, f"{g.memory_bytes / 1e9:,.0f}", f"{g.bf16_flops / 1e12:,.0f}",
-        f"{g.fp8_flops / 1e12:,.0f}" if g.fp8_flops else "-", f"{g.hbm_bw / 1e12:.2f}",
-        f"{g.scaleup_bw / 1e9:,.0f}", f"{g.scaleout_bw / 1e9:,.0f}", str(g.scaleup_domain),
-        f"{prices[g.name]:.2f}" if prices[g.name] is not None else "-",
-    ] for g in gpus]
-    headers = ["name", "mem GB", "BF16 TF/s", "FP8 TF/s", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "domain",
-               "$/h"]
-    return _table("autopar GPUs (dense TFLOP/s; bandwidth per GPU per direction; on-demand $/GPU-h from `autopar prices`)", headers, rows, 1)
+    rows = [
+        [
+            g.name,
+            f"{g.memory_bytes / 1e9:,.0f}",
+            f"{g.bf16_flops / 1e12:,.0f}",
+            f"{g.fp8_flops / 1e12:,.0f}" if g.fp8_flops else "-",
+            f"{g.hbm_bw / 1e12:.2f}",
+            f"{g.scaleup_bw / 1e9:,.0f}",
+            f"{g.scaleout_bw / 1e9:,.0f}",
+            str(g.scaleup_domain),
+            f"{prices[g.name]:.2f}" if prices[g.name] is not None else "-",
+        ]
+        for g in gpus
+    ]
+    headers = [
+        "name",
+        "mem GB",
+        "BF16 TF/s",
+        "FP8 TF/s",
+        "HBM TB/s",
+        "NVLink GB/s",
+        "NIC GB/s",
+        "domain",
+        "$/h",
+    ]
+    return _table(
+        "autopar GPUs (dense TFLOP/s; bandwidth per GPU per direction; on-demand $/GPU-h from `autopar prices`)",
+        headers,
+        rows,
+        1,
+    )
 
 
 @command("models")

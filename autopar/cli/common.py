@@ -9,18 +9,34 @@ import typer
 
 from autopar.errors import SpecError
 
-CalibrationOpt = Annotated[Path | None, typer.Option(
-    "--calibration", help="Calibration model from `autopar calibrate fit` (default: the built-in model "
-    "trained on the shipped published runs).")]
-NoCalibrationOpt = Annotated[bool, typer.Option(
-    "--no-calibration", help="Use the analytical model alone (no learned correction).")]
-FrameworkOpt = Annotated[str, typer.Option(
-    "--framework", help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
-    "(sets kernel fusion, attention kernel, recompute semantics).")]
+CalibrationOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="Calibration model from `autopar calibrate fit` (default: the built-in model "
+        "trained on the shipped published runs).",
+    ),
+]
+NoCalibrationOpt = Annotated[
+    bool, typer.Option("--no-calibration", help="Use the analytical model alone (no learned correction).")
+]
+FrameworkOpt = Annotated[
+    str,
+    typer.Option(
+        "--framework",
+        help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
+        "(sets kernel fusion, attention kernel, recompute semantics).",
+    ),
+]
 
-TpOverlapOpt = Annotated[bool, typer.Option(
-    "--tp-comm-overlap", help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
-    "TP); needs sequence parallelism.")]
+TpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-comm-overlap",
+        help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
+        "TP); needs sequence parallelism.",
+    ),
+]
 
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
 

@@ -52,35 +52,57 @@ def run_batch(batch: Path, out: Path | None, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(preds.to_json(orient="records") + "\n")
         return
-    console.print(f"evaluated {len(preds)} rows: {n_ok} ok, {len(preds) - n_ok} not evaluable"
-                  + (f"; wrote {out}" if out else ""))
+    console.print(
+        f"evaluated {len(preds)} rows: {n_ok} ok, {len(preds) - n_ok} not evaluable"
+        + (f"; wrote {out}" if out else "")
+    )
     if out is None:
-        cols = ["id", "status", "pred_tokens_per_s_per_gpu", "pred_step_s", "pred_mfu", "pred_mem_gib_per_gpu",
-                "pred_fits"]
+        cols = [
+            "id",
+            "status",
+            "pred_tokens_per_s_per_gpu",
+            "pred_step_s",
+            "pred_mfu",
+            "pred_mem_gib_per_gpu",
+            "pred_fits",
+        ]
         table = Table("id", "status", "tokens/s/GPU", "step s", "MFU %", "mem GiB", "fits")
         for r in preds[cols].to_dict("records"):
             ok = r["status"] == "ok"
-            table.add_row(str(r["id"]), str(r["status"])[:60],
-                          f"{r['pred_tokens_per_s_per_gpu']:,.0f}" if ok else "",
-                          f"{r['pred_step_s']:.2f}" if ok else "", f"{100 * r['pred_mfu']:.1f}" if ok else "",
-                          f"{r['pred_mem_gib_per_gpu']:.1f}" if ok else "", str(r["pred_fits"]) if ok else "")
+            table.add_row(
+                str(r["id"]),
+                str(r["status"])[:60],
+                f"{r['pred_tokens_per_s_per_gpu']:,.0f}" if ok else "",
+                f"{r['pred_step_s']:.2f}" if ok else "",
+                f"{100 * r['pred_mfu']:.1f}" if ok else "",
+                f"{r['pred_mem_gib_per_gpu']:.1f}" if ok else "",
+                str(r["pred_fits"]) if ok else "",
+            )
         console.print(table)
 
 
 def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est: Any) -> None:
     """Readable breakdown: headline figures, memory and time tables, notes."""
-    head = Table(title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}: {strategy.label()}",
-                 show_header=False, title_justify="left")
+    head = Table(
+        title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}: {strategy.label()}",
+        show_header=False,
+        title_justify="left",
+    )
     head.add_column("figure")
     head.add_column("value", justify="right")
     head.add_row("step time", f"{est.step_time_s:.3f} s")
     head.add_row("throughput (cluster)", f"{est.tokens_per_s:,.0f} tokens/s")
     head.add_row("throughput per GPU", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f} (model FLOPs, full s² attention)")
-    head.add_row("MFU", f"{100 * est.mfu:.1f}% of {est.peak_flops / 1e12:.0f} TFLOP/s dense {workload.precision} "
-                 f"peak ({100 * est.mfu_causal:.1f}% with causal-halved attention)")
+    head.add_row(
+        "MFU",
+        f"{100 * est.mfu:.1f}% of {est.peak_flops / 1e12:.0f} TFLOP/s dense {workload.precision} "
+        f"peak ({100 * est.mfu_causal:.1f}% with causal-halved attention)",
+    )
     head.add_row("HFU (incl. recompute)", f"{100 * est.hfu:.1f}%")
-    head.add_row("peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}")
+    head.add_row(
+        "peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}"
+    )
     head.add_row("headroom", f"{est.headroom_gib:+.1f} GiB" + ("" if est.fits else "  [red]does not fit[/]"))
     head.add_row("bottleneck", est.bottleneck)
     console.print(head)
@@ -93,7 +115,11 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     for k, v in est.time.as_dict().items():
         if k not in ("total", "recompute"):
             tim.add_row(k, f"{v:.3f}", f"{100 * v / est.step_time_s:.0f}%")
-    tim.add_row("  of which recompute", f"{est.time.recompute:.3f}", f"{100 * est.time.recompute / est.step_time_s:.0f}%")
+    tim.add_row(
+        "  of which recompute",
+        f"{est.time.recompute:.3f}",
+        f"{100 * est.time.recompute / est.step_time_s:.0f}%",
+    )
     tim.add_row("[bold]total[/]", f"[bold]{est.step_time_s:.3f}[/]", "100%")
     console.print(mem)
     console.print(tim)
@@ -103,11 +129,17 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
 
 @command("estimate")
 def estimate_cmd(
-    model: Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")] = "Llama-3.1-70B",
+    model: Annotated[
+        str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")
+    ] = "Llama-3.1-70B",
     gpu: Annotated[str, typer.Option(help="GPU type (see `autopar gpus`)")] = "H100-SXM",
     gpus: Annotated[int, typer.Option(help="Number of GPUs")] = 64,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per NVLink domain (default: the GPU's)")] = None,
-    internode_gbps: Annotated[float | None, typer.Option(help="Inter-node GB/s per GPU per direction")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs per NVLink domain (default: the GPU's)")
+    ] = None,
+    internode_gbps: Annotated[
+        float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
+    ] = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens)")] = 8192,
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
     precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
@@ -118,14 +150,24 @@ def estimate_cmd(
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
     ep: Annotated[int, typer.Option(help="Expert parallel size")] = 1,
     etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp)")] = None,
-    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved schedule when > 1)")] = 1,
-    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")] = None,
-    zero: Annotated[int, typer.Option(help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3")] = 1,
+    vpp: Annotated[
+        int, typer.Option(help="Virtual pipeline stages per rank (interleaved schedule when > 1)")
+    ] = 1,
+    sp: Annotated[
+        bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")
+    ] = None,
+    zero: Annotated[
+        int, typer.Option(help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3")
+    ] = 1,
     micro_batch: Annotated[int, typer.Option(help="Micro-batch size (sequences)")] = 1,
     recompute: Annotated[str, typer.Option(help="none, selective or full")] = "none",
     allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
-    batch: Annotated[Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")] = None,
-    out: Annotated[Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")] = None,
+    batch: Annotated[
+        Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")
+    ] = None,
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
@@ -141,13 +183,32 @@ def estimate_cmd(
     from autopar.specs import ClusterSpec, Strategy, Workload
 
     m = get_model(model)
-    cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node,
-                          internode_bw=internode_gbps * 1e9 if internode_gbps else None)
-    workload = Workload(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                        framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
-    strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, sp=(tp > 1) if sp is None else sp, zero=zero,
-                        micro_batch=micro_batch, recompute=recompute,
-                        pp_schedule="interleaved" if vpp > 1 else "1f1b").with_dp(gpus)
+    cluster = ClusterSpec(
+        gpu=get_gpu(gpu),
+        num_gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        internode_bw=internode_gbps * 1e9 if internode_gbps else None,
+    )
+    workload = Workload(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precision,
+        framework=check_framework(framework),
+        tp_comm_overlap=tp_comm_overlap,
+    )
+    strategy = Strategy(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        sp=(tp > 1) if sp is None else sp,
+        zero=zero,
+        micro_batch=micro_batch,
+        recompute=recompute,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+    ).with_dp(gpus)
     analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
     calib = resolve_calibration(calibration, no_calibration)
     est = analytical
@@ -156,20 +217,35 @@ def estimate_cmd(
         est = analytical.calibrated(f, lo, hi, calib.meta.name)
     if as_json:
         doc = {
-            "inputs": {"model": m.name, "gpu": cluster.gpu.name, "num_gpus": gpus, "gpus_per_node": cluster.node_size,
-                       "seq_len": seq_len, "global_batch": global_batch, "precision": precision,
-                       "framework": framework},
+            "inputs": {
+                "model": m.name,
+                "gpu": cluster.gpu.name,
+                "num_gpus": gpus,
+                "gpus_per_node": cluster.node_size,
+                "seq_len": seq_len,
+                "global_batch": global_batch,
+                "precision": precision,
+                "framework": framework,
+            },
             "strategy": strategy.model_dump(),
             "estimate": est.summary(),
             "memory_gib": {k: v / GiB for k, v in est.memory.as_dict().items()},
             "time_s": est.time.as_dict(),
-            "flops": {"model_flops_per_step": est.model_flops_per_step,
-                      "model_flops_per_step_full_attn": est.model_flops_per_step_full_attn,
-                      "hw_flops_per_step": est.hw_flops_per_step, "peak_flops_per_gpu": est.peak_flops},
+            "flops": {
+                "model_flops_per_step": est.model_flops_per_step,
+                "model_flops_per_step_full_attn": est.model_flops_per_step_full_attn,
+                "hw_flops_per_step": est.hw_flops_per_step,
+                "peak_flops_per_gpu": est.peak_flops,
+            },
             "notes": list(est.notes),
-            "calibration": None if calib is None else {"name": calib.meta.name, "description": calib.describe(),
-                                                       "factor": est.calibration_factor,
-                                                       "analytical_tokens_per_s": analytical.tokens_per_s},
+            "calibration": None
+            if calib is None
+            else {
+                "name": calib.meta.name,
+                "description": calib.describe(),
+                "factor": est.calibration_factor,
+                "analytical_tokens_per_s": analytical.tokens_per_s,
+            },
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -178,5 +254,8 @@ def estimate_cmd(
         console.print("uncalibrated: analytical model only (--no-calibration)")
     else:
         lo, hi = est.tokens_per_s_band or (est.tokens_per_s, est.tokens_per_s)
-        console.print(f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
-                      f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s ({calib.describe()})", highlight=False)
+        console.print(
+            f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
+            f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s ({calib.describe()})",
+            highlight=False,
+        )

@@ -26,14 +26,26 @@ from autopar.cli.common import (
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
-DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = "Llama-3.1-70B", "H100-SXM", "64", 8192, 512
+DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = (
+    "Llama-3.1-70B",
+    "H100-SXM",
+    "64",
+    8192,
+    512,
+)
 
-_COLS = {"throughput": ("tokens/s", "{:,.0f}"), "headroom": ("free GiB", "{:.1f}"),
-         "cost": ("$/Mtok", "{:.3f}"), "step_time": ("step s", "{:.2f}"), "mfu": ("MFU %", "{:.1f}")}
+_COLS = {
+    "throughput": ("tokens/s", "{:,.0f}"),
+    "headroom": ("free GiB", "{:.1f}"),
+    "cost": ("$/Mtok", "{:.3f}"),
+    "step_time": ("step s", "{:.2f}"),
+    "mfu": ("MFU %", "{:.1f}"),
+}
 
 
-def build_clusters(gpus: list[str], counts: list[int], gpus_per_node: int | None,
-                   internode_gbps: float | None) -> tuple[list[Any], list[str]]:
+def build_clusters(
+    gpus: list[str], counts: list[int], gpus_per_node: int | None, internode_gbps: float | None
+) -> tuple[list[Any], list[str]]:
     """ClusterSpecs for every GPU type x count; counts that are not node multiples are skipped (noted)."""
     from autopar.catalog import get_gpu
     from autopar.specs import ClusterSpec
@@ -46,8 +58,14 @@ def build_clusters(gpus: list[str], counts: list[int], gpus_per_node: int | None
             if n > node and n % node:
                 skipped.append(f"{n}x {g.name}: not a multiple of {node} GPUs per node, skipped")
                 continue
-            out.append(ClusterSpec(gpu=g, num_gpus=n, gpus_per_node=gpus_per_node,
-                                   internode_bw=internode_gbps * 1e9 if internode_gbps else None))
+            out.append(
+                ClusterSpec(
+                    gpu=g,
+                    num_gpus=n,
+                    gpus_per_node=gpus_per_node,
+                    internode_bw=internode_gbps * 1e9 if internode_gbps else None,
+                )
+            )
     if not out:
         raise AutoparError("gpus: no GPU count fits a whole number of nodes (" + "; ".join(skipped) + ")")
     return out, skipped
@@ -71,13 +89,19 @@ def result_json(result: Any) -> dict[str, Any]:
         "inputs": result.inputs,
         "space_size": result.space_size,
         "space_valid": result.space_valid,
-        "trials": {"evaluated": sum(t.estimate is not None for t in result.trials), "feasible": len(feas),
-                   "rule_violations": sum(t.estimate is None for t in result.trials),
-                   "optuna_trials": result.stats.get("optuna_trials"), "duplicates": result.stats.get("duplicates")},
+        "trials": {
+            "evaluated": sum(t.estimate is not None for t in result.trials),
+            "feasible": len(feas),
+            "rule_violations": sum(t.estimate is None for t in result.trials),
+            "optuna_trials": result.stats.get("optuna_trials"),
+            "duplicates": result.stats.get("duplicates"),
+        },
         "objectives": [{"name": o.name, "direction": o.direction, "unit": o.unit} for o in result.objectives],
         "pareto": [{k: _jsonable(v) for k, v in row.items()} for row in result.pareto.to_dict("records")],
-        "recommended": [{"role": r.role, **{k: _jsonable(v) for k, v in record_row(r.trial).items()},
-                         "why": r.why} for r in result.recommended],
+        "recommended": [
+            {"role": r.role, **{k: _jsonable(v) for k, v in record_row(r.trial).items()}, "why": r.why}
+            for r in result.recommended
+        ],
         "notes": result.notes,
         "hypervolume": result.stats.get("hypervolume"),
         "calibration": result.calibration,
@@ -96,14 +120,18 @@ def print_result(result: Any, top: int) -> None:
     console.print(
         f"[bold]{result.model.name}[/] · {', '.join(result.inputs['gpu'])} x "
         f"{'/'.join(map(str, result.inputs['gpus']))} GPUs · {'/'.join(result.inputs['precision'])} · "
-        f"seq {w.seq_len} · global batch {w.global_batch}", highlight=False)
+        f"seq {w.seq_len} · global batch {w.global_batch}",
+        highlight=False,
+    )
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
         valid = "~" + valid
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
         f"{st.get('evaluated', 0):,} evaluated, {result.n_feasible:,} feasible, "
-        f"{len(result.pareto)} on the front · {result.wall_s:.1f} s", highlight=False)
+        f"{len(result.pareto)} on the front · {result.wall_s:.1f} s",
+        highlight=False,
+    )
     names = [o.name for o in result.objectives]
     extra = [n for n in ("throughput", "headroom", "cost", "mfu") if n not in names]
     table = Table(title="Pareto set", title_justify="left", show_lines=False)
@@ -117,7 +145,9 @@ def print_result(result: Any, top: int) -> None:
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
         cells += [_COLS[n][1].format(row[n]) for n in names + extra]
-        if "throughput" in names + extra and row.get("throughput_low") == row.get("throughput_low"):  # not NaN
+        if "throughput" in names + extra and row.get("throughput_low") == row.get(
+            "throughput_low"
+        ):  # not NaN
             k = (names + extra).index("throughput") + len(cells) - len(names + extra)
             cells[k] += f" [dim]({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)[/]"
         cells.append(str(row.get("bottleneck", "")))
@@ -128,16 +158,20 @@ def print_result(result: Any, top: int) -> None:
     if extra:
         console.print("[dim]· = not an objective, shown for reference[/]")
     if result.calibration:
-        console.print("[dim]tokens/s calibrated on published runs; (low–high) is the 80% band; "
-                      "--no-calibration for the analytical model alone[/]")
+        console.print(
+            "[dim]tokens/s calibrated on published runs; (low–high) is the 80% band; "
+            "--no-calibration for the analytical model alone[/]"
+        )
     tokens = w.token_budget
     for r in result.recommended:
         console.print(f"\n[bold green]{r.role}[/]: {r.trial.strategy.label()}", highlight=False)
         train = ""
         if tokens and r.trial.values.get("throughput"):
             days = tokens / r.trial.values["throughput"] / 86_400
-            train = (f" Training {tokens:.3g} tokens takes {days:,.1f} days and costs "
-                     f"${r.trial.values['cost'] * tokens / 1e6:,.0f}.")
+            train = (
+                f" Training {tokens:.3g} tokens takes {days:,.1f} days and costs "
+                f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
+            )
         console.print(r.why + train, highlight=False, soft_wrap=False)
     for n in result.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)
@@ -145,28 +179,47 @@ def print_result(result: Any, top: int) -> None:
 
 @command("optimize")
 def optimize_cmd(
-    model: Annotated[str | None, typer.Option(help="Model name/alias or path to a HF config.json "
-                                               f"[default: {DEFAULT_MODEL}].")] = None,
-    gpu: Annotated[str, typer.Option(help="GPU type(s), comma list makes it a search dimension.")] = DEFAULT_GPU,
-    gpus: Annotated[str, typer.Option(help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or "
-                                           "LOW..HIGH:STEP.")] = DEFAULT_GPUS,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per NVLink domain [default: GPU's].")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help=f"Model name/alias or path to a HF config.json [default: {DEFAULT_MODEL}]."),
+    ] = None,
+    gpu: Annotated[
+        str, typer.Option(help="GPU type(s), comma list makes it a search dimension.")
+    ] = DEFAULT_GPU,
+    gpus: Annotated[
+        str, typer.Option(help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP.")
+    ] = DEFAULT_GPUS,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs per NVLink domain [default: GPU's].")
+    ] = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = DEFAULT_BATCH,
     precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")] = "bf16",
-    tokens: Annotated[str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")] = None,
+    tokens: Annotated[
+        str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")
+    ] = None,
     budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = 300,
-    objectives: Annotated[str, typer.Option(help="2-4 of throughput,headroom,cost,step_time,mfu.")] =
-        "throughput,headroom,cost",
+    objectives: Annotated[
+        str, typer.Option(help="2-4 of throughput,headroom,cost,step_time,mfu.")
+    ] = "throughput,headroom,cost",
     seed: Annotated[int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")] = 0,
     sampler: Annotated[str, typer.Option(help="nsga2 or exhaustive.")] = "nsga2",
-    storage: Annotated[str | None, typer.Option(help="Study storage: a journal file path (recommended) "
-                                                      "or sqlite:///study.db; share it between workers.")] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Study storage: a journal file path (recommended) "
+            "or sqlite:///study.db; share it between workers."
+        ),
+    ] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    min_headroom: Annotated[str, typer.Option(
-        help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error).")] = "2GiB",
+    min_headroom: Annotated[
+        str,
+        typer.Option(
+            help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error)."
+        ),
+    ] = "2GiB",
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
@@ -176,7 +229,9 @@ def optimize_cmd(
     tp_comm_overlap: TpOverlapOpt = False,
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")
+    ] = None,
 ) -> None:
     """Search parallelism strategies with NSGA-II and print the Pareto set and recommended points.
 
@@ -195,8 +250,14 @@ def optimize_cmd(
     counts = parse_gpu_counts(gpus, node_size=10**9)
     clusters, skipped = build_clusters(parse_list(gpu, "gpu"), counts, gpus_per_node, internode_gbps)
     precs = parse_list(precision, "precision")
-    wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],
-                  token_budget=parse_count(tokens), framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
+    wl = Workload(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precs[0],
+        token_budget=parse_count(tokens),
+        framework=check_framework(framework),
+        tp_comm_overlap=tp_comm_overlap,
+    )
     book = None
     if prices is not None:
         from autopar.costs import load_price_book
@@ -204,13 +265,31 @@ def optimize_cmd(
         book = load_price_book(prices)
     calib = resolve_calibration(calibration, no_calibration)
     if default_problem and not as_json:
-        console.print(f"[dim]no --model given: default problem {m.name} on {gpus}x {gpu}, seq {seq_len}, "
-                      f"global batch {global_batch}[/]", highlight=False)
+        console.print(
+            f"[dim]no --model given: default problem {m.name} on {gpus}x {gpu}, seq {seq_len}, "
+            f"global batch {global_batch}[/]",
+            highlight=False,
+        )
     progress = not as_json and sys.stdout.isatty()
-    result = optimize(m, clusters, wl, budget=budget, objectives=objectives, seed=seed, sampler=sampler,
-                      storage=storage, study_name=study_name, timeout=timeout,
-                      min_headroom_gib=parse_gib(min_headroom), max_cost=max_cost, precisions=precs,
-                      price_book=book, tier=tier, calibration=calib, progress=progress)
+    result = optimize(
+        m,
+        clusters,
+        wl,
+        budget=budget,
+        objectives=objectives,
+        seed=seed,
+        sampler=sampler,
+        storage=storage,
+        study_name=study_name,
+        timeout=timeout,
+        min_headroom_gib=parse_gib(min_headroom),
+        max_cost=max_cost,
+        precisions=precs,
+        price_book=book,
+        tier=tier,
+        calibration=calib,
+        progress=progress,
+    )
     result.notes[:0] = skipped
     result.inputs["gpus_arg"] = gpus
     if result.pareto.empty:

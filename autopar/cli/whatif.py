@@ -57,8 +57,10 @@ def _si(x: float | None) -> str:
 def render_whatif(result: WhatIfResult) -> None:
     """Print a what-if result as rich tables (options by rank, strategies, sensitivity, notes)."""
     wl = result.workload
-    head = (f"[bold]{result.model.name}[/], {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
-            f"global batch {wl.global_batch}, {wl.precision}; tier {result.tier}; goodput {result.goodput:g}")
+    head = (
+        f"[bold]{result.model.name}[/], {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
+        f"global batch {wl.global_batch}, {wl.precision}; tier {result.tier}; goodput {result.goodput:g}"
+    )
     if result.goodput >= 1:
         head += " (no time lost to failures assumed; see --goodput)"
     if result.deadline_s is not None:
@@ -67,8 +69,13 @@ def render_whatif(result: WhatIfResult) -> None:
         head += f"; spending cap {format_usd(result.max_cost_usd)}"
     console.print(head, highlight=False)
 
-    t = Table(title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    t = Table(
+        title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for col in ("#", "option", "tok/s", "MFU", "time", "cost", "$/Mtok", "free"):
         t.add_column(col, justify="left" if col == "option" else "right", no_wrap=True)
     if result.deadline_s is not None:
@@ -78,11 +85,16 @@ def render_whatif(result: WhatIfResult) -> None:
     t.add_column("●", justify="center", no_wrap=True)
     order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     for o in order:
-        row = [str(o.rank) if o.rank else "-", o.label, _si(o.tokens_per_s),
-               "-" if o.mfu is None else f"{100 * o.mfu:.1f}%",
-               format_duration_short(o.time_to_train_s) if o.time_to_train_s is not None else "-",
-               format_usd_short(o.total_cost_usd) if o.total_cost_usd is not None else "-",
-               _fmt(o.usd_per_mtoken, ".3f"), _fmt(o.headroom_gib, ".1f")]
+        row = [
+            str(o.rank) if o.rank else "-",
+            o.label,
+            _si(o.tokens_per_s),
+            "-" if o.mfu is None else f"{100 * o.mfu:.1f}%",
+            format_duration_short(o.time_to_train_s) if o.time_to_train_s is not None else "-",
+            format_usd_short(o.total_cost_usd) if o.total_cost_usd is not None else "-",
+            _fmt(o.usd_per_mtoken, ".3f"),
+            _fmt(o.headroom_gib, ".1f"),
+        ]
         if result.deadline_s is not None:
             row.append(_yes_no(o.meets_deadline))
         if result.max_cost_usd is not None:
@@ -91,19 +103,30 @@ def render_whatif(result: WhatIfResult) -> None:
         t.add_row(*row)
     console.print(t)
     for o in order:
-        what = (f"{o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h" if o.feasible
-                else f"[red]no fitting strategy[/]: {o.reason}")
+        what = (
+            f"{o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h"
+            if o.feasible
+            else f"[red]no fitting strategy[/]: {o.reason}"
+        )
         console.print(f"  {o.label:>16}  {what}", highlight=False, soft_wrap=True)
     console.print(f"[bold]{result.message}[/]", highlight=False)
 
     if result.sensitivity:
-        s = Table(title="Sensitivity: does the winner change?", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+        s = Table(
+            title="Sensitivity: does the winner change?",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
         for col in ("scenario", "winner", "runner-up", "changes?"):
             s.add_column(col)
         for r in result.sensitivity:
-            s.add_row(r.scenario, r.winner or "-", r.runner_up or "-",
-                      "[yellow]yes[/]" if r.winner_changed else "no")
+            s.add_row(
+                r.scenario,
+                r.winner or "-",
+                r.runner_up or "-",
+                "[yellow]yes[/]" if r.winner_changed else "no",
+            )
         console.print(s)
         bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
         if bw and bw[0].note:
@@ -111,9 +134,12 @@ def render_whatif(result: WhatIfResult) -> None:
     for n in result.notes:
         console.print(f"[dim]- {n}[/]", highlight=False, soft_wrap=True)
     n = len(result.options)
-    console.print(f"[dim]{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
-                  f"in {result.wall_s:.1f} s (seed {result.seed}, budget {result.search_budget} trials per "
-                  "option)[/]", highlight=False)
+    console.print(
+        f"[dim]{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
+        f"in {result.wall_s:.1f} s (seed {result.seed}, budget {result.search_budget} trials per "
+        "option)[/]",
+        highlight=False,
+    )
 
 
 def _report_writer(out: Path):
@@ -125,38 +151,76 @@ def _report_writer(out: Path):
     return write_whatif_report
 
 
-@command("whatif", help="Compare hardware options for a training run: best strategy, time and cost to train, ranked.")
+@command(
+    "whatif",
+    help="Compare hardware options for a training run: best strategy, time and cost to train, ranked.",
+)
 def whatif(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name/alias or path to a HF config.json.")],
-    option: Annotated[list[str], typer.Option(
-        "--option", "-o",
-        help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048.")],
-    tokens: Annotated[str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Model name/alias or path to a HF config.json.")
+    ],
+    option: Annotated[
+        list[str],
+        typer.Option(
+            "--option",
+            "-o",
+            help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048.",
+        ),
+    ],
+    tokens: Annotated[
+        str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")
+    ],
     seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")] = 4096,
-    global_batch: Annotated[int, typer.Option("--global-batch", help="Global batch (sequences per step).")] = 1024,
+    global_batch: Annotated[
+        int, typer.Option("--global-batch", help="Global batch (sequences per step).")
+    ] = 1024,
     precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
-    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node",
-                                                      help="GPUs per NVLink domain [default: GPU's].")] = None,
-    internode_gbps: Annotated[float | None, typer.Option("--internode-gbps",
-                                                         help="NIC GB/s per GPU per direction [default: GPU's].")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option("--gpus-per-node", help="GPUs per NVLink domain [default: GPU's].")
+    ] = None,
+    internode_gbps: Annotated[
+        float | None,
+        typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction [default: GPU's]."),
+    ] = None,
     tier: Annotated[str, typer.Option("--tier", help=f"Price tier: {', '.join(TIERS)}.")] = "on_demand",
-    prices: Annotated[Path | None, typer.Option(
-        "--prices", help="YAML/CSV price file overriding the built-in prices (gpu,tier,usd_per_gpu_hour).")] = None,
-    deadline: Annotated[str | None, typer.Option("--deadline", help="Wall-clock deadline, e.g. 30d, 720h, 6w.")] = None,
-    max_spend: Annotated[str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")] = None,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices", help="YAML/CSV price file overriding the built-in prices (gpu,tier,usd_per_gpu_hour)."
+        ),
+    ] = None,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help="Wall-clock deadline, e.g. 30d, 720h, 6w.")
+    ] = None,
+    max_spend: Annotated[
+        str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")
+    ] = None,
     budget: Annotated[int, typer.Option("--budget", help="Search trials per option.")] = 300,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same answer).")] = 0,
-    goodput: Annotated[float, typer.Option(
-        "--goodput", help="Fraction of wall-clock time making progress (restarts, failures), 0 < g <= 1.")] = 1.0,
-    min_headroom: Annotated[str, typer.Option(
-        "--min-headroom", help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
-        "(default keeps a margin for the memory model's error).")] = "2GiB",
+    goodput: Annotated[
+        float,
+        typer.Option(
+            "--goodput", help="Fraction of wall-clock time making progress (restarts, failures), 0 < g <= 1."
+        ),
+    ] = 1.0,
+    min_headroom: Annotated[
+        str,
+        typer.Option(
+            "--min-headroom",
+            help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
+            "(default keeps a margin for the memory model's error).",
+        ),
+    ] = "2GiB",
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = False,
-    no_sensitivity: Annotated[bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    no_sensitivity: Annotated[
+        bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
 ) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
@@ -168,18 +232,37 @@ def whatif(
     deadline_s = parse_duration(deadline) if deadline is not None else None
     cap = parse_usd(max_spend, "max-spend") if max_spend is not None else None
     precs = parse_list(precision, "precision")
-    wl = Workload(seq_len=seq_len, global_batch=global_batch, precision=precs[0],  # type: ignore[arg-type]
-                  framework=check_framework(framework), tp_comm_overlap=tp_comm_overlap)
+    wl = Workload(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precs[0],  # type: ignore[arg-type]
+        framework=check_framework(framework),
+        tp_comm_overlap=tp_comm_overlap,
+    )
     calib = resolve_calibration(calibration, no_calibration)
     write_report = _report_writer(out) if out is not None else None
     progress = None if json_out else (lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
-    result = run_whatif(spec, option, wl, token_budget=tokens, tier=tier, price_book=book, goodput=goodput,
-                        deadline_s=deadline_s, max_cost_usd=cap, budget=budget, seed=seed,
-                        min_headroom_gib=parse_gib(min_headroom), precisions=precs, calibration=calib,
-                        gpus_per_node=gpus_per_node,
-                        internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
-                        sensitivity=not no_sensitivity, prices_file=str(prices) if prices else None,
-                        progress=progress)
+    result = run_whatif(
+        spec,
+        option,
+        wl,
+        token_budget=tokens,
+        tier=tier,
+        price_book=book,
+        goodput=goodput,
+        deadline_s=deadline_s,
+        max_cost_usd=cap,
+        budget=budget,
+        seed=seed,
+        min_headroom_gib=parse_gib(min_headroom),
+        precisions=precs,
+        calibration=calib,
+        gpus_per_node=gpus_per_node,
+        internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
+        sensitivity=not no_sensitivity,
+        prices_file=str(prices) if prices else None,
+        progress=progress,
+    )
     if write_report is not None:
         path = write_report(result, out)
         if not json_out:
@@ -202,9 +285,13 @@ def render_prices(book: PriceBook, gpu: str | None, tier: str | None, quotes: bo
         if quotes:
             for q in e.quotes:
                 what = q.provider + (f" ({q.note})" if q.note else "")
-                t.add_row("", "", f"[dim]{q.usd_per_gpu_hour:.2f}[/]", f"[dim]{what}; {q.date}; {q.source}[/]")
+                t.add_row(
+                    "", "", f"[dim]{q.usd_per_gpu_hour:.2f}[/]", f"[dim]{what}; {q.date}; {q.source}[/]"
+                )
     console.print(t)
-    console.print("[dim]tiers: " + "; ".join(f"{k} = {v}" for k, v in TIER_HELP.items()) + "[/]", highlight=False)
+    console.print(
+        "[dim]tiers: " + "; ".join(f"{k} = {v}" for k, v in TIER_HELP.items()) + "[/]", highlight=False
+    )
 
 
 def _select(book: PriceBook, gpu: str | None, tier: str | None) -> list:
@@ -223,7 +310,9 @@ def prices_cmd(
     prices: Annotated[Path | None, typer.Option("--prices", help="YAML/CSV price file to merge in.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU.")] = None,
     tier: Annotated[str | None, typer.Option("--tier", help="Only this tier.")] = None,
-    quotes: Annotated[bool, typer.Option("--quotes", help="Also list every public quote behind a price.")] = False,
+    quotes: Annotated[
+        bool, typer.Option("--quotes", help="Also list every public quote behind a price.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List prices and where they come from."""

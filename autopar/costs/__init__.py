@@ -42,4 +42,3 @@ __all__ = [
     "parse_tokens",
     "run_whatif",
 ]
-

@@ -27,13 +27,34 @@ _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _TOKENS_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]?)\s*$")
 _DURATION_UNITS = {
-    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
-    "d": 86400.0, "day": 86400.0, "days": 86400.0,
-    "w": 7 * 86400.0, "wk": 7 * 86400.0, "week": 7 * 86400.0, "weeks": 7 * 86400.0,
-    "mo": 30 * 86400.0, "month": 30 * 86400.0, "months": 30 * 86400.0,
-    "y": 365 * 86400.0, "yr": 365 * 86400.0, "year": 365 * 86400.0, "years": 365 * 86400.0,
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hrs": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 7 * 86400.0,
+    "wk": 7 * 86400.0,
+    "week": 7 * 86400.0,
+    "weeks": 7 * 86400.0,
+    "mo": 30 * 86400.0,
+    "month": 30 * 86400.0,
+    "months": 30 * 86400.0,
+    "y": 365 * 86400.0,
+    "yr": 365 * 86400.0,
+    "year": 365 * 86400.0,
+    "years": 365 * 86400.0,
 }
 _DURATION_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
 
@@ -68,8 +89,13 @@ class CostFigures:
         return asdict(self)
 
 
-def cost_figures(tokens_per_s: float, num_gpus: int, usd_per_gpu_hour: float,
-                 token_budget: float | None = None, goodput: float = 1.0) -> CostFigures:
+def cost_figures(
+    tokens_per_s: float,
+    num_gpus: int,
+    usd_per_gpu_hour: float,
+    token_budget: float | None = None,
+    goodput: float = 1.0,
+) -> CostFigures:
     """$/hour, $/Mtoken and (with a budget) time, cost and GPU-hours to train; see module doc."""
     if not (tokens_per_s > 0 and math.isfinite(tokens_per_s)):
         raise SpecError(f"tokens_per_s={tokens_per_s!r} must be a positive finite number")
@@ -88,16 +114,26 @@ def cost_figures(tokens_per_s: float, num_gpus: int, usd_per_gpu_hour: float,
         t = token_budget / eff
         cost = usd_per_hour * t / SECONDS_PER_HOUR
         gpuh = num_gpus * t / SECONDS_PER_HOUR
-    return CostFigures(num_gpus=num_gpus, usd_per_gpu_hour=usd_per_gpu_hour, tokens_per_s=tokens_per_s,
-                       goodput=goodput, usd_per_hour=usd_per_hour, usd_per_mtoken=usd_per_mtoken,
-                       token_budget=token_budget, time_to_train_s=t, total_cost_usd=cost, gpu_hours=gpuh)
+    return CostFigures(
+        num_gpus=num_gpus,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        tokens_per_s=tokens_per_s,
+        goodput=goodput,
+        usd_per_hour=usd_per_hour,
+        usd_per_mtoken=usd_per_mtoken,
+        token_budget=token_budget,
+        time_to_train_s=t,
+        total_cost_usd=cost,
+        gpu_hours=gpuh,
+    )
 
 
 def check_goodput(goodput: float) -> float:
     """Return goodput if 0 < g <= 1, else raise SpecError naming the value."""
     if not (isinstance(goodput, int | float) and 0 < goodput <= 1):
-        raise SpecError(f"goodput={goodput!r} must be in (0, 1] (e.g. 0.9 = 10% of time lost to "
-                        "restarts and failures)")
+        raise SpecError(
+            f"goodput={goodput!r} must be in (0, 1] (e.g. 0.9 = 10% of time lost to restarts and failures)"
+        )
     return float(goodput)
 
 
@@ -111,8 +147,10 @@ def parse_tokens(text: str | float | int, field: str = "tokens") -> float:
         m = _TOKENS_RE.match(str(text).replace("_", "").replace(",", ""))
         suffix = m.group(2).upper() if m else ""
         if not m or suffix not in _SUFFIX:
-            raise SpecError(f"{field}={text!r} is not a token count; use a number with an optional "
-                            "suffix K, M, B (or G), T, P, e.g. 2T, 500B, 1.5T, 300M, 10K")
+            raise SpecError(
+                f"{field}={text!r} is not a token count; use a number with an optional "
+                "suffix K, M, B (or G), T, P, e.g. 2T, 500B, 1.5T, 300M, 10K"
+            )
         value = float(m.group(1)) * _SUFFIX[suffix]
     if not (value > 0 and math.isfinite(value)):
         raise SpecError(f"{field}={text!r} must be a positive, finite token count")
@@ -131,8 +169,10 @@ def parse_duration(text: str | float | int, field: str = "deadline") -> float:
         if m and unit == "m":
             raise SpecError(f"{field}={text!r} is ambiguous: write 'min' for minutes or 'mo' for months")
         if not m or not unit or unit not in _DURATION_UNITS:
-            raise SpecError(f"{field}={text!r} is not a duration; use a number and a unit: "
-                            "s, min, h, d, w, mo (30 d), y (365 d), e.g. 30d or 720h")
+            raise SpecError(
+                f"{field}={text!r} is not a duration; use a number and a unit: "
+                "s, min, h, d, w, mo (30 d), y (365 d), e.g. 30d or 720h"
+            )
         value = float(m.group(1)) * _DURATION_UNITS[unit]
     if not (value > 0 and math.isfinite(value)):
         raise SpecError(f"{field}={text!r} must be a positive, finite duration")

@@ -41,8 +41,10 @@ def parse_counts(text: str, field: str = "option") -> list[int]:
         elif part.isdigit() and int(part) > 0:
             counts.append(int(part))
         else:
-            raise SpecError(f"{field}: GPU count {part!r} must be a positive integer, a list (256,512) or a "
-                            "doubling range (256..2048)")
+            raise SpecError(
+                f"{field}: GPU count {part!r} must be a positive integer, a list (256,512) or a "
+                "doubling range (256..2048)"
+            )
     if not counts:
         raise SpecError(f"{field}: no GPU count given")
     return list(dict.fromkeys(counts))
@@ -51,7 +53,9 @@ def parse_counts(text: str, field: str = "option") -> list[int]:
 def parse_option(text: str) -> list[HardwareOption]:
     """Parse one `--option GPU:COUNT` (COUNT may be a list or a doubling range) into options."""
     if not isinstance(text, str) or ":" not in text:
-        raise SpecError(f"option={text!r} must be GPU:COUNT, e.g. H100-SXM:512, H200:256 or H100-SXM:256..2048")
+        raise SpecError(
+            f"option={text!r} must be GPU:COUNT, e.g. H100-SXM:512, H200:256 or H100-SXM:256..2048"
+        )
     name, _, counts = text.rpartition(":")
     if not name.strip():
         raise SpecError(f"option={text!r}: missing GPU name before ':'")

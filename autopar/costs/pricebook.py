@@ -31,8 +31,13 @@ HOURS_PER_YEAR = 8760.0
 def normalize_tier(tier: str) -> str:
     """Canonical tier name ('On-Demand' -> 'on_demand'); raises AutoparError for unknown tiers."""
     t = re.sub(r"[\s\-]+", "_", str(tier).strip().lower())
-    t = {"ondemand": "on_demand", "od": "on_demand", "committed": "reserved", "preemptible": "spot",
-         "interruptible": "spot"}.get(t, t)
+    t = {
+        "ondemand": "on_demand",
+        "od": "on_demand",
+        "committed": "reserved",
+        "preemptible": "spot",
+        "interruptible": "spot",
+    }.get(t, t)
     if t not in TIERS:
         raise AutoparError(f"tier={tier!r} is not a pricing tier; allowed: {', '.join(TIERS)}")
     return t
@@ -86,10 +91,12 @@ class OwnedCost:
 
     def describe(self) -> str:
         """One line: the inputs and the three cost terms."""
-        return (f"owned: capex ${self.capex_usd:,.0f}/{self.amortization_years:g} y "
-                f"-> ${self.capex_per_hour:.3f}/h, power {self.power_kw:g} kW x PUE {self.pue:g} x "
-                f"${self.usd_per_kwh:g}/kWh -> ${self.power_per_hour:.3f}/h, overhead "
-                f"${self.overhead_per_hour:.3f}/h, utilization {self.utilization:g}")
+        return (
+            f"owned: capex ${self.capex_usd:,.0f}/{self.amortization_years:g} y "
+            f"-> ${self.capex_per_hour:.3f}/h, power {self.power_kw:g} kW x PUE {self.pue:g} x "
+            f"${self.usd_per_kwh:g}/kWh -> ${self.power_per_hour:.3f}/h, overhead "
+            f"${self.overhead_per_hour:.3f}/h, utilization {self.utilization:g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,12 @@ class PriceEntry:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (quotes included)."""
         return {
-            "gpu": self.gpu, "tier": self.tier, "usd_per_gpu_hour": self.usd_per_gpu_hour,
-            "source": self.source, "origin": self.origin, "note": self.note or None,
+            "gpu": self.gpu,
+            "tier": self.tier,
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "source": self.source,
+            "origin": self.origin,
+            "note": self.note or None,
             "owned": None if self.owned is None else self.owned.__dict__.copy(),
             "quotes": [q.__dict__.copy() for q in self.quotes],
         }
@@ -209,12 +220,19 @@ class PriceBook:
         if t == "on_demand":
             spec = catalog_gpu(gpu_name)
             if spec is not None and getattr(spec, "price_usd_per_hour", None) is not None:
-                return PriceEntry(gpu=key, tier=t, usd_per_gpu_hour=float(spec.price_usd_per_hour),
-                                  source=f"catalog default price for {spec.name}", origin="catalog")
+                return PriceEntry(
+                    gpu=key,
+                    tier=t,
+                    usd_per_gpu_hour=float(spec.price_usd_per_hour),
+                    source=f"catalog default price for {spec.name}",
+                    origin="catalog",
+                )
         have = self.tiers(gpu_name)
         hint = f"tiers priced for {key}: {', '.join(have)}" if have else f"no price at all for {key}"
-        raise AutoparError(f"no {t} price for GPU '{key}' ({hint}); add one with --prices FILE "
-                           f"(YAML or CSV: gpu,tier,usd_per_gpu_hour)")
+        raise AutoparError(
+            f"no {t} price for GPU '{key}' ({hint}); add one with --prices FILE "
+            f"(YAML or CSV: gpu,tier,usd_per_gpu_hour)"
+        )
 
     def price(self, gpu_name: str, tier: str = "on_demand") -> float:
         """USD per GPU-hour for a GPU in a pricing tier."""
@@ -246,20 +264,26 @@ class PriceBook:
         """A new book: this one with every (GPU, tier) of `other` replacing or adding entries."""
         entries = dict(self.entries)
         entries.update(other.entries)
-        return PriceBook(entries=entries, aliases={**self.aliases, **other.aliases},
-                         files=self.files + other.files)
+        return PriceBook(
+            entries=entries, aliases={**self.aliases, **other.aliases}, files=self.files + other.files
+        )
 
     def scaled(self, gpu_name: str, factor: float) -> PriceBook:
         """A new book with every tier of one GPU multiplied by `factor` (sensitivity analysis)."""
         key = self.resolve(gpu_name)
         entries = {
-            k: (replace(e, usd_per_gpu_hour=e.usd_per_gpu_hour * factor,
-                        source=f"{e.source} x {factor:g}") if k[0] == key else e)
+            k: (
+                replace(e, usd_per_gpu_hour=e.usd_per_gpu_hour * factor, source=f"{e.source} x {factor:g}")
+                if k[0] == key
+                else e
+            )
             for k, e in self.entries.items()
         }
         return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)
 
-    def with_price(self, gpu_name: str, tier: str, usd_per_gpu_hour: float, source: str = "set in code") -> PriceBook:
+    def with_price(
+        self, gpu_name: str, tier: str, usd_per_gpu_hour: float, source: str = "set in code"
+    ) -> PriceBook:
         """A new book with one price set (added or replaced)."""
         if not (usd_per_gpu_hour >= 0 and math.isfinite(usd_per_gpu_hour)):
             raise AutoparError(f"usd_per_gpu_hour={usd_per_gpu_hour!r} must be a finite number >= 0")
@@ -269,6 +293,7 @@ class PriceBook:
         except UnknownNameError:
             key = gpu_name
         entries = dict(self.entries)
-        entries[(key, t)] = PriceEntry(gpu=key, tier=t, usd_per_gpu_hour=float(usd_per_gpu_hour),
-                                       source=source, origin="code")
+        entries[(key, t)] = PriceEntry(
+            gpu=key, tier=t, usd_per_gpu_hour=float(usd_per_gpu_hour), source=source, origin="code"
+        )
         return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)

@@ -34,11 +34,16 @@ from autopar.costs.pricebook import (
 from autopar.errors import AutoparError, DataError, UnknownNameError
 
 BUILTIN_PRICES = Path(__file__).resolve().parent.parent / "data" / "prices.yaml"
-_OWNED_FIELDS = ("capex_usd", "amortization_years", "power_kw", "usd_per_kwh", "pue", "utilization",
-                 "overhead_usd_per_hour")
+_OWNED_FIELDS = (
+    "capex_usd",
+    "amortization_years",
+    "power_kw",
+    "usd_per_kwh",
+    "pue",
+    "utilization",
+    "overhead_usd_per_hour",
+)
 _ENTRY_FIELDS = {"gpu", "tier", "usd_per_gpu_hour", "source", "date", "note", "quotes", *_OWNED_FIELDS}
-
-
 
 
 def _date_key(date: str) -> str:
@@ -51,8 +56,15 @@ def _where(path: str, row: str) -> str:
     return f"prices file {path}, {row}"
 
 
-def _number(value: Any, *, where: str, field: str, low: float | None = 0.0, low_open: bool = False,
-            high: float | None = None) -> float:
+def _number(
+    value: Any,
+    *,
+    where: str,
+    field: str,
+    low: float | None = 0.0,
+    low_open: bool = False,
+    high: float | None = None,
+) -> float:
     """Parse a numeric field; DataError naming file, row, field and value when invalid."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where}, field {field}: missing value")
@@ -76,23 +88,30 @@ def _owned(raw: Mapping[str, Any], where: str) -> OwnedCost:
     """Build an OwnedCost from a row's owned-hardware fields (validated)."""
     for req in ("capex_usd", "amortization_years", "power_kw", "usd_per_kwh"):
         if raw.get(req) in (None, ""):
-            raise DataError(f"{where}, field {req}: missing value (owned hardware needs capex_usd, "
-                            "amortization_years, power_kw, usd_per_kwh; optional pue, utilization, "
-                            "overhead_usd_per_hour)")
+            raise DataError(
+                f"{where}, field {req}: missing value (owned hardware needs capex_usd, "
+                "amortization_years, power_kw, usd_per_kwh; optional pue, utilization, "
+                "overhead_usd_per_hour)"
+            )
+
     def opt(name: str, default: float) -> Any:
         v = raw.get(name)
         return default if v in (None, "") else v
+
     return OwnedCost(
         capex_usd=_number(raw["capex_usd"], where=where, field="capex_usd"),
-        amortization_years=_number(raw["amortization_years"], where=where, field="amortization_years",
-                                   low_open=True),
+        amortization_years=_number(
+            raw["amortization_years"], where=where, field="amortization_years", low_open=True
+        ),
         power_kw=_number(raw["power_kw"], where=where, field="power_kw"),
         usd_per_kwh=_number(raw["usd_per_kwh"], where=where, field="usd_per_kwh"),
         pue=_number(opt("pue", 1.0), where=where, field="pue", low=1.0),
-        utilization=_number(opt("utilization", 1.0), where=where, field="utilization", low_open=True,
-                            high=1.0),
-        overhead_usd_per_hour=_number(opt("overhead_usd_per_hour", 0.0), where=where,
-                                      field="overhead_usd_per_hour"),
+        utilization=_number(
+            opt("utilization", 1.0), where=where, field="utilization", low_open=True, high=1.0
+        ),
+        overhead_usd_per_hour=_number(
+            opt("overhead_usd_per_hour", 0.0), where=where, field="overhead_usd_per_hour"
+        ),
     )
 
 
@@ -100,8 +119,9 @@ def _tier(value: Any, where: str) -> str:
     try:
         return normalize_tier(value)
     except AutoparError:
-        raise DataError(f"{where}, field tier: {value!r} is not a pricing tier; allowed: "
-                        f"{', '.join(TIERS)}") from None
+        raise DataError(
+            f"{where}, field tier: {value!r} is not a pricing tier; allowed: {', '.join(TIERS)}"
+        ) from None
 
 
 def _gpu_key(value: Any, where: str, known_keys: Iterable[str]) -> str:
@@ -130,36 +150,65 @@ def _sources_text(sources: Mapping[str, Any], ref: Any) -> tuple[str, str]:
     return str(ref or ""), ""
 
 
-def _entry_from_mapping(gpu: str, tier: str, raw: Any, *, where: str, origin: str,
-                        sources: Mapping[str, Any], on_demand: float | None) -> PriceEntry:
+def _entry_from_mapping(
+    gpu: str,
+    tier: str,
+    raw: Any,
+    *,
+    where: str,
+    origin: str,
+    sources: Mapping[str, Any],
+    on_demand: float | None,
+) -> PriceEntry:
     """Build one PriceEntry from a tier value: number, {usd_per_gpu_hour}, {quotes}, or owned fields."""
     if isinstance(raw, int | float | str) and not isinstance(raw, bool):
         price = _number(raw, where=where, field="usd_per_gpu_hour")
-        return PriceEntry(gpu=gpu, tier=tier, usd_per_gpu_hour=price, origin=origin,
-                          source=f"{origin} ({where.split(', ', 1)[-1]})")
+        return PriceEntry(
+            gpu=gpu,
+            tier=tier,
+            usd_per_gpu_hour=price,
+            origin=origin,
+            source=f"{origin} ({where.split(', ', 1)[-1]})",
+        )
     if not isinstance(raw, Mapping):
         raise DataError(f"{where}: expected a number or a mapping with usd_per_gpu_hour, got {raw!r}")
     unknown = sorted(set(map(str, raw)) - _ENTRY_FIELDS)
     if unknown:
-        raise DataError(f"{where}, field {unknown[0]}: unknown field; allowed: "
-                        f"{', '.join(sorted(_ENTRY_FIELDS))}")
+        raise DataError(
+            f"{where}, field {unknown[0]}: unknown field; allowed: {', '.join(sorted(_ENTRY_FIELDS))}"
+        )
     note = str(raw.get("note") or "")
     if any(raw.get(k) not in (None, "") for k in ("capex_usd", "amortization_years")):
         owned = _owned(raw, where)
         src = str(raw.get("source") or f"{origin} ({where.split(', ', 1)[-1]})")
-        return PriceEntry(gpu=gpu, tier=tier, usd_per_gpu_hour=owned.usd_per_gpu_hour, origin=origin,
-                          source=f"{src}; {owned.describe()}", owned=owned, note=note)
+        return PriceEntry(
+            gpu=gpu,
+            tier=tier,
+            usd_per_gpu_hour=owned.usd_per_gpu_hour,
+            origin=origin,
+            source=f"{src}; {owned.describe()}",
+            owned=owned,
+            note=note,
+        )
     if raw.get("usd_per_gpu_hour") not in (None, ""):
         price = _number(raw["usd_per_gpu_hour"], where=where, field="usd_per_gpu_hour")
         text, sdate = _sources_text(sources, raw.get("source"))
         date = str(raw.get("date") or sdate)
         src = text or f"{origin} ({where.split(', ', 1)[-1]})"
-        return PriceEntry(gpu=gpu, tier=tier, usd_per_gpu_hour=price, origin=origin,
-                          source=src + (f", {date}" if date else ""), note=note)
+        return PriceEntry(
+            gpu=gpu,
+            tier=tier,
+            usd_per_gpu_hour=price,
+            origin=origin,
+            source=src + (f", {date}" if date else ""),
+            note=note,
+        )
     quotes_raw = raw.get("quotes")
     if not quotes_raw:
-        raise DataError(f"{where}, field usd_per_gpu_hour: missing value (give usd_per_gpu_hour, quotes, "
-                        "or owned-hardware fields capex_usd/amortization_years/power_kw/usd_per_kwh)")
+        raise DataError(
+            f"{where}, field usd_per_gpu_hour: missing value (give usd_per_gpu_hour, quotes, "
+            "or owned-hardware fields capex_usd/amortization_years/power_kw/usd_per_kwh)"
+        )
     if not isinstance(quotes_raw, list):
         raise DataError(f"{where}, field quotes: expected a list, got {type(quotes_raw).__name__}")
     quotes: list[Quote] = []
@@ -174,14 +223,30 @@ def _entry_from_mapping(gpu: str, tier: str, raw: Any, *, where: str, origin: st
         if q.get("discount_vs_on_demand") is not None:
             d = _number(q["discount_vs_on_demand"], where=qwhere, field="discount_vs_on_demand", high=1.0)
             if on_demand is None:
-                raise DataError(f"{qwhere}, field discount_vs_on_demand: {gpu} has no on_demand price "
-                                "to discount")
-            quotes.append(Quote(usd_per_gpu_hour=on_demand * (1 - d), provider=f"on-demand x (1 - {d:g})",
-                                source=text, date=date, note=str(q.get("note") or ""), derived=True))
+                raise DataError(
+                    f"{qwhere}, field discount_vs_on_demand: {gpu} has no on_demand price to discount"
+                )
+            quotes.append(
+                Quote(
+                    usd_per_gpu_hour=on_demand * (1 - d),
+                    provider=f"on-demand x (1 - {d:g})",
+                    source=text,
+                    date=date,
+                    note=str(q.get("note") or ""),
+                    derived=True,
+                )
+            )
         else:
             price = _number(q.get("usd_per_gpu_hour"), where=qwhere, field="usd_per_gpu_hour")
-            quotes.append(Quote(usd_per_gpu_hour=price, provider=str(q.get("provider") or ""), source=text,
-                                date=date, note=str(q.get("note") or "")))
+            quotes.append(
+                Quote(
+                    usd_per_gpu_hour=price,
+                    provider=str(q.get("provider") or ""),
+                    source=text,
+                    date=date,
+                    note=str(q.get("note") or ""),
+                )
+            )
     med = statistics.median(q.usd_per_gpu_hour for q in quotes)
     dates = sorted({q.date for q in quotes if q.date and q.date != "undated"}, key=_date_key)
     span = f"{dates[0]}..{dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "undated")
@@ -193,16 +258,27 @@ def _entry_from_mapping(gpu: str, tier: str, raw: Any, *, where: str, origin: st
     if n_disc:
         parts.append(f"{n_disc} published discount{'s' * (n_disc != 1)} applied to on-demand")
     kinds = " + ".join(parts)
-    return PriceEntry(gpu=gpu, tier=tier, usd_per_gpu_hour=med, origin=origin, quotes=tuple(quotes),
-                      source=f"{origin}: median of {kinds}, {span}", note=note)
+    return PriceEntry(
+        gpu=gpu,
+        tier=tier,
+        usd_per_gpu_hour=med,
+        origin=origin,
+        quotes=tuple(quotes),
+        source=f"{origin}: median of {kinds}, {span}",
+        note=note,
+    )
 
 
-def _book_from_nested(data: Mapping[str, Any], *, path: str, origin: str, base_keys: Iterable[str]) -> PriceBook:
+def _book_from_nested(
+    data: Mapping[str, Any], *, path: str, origin: str, base_keys: Iterable[str]
+) -> PriceBook:
     """Parse the nested form {gpus: {GPU: {tier: value}}} (or the same without the `gpus` key)."""
     sources = data.get("sources") or {}
     gpus = data.get("gpus", None)
     if gpus is None:
-        gpus = {k: v for k, v in data.items() if k not in ("schema", "compiled", "sources", "aliases", "notes")}
+        gpus = {
+            k: v for k, v in data.items() if k not in ("schema", "compiled", "sources", "aliases", "notes")
+        }
     if not isinstance(gpus, Mapping):
         raise DataError(f"{_where(path, 'gpus')}: expected a mapping GPU -> tier -> price")
     entries: dict[tuple[str, str], PriceEntry] = {}
@@ -221,8 +297,14 @@ def _book_from_nested(data: Mapping[str, Any], *, path: str, origin: str, base_k
             tier_raw, raw = norm_tiers[t]
             od = entries.get((gpu, "on_demand"))
             entries[(gpu, t)] = _entry_from_mapping(
-                gpu, t, raw, where=_where(path, f"entry {gpu_raw}.{tier_raw}"), origin=origin,
-                sources=sources, on_demand=od.usd_per_gpu_hour if od else None)
+                gpu,
+                t,
+                raw,
+                where=_where(path, f"entry {gpu_raw}.{tier_raw}"),
+                origin=origin,
+                sources=sources,
+                on_demand=od.usd_per_gpu_hour if od else None,
+            )
     aliases_raw = data.get("aliases") or {}
     if not isinstance(aliases_raw, Mapping):
         raise DataError(f"{_where(path, 'aliases')}: expected a mapping alias -> GPU")
@@ -230,7 +312,9 @@ def _book_from_nested(data: Mapping[str, Any], *, path: str, origin: str, base_k
     return PriceBook(entries=entries, aliases=aliases, files=() if origin == "built-in" else (path,))
 
 
-def _book_from_rows(rows: Iterable[tuple[str, Mapping[str, Any]]], *, path: str, base_keys: Iterable[str]) -> PriceBook:
+def _book_from_rows(
+    rows: Iterable[tuple[str, Mapping[str, Any]]], *, path: str, base_keys: Iterable[str]
+) -> PriceBook:
     """Parse the flat form: rows with gpu, tier, usd_per_gpu_hour (or owned fields), source."""
     entries: dict[tuple[str, str], PriceEntry] = {}
     keys = list(base_keys)
@@ -248,10 +332,13 @@ def _book_from_rows(rows: Iterable[tuple[str, Mapping[str, Any]]], *, path: str,
         t = _tier(tier_raw, where)
         body = {k: v for k, v in raw.items() if k not in ("gpu", "tier") and v not in (None, "")}
         if not is_owned and "usd_per_gpu_hour" not in body:
-            raise DataError(f"{where}, field usd_per_gpu_hour: missing value (or give owned-hardware fields "
-                            "capex_usd, amortization_years, power_kw, usd_per_kwh)")
-        entries[(gpu, t)] = _entry_from_mapping(gpu, t, body, where=where, origin=path, sources={},
-                                                on_demand=None)
+            raise DataError(
+                f"{where}, field usd_per_gpu_hour: missing value (or give owned-hardware fields "
+                "capex_usd, amortization_years, power_kw, usd_per_kwh)"
+            )
+        entries[(gpu, t)] = _entry_from_mapping(
+            gpu, t, body, where=where, origin=path, sources={}, on_demand=None
+        )
         if "source" not in body and not is_owned:
             e = entries[(gpu, t)]
             entries[(gpu, t)] = replace(e, source=f"user prices {path}, {row_label}")
@@ -264,20 +351,28 @@ def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str]
         reader = csv.DictReader(text.splitlines())
         header = [h.strip() for h in (reader.fieldnames or [])]
         if not header:
-            raise DataError(f"prices file {path}: empty CSV (expected header gpu,tier,usd_per_gpu_hour[,source])")
+            raise DataError(
+                f"prices file {path}: empty CSV (expected header gpu,tier,usd_per_gpu_hour[,source])"
+            )
         missing = [c for c in ("gpu",) if c not in header]
         if missing or not ({"tier", "usd_per_gpu_hour"} <= set(header) or "capex_usd" in header):
-            raise DataError(f"prices file {path}, row 1 (header): columns {header} must include gpu, tier, "
-                            "usd_per_gpu_hour (or the owned-hardware columns capex_usd, amortization_years, "
-                            "power_kw, usd_per_kwh)")
+            raise DataError(
+                f"prices file {path}, row 1 (header): columns {header} must include gpu, tier, "
+                "usd_per_gpu_hour (or the owned-hardware columns capex_usd, amortization_years, "
+                "power_kw, usd_per_kwh)"
+            )
         unknown = [h for h in header if h not in _ENTRY_FIELDS - {"quotes"}]
         if unknown:
-            raise DataError(f"prices file {path}, row 1 (header), field {unknown[0]}: unknown column; allowed: "
-                            f"{', '.join(sorted(_ENTRY_FIELDS - {'quotes'}))}")
+            raise DataError(
+                f"prices file {path}, row 1 (header), field {unknown[0]}: unknown column; allowed: "
+                f"{', '.join(sorted(_ENTRY_FIELDS - {'quotes'}))}"
+            )
         rows = []
         for i, rec in enumerate(reader, start=2):
             if None in rec:
-                raise DataError(f"prices file {path}, row {i}: more values than header columns: {rec[None]!r}")
+                raise DataError(
+                    f"prices file {path}, row {i}: more values than header columns: {rec[None]!r}"
+                )
             clean = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in rec.items() if k}
             if not any(clean.values()):
                 continue  # blank line
@@ -292,14 +387,20 @@ def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str]
     if data is None:
         raise DataError(f"prices file {path}: empty file")
     if isinstance(data, list):
-        return _book_from_rows(((f"row {i}", r) for i, r in enumerate(data, 1)), path=path, base_keys=base_keys)
+        return _book_from_rows(
+            ((f"row {i}", r) for i, r in enumerate(data, 1)), path=path, base_keys=base_keys
+        )
     if not isinstance(data, Mapping):
-        raise DataError(f"prices file {path}: expected a mapping or a list of rows, got {type(data).__name__}")
+        raise DataError(
+            f"prices file {path}: expected a mapping or a list of rows, got {type(data).__name__}"
+        )
     if "prices" in data:
         rows = data["prices"]
         if not isinstance(rows, list):
             raise DataError(f"prices file {path}, field prices: expected a list of rows")
-        return _book_from_rows(((f"row {i}", r) for i, r in enumerate(rows, 1)), path=path, base_keys=base_keys)
+        return _book_from_rows(
+            ((f"row {i}", r) for i, r in enumerate(rows, 1)), path=path, base_keys=base_keys
+        )
     return _book_from_nested(data, path=path, origin=path, base_keys=base_keys)
 
 

@@ -22,10 +22,12 @@ def qualifies(c: Candidate, deadline_s: float | None, max_cost_usd: float | None
     return (deadline_s is None or c.time_s <= deadline_s, max_cost_usd is None or c.cost_usd <= max_cost_usd)
 
 
-def rank(cands: Sequence[Candidate], deadline_s: float | None = None,
-         max_cost_usd: float | None = None) -> list[str]:
+def rank(
+    cands: Sequence[Candidate], deadline_s: float | None = None, max_cost_usd: float | None = None
+) -> list[str]:
     """Labels best first: options within every limit by (cost, time); the rest after, fewest limits
     broken first, then by (time, cost). Ties keep the input order."""
+
     def key(ic: tuple[int, Candidate]) -> tuple:
         i, c = ic
         ok_t, ok_c = qualifies(c, deadline_s, max_cost_usd)
@@ -33,6 +35,7 @@ def rank(cands: Sequence[Candidate], deadline_s: float | None = None,
         if broken == 0:
             return (0, c.cost_usd, c.time_s, i)
         return (broken, c.time_s, c.cost_usd, i)
+
     return [c.label for _, c in sorted(enumerate(cands), key=key)]
 
 
@@ -45,7 +48,9 @@ def pareto(cands: Sequence[Candidate]) -> list[str]:
     front = []
     for c in cands:
         dominated = any(
-            o.time_s <= c.time_s and o.cost_usd <= c.cost_usd and (o.time_s < c.time_s or o.cost_usd < c.cost_usd)
+            o.time_s <= c.time_s
+            and o.cost_usd <= c.cost_usd
+            and (o.time_s < c.time_s or o.cost_usd < c.cost_usd)
             for o in cands
         )
         if not dominated:
@@ -53,8 +58,13 @@ def pareto(cands: Sequence[Candidate]) -> list[str]:
     return [c.label for c in sorted(front, key=lambda c: (c.time_s, c.cost_usd))]
 
 
-def headline(cands: Sequence[Candidate], ranking: Sequence[str], deadline_s: float | None,
-             max_cost_usd: float | None, infeasible: Sequence[str] = ()) -> str:
+def headline(
+    cands: Sequence[Candidate],
+    ranking: Sequence[str],
+    deadline_s: float | None,
+    max_cost_usd: float | None,
+    infeasible: Sequence[str] = (),
+) -> str:
     """One plain sentence: the recommendation, or why none of the options works."""
     if not cands:
         which = ", ".join(infeasible) if infeasible else "the options given"
@@ -69,20 +79,28 @@ def headline(cands: Sequence[Candidate], ranking: Sequence[str], deadline_s: flo
         limits.append(f"the {format_usd(max_cost_usd)} spending cap")
     meeting = [c for c in cands if all(qualifies(c, deadline_s, max_cost_usd))]
     if deadline_s is not None and not any(c.time_s <= deadline_s for c in cands):
-        return (f"No option meets the {format_duration(deadline_s)} deadline: the fastest is {fastest.label} "
-                f"at {format_duration(fastest.time_s)} ({format_usd(fastest.cost_usd)}); add GPUs or "
-                f"relax the deadline.")
+        return (
+            f"No option meets the {format_duration(deadline_s)} deadline: the fastest is {fastest.label} "
+            f"at {format_duration(fastest.time_s)} ({format_usd(fastest.cost_usd)}); add GPUs or "
+            f"relax the deadline."
+        )
     if max_cost_usd is not None and not any(c.cost_usd <= max_cost_usd for c in cands):
-        return (f"No option fits the {format_usd(max_cost_usd)} spending cap: the cheapest is {cheapest.label} "
-                f"at {format_usd(cheapest.cost_usd)} ({format_duration(cheapest.time_s)}).")
+        return (
+            f"No option fits the {format_usd(max_cost_usd)} spending cap: the cheapest is {cheapest.label} "
+            f"at {format_usd(cheapest.cost_usd)} ({format_duration(cheapest.time_s)})."
+        )
     if limits and not meeting:
         best = by[ranking[0]]
-        return (f"No option meets both {' and '.join(limits)}; closest is {best.label}: "
-                f"{format_duration(best.time_s)}, {format_usd(best.cost_usd)}.")
+        return (
+            f"No option meets both {' and '.join(limits)}; closest is {best.label}: "
+            f"{format_duration(best.time_s)}, {format_usd(best.cost_usd)}."
+        )
     win = by[ranking[0]]
     why = "cheapest option" + (f" that meets {' and '.join(limits)}" if limits else "")
     text = f"Recommended: {win.label}, the {why}: {format_duration(win.time_s)}, {format_usd(win.cost_usd)}."
     if fastest.label != win.label:
-        text += (f" Fastest is {fastest.label} at {format_duration(fastest.time_s)} "
-                 f"({format_usd(fastest.cost_usd)}).")
+        text += (
+            f" Fastest is {fastest.label} at {format_duration(fastest.time_s)} "
+            f"({format_usd(fastest.cost_usd)})."
+        )
     return text

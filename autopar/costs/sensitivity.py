@@ -24,9 +24,17 @@ PRICE_FACTORS = (1.2, 0.8)
 BANDWIDTH_FACTOR = 0.5
 
 
-def _row(scenario: str, kind: str, gpu: str | None, factor: float, cands: list[Candidate],
-         baseline_winner: str | None, deadline_s: float | None, max_cost_usd: float | None,
-         note: str = "") -> SensitivityRow:
+def _row(
+    scenario: str,
+    kind: str,
+    gpu: str | None,
+    factor: float,
+    cands: list[Candidate],
+    baseline_winner: str | None,
+    deadline_s: float | None,
+    max_cost_usd: float | None,
+    note: str = "",
+) -> SensitivityRow:
     from autopar.costs.whatif import ScenarioOption, SensitivityRow
 
     order = rank(cands, deadline_s, max_cost_usd)
@@ -34,16 +42,36 @@ def _row(scenario: str, kind: str, gpu: str | None, factor: float, cands: list[C
     opts = []
     for c in cands:
         ok_t, _ = qualifies(c, deadline_s, max_cost_usd)
-        opts.append(ScenarioOption(label=c.label, time_to_train_s=c.time_s, total_cost_usd=c.cost_usd,
-                                   meets_deadline=None if deadline_s is None else ok_t, rank=pos[c.label]))
+        opts.append(
+            ScenarioOption(
+                label=c.label,
+                time_to_train_s=c.time_s,
+                total_cost_usd=c.cost_usd,
+                meets_deadline=None if deadline_s is None else ok_t,
+                rank=pos[c.label],
+            )
+        )
     winner = order[0] if order else None
-    return SensitivityRow(scenario=scenario, kind=kind, gpu=gpu, factor=factor, winner=winner,
-                          runner_up=order[1] if len(order) > 1 else None,
-                          winner_changed=winner != baseline_winner, options=opts, note=note)
+    return SensitivityRow(
+        scenario=scenario,
+        kind=kind,
+        gpu=gpu,
+        factor=factor,
+        winner=winner,
+        runner_up=order[1] if len(order) > 1 else None,
+        winner_changed=winner != baseline_winner,
+        options=opts,
+        note=note,
+    )
 
 
-def bandwidth_ratio(model: ModelSpec, opt: OptionResult, workload: Workload, estimate_fn: EstimateFn,
-                    factor: float = BANDWIDTH_FACTOR) -> float:
+def bandwidth_ratio(
+    model: ModelSpec,
+    opt: OptionResult,
+    workload: Workload,
+    estimate_fn: EstimateFn,
+    factor: float = BANDWIDTH_FACTOR,
+) -> float:
     """tokens/s with inter-node bandwidth x factor over tokens/s as searched (same strategy)."""
     cluster = opt.cluster
     if cluster is None or opt.strategy is None or opt.estimate is None:
@@ -52,16 +80,23 @@ def bandwidth_ratio(model: ModelSpec, opt: OptionResult, workload: Workload, est
         return 1.0  # one node: no inter-node traffic
     wl = workload.model_copy(update={"precision": opt.precision}) if opt.precision else workload
     base = estimate_fn(model, cluster, wl, opt.strategy)
-    slow = estimate_fn(model, cluster.model_copy(update={"internode_bw": cluster.nic_bw * factor}), wl,
-                       opt.strategy)
+    slow = estimate_fn(
+        model, cluster.model_copy(update={"internode_bw": cluster.nic_bw * factor}), wl, opt.strategy
+    )
     if base.tokens_per_s <= 0:
         return 1.0
     return slow.tokens_per_s / base.tokens_per_s
 
 
-def run_sensitivity(model: ModelSpec, workload: Workload, options: Sequence[OptionResult],
-                    ranking: Sequence[str], deadline_s: float | None, max_cost_usd: float | None,
-                    estimate_fn: EstimateFn | None = None) -> list[SensitivityRow]:
+def run_sensitivity(
+    model: ModelSpec,
+    workload: Workload,
+    options: Sequence[OptionResult],
+    ranking: Sequence[str],
+    deadline_s: float | None,
+    max_cost_usd: float | None,
+    estimate_fn: EstimateFn | None = None,
+) -> list[SensitivityRow]:
     """Rows for each price move (±20%) of the winner's and runner-up's GPU types (plus the best other
     type when those two share one), and one row for inter-node bandwidth halved."""
     feasible = [o for o in options if o.figures is not None and o.figures.time_to_train_s is not None]
@@ -81,11 +116,26 @@ def run_sensitivity(model: ModelSpec, workload: Workload, options: Sequence[Opti
     rows = []
     for gpu in gpus:
         for f in PRICE_FACTORS:
-            cands = [Candidate(o.label, o.figures.time_to_train_s,  # type: ignore[union-attr,arg-type]
-                               o.figures.total_cost_usd * (f if o.gpu == gpu else 1.0))  # type: ignore[union-attr,operator]
-                     for o in feasible]
-            rows.append(_row(f"{gpu} price {'+' if f > 1 else '-'}{abs(f - 1) * 100:.0f}%", "price", gpu, f,
-                             cands, baseline, deadline_s, max_cost_usd))
+            cands = [
+                Candidate(
+                    o.label,
+                    o.figures.time_to_train_s,  # type: ignore[union-attr,arg-type]
+                    o.figures.total_cost_usd * (f if o.gpu == gpu else 1.0),
+                )  # type: ignore[union-attr,operator]
+                for o in feasible
+            ]
+            rows.append(
+                _row(
+                    f"{gpu} price {'+' if f > 1 else '-'}{abs(f - 1) * 100:.0f}%",
+                    "price",
+                    gpu,
+                    f,
+                    cands,
+                    baseline,
+                    deadline_s,
+                    max_cost_usd,
+                )
+            )
     if estimate_fn is None:
         from autopar.perf import estimate as estimate_fn
     cands = []
@@ -95,9 +145,24 @@ def run_sensitivity(model: ModelSpec, workload: Workload, options: Sequence[Opti
         r = r if r > 0 else 1.0
         slowdowns.append(f"{o.label} x{1 / r:.2f} time")
         # time scales by 1/r; cost is proportional to time at a fixed cluster price
-        cands.append(Candidate(o.label, o.figures.time_to_train_s / r,  # type: ignore[union-attr,operator]
-                               o.figures.total_cost_usd / r))  # type: ignore[union-attr,operator]
-    rows.append(_row("inter-node bandwidth halved", "internode_bw", None, BANDWIDTH_FACTOR, cands, baseline,
-                     deadline_s, max_cost_usd,
-                     note="chosen strategies re-estimated, not re-searched (" + ", ".join(slowdowns) + ")"))
+        cands.append(
+            Candidate(
+                o.label,
+                o.figures.time_to_train_s / r,  # type: ignore[union-attr,operator]
+                o.figures.total_cost_usd / r,
+            )
+        )  # type: ignore[union-attr,operator]
+    rows.append(
+        _row(
+            "inter-node bandwidth halved",
+            "internode_bw",
+            None,
+            BANDWIDTH_FACTOR,
+            cands,
+            baseline,
+            deadline_s,
+            max_cost_usd,
+            note="chosen strategies re-estimated, not re-searched (" + ", ".join(slowdowns) + ")",
+        )
+    )
     return rows

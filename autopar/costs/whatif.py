@@ -42,12 +42,22 @@ GiB = 2**30
 # ---------------------------------------------------------------------------------------------
 
 
-def _cluster(gpu: GPUSpec, opt: HardwareOption, price: float, gpus_per_node: int | None = None,
-             internode_bw: float | None = None) -> ClusterSpec:
+def _cluster(
+    gpu: GPUSpec,
+    opt: HardwareOption,
+    price: float,
+    gpus_per_node: int | None = None,
+    internode_bw: float | None = None,
+) -> ClusterSpec:
     """The cluster for one option, with its price set; SpecError naming the option if invalid."""
     try:
-        return ClusterSpec(gpu=gpu, num_gpus=opt.count, price_usd_per_gpu_hour=price, gpus_per_node=gpus_per_node,
-                           internode_bw=internode_bw)
+        return ClusterSpec(
+            gpu=gpu,
+            num_gpus=opt.count,
+            price_usd_per_gpu_hour=price,
+            gpus_per_node=gpus_per_node,
+            internode_bw=internode_bw,
+        )
     except ValidationError as e:
         msg = "; ".join(err.get("msg", "invalid").removeprefix("Value error, ") for err in e.errors())
         raise SpecError(f"option={opt.label}: {msg}") from None
@@ -75,13 +85,33 @@ def _infeasible_reason(search: Any) -> str:
     return f"no valid strategy in {len(search.trials)} trials" + (f"; e.g. {reasons[0]}" if reasons else "")
 
 
-def _search_option(model: ModelSpec, cluster: ClusterSpec, workload: Workload, opt: HardwareOption, *,
-                   tier: str, price: float, source: str, token_budget: float, goodput: float,
-                   deadline_s: float | None, max_cost_usd: float | None, optimize_fn: Callable[..., Any],
-                   search_kwargs: dict[str, Any]) -> OptionResult:
+def _search_option(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    opt: HardwareOption,
+    *,
+    tier: str,
+    price: float,
+    source: str,
+    token_budget: float,
+    goodput: float,
+    deadline_s: float | None,
+    max_cost_usd: float | None,
+    optimize_fn: Callable[..., Any],
+    search_kwargs: dict[str, Any],
+) -> OptionResult:
     """Optimize one hardware option and turn its fastest fitting strategy into money and time."""
-    base = OptionResult(label=opt.label, gpu=opt.gpu, count=opt.count, tier=tier, usd_per_gpu_hour=price,
-                        price_source=source, feasible=False, cluster=cluster)
+    base = OptionResult(
+        label=opt.label,
+        gpu=opt.gpu,
+        count=opt.count,
+        tier=tier,
+        usd_per_gpu_hour=price,
+        price_source=source,
+        feasible=False,
+        cluster=cluster,
+    )
     t0 = _time.perf_counter()
     try:
         search = optimize_fn(model, cluster, workload, **search_kwargs)
@@ -116,8 +146,13 @@ def _search_option(model: ModelSpec, cluster: ClusterSpec, workload: Workload, o
     return base
 
 
-def _notes(prepared: list[tuple[HardwareOption, ClusterSpec, Any]], results: list[OptionResult], tier: str,
-           goodput: float, calibration: Any) -> list[str]:
+def _notes(
+    prepared: list[tuple[HardwareOption, ClusterSpec, Any]],
+    results: list[OptionResult],
+    tier: str,
+    goodput: float,
+    calibration: Any,
+) -> list[str]:
     """Plain-language notes: the price used per GPU and its source, goodput, assumptions, failures."""
     notes = []
     seen = set()
@@ -126,23 +161,44 @@ def _notes(prepared: list[tuple[HardwareOption, ClusterSpec, Any]], results: lis
             seen.add(opt.gpu)
             notes.append(f"price {opt.gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({entry.source})")
     if goodput < 1:
-        notes.append(f"goodput {goodput:g}: times and costs include {100 * (1 - goodput):.0f}% of wall-clock "
-                     "time lost to restarts, failures and checkpointing")
-    notes.append("time and cost assume the whole token budget runs at the chosen strategy's estimated "
-                 "throughput" + (" (calibrated)" if calibration is not None else " (analytical, uncalibrated)"))
+        notes.append(
+            f"goodput {goodput:g}: times and costs include {100 * (1 - goodput):.0f}% of wall-clock "
+            "time lost to restarts, failures and checkpointing"
+        )
+    notes.append(
+        "time and cost assume the whole token budget runs at the chosen strategy's estimated "
+        "throughput" + (" (calibrated)" if calibration is not None else " (analytical, uncalibrated)")
+    )
     notes.extend(f"{o.label}: {o.reason}" for o in results if not o.feasible)
     return notes
 
 
-def run_whatif(model: ModelSpec, options: Sequence[str | HardwareOption | tuple[str, int]], workload: Workload,
-               *, token_budget: float | None = None, tier: str = "on_demand", price_book: PriceBook | None = None,
-               goodput: float = 1.0, deadline_s: float | None = None, max_cost_usd: float | None = None,
-               budget: int = 300, seed: int = 0, min_headroom_gib: float = 0.0,
-               precisions: list[str] | None = None, calibration: Any = None, sampler: str = "nsga2",
-               timeout: float | None = None, gpus_per_node: int | None = None, internode_bw: float | None = None,
-               sensitivity: bool = True, prices_file: str | None = None,
-               optimize_fn: Callable[..., Any] | None = None, estimate_fn: Callable[..., Any] | None = None,
-               progress: Callable[[str], None] | None = None) -> WhatIfResult:
+def run_whatif(
+    model: ModelSpec,
+    options: Sequence[str | HardwareOption | tuple[str, int]],
+    workload: Workload,
+    *,
+    token_budget: float | None = None,
+    tier: str = "on_demand",
+    price_book: PriceBook | None = None,
+    goodput: float = 1.0,
+    deadline_s: float | None = None,
+    max_cost_usd: float | None = None,
+    budget: int = 300,
+    seed: int = 0,
+    min_headroom_gib: float = 0.0,
+    precisions: list[str] | None = None,
+    calibration: Any = None,
+    sampler: str = "nsga2",
+    timeout: float | None = None,
+    gpus_per_node: int | None = None,
+    internode_bw: float | None = None,
+    sensitivity: bool = True,
+    prices_file: str | None = None,
+    optimize_fn: Callable[..., Any] | None = None,
+    estimate_fn: Callable[..., Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> WhatIfResult:
     """Optimize every hardware option, price the fastest fitting strategy, rank, and test sensitivity.
 
     `deadline_s` is wall-clock seconds, `max_cost_usd` a spending cap in USD; `budget` is search trials
@@ -179,21 +235,45 @@ def run_whatif(model: ModelSpec, options: Sequence[str | HardwareOption | tuple[
     if optimize_fn is None:
         from autopar.search import optimize as optimize_fn
     search_kwargs: dict[str, Any] = dict(
-        budget=budget, objectives=("throughput", "headroom", "cost"), seed=seed, sampler=sampler,
-        min_headroom_gib=min_headroom_gib, precisions=precisions, price_book=book, tier=tier,
-        calibration=calibration, timeout=timeout)
+        budget=budget,
+        objectives=("throughput", "headroom", "cost"),
+        seed=seed,
+        sampler=sampler,
+        min_headroom_gib=min_headroom_gib,
+        precisions=precisions,
+        price_book=book,
+        tier=tier,
+        calibration=calibration,
+        timeout=timeout,
+    )
 
     results: list[OptionResult] = []
     for i, (opt, cluster, entry) in enumerate(prepared, 1):
         if progress is not None:
             progress(f"[{i}/{len(prepared)}] optimizing {opt.label} ({budget} trials)")
-        results.append(_search_option(
-            model, cluster, workload, opt, tier=tier, price=entry.usd_per_gpu_hour, source=entry.source,
-            token_budget=tokens, goodput=goodput, deadline_s=deadline_s, max_cost_usd=max_cost_usd,
-            optimize_fn=optimize_fn, search_kwargs=search_kwargs))
+        results.append(
+            _search_option(
+                model,
+                cluster,
+                workload,
+                opt,
+                tier=tier,
+                price=entry.usd_per_gpu_hour,
+                source=entry.source,
+                token_budget=tokens,
+                goodput=goodput,
+                deadline_s=deadline_s,
+                max_cost_usd=max_cost_usd,
+                optimize_fn=optimize_fn,
+                search_kwargs=search_kwargs,
+            )
+        )
 
-    cands = [Candidate(o.label, o.time_to_train_s, o.total_cost_usd)  # type: ignore[arg-type]
-             for o in results if o.figures is not None]
+    cands = [
+        Candidate(o.label, o.time_to_train_s, o.total_cost_usd)  # type: ignore[arg-type]
+        for o in results
+        if o.figures is not None
+    ]
     ranking = rank(cands, deadline_s, max_cost_usd)
     front = pareto(cands)
     for o in results:
@@ -211,7 +291,22 @@ def run_whatif(model: ModelSpec, options: Sequence[str | HardwareOption | tuple[
         rows = run_sensitivity(model, workload, results, ranking, deadline_s, max_cost_usd, estimate_fn)
 
     notes = _notes(prepared, results, tier, goodput, calibration)
-    return WhatIfResult(model=model, workload=workload, token_budget=tokens, tier=tier, goodput=goodput,
-                        deadline_s=deadline_s, max_cost_usd=max_cost_usd, options=results, ranking=ranking,
-                        pareto=front, sensitivity=rows, message=message, seed=seed, search_budget=budget,
-                        wall_s=_time.perf_counter() - t_start, prices_file=prices_file, notes=notes)
+    return WhatIfResult(
+        model=model,
+        workload=workload,
+        token_budget=tokens,
+        tier=tier,
+        goodput=goodput,
+        deadline_s=deadline_s,
+        max_cost_usd=max_cost_usd,
+        options=results,
+        ranking=ranking,
+        pareto=front,
+        sensitivity=rows,
+        message=message,
+        seed=seed,
+        search_budget=budget,
+        wall_s=_time.perf_counter() - t_start,
+        prices_file=prices_file,
+        notes=notes,
+    )

@@ -89,8 +89,9 @@ class OptionResult:
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
             "time_to_train_s": self.time_to_train_s,
-            "time_to_train_days": (self.time_to_train_s / 86400 if self.time_to_train_s is not None
-                                   else None),
+            "time_to_train_days": (
+                self.time_to_train_s / 86400 if self.time_to_train_s is not None else None
+            ),
             "total_cost_usd": self.total_cost_usd,
             "usd_per_mtoken": self.usd_per_mtoken,
             "usd_per_hour": self.usd_per_hour,

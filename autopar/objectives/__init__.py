@@ -58,12 +58,27 @@ def _obj(name: str, direction: str, unit: str, label: str, fn: ObjectiveFn) -> O
 REGISTRY: dict[str, Objective] = {
     o.name: o
     for o in (
-        _obj("throughput", "maximize", "tokens/s", "Throughput (tokens/s, cluster)",
-             lambda e, c, p: e.tokens_per_s),
-        _obj("headroom", "maximize", "GiB", "Memory headroom (GiB free, most loaded GPU)",
-             lambda e, c, p: e.headroom_bytes / GiB),
-        _obj("cost", "minimize", "$/Mtoken", "Cost ($ per million tokens)",
-             lambda e, c, p: usd_per_mtoken(e.tokens_per_s, c.num_gpus, p)),
+        _obj(
+            "throughput",
+            "maximize",
+            "tokens/s",
+            "Throughput (tokens/s, cluster)",
+            lambda e, c, p: e.tokens_per_s,
+        ),
+        _obj(
+            "headroom",
+            "maximize",
+            "GiB",
+            "Memory headroom (GiB free, most loaded GPU)",
+            lambda e, c, p: e.headroom_bytes / GiB,
+        ),
+        _obj(
+            "cost",
+            "minimize",
+            "$/Mtoken",
+            "Cost ($ per million tokens)",
+            lambda e, c, p: usd_per_mtoken(e.tokens_per_s, c.num_gpus, p),
+        ),
         _obj("step_time", "minimize", "s", "Step time (s)", lambda e, c, p: e.step_time_s),
         _obj("mfu", "maximize", "%", "MFU (%)", lambda e, c, p: 100.0 * e.mfu),
     )
@@ -73,8 +88,15 @@ REGISTRY: dict[str, Objective] = {
 def get_objective(name: str) -> Objective:
     """Look an objective up by name (case-insensitive; '$' and 'tokens' accepted as aliases)."""
     key = name.strip().lower().replace("-", "_")
-    key = {"tput": "throughput", "tokens": "throughput", "memory": "headroom", "$": "cost",
-           "price": "cost", "step": "step_time", "time": "step_time"}.get(key, key)
+    key = {
+        "tput": "throughput",
+        "tokens": "throughput",
+        "memory": "headroom",
+        "$": "cost",
+        "price": "cost",
+        "step": "step_time",
+        "time": "step_time",
+    }.get(key, key)
     if key not in REGISTRY:
         raise UnknownNameError("objective", name, REGISTRY)
     return REGISTRY[key]
@@ -93,8 +115,10 @@ def parse_objectives(spec: str | Sequence[str] | None) -> list[Objective]:
     if len(set(seen)) != len(seen):
         raise AutoparError(f"objectives={','.join(names)}: each objective may appear once")
     if not MIN_OBJECTIVES <= len(objs) <= MAX_OBJECTIVES:
-        raise AutoparError(f"objectives={','.join(names)}: pick {MIN_OBJECTIVES} to {MAX_OBJECTIVES} "
-                           f"of {', '.join(REGISTRY)}")
+        raise AutoparError(
+            f"objectives={','.join(names)}: pick {MIN_OBJECTIVES} to {MAX_OBJECTIVES} "
+            f"of {', '.join(REGISTRY)}"
+        )
     return objs
 
 
@@ -103,5 +127,12 @@ def all_values(est: Estimate, cluster: ClusterSpec, price: float) -> dict[str, f
     return {name: o.value(est, cluster, price) for name, o in REGISTRY.items()}
 
 
-__all__ = ["DEFAULT_OBJECTIVES", "REGISTRY", "Objective", "all_values", "get_objective",
-           "parse_objectives", "usd_per_mtoken"]
+__all__ = [
+    "DEFAULT_OBJECTIVES",
+    "REGISTRY",
+    "Objective",
+    "all_values",
+    "get_objective",
+    "parse_objectives",
+    "usd_per_mtoken",
+]

@@ -26,8 +26,17 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 GiB = 2**30
 
 __all__ = ["activation_bytes_per_layer", "estimate", "usable_memory_bytes"]
-def estimate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,
-             check: bool = True, strict: bool = True) -> Estimate:
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    strategy: Strategy,
+    *,
+    check: bool = True,
+    strict: bool = True,
+) -> Estimate:
     """Predict memory and step time of one strategy; raises InvalidStrategyError if it breaks a rule."""
     s = strategy.with_dp(cluster.num_gpus)
     if check:
@@ -108,7 +117,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         if last_stage:
             ne += (pc.output if pc.output else (pc.embedding if p > 1 else 0.0)) / t + pc.final_norm
         ex = nm * model.experts * pc.expert / (e * te)
-        biggest = max(dense_layer if nd else 0.0, moe_layer_ne + model.experts * pc.expert / (e * te) if nm else 0.0)
+        biggest = max(
+            dense_layer if nd else 0.0, moe_layer_ne + model.experts * pc.expert / (e * te) if nm else 0.0
+        )
         return ne, ex, biggest
 
     n_dp = d * c  # gradient/optimizer sharding group for dense params (Megatron reduces over dp x cp)
@@ -124,7 +135,11 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
             if p > 1:  # the stage stays gathered across micro-batches: bf16 params + bf16 accumulated grads
                 buf = (ne + ex) * (2.0 + 2.0) + biggest * 4.0
             else:  # 2 gathered bf16 units (prefetch) + bf16 grad + fp32 reduce buffer
-                unit = biggest if sw.zero3_collectives_per_layer == 1 else 3.0 * biggest / sw.zero3_collectives_per_layer
+                unit = (
+                    biggest
+                    if sw.zero3_collectives_per_layer == 1
+                    else 3.0 * biggest / sw.zero3_collectives_per_layer
+                )
                 buf = unit * (2.0 * 2 + 2.0 + 4.0)
             return wts, grd, opt, buf
         n_opt_dense = n_dp if s.zero >= 1 else 1
@@ -149,7 +164,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         if v > 1:
             inflight_first *= 1 + (p - 1) / (p * v)
 
-    def memory_for(mix: tuple[int, int], first_stage: bool, last_stage: bool, inflight: float) -> MemoryBreakdown:
+    def memory_for(
+        mix: tuple[int, int], first_stage: bool, last_stage: bool, inflight: float
+    ) -> MemoryBreakdown:
         ne, ex, biggest = stage_params(mix, first_stage, last_stage)
         wts, grd, opt, buf = states(ne, ex, biggest)
         act = stage_act(mix, inflight)
@@ -181,13 +198,20 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
             n_coll = sw.zero3_collectives_per_layer
             # Per-tensor gathers (DeepSpeed) run flat over the whole DP group: no node-local hierarchy,
             # and each parameter tensor pays the collective latency once.
-            zl = links if n_coll == 1 else comm.Links(1, links.scaleout_bw, links.scaleout_bw,
-                                                       links.scaleout_lat, links.scaleout_lat)
+            zl = (
+                links
+                if n_coll == 1
+                else comm.Links(
+                    1, links.scaleout_bw, links.scaleout_bw, links.scaleout_lat, links.scaleout_lat
+                )
+            )
             ag = comm.all_gather(2.0 * layer_ne, n_dp, dp_stride, zl) + comm.all_gather(
-                2.0 * layer_ex, n_edp, te * e, zl)
+                2.0 * layer_ex, n_edp, te * e, zl
+            )
             gb = sw.zero3_grad_bytes
             rs = comm.reduce_scatter(gb * layer_ne, n_dp, dp_stride, zl) + comm.reduce_scatter(
-                gb * layer_ex, n_edp, te * e, zl)
+                gb * layer_ex, n_edp, te * e, zl
+            )
             if n_coll > 1:
                 ag += (n_coll - 1) * comm.all_gather(1.0, n_dp, dp_stride, zl)  # latency-only calls
                 rs += (n_coll - 1) * comm.reduce_scatter(1.0, n_dp, dp_stride, zl)
@@ -205,13 +229,16 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         if n_dp > 1 or n_edp > 1:
             if s.zero == 0:
                 t_dp = comm.all_reduce(grad_bytes * ne_f, n_dp, dp_stride, links) + comm.all_reduce(
-                    grad_bytes * ex_f, n_edp, te * e, links)
+                    grad_bytes * ex_f, n_edp, te * e, links
+                )
                 t_gather = 0.0
             else:
                 t_dp = comm.reduce_scatter(grad_bytes * ne_f, n_dp, dp_stride, links) + comm.reduce_scatter(
-                    grad_bytes * ex_f, n_edp, te * e, links)
+                    grad_bytes * ex_f, n_edp, te * e, links
+                )
                 t_gather = comm.all_gather(2.0 * ne_f, n_dp, dp_stride, links) + comm.all_gather(
-                    2.0 * ex_f, n_edp, te * e, links)
+                    2.0 * ex_f, n_edp, te * e, links
+                )
             dp_exposed = max(0.0, t_dp - bwd_last_mb) + max(0.0, t_gather - fwd_first_mb)
             dp_overlap_busy = min(t_dp, bwd_last_mb) + min(t_gather, fwd_first_mb)
 
@@ -248,13 +275,26 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     peak_mfu = ctx.peak_gemm
     cap = ctx.capacity
     headroom = cap - mem.total
-    parts = {"compute": tb.compute, "tp_comm": tb.tp_comm, "cp_comm": tb.cp_comm, "ep_comm": tb.ep_comm,
-             "pp_comm": tb.pp_comm, "dp_comm": tb.dp_comm, "bubble": tb.bubble, "optimizer": tb.optimizer}
+    parts = {
+        "compute": tb.compute,
+        "tp_comm": tb.tp_comm,
+        "cp_comm": tb.cp_comm,
+        "ep_comm": tb.ep_comm,
+        "pp_comm": tb.pp_comm,
+        "dp_comm": tb.dp_comm,
+        "bubble": tb.bubble,
+        "optimizer": tb.optimizer,
+    }
     bottleneck = max(parts, key=parts.__getitem__)
     if t > 1 and not (w.tp_comm_overlap and s.sp):
-        notes.append("TP collectives not overlapped with compute" + (
-            " (tp_comm_overlap needs sequence parallelism)" if w.tp_comm_overlap else
-            "; Megatron --tp-comm-overlap / torchtitan async TP would hide most of them (--tp-comm-overlap)"))
+        notes.append(
+            "TP collectives not overlapped with compute"
+            + (
+                " (tp_comm_overlap needs sequence parallelism)"
+                if w.tp_comm_overlap
+                else "; Megatron --tp-comm-overlap / torchtitan async TP would hide most of them (--tp-comm-overlap)"
+            )
+        )
     return Estimate(
         memory=mem,
         time=tb,

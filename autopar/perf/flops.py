@@ -49,7 +49,10 @@ def attn_proj_flops_per_layer(m: ModelSpec) -> float:
 def attn_core_flops_per_layer(m: ModelSpec, s_eff: float) -> float:
     """Forward QK^T + PV FLOPs per token per layer for a mean context of s_eff keys."""
     if m.is_mla:
-        return 2.0 * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) * s_eff + 2.0 * m.heads * m.v_head_dim * s_eff
+        return (
+            2.0 * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) * s_eff
+            + 2.0 * m.heads * m.v_head_dim * s_eff
+        )
     return 4.0 * m.heads * m.dh * s_eff
 
 
@@ -74,8 +77,9 @@ def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int, causal: 
     return 3.0 * global_batch * seq_len * forward_flops_per_token(m, seq_len, causal).total
 
 
-def hardware_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int, recompute: str,
-                            causal: bool = False) -> float:
+def hardware_flops_per_step(
+    m: ModelSpec, seq_len: int, global_batch: int, recompute: str, causal: bool = False
+) -> float:
     """Executed FLOPs including activation recompute (full: +1 forward of the layers; selective: +core attention)."""
     f = forward_flops_per_token(m, seq_len, causal)
     tokens = global_batch * seq_len

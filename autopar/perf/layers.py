@@ -51,15 +51,22 @@ class PerfContext:
         self.peak16 = gpu.bf16_flops
         self.peak_gemm = gpu.peak_flops(w.precision)
         self.hbm = gpu.hbm_bw * eff.hbm
-        self.links = comm.Links(self.G, gpu.scaleup_bw * eff.scaleup, cluster.nic_bw * eff.scaleout,
-                                eff.scaleup_latency_s, eff.scaleout_latency_s)
+        self.links = comm.Links(
+            self.G,
+            gpu.scaleup_bw * eff.scaleup,
+            cluster.nic_bw * eff.scaleout,
+            eff.scaleup_latency_s,
+            eff.scaleout_latency_s,
+        )
         self.capacity = usable_memory_bytes(gpu.memory_bytes)
         tokens = w.global_batch * w.seq_len
         self.tokens = tokens
         self.flops_causal = 3.0 * tokens * _fwd_flops(model, w.seq_len, True)
         self.flops_full = 3.0 * tokens * _fwd_flops(model, w.seq_len, False)
-        self.hw_flops = {r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
-                         for r in ("none", "selective", "full")}
+        self.hw_flops = {
+            r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
+            for r in ("none", "selective", "full")
+        }
         self.opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
         self.layers: dict[tuple, LayerCosts] = {}
         self.gemms: dict[tuple, float] = {}
@@ -119,8 +126,9 @@ def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: b
     return lc
 
 
-def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool,
-                         rec: str) -> LayerCosts:
+def _compute_layer_costs(
+    ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str
+) -> LayerCosts:
     """Compute and communication per layer per micro-batch, and activation bytes (formulas §2-4)."""
     model, sw, eff, links = ctx.model, ctx.sw, ctx.eff, ctx.links
     fp8, peak16, hbm, G = ctx.fp8, ctx.peak16, ctx.hbm, ctx.G
@@ -134,7 +142,7 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
     if model.is_mla:
         dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
         rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
-        attn_gemm = (gemm(T, rq, h, fp8) if rq else 0.0)
+        attn_gemm = gemm(T, rq, h, fp8) if rq else 0.0
         attn_gemm += gemm(T, a * (dn + dr) / t, rq or h, fp8)
         attn_gemm += gemm(T, rkv + dr, h, fp8) + gemm(T, a * (dn + dv) / t, rkv, fp8)
         attn_gemm += gemm(T, h, a * dv / t, fp8)
@@ -148,8 +156,12 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
         s_ctx = attention_context(model, S, causal=True)
         attn_core_flops = 2.0 * a * (qk_dim + v_dim) * s_ctx * T / t
         s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
-        attn_eta_scale = (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
-        eta_f, eta_b = (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
+        attn_eta_scale = (
+            (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
+        )
+        eta_f, eta_b = (
+            (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
+        )
         attn_fwd = attn_core_flops / (peak16 * eta_f * attn_eta_scale) + eff.kernel_overhead_s
         attn_bwd = 2.5 * attn_core_flops / (peak16 * eta_b * attn_eta_scale) + eff.kernel_overhead_s
     else:
@@ -170,8 +182,14 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
         fe = model.moe_ffn_hidden or 0
         tokens_per_expert = max(1.0, T * model.topk * e * te / (model.experts * t))
         local_experts = model.experts / e
-        moe_gemm = local_experts * (gemm(tokens_per_expert, (n_mat - 1) * fe / te, h, fp8)
-                                    + gemm(tokens_per_expert, h, fe / te, fp8)) * MOE_IMBALANCE
+        moe_gemm = (
+            local_experts
+            * (
+                gemm(tokens_per_expert, (n_mat - 1) * fe / te, h, fp8)
+                + gemm(tokens_per_expert, h, fe / te, fp8)
+            )
+            * MOE_IMBALANCE
+        )
         if model.shared_experts:
             fs = model.shared_ffn * model.shared_experts
             moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
@@ -256,8 +274,13 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
     rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
     ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
     mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
-    moe_tok = model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe) + model.shared_experts * (
-        2.0 * h + 2.0 * n_mat * model.shared_ffn) + 4.0 * model.experts if model.is_moe else 0.0
+    moe_tok = (
+        model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe)
+        + model.shared_experts * (2.0 * h + 2.0 * n_mat * model.shared_ffn)
+        + 4.0 * model.experts
+        if model.is_moe
+        else 0.0
+    )
     sp_div = t if sp else 1
     op_sac = sw.selective_gemm_fraction > 0
 
@@ -274,21 +297,42 @@ def _compute_layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: i
             return full
         if kind == "selective":
             if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
-                return T * (4.0 * h / sp_div + (ctx_tok + lse_tok) / t
-                            + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t)
+                return T * (
+                    4.0 * h / sp_div
+                    + (ctx_tok + lse_tok) / t
+                    + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t
+                )
             return full - T * score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
         return T * 2.0 * h / sp_div  # full recompute: the layer input only
 
     return LayerCosts(
-        dense_fwd, dense_bwd, dense_re, moe_fwd, moe_bwd, moe_re, logits_time, tp_dense, tp_moe, cp_layer,
-        ep_layer, layer_act(False, rec), layer_act(True, rec), layer_act(False, "none"), layer_act(True, "none"),
-        T * model.vocab / t * sw.loss_bytes_per_logit, T * h * 2.0 / sp_div, 2.0 * T * h / sp_div,
+        dense_fwd,
+        dense_bwd,
+        dense_re,
+        moe_fwd,
+        moe_bwd,
+        moe_re,
+        logits_time,
+        tp_dense,
+        tp_moe,
+        cp_layer,
+        ep_layer,
+        layer_act(False, rec),
+        layer_act(True, rec),
+        layer_act(False, "none"),
+        layer_act(True, "none"),
+        T * model.vocab / t * sw.loss_bytes_per_logit,
+        T * h * 2.0 / sp_div,
+        2.0 * T * h / sp_div,
     )
 
 
-def activation_bytes_per_layer(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                               strategy: Strategy) -> float:
+def activation_bytes_per_layer(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy
+) -> float:
     """Activation bytes one dense layer keeps for backward per micro-batch (Korthikanti Table 2 form)."""
     s = strategy.with_dp(cluster.num_gpus)
     ctx = perf_context(model, cluster, workload)
-    return layer_costs(ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute).act_dense
+    return layer_costs(
+        ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute
+    ).act_dense

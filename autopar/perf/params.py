@@ -13,7 +13,9 @@ class ParamCounts:
     """Parameter counts, split the way memory and FLOPs need them."""
 
     attention: float  # per layer, all attention weights (incl. norms inside attention, MLA latents)
-    attention_tp_replicated: float  # per layer, part of `attention` that TP does not shard (norms, MLA latents)
+    attention_tp_replicated: (
+        float  # per layer, part of `attention` that TP does not shard (norms, MLA latents)
+    )
     dense_mlp: float  # per dense layer
     expert: float  # one routed expert
     shared_expert: float  # all shared experts of one MoE layer
@@ -85,5 +87,17 @@ def count_params(m: ModelSpec) -> ParamCounts:
     common = m.layers * (attn + norms) + emb + out + final_norm
     total = common + n_dense * dense_mlp + n_moe * (m.experts * expert + shared + router)
     active = common + n_dense * dense_mlp + n_moe * (m.topk * expert + shared + router)
-    return ParamCounts(attn, attn_rep, dense_mlp, expert, shared, router, norms, emb, out, final_norm,
-                       float(total), float(active))
+    return ParamCounts(
+        attn,
+        attn_rep,
+        dense_mlp,
+        expert,
+        shared,
+        router,
+        norms,
+        emb,
+        out,
+        final_norm,
+        float(total),
+        float(active),
+    )

@@ -26,8 +26,15 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
-        return (self.weights + self.grads + self.optimizer + self.activations + self.logits
-                + self.buffers + self.overhead)
+        return (
+            self.weights
+            + self.grads
+            + self.optimizer
+            + self.activations
+            + self.logits
+            + self.buffers
+            + self.overhead
+        )
 
     @property
     def other(self) -> float:
@@ -56,8 +63,16 @@ class TimeBreakdown:
 
     @property
     def total(self) -> float:
-        return (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
-                + self.bubble + self.optimizer)
+        return (
+            self.compute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.dp_comm
+            + self.bubble
+            + self.optimizer
+        )
 
     @property
     def comm(self) -> float:
@@ -79,7 +94,9 @@ class Estimate:
     tokens_per_s: float  # whole cluster
     tokens_per_s_per_gpu: float
     model_flops_per_step: float  # model FLOPs: 3x forward, causal-halved attention (see flops.py)
-    model_flops_per_step_full_attn: float  # same, attention counted without the causal discount (Megatron papers)
+    model_flops_per_step_full_attn: (
+        float  # same, attention counted without the causal discount (Megatron papers)
+    )
     hw_flops_per_step: float  # executed FLOPs incl. recompute, full attention count
     model_tflops_per_gpu: float  # model_flops_per_step_full_attn / step / GPUs / 1e12
     hw_tflops_per_gpu: float
@@ -108,13 +125,22 @@ class Estimate:
         time = TimeBreakdown(*(getattr(t, f) * inv for f in t.__slots__))
         note = f"calibrated throughput x{factor:.3f} (80% band x{low:.3f}-x{high:.3f}){' by ' + label if label else ''}"
         return replace(
-            self, time=time, step_time_s=self.step_time_s * inv, tokens_per_s=self.tokens_per_s * factor,
+            self,
+            time=time,
+            step_time_s=self.step_time_s * inv,
+            tokens_per_s=self.tokens_per_s * factor,
             tokens_per_s_per_gpu=self.tokens_per_s_per_gpu * factor,
-            model_tflops_per_gpu=self.model_tflops_per_gpu * factor, hw_tflops_per_gpu=self.hw_tflops_per_gpu * factor,
-            mfu=self.mfu * factor, mfu_causal=self.mfu_causal * factor, hfu=self.hfu * factor,
-            notes=(*self.notes, note), calibration_factor=self.calibration_factor * factor,
-            tokens_per_s_band=(self.tokens_per_s / self.calibration_factor * low,
-                               self.tokens_per_s / self.calibration_factor * high),
+            model_tflops_per_gpu=self.model_tflops_per_gpu * factor,
+            hw_tflops_per_gpu=self.hw_tflops_per_gpu * factor,
+            mfu=self.mfu * factor,
+            mfu_causal=self.mfu_causal * factor,
+            hfu=self.hfu * factor,
+            notes=(*self.notes, note),
+            calibration_factor=self.calibration_factor * factor,
+            tokens_per_s_band=(
+                self.tokens_per_s / self.calibration_factor * low,
+                self.tokens_per_s / self.calibration_factor * high,
+            ),
         )
 
     @property

@@ -5,8 +5,15 @@ from __future__ import annotations
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 
-def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,
-                      strict: bool = True, allow_cross_node_tp: bool = False) -> list[str]:
+def validate_strategy(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    strategy: Strategy,
+    *,
+    strict: bool = True,
+    allow_cross_node_tp: bool = False,
+) -> list[str]:
     """Return every violated rule as a readable sentence ([] = valid).
 
     strict=False is for logged runs, which real frameworks allow to bend the search's rules: uneven pipeline
@@ -34,7 +41,9 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     if model.ffn_hidden % t and model.layers - model.moe_layers > 0:
         out.append(f"tp={t} does not divide ffn_hidden={model.ffn_hidden}")
     if t > cluster.node_size and not allow_cross_node_tp and strict:
-        out.append(f"tp={t} exceeds the NVLink domain of {cluster.node_size} GPUs (TP across nodes is too slow)")
+        out.append(
+            f"tp={t} exceeds the NVLink domain of {cluster.node_size} GPUs (TP across nodes is too slow)"
+        )
     # Pipeline.
     v = s.vpp
     if p > model.layers:
@@ -71,8 +80,10 @@ def validate_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
         out.append("MoE with tp>1 and ep>1 needs sequence parallelism (sp=true) in Megatron")
     # Batch.
     if workload.global_batch % (s.micro_batch * d):
-        out.append(f"global_batch={workload.global_batch} is not divisible by micro_batch*dp = "
-                   f"{s.micro_batch}*{d} = {s.micro_batch * d}")
+        out.append(
+            f"global_batch={workload.global_batch} is not divisible by micro_batch*dp = "
+            f"{s.micro_batch}*{d} = {s.micro_batch * d}"
+        )
     else:
         m = workload.global_batch // (s.micro_batch * d)
         if v > 1 and p > 1 and m % p and strict:

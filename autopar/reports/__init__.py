@@ -7,8 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LaunchSettings", "launch_settings", "screenshot_report", "write_search_report",
-           "write_whatif_report"]
+__all__ = [
+    "LaunchSettings",
+    "launch_settings",
+    "screenshot_report",
+    "write_search_report",
+    "write_whatif_report",
+]
 
 _WHERE = {
     "write_search_report": "autopar.reports.html",

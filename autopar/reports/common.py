@@ -17,13 +17,14 @@ from autopar.specs import ClusterSpec, Workload
 GiB = 2**30
 
 ROLE_TITLES = {
-    "fastest": "Fastest", "cheapest": "Cheapest", "most_headroom": "Most headroom",
+    "fastest": "Fastest",
+    "cheapest": "Cheapest",
+    "most_headroom": "Most headroom",
     "balanced": "Balanced",
 }
 # One colour per category, reused across figures so a segment means the same thing everywhere.
 PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
-PLOT_CONFIG = {"displaylogo": False, "responsive": True,
-               "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
@@ -162,11 +163,13 @@ def write_text(path: str | Path, text: str) -> Path:
 def base_layout(height: int, **kw: object) -> dict[str, object]:
     """Shared plotly layout: white template, explicit height, readable font, tight margins."""
     layout: dict[str, object] = {
-        "template": "plotly_white", "height": height,
+        "template": "plotly_white",
+        "height": height,
         "font": {"family": FONT, "size": 12, "color": "#1f2937"},
         "margin": {"l": 70, "r": 30, "t": 50, "b": 60},
         "hoverlabel": {"font": {"family": FONT, "size": 12}, "align": "left"},
-        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
     }
     layout.update(kw)
     return layout

@@ -24,21 +24,28 @@ def strategy_fields(t: TrialRecord) -> str:
     """Every strategy field of a trial on one line (hover text, table tooltips)."""
     s = t.strategy
     etp = f" etp={s.etp}" if s.etp else ""
-    return (f"tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep}{etp} vpp={s.vpp} sp={s.sp} "
-            f"zero={s.zero} mb={s.micro_batch} recompute={s.recompute} schedule={s.pp_schedule}")
+    return (
+        f"tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep}{etp} vpp={s.vpp} sp={s.sp} "
+        f"zero={s.zero} mb={s.micro_batch} recompute={s.recompute} schedule={s.pp_schedule}"
+    )
 
 
 def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
     """Full description of a trial for a plotly hover box (HTML subset plotly understands)."""
-    lines = [f"<b>{t.strategy.label()}</b>  (trial {t.number})",
-             f"{cluster_label(t.gpu, t.num_gpus)} · {t.precision}", strategy_fields(t)]
+    lines = [
+        f"<b>{t.strategy.label()}</b>  (trial {t.number})",
+        f"{cluster_label(t.gpu, t.num_gpus)} · {t.precision}",
+        strategy_fields(t),
+    ]
     for o in objectives:
         if o.name in t.values:
             lines.append(f"{o.label}: {fmt_value(t.values[o.name], o.unit)}")
     e = t.estimate
     if e is not None:
-        lines.append(f"peak memory {e.memory.total / GiB:.1f} / {e.capacity_bytes / GiB:.1f} GiB · "
-                     f"step {e.step_time_s:.3g} s · MFU {100 * e.mfu:.1f} % · bottleneck {e.bottleneck}")
+        lines.append(
+            f"peak memory {e.memory.total / GiB:.1f} / {e.capacity_bytes / GiB:.1f} GiB · "
+            f"step {e.step_time_s:.3g} s · MFU {100 * e.mfu:.1f} % · bottleneck {e.bottleneck}"
+        )
     if not t.feasible and t.reason:
         lines.append(f"<i>infeasible: {t.reason}</i>")
     return "<br>".join(lines)
@@ -90,15 +97,23 @@ def axis_title(o: ObjectiveInfo) -> str:
     return f"{label} {'↑' if o.direction == 'maximize' else '↓'} better"
 
 
-def _points(trials: list[TrialRecord], xk: str, yk: str, objectives: list[ObjectiveInfo],
-            text: dict[int, str] | None = None) -> PointSet:
+def _points(
+    trials: list[TrialRecord],
+    xk: str,
+    yk: str,
+    objectives: list[ObjectiveInfo],
+    text: dict[int, str] | None = None,
+) -> PointSet:
     sel = [t for t in trials if (xk == "trial" or xk in t.values) and yk in t.values]
     xs = tuple(float(t.number) if xk == "trial" else float(t.values[xk]) for t in sel)
     return PointSet(
-        x=xs, y=tuple(float(t.values[yk]) for t in sel), numbers=tuple(t.number for t in sel),
+        x=xs,
+        y=tuple(float(t.values[yk]) for t in sel),
+        numbers=tuple(t.number for t in sel),
         hover=tuple(hover_text(t, objectives) for t in sel),
         text=tuple((text or {}).get(t.number, "") for t in sel) if text is not None else (),
-        group=tuple(cluster_label(t.gpu, t.num_gpus) for t in sel))
+        group=tuple(cluster_label(t.gpu, t.num_gpus) for t in sel),
+    )
 
 
 def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
@@ -124,15 +139,26 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     else:
         keyed = [("trial", objs[0].name, "Trial number", axis_title(objs[0]))]
     panels = tuple(
-        ParetoPanel(x_title=xt, y_title=yt, x_name=xk, y_name=yk,
-                    pareto=_points(front, xk, yk, objs),
-                    dominated=_points(dominated, xk, yk, objs),
-                    infeasible=_points(infeasible, xk, yk, objs),
-                    recommended=_points(rec_trials, xk, yk, objs, rec_labels))
-        for xk, yk, xt, yt in keyed)
+        ParetoPanel(
+            x_title=xt,
+            y_title=yt,
+            x_name=xk,
+            y_name=yk,
+            pareto=_points(front, xk, yk, objs),
+            dominated=_points(dominated, xk, yk, objs),
+            infeasible=_points(infeasible, xk, yk, objs),
+            recommended=_points(rec_trials, xk, yk, objs, rec_labels),
+        )
+        for xk, yk, xt, yt in keyed
+    )
     groups = tuple(dict.fromkeys(cluster_label(t.gpu, t.num_gpus) for t in front))
-    return ParetoPlotInfo(panels=panels, pareto_numbers=tuple(t.number for t in front), groups=groups,
-                          n_dominated=len(dominated), n_infeasible=len(infeasible))
+    return ParetoPlotInfo(
+        panels=panels,
+        pareto_numbers=tuple(t.number for t in front),
+        groups=groups,
+        n_dominated=len(dominated),
+        n_infeasible=len(infeasible),
+    )
 
 
 # --------------------------------------------------------------------------- parallel coordinates
@@ -177,22 +203,41 @@ def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
         return tuple(float(fn(t)) for t in rows)
 
     dims: list[Dimension] = []
-    knobs = [("TP", lambda t: t.strategy.tp, True), ("PP", lambda t: t.strategy.pp, True),
-             ("virtual stages", lambda t: t.strategy.vpp, False),
-             ("DP", lambda t: t.strategy.dp, True), ("CP", lambda t: t.strategy.cp, False),
-             ("EP", lambda t: t.strategy.ep, False), ("micro-batch", lambda t: t.strategy.micro_batch, True)]
+    knobs = [
+        ("TP", lambda t: t.strategy.tp, True),
+        ("PP", lambda t: t.strategy.pp, True),
+        ("virtual stages", lambda t: t.strategy.vpp, False),
+        ("DP", lambda t: t.strategy.dp, True),
+        ("CP", lambda t: t.strategy.cp, False),
+        ("EP", lambda t: t.strategy.ep, False),
+        ("micro-batch", lambda t: t.strategy.micro_batch, True),
+    ]
     for label, fn, always in knobs:
         values = col(fn)
         if always or len(set(values)) > 1:
             # Sizes are (mostly) powers of two: a log2 axis spaces 1, 2, 4, 8 evenly; ticks show sizes.
             ticks = sorted(set(values))
-            dims.append(Dimension(label, tuple(math.log2(v) for v in values),
-                                  tuple(math.log2(v) for v in ticks), tuple(f"{v:g}" for v in ticks)))
+            dims.append(
+                Dimension(
+                    label,
+                    tuple(math.log2(v) for v in values),
+                    tuple(math.log2(v) for v in ticks),
+                    tuple(f"{v:g}" for v in ticks),
+                )
+            )
     zero = col(lambda t: t.strategy.zero)
-    dims.insert(min(len(dims), 4), Dimension("ZeRO stage", zero, tuple(sorted(set(zero))),
-                                             tuple(f"{v:g}" for v in sorted(set(zero)))))
-    dims.append(Dimension("recompute", col(lambda t: _RECOMPUTE[t.strategy.recompute]),
-                          (0.0, 1.0, 2.0), ("none", "selective", "full")))
+    dims.insert(
+        min(len(dims), 4),
+        Dimension("ZeRO stage", zero, tuple(sorted(set(zero))), tuple(f"{v:g}" for v in sorted(set(zero)))),
+    )
+    dims.append(
+        Dimension(
+            "recompute",
+            col(lambda t: _RECOMPUTE[t.strategy.recompute]),
+            (0.0, 1.0, 2.0),
+            ("none", "selective", "full"),
+        )
+    )
     if len({t.num_gpus for t in rows}) > 1:
         dims.append(Dimension("GPUs", col(lambda t: t.num_gpus)))
     gpus = sorted({t.gpu for t in rows})
@@ -202,8 +247,11 @@ def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
     for o in result.objectives:
         unit = f" ({o.unit})" if o.unit else ""
         dims.append(Dimension(f"{o.name}{unit}", col(lambda t, k=o.name: t.values.get(k, float("nan")))))
-    return ParallelCoordsInfo(dimensions=tuple(dims), is_pareto=tuple(int(t.number in front) for t in rows),
-                              numbers=tuple(t.number for t in rows))
+    return ParallelCoordsInfo(
+        dimensions=tuple(dims),
+        is_pareto=tuple(int(t.number in front) for t in rows),
+        numbers=tuple(t.number for t in rows),
+    )
 
 
 # --------------------------------------------------------------------------- breakdown bars
@@ -265,8 +313,13 @@ def _category(title: str, t: TrialRecord) -> str:
     return f"<b>{title}</b><br>{_wrap(t.strategy.label())}"
 
 
-MEMORY_COLORS = {"weights": "#2563eb", "grads": "#0891b2", "optimizer": "#7c3aed",
-                 "activations": "#d97706", "other": "#94a3b8"}
+MEMORY_COLORS = {
+    "weights": "#2563eb",
+    "grads": "#0891b2",
+    "optimizer": "#7c3aed",
+    "activations": "#d97706",
+    "other": "#94a3b8",
+}
 
 
 def memory_bar_info(result: SearchResult) -> StackedBarInfo:
@@ -274,19 +327,32 @@ def memory_bar_info(result: SearchResult) -> StackedBarInfo:
     items = highlighted_trials(result)
     ests = [t.estimate for _, t in items]
     parts = {
-        "weights": [e.memory.weights for e in ests], "grads": [e.memory.grads for e in ests],
+        "weights": [e.memory.weights for e in ests],
+        "grads": [e.memory.grads for e in ests],
         "optimizer": [e.memory.optimizer for e in ests],
         "activations": [e.memory.activations for e in ests],
         "other": [e.memory.other for e in ests],
     }
-    names = {"weights": "Weights", "grads": "Gradients", "optimizer": "Optimizer states",
-             "activations": "Activations", "other": "Other (logits, buffers, overhead)"}
-    segs = tuple(Segment(names[k], tuple(v / GiB for v in vals), MEMORY_COLORS[k]) for k, vals in parts.items())
+    names = {
+        "weights": "Weights",
+        "grads": "Gradients",
+        "optimizer": "Optimizer states",
+        "activations": "Activations",
+        "other": "Other (logits, buffers, overhead)",
+    }
+    segs = tuple(
+        Segment(names[k], tuple(v / GiB for v in vals), MEMORY_COLORS[k]) for k, vals in parts.items()
+    )
     return StackedBarInfo(
-        title="Peak memory per GPU", y_title="Memory per GPU (GiB)", unit="GiB",
-        categories=tuple(_category(ti, t) for ti, t in items), numbers=tuple(t.number for _, t in items),
-        segments=segs, totals=tuple(e.memory.total / GiB for e in ests),
-        capacity=tuple(e.capacity_bytes / GiB for e in ests))
+        title="Peak memory per GPU",
+        y_title="Memory per GPU (GiB)",
+        unit="GiB",
+        categories=tuple(_category(ti, t) for ti, t in items),
+        numbers=tuple(t.number for _, t in items),
+        segments=segs,
+        totals=tuple(e.memory.total / GiB for e in ests),
+        capacity=tuple(e.capacity_bytes / GiB for e in ests),
+    )
 
 
 TIME_PARTS = [  # (label, function of TimeBreakdown, colour)
@@ -316,6 +382,11 @@ def time_bar_info(result: SearchResult) -> StackedBarInfo:
     if any(r > 1e-9 * max(e.step_time_s, 1e-12) for r, e in zip(rest, ests, strict=True)):
         segs.append(Segment("Other", rest, "#cbd5e1"))
     return StackedBarInfo(
-        title="Step time breakdown", y_title="Time per optimizer step (s)", unit="s",
-        categories=tuple(_category(ti, t) for ti, t in items), numbers=tuple(t.number for _, t in items),
-        segments=tuple(segs), totals=tuple(max(e.step_time_s, e.time.total) for e in ests))
+        title="Step time breakdown",
+        y_title="Time per optimizer step (s)",
+        unit="s",
+        categories=tuple(_category(ti, t) for ti, t in items),
+        numbers=tuple(t.number for _, t in items),
+        segments=tuple(segs),
+        totals=tuple(max(e.step_time_s, e.time.total) for e in ests),
+    )

@@ -44,8 +44,10 @@ def _kv(pairs: list[tuple[str, str]]) -> str:
 
 def _cluster_text(c: ClusterSpec) -> str:
     price = f", ${c.price_usd_per_gpu_hour:.2f}/GPU-h" if c.price_usd_per_gpu_hour is not None else ""
-    return (f"{cluster_label(c.gpu.name, c.num_gpus)} ({c.nodes} node{'s' if c.nodes > 1 else ''} of "
-            f"{min(c.node_size, c.num_gpus)}, {c.nic_bw / 1e9:.0f} GB/s NIC per GPU{price})")
+    return (
+        f"{cluster_label(c.gpu.name, c.num_gpus)} ({c.nodes} node{'s' if c.nodes > 1 else ''} of "
+        f"{min(c.node_size, c.num_gpus)}, {c.nic_bw / 1e9:.0f} GB/s NIC per GPU{price})"
+    )
 
 
 def calibration_text(result: SearchResult) -> str:
@@ -64,9 +66,12 @@ def calibration_text(result: SearchResult) -> str:
     described = [str(cal[k]) for k in ("description", "summary") if cal.get(k)]
     if any(str(name) in d for d in described):  # the description already names the corrector
         parts = parts[1:]
-    extra = [f"{k}={v}" for k, v in cal.items()
-             if k not in {"name", "corrector", "version", "description", "summary", *err_keys}
-             and isinstance(v, (str, int, float))]
+    extra = [
+        f"{k}={v}"
+        for k, v in cal.items()
+        if k not in {"name", "corrector", "version", "description", "summary", *err_keys}
+        and isinstance(v, (str, int, float))
+    ]
     return ", ".join(parts + described + extra[:4])
 
 
@@ -80,46 +85,78 @@ def _header(result: SearchResult) -> str:
     except Exception:  # noqa: BLE001 - the count is decoration; never fail the report for it
         params = "–"
     clusters = "<br>".join(esc(_cluster_text(c)) for c in result.clusters)
-    budget = (f"{w.token_budget / 1e9:,.0f} B tokens" if w.token_budget else "not set")
-    objectives = ", ".join(f"{o.name} ({'max' if o.direction == 'maximize' else 'min'}, {o.unit})"
-                           for o in result.objectives)
+    budget = f"{w.token_budget / 1e9:,.0f} B tokens" if w.token_budget else "not set"
+    objectives = ", ".join(
+        f"{o.name} ({'max' if o.direction == 'maximize' else 'min'}, {o.unit})" for o in result.objectives
+    )
     front = pareto_trials(result)
-    kpis = [("Pareto points", str(len(front))), ("Trials", str(len(result.trials))),
-            ("Feasible", str(result.n_feasible)), ("Search space", fmt_num(result.space_size)),
-            ("Search time", fmt_seconds(result.wall_s))]
-    kpi_html = "".join(f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-                       for k, v in kpis)
+    kpis = [
+        ("Pareto points", str(len(front))),
+        ("Trials", str(len(result.trials))),
+        ("Feasible", str(result.n_feasible)),
+        ("Search space", fmt_num(result.space_size)),
+        ("Search time", fmt_seconds(result.wall_s)),
+    ]
+    kpi_html = "".join(
+        f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in kpis
+    )
     title = f"Parallelism plan for {m.name}"
     sub = " · ".join(cluster_label(c.gpu.name, c.num_gpus) for c in result.clusters)
-    top = (f'<header class="top"><div class="wrap"><div class="brand">autopar report</div>'
-           f"<h1>{esc(title)}</h1><div class=\"subtitle\">{esc(sub)} · seq {w.seq_len:,} · "
-           f"global batch {w.global_batch:,} · {esc(w.precision)} · generated {esc(now_utc())}</div>"
-           f'<div class="kpis">{kpi_html}</div></div></header>')
+    top = (
+        f'<header class="top"><div class="wrap"><div class="brand">autopar report</div>'
+        f'<h1>{esc(title)}</h1><div class="subtitle">{esc(sub)} · seq {w.seq_len:,} · '
+        f"global batch {w.global_batch:,} · {esc(w.precision)} · generated {esc(now_utc())}</div>"
+        f'<div class="kpis">{kpi_html}</div></div></header>'
+    )
     tier = inp.get("tier") or inp.get("price_tier") or "on_demand"
     boxes = [
-        ("Model", [("name", esc(m.name)), ("parameters", esc(params)),
-                   ("layers × hidden", f"{m.layers} × {m.hidden}"),
-                   ("heads / kv", f"{m.heads} / {m.kv}"),
-                   ("experts", f"{m.experts} (top-{m.topk})" if m.is_moe else "dense")]),
-        ("Cluster" + ("s" if len(result.clusters) > 1 else ""), [("hardware", clusters),
-                                                                  ("price tier", esc(tier))]),
-        ("Workload", [("sequence length", f"{w.seq_len:,} tokens"),
-                      ("global batch", f"{w.global_batch:,} sequences ({w.tokens_per_step / 1e6:.2f} M tokens)"),
-                      ("precision / optimizer", esc(f"{w.precision} / {w.optimizer}")),
-                      ("token budget", esc(budget))]),
-        ("Search", [("objectives", esc(objectives)),
-                    ("sampler / budget", esc(f"{result.sampler} / {result.budget} trials")),
-                    ("seed", esc(result.seed)),
-                    ("calibration", esc(calibration_text(result))),
-                    ("autopar", esc(autopar_version()))]),
+        (
+            "Model",
+            [
+                ("name", esc(m.name)),
+                ("parameters", esc(params)),
+                ("layers × hidden", f"{m.layers} × {m.hidden}"),
+                ("heads / kv", f"{m.heads} / {m.kv}"),
+                ("experts", f"{m.experts} (top-{m.topk})" if m.is_moe else "dense"),
+            ],
+        ),
+        (
+            "Cluster" + ("s" if len(result.clusters) > 1 else ""),
+            [("hardware", clusters), ("price tier", esc(tier))],
+        ),
+        (
+            "Workload",
+            [
+                ("sequence length", f"{w.seq_len:,} tokens"),
+                ("global batch", f"{w.global_batch:,} sequences ({w.tokens_per_step / 1e6:.2f} M tokens)"),
+                ("precision / optimizer", esc(f"{w.precision} / {w.optimizer}")),
+                ("token budget", esc(budget)),
+            ],
+        ),
+        (
+            "Search",
+            [
+                ("objectives", esc(objectives)),
+                ("sampler / budget", esc(f"{result.sampler} / {result.budget} trials")),
+                ("seed", esc(result.seed)),
+                ("calibration", esc(calibration_text(result))),
+                ("autopar", esc(autopar_version())),
+            ],
+        ),
     ]
     inputs = "".join(f'<div class="panel"><h3>{esc(t)}</h3>{_kv(kv)}</div>' for t, kv in boxes)
     notes = "".join(f'<div class="note">{esc(n)}</div>' for n in result.notes)
     if result.calibration is None:
-        notes += ('<div class="note ok">Predictions come from the analytical model alone (no calibration '
-                  "against measured runs); treat absolute throughput as ±15–25 %.</div>")
-    return top + '<div class="wrap">' + f'<section class="inputs">{inputs}</section>' + \
-        (f'<section class="notes">{notes}</section>' if notes else "")
+        notes += (
+            '<div class="note ok">Predictions come from the analytical model alone (no calibration '
+            "against measured runs); treat absolute throughput as ±15–25 %.</div>"
+        )
+    return (
+        top
+        + '<div class="wrap">'
+        + f'<section class="inputs">{inputs}</section>'
+        + (f'<section class="notes">{notes}</section>' if notes else "")
+    )
 
 
 def _metrics(t: TrialRecord, result: SearchResult) -> str:
@@ -132,37 +169,56 @@ def _metrics(t: TrialRecord, result: SearchResult) -> str:
         names = {o.name for o in result.objectives}
         if "throughput" not in names:
             items.append(("Throughput (cluster)", f"{fmt_num(e.tokens_per_s)} tokens/s"))
-        items += [("Tokens/s per GPU", fmt_num(e.tokens_per_s_per_gpu)), ("MFU", f"{100 * e.mfu:.1f} %"),
-                  ("Step time", fmt_seconds(e.step_time_s))]
+        items += [
+            ("Tokens/s per GPU", fmt_num(e.tokens_per_s_per_gpu)),
+            ("MFU", f"{100 * e.mfu:.1f} %"),
+            ("Step time", fmt_seconds(e.step_time_s)),
+        ]
     items = items[: len(items) - len(items) % 2] if len(items) > 2 else items
     band = ""
     if e is not None and e.tokens_per_s_band is not None:
         lo, hi = e.tokens_per_s_band
-        band = (f'<div class="small muted">Calibrated x{e.calibration_factor:.2f} on the analytical model; '
-                f"80% band {fmt_num(lo)}–{fmt_num(hi)} tokens/s (cluster)</div>")
-    return '<div class="metrics">' + "".join(
-        f'<div class="metric"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-        for k, v in items[:8]) + "</div>" + band
+        band = (
+            f'<div class="small muted">Calibrated x{e.calibration_factor:.2f} on the analytical model; '
+            f"80% band {fmt_num(lo)}–{fmt_num(hi)} tokens/s (cluster)</div>"
+        )
+    return (
+        '<div class="metrics">'
+        + "".join(
+            f'<div class="metric"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
+            for k, v in items[:8]
+        )
+        + "</div>"
+        + band
+    )
 
 
 def _knobs(t: TrialRecord) -> str:
     """Compact knob summary for a card: 'tp 4 · pp 2 (v2) · dp 8 · ZeRO-1 · mb 1 · recompute sel'."""
     s = t.strategy
-    parts = [f"tp {s.tp}" + (" +SP" if s.sp and s.tp > 1 else ""),
-             f"pp {s.pp}" + (f" ×{s.vpp} virtual" if s.vpp > 1 else ""), f"dp {s.dp}"]
+    parts = [
+        f"tp {s.tp}" + (" +SP" if s.sp and s.tp > 1 else ""),
+        f"pp {s.pp}" + (f" ×{s.vpp} virtual" if s.vpp > 1 else ""),
+        f"dp {s.dp}",
+    ]
     parts += [f"cp {s.cp}"] if s.cp > 1 else []
     parts += [f"ep {s.ep}"] if s.ep > 1 else []
-    parts += [f"ZeRO-{s.zero}" if s.zero else "DDP", f"micro-batch {s.micro_batch}",
-              f"recompute {s.recompute}"]
+    parts += [
+        f"ZeRO-{s.zero}" if s.zero else "DDP",
+        f"micro-batch {s.micro_batch}",
+        f"recompute {s.recompute}",
+    ]
     return " · ".join(parts)
 
 
 def _memory_bar(e: Estimate) -> str:
     frac = max(0.0, min(1.0, e.memory.total / e.capacity_bytes)) if e.capacity_bytes else 0.0
     tight = " tight" if frac > 0.92 else ""
-    return (f'<div class="small muted">Peak memory {e.memory.total / GiB:.1f} of {e.capacity_bytes / GiB:.1f} GiB '
-            f"per GPU · headroom {e.headroom_bytes / GiB:.1f} GiB</div>"
-            f'<div class="bar{tight}"><span style="width:{100 * frac:.1f}%"></span></div>')
+    return (
+        f'<div class="small muted">Peak memory {e.memory.total / GiB:.1f} of {e.capacity_bytes / GiB:.1f} GiB '
+        f"per GPU · headroom {e.headroom_bytes / GiB:.1f} GiB</div>"
+        f'<div class="bar{tight}"><span style="width:{100 * frac:.1f}%"></span></div>'
+    )
 
 
 def _pre(text: str) -> str:
@@ -175,18 +231,28 @@ def launch_html(result: SearchResult, t: TrialRecord, key: str) -> str:
         ls = launch_settings(result.model, trial_cluster(result, t), trial_workload(result, t), t.strategy)
     except AutoparError as err:
         return f'<details class="launch"><summary>Launch settings</summary><p class="muted">{esc(err)}</p></details>'
-    tabs = [("megatron", "Megatron-LM", ls.torchrun), ("torchtitan", "torchtitan", ls.torchtitan),
-            ("deepspeed", "DeepSpeed", ls.deepspeed or f"# {ls.deepspeed_reason}"),
-            ("slurm", "SLURM", ls.slurm)]
-    buttons = "".join(f'<button type="button" data-tab="{k}"{" class=on" if i == 0 else ""}>{esc(lbl)}</button>'
-                      for i, (k, lbl, _) in enumerate(tabs))
-    panels = "".join(f'<div class="tabpanel{" on" if i == 0 else ""}" data-tab="{k}" id="{key}-{k}">{_pre(txt)}</div>'
-                     for i, (k, _, txt) in enumerate(tabs))
+    tabs = [
+        ("megatron", "Megatron-LM", ls.torchrun),
+        ("torchtitan", "torchtitan", ls.torchtitan),
+        ("deepspeed", "DeepSpeed", ls.deepspeed or f"# {ls.deepspeed_reason}"),
+        ("slurm", "SLURM", ls.slurm),
+    ]
+    buttons = "".join(
+        f'<button type="button" data-tab="{k}"{" class=on" if i == 0 else ""}>{esc(lbl)}</button>'
+        for i, (k, lbl, _) in enumerate(tabs)
+    )
+    panels = "".join(
+        f'<div class="tabpanel{" on" if i == 0 else ""}" data-tab="{k}" id="{key}-{k}">{_pre(txt)}</div>'
+        for i, (k, _, txt) in enumerate(tabs)
+    )
     caveats = "".join(f"<li>{esc(n)}</li>" for n in ls.notes)
-    return (f'<details class="launch"><summary>Launch settings ({ls.nodes} node'
-            f'{"s" if ls.nodes > 1 else ""} × {ls.gpus_per_node} GPUs)</summary>'
-            f'<div class="tabs">{buttons}</div>{panels}'
-            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</details>")
+    return (
+        f'<details class="launch"><summary>Launch settings ({ls.nodes} node'
+        f"{'s' if ls.nodes > 1 else ''} × {ls.gpus_per_node} GPUs)</summary>"
+        f'<div class="tabs">{buttons}</div>{panels}'
+        + (f'<ul class="caveats">{caveats}</ul>' if caveats else "")
+        + "</details>"
+    )
 
 
 def _cards(result: SearchResult) -> str:
@@ -201,14 +267,16 @@ def _cards(result: SearchResult) -> str:
         roles = " · ".join(role_title(r.role) for r in recs)
         why = "".join(_why(r.why) for r in recs if r.why)
         mem = _memory_bar(t.estimate) if t.estimate is not None else ""
-        bottleneck = (f" · bottleneck: {esc(t.estimate.bottleneck.replace('_', ' '))}"
-                      if t.estimate is not None else "")
+        bottleneck = (
+            f" · bottleneck: {esc(t.estimate.bottleneck.replace('_', ' '))}" if t.estimate is not None else ""
+        )
         cards.append(
             f'<div class="card" data-trial="{num}"><div class="role">{esc(roles)}</div>'
             f'<div class="strategy" title="{esc(strategy_fields(t))}">{esc(t.strategy.label())}</div>'
             f'<div class="where">{esc(cluster_label(t.gpu, t.num_gpus))} · {esc(t.precision)}'
             f"{bottleneck}<br>{esc(_knobs(t))}</div>{_metrics(t, result)}{mem}{why}"
-            f"{launch_html(result, t, f'launch-{num}')}</div>")
+            f"{launch_html(result, t, f'launch-{num}')}</div>"
+        )
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
@@ -218,8 +286,10 @@ def _why(text: str, keep: int = 2) -> str:
     if len(text) <= 240 or len(sentences) <= keep:
         return f'<p class="why">{esc(text)}</p>'
     head, tail = " ".join(sentences[:keep]), " ".join(sentences[keep:])
-    return (f'<p class="why">{esc(head)}</p><details class="more"><summary>more</summary>'
-            f'<p class="why small">{esc(tail)}</p></details>')
+    return (
+        f'<p class="why">{esc(head)}</p><details class="more"><summary>more</summary>'
+        f'<p class="why small">{esc(tail)}</p></details>'
+    )
 
 
 def _section(title: str, lead: str, inner: str, sid: str) -> str:
@@ -230,39 +300,63 @@ def search_report_html(result: SearchResult, plotlyjs: str = "inline") -> str:
     """The complete report page as a string (see `write_search_report`)."""
     front = pareto_trials(result)
     parts = [_header(result)]
-    parts.append(_section(
-        "Recommendations", "Each card is one point of the Pareto front chosen for a role; "
-        "the launch settings reproduce it in Megatron-LM, torchtitan, DeepSpeed or SLURM.",
-        _cards(result), "recommendations"))
+    parts.append(
+        _section(
+            "Recommendations",
+            "Each card is one point of the Pareto front chosen for a role; "
+            "the launch settings reproduce it in Megatron-LM, torchtitan, DeepSpeed or SLURM.",
+            _cards(result),
+            "recommendations",
+        )
+    )
     if front:
         pinfo = pareto_plot_info(result)
-        parts.append(_section(
-            "Pareto front", f"{len(front)} non-dominated strategies (coloured) among "
-            f"{result.n_feasible} feasible trials (grey). Stars mark the recommendations; "
-            f"{pinfo.n_infeasible} infeasible trials are hidden — click “Infeasible” in the legend to "
-            "show them. Hover a point for its full strategy.",
-            f'<div class="panel">{figure_html(plot_pareto(pinfo), "fig-pareto")}</div>', "pareto"))
+        parts.append(
+            _section(
+                "Pareto front",
+                f"{len(front)} non-dominated strategies (coloured) among "
+                f"{result.n_feasible} feasible trials (grey). Stars mark the recommendations; "
+                f"{pinfo.n_infeasible} infeasible trials are hidden — click “Infeasible” in the legend to "
+                "show them. Hover a point for its full strategy.",
+                f'<div class="panel">{figure_html(plot_pareto(pinfo), "fig-pareto")}</div>',
+                "pareto",
+            )
+        )
         mem, tim = memory_bar_info(result), time_bar_info(result)
         if mem.categories:
-            parts.append(_section(
-                "Where the memory and the time go", "Per-GPU peak memory of the most loaded GPU "
-                "(dashed line: usable capacity) and the optimizer-step time split into compute, the "
-                "communication that is not hidden behind compute, the pipeline bubble and the optimizer.",
-                f'<div class="grid-2"><div class="panel">{figure_html(plot_stacked_bars(mem), "fig-memory")}'
-                f'</div><div class="panel">{figure_html(plot_stacked_bars(tim), "fig-time")}</div></div>',
-                "breakdown"))
-        parts.append(_section(
-            "Knobs vs objectives", "Each line is a feasible strategy (blue: Pareto front). Drag along "
-            "an axis to filter.",
-            f'<div class="panel">{figure_html(plot_parallel_coords(parallel_coords_info(result)), "fig-parcoords")}</div>',
-            "parcoords"))
-    parts.append(_section(
-        "Pareto set", "Click a column header to sort. Highlighted rows are recommended.",
-        table_html(pareto_table_info(result)), "table"))
-    parts.append(f"<footer>Generated by autopar {esc(autopar_version())} on {esc(now_utc())}. Predictions "
-                 "come from autopar's analytical performance model"
-                 + (" with calibration" if result.calibration else "")
-                 + "; measure before committing a large run.</footer></div>")
+            parts.append(
+                _section(
+                    "Where the memory and the time go",
+                    "Per-GPU peak memory of the most loaded GPU "
+                    "(dashed line: usable capacity) and the optimizer-step time split into compute, the "
+                    "communication that is not hidden behind compute, the pipeline bubble and the optimizer.",
+                    f'<div class="grid-2"><div class="panel">{figure_html(plot_stacked_bars(mem), "fig-memory")}'
+                    f'</div><div class="panel">{figure_html(plot_stacked_bars(tim), "fig-time")}</div></div>',
+                    "breakdown",
+                )
+            )
+        parts.append(
+            _section(
+                "Knobs vs objectives",
+                "Each line is a feasible strategy (blue: Pareto front). Drag along an axis to filter.",
+                f'<div class="panel">{figure_html(plot_parallel_coords(parallel_coords_info(result)), "fig-parcoords")}</div>',
+                "parcoords",
+            )
+        )
+    parts.append(
+        _section(
+            "Pareto set",
+            "Click a column header to sort. Highlighted rows are recommended.",
+            table_html(pareto_table_info(result)),
+            "table",
+        )
+    )
+    parts.append(
+        f"<footer>Generated by autopar {esc(autopar_version())} on {esc(now_utc())}. Predictions "
+        "come from autopar's analytical performance model"
+        + (" with calibration" if result.calibration else "")
+        + "; measure before committing a large run.</footer></div>"
+    )
     return render_page(f"autopar · {result.model.name}", "".join(parts), plotlyjs)
 
 

@@ -57,10 +57,16 @@ class LaunchSettings:
     def as_dict(self) -> dict[str, object]:
         """JSON-ready dict (for `autopar launch --json` and the report)."""
         return {
-            "megatron_args": list(self.megatron_args), "megatron": self.megatron,
-            "torchtitan": self.torchtitan, "deepspeed": self.deepspeed,
-            "deepspeed_reason": self.deepspeed_reason, "torchrun": self.torchrun, "slurm": self.slurm,
-            "env": dict(self.env), "notes": list(self.notes), "nodes": self.nodes,
+            "megatron_args": list(self.megatron_args),
+            "megatron": self.megatron,
+            "torchtitan": self.torchtitan,
+            "deepspeed": self.deepspeed,
+            "deepspeed_reason": self.deepspeed_reason,
+            "torchrun": self.torchrun,
+            "slurm": self.slurm,
+            "env": dict(self.env),
+            "notes": list(self.notes),
+            "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node,
         }
 
@@ -80,7 +86,9 @@ def _resolve(cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> tu
         problems.append(f"tp*pp*cp*dp={s.dp * model_par} must equal num_gpus={cluster.num_gpus}")
     per_step = s.micro_batch * s.dp
     if workload.global_batch % per_step:
-        problems.append(f"global_batch={workload.global_batch} is not a multiple of micro_batch*dp={per_step}")
+        problems.append(
+            f"global_batch={workload.global_batch} is not a multiple of micro_batch*dp={per_step}"
+        )
     if s.vpp > 1 and s.pp == 1:
         problems.append(f"vpp={s.vpp} needs pp > 1")
     if problems:
@@ -97,14 +105,21 @@ def _gpus_per_node(cluster: ClusterSpec) -> int:
 
 def _megatron_model_args(model: ModelSpec, workload: Workload) -> list[str]:
     """Architecture arguments (network size, attention, MoE, MLA) for Megatron-Core GPT models."""
-    a = [f"--num-layers {model.layers}", f"--hidden-size {model.hidden}",
-         f"--ffn-hidden-size {model.ffn_hidden}", f"--num-attention-heads {model.heads}"]
+    a = [
+        f"--num-layers {model.layers}",
+        f"--hidden-size {model.hidden}",
+        f"--ffn-hidden-size {model.ffn_hidden}",
+        f"--num-attention-heads {model.heads}",
+    ]
     if model.kv != model.heads and not model.is_mla:
         a += ["--group-query-attention", f"--num-query-groups {model.kv}"]
     if model.head_dim and model.head_dim != model.hidden // model.heads and not model.is_mla:
         a.append(f"--kv-channels {model.head_dim}")
-    a += [f"--seq-length {workload.seq_len}", f"--max-position-embeddings {workload.seq_len}",
-          "--position-embedding-type rope"]
+    a += [
+        f"--seq-length {workload.seq_len}",
+        f"--max-position-embeddings {workload.seq_len}",
+        "--position-embedding-type rope",
+    ]
     if model.norm == "rmsnorm":
         a.append("--normalization RMSNorm")
     if model.activation == "swiglu":
@@ -118,11 +133,18 @@ def _megatron_model_args(model: ModelSpec, workload: Workload) -> list[str]:
         a.append("--multi-latent-attention")
         if model.q_lora_rank:
             a.append(f"--q-lora-rank {model.q_lora_rank}")
-        a += [f"--kv-lora-rank {model.kv_lora_rank}", f"--qk-head-dim {model.qk_nope_head_dim}",
-              f"--qk-pos-emb-head-dim {model.qk_rope_head_dim}", f"--v-head-dim {model.v_head_dim}"]
+        a += [
+            f"--kv-lora-rank {model.kv_lora_rank}",
+            f"--qk-head-dim {model.qk_nope_head_dim}",
+            f"--qk-pos-emb-head-dim {model.qk_rope_head_dim}",
+            f"--v-head-dim {model.v_head_dim}",
+        ]
     if model.is_moe:
-        a += [f"--num-experts {model.experts}", f"--moe-router-topk {model.topk}",
-              f"--moe-ffn-hidden-size {model.moe_ffn_hidden}"]
+        a += [
+            f"--num-experts {model.experts}",
+            f"--moe-router-topk {model.topk}",
+            f"--moe-ffn-hidden-size {model.moe_ffn_hidden}",
+        ]
         if model.shared_experts:
             a.append(f"--moe-shared-expert-intermediate-size {model.shared_experts * model.shared_ffn}")
         if model.dense_layers:
@@ -141,8 +163,10 @@ def _megatron_parallel_args(model: ModelSpec, workload: Workload, s: Strategy) -
             a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // (s.pp * s.vpp)}")
         else:
             a.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
-            notes.append(f"layers={model.layers} is not a multiple of pp*vpp={s.pp * s.vpp}: "
-                         "Megatron splits the stages unevenly (needs a recent Megatron-LM)")
+            notes.append(
+                f"layers={model.layers} is not a multiple of pp*vpp={s.pp * s.vpp}: "
+                "Megatron splits the stages unevenly (needs a recent Megatron-LM)"
+            )
     if s.cp > 1:
         a.append(f"--context-parallel-size {s.cp}")
     if model.is_moe:
@@ -155,8 +179,13 @@ def _megatron_parallel_args(model: ModelSpec, workload: Workload, s: Strategy) -
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif s.zero in (2, 3):
         strat = {2: "optim_grads", 3: "optim_grads_params"}[s.zero]
-        a += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strat}",
-              "--ckpt-format fsdp_dtensor", "--overlap-grad-reduce", "--overlap-param-gather"]
+        a += [
+            "--use-megatron-fsdp",
+            f"--data-parallel-sharding-strategy {strat}",
+            "--ckpt-format fsdp_dtensor",
+            "--overlap-grad-reduce",
+            "--overlap-param-gather",
+        ]
     else:
         a.append("--overlap-grad-reduce")
     if s.recompute == "selective":
@@ -168,8 +197,10 @@ def _megatron_parallel_args(model: ModelSpec, workload: Workload, s: Strategy) -
         a.append("--fp8-format hybrid")
         notes.append("--fp8-recipe defaults to delayed scaling; on Blackwell add --fp8-recipe mxfp8")
     if s.pp > 1 and model.layers % s.pp:
-        notes.append(f"layers={model.layers} is not a multiple of pp={s.pp}: add "
-                     "--decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers")
+        notes.append(
+            f"layers={model.layers} is not a multiple of pp={s.pp}: add "
+            "--decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers"
+        )
     return a, notes
 
 
@@ -208,15 +239,19 @@ def _torchtitan(model: ModelSpec, workload: Workload, s: Strategy, header: str) 
     if s.zero in (1, 2):
         reshard = "never"
         if s.zero == 1:
-            notes.append("torchtitan has no ZeRO-1; FSDP2 with reshard_after_forward=never "
-                         "(ZeRO-2-like) is the nearest setting")
+            notes.append(
+                "torchtitan has no ZeRO-1; FSDP2 with reshard_after_forward=never "
+                "(ZeRO-2-like) is the nearest setting"
+            )
     elif s.zero == 0:
         if s.tp * s.pp * s.cp == 1:
             shard, replicate = 1, s.dp
         else:
             reshard = "never"
-            notes.append("torchtitan's DDP path supports a 1-D mesh only; with TP/PP/CP the "
-                         "config uses FSDP2 with reshard_after_forward=never instead of DDP")
+            notes.append(
+                "torchtitan's DDP path supports a 1-D mesh only; with TP/PP/CP the "
+                "config uses FSDP2 with reshard_after_forward=never instead of DDP"
+            )
     if s.tp > 1 and not s.sp:
         notes.append("torchtitan always applies sequence parallelism together with TP")
     training: dict[str, object] = {"seq_len": workload.seq_len, "global_batch_size": workload.global_batch}
@@ -226,9 +261,12 @@ def _torchtitan(model: ModelSpec, workload: Workload, s: Strategy, header: str) 
         training = {"local_batch_size": s.micro_batch, **training}
     training["mixed_precision_param"] = "bfloat16"
     par: dict[str, object] = {
-        "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
-        "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": s.tp,
-        "pipeline_parallel_degree": s.pp, "context_parallel_degree": s.cp,
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": reshard,
+        "tensor_parallel_degree": s.tp,
+        "pipeline_parallel_degree": s.pp,
+        "context_parallel_degree": s.cp,
     }
     if workload.tp_comm_overlap and s.tp > 1:
         par["enable_async_tensor_parallel"] = True  # only effective with [compile] enabled (added below)
@@ -246,14 +284,18 @@ def _torchtitan(model: ModelSpec, workload: Workload, s: Strategy, header: str) 
     sections: list[tuple[str, dict[str, object]]] = [
         ("job", {"description": header}),
         ("model", {"converters": ["quantize.linear.float8"]} if workload.precision == "fp8" else {}),
-        ("training", training), ("parallelism", par), ("activation_checkpoint", ac),
+        ("training", training),
+        ("parallelism", par),
+        ("activation_checkpoint", ac),
     ]
     if workload.tp_comm_overlap and s.tp > 1 and workload.precision != "fp8":
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     if workload.precision == "fp8":
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
-    out = [f"# torchtitan job config generated by autopar: {header}",
-           "# Field names: pytorch/torchtitan torchtitan/config/job_config.py (TOML JobConfig)"]
+    out = [
+        f"# torchtitan job config generated by autopar: {header}",
+        "# Field names: pytorch/torchtitan torchtitan/config/job_config.py (TOML JobConfig)",
+    ]
     for name, body in sections:
         out.append(f"\n[{name}]")
         if name == "model":
@@ -269,25 +311,39 @@ def _deepspeed(workload: Workload, s: Strategy, microbatches: int) -> tuple[str 
     """DeepSpeed config JSON where the strategy is expressible; else None and the reason."""
     unsupported = [f"{name}={v}" for name, v in (("pp", s.pp), ("cp", s.cp), ("ep", s.ep)) if v > 1]
     if unsupported:
-        return None, ("not expressible as a DeepSpeed config: " + ", ".join(unsupported)
-                      + " need model-side code (PipelineModule, Ulysses, DeepSpeed-MoE)"), []
+        return (
+            None,
+            (
+                "not expressible as a DeepSpeed config: "
+                + ", ".join(unsupported)
+                + " need model-side code (PipelineModule, Ulysses, DeepSpeed-MoE)"
+            ),
+            [],
+        )
     notes: list[str] = []
     cfg: dict[str, object] = {
         "train_batch_size": workload.global_batch,
         "train_micro_batch_size_per_gpu": s.micro_batch,
         "gradient_accumulation_steps": microbatches,
         "bf16": {"enabled": True},
-        "zero_optimization": ({"stage": s.zero, "overlap_comm": True, "contiguous_gradients": True}
-                              if s.zero >= 2 else {"stage": s.zero}),
+        "zero_optimization": (
+            {"stage": s.zero, "overlap_comm": True, "contiguous_gradients": True}
+            if s.zero >= 2
+            else {"stage": s.zero}
+        ),
         "gradient_clipping": 1.0,
     }
     if s.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": s.tp}
-        notes.append("DeepSpeed AutoTP (tensor_parallel.autotp_size) shards linear layers of "
-                     "Hugging Face style models; it has no Megatron-style sequence parallelism")
+        notes.append(
+            "DeepSpeed AutoTP (tensor_parallel.autotp_size) shards linear layers of "
+            "Hugging Face style models; it has no Megatron-style sequence parallelism"
+        )
     if s.recompute != "none":
-        notes.append("DeepSpeed activation checkpointing is enabled in the model code "
-                     "(e.g. gradient_checkpointing_enable()), not in this JSON")
+        notes.append(
+            "DeepSpeed activation checkpointing is enabled in the model code "
+            "(e.g. gradient_checkpointing_enable()), not in this JSON"
+        )
     if workload.precision == "fp8":
         notes.append("FP8 GEMMs need Transformer Engine in the model; the DeepSpeed config keeps bf16")
     return json.dumps(cfg, indent=2) + "\n", "; ".join(notes), notes
@@ -299,8 +355,14 @@ def _deepspeed(workload: Workload, s: Strategy, microbatches: int) -> tuple[str 
 def _torchrun_prefix(nodes: int, gpn: int) -> list[str]:
     if nodes == 1:
         return ["torchrun", f"--standalone --nproc-per-node {gpn}"]
-    return ["torchrun", f"--nnodes {nodes}", f"--nproc-per-node {gpn}", "--rdzv-id autopar",
-            "--rdzv-backend c10d", f"--rdzv-endpoint $MASTER_ADDR:{MASTER_PORT}"]
+    return [
+        "torchrun",
+        f"--nnodes {nodes}",
+        f"--nproc-per-node {gpn}",
+        "--rdzv-id autopar",
+        "--rdzv-backend c10d",
+        f"--rdzv-endpoint $MASTER_ADDR:{MASTER_PORT}",
+    ]
 
 
 def _slurm(name: str, header: str, nodes: int, gpn: int, env: dict[str, str], args: list[str]) -> str:
@@ -345,8 +407,9 @@ def _slurm(name: str, header: str, nodes: int, gpn: int, env: dict[str, str], ar
 # --------------------------------------------------------------------------- public API
 
 
-def launch_settings(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                    strategy: Strategy) -> LaunchSettings:
+def launch_settings(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy
+) -> LaunchSettings:
     """Framework settings for a strategy, so a recommendation can be launched without re-typing it."""
     s, microbatches = _resolve(cluster, workload, strategy)
     header = f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}, {s.label()}, {workload.precision}"
@@ -363,16 +426,27 @@ def launch_settings(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     if prefix:
         torchrun = " ".join(prefix) + " " + torchrun
     return LaunchSettings(
-        megatron_args=tuple(args), megatron=_continued(args), torchtitan=tt, deepspeed=ds,
-        deepspeed_reason=ds_reason, torchrun=torchrun,
-        slurm=_slurm(model.name, header, nodes, gpn, env, args), env=env,
-        notes=tuple(notes + tt_notes + ds_notes), nodes=nodes, gpus_per_node=gpn)
+        megatron_args=tuple(args),
+        megatron=_continued(args),
+        torchtitan=tt,
+        deepspeed=ds,
+        deepspeed_reason=ds_reason,
+        torchrun=torchrun,
+        slurm=_slurm(model.name, header, nodes, gpn, env, args),
+        env=env,
+        notes=tuple(notes + tt_notes + ds_notes),
+        nodes=nodes,
+        gpus_per_node=gpn,
+    )
 
 
 _LABEL_TOKENS = [
-    (re.compile(r"^TP(\d+)(\+SP)?$"), "tp"), (re.compile(r"^PP(\d+)(?:v(\d+))?$"), "pp"),
-    (re.compile(r"^CP(\d+)$"), "cp"), (re.compile(r"^EP(\d+)$"), "ep"),
-    (re.compile(r"^DP(\d+)(?:/Z(\d))?$"), "dp"), (re.compile(r"^mb(\d+)$"), "mb"),
+    (re.compile(r"^TP(\d+)(\+SP)?$"), "tp"),
+    (re.compile(r"^PP(\d+)(?:v(\d+))?$"), "pp"),
+    (re.compile(r"^CP(\d+)$"), "cp"),
+    (re.compile(r"^EP(\d+)$"), "ep"),
+    (re.compile(r"^DP(\d+)(?:/Z(\d))?$"), "dp"),
+    (re.compile(r"^mb(\d+)$"), "mb"),
     (re.compile(r"^(sel|full)-AC$"), "ac"),
 ]
 
@@ -401,6 +475,8 @@ def parse_strategy_label(label: str) -> Strategy:
                 fields[key] = int(m[1])
             break
         else:
-            raise SpecError(f"strategy label token '{tok}' not understood (expected e.g. "
-                            "'TP4+SP PP2v2 CP2 EP8 DP8/Z1 mb1 sel-AC')")
+            raise SpecError(
+                f"strategy label token '{tok}' not understood (expected e.g. "
+                "'TP4+SP PP2v2 CP2 EP8 DP8/Z1 mb1 sel-AC')"
+            )
     return Strategy(**fields)

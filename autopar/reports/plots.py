@@ -14,8 +14,9 @@ HOVER = "%{hovertext}<extra></extra>"
 PANEL_HEIGHT = 440
 
 
-def _label_positions(xs: tuple[float, ...], ys: tuple[float, ...], all_x: list[float],
-                     all_y: list[float]) -> list[str]:
+def _label_positions(
+    xs: tuple[float, ...], ys: tuple[float, ...], all_x: list[float], all_y: list[float]
+) -> list[str]:
     """Put each label on the side facing the middle of the panel, so it is not cut at the edge;
     labels of points close to an earlier one go to the other side, so they do not overlap."""
     if not all_x:
@@ -60,46 +61,119 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
     for i, p in enumerate(info.panels):
         r, c = i // cols + 1, i % cols + 1
         first = i == 0
-        fig.add_trace(go.Scatter(
-            x=p.dominated.x, y=p.dominated.y, hovertext=p.dominated.hover, hovertemplate=HOVER,
-            mode="markers", name="Dominated (feasible)", legendgroup="dominated", showlegend=first,
-            marker={"size": 6, "color": "#94a3b8", "opacity": 0.35}), row=r, col=c)
-        fig.add_trace(go.Scatter(
-            x=p.infeasible.x, y=p.infeasible.y, hovertext=p.infeasible.hover, hovertemplate=HOVER,
-            mode="markers", name="Infeasible (click to show)", legendgroup="infeasible",
-            showlegend=first, visible="legendonly",
-            marker={"size": 7, "color": "#dc2626", "symbol": "x-thin", "line": {"width": 1.5,
-                                                                              "color": "#dc2626"}}),
-            row=r, col=c)
+        fig.add_trace(
+            go.Scatter(
+                x=p.dominated.x,
+                y=p.dominated.y,
+                hovertext=p.dominated.hover,
+                hovertemplate=HOVER,
+                mode="markers",
+                name="Dominated (feasible)",
+                legendgroup="dominated",
+                showlegend=first,
+                marker={"size": 6, "color": "#94a3b8", "opacity": 0.35},
+            ),
+            row=r,
+            col=c,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=p.infeasible.x,
+                y=p.infeasible.y,
+                hovertext=p.infeasible.hover,
+                hovertemplate=HOVER,
+                mode="markers",
+                name="Infeasible (click to show)",
+                legendgroup="infeasible",
+                showlegend=first,
+                visible="legendonly",
+                marker={
+                    "size": 7,
+                    "color": "#dc2626",
+                    "symbol": "x-thin",
+                    "line": {"width": 1.5, "color": "#dc2626"},
+                },
+            ),
+            row=r,
+            col=c,
+        )
         for g in info.groups or ("",):
             idx = [k for k, gg in enumerate(p.pareto.group) if gg == g] if multi else range(len(p.pareto.x))
             name = f"Pareto front · {g}" if multi else "Pareto front"
-            fig.add_trace(go.Scatter(
-                x=[p.pareto.x[k] for k in idx], y=[p.pareto.y[k] for k in idx],
-                hovertext=[p.pareto.hover[k] for k in idx], hovertemplate=HOVER, mode="markers",
-                name=name, legendgroup=f"pareto-{g}", showlegend=first,
-                marker={"size": 9, "color": colors.get(g, PALETTE[0]), "opacity": 0.9,
-                        "line": {"width": 1, "color": "white"}}), row=r, col=c)
-        fig.add_trace(go.Scatter(
-            x=p.recommended.x, y=p.recommended.y, hovertext=p.recommended.hover, hovertemplate=HOVER,
-            text=p.recommended.text, mode="markers+text", cliponaxis=False,
-            textposition=_label_positions(p.recommended.x, p.recommended.y,
-                                          [*p.dominated.x, *p.pareto.x, *p.recommended.x],
-                                          [*p.dominated.y, *p.pareto.y, *p.recommended.y]),
-            textfont={"family": FONT, "size": 12, "color": "#111827"},
-            name="Recommended", legendgroup="recommended", showlegend=first,
-            marker={"size": 17, "color": "#f59e0b", "symbol": "star",
-                    "line": {"width": 1.2, "color": "#92400e"}}), row=r, col=c)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p.pareto.x[k] for k in idx],
+                    y=[p.pareto.y[k] for k in idx],
+                    hovertext=[p.pareto.hover[k] for k in idx],
+                    hovertemplate=HOVER,
+                    mode="markers",
+                    name=name,
+                    legendgroup=f"pareto-{g}",
+                    showlegend=first,
+                    marker={
+                        "size": 9,
+                        "color": colors.get(g, PALETTE[0]),
+                        "opacity": 0.9,
+                        "line": {"width": 1, "color": "white"},
+                    },
+                ),
+                row=r,
+                col=c,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=p.recommended.x,
+                y=p.recommended.y,
+                hovertext=p.recommended.hover,
+                hovertemplate=HOVER,
+                text=p.recommended.text,
+                mode="markers+text",
+                cliponaxis=False,
+                textposition=_label_positions(
+                    p.recommended.x,
+                    p.recommended.y,
+                    [*p.dominated.x, *p.pareto.x, *p.recommended.x],
+                    [*p.dominated.y, *p.pareto.y, *p.recommended.y],
+                ),
+                textfont={"family": FONT, "size": 12, "color": "#111827"},
+                name="Recommended",
+                legendgroup="recommended",
+                showlegend=first,
+                marker={
+                    "size": 17,
+                    "color": "#f59e0b",
+                    "symbol": "star",
+                    "line": {"width": 1.2, "color": "#92400e"},
+                },
+            ),
+            row=r,
+            col=c,
+        )
         front_x, front_y = [*p.pareto.x, *p.recommended.x], [*p.pareto.y, *p.recommended.y]
         all_x, all_y = [*front_x, *p.dominated.x], [*front_y, *p.dominated.y]
-        fig.update_xaxes(title_text=p.x_title, row=r, col=c, automargin=True, zeroline=False,
-                         range=focus_range(front_x, all_x))
-        fig.update_yaxes(title_text=p.y_title, row=r, col=c, automargin=True, zeroline=False,
-                         range=focus_range(front_y, all_y))
-    fig.update_layout(**base_layout(
-        PANEL_HEIGHT * rows + 40,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        margin={"l": 70, "r": 30, "t": 40, "b": 60}))
+        fig.update_xaxes(
+            title_text=p.x_title,
+            row=r,
+            col=c,
+            automargin=True,
+            zeroline=False,
+            range=focus_range(front_x, all_x),
+        )
+        fig.update_yaxes(
+            title_text=p.y_title,
+            row=r,
+            col=c,
+            automargin=True,
+            zeroline=False,
+            range=focus_range(front_y, all_y),
+        )
+    fig.update_layout(
+        **base_layout(
+            PANEL_HEIGHT * rows + 40,
+            legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+            margin={"l": 70, "r": 30, "t": 40, "b": 60},
+        )
+    )
     return fig
 
 
@@ -115,12 +189,21 @@ def plot_parallel_coords(info: ParallelCoordsInfo) -> go.Figure:
         if d.tickvals is not None:
             dim["tickvals"], dim["ticktext"] = d.tickvals, d.ticktext
         dims.append(dim)
-    fig = go.Figure(go.Parcoords(
-        dimensions=dims,
-        line={"color": list(info.is_pareto), "cmin": 0, "cmax": 1,
-              "colorscale": [[0, "#cbd5e1"], [1, "#2563eb"]]},
-        labelfont={"family": FONT, "size": 12}, tickfont={"family": FONT, "size": 10},
-        labelangle=0, labelside="top"))
+    fig = go.Figure(
+        go.Parcoords(
+            dimensions=dims,
+            line={
+                "color": list(info.is_pareto),
+                "cmin": 0,
+                "cmax": 1,
+                "colorscale": [[0, "#cbd5e1"], [1, "#2563eb"]],
+            },
+            labelfont={"family": FONT, "size": 12},
+            tickfont={"family": FONT, "size": 10},
+            labelangle=0,
+            labelside="top",
+        )
+    )
     fig.update_layout(**base_layout(460, margin={"l": 60, "r": 60, "t": 70, "b": 30}))
     return fig
 
@@ -130,28 +213,53 @@ def plot_stacked_bars(info: StackedBarInfo) -> go.Figure:
     xs = list(range(len(info.categories)))
     fig = go.Figure()
     for seg in info.segments:
-        fig.add_trace(go.Bar(
-            x=xs, y=seg.values, name=seg.name, marker={"color": seg.color},
-            hovertemplate=f"{seg.name}: %{{y:.3g}} {info.unit}<extra></extra>"))
-    fig.add_trace(go.Scatter(
-        x=xs, y=info.totals, mode="text", text=[f"{v:.3g} {info.unit}" for v in info.totals],
-        textposition="top center", showlegend=False, hoverinfo="skip",
-        textfont={"family": FONT, "size": 12, "color": "#111827"}))
+        fig.add_trace(
+            go.Bar(
+                x=xs,
+                y=seg.values,
+                name=seg.name,
+                marker={"color": seg.color},
+                hovertemplate=f"{seg.name}: %{{y:.3g}} {info.unit}<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=info.totals,
+            mode="text",
+            text=[f"{v:.3g} {info.unit}" for v in info.totals],
+            textposition="top center",
+            showlegend=False,
+            hoverinfo="skip",
+            textfont={"family": FONT, "size": 12, "color": "#111827"},
+        )
+    )
     if info.capacity:
         lx: list[float | None] = []
         ly: list[float | None] = []
         for x, cap in zip(xs, info.capacity, strict=True):
             lx += [x - 0.42, x + 0.42, None]
             ly += [cap, cap, None]
-        fig.add_trace(go.Scatter(
-            x=lx, y=ly, mode="lines", name="GPU capacity", line={"color": "#dc2626", "width": 2,
-                                                                 "dash": "dash"},
-            hovertemplate=f"GPU capacity: %{{y:.1f}} {info.unit}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=lx,
+                y=ly,
+                mode="lines",
+                name="GPU capacity",
+                line={"color": "#dc2626", "width": 2, "dash": "dash"},
+                hovertemplate=f"GPU capacity: %{{y:.1f}} {info.unit}<extra></extra>",
+            )
+        )
     top = max([*info.totals, *(info.capacity or ())], default=1.0)
-    fig.update_layout(**base_layout(
-        450, barmode="stack", bargap=0.35,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        margin={"l": 70, "r": 20, "t": 60, "b": 110}))
+    fig.update_layout(
+        **base_layout(
+            450,
+            barmode="stack",
+            bargap=0.35,
+            legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+            margin={"l": 70, "r": 20, "t": 60, "b": 110},
+        )
+    )
     fig.update_xaxes(tickvals=xs, ticktext=list(info.categories), range=[-0.6, len(xs) - 0.4], tickangle=0)
     fig.update_yaxes(title_text=info.y_title, range=[0, top * 1.15], rangemode="tozero")
     return fig

@@ -39,10 +39,17 @@ def _playwright():
     return sync_playwright
 
 
-def screenshot_report(html_path: str | Path, png_path: str | Path, *, width: int = 1440,
-                      height: int = 900, full_page: bool = True,
-                      expect_texts: tuple[str, ...] = (), block_network: bool = True,
-                      actions: Callable[[Any], None] | None = None) -> PageCheck:
+def screenshot_report(
+    html_path: str | Path,
+    png_path: str | Path,
+    *,
+    width: int = 1440,
+    height: int = 900,
+    full_page: bool = True,
+    expect_texts: tuple[str, ...] = (),
+    block_network: bool = True,
+    actions: Callable[[Any], None] | None = None,
+) -> PageCheck:
     """Open a report via file://, wait for every plot, save a PNG and return what rendered.
 
     With `block_network` every http(s) request is refused (and listed), proving the page is
@@ -59,15 +66,20 @@ def screenshot_report(html_path: str | Path, png_path: str | Path, *, width: int
             page.on("console", lambda m: check.console_errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda exc: check.console_errors.append(str(exc)))
             if block_network:
-                page.route("http*://**", lambda route: (check.blocked_requests.append(route.request.url),
-                                                        route.abort()))
+                page.route(
+                    "http*://**",
+                    lambda route: (check.blocked_requests.append(route.request.url), route.abort()),
+                )
             page.goto(url, wait_until="load")
             page.wait_for_function(
                 "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                ".every(d => d.querySelector('.main-svg'))", timeout=30_000)
+                ".every(d => d.querySelector('.main-svg'))",
+                timeout=30_000,
+            )
             check.plot_ids = page.eval_on_selector_all(".plotly-graph-div", "els => els.map(e => e.id)")
             check.rendered_ids = page.eval_on_selector_all(
-                ".plotly-graph-div", "els => els.filter(e => e.querySelector('.main-svg')).map(e => e.id)")
+                ".plotly-graph-div", "els => els.filter(e => e.querySelector('.main-svg')).map(e => e.id)"
+            )
             check.table_rows = page.locator("table.sortable tbody tr").count()
             for text in expect_texts:
                 loc = page.locator("svg text", has_text=text)

@@ -11,16 +11,45 @@ from autopar.reports.common import esc, fmt_num, pareto_trials, role_title
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import Strategy
 
-STRATEGY_COLS = ["tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero", "micro_batch", "recompute",
-                 "pp_schedule"]
+STRATEGY_COLS = [
+    "tp",
+    "pp",
+    "vpp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "sp",
+    "zero",
+    "micro_batch",
+    "recompute",
+    "pp_schedule",
+]
 LEAD_COLS = ["gpu", "num_gpus", "precision"]
 KNOWN_LABELS = {
-    "tp": "TP", "pp": "PP", "vpp": "VPP", "dp": "DP", "cp": "CP", "ep": "EP", "etp": "ETP", "sp": "SP",
-    "zero": "ZeRO", "micro_batch": "Micro-batch", "recompute": "Recompute", "pp_schedule": "PP schedule",
-    "gpu": "GPU", "num_gpus": "GPUs", "precision": "Precision", "mfu": "MFU (%)",
-    "step_s": "Step time (s)", "step_time_s": "Step time (s)", "tokens_per_s": "Throughput (tokens/s)",
-    "tokens_per_s_per_gpu": "Tokens/s per GPU", "mem_gib": "Peak memory (GiB)",
-    "headroom_gib": "Headroom (GiB)", "bottleneck": "Bottleneck",
+    "tp": "TP",
+    "pp": "PP",
+    "vpp": "VPP",
+    "dp": "DP",
+    "cp": "CP",
+    "ep": "EP",
+    "etp": "ETP",
+    "sp": "SP",
+    "zero": "ZeRO",
+    "micro_batch": "Micro-batch",
+    "recompute": "Recompute",
+    "pp_schedule": "PP schedule",
+    "gpu": "GPU",
+    "num_gpus": "GPUs",
+    "precision": "Precision",
+    "mfu": "MFU (%)",
+    "step_s": "Step time (s)",
+    "step_time_s": "Step time (s)",
+    "tokens_per_s": "Throughput (tokens/s)",
+    "tokens_per_s_per_gpu": "Tokens/s per GPU",
+    "mem_gib": "Peak memory (GiB)",
+    "headroom_gib": "Headroom (GiB)",
+    "bottleneck": "Bottleneck",
 }
 HIDDEN = {"number", "trial", "label", "strategy", "dominated", "feasible"}
 DUPLICATES = {"mfu": "mfu_pct", "step_time": "step_s"}  # hide the first when the second is present
@@ -59,7 +88,9 @@ def _label(key: str, result: SearchResult) -> str:
 def _row_strategy(row: pd.Series) -> Strategy | None:
     fields = {k: row[k] for k in STRATEGY_COLS if k in row.index and not _isnan(row[k])}
     try:
-        fields = {k: (bool(v) if k == "sp" else v if isinstance(v, str) else int(v)) for k, v in fields.items()}
+        fields = {
+            k: (bool(v) if k == "sp" else v if isinstance(v, str) else int(v)) for k, v in fields.items()
+        }
         return Strategy(**fields)
     except Exception:  # noqa: BLE001 - a row without usable strategy columns just has no label
         return None
@@ -79,8 +110,12 @@ def row_label(row: pd.Series) -> str:
 
 
 def _row_key(row: pd.Series) -> tuple[object, ...]:
-    return (row_label(row), str(row.get("gpu", "")), int(row.get("num_gpus", 0) or 0),
-            str(row.get("precision", "")))
+    return (
+        row_label(row),
+        str(row.get("gpu", "")),
+        int(row.get("num_gpus", 0) or 0),
+        str(row.get("precision", "")),
+    )
 
 
 def _trial_key(t: TrialRecord) -> tuple[object, ...]:
@@ -104,8 +139,9 @@ def _cell(key: str, v: object, pct: bool = False) -> tuple[str, float | str]:
         return "–", float("-inf")
     if isinstance(v, bool):
         return ("yes" if v else "no"), float(v)
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e6
-                              and key in STRATEGY_COLS + LEAD_COLS):
+    if isinstance(v, int) or (
+        isinstance(v, float) and v.is_integer() and abs(v) < 1e6 and key in STRATEGY_COLS + LEAD_COLS
+    ):
         return f"{int(v)}", float(v)
     if isinstance(v, float):
         if pct:
@@ -124,10 +160,19 @@ def pareto_table_info(result: SearchResult) -> TableInfo:
     rest = [c for c in df.columns if c not in set(lead + strat + obj_cols) | HIDDEN | dup]
     keys = lead + obj_cols + strat + rest
     columns = [Column("label", "Strategy", False)]
-    columns += [Column(k, _label(k, result), pd.api.types.is_numeric_dtype(df[k])
-                       and not pd.api.types.is_bool_dtype(df[k])) for k in keys]
-    pct = {k for k in ("mfu", "mfu_causal", "hfu") if k in keys and k not in obj_cols
-           and pd.api.types.is_numeric_dtype(df[k]) and df[k].max() <= 1.0}
+    columns += [
+        Column(
+            k,
+            _label(k, result),
+            pd.api.types.is_numeric_dtype(df[k]) and not pd.api.types.is_bool_dtype(df[k]),
+        )
+        for k in keys
+    ]
+    pct = {
+        k
+        for k in ("mfu", "mfu_causal", "hfu")
+        if k in keys and k not in obj_cols and pd.api.types.is_numeric_dtype(df[k]) and df[k].max() <= 1.0
+    }
     roles_by_num: dict[int, list[str]] = {}
     for r in result.recommended:
         roles_by_num.setdefault(r.trial.number, []).append(role_title(r.role))
@@ -151,8 +196,10 @@ def table_html(info: TableInfo, table_id: str = "pareto-table") -> str:
     ths = []
     for c in info.columns:
         kind, cls = ("num", ' class="num"') if c.numeric else ("text", "")
-        ths.append(f'<th data-type="{kind}"{cls} title="Sort by {esc(c.label)}">{esc(c.label)}'
-                   '<span class="sort-ind"></span></th>')
+        ths.append(
+            f'<th data-type="{kind}"{cls} title="Sort by {esc(c.label)}">{esc(c.label)}'
+            '<span class="sort-ind"></span></th>'
+        )
     head = "".join(ths)
     body = []
     for cells, role in zip(info.rows, info.roles, strict=True):
@@ -164,5 +211,7 @@ def table_html(info: TableInfo, table_id: str = "pareto-table") -> str:
             tds.append(f'<td{num} data-sort="{esc(sort)}">{esc(text)}{badge}</td>')
         cls = ' class="rec"' if role else ""
         body.append(f"<tr{cls}>{''.join(tds)}</tr>")
-    return (f'<div class="table-wrap"><table id="{table_id}" class="sortable">'
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f'<div class="table-wrap"><table id="{table_id}" class="sortable">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )

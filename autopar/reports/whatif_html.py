@@ -55,30 +55,43 @@ class CostTimeInfo:
 
 def _hover(o: Any) -> str:
     f = o.figures
-    lines = [f"<b>{o.label}</b>" + (f" (rank {o.rank})" if o.rank else ""), o.strategy_label,
-             f"{fmt_num(o.tokens_per_s)} tokens/s · MFU {100 * (o.mfu or 0):.1f} % · "
-             f"headroom {o.headroom_gib or 0:.1f} GiB",
-             f"time to train {fmt_seconds(f.time_to_train_s)} · ${f.total_cost_usd:,.0f} · "
-             f"${f.usd_per_mtoken:.3f}/Mtoken",
-             f"${o.usd_per_gpu_hour:.2f}/GPU-h ({o.tier})"]
+    lines = [
+        f"<b>{o.label}</b>" + (f" (rank {o.rank})" if o.rank else ""),
+        o.strategy_label,
+        f"{fmt_num(o.tokens_per_s)} tokens/s · MFU {100 * (o.mfu or 0):.1f} % · "
+        f"headroom {o.headroom_gib or 0:.1f} GiB",
+        f"time to train {fmt_seconds(f.time_to_train_s)} · ${f.total_cost_usd:,.0f} · "
+        f"${f.usd_per_mtoken:.3f}/Mtoken",
+        f"${o.usd_per_gpu_hour:.2f}/GPU-h ({o.tier})",
+    ]
     return "<br>".join(lines)
 
 
 def cost_time_info(result: Any) -> CostTimeInfo:
     """Points of the cost-vs-time chart: one per feasible option with a token budget."""
-    ok = [o for o in result.options if o.feasible and o.figures is not None
-          and o.figures.time_to_train_s is not None]
+    ok = [
+        o
+        for o in result.options
+        if o.feasible and o.figures is not None and o.figures.time_to_train_s is not None
+    ]
     by = {o.label: o for o in ok}
     front = [by[lbl] for lbl in result.pareto if lbl in by]
     winner = result.ranking[0] if result.ranking else None
     return CostTimeInfo(
-        labels=tuple(o.label for o in ok), days=tuple(o.figures.time_to_train_s / DAY for o in ok),
-        usd=tuple(o.figures.total_cost_usd for o in ok), on_pareto=tuple(bool(o.on_pareto) for o in ok),
-        ranks=tuple(o.rank for o in ok), hover=tuple(_hover(o) for o in ok),
-        front_labels=tuple(o.label for o in front), front_days=tuple(o.figures.time_to_train_s / DAY for o in front),
-        front_usd=tuple(o.figures.total_cost_usd for o in front), winner=winner,
-        deadline_days=result.deadline_s / DAY if result.deadline_s else None, max_cost_usd=result.max_cost_usd,
-        infeasible=tuple(f"{o.label}: {o.reason}" for o in result.options if not o.feasible))
+        labels=tuple(o.label for o in ok),
+        days=tuple(o.figures.time_to_train_s / DAY for o in ok),
+        usd=tuple(o.figures.total_cost_usd for o in ok),
+        on_pareto=tuple(bool(o.on_pareto) for o in ok),
+        ranks=tuple(o.rank for o in ok),
+        hover=tuple(_hover(o) for o in ok),
+        front_labels=tuple(o.label for o in front),
+        front_days=tuple(o.figures.time_to_train_s / DAY for o in front),
+        front_usd=tuple(o.figures.total_cost_usd for o in front),
+        winner=winner,
+        deadline_days=result.deadline_s / DAY if result.deadline_s else None,
+        max_cost_usd=result.max_cost_usd,
+        infeasible=tuple(f"{o.label}: {o.reason}" for o in result.options if not o.feasible),
+    )
 
 
 def _yes(v: bool | None) -> tuple[str, float | str]:
@@ -87,13 +100,25 @@ def _yes(v: bool | None) -> tuple[str, float | str]:
 
 def options_table_info(result: Any) -> TableInfo:
     """One row per hardware option (feasible or not), ranked options first."""
-    cols = [("rank", "Rank", True), ("label", "Option", False), ("price", "Price ($/GPU-h)", True),
-            ("strategy", "Strategy", False), ("tps", "Throughput (tokens/s)", True), ("mfu", "MFU (%)", True),
-            ("headroom", "Headroom (GiB)", True), ("days", "Time to train (days)", True),
-            ("cost", "Total cost (USD)", True), ("mtok", "Cost ($/Mtoken)", True), ("usdh", "Cluster $/h", True),
-            ("gpuh", "GPU-hours", True), ("deadline", "Meets deadline", False),
-            ("cap", "Within cost cap", False), ("pareto", "Cost-time Pareto", False),
-            ("trials", "Trials (feasible)", True), ("note", "Note", False)]
+    cols = [
+        ("rank", "Rank", True),
+        ("label", "Option", False),
+        ("price", "Price ($/GPU-h)", True),
+        ("strategy", "Strategy", False),
+        ("tps", "Throughput (tokens/s)", True),
+        ("mfu", "MFU (%)", True),
+        ("headroom", "Headroom (GiB)", True),
+        ("days", "Time to train (days)", True),
+        ("cost", "Total cost (USD)", True),
+        ("mtok", "Cost ($/Mtoken)", True),
+        ("usdh", "Cluster $/h", True),
+        ("gpuh", "GPU-hours", True),
+        ("deadline", "Meets deadline", False),
+        ("cap", "Within cost cap", False),
+        ("pareto", "Cost-time Pareto", False),
+        ("trials", "Trials (feasible)", True),
+        ("note", "Note", False),
+    ]
     order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     rows, roles = [], []
     for o in order:
@@ -101,45 +126,62 @@ def options_table_info(result: Any) -> TableInfo:
         days = f.time_to_train_s / DAY if f and f.time_to_train_s is not None else None
         cells: list[tuple[str, float | str]] = [
             (str(o.rank), float(o.rank)) if o.rank else ("–", float("inf")),
-            (o.label, o.label), (f"{o.usd_per_gpu_hour:.2f}", o.usd_per_gpu_hour),
+            (o.label, o.label),
+            (f"{o.usd_per_gpu_hour:.2f}", o.usd_per_gpu_hour),
             (o.strategy_label or "–", o.strategy_label),
             (fmt_num(o.tokens_per_s), o.tokens_per_s) if o.tokens_per_s else ("–", float("-inf")),
             (f"{100 * o.mfu:.1f}", 100 * o.mfu) if o.mfu is not None else ("–", float("-inf")),
             (f"{o.headroom_gib:.1f}", o.headroom_gib) if o.headroom_gib is not None else ("–", float("-inf")),
             (f"{days:,.1f}", days) if days is not None else ("–", float("inf")),
-            (f"{f.total_cost_usd:,.0f}", f.total_cost_usd) if f and f.total_cost_usd is not None
+            (f"{f.total_cost_usd:,.0f}", f.total_cost_usd)
+            if f and f.total_cost_usd is not None
             else ("–", float("inf")),
             (f"{f.usd_per_mtoken:.4g}", f.usd_per_mtoken) if f else ("–", float("inf")),
             (f"{f.usd_per_hour:,.0f}", f.usd_per_hour) if f else ("–", float("inf")),
             (f"{f.gpu_hours:,.0f}", f.gpu_hours) if f and f.gpu_hours is not None else ("–", float("inf")),
-            _yes(o.meets_deadline), _yes(o.within_cost_cap), _yes(o.on_pareto if o.feasible else None),
-            (f"{o.n_trials} ({o.n_feasible})", float(o.n_trials)), (o.reason or "", o.reason or ""),
+            _yes(o.meets_deadline),
+            _yes(o.within_cost_cap),
+            _yes(o.on_pareto if o.feasible else None),
+            (f"{o.n_trials} ({o.n_feasible})", float(o.n_trials)),
+            (o.reason or "", o.reason or ""),
         ]
         rows.append(tuple(cells))
         roles.append("Best" if o.rank == 1 else "")
-    return TableInfo(columns=tuple(Column(k, lbl, num) for k, lbl, num in cols), rows=tuple(rows),
-                     roles=tuple(roles))
+    return TableInfo(
+        columns=tuple(Column(k, lbl, num) for k, lbl, num in cols), rows=tuple(rows), roles=tuple(roles)
+    )
 
 
 def sensitivity_table_info(result: Any) -> TableInfo:
     """One row per scenario: winner, runner-up, whether the winner changed, each option's time and cost."""
     labels = [o.label for o in result.options]
-    cols = [Column("scenario", "Scenario", False), Column("winner", "Winner", False),
-            Column("runner_up", "Runner-up", False), Column("changed", "Winner changes", False)]
+    cols = [
+        Column("scenario", "Scenario", False),
+        Column("winner", "Winner", False),
+        Column("runner_up", "Runner-up", False),
+        Column("changed", "Winner changes", False),
+    ]
     cols += [Column(lbl, f"{lbl} (days / USD)", True) for lbl in labels]
     rows, roles = [], []
     for s in result.sensitivity:
         per = {so.label: so for so in s.options}
-        cells: list[tuple[str, float | str]] = [(s.scenario, s.scenario), (s.winner or "–", s.winner or ""),
-                                                (s.runner_up or "–", s.runner_up or ""),
-                                                ("yes" if s.winner_changed else "no", float(s.winner_changed))]
+        cells: list[tuple[str, float | str]] = [
+            (s.scenario, s.scenario),
+            (s.winner or "–", s.winner or ""),
+            (s.runner_up or "–", s.runner_up or ""),
+            ("yes" if s.winner_changed else "no", float(s.winner_changed)),
+        ]
         for lbl in labels:
             so = per.get(lbl)
             if so is None or so.time_to_train_s is None:
                 cells.append(("–", float("inf")))
             else:
-                cells.append((f"{so.time_to_train_s / DAY:,.1f} d / ${so.total_cost_usd:,.0f}",
-                              so.time_to_train_s / DAY))
+                cells.append(
+                    (
+                        f"{so.time_to_train_s / DAY:,.1f} d / ${so.total_cost_usd:,.0f}",
+                        so.time_to_train_s / DAY,
+                    )
+                )
         rows.append(tuple(cells))
         roles.append("Winner changes" if s.winner_changed else "")
     return TableInfo(columns=tuple(cols), rows=tuple(rows), roles=tuple(roles))
@@ -151,31 +193,72 @@ def sensitivity_table_info(result: Any) -> TableInfo:
 def plot_cost_time(info: CostTimeInfo) -> go.Figure:
     """Total cost against time to train, Pareto front joined, deadline and cost cap as dashed lines."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(
-        x=info.front_days, y=info.front_usd, mode="lines", name="Cost-time Pareto front",
-        line={"color": "#2563eb", "width": 2}, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=info.front_days,
+            y=info.front_usd,
+            mode="lines",
+            name="Cost-time Pareto front",
+            line={"color": "#2563eb", "width": 2},
+            hoverinfo="skip",
+        )
+    )
     colors = ["#2563eb" if p else "#94a3b8" for p in info.on_pareto]
-    fig.add_trace(go.Scatter(
-        x=info.days, y=info.usd, mode="markers+text", text=list(info.labels), textposition="top center",
-        cliponaxis=False, hovertext=info.hover, hovertemplate="%{hovertext}<extra></extra>", name="Options",
-        marker={"size": 11, "color": colors, "line": {"width": 1, "color": "white"}},
-        textfont={"family": FONT, "size": 12, "color": "#111827"}))
+    fig.add_trace(
+        go.Scatter(
+            x=info.days,
+            y=info.usd,
+            mode="markers+text",
+            text=list(info.labels),
+            textposition="top center",
+            cliponaxis=False,
+            hovertext=info.hover,
+            hovertemplate="%{hovertext}<extra></extra>",
+            name="Options",
+            marker={"size": 11, "color": colors, "line": {"width": 1, "color": "white"}},
+            textfont={"family": FONT, "size": 12, "color": "#111827"},
+        )
+    )
     if info.winner in info.labels:
         i = info.labels.index(info.winner)
-        fig.add_trace(go.Scatter(
-            x=[info.days[i]], y=[info.usd[i]], mode="markers", name=f"Best: {info.winner}", hoverinfo="skip",
-            marker={"size": 20, "symbol": "star", "color": "#f59e0b", "line": {"width": 1.2, "color": "#92400e"}}))
+        fig.add_trace(
+            go.Scatter(
+                x=[info.days[i]],
+                y=[info.usd[i]],
+                mode="markers",
+                name=f"Best: {info.winner}",
+                hoverinfo="skip",
+                marker={
+                    "size": 20,
+                    "symbol": "star",
+                    "color": "#f59e0b",
+                    "line": {"width": 1.2, "color": "#92400e"},
+                },
+            )
+        )
     if info.deadline_days:
-        fig.add_vline(x=info.deadline_days, line={"color": "#dc2626", "dash": "dash", "width": 1.5},
-                      annotation_text="deadline", annotation_position="top right")
+        fig.add_vline(
+            x=info.deadline_days,
+            line={"color": "#dc2626", "dash": "dash", "width": 1.5},
+            annotation_text="deadline",
+            annotation_position="top right",
+        )
     if info.max_cost_usd:
-        fig.add_hline(y=info.max_cost_usd, line={"color": "#d97706", "dash": "dash", "width": 1.5},
-                      annotation_text="cost cap", annotation_position="bottom right")
-    fig.update_layout(**base_layout(
-        460, legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}))
+        fig.add_hline(
+            y=info.max_cost_usd,
+            line={"color": "#d97706", "dash": "dash", "width": 1.5},
+            annotation_text="cost cap",
+            annotation_position="bottom right",
+        )
+    fig.update_layout(
+        **base_layout(
+            460, legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
+        )
+    )
     fig.update_xaxes(title_text="Time to train the token budget (days) ↓ better", rangemode="tozero")
-    fig.update_yaxes(title_text="Total cost (USD) ↓ better", rangemode="tozero", tickprefix="$",
-                     tickformat="~s")
+    fig.update_yaxes(
+        title_text="Total cost (USD) ↓ better", rangemode="tozero", tickprefix="$", tickformat="~s"
+    )
     return fig
 
 
@@ -196,21 +279,31 @@ def _winner_card(result: Any) -> str:
         try:
             wl = result.workload.model_copy(update={"precision": w.precision or result.workload.precision})
             ls = launch_settings(result.model, cluster, wl, w.strategy)
-            launch = (f'<details class="launch"><summary>Launch settings ({ls.nodes} nodes × '
-                      f'{ls.gpus_per_node} GPUs)</summary><div class="tabpanel on" style="margin-top:8px">'
-                      f'<button class="copy" type="button">Copy</button><pre><code>{esc(ls.slurm)}</code></pre>'
-                      "</div></details>")
+            launch = (
+                f'<details class="launch"><summary>Launch settings ({ls.nodes} nodes × '
+                f'{ls.gpus_per_node} GPUs)</summary><div class="tabpanel on" style="margin-top:8px">'
+                f'<button class="copy" type="button">Copy</button><pre><code>{esc(ls.slurm)}</code></pre>'
+                "</div></details>"
+            )
         except AutoparError as err:
             launch = f'<p class="muted small">{esc(err)}</p>'
     f = w.figures
-    metrics = [("Time to train", fmt_seconds(f.time_to_train_s)), ("Total cost", f"${f.total_cost_usd:,.0f}"),
-               ("Throughput", f"{fmt_num(w.tokens_per_s)} tokens/s"), ("Cost", f"${f.usd_per_mtoken:.3f}/Mtoken")]
-    m = "".join(f'<div class="metric"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-                for k, v in metrics)
-    return (f'<div class="cards"><div class="card"><div class="role">Best option</div>'
-            f'<div class="strategy">{esc(w.label)}</div><div class="where">{esc(w.strategy_label)} · '
-            f"{esc(w.precision)} · ${w.usd_per_gpu_hour:.2f}/GPU-h</div>"
-            f'<div class="metrics">{m}</div>{launch}</div></div>')
+    metrics = [
+        ("Time to train", fmt_seconds(f.time_to_train_s)),
+        ("Total cost", f"${f.total_cost_usd:,.0f}"),
+        ("Throughput", f"{fmt_num(w.tokens_per_s)} tokens/s"),
+        ("Cost", f"${f.usd_per_mtoken:.3f}/Mtoken"),
+    ]
+    m = "".join(
+        f'<div class="metric"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
+        for k, v in metrics
+    )
+    return (
+        f'<div class="cards"><div class="card"><div class="role">Best option</div>'
+        f'<div class="strategy">{esc(w.label)}</div><div class="where">{esc(w.strategy_label)} · '
+        f"{esc(w.precision)} · ${w.usd_per_gpu_hour:.2f}/GPU-h</div>"
+        f'<div class="metrics">{m}</div>{launch}</div></div>'
+    )
 
 
 def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
@@ -219,47 +312,75 @@ def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
     tb = result.token_budget
     tokens = f"{tb / 1e12:.3g} T" if tb >= 1e12 else f"{tb / 1e9:.3g} B"
     title = f"What-if: training {result.model.name} on {tokens} tokens"
-    kpis = [("Options", str(len(result.options))), ("Feasible", str(sum(o.feasible for o in result.options))),
-            ("Trials per option", str(result.search_budget)), ("Search time", fmt_seconds(result.wall_s))]
-    kpi_html = "".join(f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>'
-                       for k, v in kpis)
-    top = (f'<header class="top"><div class="wrap"><div class="brand">autopar what-if report</div>'
-           f"<h1>{esc(title)}</h1><div class=\"subtitle\">seq {w.seq_len:,} · global batch {w.global_batch:,} · "
-           f"{esc(w.precision)} · {esc(result.tier)} prices · generated {esc(now_utc())}</div>"
-           f'<div class="kpis">{kpi_html}</div></div></header>')
-    inputs = _kv([
-        ("model", result.model.name), ("token budget", f"{result.token_budget:,.0f} tokens"),
-        ("goodput", f"{100 * result.goodput:.0f} %"),
-        ("deadline", fmt_seconds(result.deadline_s) if result.deadline_s else "none"),
-        ("cost cap", f"${result.max_cost_usd:,.0f}" if result.max_cost_usd else "none"),
-        ("price file", result.prices_file or "built-in price book"), ("seed", str(result.seed)),
-        ("autopar", autopar_version())])
+    kpis = [
+        ("Options", str(len(result.options))),
+        ("Feasible", str(sum(o.feasible for o in result.options))),
+        ("Trials per option", str(result.search_budget)),
+        ("Search time", fmt_seconds(result.wall_s)),
+    ]
+    kpi_html = "".join(
+        f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in kpis
+    )
+    top = (
+        f'<header class="top"><div class="wrap"><div class="brand">autopar what-if report</div>'
+        f'<h1>{esc(title)}</h1><div class="subtitle">seq {w.seq_len:,} · global batch {w.global_batch:,} · '
+        f"{esc(w.precision)} · {esc(result.tier)} prices · generated {esc(now_utc())}</div>"
+        f'<div class="kpis">{kpi_html}</div></div></header>'
+    )
+    inputs = _kv(
+        [
+            ("model", result.model.name),
+            ("token budget", f"{result.token_budget:,.0f} tokens"),
+            ("goodput", f"{100 * result.goodput:.0f} %"),
+            ("deadline", fmt_seconds(result.deadline_s) if result.deadline_s else "none"),
+            ("cost cap", f"${result.max_cost_usd:,.0f}" if result.max_cost_usd else "none"),
+            ("price file", result.prices_file or "built-in price book"),
+            ("seed", str(result.seed)),
+            ("autopar", autopar_version()),
+        ]
+    )
     style = "note" if result.deadline_met is False or not result.ranking else "note ok"
     head_note = f'<div class="{style}"><b>{esc(result.message)}</b></div>' if result.message else ""
     notes = "".join(f'<div class="note">{esc(n)}</div>' for n in result.notes)
     info = cost_time_info(result)
     infeasible = "".join(f"<li>{esc(x)}</li>" for x in info.infeasible)
-    chart = (f'<div class="panel">{figure_html(plot_cost_time(info), "fig-cost-time")}</div>' if info.labels
-             else '<p class="muted">No option has a feasible strategy to plot.</p>')
+    chart = (
+        f'<div class="panel">{figure_html(plot_cost_time(info), "fig-cost-time")}</div>'
+        if info.labels
+        else '<p class="muted">No option has a feasible strategy to plot.</p>'
+    )
     if infeasible:
         chart += f'<ul class="caveats">{infeasible}</ul>'
-    sens = (table_html(sensitivity_table_info(result), "sensitivity-table") if result.sensitivity
-            else '<p class="muted">Sensitivity analysis was not run.</p>')
+    sens = (
+        table_html(sensitivity_table_info(result), "sensitivity-table")
+        if result.sensitivity
+        else '<p class="muted">Sensitivity analysis was not run.</p>'
+    )
     body = (
-        top + '<div class="wrap">'
+        top
+        + '<div class="wrap">'
         + f'<section class="notes">{head_note}{notes}</section>'
         + f'<section class="inputs"><div class="panel"><h3>Inputs</h3>{inputs}</div></section>'
-        + (f'<section id="winner"><h2>Recommendation</h2>{_winner_card(result)}</section>'
-           if result.winner else "")
+        + (
+            f'<section id="winner"><h2>Recommendation</h2>{_winner_card(result)}</section>'
+            if result.winner
+            else ""
+        )
         + '<section id="options"><h2>Options</h2><p class="lead">The fastest strategy that fits, per '
         "hardware option, priced at the chosen tier. Click a header to sort.</p>"
-        + table_html(options_table_info(result), "options-table") + "</section>"
+        + table_html(options_table_info(result), "options-table")
+        + "</section>"
         + '<section id="cost-time"><h2>Cost vs time to train</h2><p class="lead">Each point is one option; '
-        "the line joins the options no other option beats on both time and cost.</p>" + chart + "</section>"
+        "the line joins the options no other option beats on both time and cost.</p>"
+        + chart
+        + "</section>"
         + '<section id="sensitivity"><h2>Sensitivity</h2><p class="lead">How the ranking moves when prices '
-        "change by ±20 % or the inter-node bandwidth halves.</p>" + sens + "</section>"
+        "change by ±20 % or the inter-node bandwidth halves.</p>"
+        + sens
+        + "</section>"
         + f"<footer>Generated by autopar {esc(autopar_version())} on {esc(now_utc())}. Times and costs "
-        "follow from the estimated throughput; measure before signing a contract.</footer></div>")
+        "follow from the estimated throughput; measure before signing a contract.</footer></div>"
+    )
     return render_page(title, body, plotlyjs)
 
 

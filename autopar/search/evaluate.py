@@ -67,9 +67,18 @@ def default_price_book() -> Any:
 class Evaluator:
     """Evaluates points of a space against fixed objectives, prices, constraints and calibration."""
 
-    def __init__(self, model: ModelSpec, hardware: Sequence[Hardware], *, prices: Sequence[float],
-                 min_headroom_gib: float = 0.0, max_cost: float | None = None, calibration: Any = None,
-                 estimate_fn: EstimateFn | None = None, validate_fn: ValidateFn | None = None):
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: Sequence[Hardware],
+        *,
+        prices: Sequence[float],
+        min_headroom_gib: float = 0.0,
+        max_cost: float | None = None,
+        calibration: Any = None,
+        estimate_fn: EstimateFn | None = None,
+        validate_fn: ValidateFn | None = None,
+    ):
         from autopar.perf import estimate, validate_strategy
 
         self.model = model
@@ -93,7 +102,9 @@ class Evaluator:
         if isinstance(first, Outcome):
             return first
         if self.calibration is not None:
-            first = apply_calibration(first, self.calibration, self.model, self.hardware[point.hw], point.strategy)
+            first = apply_calibration(
+                first, self.calibration, self.model, self.hardware[point.hw], point.strategy
+            )
         return self._finish(point, first)
 
     def evaluate_many(self, points: Sequence[Point]) -> list[Outcome]:
@@ -112,19 +123,32 @@ class Evaluator:
             outs[i] = self._finish(points[i], est)
         return [o for o in outs if o is not None]
 
-    def _calibrate_batch(self, points: Sequence[Point], pending: list[tuple[int, Estimate]]
-                         ) -> list[tuple[int, Estimate]]:
+    def _calibrate_batch(
+        self, points: Sequence[Point], pending: list[tuple[int, Estimate]]
+    ) -> list[tuple[int, Estimate]]:
         """Apply the corrector to a batch of estimates with one prediction call when it supports it."""
         cal = self.calibration
         if not hasattr(cal, "factors"):
-            return [(i, apply_calibration(e, cal, self.model, self.hardware[points[i].hw], points[i].strategy))
-                    for i, e in pending]
+            return [
+                (i, apply_calibration(e, cal, self.model, self.hardware[points[i].hw], points[i].strategy))
+                for i, e in pending
+            ]
         import numpy as np
 
         from autopar.calibration.features import features
 
-        X = np.vstack([features(self.model, self.hardware[points[i].hw].cluster, self.hardware[points[i].hw].workload,
-                                points[i].strategy, e) for i, e in pending])
+        X = np.vstack(
+            [
+                features(
+                    self.model,
+                    self.hardware[points[i].hw].cluster,
+                    self.hardware[points[i].hw].workload,
+                    points[i].strategy,
+                    e,
+                )
+                for i, e in pending
+            ]
+        )
         ok = np.all(np.isfinite(X), axis=1)
         half = float(getattr(getattr(cal, "corrector", None), "prior_halfwidth_", 0.0))
         f = np.ones(len(pending))
@@ -132,7 +156,10 @@ class Evaluator:
         if ok.any():
             f[ok], lo[ok], hi[ok] = cal.factors(X[ok])
         name = getattr(getattr(cal, "meta", None), "name", "")
-        return [(i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name)) for j, (i, e) in enumerate(pending)]
+        return [
+            (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
+            for j, (i, e) in enumerate(pending)
+        ]
 
     def _analytical(self, point: Point) -> Estimate | Outcome:
         """The uncalibrated estimate of a point, or its rule-violation outcome."""
@@ -152,8 +179,10 @@ class Evaluator:
         if not est.fits or need > 0:
             short = max(need, 0.0, -values["headroom"])
             if not est.fits:
-                reasons.append(f"out of memory: needs {est.peak_memory_bytes / GiB:.1f} GiB of "
-                               f"{est.capacity_bytes / GiB:.1f} GiB")
+                reasons.append(
+                    f"out of memory: needs {est.peak_memory_bytes / GiB:.1f} GiB of "
+                    f"{est.capacity_bytes / GiB:.1f} GiB"
+                )
             else:
                 reasons.append(f"headroom {values['headroom']:.1f} GiB < min {self.min_headroom_gib:g} GiB")
             violation += max(short, 1e-3)
@@ -172,8 +201,9 @@ def _unchecked(estimate: EstimateFn) -> EstimateFn:
     return estimate
 
 
-def apply_calibration(est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware,
-                      strategy: Strategy) -> Estimate:
+def apply_calibration(
+    est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware, strategy: Strategy
+) -> Estimate:
     """Scale throughput-like figures of an estimate by the corrector's factor (and record the band)."""
     factor, lo, hi = calibration.throughput_factor(model, hw.cluster, hw.workload, strategy, est)
     name = getattr(getattr(calibration, "meta", None), "name", "")

@@ -75,21 +75,30 @@ def _storage(storage: Any) -> Any:
     return JournalStorage(JournalFileBackend(str(Path(s).expanduser())))
 
 
-def fingerprint(space: Space, workload: Workload, objectives: Sequence[Objective],
-                min_headroom_gib: float, max_cost: float | None) -> str:
+def fingerprint(
+    space: Space,
+    workload: Workload,
+    objectives: Sequence[Objective],
+    min_headroom_gib: float,
+    max_cost: float | None,
+) -> str:
     """A short hash of everything that defines a study, so a stored study is never mixed with another."""
-    blob = json.dumps({
-        "model": space.model.model_dump(mode="json"),
-        "hardware": [[h.cluster.model_dump(mode="json"), h.precision] for h in space.hardware],
-        "workload": workload.model_dump(mode="json", exclude={"precision", "token_budget"}),
-        "objectives": [o.name for o in objectives],
-        "constraints": [min_headroom_gib, max_cost],
-    }, sort_keys=True)
+    blob = json.dumps(
+        {
+            "model": space.model.model_dump(mode="json"),
+            "hardware": [[h.cluster.model_dump(mode="json"), h.precision] for h in space.hardware],
+            "workload": workload.model_dump(mode="json", exclude={"precision", "token_budget"}),
+            "objectives": [o.name for o in objectives],
+            "constraints": [min_headroom_gib, max_cost],
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def run_exhaustive(space: Space, ev: Evaluator, objectives: Sequence[Objective], timeout: float | None,
-                    progress: bool) -> Run:
+def run_exhaustive(
+    space: Space, ev: Evaluator, objectives: Sequence[Objective], timeout: float | None, progress: bool
+) -> Run:
     """Evaluate every point of the space (the oracle; no Optuna)."""
     run = Run()
     t0 = time.perf_counter()
@@ -110,8 +119,10 @@ def run_exhaustive(space: Space, ev: Evaluator, objectives: Sequence[Objective],
                 if out.feasible:
                     n_feas += 1
                     if progress:
-                        tracker.add(key, [o.to_min(v) for o, v in zip(objectives, out.vector(objectives),
-                                                                       strict=True)])
+                        tracker.add(
+                            key,
+                            [o.to_min(v) for o, v in zip(objectives, out.vector(objectives), strict=True)],
+                        )
             bar.update(i, n_feas, len(tracker))
             if timeout is not None and time.perf_counter() - t0 > timeout:
                 run.timed_out = True
@@ -120,9 +131,20 @@ def run_exhaustive(space: Space, ev: Evaluator, objectives: Sequence[Objective],
     return run
 
 
-def run_nsga2(space: Space, ev: Evaluator, objectives: Sequence[Objective], *, budget: int, seed: int,
-               storage: Any, study_name: str | None, timeout: float | None, progress: bool,
-               fp: str, local_search: float = LOCAL_SEARCH_SHARE) -> Run:
+def run_nsga2(
+    space: Space,
+    ev: Evaluator,
+    objectives: Sequence[Objective],
+    *,
+    budget: int,
+    seed: int,
+    storage: Any,
+    study_name: str | None,
+    timeout: float | None,
+    progress: bool,
+    fp: str,
+    local_search: float = LOCAL_SEARCH_SHARE,
+) -> Run:
     """NSGA-II with a duplicate cache, duplicate elimination and Pareto local search; resumable.
 
     After the exploration phase (EXPLORE_FRACTION of the budget) a share `local_search` of the trials
@@ -140,15 +162,18 @@ def run_nsga2(space: Space, ev: Evaluator, objectives: Sequence[Objective], *, b
     sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size(budget))
     store = _storage(storage)
     name = study_name or (f"autopar-{space.model.name}-{fp}" if store is not None else None)
-    study = optuna.create_study(storage=store, sampler=sampler, study_name=name, directions=directions,
-                                load_if_exists=True)
+    study = optuna.create_study(
+        storage=store, sampler=sampler, study_name=name, directions=directions, load_if_exists=True
+    )
     run.study_name = study.study_name if store is not None else None
     stored_fp = study.user_attrs.get("autopar_fingerprint")
     if stored_fp is None:
         study.set_user_attr("autopar_fingerprint", fp)
     elif stored_fp != fp:
-        raise AutoparError(f"study-name={study.study_name!r}: that study was created for other inputs "
-                           f"(fingerprint {stored_fp}, these inputs give {fp}); pick another --study-name")
+        raise AutoparError(
+            f"study-name={study.study_name!r}: that study was created for other inputs "
+            f"(fingerprint {stored_fp}, these inputs give {fp}); pick another --study-name"
+        )
 
     # Values already in the storage (resume / other workers) count as seen.
     seen: dict[tuple[Any, ...], tuple[list[float], float]] = {}
@@ -235,8 +260,9 @@ def _crowding(F: np.ndarray) -> np.ndarray:
     return d
 
 
-def _front_neighbor(space: Space, seen: dict[tuple[Any, ...], Any], tracker: FrontTracker,
-                    rng: random.Random) -> Point | None:
+def _front_neighbor(
+    space: Space, seen: dict[tuple[Any, ...], Any], tracker: FrontTracker, rng: random.Random
+) -> Point | None:
     """An unvisited one-knob (adjacent value) neighbour of a front member, least crowded members first."""
     front = list(tracker.keys)
     cd = _crowding(tracker.matrix)

@@ -18,8 +18,9 @@ from autopar.search.result import TrialRecord
 
 def to_min_matrix(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> np.ndarray:
     """Objective values of the records as an (n, k) matrix to minimise."""
-    return np.array([[o.to_min(r.values[o.name]) for o in objectives] for r in records],
-                    dtype=float).reshape(len(records), len(objectives))
+    return np.array([[o.to_min(r.values[o.name]) for o in objectives] for r in records], dtype=float).reshape(
+        len(records), len(objectives)
+    )
 
 
 def nondominated_mask(F: np.ndarray) -> np.ndarray:
@@ -156,35 +157,53 @@ def normalized_hypervolume(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray, 
 
 
 # --- the Pareto table ----------------------------------------------------------------------------
-STRATEGY_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "micro_batch", "recompute",
-                    "pp_schedule")
+STRATEGY_COLUMNS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "sp",
+    "zero",
+    "micro_batch",
+    "recompute",
+    "pp_schedule",
+)
 
 
 def record_row(r: TrialRecord) -> dict[str, Any]:
     """One flat table row for a trial: hardware, strategy, every objective value, key breakdown figures."""
     s = r.strategy
-    row: dict[str, Any] = {"trial": r.number, "gpu": r.gpu, "num_gpus": r.num_gpus, "precision": r.precision,
-                           "label": s.label()}
+    row: dict[str, Any] = {
+        "trial": r.number,
+        "gpu": r.gpu,
+        "num_gpus": r.num_gpus,
+        "precision": r.precision,
+        "label": s.label(),
+    }
     row.update({k: getattr(s, k) for k in STRATEGY_COLUMNS})
     row.update(r.values)
     e = r.estimate
     if e is not None:
         t = e.time
         step = e.step_time_s or 1.0
-        row.update({
-            "step_s": e.step_time_s,
-            "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
-            "mfu_pct": 100.0 * e.mfu,
-            "mem_gib": e.peak_memory_bytes / 2**30,
-            "mem_states_gib": (e.memory.weights + e.memory.grads + e.memory.optimizer) / 2**30,
-            "mem_activations_gib": (e.memory.activations + e.memory.logits) / 2**30,
-            "capacity_gib": e.capacity_bytes / 2**30,
-            "bottleneck": e.bottleneck,
-            "compute_pct": 100.0 * t.compute / step,
-            "comm_pct": 100.0 * t.comm / step,
-            "bubble_pct": 100.0 * t.bubble / step,
-            "calibration_factor": e.calibration_factor,
-        })
+        row.update(
+            {
+                "step_s": e.step_time_s,
+                "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+                "mfu_pct": 100.0 * e.mfu,
+                "mem_gib": e.peak_memory_bytes / 2**30,
+                "mem_states_gib": (e.memory.weights + e.memory.grads + e.memory.optimizer) / 2**30,
+                "mem_activations_gib": (e.memory.activations + e.memory.logits) / 2**30,
+                "capacity_gib": e.capacity_bytes / 2**30,
+                "bottleneck": e.bottleneck,
+                "compute_pct": 100.0 * t.compute / step,
+                "comm_pct": 100.0 * t.comm / step,
+                "bubble_pct": 100.0 * t.bubble / step,
+                "calibration_factor": e.calibration_factor,
+            }
+        )
         if e.tokens_per_s_band is not None:  # the corrector's 80% band on cluster tokens/s
             row["throughput_low"], row["throughput_high"] = e.tokens_per_s_band
     return row

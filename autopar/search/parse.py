@@ -6,8 +6,16 @@ import re
 
 from autopar.errors import AutoparError
 
-_MEM_UNITS = {"": 1.0, "gib": 1.0, "g": 1.0, "gb": 1e9 / 2**30, "mib": 1 / 1024, "mb": 1e6 / 2**30,
-              "tib": 1024.0, "tb": 1e12 / 2**30}
+_MEM_UNITS = {
+    "": 1.0,
+    "gib": 1.0,
+    "g": 1.0,
+    "gb": 1e9 / 2**30,
+    "mib": 1 / 1024,
+    "mb": 1e6 / 2**30,
+    "tib": 1024.0,
+    "tb": 1e12 / 2**30,
+}
 _COUNT_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _NUM = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
 

@@ -21,9 +21,14 @@ class SearchProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
                 TextColumn("feasible {task.fields[feasible]}  front {task.fields[front]}"),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._progress.__enter__()
             self._task = self._progress.add_task(self.label, total=self.total, feasible=0, front=0)
         return self

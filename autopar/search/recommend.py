@@ -21,20 +21,37 @@ if TYPE_CHECKING:
     from autopar.search.space import Space
     from autopar.specs import ModelSpec
 
-ROLE_OF = {"throughput": "fastest", "cost": "cheapest", "headroom": "most_headroom",
-           "step_time": "shortest_step", "mfu": "most_efficient"}
+ROLE_OF = {
+    "throughput": "fastest",
+    "cost": "cheapest",
+    "headroom": "most_headroom",
+    "step_time": "shortest_step",
+    "mfu": "most_efficient",
+}
 
 _BOTTLENECK = {
     "compute": ("compute-bound", ""),
-    "tp_comm": ("limited by exposed tensor-parallel collectives",
-                "a lower TP degree, keeping TP inside the NVLink domain, or TP comm overlap would help"),
+    "tp_comm": (
+        "limited by exposed tensor-parallel collectives",
+        "a lower TP degree, keeping TP inside the NVLink domain, or TP comm overlap would help",
+    ),
     "cp_comm": ("limited by the context-parallel KV exchange", "a lower CP degree would help"),
-    "ep_comm": ("limited by the expert all-to-all", "keeping EP inside a node or a lower EP degree would help"),
-    "pp_comm": ("limited by pipeline point-to-point transfers", "fewer pipeline stages or virtual stages would help"),
-    "dp_comm": ("limited by data-parallel gradient reduction / parameter gathers",
-                "more gradient accumulation (smaller dp or micro-batch), ZeRO-1 instead of ZeRO-3, or faster NICs would help"),
-    "bubble": ("limited by the pipeline bubble",
-               "more micro-batches per step, interleaving (vpp) or fewer pipeline stages would help"),
+    "ep_comm": (
+        "limited by the expert all-to-all",
+        "keeping EP inside a node or a lower EP degree would help",
+    ),
+    "pp_comm": (
+        "limited by pipeline point-to-point transfers",
+        "fewer pipeline stages or virtual stages would help",
+    ),
+    "dp_comm": (
+        "limited by data-parallel gradient reduction / parameter gathers",
+        "more gradient accumulation (smaller dp or micro-batch), ZeRO-1 instead of ZeRO-3, or faster NICs would help",
+    ),
+    "bubble": (
+        "limited by the pipeline bubble",
+        "more micro-batches per step, interleaving (vpp) or fewer pipeline stages would help",
+    ),
     "optimizer": ("limited by the optimizer step", "sharding the optimizer (ZeRO-1+) would help"),
 }
 
@@ -59,8 +76,11 @@ def _delta(name: str, a: float, b: float) -> str:
     if name == "mfu":
         return f"{abs(b - a):.1f} points {'more' if b > a else 'less'} MFU"
     rel = (b - a) / abs(a) * 100 if a else 0.0
-    word = {"throughput": ("faster", "slower"), "cost": ("more expensive", "cheaper"),
-            "step_time": ("longer per step", "shorter per step")}[name]
+    word = {
+        "throughput": ("faster", "slower"),
+        "cost": ("more expensive", "cheaper"),
+        "step_time": ("longer per step", "shorter per step"),
+    }[name]
     return f"{abs(rel):.1f}% {word[0] if rel >= 0 else word[1]}"
 
 
@@ -81,8 +101,16 @@ def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
     """One sentence on where the step time goes and what limits it."""
     t = e.time
     step = e.step_time_s or 1.0
-    parts = {"compute": t.compute, "TP comm": t.tp_comm, "CP comm": t.cp_comm, "EP comm": t.ep_comm,
-             "PP comm": t.pp_comm, "DP comm": t.dp_comm, "bubble": t.bubble, "optimizer": t.optimizer}
+    parts = {
+        "compute": t.compute,
+        "TP comm": t.tp_comm,
+        "CP comm": t.cp_comm,
+        "EP comm": t.ep_comm,
+        "PP comm": t.pp_comm,
+        "DP comm": t.dp_comm,
+        "bubble": t.bubble,
+        "optimizer": t.optimizer,
+    }
     shown = ", ".join(f"{k} {100 * v / step:.0f}%" for k, v in parts.items() if v / step >= 0.01)
     what, hint = _BOTTLENECK.get(e.bottleneck, (f"limited by {e.bottleneck}", ""))
     if e.bottleneck == "compute":
@@ -94,40 +122,70 @@ def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
 def explain_memory(e: Estimate) -> str:
     """One sentence on memory use and its largest component."""
     m = e.memory
-    cats = {"weights": m.weights, "gradients": m.grads, "optimizer states": m.optimizer,
-            "activations": m.activations, "logits": m.logits, "buffers": m.buffers, "overhead": m.overhead}
+    cats = {
+        "weights": m.weights,
+        "gradients": m.grads,
+        "optimizer states": m.optimizer,
+        "activations": m.activations,
+        "logits": m.logits,
+        "buffers": m.buffers,
+        "overhead": m.overhead,
+    }
     big = max(cats, key=lambda k: cats[k])
-    return (f"It uses {m.total / GiB:.1f} of {e.capacity_bytes / GiB:.1f} GiB per GPU "
-            f"({e.headroom_bytes / GiB:.1f} GiB free), mostly {big} ({cats[big] / GiB:.1f} GiB).")
+    return (
+        f"It uses {m.total / GiB:.1f} of {e.capacity_bytes / GiB:.1f} GiB per GPU "
+        f"({e.headroom_bytes / GiB:.1f} GiB free), mostly {big} ({cats[big] / GiB:.1f} GiB)."
+    )
 
 
 def _head(r: TrialRecord) -> str:
     e = r.estimate
     mfu = f", MFU {100 * e.mfu:.1f}%" if e is not None else ""
-    return (f"{r.strategy.label()} on {r.num_gpus}x {r.gpu} ({r.precision}): "
-            f"{r.values['throughput']:,.0f} tokens/s{mfu}, ${r.values['cost']:.3f}/Mtoken.")
+    return (
+        f"{r.strategy.label()} on {r.num_gpus}x {r.gpu} ({r.precision}): "
+        f"{r.values['throughput']:,.0f} tokens/s{mfu}, ${r.values['cost']:.3f}/Mtoken."
+    )
 
 
-def _why(role: str, r: TrialRecord, runner: TrialRecord | None, key: str | None,
-         objectives: Sequence[Objective], dist: float | None = None) -> str:
+def _why(
+    role: str,
+    r: TrialRecord,
+    runner: TrialRecord | None,
+    key: str | None,
+    objectives: Sequence[Objective],
+    dist: float | None = None,
+) -> str:
     """The paragraph for one recommendation."""
     if role == "balanced":
-        lead = (f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
-                f"the front (distance {dist:.3f}).")
+        lead = (
+            f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
+            f"the front (distance {dist:.3f})."
+        )
     else:
         lead = f"{role.replace('_', ' ').capitalize()}: best {REGISTRY[key].info.label.split(' (')[0].lower()} on the front"
-        lead += (f" among points within {100 - 100 * SAFE_SPEED_FRACTION:.0f}% of the best throughput."
-                 if role == "most_headroom" and any(o.name == "throughput" for o in objectives) else ".")
+        lead += (
+            f" among points within {100 - 100 * SAFE_SPEED_FRACTION:.0f}% of the best throughput."
+            if role == "most_headroom" and any(o.name == "throughput" for o in objectives)
+            else "."
+        )
     text = [lead, _head(r)]
     if r.estimate is not None:
         text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
     if runner is not None:
-        trades = [_delta(o.name, r.values[o.name], runner.values[o.name]) for o in objectives
-                  if abs(runner.values[o.name] - r.values[o.name]) > 1e-9 * max(1.0, abs(r.values[o.name]))]
-        said = (", ".join(trades[:-1]) + " and " + trades[-1]) if len(trades) > 1 else \
-            (trades[0] if trades else "equal on every objective")
-        text.append(f"The runner-up, {runner.strategy.label()} on {runner.num_gpus}x {runner.gpu} "
-                    f"({runner.precision}), is {said}.")
+        trades = [
+            _delta(o.name, r.values[o.name], runner.values[o.name])
+            for o in objectives
+            if abs(runner.values[o.name] - r.values[o.name]) > 1e-9 * max(1.0, abs(r.values[o.name]))
+        ]
+        said = (
+            (", ".join(trades[:-1]) + " and " + trades[-1])
+            if len(trades) > 1
+            else (trades[0] if trades else "equal on every objective")
+        )
+        text.append(
+            f"The runner-up, {runner.strategy.label()} on {runner.num_gpus}x {runner.gpu} "
+            f"({runner.precision}), is {said}."
+        )
     else:
         text.append("It is the only point on the front.")
     return " ".join(text)
@@ -160,13 +218,19 @@ def recommend(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> 
             pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
         ranked = sorted(pool, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
         best = ranked[0]
-        runner = next((r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
-                      ranked[1] if len(ranked) > 1 else None)
-        out.append(Recommendation(ROLE_OF[o.name], best, _why(ROLE_OF[o.name], best, runner, o.name, objectives)))
+        runner = next(
+            (r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
+            ranked[1] if len(ranked) > 1 else None,
+        )
+        out.append(
+            Recommendation(ROLE_OF[o.name], best, _why(ROLE_OF[o.name], best, runner, o.name, objectives))
+        )
     order, d = knee_order(front, objectives)
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None
-    out.append(Recommendation("balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]]))))
+    out.append(
+        Recommendation("balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]])))
+    )
     return out
 
 
@@ -175,20 +239,26 @@ def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord
     ests = [r for r in records if r.estimate is not None]
     if not ests:
         reasons = sorted({r.reason for r in records if r.reason})[:3]
-        return (f"no strategy for {model.name} passes the parallelism rules on these GPUs"
-                + (f" (e.g. {'; '.join(reasons)})" if reasons else "")
-                + "; change --gpus, --global-batch or --seq-len")
+        return (
+            f"no strategy for {model.name} passes the parallelism rules on these GPUs"
+            + (f" (e.g. {'; '.join(reasons)})" if reasons else "")
+            + "; change --gpus, --global-batch or --seq-len"
+        )
     best = min(ests, key=lambda r: r.estimate.peak_memory_bytes - r.estimate.capacity_bytes)
     e, s = best.estimate, best.strategy
     if e.fits:
-        return ("strategies fit in memory but none meets the constraints (--min-headroom / --max-cost); "
-                f"the closest is {s.label()}: {best.reason}; relax the constraint")
+        return (
+            "strategies fit in memory but none meets the constraints (--min-headroom / --max-cost); "
+            f"the closest is {s.label()}: {best.reason}; relax the constraint"
+        )
     tips = ["more GPUs (--gpus)"]
     if s.recompute != "full":
         tips.append("full activation recompute")
     if s.zero != 3:
         tips.append("ZeRO-3")
     tips += ["a shorter --seq-len", "a smaller --global-batch", "a GPU with more memory (--gpu)"]
-    return (f"nothing fits in memory: the smallest need found is {e.peak_memory_bytes / GiB:.1f} GiB per GPU "
-            f"({s.label()} on {best.num_gpus}x {best.gpu}) against {e.capacity_bytes / GiB:.1f} GiB usable; "
-            f"try {', '.join(tips)}")
+    return (
+        f"nothing fits in memory: the smallest need found is {e.peak_memory_bytes / GiB:.1f} GiB per GPU "
+        f"({s.label()} on {best.num_gpus}x {best.gpu}) against {e.capacity_bytes / GiB:.1f} GiB usable; "
+        f"try {', '.join(tips)}"
+    )

@@ -66,7 +66,9 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)  # e.g. "cost collapses onto throughput: fixed cluster"
     calibration: dict[str, Any] | None = None  # corrector name, version, error; None = uncalibrated
     space_valid: int | None = None  # how many of space_size pass validate_strategy (None = not counted)
-    stats: dict[str, Any] = field(default_factory=dict)  # search bookkeeping: evaluations, duplicates, HV, prices
+    stats: dict[str, Any] = field(
+        default_factory=dict
+    )  # search bookkeeping: evaluations, duplicates, HV, prices
 
     @property
     def n_feasible(self) -> int:

@@ -82,9 +82,19 @@ class Layout:
         j, z = divmod(j, len(self.zero))
         j, s = divmod(j, len(self.sp))
         mb, vpp = self.mb_vpp[j]
-        return Strategy(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, vpp=vpp,
-                        sp=self.sp[s], zero=self.zero[z], micro_batch=mb, recompute=self.recompute[r],
-                        pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        return Strategy(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            vpp=vpp,
+            sp=self.sp[s],
+            zero=self.zero[z],
+            micro_batch=mb,
+            recompute=self.recompute[r],
+            pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        )
 
 
 @dataclass(frozen=True)
@@ -106,8 +116,11 @@ def _tp_values(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
     node = min(cluster.node_size, cluster.num_gpus)
     kv = model.heads if model.is_mla else model.kv
     ffn = model.ffn_hidden if model.layers > model.moe_layers else 0
-    return [t for t in divisors(node)
-            if model.heads % t == 0 and kv % t == 0 and ffn % t == 0 and cluster.num_gpus % t == 0]
+    return [
+        t
+        for t in divisors(node)
+        if model.heads % t == 0 and kv % t == 0 and ffn % t == 0 and cluster.num_gpus % t == 0
+    ]
 
 
 def _pp_values(model: ModelSpec, rest: int) -> list[int]:
@@ -118,8 +131,7 @@ def _pp_values(model: ModelSpec, rest: int) -> list[int]:
 def _cp_values(workload: Workload, rest: int) -> list[int]:
     """CP degrees: seq % (2 cp) == 0 (causal load balancing), >= MIN_TOKENS_PER_CP_RANK tokens per rank."""
     s = workload.seq_len
-    return [c for c in divisors(rest)
-            if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_TOKENS_PER_CP_RANK)]
+    return [c for c in divisors(rest) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_TOKENS_PER_CP_RANK)]
 
 
 def _ep_values(model: ModelSpec, dp_cp: int) -> list[int]:
@@ -235,8 +247,11 @@ class Space:
     def decode(self, params: dict[str, Any]) -> Point | str:
         """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid."""
         h0 = self.hardware[0]
-        gpu, n, prec = params.get("gpu", h0.gpu), params.get("num_gpus", h0.num_gpus), \
-            params.get("precision", h0.precision)
+        gpu, n, prec = (
+            params.get("gpu", h0.gpu),
+            params.get("num_gpus", h0.num_gpus),
+            params.get("precision", h0.precision),
+        )
         h = self.hardware_index(gpu, n, prec)
         lays = self.layouts
         first = lays[0] if lays else None
@@ -256,16 +271,41 @@ class Space:
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
         zero = params.get("zero", lay.zero[0])
         rc = params.get("recompute", lay.recompute[0])
-        s = Strategy(tp=tp, pp=pp, dp=lay.dp, cp=cp, ep=ep, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
-                     recompute=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        s = Strategy(
+            tp=tp,
+            pp=pp,
+            dp=lay.dp,
+            cp=cp,
+            ep=ep,
+            vpp=vpp,
+            sp=sp,
+            zero=zero,
+            micro_batch=mb,
+            recompute=rc,
+            pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        )
         return Point(h, s)
 
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
         """Rebuild a point from its cache key."""
         h, tp, pp, cp, ep, vpp, sp, zero, mb, rc = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
-        return Point(h, Strategy(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sp=sp, zero=zero, micro_batch=mb,
-                                 recompute=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b"))
+        return Point(
+            h,
+            Strategy(
+                tp=tp,
+                pp=pp,
+                dp=dp,
+                cp=cp,
+                ep=ep,
+                vpp=vpp,
+                sp=sp,
+                zero=zero,
+                micro_batch=mb,
+                recompute=rc,
+                pp_schedule="interleaved" if vpp > 1 else "1f1b",
+            ),
+        )
 
     def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
         """Points that differ from `point` in one knob (after repair), without duplicates.
@@ -276,7 +316,7 @@ class Space:
         out: dict[tuple[Any, ...], Point] = {}
         for knob, values in self.distributions().items():
             i = values.index(base[knob])
-            cand = values[max(0, i - 1): i + 2] if adjacent and knob in _ORDERED else values
+            cand = values[max(0, i - 1) : i + 2] if adjacent and knob in _ORDERED else values
             for v in cand:
                 if v == base[knob]:
                     continue
@@ -288,9 +328,20 @@ class Space:
     def encode(self, point: Point) -> dict[str, Any]:
         """The per-knob choices that decode to this point (used to enqueue it in Optuna)."""
         hw, s = self.hardware[point.hw], point.strategy
-        full = {"gpu": hw.gpu, "num_gpus": hw.num_gpus, "precision": hw.precision, "tp": s.tp, "pp": s.pp,
-                "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "sp": s.sp, "zero": s.zero,
-                "micro_batch": s.micro_batch, "recompute": s.recompute}
+        full = {
+            "gpu": hw.gpu,
+            "num_gpus": hw.num_gpus,
+            "precision": hw.precision,
+            "tp": s.tp,
+            "pp": s.pp,
+            "vpp": s.vpp,
+            "cp": s.cp,
+            "ep": s.ep,
+            "sp": s.sp,
+            "zero": s.zero,
+            "micro_batch": s.micro_batch,
+            "recompute": s.recompute,
+        }
         return {k: full[k] for k in self.distributions()}
 
 
@@ -309,8 +360,10 @@ def _layout_reason(model: ModelSpec, hw: Hardware, tp: int, pp: int, cp: int, ep
     """A readable sentence saying why a (tp, pp, cp, ep) grid is not offered on this hardware."""
     n, wl = hw.num_gpus, hw.workload
     if tp not in _tp_values(model, hw.cluster):
-        return (f"tp={tp} must divide heads={model.heads}, kv_heads={model.kv} and ffn_hidden and fit in "
-                f"{hw.cluster.node_size} GPUs per node")
+        return (
+            f"tp={tp} must divide heads={model.heads}, kv_heads={model.kv} and ffn_hidden and fit in "
+            f"{hw.cluster.node_size} GPUs per node"
+        )
     if n % (tp * pp * cp):
         return f"tp*pp*cp={tp * pp * cp} does not divide {n} GPUs"
     if model.layers % pp:
@@ -325,8 +378,9 @@ def _layout_reason(model: ModelSpec, hw: Hardware, tp: int, pp: int, cp: int, ep
     return f"ep={ep} is only for MoE models" if ep > 1 else "layout not offered"
 
 
-def make_hardware(clusters: Sequence[ClusterSpec], workload: Workload,
-                  precisions: Sequence[str] | None = None) -> tuple[list[Hardware], list[str]]:
+def make_hardware(
+    clusters: Sequence[ClusterSpec], workload: Workload, precisions: Sequence[str] | None = None
+) -> tuple[list[Hardware], list[str]]:
     """Cross clusters with precisions; drop fp8 on GPUs without FP8 peaks (and say so)."""
     precs = list(precisions or [workload.precision])
     bad = [p for p in precs if p not in ("bf16", "fp8")]
@@ -342,8 +396,12 @@ def make_hardware(clusters: Sequence[ClusterSpec], workload: Workload,
     return out, skipped
 
 
-def build_space(model: ModelSpec, clusters: ClusterSpec | Sequence[ClusterSpec], workload: Workload,
-                precisions: Sequence[str] | None = None) -> Space:
+def build_space(
+    model: ModelSpec,
+    clusters: ClusterSpec | Sequence[ClusterSpec],
+    workload: Workload,
+    precisions: Sequence[str] | None = None,
+) -> Space:
     """Build the space for a model over one or several clusters and precisions."""
     cl = [clusters] if isinstance(clusters, ClusterSpec) else list(clusters)
     if not cl:

@@ -45,16 +45,40 @@ def _records(run: Run, space: Space) -> list[TrialRecord]:
     recs = []
     for key, out in run.outcomes.items():
         pt, hw = run.points[key], space.hardware[run.points[key].hw]
-        recs.append(TrialRecord(run.first_trial.get(key, -1), pt.strategy, hw.num_gpus, hw.gpu,
-                                hw.precision, out.estimate, dict(out.values), out.feasible, out.reason))
+        recs.append(
+            TrialRecord(
+                run.first_trial.get(key, -1),
+                pt.strategy,
+                hw.num_gpus,
+                hw.gpu,
+                hw.precision,
+                out.estimate,
+                dict(out.values),
+                out.feasible,
+                out.reason,
+            )
+        )
     h0, lay0 = space.hardware[0], space.layouts[0]
     for number, params, reason in run.invalid.values():
         knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep")}
         n = params.get("num_gpus", h0.num_gpus)
         knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
-        s = Strategy(**knobs, **{k: params[k] for k in ("sp", "zero", "micro_batch", "recompute") if k in params})
-        recs.append(TrialRecord(number, s, n, params.get("gpu", h0.gpu),
-                                params.get("precision", h0.precision), None, {}, False, reason))
+        s = Strategy(
+            **knobs, **{k: params[k] for k in ("sp", "zero", "micro_batch", "recompute") if k in params}
+        )
+        recs.append(
+            TrialRecord(
+                number,
+                s,
+                n,
+                params.get("gpu", h0.gpu),
+                params.get("precision", h0.precision),
+                None,
+                {},
+                False,
+                reason,
+            )
+        )
     recs.sort(key=lambda r: r.number)
     return recs
 
@@ -64,43 +88,80 @@ def _leanest(space: Space, ev: Evaluator) -> list[TrialRecord]:
     out = []
     for lay in space.layouts:
         mb = min(m for m, _ in lay.mb_vpp)
-        s = Strategy(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, ep=lay.ep, sp=lay.sp[-1], zero=3,
-                     micro_batch=mb, recompute="full")
+        s = Strategy(
+            tp=lay.tp,
+            pp=lay.pp,
+            dp=lay.dp,
+            cp=lay.cp,
+            ep=lay.ep,
+            sp=lay.sp[-1],
+            zero=3,
+            micro_batch=mb,
+            recompute="full",
+        )
         o, hw = ev(Point(lay.hw, s)), space.hardware[lay.hw]
-        out.append(TrialRecord(-1, s, hw.num_gpus, hw.gpu, hw.precision, o.estimate, dict(o.values),
-                               o.feasible, o.reason))
+        out.append(
+            TrialRecord(
+                -1, s, hw.num_gpus, hw.gpu, hw.precision, o.estimate, dict(o.values), o.feasible, o.reason
+            )
+        )
     return out
 
 
-def _notes(space: Space, objectives: Sequence[Objective], prices: list[tuple[float, str]], budget: int,
-           sampler: str, run: Run) -> list[str]:
+def _notes(
+    space: Space,
+    objectives: Sequence[Objective],
+    prices: list[tuple[float, str]],
+    budget: int,
+    sampler: str,
+    run: Run,
+) -> list[str]:
     names = [o.name for o in objectives]
     notes = list(space.skipped)
     clusters = {(h.gpu, h.num_gpus) for h in space.hardware}
     if "cost" in names and len(clusters) == 1 and len({p for p, _ in prices}) == 1:
         gpu, n = next(iter(clusters))
-        notes.append(f"cost collapses onto throughput: on one fixed cluster ({n}x {gpu} at "
-                     f"${prices[0][0]:.2f}/GPU-h) $/Mtoken = price x GPUs / throughput, so the cheapest "
-                     "point is the fastest; search GPU counts (--gpus 64..512) or types (--gpu A,B) "
-                     "to make cost a real trade-off")
+        notes.append(
+            f"cost collapses onto throughput: on one fixed cluster ({n}x {gpu} at "
+            f"${prices[0][0]:.2f}/GPU-h) $/Mtoken = price x GPUs / throughput, so the cheapest "
+            "point is the fastest; search GPU counts (--gpus 64..512) or types (--gpu A,B) "
+            "to make cost a real trade-off"
+        )
     for (_price, src), h in zip(prices, space.hardware, strict=True):
         if src.startswith("flat default"):
             notes.append(f"no price known for {h.gpu}: using the {src}")
     if sampler == "nsga2" and budget > space.size:
-        notes.append(f"budget {budget} exceeds the space size {space.size}: every point was evaluated; "
-                     "--sampler exhaustive does this faster")
+        notes.append(
+            f"budget {budget} exceeds the space size {space.size}: every point was evaluated; "
+            "--sampler exhaustive does this faster"
+        )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
     return notes
 
 
-def optimize(model: ModelSpec, clusters: ClusterSpec | list[ClusterSpec], workload: Workload, *,
-             budget: int = 300, objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
-             seed: int = 0, sampler: str = "nsga2", storage: Any = None, study_name: str | None = None,
-             timeout: float | None = None, min_headroom_gib: float = 0.0, max_cost: float | None = None,
-             precisions: list[str] | None = None, price_book: Any = None, tier: str = "on_demand",
-             calibration: Any = None, progress: bool = False, local_search: float = LOCAL_SEARCH_SHARE,
-             estimate_fn: Any = None) -> SearchResult:
+def optimize(
+    model: ModelSpec,
+    clusters: ClusterSpec | list[ClusterSpec],
+    workload: Workload,
+    *,
+    budget: int = 300,
+    objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
+    seed: int = 0,
+    sampler: str = "nsga2",
+    storage: Any = None,
+    study_name: str | None = None,
+    timeout: float | None = None,
+    min_headroom_gib: float = 0.0,
+    max_cost: float | None = None,
+    precisions: list[str] | None = None,
+    price_book: Any = None,
+    tier: str = "on_demand",
+    calibration: Any = None,
+    progress: bool = False,
+    local_search: float = LOCAL_SEARCH_SHARE,
+    estimate_fn: Any = None,
+) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
 
     `local_search` is the share of post-exploration trials spent on one-knob moves from the front
@@ -120,19 +181,39 @@ def optimize(model: ModelSpec, clusters: ClusterSpec | list[ClusterSpec], worklo
     objs = parse_objectives(objectives)
     space = build_space(model, clusters, workload, precisions)
     if space.size == 0:
-        raise AutoparError(f"no parallel layout of {model.name} fits these GPU counts and global_batch="
-                           f"{workload.global_batch} (dp must divide it); change --global-batch or --gpus")
+        raise AutoparError(
+            f"no parallel layout of {model.name} fits these GPU counts and global_batch="
+            f"{workload.global_batch} (dp must divide it); change --global-batch or --gpus"
+        )
     book = price_book if price_book is not None else default_price_book()
     prices = [resolve_price(h.cluster, book, tier) for h in space.hardware]
-    ev = Evaluator(model, space.hardware, prices=[p for p, _ in prices], min_headroom_gib=min_headroom_gib,
-                   max_cost=max_cost, calibration=calibration, estimate_fn=estimate_fn)
+    ev = Evaluator(
+        model,
+        space.hardware,
+        prices=[p for p, _ in prices],
+        min_headroom_gib=min_headroom_gib,
+        max_cost=max_cost,
+        calibration=calibration,
+        estimate_fn=estimate_fn,
+    )
     fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
     t_search = time.perf_counter()
     if sampler == "exhaustive":
         run = run_exhaustive(space, ev, objs, timeout, progress)
     else:
-        run = run_nsga2(space, ev, objs, budget=budget, seed=seed, storage=storage, study_name=study_name,
-                         timeout=timeout, progress=progress, fp=fp, local_search=local_search)
+        run = run_nsga2(
+            space,
+            ev,
+            objs,
+            budget=budget,
+            seed=seed,
+            storage=storage,
+            study_name=study_name,
+            timeout=timeout,
+            progress=progress,
+            fp=fp,
+            local_search=local_search,
+        )
     search_s = time.perf_counter() - t_search
     if sampler == "exhaustive" and not run.timed_out:
         valid, exact = sum(not o.reason.startswith("rule:") for o in run.outcomes.values()), True
@@ -142,11 +223,18 @@ def optimize(model: ModelSpec, clusters: ClusterSpec | list[ClusterSpec], worklo
     front = pareto_records(records, objs)
     notes = _notes(space, objs, prices, budget, sampler, run)
     stats: dict[str, Any] = {
-        "space_valid": valid, "space_valid_exact": exact, "optuna_trials": run.n_trials,
-        "evaluated": run.n_evaluated, "duplicates": run.n_duplicates, "study_name": run.study_name,
-        "search_s": search_s, "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
-        "prices": {h.label(): {"usd_per_gpu_hour": p, "source": s}
-                   for h, (p, s) in zip(space.hardware, prices, strict=True)},
+        "space_valid": valid,
+        "space_valid_exact": exact,
+        "optuna_trials": run.n_trials,
+        "evaluated": run.n_evaluated,
+        "duplicates": run.n_duplicates,
+        "study_name": run.study_name,
+        "search_s": search_s,
+        "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
+        "prices": {
+            h.label(): {"usd_per_gpu_hour": p, "source": s}
+            for h, (p, s) in zip(space.hardware, prices, strict=True)
+        },
         "fingerprint": fp,
     }
     if front:
@@ -156,23 +244,46 @@ def optimize(model: ModelSpec, clusters: ClusterSpec | list[ClusterSpec], worklo
         stats["hypervolume"] = normalized_hypervolume(F, ideal, nadir)
         stats["hypervolume_reference"] = (
             "objectives scaled so the best feasible value seen -> 0 and the worst -> 1 (maximised ones "
-            "negated); reference point 1.1 in each")
+            "negated); reference point 1.1 in each"
+        )
     else:
         notes.append(no_fit_message(model, space, records + _leanest(space, ev)))
     result = SearchResult(
-        model=model, clusters=list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values()),
-        workload=workload, objectives=[o.info for o in objs], space_size=space.size, trials=records,
-        pareto=_with_training(pareto_frame(front, objs), workload.token_budget), recommended=recommend(front, objs) if front else [], seed=seed,
-        budget=budget, sampler=sampler, wall_s=0.0,
-        inputs={"model": model.name, "gpus": sorted({h.num_gpus for h in space.hardware}),
-                "gpu": list(dict.fromkeys(h.gpu for h in space.hardware)),
-                "precision": list(dict.fromkeys(h.precision for h in space.hardware)),
-                "seq_len": workload.seq_len, "global_batch": workload.global_batch,
-                "token_budget": workload.token_budget, "objectives": [o.name for o in objs],
-                "budget": budget, "seed": seed, "sampler": sampler,
-                "storage": None if storage is None else str(storage), "study_name": run.study_name,
-                "min_headroom_gib": min_headroom_gib, "max_cost": max_cost, "tier": tier},
-        notes=notes, calibration=_calibration_info(calibration), space_valid=valid, stats=stats)
+        model=model,
+        clusters=list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values()),
+        workload=workload,
+        objectives=[o.info for o in objs],
+        space_size=space.size,
+        trials=records,
+        pareto=_with_training(pareto_frame(front, objs), workload.token_budget),
+        recommended=recommend(front, objs) if front else [],
+        seed=seed,
+        budget=budget,
+        sampler=sampler,
+        wall_s=0.0,
+        inputs={
+            "model": model.name,
+            "gpus": sorted({h.num_gpus for h in space.hardware}),
+            "gpu": list(dict.fromkeys(h.gpu for h in space.hardware)),
+            "precision": list(dict.fromkeys(h.precision for h in space.hardware)),
+            "seq_len": workload.seq_len,
+            "global_batch": workload.global_batch,
+            "token_budget": workload.token_budget,
+            "objectives": [o.name for o in objs],
+            "budget": budget,
+            "seed": seed,
+            "sampler": sampler,
+            "storage": None if storage is None else str(storage),
+            "study_name": run.study_name,
+            "min_headroom_gib": min_headroom_gib,
+            "max_cost": max_cost,
+            "tier": tier,
+        },
+        notes=notes,
+        calibration=_calibration_info(calibration),
+        space_valid=valid,
+        stats=stats,
+    )
     result.wall_s = time.perf_counter() - t0
     return result
 
