@@ -17,8 +17,9 @@ from autopar.calibration.records import row_to_specs
 from autopar.calibration.runs import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.estimate import estimate
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
 TIME_PARTS = (
     "compute",

@@ -19,8 +19,8 @@ import pandas as pd
 
 from autopar.errors import AutoparError, DataError
 from autopar.perf.estimate import estimate
-from autopar.perf.types import GiB
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
 RECORD_COLUMNS: tuple[str, ...] = (
     "id",

@@ -20,8 +20,7 @@ from autopar.cli.common import (
     resolve_calibration,
 )
 from autopar.errors import DataError, SpecError
-
-GiB = 2**30
+from autopar.units import GiB
 
 
 def _write_table(df: Any, out: Path) -> None:

@@ -10,21 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autopar.errors import AutoparError, UnknownNameError
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.search.result import ObjectiveInfo
 from autopar.specs import ClusterSpec
+from autopar.units import GiB, usd_per_mtoken
 
 ObjectiveFn = Callable[[Estimate, ClusterSpec, float], float]
 
 DEFAULT_OBJECTIVES: tuple[str, ...] = ("throughput", "headroom", "cost")
 MIN_OBJECTIVES, MAX_OBJECTIVES = 2, 4
-
-
-def usd_per_mtoken(tokens_per_s: float, num_gpus: int, usd_per_gpu_hour: float) -> float:
-    """Dollars per million trained tokens: cluster $/s divided by tokens/s, times 1e6."""
-    if tokens_per_s <= 0:
-        return float("inf")
-    return usd_per_gpu_hour * num_gpus / 3600.0 / tokens_per_s * 1e6
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from pathlib import Path
 from autopar.errors import AutoparError
 from autopar.perf.types import Estimate
 from autopar.reports.common import (
-    GiB,
     autopar_version,
     cluster_label,
     esc,
@@ -36,6 +35,7 @@ from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacke
 from autopar.reports.table import pareto_table_info, table_html
 from autopar.search.result import Recommendation, SearchResult, TrialRecord
 from autopar.specs import ClusterSpec
+from autopar.units import GiB
 
 
 def _kv(pairs: list[tuple[str, str]]) -> str:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.objectives import REGISTRY, Objective
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.search.space import Hardware, Point
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
 RULE_PENALTY = 1000.0
 DEFAULT_PRICE_USD = 2.0  # per GPU-hour, last resort when neither price book nor catalog has a price

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autopar.objectives import REGISTRY, Objective
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
+from autopar.units import GiB
 
 if TYPE_CHECKING:
     from autopar.search.space import Space
