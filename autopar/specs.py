@@ -97,20 +97,6 @@ class ModelSpec(_Frozen):
     def shared_ffn(self) -> int:
         return self.shared_ffn_hidden or self.moe_ffn_hidden or 0
 
-    @property
-    def total_params(self) -> float:
-        """Total parameter count (embeddings included)."""
-        from autopar.perf.params import count_params
-
-        return count_params(self).total
-
-    @property
-    def active_params(self) -> float:
-        """Parameters touched per token (MoE: top-k + shared experts)."""
-        from autopar.perf.params import count_params
-
-        return count_params(self).active
-
 
 class GPUSpec(_Frozen):
     """One accelerator type: memory, dense peaks, bandwidths and default packaging."""

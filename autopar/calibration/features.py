@@ -17,6 +17,7 @@ from autopar.calibration.records import row_to_specs
 from autopar.calibration.runs import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.estimate import estimate
+from autopar.perf.params import count_params
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
@@ -96,7 +97,7 @@ def features(
             math.log2(s.vpp),
             math.log2(workload.seq_len),
             math.log2(s.micro_batch),
-            math.log10(model.total_params),
+            math.log10(count_params(model).total),
             1.0 if model.is_moe else 0.0,
             math.log2(cluster.num_gpus),
             est.mfu,

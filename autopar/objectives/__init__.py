@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from autopar.errors import AutoparError, UnknownNameError
 from autopar.perf.types import Estimate
-from autopar.search.result import ObjectiveInfo
 from autopar.specs import ClusterSpec
 from autopar.units import GiB, usd_per_mtoken
 
@@ -19,6 +18,16 @@ ObjectiveFn = Callable[[Estimate, ClusterSpec, float], float]
 
 DEFAULT_OBJECTIVES: tuple[str, ...] = ("throughput", "headroom", "cost")
 MIN_OBJECTIVES, MAX_OBJECTIVES = 2, 4
+
+
+@dataclass(frozen=True)
+class ObjectiveInfo:
+    """How an objective is named, which way is better and its display unit."""
+
+    name: str  # "throughput", "headroom", "cost", "step_time", "mfu"
+    direction: str  # "maximize" | "minimize"
+    unit: str  # "tokens/s", "GiB", "$/Mtoken", "s", "%"
+    label: str  # axis label incl. unit, e.g. "Throughput (tokens/s, cluster)"
 
 
 @dataclass(frozen=True)

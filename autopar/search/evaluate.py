@@ -11,6 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autopar.catalog import prices
+from autopar.catalog.pricefile import default_price_book
+from autopar.catalog.prices import PriceBook
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.types import Estimate
 from autopar.search.space import Hardware, Point
@@ -18,7 +21,6 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
 RULE_PENALTY = 1000.0
-DEFAULT_PRICE_USD = 2.0  # per GPU-hour, last resort when neither price book nor catalog has a price
 
 EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], Estimate]
 ValidateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], list[str]]
@@ -42,27 +44,11 @@ class Outcome:
         return [self.values.get(o.name, _WORST[o.name]) for o in objectives]
 
 
-def resolve_price(cluster: ClusterSpec, price_book: Any, tier: str) -> tuple[float, str]:
-    """USD per GPU-hour for a cluster and where it came from (override > price book > catalog > default)."""
-    if cluster.price_usd_per_gpu_hour is not None:
-        return cluster.price_usd_per_gpu_hour, "cluster override"
-    if price_book is not None:
-        try:
-            return float(price_book.price(cluster.gpu.name, tier)), f"price book ({tier})"
-        except Exception:  # noqa: BLE001 - an unknown GPU/tier in the book falls through to the catalog
-            pass
-    if cluster.gpu.price_usd_per_hour is not None:
-        return cluster.gpu.price_usd_per_hour, "catalog default"
-    return DEFAULT_PRICE_USD, f"flat default ${DEFAULT_PRICE_USD:.2f}/GPU-h"
-
-
-def default_price_book() -> Any:
-    """The costs package's default price book, or None while it is not available."""
-    try:
-        from autopar.costs import default_price_book as dpb
-    except ImportError:
-        return None
-    return dpb()
+def resolve_price(cluster: ClusterSpec, price_book: PriceBook | None, tier: str) -> tuple[float, str]:
+    """USD per GPU-hour for a cluster and its source, via `autopar.catalog.prices.resolve_price`."""
+    book = price_book if price_book is not None else default_price_book()
+    r = prices.resolve_price(cluster.gpu, book, tier, cluster.price_usd_per_gpu_hour)
+    return r.usd_per_gpu_hour, r.source
 
 
 class Evaluator:
