@@ -191,7 +191,11 @@ def test_recommendations():
     best = df.iloc[int(np.argmin(np.linalg.norm(Z, axis=1)))]
     assert roles["balanced"].trial.strategy.label() == best["label"]
     phrase = {"compute": "compute-bound", "tp_comm": "tensor-parallel", "dp_comm": "data-parallel"}
-    phrase |= {"bubble": "pipeline bubble", "pp_comm": "pipeline point-to-point", "cp_comm": "context-parallel"}
+    phrase |= {
+        "bubble": "pipeline bubble",
+        "pp_comm": "pipeline point-to-point",
+        "cp_comm": "context-parallel",
+    }
     phrase |= {"ep_comm": "expert all-to-all", "optimizer": "optimizer step"}
     for rec in r.recommended:
         e = rec.trial.estimate
