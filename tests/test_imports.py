@@ -150,3 +150,10 @@ def test_the_checker_sees_lazy_imports_and_cycles():
 @pytest.mark.parametrize("module", ["autopar.layouts", "autopar.units", "autopar.specs", "autopar.errors"])
 def test_spine_modules_import_only_the_bottom_layer(module):
     assert all(LAYER_OF[_package(d)] == 0 for d in GRAPH[module])
+
+
+def test_readme_states_these_layers():
+    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    order = " → ".join(["catalog", "perf", "calibration", "objectives", "search", "costs", "reports", "cli"])
+    assert order in " ".join(readme.split()), "README 'Layout' must list the import layers of LAYERS"
+    assert [next(iter(layer)) for layer in LAYERS[1:-1]] == order.split(" → ")[:-1]
