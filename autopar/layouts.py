@@ -22,7 +22,7 @@ Rules have a level:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -211,7 +211,8 @@ def expert_rules(model: ModelSpec, dims: ParallelDims, etp_set: bool) -> Iterato
     if ep == 1 and not (etp_set and etp != dims.tp):
         return
     if not model.is_moe:
-        yield _v(Axis.EP, Level.HARD, f"ep={ep} needs an MoE model ({model.name} is dense)")
+        axis, degree = (Axis.EP, ep) if ep > 1 else (Axis.ETP, etp)
+        yield _v(axis, Level.HARD, f"{axis}={degree} needs an MoE model ({model.name} is dense)")
         return
     if model.experts % ep:
         yield _v(Axis.EP, Level.HARD, f"ep={ep} does not divide experts={model.experts}")
@@ -272,7 +273,7 @@ def precision_rules(cluster: ClusterSpec, precision: str) -> Iterator[Violation]
 # ---------------------------------------------------------------------------------------------- checks
 
 
-def _keep(violations: Iterator[Violation], level: Level) -> list[Violation]:
+def _keep(violations: Iterable[Violation], level: Level) -> list[Violation]:
     return [v for v in violations if v.level <= level]
 
 
@@ -303,7 +304,7 @@ def check(
         *batch_rules(workload, dims, s.micro_batch),
         *precision_rules(cluster, workload.precision),
     ]
-    return _keep(iter(rules), level)
+    return _keep(rules, level)
 
 
 def explain(violations: list[Violation] | list[str]) -> str:
@@ -320,14 +321,14 @@ def mesh_problems(cluster: ClusterSpec, workload: Workload, strategy: Strategy) 
     ]
     if s.vpp > 1 and s.pp == 1:
         rules.append(_v(Axis.VPP, Level.HARD, f"vpp={s.vpp} needs pp > 1"))
-    return [v.message for v in _keep(iter(rules), Level.HARD)]
+    return [v.message for v in _keep(rules, Level.HARD)]
 
 
 # ---------------------------------------------------------------------------------------------- generators
 # The search's candidate values: divisors filtered through the rules above (SEARCH level), never re-derived.
 
 
-def _ok(violations: Iterator[Violation]) -> bool:
+def _ok(violations: Iterable[Violation]) -> bool:
     return not _keep(violations, Level.SEARCH)
 
 
@@ -358,11 +359,11 @@ def grid_problems(
 ) -> list[Violation]:
     """Why a (tp, pp, cp, ep, etp) grid is not a layout the search offers ([] = offered).
 
-    Checks the mesh rules at SEARCH level and that some micro-batch splits the global batch (mb = 1).
+    Checks the mesh rules at SEARCH level with micro-batch 1 (if it does not split the global batch, none
+    does), no virtual stages and SP on wherever TP is.
     """
     probe = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=tp > 1)
-    violations = check(model, cluster, workload, probe, level=Level.SEARCH)
-    return [v for v in violations if v.axis is not Axis.VPP]
+    return check(model, cluster, workload, probe, level=Level.SEARCH)
 
 
 def expert_degrees(
@@ -376,7 +377,7 @@ def expert_degrees(
         for etp in divisors(dims.dense_group // ep):
             d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp)
             rules = [*expert_rules(model, d, True), *domain_rules(Axis.ETP, etp, cluster, False)]
-            if _ok(iter(rules)):
+            if _ok(rules):
                 out.append((ep, etp))
     return out
 
@@ -394,6 +395,6 @@ def mb_vpp_pairs(model: ModelSpec, workload: Workload, dims: ParallelDims) -> tu
         for v in divisors(model.layers):
             d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, v, dims.ep, dims.etp)
             sched = "interleaved" if v > 1 else "1f1b"
-            if _ok(iter([*vpp_rules(model, dims.pp, v, sched), *batch_rules(workload, d, mb)])):
+            if _ok([*vpp_rules(model, dims.pp, v, sched), *batch_rules(workload, d, mb)]):
                 pairs.append((mb, v))
     return tuple(pairs)
