@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
 from autopar.layouts import (
@@ -195,3 +197,48 @@ def test_grid_and_mesh_explanations():
 @pytest.mark.parametrize("axis", list(Axis))
 def test_axis_names_match_strategy_fields(axis):
     assert axis.value in Strategy.model_fields or axis is Axis.EDP
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    heads=st.sampled_from([4, 6, 8, 12]),
+    kv_div=st.sampled_from([1, 2]),
+    layers=st.sampled_from([2, 3, 4, 6]),
+    experts=st.sampled_from([0, 4, 6, 8]),
+    n_node=st.sampled_from([(4, 4), (8, 4), (12, 4), (6, 2), (16, 8), (2, 8)]),
+    seq=st.sampled_from([1024, 2048, 3072, 4096]),
+    gb=st.sampled_from([4, 6, 8, 12]),
+)
+def test_offered_grids_are_exactly_those_without_problems(heads, kv_div, layers, experts, n_node, seq, gb):
+    """Random small problems: a grid is offered iff grid_problems() has nothing to say (two paths, one rule set)."""
+    moe = {"experts": experts, "topk": 2, "moe_ffn_hidden": 96 * heads} if experts else {}
+    model = ModelSpec(
+        name="p",
+        layers=layers,
+        hidden=64 * heads,
+        heads=heads,
+        kv_heads=heads // kv_div,
+        ffn_hidden=192 * heads,
+        vocab=1000,
+        **moe,
+    )
+    n, node = n_node
+    cl = ClusterSpec(gpu=H100, num_gpus=n, gpus_per_node=node)
+    wl = Workload(seq_len=seq, global_batch=gb)
+    try:
+        space = build_space(model, cl, wl)
+    except Exception as e:  # noqa: BLE001 - report which input broke the builder
+        raise AssertionError(f"build_space raised {e!r}") from e
+    offered = {(x.tp, x.pp, x.cp, x.ep, x.etp) for x in space.layouts}
+    grids = itertools.product(
+        range(1, n + 1), range(1, layers + 1), range(1, n + 1), [1, 2, 3, 4, 6, 8], [None, 1, 2, 3, 4, 8]
+    )
+    want = set()
+    for tp, pp, cp, ep, etp in grids:
+        if n % (tp * pp * cp) or (model.is_moe) != (etp is not None):
+            continue
+        if not grid_problems(model, cl, wl, tp, pp, cp, ep, etp):
+            want.add((tp, pp, cp, ep, etp))
+    assert offered == want
+    for pt in itertools.islice(space, 0, None, max(1, space.size // 40)):
+        assert check(model, cl, wl, pt.strategy, level=Level.SEARCH) == []
