@@ -14,7 +14,6 @@ from typing import Any
 from autopar.catalog import prices
 from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import PriceBook
-from autopar.layouts import explain
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.types import Estimate
 from autopar.search.space import Hardware, Point
@@ -154,7 +153,7 @@ class Evaluator:
         hw = self.hardware[point.hw]
         broken = self.validate_fn(self.model, hw.cluster, hw.workload, point.strategy)
         if broken:
-            return Outcome(None, {}, False, "rule: " + explain(broken), RULE_PENALTY * len(broken))
+            return Outcome(None, {}, False, "rule: " + "; ".join(broken), RULE_PENALTY * len(broken))
         self.n_estimates += 1
         return self.estimate_fn(self.model, hw.cluster, hw.workload, point.strategy)
 
