@@ -60,7 +60,7 @@ def _records(run: Run, space: Space) -> list[TrialRecord]:
         )
     h0, lay0 = space.hardware[0], space.layouts[0]
     for number, params, reason in run.invalid.values():
-        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep")}
+        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep", "etp")}
         n = params.get("num_gpus", h0.num_gpus)
         knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
         s = Strategy(
@@ -94,6 +94,7 @@ def _leanest(space: Space, ev: Evaluator) -> list[TrialRecord]:
             dp=lay.dp,
             cp=lay.cp,
             ep=lay.ep,
+            etp=lay.etp,
             sp=lay.sp[-1],
             zero=3,
             micro_batch=mb,
