@@ -159,7 +159,7 @@ def domain_rules(
     if allow_cross_node or degree == 1:
         return
     if degree > node:
-        msg = f"{axis}={degree} exceeds the NVLink domain of {node} GPUs (TP across nodes is too slow)"
+        msg = f"{axis}={degree} exceeds the NVLink domain of {node} GPUs ({axis.value.upper()} across nodes is too slow)"
         yield _v(axis, Level.STRICT, msg)
     elif min(node, cluster.num_gpus) % degree:
         msg = f"{axis}={degree} does not divide the NVLink domain of {node} GPUs (its groups would straddle nodes)"
