@@ -159,10 +159,13 @@ def domain_rules(
     if allow_cross_node or degree == 1:
         return
     if degree > node:
-        msg = f"{axis}={degree} exceeds the NVLink domain of {node} GPUs ({axis.value.upper()} across nodes is too slow)"
+        why = f"{axis.value.upper()} across nodes is too slow"
+        msg = f"{axis}={degree} exceeds the NVLink domain of {node} GPUs ({why})"
         yield _v(axis, Level.STRICT, msg)
     elif min(node, cluster.num_gpus) % degree:
-        msg = f"{axis}={degree} does not divide the NVLink domain of {node} GPUs (its groups would straddle nodes)"
+        msg = (
+            f"{axis}={degree} does not divide the NVLink domain of {node} GPUs (groups would straddle nodes)"
+        )
         yield _v(axis, Level.STRICT, msg)
 
 
@@ -201,7 +204,8 @@ def cp_rules(workload: Workload, cp: int) -> Iterator[Violation]:
             Axis.CP, Level.HARD, f"seq_len={s} is not divisible by 2*cp = {2 * cp} (causal load balancing)"
         )
     if s // cp < MIN_TOKENS_PER_CP_RANK:
-        msg = f"cp={cp} leaves {s // cp} tokens per rank, fewer than {MIN_TOKENS_PER_CP_RANK} (ring exchange exposed)"
+        few = f"fewer than {MIN_TOKENS_PER_CP_RANK} (ring exchange exposed)"
+        msg = f"cp={cp} leaves {s // cp} tokens per rank, {few}"
         yield _v(Axis.CP, Level.SEARCH, msg)
 
 
