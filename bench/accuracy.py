@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_loso(df: pd.DataFrame) -> None:
     """Leave-one-source-out error of the default corrector (median/mean APE before -> after, per source)."""
-    from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.evaluate import error_table, leave_one_source_out
+
+    from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.features import build_training_set
 
     t0 = time.perf_counter()

@@ -8,6 +8,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pytest
+from autopar.calibration.evaluate import error_table, leave_one_source_out
 from typer.testing import CliRunner
 
 from autopar.calibration import apply as apply_mod
@@ -18,7 +19,6 @@ from autopar.calibration.apply import (
     load_calibration,
     load_default_calibration,
 )
-from autopar.calibration.evaluate import error_table, leave_one_source_out
 from autopar.calibration.features import build_training_set
 from autopar.calibration.runs import check_file
 from autopar.catalog import get_gpu, get_model
