@@ -57,6 +57,8 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
     out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]
     out[MEM], out[MEM + "_lo"], out[MEM + "_hi"] = mem * fac[:, 3], mem * fac[:, 4], mem * fac[:, 5]
+    if calibration.memory_corrector is None:  # no memory model: no band to report
+        out[MEM + "_lo"], out[MEM + "_hi"] = np.nan, np.nan
     for col in _THROUGHPUT_LIKE:
         out[col] = pd.to_numeric(out[col], errors="coerce") * fac[:, 0]
     out["pred_step_s"] = pd.to_numeric(out["pred_step_s"], errors="coerce") / fac[:, 0]
