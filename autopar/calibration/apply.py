@@ -197,14 +197,18 @@ class Calibration:
         """One line naming the corrector and its evidence, for reports and CLI output."""
         m = self.meta
         shrink = m.choice.get("shrink", 1.0)
-        text = f"calibration '{m.name}': ridge x{shrink:.1f} + cluster offsets on {m.n_train} runs from "
-        text += f"{len(m.sources)} source(s)"
+        what = (
+            "analytical model + cluster offsets (no global correction passed the no-worse-by-source gate)"
+            if shrink == 0
+            else f"ridge correction x{shrink:.1f} + cluster offsets"
+        )
+        text = f"calibration '{m.name}': {what}, fitted on {m.n_train} runs from {len(m.sources)} source(s)"
         overall = next((r for r in m.loso if r.get("source") == "all"), None)
         if overall:
             text += (
                 f"; leave-one-source-out median APE {100 * overall['median_ape_before']:.1f}% -> "
                 f"{100 * overall['median_ape_after']:.1f}%, 80% band covers "
-                f"{100 * overall['band_coverage']:.0f}%"
+                f"{100 * overall['band_coverage']:.0f}% (mean width {100 * overall['band_width']:.0f}%)"
             )
         if m.group:
             text += f"; adapted to cluster '{m.group}'"

@@ -8,10 +8,11 @@ Three parts, each with its reason:
   (autopar.calibration.validation) lowers `shrink` toward 0 (= factor 1, the analytical model)
   until the correction is no worse than the analytical model on every left-out source.
 - **Per-group offsets** (group = a cluster: the record's `cluster` id, else its source), estimated
-  empirical-Bayes style: a group with n runs and mean residual m gets offset n / (n + tau) * m, where
+  empirical-Bayes style: a group with n runs and median residual m gets offset n / (n + tau) * m, where
   tau = within-group variance / between-group variance (method of moments). A new cluster starts at
   0 and moves toward its own level as its runs are ingested (Gelman & Hill 2007, ch. 12 "partial
-  pooling"). Ridge and offsets are fitted by alternating (backfitting).
+  pooling"), with the median and MAD as robust location and spread. Ridge and offsets are fitted by
+  alternating (backfitting).
 - **Band**: split-conformal by group. Scores are out-of-group residuals (each group predicted by a
   model fitted without it); every group gets the same total weight, so a source with 32 runs does
   not dominate one with 5 (the exchangeable unit is the cluster, not the run). A point whose
@@ -30,6 +31,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 RANGE_TOLERANCE = 0.05  # a feature this fraction of its training range outside it counts as extrapolation
 MAX_TAU = 1e6  # runs-equivalent prior strength when groups do not differ at all
+MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal data
+MEDIAN_VARIANCE = np.pi / 2  # var(sample median) = (pi/2) sigma^2 / n for normal data (asymptotic)
 
 
 def ape_of_log_error(err: np.ndarray) -> np.ndarray:
@@ -66,20 +69,22 @@ def conformal_band(resid: np.ndarray, groups: Sequence[Any], coverage: float) ->
 def eb_offsets(
     resid: np.ndarray, groups: Sequence[Any], scale: float = 1.0
 ) -> tuple[dict[str, float], float]:
-    """Empirical-Bayes shrunken mean residual per group and the prior strength tau (in runs);
-    `scale` multiplies the method-of-moments tau (chosen by cross-validation across groups)."""
-    g = np.asarray([str(x) for x in groups])
-    names = sorted(set(g))
+    """Empirical-Bayes shrunken median residual per group and the prior strength tau (in runs).
+
+    Robust on purpose: a source's few outlier runs should not move its whole cluster. Location is the
+    group median; the within-group spread is the pooled MAD (x1.4826 = sigma for normal data) and the
+    sampling variance of a median of n runs is (pi/2) sigma^2 / n. tau = (pi/2) sigma_w^2 / sigma_b^2
+    (method of moments), times `scale` (chosen by cross-validation across groups).
+    """
+    names, inv = np.unique(np.asarray([str(x) for x in groups]), return_inverse=True)
     if len(names) < 2:
-        return {n: 0.0 for n in names}, MAX_TAU
-    n = np.array([(g == k).sum() for k in names], float)
-    m = np.array([resid[g == k].mean() for k in names])
-    dof = len(resid) - len(names)
-    within = sum(((resid[g == k] - mk) ** 2).sum() for k, mk in zip(names, m, strict=True))
-    s2w = within / dof if dof > 0 else float(np.var(resid))
+        return {str(n): 0.0 for n in names}, MAX_TAU
+    n = np.bincount(inv).astype(float)
+    m = np.array([np.median(resid[inv == i]) for i in range(len(names))])
+    s2w = (MAD_TO_SIGMA * float(np.median(np.abs(resid - m[inv])))) ** 2 * MEDIAN_VARIANCE
     s2b = float(np.var(m, ddof=1) - np.mean(s2w / n))
     tau = MAX_TAU if s2b <= 1e-12 else min(scale * s2w / s2b, MAX_TAU)
-    return {k: float(nk / (nk + tau) * mk) for k, nk, mk in zip(names, n, m, strict=True)}, float(tau)
+    return {str(k): float(nk / (nk + tau) * mk) for k, nk, mk in zip(names, n, m, strict=True)}, float(tau)
 
 
 class ThroughputCorrector(RegressorMixin, BaseEstimator):
@@ -130,7 +135,7 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
         for _ in range(max(self.backfit_iter, 0) + 1):
             self.coef_, self.intercept_ = self._ridge(Z, y - off)
             offsets, _ = eb_offsets(y - Z @ self.coef_ - self.intercept_, g)
-            off = np.array([offsets[k] for k in g])
+            off = np.vectorize(offsets.__getitem__, otypes=[float])(g) if len(g) else off
         resid = y - self.shrink * (Z @ self.coef_ + self.intercept_)
         self.offsets_, self.tau_ = eb_offsets(resid, g, self.prior_scale)
         in_sample = resid - np.array([self.offsets_[k] for k in g])
