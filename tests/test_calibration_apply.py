@@ -248,3 +248,32 @@ def test_batch_calibrated_vs_analytical(tmp_path):
     assert not np.allclose(cal[tps], ana[tps])
     mem = "pred_mem_gib_per_gpu"
     assert ((cal[mem + "_lo"] <= cal[mem]) & (cal[mem] <= cal[mem + "_hi"])).all()
+
+
+def test_cluster_offsets_reach_the_search_for_throughput_and_memory():
+    """A model adapted to cluster 'mine' (offsets log 0.9 on tokens/s, log 1.1 on memory) scales every
+    point the search evaluates, batched or one by one, and memory decides the fit."""
+    import copy
+
+    from autopar.search.evaluate import Evaluator
+    from autopar.search.space import build_space
+
+    cal = copy.deepcopy(load_default_calibration())
+    cal.meta.group = "mine"
+    cal.corrector.shrink = cal.memory_corrector.shrink = 0.0  # offsets only, whatever the gate chose
+    cal.corrector.offsets_ = {**cal.corrector.offsets_, "mine": float(np.log(0.9))}
+    cal.memory_corrector.offsets_ = {**cal.memory_corrector.offsets_, "mine": float(np.log(1.1))}
+    assert cal.memory_moves()
+    m, c, w, *_ = _specs()
+    space = build_space(m, c, w)
+    pts = list(space)[:60]
+    plain = Evaluator(m, space.hardware, prices=[2.0]).evaluate_many(pts)
+    ev = Evaluator(m, space.hardware, prices=[2.0], calibration=cal)
+    for pt, base, out in zip(pts, plain, ev.evaluate_many(pts), strict=True):
+        if base.estimate is None:
+            continue
+        one = ev(pt).estimate
+        for e in (out.estimate, one):
+            assert e.tokens_per_s == pytest.approx(0.9 * base.estimate.tokens_per_s)
+            assert e.memory.total == pytest.approx(1.1 * base.estimate.memory.total)
+            assert e.fits == (1.1 * base.estimate.memory.total <= e.capacity_bytes)

@@ -140,6 +140,14 @@ class Calibration:
         c, lo, hi = self.memory_corrector.predict_interval(X, self._groups(len(X), groups))
         return np.exp(c), np.exp(lo), np.exp(hi)
 
+    def memory_moves(self) -> bool:
+        """False when the memory factor is 1 for every input (no memory model, or shrink 0 and no offset
+        for this model's group): the search then skips the memory features."""
+        mc = self.memory_corrector
+        if mc is None:
+            return False
+        return mc.shrink > 0 or abs(mc.offsets_.get(str(self.meta.group), 0.0)) > 0
+
     @staticmethod
     def _one(fn: Any, x: np.ndarray, corrector: ThroughputCorrector | None, group: str | None) -> tuple:
         if corrector is None:
@@ -187,6 +195,8 @@ class Calibration:
         """The corrected estimate: throughput x its factor (band recorded), memory x its factor."""
         f, lo, hi = self.throughput_factor(model, cluster, workload, strategy, estimate, group)
         out = estimate.calibrated(f, lo, hi, self.meta.name)
+        if group is None and not self.memory_moves():
+            return out
         mf = self.memory_factor(model, cluster, workload, strategy, estimate, group)[0]
         return scale_memory(out, mf)
 

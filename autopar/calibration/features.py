@@ -13,6 +13,8 @@ model never sees features computed two different ways. Every feature is a plain 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,10 +47,22 @@ FEATURE_NAMES: tuple[str, ...] = (
 FEATURE_SCHEMA_VERSION = "2"
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def breakdown(obj: Any) -> dict[str, float]:
+    """A time/memory breakdown's terms by name (what `as_dict()` gives without the total, without the
+    cost of `dataclasses.asdict`, which dominated the search's calibration time); fields added to the
+    breakdown later appear here too."""
+    return {k: getattr(obj, k) for k in _field_names(type(obj))}
+
+
 def _time_shares(est: Estimate) -> list[float]:
     """Compute (without recompute), recompute, exposed comm and bubble shares of the step time."""
-    t = est.time.as_dict()
-    total = t.get("total") or est.step_time_s or 1.0
+    t = breakdown(est.time)
+    total = est.time.total or est.step_time_s or 1.0
     comm = sum(v for k, v in t.items() if k.endswith("_comm"))
     rc = t.get("recompute", 0.0)
     return [(t.get("compute", 0.0) - rc) / total, rc / total, comm / total, t.get("bubble", 0.0) / total]
@@ -98,20 +112,19 @@ def memory_features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
     """Memory-breakdown shares and size features (MEMORY_FEATURE_NAMES order)."""
-    m = est.memory.as_dict()
-    total = m.get("total") or 1.0
+    m = breakdown(est.memory)
+    total = est.memory.total or 1.0
     states = sum(m.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
     acts = sum(m.get(k, 0.0) for k in ("activations", "logits"))
-    x = features(model, cluster, workload, strategy, est)
-    name = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    s = strategy.with_dp(cluster.num_gpus)
     return np.array(
         [
             states / total,
             acts / total,
             total / est.capacity_bytes,
-            x[name["log2_gemm_tokens"]],
-            x[name["share_recompute"]],
-            x[name["log2_domains_spanned"]],
+            math.log2(s.micro_batch * workload.seq_len / s.cp),
+            _time_shares(est)[1],
+            max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
         ],
         dtype=float,
     )

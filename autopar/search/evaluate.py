@@ -160,7 +160,7 @@ class Evaluator:
             (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
             for j, (i, e) in enumerate(pending)
         ]
-        if getattr(cal, "memory_corrector", None) is None:
+        if not getattr(cal, "memory_moves", lambda: False)():
             return out
         from autopar.calibration.apply import scale_memory  # the memory corrector (issue 12)
         from autopar.calibration.features import memory_features
