@@ -277,3 +277,8 @@ def test_cluster_offsets_reach_the_search_for_throughput_and_memory():
             assert e.tokens_per_s == pytest.approx(0.9 * base.estimate.tokens_per_s)
             assert e.memory.total == pytest.approx(1.1 * base.estimate.memory.total)
             assert e.fits == (1.1 * base.estimate.memory.total <= e.capacity_bytes)
+
+
+def test_batch_refuses_single_strategy_options():
+    r = runner.invoke(app, ["estimate", "--batch", str(published_runs_path()), "--tp", "4", "--json"])
+    assert r.exit_code == 2 and "--tp cannot apply with --batch" in r.output and "Traceback" not in r.output

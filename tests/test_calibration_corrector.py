@@ -31,6 +31,14 @@ def _ts(X: np.ndarray, y: np.ndarray, groups: list[str]) -> TrainingSet:
     )
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
+def test_sklearn_estimator_checks():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    failed = [r for r in check_estimator(ThroughputCorrector(), on_fail=None) if r["status"] == "failed"]
+    assert failed == []
+
+
 def test_fit_returns_self_and_learned_attributes_end_in_underscore():
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(40, 3)), rng.normal(size=40)

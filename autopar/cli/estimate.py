@@ -139,6 +139,40 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
         console.print(f"note: {n}")
 
 
+# Options that describe one strategy: with --batch every row brings its own, so setting one is an error.
+_SINGLE_ONLY = {
+    "model": "Llama-3.1-70B",
+    "gpu": "H100-SXM",
+    "gpus": 64,
+    "gpus_per_node": None,
+    "internode_gbps": None,
+    "seq_len": 8192,
+    "global_batch": 512,
+    "precision": "bf16",
+    "framework": "megatron",
+    "tp_comm_overlap": False,
+    "tp": 1,
+    "pp": 1,
+    "cp": 1,
+    "ep": 1,
+    "etp": None,
+    "vpp": 1,
+    "sp": None,
+    "zero": 1,
+    "micro_batch": 1,
+    "recompute": "none",
+    "allow_uneven": False,
+}
+
+
+def _reject_single_options(given: dict[str, Any]) -> None:
+    """A single-strategy option given together with --batch cannot take effect: say so (exit 2)."""
+    bad = [k for k, default in _SINGLE_ONLY.items() if k in given and given[k] != default]
+    if bad:
+        flags = ", ".join("--" + k.replace("_", "-") for k in bad)
+        raise SpecError(f"{flags} cannot apply with --batch (each row of the file gives its own); drop it")
+
+
 @command("estimate")
 def estimate_cmd(
     model: Annotated[
@@ -186,6 +220,7 @@ def estimate_cmd(
 ) -> None:
     """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
     if batch is not None:
+        _reject_single_options(locals())
         run_batch(batch, out, as_json, resolve_calibration(calibration, no_calibration))
         return
     if out is not None:
