@@ -17,7 +17,9 @@ Three parts, each with its reason:
   model fitted without it); every group gets the same total weight, so a source with 32 runs does
   not dominate one with 5 (the exchangeable unit is the cluster, not the run). A point whose
   features fall outside the training range gets the union of this band and the analytical model's
-  own error band (`prior_band_`).
+  own error band (`prior_band_`). Why not MAPIE (1.6 installs here): its CV+/jackknife+ with a
+  LeaveOneGroupOut splitter weighs every run equally (a 32-run source would dominate a 1-run one) and
+  calls `fit(X, y)` without the groups the offsets need; the group-weighted scores are a few lines.
 """
 
 from __future__ import annotations
