@@ -143,10 +143,32 @@ class Evaluator:
         if ok.any():
             f[ok], lo[ok], hi[ok] = cal.factors(X[ok])
         name = getattr(getattr(cal, "meta", None), "name", "")
-        return [
+        out = [
             (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
             for j, (i, e) in enumerate(pending)
         ]
+        if not getattr(cal, "memory_moves", lambda: False)():
+            return out
+        from autopar.calibration.apply import scale_memory  # the memory corrector (issue 12)
+        from autopar.calibration.features import memory_features
+
+        Xm = np.vstack(
+            [
+                memory_features(
+                    self.model,
+                    self.hardware[points[i].hw].cluster,
+                    self.hardware[points[i].hw].workload,
+                    points[i].strategy,
+                    e,
+                )
+                for i, e in pending
+            ]
+        )
+        mf = np.ones(len(pending))
+        okm = np.all(np.isfinite(Xm), axis=1)
+        if okm.any():
+            mf[okm] = cal.memory_factors(Xm[okm])[0]
+        return [(i, scale_memory(c, float(mf[j]))) for j, (i, c) in enumerate(out)]
 
     def _analytical(self, point: Point) -> Estimate | Outcome:
         """The uncalibrated estimate of a point, or its rule-violation outcome."""
@@ -192,6 +214,8 @@ def apply_calibration(
     est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware, strategy: Strategy
 ) -> Estimate:
     """Scale throughput-like figures of an estimate by the corrector's factor (and record the band)."""
+    if hasattr(calibration, "apply"):  # throughput and memory correctors (autopar.calibration.apply)
+        return calibration.apply(model, hw.cluster, hw.workload, strategy, est)
     factor, lo, hi = calibration.throughput_factor(model, hw.cluster, hw.workload, strategy, est)
     name = getattr(getattr(calibration, "meta", None), "name", "")
     return est.calibrated(factor, lo, hi, name)
