@@ -69,7 +69,7 @@ def features(
     total = t.total or 1.0
     shares = [getattr(t, p) / total for p in TIME_PARTS]
     shares[0] = (t.compute - t.recompute) / total  # compute share without the recompute part
-    s = strategy.with_dp(cluster.num_gpus)
+    s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
     fam = cluster.gpu.family.lower()
     fam_onehot = [1.0 if fam == f else 0.0 for f in GPU_FAMILIES]
     peak = cluster.gpu.peak_flops(workload.precision)
