@@ -93,13 +93,15 @@ def complete(
 
     cands = candidate_values(model, w, s)
     cache: dict[tuple, Estimate | None] = {}
+    errors: list[InvalidStrategyError] = []
 
     def run(choice: dict[str, Any]) -> Estimate | None:
         key = tuple(sorted((k, str(v)) for k, v in choice.items()))
         if key not in cache:
             try:
                 cache[key] = estimate(model, cluster, w, _apply(s, choice), strict=strict)
-            except InvalidStrategyError:
+            except InvalidStrategyError as e:
+                errors.append(e)
                 cache[key] = None
         return cache[key]
 
@@ -113,11 +115,9 @@ def complete(
     else:
         best = _descend(cands, run)
     est = run(best)
-    if est is None:
-        raise InvalidStrategyError(
-            [f"no valid value for the unset knob(s) {', '.join(names)} of this layout"]
-        )
-    return _with_assumed(est, best, size)
+    if est is None:  # no completion is valid: the layout itself breaks a rule; say which (first candidate)
+        raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(names)}"])
+    return _with_assumed(est, best, size, s.unset_knobs(model.is_moe))
 
 
 def _descend(cands: dict[str, list[Any]], run) -> dict[str, Any]:
@@ -134,15 +134,12 @@ def _descend(cands: dict[str, list[Any]], run) -> dict[str, Any]:
     return cur
 
 
-def _with_assumed(est: Estimate, choice: dict[str, Any], n: int) -> Estimate:
+def _with_assumed(est: Estimate, choice: dict[str, Any], n: int, unset: tuple[str, ...]) -> Estimate:
     from dataclasses import replace
 
-    parts = []
-    for k, v in choice.items():
-        if k == "sched":
-            parts.append(f"pp_schedule={v[0]}")
-            parts.append(f"vpp={v[1]}")
-        else:
-            parts.append(f"{k}={v}")
+    flat = {k: v for k, v in choice.items() if k != "sched"}
+    if "sched" in choice:
+        flat["pp_schedule"], flat["vpp"] = choice["sched"]
+    parts = [f"{k}={flat[k]}" for k in unset]
     assumed = tuple(f"{p} (unset; best feasible of {n} candidates)" for p in parts)
     return replace(est, assumed=assumed, notes=(*est.notes, "completed unset knobs: " + ", ".join(parts)))
