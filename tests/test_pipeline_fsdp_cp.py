@@ -239,3 +239,11 @@ def test_optimizer_offload_and_state_precision_trade_memory_for_time():
     assert bf16.memory.optimizer == pytest.approx(base.memory.optimizer * 8 / 12)
     assert q8.memory.optimizer == pytest.approx(base.memory.optimizer * 6 / 12)
     assert q8.time.optimizer < base.time.optimizer
+
+
+def test_memory_savers_are_offered_only_when_allowed():
+    from autopar.perf.memory import saver_choices
+
+    assert saver_choices(()) == {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    both = saver_choices(("offload", "bf16_states", "8bit_states"))
+    assert both == {"optimizer_offload": (0.0, 1.0), "optimizer_states": (None, "bf16", "8bit")}

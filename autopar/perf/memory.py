@@ -30,6 +30,23 @@ OPTIMIZER_STATES_OF: dict[str, str] = {
     "adam_8bit": "8bit",
     "sgd": "sgd",
 }
+# What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+    "offload": ("optimizer_offload", (0.0, 1.0)),
+    "bf16_states": ("optimizer_states", (None, "bf16")),
+    "8bit_states": ("optimizer_states", (None, "8bit")),
+}
+
+
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+    """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
+    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    for saver in memory_savers:
+        knob, values = MEMORY_SAVER_VALUES[saver]
+        out[knob] = tuple(dict.fromkeys(out[knob] + values))
+    return out
+
+
 DDP_BUCKET_BYTES = 0.125 * GiB  # gradient-bucket staging outside ZeRO-3 (Megatron/DDP buckets, formulas §3.5)
 
 
