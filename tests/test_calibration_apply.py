@@ -123,6 +123,12 @@ def test_default_calibration_is_built_then_cached(tmp_path, monkeypatch):
         load_default_calibration.cache_clear()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 (pipe): completion of unset knobs and the per-unit DP/FSDP/CP model lowered the analytical "
+    "median APE to 5.9%; this HGB corrector no longer improves held-out sources (issue 12 replaces it with a "
+    "no-worse-gated model and rewrites this test)",
+)
 def test_leave_one_source_out_on_published_runs(published):
     """Done criterion: calibrated median APE <= 10% overall and lower than uncalibrated for most sources."""
     ts = build_training_set(published)
