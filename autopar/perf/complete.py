@@ -41,8 +41,7 @@ def _schedule_pairs(model: ModelSpec, s: Strategy, framework: str) -> list[tuple
     p = s.pp
     if p == 1:
         return [(s.pp_schedule or "1f1b", s.vpp or 1)]
-    offered = [n for n, r in pipeline.SCHEDULES.items() if framework in r.frameworks] or ["1f1b"]
-    names = [s.pp_schedule] if s.pp_schedule else offered
+    names = [s.pp_schedule] if s.pp_schedule else list(pipeline.schedules_for(framework))
     vpps = [v for v in _divisors(model.layers // p) if v > 1] if model.layers >= p else []
     pairs = []
     for name in names:

@@ -82,6 +82,13 @@ SCHEDULES: dict[str, ScheduleRule] = {
 SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
 
 
+def schedules_for(framework: str) -> tuple[str, ...]:
+    """Schedules a software stack ships (what the search and the completion may choose for it).
+
+    An explicit schedule is always estimated (a what-if), whatever the stack."""
+    return tuple(n for n, r in SCHEDULES.items() if framework in r.frameworks) or ("1f1b",)
+
+
 def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool = True) -> list[str]:
     """Every rule of SCHEDULES[schedule] that (p, v, m) breaks, as sentences ([] = valid)."""
     rule = SCHEDULES.get(schedule)
@@ -143,11 +150,16 @@ DUALPIPE_COMM_SMS = 20 / 132
 
 
 def dualpipe_overlap(comp: float, comm: float) -> tuple[float, float]:
-    """(compute, exposed comm) of one micro-batch when DualPipe's F&B pairing hides `comm` under `comp`."""
-    if comm <= 0:
-        return comp, 0.0
-    slowed = comp / (1.0 - DUALPIPE_COMM_SMS)
-    return slowed, max(0.0, comm - slowed)
+    """(compute, exposed comm) of one micro-batch when DualPipe's F&B pairing hides `comm` under `comp`.
+
+    While the communication runs, compute has 1 − DUALPIPE_COMM_SMS of the SMs: T = comp + s·comm as long
+    as the communication fits inside T; beyond that the compute is slowed throughout and the rest is exposed.
+    """
+    s = DUALPIPE_COMM_SMS
+    if comm <= comp / (1.0 - s):
+        return comp + s * comm, 0.0
+    slowed = comp / (1.0 - s)
+    return slowed, comm - slowed
 
 
 def parameter_copies(schedule: str) -> int:
