@@ -94,7 +94,12 @@ def _mix(model: ModelSpec, start: int, n: int) -> tuple[int, int]:
     return nd, n - nd
 
 
+_NO_CP = cp.CpCost(0.0, 0.0)
+
+
 def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
+    if s.cp == 1:
+        return _NO_CP
     model, w = ctx.model, ctx.w
     dv = model.v_head_dim if model.is_mla else model.dh
     qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh
@@ -323,7 +328,7 @@ def _assemble(
 ) -> Estimate:
     step, W, peak = tb.total, ctx.W, ctx.peak_gemm
     hw = ctx.hw_flops[s.recompute]
-    parts = {k: v for k, v in tb.as_dict().items() if k not in ("total", "recompute")}
+    parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
     return Estimate(
         memory=mem,
