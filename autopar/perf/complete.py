@@ -27,7 +27,7 @@ ZERO_BY_FRAMEWORK: dict[str, tuple[int, ...]] = {
     "fsdp": (0, 2, 3),
     "deepspeed": (0, 1, 2, 3),
 }
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_MODES: tuple[str, ...] = ("full", "selective", "none")  # most memory-frugal first
 MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
 
@@ -59,7 +59,7 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
         per_rank = w.global_batch // max(1, s.dp)
         out["micro_batch"] = [b for b in _divisors(per_rank) if b <= MAX_MICRO_BATCH] or [1]
     if "recompute" in unset:
-        out["recompute"] = ["full", "selective", "none"]
+        out["recompute"] = list(RECOMPUTE_MODES)
     if "zero" in unset:
         out["zero"] = sorted(ZERO_BY_FRAMEWORK[w.framework], reverse=True)
     if "etp" in unset:
