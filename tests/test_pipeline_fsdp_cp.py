@@ -247,3 +247,21 @@ def test_memory_savers_are_offered_only_when_allowed():
     assert saver_choices(()) == {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
     both = saver_choices(("offload", "bf16_states", "8bit_states"))
     assert both == {"optimizer_offload": (0.0, 1.0), "optimizer_states": (None, "bf16", "8bit")}
+
+
+def test_flat_ring_follows_nccl_ring_latency_model():
+    # NVIDIA/nccl src/graph/tuning.cc @01afd20: base + (n - k)·intra + (k - 1)·inter, µs.
+    from autopar.perf.comm import Links
+    from autopar.perf.fsdp import flat_ring
+
+    links = Links(8, 300e9, 40e9, 3e-6, 8e-6)
+    # 16 ranks on 2 nodes, LL (small message): 3.6 + 14·(0.47·1.8) + 1·2.7 µs
+    assert flat_ring(0.0, 16, 1, links, "LL") == pytest.approx((3.6 + 14 * 0.846 + 2.7) * 1e-6)
+    # 1 GB, Simple: 8.4 + 14·3.4 + 9.6 µs + 15/16 · 1e9 / 40e9 s at the NIC rate
+    assert flat_ring(1e9, 16, 1, links, "Simple") == pytest.approx(
+        (8.4 + 47.6 + 9.6) * 1e-6 + 15 / 16 * 1e9 / 40e9
+    )
+    # inside one node: NVLink rate, no network hop
+    assert flat_ring(1e9, 8, 1, links, "Simple") == pytest.approx(
+        (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 1e9 / 300e9
+    )

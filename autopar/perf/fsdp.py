@@ -115,21 +115,46 @@ class Zero3Unit:
     ar: float
 
 
+# NCCL's ring latency model (NVIDIA/nccl src/graph/tuning.cc, commit 01afd20): an all-gather or
+# reduce-scatter over n ranks on k nodes costs baseLat + (n − k)·intra-node hop + (k − 1)·inter-node hop.
+# Values in µs as (base, NVLink hop, network hop): LL, which NCCL picks for small messages (its NVLink hop
+# ×1.8 once the ring spans nodes), and Simple for large ones.
+NCCL_RING_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "LL": (3.6, 0.47 * 1.8, 2.7),
+    "Simple": (8.4, 3.4, 9.6),
+}
+
+
+def flat_ring(nbytes: float, size: int, stride: int, links: comm.Links, proto: str) -> float:
+    """One all-gather / reduce-scatter as a single flat NCCL ring over the group (no node-local hierarchy):
+    the bandwidth term at the NIC rate once the ring leaves the node, the latency per NCCL's ring model."""
+    if size <= 1:
+        return 0.0
+    _, k = comm.placement(size, stride, links.node_size)
+    base, intra, inter = NCCL_RING_LATENCY_US[proto]
+    lat = (base + (size - k) * intra + (k - 1) * inter) * 1e-6
+    bw = links.scaleout_bw if k > 1 else links.scaleup_bw
+    return lat + (size - 1) / size * nbytes / bw
+
+
 def zero3_unit(
     unit_ne: float, unit_ex: float, g: DpGroups, links: comm.Links, grad_bytes: float, n_coll: int
 ) -> Zero3Unit:
-    """Per-unit collective times. n_coll > 1: DeepSpeed-style per-tensor gathers, flat over the whole group
-    (no node-local hierarchy) and each tensor paying the collective latency once."""
-    zl = links
+    """Per-unit collective times. n_coll > 1: DeepSpeed-style per-tensor collectives, each a flat ring over
+    the whole group (no node-local hierarchy): the block's bulk in one large call, the other n_coll − 1
+    tensors as small (latency-bound, NCCL LL) calls."""
     if n_coll > 1:
-        zl = comm.Links(1, links.scaleout_bw, links.scaleout_bw, links.scaleout_lat, links.scaleout_lat)
-    ag = comm.all_gather(2.0 * unit_ne, g.n_shard, g.shard_stride, zl)
-    ag += comm.all_gather(2.0 * unit_ex, g.n_edp, g.edp_stride, zl)
-    rs = comm.reduce_scatter(grad_bytes * unit_ne, g.n_shard, g.shard_stride, zl)
-    rs += comm.reduce_scatter(grad_bytes * unit_ex, g.n_edp, g.edp_stride, zl)
-    if n_coll > 1:  # the other tensors of the block: latency-only calls
-        ag += (n_coll - 1) * comm.all_gather(1.0, g.n_shard, g.shard_stride, zl)
-        rs += (n_coll - 1) * comm.reduce_scatter(1.0, g.n_shard, g.shard_stride, zl)
+        ag = flat_ring(2.0 * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
+        ag += flat_ring(2.0 * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
+        rs = flat_ring(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
+        rs += flat_ring(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
+        small = (n_coll - 1) * flat_ring(0.0, g.n_shard, g.shard_stride, links, "LL")
+        ag, rs = ag + small, rs + small
+    else:
+        ag = comm.all_gather(2.0 * unit_ne, g.n_shard, g.shard_stride, links)
+        ag += comm.all_gather(2.0 * unit_ex, g.n_edp, g.edp_stride, links)
+        rs = comm.reduce_scatter(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links)
+        rs += comm.reduce_scatter(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links)
     ar = (
         comm.all_reduce(grad_bytes * unit_ne / g.n_shard, g.n_rep, g.rep_stride, links)
         if g.n_rep > 1
