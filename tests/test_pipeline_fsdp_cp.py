@@ -265,3 +265,17 @@ def test_flat_ring_follows_nccl_ring_latency_model():
     assert flat_ring(1e9, 8, 1, links, "Simple") == pytest.approx(
         (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * 1e9 / 300e9
     )
+
+
+def test_uneven_split_options_pass_strict_validation_when_they_add_up():
+    m = get_model("Llama-3.1-405B")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2048)
+    w = Workload(seq_len=8192, global_batch=2048)
+    base = Strategy(tp=8, pp=16, sp=True, zero=1, micro_batch=1, recompute="full")
+    with pytest.raises(InvalidStrategyError, match="not divisible by pp=16"):
+        estimate(m, cl, w, base)  # 126 layers on 16 stages, no options
+    acc = estimate(m, cl, w, base.model_copy(update={"pp_account_embedding": True, "pp_account_loss": True}))
+    explicit = estimate(m, cl, w, base.model_copy(update={"pp_first_layers": 7, "pp_last_layers": 7}))
+    assert acc.step_time_s == pytest.approx(explicit.step_time_s)  # the same 7/8/7 split
+    with pytest.raises(InvalidStrategyError, match="139 layers, not 126"):
+        estimate(m, cl, w, base.model_copy(update={"pp_first_layers": 6, "pp_last_layers": 7}))

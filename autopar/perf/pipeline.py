@@ -218,6 +218,28 @@ def stage_layers(
     return StageLayout(per, per, la, note)
 
 
+def split_violations(
+    layers: int, p: int, lay: StageLayout, account_embedding: bool, account_loss: bool
+) -> list[str]:
+    """Megatron's checks of an uneven split: every stage gets layers and the stages add up to the model."""
+    if p <= 1:
+        return []
+    total = lay.first + (p - 2) * lay.middle + lay.last
+    out = []
+    if min(lay.first, lay.last) < 0 or (p > 2 and lay.middle <= 0):
+        out.append(f"pipeline split leaves a stage without layers ({lay.first}/{lay.middle}/{lay.last})")
+    if total != layers:
+        out.append(
+            f"pipeline split {lay.first} + {p - 2}x{lay.middle} + {lay.last} = {total} layers, not {layers}"
+            + (
+                " (embedding/loss counted as layers must make layers + 1 or + 2 divisible by pp)"
+                if account_embedding or account_loss
+                else ""
+            )
+        )
+    return out
+
+
 def pipeline_time(
     schedule: str, p: int, m: int, v: int, mean_stage: float, per_send: float
 ) -> tuple[float, float]:
