@@ -279,3 +279,18 @@ def test_uneven_split_options_pass_strict_validation_when_they_add_up():
     assert acc.step_time_s == pytest.approx(explicit.step_time_s)  # the same 7/8/7 split
     with pytest.raises(InvalidStrategyError, match="139 layers, not 126"):
         estimate(m, cl, w, base.model_copy(update={"pp_first_layers": 6, "pp_last_layers": 7}))
+
+
+def test_zero3_with_pp_keeps_the_stage_gathered_with_fp32_accumulated_grads():
+    # FSDP2 under PP: bf16 params of the stage stay gathered and unsharded grads accumulate in the reduce dtype
+    # (fp32 in torchtitan): 1e9 stage params, 1e8 biggest layer, 8-way shard, Adam fp32 states.
+    from autopar.perf.memory import Sharding, StageParams, model_states
+
+    sp = StageParams(non_expert=1e9, expert=0.0, biggest_layer=1e8)
+    sh = Sharding(3, 8, 1, 12.0, 0.0, False, 2.0, 1.0, True, accum_grad_bytes=4.0)
+    wts, grd, opt, buf = model_states(sp, sh)
+    assert (wts, grd, opt) == pytest.approx((2e9 / 8, 2e9 / 8, 12e9 / 8))
+    assert buf == pytest.approx(1e9 * (2 + 4) + 1e8 * 4)
+    # without PP: two gathered units (prefetch depth 1) + a bf16 grad unit + an fp32 reduce buffer
+    flat = Sharding(3, 8, 1, 12.0, 0.0, False, 2.0, 1.0, False)
+    assert model_states(sp, flat)[3] == pytest.approx(1e8 * (2 * 2 + 2 + 4))

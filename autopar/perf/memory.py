@@ -105,6 +105,7 @@ class Sharding:
     zero3_units: float  # gathered ZeRO-3 units kept at once (prefetch depth + 1)
     unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
     stage_gathered: bool  # ZeRO-3 with PP: the stage stays gathered across micro-batches
+    accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, float]:
@@ -114,8 +115,11 @@ def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, fl
     if sh.zero == 3:  # 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)
         local = ne / sh.n_shard + ex / sh.n_eshard
         wts, grd, opt = 2.0 * local, 2.0 * local, sh.state_bytes * local * on_gpu
-        if sh.stage_gathered:  # bf16 params + bf16 accumulated grads of the whole stage, fp32 reduce buffer
-            buf = (ne + ex) * (2.0 + 2.0) + sp.biggest_layer * 4.0
+        if sh.stage_gathered:
+            # bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in the
+            # reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
+            # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer
+            buf = (ne + ex) * (2.0 + sh.accum_grad_bytes) + sp.biggest_layer * 4.0
         else:  # gathered bf16 units (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer
             buf = sp.biggest_layer * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0)
         return wts, grd, opt, buf
