@@ -85,9 +85,18 @@ def _key(e: Estimate | None) -> tuple[int, float, float]:
 
 
 def complete(
-    model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy, *, strict: bool = True
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    s: Strategy,
+    *,
+    strict: bool = True,
+    check: bool = True,
 ) -> Estimate:
-    """The estimate of `s` with its unset knobs completed; Estimate.assumed lists them."""
+    """The estimate of `s` with its unset knobs completed; Estimate.assumed lists them.
+
+    Candidates that break a rule are skipped. If none is valid: with check, the first candidate's violations
+    are raised; without (the caller validated the layout), the most frugal candidate is estimated unchecked."""
     from autopar.perf.estimate import estimate
 
     cands = candidate_values(model, w, s)
@@ -114,6 +123,9 @@ def complete(
     else:
         best = _descend(cands, run)
     est = run(best)
+    if est is None and not check:
+        best = {k: v[0] for k, v in cands.items()}
+        est = estimate(model, cluster, w, _apply(s, best), strict=strict, check=False)
     if est is None:  # no completion is valid: the layout itself breaks a rule; say which (first candidate)
         raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(names)}"])
     return _with_assumed(est, best, size, s.unset_knobs(model.is_moe))

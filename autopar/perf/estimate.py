@@ -46,7 +46,7 @@ def estimate(
     if s.unset_knobs(model.is_moe):
         from autopar.perf.complete import complete
 
-        return complete(model, cluster, workload, s, strict=strict)
+        return complete(model, cluster, workload, s, strict=strict, check=check)
     if check:
         violations = strategy_violations(model, cluster, workload, s, strict=strict)
         if violations:
