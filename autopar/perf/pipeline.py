@@ -34,7 +34,9 @@ class ScheduleRule:
     m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
     p_even: bool
     m_even: bool
-    frameworks: tuple[str, ...]  # stacks that ship it (its launch settings exist)
+    frameworks: tuple[
+        str, ...
+    ]  # stacks that ship it: the completion picks only these; any is a valid what-if
     source: str
 
 
@@ -65,9 +67,8 @@ SCHEDULES: dict[str, ScheduleRule] = {
         False,
         False,
         False,
-        ("torchtitan",),
-        "Qi et al. 2023 (arXiv 2401.10241) §2.1; torch.distributed.pipelining ScheduleInterleavedZeroBubble / "
-        "sail-sg zero-bubble Megatron fork",
+        (),  # not in Megatron-LM/torchtitan mainline as a one-chunk schedule (torchtitan ships ZBV/interleaved ZB)
+        "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
     ),
     "dualpipe": ScheduleRule(
         "dualpipe",
@@ -75,8 +76,8 @@ SCHEDULES: dict[str, ScheduleRule] = {
         False,
         True,
         True,
-        ("torchtitan",),
-        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe; torchtitan DualPipeV",
+        (),  # DeepSeek's own stack; torchtitan's DualPipeV is the halved (one parameter copy) variant
+        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
     ),
 }
 SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
