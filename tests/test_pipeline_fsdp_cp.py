@@ -294,3 +294,47 @@ def test_zero3_with_pp_keeps_the_stage_gathered_with_fp32_accumulated_grads():
     # without PP: two gathered units (prefetch depth 1) + a bf16 grad unit + an fp32 reduce buffer
     flat = Sharding(3, 8, 1, 12.0, 0.0, False, 2.0, 1.0, False)
     assert model_states(sp, flat)[3] == pytest.approx(1e8 * (2 * 2 + 2 + 4))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.sampled_from(["Llama-3.1-8B", "Llama-3.1-70B", "Mixtral-8x7B"]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from(SCHEDULE_NAMES),
+    st.sampled_from(["p2p", "a2a", "allgather", "a2a+p2p"]),
+    st.sampled_from([None, 2]),
+    st.sampled_from([0.0, 0.5, 1.0]),
+    st.sampled_from([None, "bf16", "8bit"]),
+    st.sampled_from([0, 1, 3]),
+)
+def test_every_knob_combination_gives_finite_nonnegative_breakdowns(
+    name, tp, pp, cp, sched, cp_comm, dp_shard, offload, states, zero
+):
+    m = get_model(name)
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    w = Workload(seq_len=16384, global_batch=128, framework="torchtitan")
+    s = Strategy(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        sp=tp > 1,
+        pp_schedule=sched,
+        vpp=2 if sched == "interleaved" else 1,
+        cp_comm=cp_comm,
+        dp_shard=dp_shard if zero == 3 else None,
+        optimizer_offload=offload,
+        optimizer_states=states,
+        zero=zero,
+        micro_batch=1,
+        recompute="full",
+        etp=1 if m.is_moe else None,
+    )
+    try:
+        e = estimate(m, cl, w, s, strict=False)
+    except InvalidStrategyError:
+        return
+    parts = [*e.time.as_dict().values(), *e.memory.as_dict().values()]
+    assert all(v >= 0 and v == v and v != float("inf") for v in parts)
+    assert e.step_time_s == pytest.approx(e.time.total) and e.tokens_per_s > 0
