@@ -89,7 +89,7 @@ def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
     return CpCost(passes * one, 0.0)
 
 
-def _allgather(x: CpInputs, links: comm.Links, G: int) -> CpCost:
+def _allgather(x: CpInputs, links: comm.Links) -> CpCost:
     """All-gather K, V of the whole sequence forward; reduce-scatter dK, dV backward; exposed."""
     full = x.kv_bytes_tok * x.tokens * x.c / (1 if x.mla else x.t)
     ag = comm.all_gather(full, x.c, x.t, links)
@@ -104,7 +104,7 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     if variant == "a2a":
         return _a2a(x, x.c, x.t, links)
     if variant == "allgather":
-        return _allgather(x, links, G)
+        return _allgather(x, links)
     if variant == "a2a+p2p":
         inner = max(1, min(x.c, G // x.t))
         while x.c % inner:
