@@ -239,7 +239,7 @@ def _sharding(ctx: PerfContext, s: Strategy, g: fsdp.DpGroups) -> memory.Shardin
         zero3_units=1 + ZERO3_PREFETCH_DEPTH,
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
         stage_gathered=s.pp > 1,
-        accum_grad_bytes=ctx.sw.zero3_grad_bytes,
+        accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
     )
 
 

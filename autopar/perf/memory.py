@@ -47,6 +47,10 @@ def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
     return out
 
 
+# ZeRO-3 under PP keeps each stage's unsharded gradients across micro-batches. FSDP2 accumulates them in the
+# reduce dtype (torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.to_accumulated_grad_if_needed), which
+# torchtitan sets to float32 (training.mixed_precision_reduce = "float32"); other stacks: bf16 (2 B).
+ACCUM_GRAD_BYTES: dict[str, float] = {"torchtitan": 4.0}
 DDP_BUCKET_BYTES = 0.125 * GiB  # gradient-bucket staging outside ZeRO-3 (Megatron/DDP buckets, formulas §3.5)
 
 
