@@ -156,13 +156,16 @@ class ClusterSpec(_Frozen):
         return max(1, -(-self.num_gpus // self.node_size))
 
 
+MemorySaver = Literal["offload", "bf16_states", "8bit_states"]
+
+
 class Workload(_Frozen):
     """What is trained: sequence length, global batch, precision, optimizer, token budget."""
 
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Literal["bf16", "fp8"] = "bf16"
-    optimizer: Literal["adam", "adam_bf16_states", "sgd"] = "adam"
+    optimizer: Literal["adam", "adam_bf16_states", "adam_8bit", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")
     tp_comm_overlap: bool = Field(
         default=False,
@@ -173,6 +176,11 @@ class Workload(_Frozen):
         default="megatron",
         description="software stack: sets kernel fusion, attention kernel, recompute semantics",
     )
+    memory_savers: tuple[MemorySaver, ...] = Field(
+        default=(),
+        description="memory-saving options the search may choose: CPU optimizer offload, bf16 or 8-bit "
+        "optimizer states (an explicit strategy may always use them)",
+    )
 
     @property
     def tokens_per_step(self) -> int:
@@ -180,24 +188,57 @@ class Workload(_Frozen):
 
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved"]
+Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe"]  # rules: perf/pipeline.py SCHEDULES
+CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
+OptimizerStates = Literal["fp32", "bf16", "8bit"]
+# Knobs `estimate` completes when they are None (unset): the best feasible value, as `optimize` would pick.
+COMPLETABLE_KNOBS: tuple[str, ...] = ("vpp", "micro_batch", "recompute", "etp", "pp_schedule", "zero")
 
 
 class Strategy(_Frozen):
-    """A parallelism strategy. dp=0 means 'derive from the cluster' (num_gpus / (tp*pp*cp))."""
+    """A parallelism strategy. dp=0 means 'derive from the cluster' (num_gpus / (tp*pp*cp)).
+
+    None in a completable knob (COMPLETABLE_KNOBS) means "unset": `estimate` fills it with the best feasible
+    value and says so in Estimate.assumed. etp defaults to unset (completed for MoE models, unused for dense).
+    """
 
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
     dp: int = Field(default=0, ge=0)
     cp: int = Field(default=1, gt=0)
     ep: int = Field(default=1, gt=0)
-    etp: int | None = Field(default=None, gt=0, description="expert TP; None = tp")
-    vpp: int = Field(default=1, gt=0, description="virtual stages per pipeline rank")
+    etp: int | None = Field(default=None, gt=0, description="expert TP; None = unset (completed)")
+    vpp: int | None = Field(default=1, gt=0, description="virtual stages per pipeline rank")
     sp: bool = False
-    zero: int = Field(default=1, ge=0, le=3, description="0 DDP, 1 dist-optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP")
-    micro_batch: int = Field(default=1, gt=0)
-    recompute: Recompute = "none"
-    pp_schedule: Schedule = "1f1b"
+    zero: int | None = Field(
+        default=1, ge=0, le=3, description="0 DDP, 1 dist-optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP"
+    )
+    micro_batch: int | None = Field(default=1, gt=0)
+    recompute: Recompute | None = "none"
+    pp_schedule: Schedule | None = "1f1b"
+    dp_shard: int | None = Field(
+        default=None,
+        gt=0,
+        description="HSDP: ZeRO-3 shard degree over dp (replicate dp/dp_shard); None = all",
+    )
+    cp_comm: CpComm = "p2p"
+    pp_first_layers: int | None = Field(default=None, ge=0, description="--decoder-first-pipeline-num-layers")
+    pp_last_layers: int | None = Field(default=None, ge=0, description="--decoder-last-pipeline-num-layers")
+    pp_account_embedding: bool = Field(default=False, description="--account-for-embedding-in-pipeline-split")
+    pp_account_loss: bool = Field(default=False, description="--account-for-loss-in-pipeline-split")
+    optimizer_offload: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of optimizer states on the CPU (--optimizer-offload-fraction)",
+    )
+    optimizer_states: OptimizerStates | None = Field(
+        default=None, description="optimizer-state precision; None = as Workload.optimizer"
+    )
+
+    def unset_knobs(self, moe: bool) -> tuple[str, ...]:
+        """Completable knobs left unset (etp only matters for MoE models)."""
+        return tuple(k for k in COMPLETABLE_KNOBS if getattr(self, k) is None and (k != "etp" or moe))
 
     def with_dp(self, num_gpus: int) -> Strategy:
         """Return a copy with dp filled from the world size (if unset)."""

@@ -44,10 +44,22 @@ def test_estimate_json_matches_library():
         get_model("Llama-3.1-70B"),
         ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
         Workload(seq_len=8192, global_batch=512),
-        Strategy(tp=8, pp=2, sp=True, recompute="selective"),
+        # Options left out are unset: the library completes them the same way.
+        Strategy(
+            tp=8,
+            pp=2,
+            sp=True,
+            recompute="selective",
+            vpp=None,
+            zero=None,
+            micro_batch=None,
+            pp_schedule=None,
+        ),
     )
     assert doc["estimate"]["step_s"] == pytest.approx(e.step_time_s)
     assert doc["strategy"]["dp"] == 4
+    assert doc["strategy"]["recompute"] == "selective"  # explicit, never overridden
+    assert {a.split("=")[0] for a in doc["assumed"]} == {"vpp", "zero", "micro_batch", "pp_schedule"}
     assert sum(v for k, v in doc["memory_gib"].items() if k != "total") == pytest.approx(
         doc["memory_gib"]["total"]
     )

@@ -35,6 +35,7 @@ def problems(draw):
         tp=tp,
         pp=pp,
         ep=ep,
+        etp=tp if model.is_moe else None,  # explicit: unset knobs would be completed per strategy
         sp=tp > 1,
         zero=draw(st.integers(0, 3)),
         micro_batch=draw(st.sampled_from([1, 2])),
@@ -59,7 +60,7 @@ def test_more_tp_never_raises_weight_memory(p):
     # At the same data-parallel degree (ZeRO-3 shards over dp, so dp must not shrink).
     model, cluster, w, s = p
     big_cluster = _doubled(cluster)
-    bigger = s.model_copy(update={"tp": s.tp * 2, "sp": True})
+    bigger = s.model_copy(update={"tp": s.tp * 2, "sp": True, "etp": s.tp * 2 if model.is_moe else None})
     assume(s.tp * 2 <= 8 and _valid(model, big_cluster, w, bigger))
     assert (
         estimate(model, big_cluster, w, bigger).memory.weights

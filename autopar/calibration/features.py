@@ -78,7 +78,7 @@ def features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
     """The feature vector (FEATURE_NAMES order) of one configuration and its analytical estimate."""
-    s = strategy.with_dp(cluster.num_gpus)
+    s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
     gemm_tokens = s.micro_batch * workload.seq_len / s.cp
     dilution = (
         max(math.log2(model.experts / (max(model.topk, 1) * max(s.ep, 1))), 0.0) if model.is_moe else 0.0
@@ -117,7 +117,7 @@ def memory_features(
     total = est.memory.total or 1.0
     states = sum(m.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
     acts = sum(m.get(k, 0.0) for k in ("activations", "logits"))
-    s = strategy.with_dp(cluster.num_gpus)
+    s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
     return np.array(
         [
             states / total,

@@ -1,8 +1,9 @@
 """Run records (the columns of the published-runs dataset): reading, turning into specs, batch estimates.
 
 A run record is one measured training run: model architecture, cluster, strategy, measured
-throughput/memory. Empty cells mean "the source is silent"; `row_to_specs` fills them with the
-framework default and says so in `assumed`.
+throughput/memory. Empty cells mean "the source is silent"; `row_to_specs` fills architecture and
+cluster cells with the framework default and says so in `assumed`; the strategy knobs vpp, micro_batch,
+recompute, etp, pp_schedule and zero stay unset and `estimate` completes them (perf/complete.py).
 """
 
 from __future__ import annotations
@@ -299,31 +300,23 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     pp = pp or 1
     ep = _pos(row, "ep") or 1
     etp = _pos(row, "etp")
-    vpp = _pos(row, "vpp") or 1
+    vpp = _pos(row, "vpp")  # empty cells stay None: estimate completes them (perf/complete.py)
     sp = _bool(row, "sp")
     if sp is None:
         sp = tp > 1
         if tp > 1:
             assumed.append("sp=true (Megatron-Core/NeMo default with tp>1)")
     zero = _int(row, "zero")
-    if zero is None:
-        zero = 1
-        assumed.append("zero=1 (distributed optimizer, NeMo/Megatron-Core recipes)")
     rec = _cell(row, "recompute")
-    if rec is None:
-        rec = "none"
-        assumed.append("recompute=none (Megatron default)")
-    rec = str(rec).lower()
-    if rec not in ("none", "selective", "full"):
-        raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
+    if rec is not None:
+        rec = str(rec).lower()
+        if rec not in ("none", "selective", "full"):
+            raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
     mb = _pos(row, "micro_batch")
-    if mb is None:
-        mb = 1
-        assumed.append("micro_batch=1 (Megatron default)")
     dp_derived = num_gpus // (tp * pp * cp) if num_gpus % (tp * pp * cp) == 0 else 0
     if dp is not None and dp_derived and dp != dp_derived:
         assumed.append(f"dp={dp_derived} = num_gpus/(tp*pp*cp) (column dp={dp} ignored)")
-    if dp_derived and gbs % (mb * dp_derived):
+    if dp_derived and mb and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
     strategy = Strategy(
         tp=tp,
@@ -336,10 +329,22 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         zero=zero,
         micro_batch=mb,
         recompute=rec,
-        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        pp_schedule=_schedule(vpp, pp, _cell(row, "notes")),
         dp=dp_derived,
     )
     return RecordSpecs(model, cluster, workload, strategy, assumed)
+
+
+def _schedule(vpp: int | None, pp: int, notes: Any) -> str | None:
+    """The pipeline schedule a record states (vpp > 1, or its notes name it); None = unset."""
+    if vpp is not None and vpp > 1:
+        return "interleaved"
+    text = str(notes or "").lower()
+    if pp > 1 and "interleaved" in text:
+        return "interleaved"
+    if pp > 1 and "1f1b" in text:
+        return "1f1b"
+    return "1f1b" if pp == 1 or vpp == 1 else None
 
 
 def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None, str]:
@@ -393,8 +398,8 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False) -> dict[str, Any]
         out[f"mem_{k}_gib"] = v / GiB
     for k, v in est.time.as_dict().items():
         out[f"time_{k}_s"] = v
-    out["assumed"] = "; ".join(specs.assumed)
-    out["strategy"] = specs.strategy.label()
+    out["assumed"] = "; ".join([*specs.assumed, *est.assumed])
+    out["strategy"] = (est.strategy or specs.strategy).label()
     return out
 
 

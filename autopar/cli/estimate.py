@@ -136,37 +136,51 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     console.print(tim)
     for n in est.notes:
         console.print(f"note: {n}")
+    for a in est.assumed:
+        console.print(f"assumed: {a}")
+
+
+def _schedule_of(vpp: int | None, pp: int) -> str | None:
+    """The pipeline schedule implied by vpp (interleaved when > 1); None = left for the estimate to complete."""
+    if pp == 1:
+        return "1f1b"
+    if vpp is None:
+        return None
+    return "interleaved" if vpp > 1 else "1f1b"
 
 
 # Options that describe one strategy: with --batch every row brings its own, so setting one is an error.
-_SINGLE_ONLY = {
-    "model": "Llama-3.1-70B",
-    "gpu": "H100-SXM",
-    "gpus": 64,
-    "gpus_per_node": None,
-    "internode_gbps": None,
-    "seq_len": 8192,
-    "global_batch": 512,
-    "precision": "bf16",
-    "framework": "megatron",
-    "tp_comm_overlap": False,
-    "tp": 1,
-    "pp": 1,
-    "cp": 1,
-    "ep": 1,
-    "etp": None,
-    "vpp": 1,
-    "sp": None,
-    "zero": 1,
-    "micro_batch": 1,
-    "recompute": "none",
-    "allow_uneven": False,
-}
+_SINGLE_ONLY = (
+    "model",
+    "gpu",
+    "gpus",
+    "gpus_per_node",
+    "internode_gbps",
+    "seq_len",
+    "global_batch",
+    "precision",
+    "framework",
+    "tp_comm_overlap",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "sp",
+    "zero",
+    "micro_batch",
+    "recompute",
+    "allow_uneven",
+)
 
 
 def _reject_single_options(given: dict[str, Any]) -> None:
     """A single-strategy option given together with --batch cannot take effect: say so (exit 2)."""
-    bad = [k for k, default in _SINGLE_ONLY.items() if k in given and given[k] != default]
+    import inspect
+
+    defaults = {n: p.default for n, p in inspect.signature(estimate_cmd).parameters.items()}
+    bad = [k for k in _SINGLE_ONLY if k in given and k in defaults and given[k] != defaults[k]]
     if bad:
         flags = ", ".join("--" + k.replace("_", "-") for k in bad)
         raise SpecError(f"{flags} cannot apply with --batch (each row of the file gives its own); drop it")
@@ -194,18 +208,31 @@ def estimate_cmd(
     pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
     ep: Annotated[int, typer.Option(help="Expert parallel size")] = 1,
-    etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (default: tp)")] = None,
+    etp: Annotated[
+        int | None, typer.Option(help="Expert tensor parallel size (unset: the best feasible, as optimize)")
+    ] = None,
     vpp: Annotated[
-        int, typer.Option(help="Virtual pipeline stages per rank (interleaved schedule when > 1)")
-    ] = 1,
+        int | None,
+        typer.Option(help="Virtual pipeline stages per rank (interleaved when > 1; unset: best feasible)"),
+    ] = None,
+    pp_schedule: Annotated[
+        str | None, typer.Option(help="1f1b, interleaved, zb-h1 or dualpipe (unset: best feasible)")
+    ] = None,
     sp: Annotated[
         bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")
     ] = None,
     zero: Annotated[
-        int, typer.Option(help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3")
-    ] = 1,
-    micro_batch: Annotated[int, typer.Option(help="Micro-batch size (sequences)")] = 1,
-    recompute: Annotated[str, typer.Option(help="none, selective or full")] = "none",
+        int | None,
+        typer.Option(
+            help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3 (unset: best feasible)"
+        ),
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="Micro-batch size in sequences (unset: best feasible)")
+    ] = None,
+    recompute: Annotated[
+        str | None, typer.Option(help="none, selective or full (unset: best feasible)")
+    ] = None,
     allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
     batch: Annotated[
         Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
@@ -253,9 +280,10 @@ def estimate_cmd(
         zero=zero,
         micro_batch=micro_batch,
         recompute=recompute,
-        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        pp_schedule=pp_schedule or _schedule_of(vpp, pp),
     ).with_dp(gpus)
     analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
+    strategy = analytical.strategy or strategy  # unset knobs as the estimate completed them
     calib = resolve_calibration(calibration, no_calibration)
     est = analytical
     mem_band = None
@@ -286,6 +314,7 @@ def estimate_cmd(
                 "peak_flops_per_gpu": est.peak_flops,
             },
             "notes": list(est.notes),
+            "assumed": list(est.assumed),
             "calibration": None
             if calib is None
             else {

@@ -1,19 +1,21 @@
 """The analytical model: per-GPU memory and step time of one strategy, with full breakdowns.
 
-Pure and deterministic. Sources per term are in formulas.md (§ numbers in comments). Time is for the
-most loaded pipeline stage; memory is the peak over the first and last stage (the most loaded GPU).
+Pure and deterministic. This module composes the concerns, each in its own module: per-layer costs
+(layers.py), context parallelism (cp.py), pipeline stages and schedules (pipeline.py), memory (memory.py),
+data-parallel collectives (fsdp.py), CPU offload (offload.py). Time is for the most loaded pipeline stage;
+memory is the peak over the first, a middle and the last stage (the most loaded GPU).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autopar.errors import InvalidStrategyError
-from autopar.perf import comm
+from autopar.perf import comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.layers import (
-    CUDA_CONTEXT_BYTES,
-    FRAGMENTATION,
-    NCCL_BYTES,
-    OPTIMIZER_BYTES_PER_PARAM,
     OVERLAP_SLOWDOWN,
+    LayerCosts,
+    PerfContext,
     activation_bytes_per_layer,
     layer_costs,
     perf_context,
@@ -22,9 +24,8 @@ from autopar.perf.layers import (
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
-from autopar.units import GiB
 
-__all__ = ["activation_bytes_per_layer", "estimate", "usable_memory_bytes"]
+__all__ = ["activation_bytes_per_layer", "estimate", "strategy_violations", "usable_memory_bytes"]
 
 
 def estimate(
@@ -36,255 +37,307 @@ def estimate(
     check: bool = True,
     strict: bool = True,
 ) -> Estimate:
-    """Predict memory and step time of one strategy; raises InvalidStrategyError if it breaks a rule."""
+    """Predict memory and step time of one strategy; raises InvalidStrategyError if it breaks a rule.
+
+    Unset knobs (None in Strategy.unset_knobs) are completed with the best feasible value, as the search
+    would pick them; Estimate.assumed says which (perf/complete.py). Explicit values are never changed.
+    """
     s = strategy.with_dp(cluster.num_gpus)
+    if s.unset_knobs(model.is_moe):
+        from autopar.perf.complete import complete
+
+        return complete(model, cluster, workload, s, estimate=estimate, strict=strict, check=check)
     if check:
-        violations = validate_strategy(model, cluster, workload, s, strict=strict)
+        violations = strategy_violations(model, cluster, workload, s, strict=strict)
         if violations:
             raise InvalidStrategyError(violations)
     return _estimate(model, cluster, workload, s)
 
 
+def strategy_violations(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy, *, strict: bool = True
+) -> list[str]:
+    """Every rule a complete strategy breaks: the layout rules plus schedule and CP-variant rules."""
+    out = _split_checked(model, cluster, workload, s, strict)
+    d = s.dp or max(1, cluster.num_gpus // (s.tp * s.pp * s.cp))
+    m = max(1, workload.global_batch // (s.micro_batch * d))
+    if s.pp_schedule != "interleaved" or s.vpp == 1:  # validate_strategy already covers interleaving
+        out += pipeline.schedule_violations(s.pp_schedule, s.pp, s.vpp, m, strict=strict)
+    out += cp.cp_violations(s.cp_comm, model.heads, model.kv, s.tp, s.cp)
+    if s.dp_shard and (d % s.dp_shard or s.zero != 3):
+        out.append(f"dp_shard={s.dp_shard} needs zero=3 and to divide dp={d} (HSDP)")
+    return out
+
+
+def _uneven_options(s: Strategy) -> bool:
+    return s.pp > 1 and (
+        s.pp_first_layers is not None
+        or s.pp_last_layers is not None
+        or s.pp_account_embedding
+        or s.pp_account_loss
+    )
+
+
+def _split_checked(
+    model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy, strict: bool
+) -> list[str]:
+    """validate_strategy, with Megatron's uneven-split options replacing its even-split rule: the options'
+    own stage sizes must add up (pipeline.split_violations); the layout rules then see evenly sized stages."""
+    if not _uneven_options(s):
+        return validate_strategy(model, cluster, w, s, strict=strict)
+    lay = _layout(model, s)
+    bad = pipeline.split_violations(model.layers, s.pp, lay, s.pp_account_embedding, s.pp_account_loss)
+    even = model.model_copy(update={"layers": s.pp * max(1, lay.middle)})
+    return bad + validate_strategy(even, cluster, w, s, strict=strict)
+
+
+def _layout(model: ModelSpec, s: Strategy) -> pipeline.StageLayout:
+    return pipeline.stage_layers(
+        model.layers,
+        s.pp,
+        first=s.pp_first_layers,
+        last=s.pp_last_layers,
+        account_embedding=s.pp_account_embedding,
+        account_loss=s.pp_account_loss,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StageTime:
+    """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds."""
+
+    comp: float
+    re: float
+    tp: float
+    cp: float
+    ep: float
+    fwd: float  # forward share of comp
+    n_layers: int
+
+    @property
+    def total(self) -> float:
+        return self.comp + self.tp + self.cp + self.ep
+
+
+def _mix(model: ModelSpec, start: int, n: int) -> tuple[int, int]:
+    """(dense layers, MoE layers) among layers [start, start+n): MoE models lead with their dense layers."""
+    if not model.is_moe:
+        return n, 0
+    nd = max(0, min(start + n, model.dense_layers) - start)
+    return nd, n - nd
+
+
+_NO_CP = cp.CpCost(0.0, 0.0)
+
+
+def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
+    if s.cp == 1:
+        return _NO_CP
+    model, w = ctx.model, ctx.w
+    dv = model.v_head_dim if model.is_mla else model.dh
+    qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh
+    x = cp.CpInputs(
+        c=s.cp,
+        t=s.tp,
+        tokens=s.micro_batch * w.seq_len / s.cp,
+        seq_len=w.seq_len,
+        kv_bytes_tok=lc.kv_bytes_tok,
+        q_bytes_tok=2.0 * model.heads * qk,
+        out_elems_tok=model.heads * dv / s.tp,
+        attn_fwd=lc.attn_fwd,
+        attn_bwd=lc.attn_bwd,
+        mla=model.is_mla,
+        full_recompute=s.recompute == "full",
+        kernel_overhead_s=ctx.eff.kernel_overhead_s,
+        hbm_bw=ctx.hbm,
+    )
+    return cp.cp_cost(s.cp_comm, x, ctx.links)
+
+
+def _stage_time(lc: LayerCosts, mix: tuple[int, int], logits: bool, cpc: cp.CpCost) -> StageTime:
+    nd, nm = mix
+    fwd = nd * lc.dense_fwd + nm * lc.moe_fwd + (lc.logits_time / 3 if logits else 0.0)
+    comp = nd * (lc.dense_fwd + lc.dense_bwd + lc.dense_re) + nm * (lc.moe_fwd + lc.moe_bwd + lc.moe_re)
+    comp += (lc.logits_time if logits else 0.0) + (nd + nm) * cpc.compute
+    re = nd * lc.dense_re + nm * lc.moe_re
+    return StageTime(
+        comp, re, nd * lc.tp_dense + nm * lc.tp_moe, (nd + nm) * cpc.comm, nm * lc.ep_layer, fwd, nd + nm
+    )
+
+
+def _dualpipe(x: StageTime) -> StageTime:
+    """DualPipe hides the expert all-to-all under the paired micro-batch's compute (pipeline.dualpipe_overlap)."""
+    comp, ep = pipeline.dualpipe_overlap(x.comp, x.ep)
+    scale = comp / x.comp if x.comp else 1.0
+    return StageTime(comp, x.re * scale, x.tp, x.cp, ep, x.fwd * scale, x.n_layers)
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpec:
+    """One distinct pipeline stage: its layers, what else it holds, and its in-flight micro-batches."""
+
+    mix: tuple[int, int]
+    first: bool  # holds the embedding
+    last: bool  # holds the output layer and the loss (memory)
+    logits: bool  # runs the output layer and the loss for every micro-batch (time)
+    inflight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """The distinct stages of the pipeline and one micro-batch's time on each."""
+
+    specs: tuple[StageSpec, ...]
+    times: tuple[StageTime, ...]
+    mean_total: float
+    note: str
+
+
+def _stage_specs(model: ModelSpec, s: Strategy, m: int) -> tuple[tuple[StageSpec, ...], str]:
+    p, v, sched = s.pp, s.vpp, s.pp_schedule
+    if p == 1:
+        return (StageSpec(_mix(model, 0, model.layers), True, True, True, 1.0),), ""
+    lay = _layout(model, s)
+    dual = sched == "dualpipe"  # rank 0 also holds the mirrored last stage (its output layer and loss)
+    specs = [
+        StageSpec(
+            _mix(model, 0, lay.first), True, dual, False, pipeline.inflight_microbatches(sched, p, m, v)
+        )
+    ]
+    if p > 2:
+        mid_inflight = pipeline.inflight_microbatches(sched, p - 1, m, v)
+        specs.append(StageSpec(_mix(model, lay.first, lay.middle), False, False, False, mid_inflight))
+    specs.append(StageSpec(_mix(model, model.layers - lay.last, lay.last), dual, True, True, 1.0))
+    return tuple(specs), lay.note
+
+
+def _stages(ctx: PerfContext, s: Strategy, lc: LayerCosts, m: int) -> Stages:
+    specs, note = _stage_specs(ctx.model, s, m)
+    cpc = _cp_cost(ctx, s, lc)
+    times = tuple(_stage_time(lc, sp.mix, sp.logits, cpc) for sp in specs)
+    if s.pp > 1 and s.pp_schedule == "dualpipe":
+        times = tuple(_dualpipe(x) for x in times)
+    p = s.pp
+    if p == 1:
+        mean = times[0].total
+    else:
+        mid = times[1].total if p > 2 else 0.0
+        mean = (times[0].total + (p - 2) * mid + times[-1].total) / p
+    return Stages(specs, times, mean, note)
+
+
+def _sharding(ctx: PerfContext, s: Strategy, g: fsdp.DpGroups) -> memory.Sharding:
+    states = s.optimizer_states or memory.OPTIMIZER_STATES_OF[ctx.w.optimizer]
+    n_coll = ctx.sw.zero3_collectives_per_layer
+    return memory.Sharding(
+        zero=s.zero,
+        n_shard=g.n_shard,
+        n_eshard=g.n_edp,
+        state_bytes=memory.OPTIMIZER_STATE_BYTES[states],
+        offload=s.optimizer_offload,
+        fp8_weight_copies=ctx.fp8,
+        zero3_units=1 + ZERO3_PREFETCH_DEPTH,
+        unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
+        stage_gathered=s.pp > 1,
+        accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
+    )
+
+
+def _memory(
+    ctx: PerfContext, s: Strategy, lc: LayerCosts, st: Stages, sh: memory.Sharding
+) -> tuple[MemoryBreakdown, memory.StageParams]:
+    """Peak memory over the distinct stages, and the parameters of the first stage."""
+    copies = pipeline.parameter_copies(s.pp_schedule) if s.pp > 1 else 1
+    best: MemoryBreakdown | None = None
+    first_params: memory.StageParams | None = None
+    for sp in st.specs:
+        params = memory.stage_params(
+            ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
+        )
+        first_params = first_params or params
+        mb = memory.stage_memory(params, sh, lc, sp.mix, sp.inflight, s.recompute, sp.first, sp.last, copies)
+        if best is None or mb.total > best.total:
+            best = mb
+    assert best is not None and first_params is not None
+    return best, first_params
+
+
+# FSDP2 prefetches one unit ahead by default (implicit forward/backward prefetch; torchtitan does not raise
+# it): two gathered units live at once.
+ZERO3_PREFETCH_DEPTH = 1
+
+
+def _dp_time(
+    ctx: PerfContext, s: Strategy, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: int
+) -> fsdp.DpTime:
+    bwd, fwd = st0.comp - st0.fwd, st0.fwd
+    if s.zero != 3:
+        return fsdp.ddp_time(
+            s.zero, params.non_expert, params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
+        )
+    if g.n_shard <= 1 and g.n_edp <= 1:
+        return fsdp.DpTime(0.0, 0.0)
+    n = max(1, st0.n_layers)
+    root_ne = _root_params(ctx, s)
+    sw = ctx.sw
+    unit = fsdp.zero3_unit(
+        max(0.0, params.non_expert - root_ne) / n,
+        params.expert / n,
+        g,
+        ctx.links,
+        sw.zero3_grad_bytes,
+        sw.zero3_collectives_per_layer,
+    )
+    root = fsdp.zero3_unit(root_ne, 0.0, g, ctx.links, sw.zero3_grad_bytes, 1)
+    return fsdp.zero3_time(unit, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, s.pp > 1)
+
+
+def _root_params(ctx: PerfContext, s: Strategy) -> float:
+    """Parameters outside the transformer blocks on the first stage (embedding; output layer without PP)."""
+    pc = ctx.pc
+    root = pc.embedding / s.tp
+    if s.pp == 1:
+        root += (pc.output if pc.output else 0.0) / s.tp + pc.final_norm
+    return root
+
+
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
     ctx = perf_context(model, cluster, w)
-    sw, pc, links = ctx.sw, ctx.pc, ctx.links
-    notes: list[str] = []
     t, p, c, d = s.tp, s.pp, s.cp, s.dp
-    e, te = s.ep, s.expert_tp
-    sp = s.sp and t > 1
-    b, B = s.micro_batch, w.global_batch
-    v = s.vpp if p > 1 else 1
-    m_mb = max(1, B // (b * d))  # micro-batches per step per pipeline
-    W, G, fp8, hbm = ctx.W, ctx.G, ctx.fp8, ctx.hbm
-    L = model.layers
-    lc = layer_costs(ctx, t, c, b, e, te, sp, s.recompute)
-
-    # ---- layers per stage (uneven splits put the remainder on the last stage) --------------------
-    Ls = -(-L // p)
-    Ls_last = L - (p - 1) * Ls if p > 1 else Ls
-    if Ls_last <= 0:
-        Ls_last = max(1, L // p)
-    if L % p:
-        notes.append(f"uneven pipeline split: {Ls} layers on the first stages, {Ls_last} on the last")
-
-    def stage_mix(n_layers: int, first: bool) -> tuple[int, int]:
-        """(dense layers, MoE layers) on a stage."""
-        if not model.is_moe:
-            return n_layers, 0
-        if first:
-            nd = min(model.dense_layers, n_layers)
-            return nd, n_layers - nd
-        return 0, n_layers
-
-    first_mix = stage_mix(Ls, True)
-    last_mix = stage_mix(Ls_last, p == 1)
-    dense_fwd, dense_bwd, dense_re = lc.dense_fwd, lc.dense_bwd, lc.dense_re
-    moe_fwd, moe_bwd, moe_re = lc.moe_fwd, lc.moe_bwd, lc.moe_re
-    logits_time, tp_dense, tp_moe = lc.logits_time, lc.tp_dense, lc.tp_moe
-    cp_layer, ep_layer = lc.cp_layer, lc.ep_layer
-
-    # ---- stage time for one micro-batch ----------------------------------------------------
-    def stage_time(mix: tuple[int, int], has_logits: bool) -> tuple[float, float, float, float, float]:
-        nd, nm = mix
-        comp = nd * (dense_fwd + dense_bwd + dense_re) + nm * (moe_fwd + moe_bwd + moe_re)
-        re = nd * dense_re + nm * moe_re
-        if has_logits:
-            comp += logits_time
-        tpc = nd * tp_dense + nm * tp_moe
-        cpc = (nd + nm) * cp_layer
-        epc = nm * ep_layer
-        return comp, re, tpc, cpc, epc
-
-    first = stage_time(first_mix, p == 1)
-    last = stage_time(last_mix, True) if p > 1 else first
-    bottleneck_stage = first if sum(first[:1] + first[2:]) >= sum(last[:1] + last[2:]) else last
-    comp_mb, re_mb, tp_mb, cp_mb, ep_mb = bottleneck_stage
-    stage_mb = comp_mb + tp_mb + cp_mb + ep_mb
-    if model.is_moe and t > 1 and te == 1 and e == 1:
-        notes.append("experts replicated across TP ranks (etp=1, ep=1)")
-
-    # ---- parameters held per GPU (most loaded stage) ---------------------------------------
-    def stage_params(mix: tuple[int, int], first_stage: bool, last_stage: bool) -> tuple[float, float, float]:
-        """(non-expert params, expert params, largest single layer's params) held by one GPU."""
-        nd, nm = mix
-        attn = (pc.attention - pc.attention_tp_replicated) / t + pc.attention_tp_replicated
-        dense_layer = attn + pc.dense_mlp / t + pc.norms
-        moe_layer_ne = attn + pc.norms + pc.router + pc.shared_expert / t
-        ne = nd * dense_layer + nm * moe_layer_ne
-        if first_stage:
-            ne += pc.embedding / t
-        if last_stage:
-            ne += (pc.output if pc.output else (pc.embedding if p > 1 else 0.0)) / t + pc.final_norm
-        ex = nm * model.experts * pc.expert / (e * te)
-        biggest = max(
-            dense_layer if nd else 0.0, moe_layer_ne + model.experts * pc.expert / (e * te) if nm else 0.0
-        )
-        return ne, ex, biggest
-
-    n_dp = d * c  # gradient/optimizer sharding group for dense params (Megatron reduces over dp x cp)
-    n_edp = max(1, (t * c * d) // (e * te))  # expert data-parallel size
-    opt_bytes = ctx.opt_bytes
-
-    def states(ne: float, ex: float, biggest: float) -> tuple[float, float, float, float]:
-        """(weights, grads, optimizer, buffers) bytes for the given local parameter counts."""
-        if s.zero == 3:  # 16/n bytes per parameter: bf16 params 2 + grads 2 + fp32 master/m/v 12 (ZeRO §5)
-            wts = 2.0 * (ne / n_dp + ex / n_edp)
-            grd = 2.0 * (ne / n_dp + ex / n_edp)
-            opt = opt_bytes * (ne / n_dp + ex / n_edp)
-            if p > 1:  # the stage stays gathered across micro-batches: bf16 params + bf16 accumulated grads
-                buf = (ne + ex) * (2.0 + 2.0) + biggest * 4.0
-            else:  # 2 gathered bf16 units (prefetch) + bf16 grad + fp32 reduce buffer
-                unit = (
-                    biggest
-                    if sw.zero3_collectives_per_layer == 1
-                    else 3.0 * biggest / sw.zero3_collectives_per_layer
-                )
-                buf = unit * (2.0 * 2 + 2.0 + 4.0)
-            return wts, grd, opt, buf
-        n_opt_dense = n_dp if s.zero >= 1 else 1
-        n_opt_exp = n_edp if s.zero >= 1 else 1
-        wts = 2.0 * (ne + ex)
-        grd = 4.0 * (ne / (n_dp if s.zero >= 2 else 1) + ex / (n_edp if s.zero >= 2 else 1))
-        opt = opt_bytes * (ne / n_opt_dense + ex / n_opt_exp)
-        buf = 0.125 * GiB + (2.0 * biggest if fp8 else 0.0)  # bucket staging; fp8 weight copies
-        return wts, grd, opt, buf
-
-    def stage_act(mix: tuple[int, int], inflight: float) -> float:
-        nd, nm = mix
-        total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
-        if s.recompute == "full":  # one layer's activations live while it is recomputed (input already kept)
-            total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
-        return total
-
-    if p == 1:
-        inflight_first = 1.0
-    else:
-        inflight_first = float(min(p, m_mb))
-        if v > 1:
-            inflight_first *= 1 + (p - 1) / (p * v)
-
-    def memory_for(
-        mix: tuple[int, int], first_stage: bool, last_stage: bool, inflight: float
-    ) -> MemoryBreakdown:
-        ne, ex, biggest = stage_params(mix, first_stage, last_stage)
-        wts, grd, opt, buf = states(ne, ex, biggest)
-        act = stage_act(mix, inflight)
-        lg = lc.logits_mem if last_stage else 0.0
-        if first_stage:
-            lg += lc.embed_mem  # embedding output
-        over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
-        return MemoryBreakdown(wts, grd, opt, act, lg, buf, over)
-
-    mem_first = memory_for(first_mix, True, p == 1, inflight_first)
-    if p > 1:
-        mem_last = memory_for(last_mix, False, True, 1.0)
-        mem = mem_first if mem_first.total >= mem_last.total else mem_last
-    else:
-        mem = mem_first
-
-    # ---- data-parallel communication ---------------------------------------------------------
-    ne_f, ex_f, biggest_f = stage_params(first_mix, True, p == 1)
-    dp_stride = t * c
-    bwd_last_mb = comp_mb * (2.0 / 3.0)  # backward share of one micro-batch on the stage
-    fwd_first_mb = comp_mb / 3.0
-    dp_exposed = 0.0
-    dp_overlap_busy = 0.0
-    n_layers_stage = first_mix[0] + first_mix[1]
-    if s.zero == 3:
-        if n_dp > 1 or n_edp > 1:
-            layer_ne = ne_f / max(1, n_layers_stage)
-            layer_ex = ex_f / max(1, n_layers_stage)
-            n_coll = sw.zero3_collectives_per_layer
-            # Per-tensor gathers (DeepSpeed) run flat over the whole DP group: no node-local hierarchy,
-            # and each parameter tensor pays the collective latency once.
-            zl = (
-                links
-                if n_coll == 1
-                else comm.Links(
-                    1, links.scaleout_bw, links.scaleout_bw, links.scaleout_lat, links.scaleout_lat
-                )
-            )
-            ag = comm.all_gather(2.0 * layer_ne, n_dp, dp_stride, zl) + comm.all_gather(
-                2.0 * layer_ex, n_edp, te * e, zl
-            )
-            gb = sw.zero3_grad_bytes
-            rs = comm.reduce_scatter(gb * layer_ne, n_dp, dp_stride, zl) + comm.reduce_scatter(
-                gb * layer_ex, n_edp, te * e, zl
-            )
-            if n_coll > 1:
-                ag += (n_coll - 1) * comm.all_gather(1.0, n_dp, dp_stride, zl)  # latency-only calls
-                rs += (n_coll - 1) * comm.reduce_scatter(1.0, n_dp, dp_stride, zl)
-            per_layer_comm = 2 * ag + rs
-            per_layer_comp = comp_mb / max(1, n_layers_stage)
-            # With pipelining, FSDP keeps the stage's parameters gathered across micro-batches and
-            # reduces gradients once per step (torchtitan); without it, every micro-batch re-gathers.
-            rounds = 1 if p > 1 else m_mb
-            hidden = sw.zero3_overlap * per_layer_comp
-            exposed_layer = max(0.0, per_layer_comm - hidden)
-            dp_exposed = rounds * (n_layers_stage * exposed_layer + (ag + rs) * sw.zero3_overlap)
-            dp_overlap_busy = rounds * n_layers_stage * min(per_layer_comm, hidden)
-    else:
-        grad_bytes = 4.0
-        if n_dp > 1 or n_edp > 1:
-            if s.zero == 0:
-                t_dp = comm.all_reduce(grad_bytes * ne_f, n_dp, dp_stride, links) + comm.all_reduce(
-                    grad_bytes * ex_f, n_edp, te * e, links
-                )
-                t_gather = 0.0
-            else:
-                t_dp = comm.reduce_scatter(grad_bytes * ne_f, n_dp, dp_stride, links) + comm.reduce_scatter(
-                    grad_bytes * ex_f, n_edp, te * e, links
-                )
-                t_gather = comm.all_gather(2.0 * ne_f, n_dp, dp_stride, links) + comm.all_gather(
-                    2.0 * ex_f, n_edp, te * e, links
-                )
-            dp_exposed = max(0.0, t_dp - bwd_last_mb) + max(0.0, t_gather - fwd_first_mb)
-            dp_overlap_busy = min(t_dp, bwd_last_mb) + min(t_gather, fwd_first_mb)
-
-    # ---- pipeline ----------------------------------------------------------------------------
-    pp_comm = 0.0
-    bubble = 0.0
-    if p > 1:
-        act_bytes = lc.pp_bytes
-        crosses = t * c * d >= G or t * c * d * p > G
-        per_send = comm.p2p(act_bytes, crosses, links)
-        pp_comm = 2.0 * m_mb * v * per_send
-        mean_stage = (stage_mb * (p - 1) + sum(last[:1] + last[2:])) / p
-        bubble = (p - 1) / v * mean_stage
-
-    # ---- optimizer step ------------------------------------------------------------------------
-    local_for_opt = (ne_f / n_dp + ex_f / n_edp) if s.zero >= 1 else (ne_f + ex_f)
-    opt_time = OPTIMIZER_BYTES_PER_PARAM * local_for_opt / hbm
-
-    compute = m_mb * comp_mb + OVERLAP_SLOWDOWN * dp_overlap_busy
-    tb = TimeBreakdown(
-        compute=compute,
-        recompute=m_mb * re_mb,
-        tp_comm=m_mb * tp_mb,
-        cp_comm=m_mb * cp_mb,
-        ep_comm=m_mb * ep_mb,
-        pp_comm=pp_comm,
-        dp_comm=dp_exposed,
-        bubble=bubble,
-        optimizer=opt_time,
+    m = max(1, w.global_batch // (s.micro_batch * d))  # micro-batches per step per pipeline
+    lc = layer_costs(ctx, t, c, s.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, s.recompute)
+    st = _stages(ctx, s, lc, m)
+    g = fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard)
+    sh = _sharding(ctx, s, g)
+    mem, params = _memory(ctx, s, lc, st, sh)
+    slowest = max(st.times, key=lambda x: x.total)
+    dpt = _dp_time(ctx, s, g, params, st.times[0], m)
+    crosses = t * c * d >= ctx.G or t * c * d * p > ctx.G
+    bubble, pp_comm = pipeline.pipeline_time(
+        s.pp_schedule, p, m, s.vpp if p > 1 else 1, st.mean_total, comm.p2p(lc.pp_bytes, crosses, ctx.links)
     )
-    step = tb.total
-    tokens = ctx.tokens
-    flops_causal, flops_full, hw = ctx.flops_causal, ctx.flops_full, ctx.hw_flops[s.recompute]
-    peak_mfu = ctx.peak_gemm
-    cap = ctx.capacity
-    headroom = cap - mem.total
-    parts = {
-        "compute": tb.compute,
-        "tp_comm": tb.tp_comm,
-        "cp_comm": tb.cp_comm,
-        "ep_comm": tb.ep_comm,
-        "pp_comm": tb.pp_comm,
-        "dp_comm": tb.dp_comm,
-        "bubble": tb.bubble,
-        "optimizer": tb.optimizer,
-    }
-    bottleneck = max(parts, key=parts.__getitem__)
+    local = memory.local_optimizer_params(params, sh)
+    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
+    opt += offload.offload_time(cluster.gpu, local, sh.offload, slowest.comp - slowest.fwd)
+    tb = TimeBreakdown(
+        compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped,
+        recompute=m * slowest.re,
+        tp_comm=m * slowest.tp,
+        cp_comm=m * slowest.cp,
+        ep_comm=m * slowest.ep,
+        pp_comm=pp_comm,
+        dp_comm=dpt.exposed,
+        bubble=bubble,
+        optimizer=opt,
+    )
+    return _assemble(ctx, s, tb, mem, _notes(ctx, s, st))
+
+
+def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
+    notes = [st.note] if st.note else []
+    model, w, t = ctx.model, ctx.w, s.tp
+    if model.is_moe and t > 1 and s.expert_tp == 1 and s.ep == 1:
+        notes.append("experts replicated across TP ranks (etp=1, ep=1)")
     if t > 1 and not (w.tp_comm_overlap and s.sp):
         notes.append(
             "TP collectives not overlapped with compute"
@@ -294,24 +347,35 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
                 else "; Megatron --tp-comm-overlap / torchtitan async TP would hide most of them (--tp-comm-overlap)"
             )
         )
+    return notes
+
+
+def _assemble(
+    ctx: PerfContext, s: Strategy, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
+) -> Estimate:
+    step, W, peak = tb.total, ctx.W, ctx.peak_gemm
+    hw = ctx.hw_flops[s.recompute]
+    parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
+    headroom = ctx.capacity - mem.total
     return Estimate(
         memory=mem,
         time=tb,
         step_time_s=step,
-        tokens_per_s=tokens / step,
-        tokens_per_s_per_gpu=tokens / step / W,
-        model_flops_per_step=flops_causal,
-        model_flops_per_step_full_attn=flops_full,
+        tokens_per_s=ctx.tokens / step,
+        tokens_per_s_per_gpu=ctx.tokens / step / W,
+        model_flops_per_step=ctx.flops_causal,
+        model_flops_per_step_full_attn=ctx.flops_full,
         hw_flops_per_step=hw,
-        model_tflops_per_gpu=flops_full / step / W / 1e12,
+        model_tflops_per_gpu=ctx.flops_full / step / W / 1e12,
         hw_tflops_per_gpu=hw / step / W / 1e12,
-        mfu=flops_full / step / W / peak_mfu,
-        mfu_causal=flops_causal / step / W / peak_mfu,
-        hfu=hw / step / W / peak_mfu,
-        peak_flops=peak_mfu,
-        capacity_bytes=cap,
+        mfu=ctx.flops_full / step / W / peak,
+        mfu_causal=ctx.flops_causal / step / W / peak,
+        hfu=hw / step / W / peak,
+        peak_flops=peak,
+        capacity_bytes=ctx.capacity,
         headroom_bytes=headroom,
         fits=headroom >= 0,
-        bottleneck=bottleneck,
+        bottleneck=max(parts, key=parts.__getitem__),
         notes=tuple(notes),
+        strategy=s,
     )

@@ -113,6 +113,10 @@ class LayerCosts:
     logits_mem: float
     embed_mem: float
     pp_bytes: float
+    # For perf/cp.py (pipe): core-attention times per layer per micro-batch and KV bytes per token.
+    attn_fwd: float = 0.0
+    attn_bwd: float = 0.0
+    kv_bytes_tok: float = 0.0
 
 
 def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> LayerCosts:
@@ -323,6 +327,9 @@ def _compute_layer_costs(
         T * model.vocab / t * sw.loss_bytes_per_logit,
         T * h * 2.0 / sp_div,
         2.0 * T * h / sp_div,
+        attn_fwd,
+        attn_bwd,
+        kv_bytes_tok,
     )
 
 

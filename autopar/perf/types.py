@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autopar.specs import Strategy
 
 from autopar.units import GiB
 
@@ -111,6 +115,8 @@ class Estimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
     calibration_factor: float = 1.0  # throughput multiplier applied by a calibration model (1 = analytical)
     tokens_per_s_band: tuple[float, float] | None = None  # (low, high) cluster tokens/s from the corrector
+    strategy: Strategy | None = None  # the strategy estimated, with unset knobs completed
+    assumed: tuple[str, ...] = ()  # knobs the estimate completed, e.g. "vpp=4 (unset; best feasible)"
 
     def calibrated(self, factor: float, low: float, high: float, label: str = "") -> Estimate:
         """This estimate with throughput scaled by a corrector's factor; every time term shrinks alike.

@@ -1,0 +1,158 @@
+"""Completing a partial strategy: unset knobs take the best feasible value, as the search would pick it.
+
+A run record or a CLI call may leave vpp, micro_batch, recompute, etp, pp_schedule or zero unset (None).
+Each unset knob gets its candidate values (those the framework offers and the layout rules allow); the
+completion keeps the candidate that fits in memory and is fastest (ties: more headroom); if nothing fits,
+the one with the most headroom, so the estimate still says by how much it does not fit. An explicit value
+is never changed. Small candidate products are searched exhaustively; larger ones by coordinate descent
+from the most memory-frugal point (each move keeps feasibility and never slows the step).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from autopar.errors import InvalidStrategyError
+from autopar.perf import pipeline
+from autopar.perf.types import Estimate
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+# ZeRO stages each stack offers (Megatron: DDP, distributed optimizer, Megatron-FSDP; torchtitan: DDP or
+# FSDP2; PyTorch FSDP: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD; DeepSpeed: stages 0-3).
+ZERO_BY_FRAMEWORK: dict[str, tuple[int, ...]] = {
+    "megatron": (0, 1, 3),
+    "megatron-legacy": (0, 1),
+    "torchtitan": (0, 3),
+    "fsdp": (0, 2, 3),
+    "deepspeed": (0, 1, 2, 3),
+}
+RECOMPUTE_MODES: tuple[str, ...] = ("full", "selective", "none")  # most memory-frugal first
+MAX_MICRO_BATCH = 64
+FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _schedule_pairs(model: ModelSpec, s: Strategy, framework: str) -> list[tuple[str, int]]:
+    """(pp_schedule, vpp) candidates for the unset ones among the two."""
+    p = s.pp
+    if p == 1:
+        return [(s.pp_schedule or "1f1b", s.vpp or 1)]
+    names = [s.pp_schedule] if s.pp_schedule else list(pipeline.schedules_for(framework))
+    vpps = [v for v in _divisors(model.layers // p) if v > 1] if model.layers >= p else []
+    pairs = []
+    for name in names:
+        rule = pipeline.SCHEDULES[name]
+        vs = [s.vpp] if s.vpp else ([1] if rule.vpp == "1" else vpps if rule.vpp == ">1" else [1, *vpps])
+        pairs += [(name, v) for v in vs]
+    return pairs or [(s.pp_schedule or "1f1b", s.vpp or 1)]
+
+
+def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, list[Any]]:
+    """Candidate values of every unset knob, most memory-frugal first ("sched" stands for pp_schedule+vpp)."""
+    out: dict[str, list[Any]] = {}
+    unset = s.unset_knobs(model.is_moe)
+    if "micro_batch" in unset:
+        per_rank = w.global_batch // max(1, s.dp)
+        out["micro_batch"] = [b for b in _divisors(per_rank) if b <= MAX_MICRO_BATCH] or [1]
+    if "recompute" in unset:
+        out["recompute"] = list(RECOMPUTE_MODES)
+    if "zero" in unset:
+        out["zero"] = sorted(ZERO_BY_FRAMEWORK[w.framework], reverse=True)
+    if "etp" in unset:
+        ff = model.moe_ffn_hidden or 1
+        out["etp"] = sorted({k for k in _divisors(s.tp) if ff % k == 0} | {1}, reverse=True)
+    if "vpp" in unset or "pp_schedule" in unset:
+        out["sched"] = _schedule_pairs(model, s, w.framework)
+    return out
+
+
+def _apply(s: Strategy, choice: dict[str, Any]) -> Strategy:
+    upd = {k: v for k, v in choice.items() if k != "sched"}
+    if "sched" in choice:
+        upd["pp_schedule"], upd["vpp"] = choice["sched"]
+    return s.model_copy(update=upd)
+
+
+def _key(e: Estimate | None) -> tuple[int, float, float]:
+    """Ranking: fits, then throughput, then headroom (invalid candidates last)."""
+    if e is None:
+        return (-1, 0.0, float("-inf"))
+    return (1, e.tokens_per_s, e.headroom_bytes) if e.fits else (0, e.headroom_bytes, 0.0)
+
+
+def complete(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    s: Strategy,
+    *,
+    estimate: Callable[..., Estimate],
+    strict: bool = True,
+    check: bool = True,
+) -> Estimate:
+    """The estimate of `s` with its unset knobs completed; Estimate.assumed lists them.
+
+    `estimate` is perf.estimate.estimate, passed in so this module sits below the composition (no cycle).
+
+    Candidates that break a rule are skipped. If none is valid: with check, the first candidate's violations
+    are raised; without (the caller validated the layout), the most frugal candidate is estimated unchecked."""
+    cands = candidate_values(model, w, s)
+    cache: dict[tuple, Estimate | None] = {}
+    errors: list[InvalidStrategyError] = []
+
+    def run(choice: dict[str, Any]) -> Estimate | None:
+        key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+        if key not in cache:
+            try:
+                cache[key] = estimate(model, cluster, w, _apply(s, choice), strict=strict)
+            except InvalidStrategyError as e:
+                errors.append(e)
+                cache[key] = None
+        return cache[key]
+
+    names = list(cands)
+    size = 1
+    for v in cands.values():
+        size *= len(v)
+    if size <= FULL_SEARCH_LIMIT:
+        choices = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*cands.values())]
+        best = max(choices, key=lambda c: _key(run(c)))
+    else:
+        best = _descend(cands, run)
+    est = run(best)
+    if est is None and not check:
+        best = {k: v[0] for k, v in cands.items()}
+        est = estimate(model, cluster, w, _apply(s, best), strict=strict, check=False)
+    if est is None:  # no completion is valid: the layout itself breaks a rule; say which (first candidate)
+        raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(names)}"])
+    return _with_assumed(est, best, size, s.unset_knobs(model.is_moe))
+
+
+def _descend(cands: dict[str, list[Any]], run) -> dict[str, Any]:
+    """Coordinate descent from the most frugal point: best value of one knob at a time, until stable."""
+    cur = {k: v[0] for k, v in cands.items()}
+    for _ in range(4):
+        changed = False
+        for k, values in cands.items():
+            best = max(values, key=lambda v: _key(run({**cur, k: v})))
+            if _key(run({**cur, k: best})) > _key(run(cur)):
+                cur[k], changed = best, True
+        if not changed:
+            break
+    return cur
+
+
+def _with_assumed(est: Estimate, choice: dict[str, Any], n: int, unset: tuple[str, ...]) -> Estimate:
+    from dataclasses import replace
+
+    flat = {k: v for k, v in choice.items() if k != "sched"}
+    if "sched" in choice:
+        flat["pp_schedule"], flat["vpp"] = choice["sched"]
+    parts = [f"{k}={flat[k]}" for k in unset]
+    assumed = tuple(f"{p} (unset; best feasible of {n} candidates)" for p in parts)
+    return replace(est, assumed=assumed, notes=(*est.notes, "completed unset knobs: " + ", ".join(parts)))

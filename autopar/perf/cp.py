@@ -1,0 +1,127 @@
+"""Context parallelism: KV exchange and the per-chunk costs of splitting attention over cp ranks.
+
+Variants (Megatron `--cp-comm-type`, megatron/training/arguments.py; Megatron docs context_parallel.md):
+- "p2p" ring attention (default): c steps per layer; step i computes attention on one KV chunk while the
+  next chunk travels; causal load balancing gives every rank 2 of 2c sequence chunks, so each step runs
+  half-size kernels [Liu et al. 2023, Ring Attention, arXiv 2310.01889; Megatron CP docs].
+- "a2a" (DeepSpeed-Ulysses, arXiv 2309.14509 §3): all-to-all of Q, K, V and O forward (and their gradients
+  backward) re-shards sequence ↔ heads; attention then runs whole-sequence on a/c heads; not overlapped.
+- "allgather": all-gather the sequence's K, V before attention, reduce-scatter dK, dV after (Llama 3 report,
+  arXiv 2407.21783 §3.3.2 uses this form).
+- "a2a+p2p" hierarchical: a2a inside the NVLink domain, ring across (Megatron
+  --hierarchical-context-parallel-sizes).
+Every per-layer time below is per micro-batch, on one GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.perf import comm
+
+CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+
+# Sequence length (keys) at which a FlashAttention-class kernel reaches half its long-sequence efficiency:
+# the x/(x + 512) form layers.py applies at the full sequence; ring CP runs kernels on S/(2c)-key blocks.
+ATTN_HALF_EFFICIENCY_KEYS = 512.0
+# Kernels per ring step: two half-block attention calls (load-balanced causal chunks) and the online-softmax
+# merge of the partial output; backward runs twice as many (Megatron TE `AttnFuncWithCPAndKVP2P`).
+RING_KERNELS_PER_STEP_FWD = 3
+RING_KERNELS_PER_STEP_BWD = 6
+# fp32 partial-output merge per step: read partial and accumulator, write accumulator (4 B each).
+MERGE_BYTES_PER_OUT_ELEMENT = 12.0
+
+
+@dataclass(frozen=True, slots=True)
+class CpInputs:
+    """What the CP cost needs from one layer sharding."""
+
+    c: int
+    t: int
+    tokens: float  # tokens of one micro-batch on this GPU (b·S/c)
+    seq_len: int
+    kv_bytes_tok: float  # K and V bytes per token over all KV heads (bf16)
+    q_bytes_tok: float  # Q (and O) bytes per token over all heads
+    out_elems_tok: float  # attention-output elements per token on this TP rank
+    attn_fwd: float
+    attn_bwd: float
+    mla: bool
+    full_recompute: bool
+    kernel_overhead_s: float
+    hbm_bw: float
+
+
+@dataclass(frozen=True, slots=True)
+class CpCost:
+    """Per-layer, per-micro-batch CP cost: exposed communication and extra compute."""
+
+    comm: float
+    compute: float
+
+
+def _len_eff(keys: float) -> float:
+    return keys / (keys + ATTN_HALF_EFFICIENCY_KEYS)
+
+
+def _ring(x: CpInputs, steps: int, crosses: bool, links: comm.Links) -> CpCost:
+    """Ring over `steps` ranks: transfer of the next KV chunk hidden behind each step's attention."""
+    chunk = x.kv_bytes_tok * x.tokens / (1 if x.mla else x.t)
+    xfer = comm.p2p(chunk, crosses, links)
+    step_f, step_b = x.attn_fwd / steps, x.attn_bwd / steps
+    fwd = (steps - 1) * max(0.0, xfer - step_f)
+    bwd = (steps - 1) * max(0.0, 2.0 * xfer - step_b)  # K, V forward; dK, dV back
+    exposed = fwd + bwd + (fwd if x.full_recompute else 0.0)
+    # Per-chunk kernels are shorter: efficiency at S/(2·steps) keys instead of S.
+    block = x.seq_len / (2 * steps)
+    slow = _len_eff(x.seq_len) / _len_eff(block) - 1.0
+    passes = 2 if x.full_recompute else 1
+    extra = slow * (passes * x.attn_fwd + x.attn_bwd)
+    kernels = steps * (passes * RING_KERNELS_PER_STEP_FWD + RING_KERNELS_PER_STEP_BWD)
+    merge = (steps - 1) * passes * MERGE_BYTES_PER_OUT_ELEMENT * x.out_elems_tok * x.tokens / x.hbm_bw
+    return CpCost(exposed, extra + kernels * x.kernel_overhead_s + merge)
+
+
+def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
+    """Ulysses: 4 all-to-alls forward (Q, K, V, O) and 4 backward, exposed."""
+    per_rank = x.tokens * (2 * x.q_bytes_tok + x.kv_bytes_tok) / x.t
+    one = comm.all_to_all(per_rank, size, stride, links)
+    passes = 3 if x.full_recompute else 2
+    return CpCost(passes * one, 0.0)
+
+
+def _allgather(x: CpInputs, links: comm.Links) -> CpCost:
+    """All-gather K, V of the whole sequence forward; reduce-scatter dK, dV backward; exposed."""
+    full = x.kv_bytes_tok * x.tokens * x.c / (1 if x.mla else x.t)
+    ag = comm.all_gather(full, x.c, x.t, links)
+    return CpCost((2 if x.full_recompute else 1) * ag + comm.reduce_scatter(full, x.c, x.t, links), 0.0)
+
+
+def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
+    """CP cost per layer per micro-batch for one variant (zero for cp = 1)."""
+    if x.c <= 1:
+        return CpCost(0.0, 0.0)
+    G = links.node_size
+    if variant == "a2a":
+        return _a2a(x, x.c, x.t, links)
+    if variant == "allgather":
+        return _allgather(x, links)
+    if variant == "a2a+p2p":
+        inner = max(1, min(x.c, G // x.t))
+        while x.c % inner:
+            inner -= 1
+        outer = x.c // inner
+        a = _a2a(x, inner, x.t, links) if inner > 1 else CpCost(0.0, 0.0)
+        r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
+        return CpCost(a.comm + r.comm, a.compute + r.compute)
+    return _ring(x, x.c, x.t * x.c > G, links)
+
+
+def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
+    """Rules of a CP variant ([] = valid)."""
+    if c <= 1:
+        return []
+    if variant not in CP_VARIANTS:
+        return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
+    if variant == "a2a" and (heads // t) % c:
+        return [f"cp_comm=a2a needs heads/tp = {heads // t} divisible by cp={c} (Ulysses splits heads)"]
+    return []

@@ -1,0 +1,217 @@
+"""Data-parallel collectives: bucketed gradient reduction (DDP, ZeRO-1/2) and ZeRO-3/FSDP/HSDP gathers.
+
+Groups follow Megatron's rank order tp → cp → dp (formulas §4.1): the dense gradient group is dp·cp at
+stride tp; the expert group is the expert data-parallel group at stride etp·ep. HSDP shards inside the
+`dp_shard`·cp ranks next to each other and all-reduces the gradient shard across the dp/dp_shard replicas
+(torchtitan data_parallel_shard/replicate_degree; PyTorch FSDP HYBRID_SHARD, Zhao et al. 2023 §3.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.perf import comm
+
+# Gradient bucket per framework, in parameters (fp32/bf16 elements) or bytes, with the source.
+# Megatron-Core: max(40M, 1M·dp) parameters per bucket ("larger DP sizes need larger buckets so collectives
+# are not latency-bound": megatron/core/distributed/distributed_data_parallel_config.py `bucket_size`).
+# PyTorch DDP: bucket_cap_mb = 25 (torch.nn.parallel.DistributedDataParallel). DeepSpeed: reduce_bucket_size
+# 5e8 elements (deepspeed/runtime/zero/config.py default).
+MEGATRON_BUCKET_MIN_PARAMS = 40e6
+MEGATRON_BUCKET_PARAMS_PER_DP = 1e6
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+DEEPSPEED_BUCKET_PARAMS = 5e8
+
+
+def bucket_params(framework: str, dp: int, grad_bytes: float) -> float:
+    """Parameters per gradient bucket of a framework at data-parallel size dp."""
+    if framework in ("megatron", "megatron-legacy"):
+        return max(MEGATRON_BUCKET_MIN_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dp)
+    if framework == "deepspeed":
+        return DEEPSPEED_BUCKET_PARAMS
+    return TORCH_DDP_BUCKET_BYTES / grad_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DpGroups:
+    """Sizes and strides of the data-parallel groups of one strategy."""
+
+    n_shard: int  # dense shard / reduction group (dp·cp, or dp_shard·cp under HSDP)
+    shard_stride: int
+    n_rep: int  # HSDP replicas (1 = plain FSDP / ZeRO)
+    rep_stride: int
+    n_edp: int  # expert data-parallel group
+    edp_stride: int
+
+
+def dp_groups(t: int, c: int, d: int, e: int, te: int, dp_shard: int | None) -> DpGroups:
+    """Data-parallel groups of a layout (dp_shard = HSDP shard degree over dp; None = shard over all dp)."""
+    ds = dp_shard if dp_shard and d % dp_shard == 0 else d
+    n_edp = max(1, (t * c * d) // (e * te))
+    return DpGroups(ds * c, t, d // ds, t * c * ds, n_edp, te * e)
+
+
+@dataclass(frozen=True, slots=True)
+class DpTime:
+    """Data-parallel communication of one step: exposed seconds, and seconds hidden under compute."""
+
+    exposed: float
+    overlapped: float
+
+
+def _bucketed(
+    coll,
+    total_params: float,
+    bucket: float,
+    bytes_per: float,
+    size: int,
+    stride: int,
+    links: comm.Links,
+    window: float,
+) -> DpTime:
+    """Buckets issued as their gradients are ready: the last bucket never hides, the rest hide under `window`."""
+    if total_params <= 0 or size <= 1:
+        return DpTime(0.0, 0.0)
+    n = max(1, -(-total_params // bucket))
+    per = coll(bytes_per * min(bucket, total_params), size, stride, links)
+    total = n * per
+    exposed = max(per, total - window)
+    return DpTime(exposed, total - exposed)
+
+
+def ddp_time(
+    zero: int,
+    ne: float,
+    ex: float,
+    g: DpGroups,
+    links: comm.Links,
+    framework: str,
+    bwd_mb: float,
+    fwd_mb: float,
+) -> DpTime:
+    """Gradient all-reduce (zero 0) or reduce-scatter + parameter all-gather (ZeRO-1/2), bucketed.
+
+    The gradient buckets hide under the last micro-batch's backward (--overlap-grad-reduce), the parameter
+    gathers under the first micro-batch's forward (--overlap-param-gather); formulas §4.2 DP.
+    """
+    gb = 4.0  # fp32 main gradients (Megatron bf16 default; formulas §4.2)
+    parts = []
+    for n_params, size, stride in ((ne, g.n_shard, g.shard_stride), (ex, g.n_edp, g.edp_stride)):
+        bucket = bucket_params(framework, size, gb)
+        if zero == 0:
+            parts.append(_bucketed(comm.all_reduce, n_params, bucket, gb, size, stride, links, bwd_mb))
+            continue
+        parts.append(_bucketed(comm.reduce_scatter, n_params, bucket, gb, size, stride, links, bwd_mb))
+        parts.append(_bucketed(comm.all_gather, n_params, bucket, 2.0, size, stride, links, fwd_mb))
+    return DpTime(sum(x.exposed for x in parts), sum(x.overlapped for x in parts))
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3Unit:
+    """Collective times of one FSDP unit (a transformer block): gather, reduce-scatter, HSDP all-reduce."""
+
+    ag: float
+    rs: float
+    ar: float
+
+
+# NCCL's ring latency model (NVIDIA/nccl src/graph/tuning.cc, commit 01afd20): an all-gather or
+# reduce-scatter over n ranks on k nodes costs baseLat + (n − k)·intra-node hop + (k − 1)·inter-node hop.
+# Values in µs as (base, NVLink hop, network hop): LL, which NCCL picks for small messages (its NVLink hop
+# ×1.8 once the ring spans nodes), and Simple for large ones.
+NCCL_RING_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "LL": (3.6, 0.47 * 1.8, 2.7),
+    "Simple": (8.4, 3.4, 9.6),
+}
+
+
+def flat_ring(nbytes: float, size: int, stride: int, links: comm.Links, proto: str) -> float:
+    """One all-gather / reduce-scatter as a single flat NCCL ring over the group (no node-local hierarchy):
+    the bandwidth term at the NIC rate once the ring leaves the node, the latency per NCCL's ring model."""
+    if size <= 1:
+        return 0.0
+    _, k = comm.placement(size, stride, links.node_size)
+    base, intra, inter = NCCL_RING_LATENCY_US[proto]
+    lat = (base + (size - k) * intra + (k - 1) * inter) * 1e-6
+    bw = links.scaleout_bw if k > 1 else links.scaleup_bw
+    return lat + (size - 1) / size * nbytes / bw
+
+
+def zero3_unit(
+    unit_ne: float, unit_ex: float, g: DpGroups, links: comm.Links, grad_bytes: float, n_coll: int
+) -> Zero3Unit:
+    """Per-unit collective times. n_coll > 1: DeepSpeed-style per-tensor collectives, each a flat ring over
+    the whole group (no node-local hierarchy): the block's bulk in one large call, the other n_coll − 1
+    tensors as small (latency-bound, NCCL LL) calls."""
+    if n_coll > 1:
+        ag = flat_ring(2.0 * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
+        ag += flat_ring(2.0 * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
+        rs = flat_ring(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
+        rs += flat_ring(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
+        small = (n_coll - 1) * flat_ring(0.0, g.n_shard, g.shard_stride, links, "LL")
+        ag, rs = ag + small, rs + small
+    else:
+        ag = comm.all_gather(2.0 * unit_ne, g.n_shard, g.shard_stride, links)
+        ag += comm.all_gather(2.0 * unit_ex, g.n_edp, g.edp_stride, links)
+        rs = comm.reduce_scatter(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links)
+        rs += comm.reduce_scatter(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links)
+    ar = (
+        comm.all_reduce(grad_bytes * unit_ne / g.n_shard, g.n_rep, g.rep_stride, links)
+        if g.n_rep > 1
+        else 0.0
+    )
+    return Zero3Unit(ag, rs, ar)
+
+
+def zero3_round(
+    u: Zero3Unit,
+    root: Zero3Unit,
+    n: int,
+    c_f: float,
+    c_b: float,
+    hide: float,
+    gather_fwd: bool,
+    gather_bwd: bool,
+    reduce: bool,
+) -> DpTime:
+    """One forward+backward pass over n equal FSDP units with prefetch of the next unit.
+
+    Forward: the first unit's (and the root's) gather is exposed; each later gather hides under the previous
+    unit's forward compute c_f. Backward: the last block stays gathered; each earlier unit's re-gather and the
+    previous unit's reduce-scatter (+ HSDP all-reduce) hide under one unit's backward c_b; the final
+    reduce-scatter and the root's (embedding gradients come last) are exposed. `hide` bounds the share of
+    compute that can cover communication (DeepSpeed's bounded prefetch < 1). (FSDP: Zhao et al. 2023
+    arXiv 2304.11277 §3.3-3.4 "backward/forward prefetching"; torchtitan keeps the last block unsharded.)
+    """
+    exposed = busy = 0.0
+    if gather_fwd:
+        exposed += root.ag + u.ag + (n - 1) * max(0.0, u.ag - hide * c_f)
+        busy += root.ag + n * u.ag
+    bwd_comm = (u.ag if gather_bwd else 0.0) + (u.rs + u.ar if reduce else 0.0)
+    if bwd_comm > 0:
+        exposed += (n - 1) * max(0.0, bwd_comm - hide * c_b)
+        busy += (n - 1) * bwd_comm
+    if reduce:
+        exposed += u.rs + u.ar + root.rs + root.ar
+        busy += u.rs + u.ar + root.rs + root.ar
+    return DpTime(exposed, max(0.0, busy - exposed))
+
+
+def zero3_time(
+    u: Zero3Unit, root: Zero3Unit, n: int, c_f: float, c_b: float, hide: float, m: int, pipelined: bool
+) -> DpTime:
+    """ZeRO-3/FSDP communication of one step.
+
+    Without pipelining every micro-batch gathers and reduce-scatters (FSDP reshards after forward and syncs
+    gradients per micro-batch). With PP the stage stays gathered across micro-batches and gradients are
+    reduced once, at the last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch
+    pipelining disables gradient sync except on the last backward).
+    """
+    if n <= 0:
+        return DpTime(0.0, 0.0)
+    if pipelined:
+        first = zero3_round(u, root, n, c_f, c_b, hide, True, False, False)
+        last = zero3_round(u, root, n, c_f, c_b, hide, False, False, True)
+        return DpTime(first.exposed + last.exposed, first.overlapped + last.overlapped)
+    one = zero3_round(u, root, n, c_f, c_b, hide, True, True, True)
+    return DpTime(m * one.exposed, m * one.overlapped)

@@ -1,0 +1,172 @@
+"""Per-GPU memory of one pipeline stage: parameters held, model states by ZeRO stage, activations, overheads.
+
+Model-state bytes per parameter follow ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054 §3.1, §5) and
+Megatron's distributed optimizer (docs/user-guide/features/dist_optimizer.md): bf16 weights 2 B, fp32
+main gradients 4 B (2 B under ZeRO-3/FSDP), optimizer states by OPTIMIZER_STATE_BYTES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
+from autopar.perf.params import ParamCounts
+from autopar.perf.types import MemoryBreakdown
+from autopar.specs import ModelSpec
+
+GiB = 2**30
+
+# Optimizer-state bytes per parameter (fp32 master copy included), and the source of each variant.
+OPTIMIZER_STATE_BYTES: dict[str, float] = {
+    "fp32": 12.0,  # Adam: fp32 master 4 + m 4 + v 4 (ZeRO §3.1, "K = 12")
+    "bf16": 8.0,  # fp32 master 4 + bf16 m, v (Megatron --use-precision-aware-optimizer --exp-avg(-sq)-dtype bf16)
+    "8bit": 6.0,  # fp32 master 4 + block-wise 8-bit m, v (Dettmers et al. 2022, arXiv 2110.02861 §2)
+    "sgd": 8.0,  # fp32 master 4 + momentum 4
+}
+# Workload.optimizer -> its state precision.
+OPTIMIZER_STATES_OF: dict[str, str] = {
+    "adam": "fp32",
+    "adam_bf16_states": "bf16",
+    "adam_8bit": "8bit",
+    "sgd": "sgd",
+}
+# What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+    "offload": ("optimizer_offload", (0.0, 1.0)),
+    "bf16_states": ("optimizer_states", (None, "bf16")),
+    "8bit_states": ("optimizer_states", (None, "8bit")),
+}
+
+
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+    """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
+    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    for saver in memory_savers:
+        knob, values = MEMORY_SAVER_VALUES[saver]
+        out[knob] = tuple(dict.fromkeys(out[knob] + values))
+    return out
+
+
+# ZeRO-3 under PP keeps each stage's unsharded gradients across micro-batches. FSDP2 accumulates them in the
+# reduce dtype (torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.to_accumulated_grad_if_needed), which
+# torchtitan sets to float32 (training.mixed_precision_reduce = "float32"); other stacks: bf16 (2 B).
+ACCUM_GRAD_BYTES: dict[str, float] = {"torchtitan": 4.0}
+DDP_BUCKET_BYTES = 0.125 * GiB  # gradient-bucket staging outside ZeRO-3 (Megatron/DDP buckets, formulas §3.5)
+
+
+def optimizer_step_bytes(state_bytes: float) -> float:
+    """HBM traffic of one optimizer step per local parameter: read the fp32 grad (4) and the states, write the
+    states back, write the bf16 copy (2), plus the grad-norm pass (2) — 32 B for fp32 Adam (formulas §6)."""
+    return 8.0 + 2.0 * state_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters one GPU holds for its stage (before ZeRO sharding)."""
+
+    non_expert: float
+    expert: float
+    biggest_layer: float  # the largest single layer (ZeRO-3 gathers units of this size)
+
+
+def stage_params(
+    model: ModelSpec,
+    pc: ParamCounts,
+    t: int,
+    p: int,
+    e: int,
+    te: int,
+    mix: tuple[int, int],
+    first: bool,
+    last: bool,
+) -> StageParams:
+    """Parameters held by one GPU of a stage with `mix` = (dense layers, MoE layers)."""
+    nd, nm = mix
+    attn = (pc.attention - pc.attention_tp_replicated) / t + pc.attention_tp_replicated
+    dense_layer = attn + pc.dense_mlp / t + pc.norms
+    moe_layer_ne = attn + pc.norms + pc.router + pc.shared_expert / t
+    ne = nd * dense_layer + nm * moe_layer_ne
+    if first:
+        ne += pc.embedding / t
+    if last:
+        ne += (pc.output if pc.output else (pc.embedding if p > 1 else 0.0)) / t + pc.final_norm
+    experts_layer = model.experts * pc.expert / (e * te)
+    ex = nm * experts_layer
+    biggest = max(dense_layer if nd else 0.0, moe_layer_ne + experts_layer if nm else 0.0)
+    return StageParams(ne, ex, biggest)
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    """How model states are sharded: ZeRO stage, shard group sizes, optimizer variant, offload."""
+
+    zero: int
+    n_shard: int  # dense-parameter shard group (dp·cp, or the HSDP shard group)
+    n_eshard: int  # expert-parameter shard group (expert data parallel)
+    state_bytes: float  # optimizer-state bytes per parameter
+    offload: float  # fraction of optimizer states (and their step) on the CPU
+    fp8_weight_copies: bool
+    zero3_units: float  # gathered ZeRO-3 units kept at once (prefetch depth + 1)
+    unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
+    stage_gathered: bool  # ZeRO-3 with PP: the stage stays gathered across micro-batches
+    accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
+
+
+def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, buffers) bytes of one GPU."""
+    ne, ex = sp.non_expert, sp.expert
+    on_gpu = 1.0 - sh.offload
+    if sh.zero == 3:  # 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)
+        local = ne / sh.n_shard + ex / sh.n_eshard
+        wts, grd, opt = 2.0 * local, 2.0 * local, sh.state_bytes * local * on_gpu
+        if sh.stage_gathered:
+            # bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in the
+            # reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
+            # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer
+            buf = (ne + ex) * (2.0 + sh.accum_grad_bytes) + sp.biggest_layer * 4.0
+        else:  # gathered bf16 units (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer
+            buf = sp.biggest_layer * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0)
+        return wts, grd, opt, buf
+    n_opt = (sh.n_shard, sh.n_eshard) if sh.zero >= 1 else (1, 1)
+    n_grd = (sh.n_shard, sh.n_eshard) if sh.zero >= 2 else (1, 1)
+    wts = 2.0 * (ne + ex)
+    grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1])
+    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * on_gpu
+    buf = DDP_BUCKET_BYTES + (2.0 * sp.biggest_layer if sh.fp8_weight_copies else 0.0)
+    return wts, grd, opt, buf
+
+
+def local_optimizer_params(sp: StageParams, sh: Sharding) -> float:
+    """Parameters whose optimizer step this GPU runs (sharded from ZeRO-1 on)."""
+    if sh.zero >= 1:
+        return sp.non_expert / sh.n_shard + sp.expert / sh.n_eshard
+    return sp.non_expert + sp.expert
+
+
+def stage_activations(lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str) -> float:
+    """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3)."""
+    nd, nm = mix
+    total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
+    if recompute == "full":  # one layer's activations live while it is recomputed (its input is already kept)
+        total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
+    return total
+
+
+def stage_memory(
+    sp: StageParams,
+    sh: Sharding,
+    lc: LayerCosts,
+    mix: tuple[int, int],
+    inflight: float,
+    recompute: str,
+    first: bool,
+    last: bool,
+    param_copies: int = 1,
+) -> MemoryBreakdown:
+    """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage)."""
+    wts, grd, opt, buf = model_states(sp, sh)
+    act = stage_activations(lc, mix, inflight, recompute)
+    lg = (lc.logits_mem if last else 0.0) + (lc.embed_mem if first else 0.0)
+    over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
+    k = float(param_copies)
+    return MemoryBreakdown(k * wts, k * grd, k * opt, act, lg, buf, over)
