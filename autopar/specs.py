@@ -127,7 +127,12 @@ class GPUSpec(_Frozen):
     fp8_flops: float | None = Field(default=None, gt=0, description="dense FP8 peak, FLOP/s; None = no FP8")
     hbm_bw: float = Field(gt=0, description="HBM bandwidth, bytes/s")
     scaleup_bw: float = Field(gt=0, description="NVLink/xGMI bandwidth per GPU per direction, bytes/s")
-    scaleup_domain: int = Field(default=8, gt=0, description="GPUs per NVLink domain (node)")
+    scaleup_domain: int = Field(
+        default=8, gt=0, description="GPUs sharing one NVLink fabric by default (GB200 NVL72: 72)"
+    )
+    host_size: int | None = Field(
+        default=None, gt=0, description="GPUs per host (server/tray); None = scaleup_domain"
+    )
     scaleout_bw: float = Field(
         gt=0, description="default inter-node NIC bandwidth per GPU per direction, bytes/s"
     )
@@ -143,25 +148,51 @@ class GPUSpec(_Frozen):
 
 
 class ClusterSpec(_Frozen):
-    """A homogeneous cluster: GPU type, count, node (NVLink domain) size and NIC bandwidth."""
+    """A homogeneous cluster: GPU type, count, host size, NVLink domain size and NIC bandwidth.
+
+    The host (`gpus_per_node`: a server or a GB200 tray) and the NVLink domain (`nvlink_domain`: the GPUs
+    that share one NVLink fabric; a whole NVL72 rack) are separate. The domain defaults to the GPU's
+    catalog domain when that fabric spans several hosts (GB200/GB300 NVL72), else to the host. The GPU
+    count must be a whole number of hosts, not of domains (the last domain may be partial).
+    """
 
     gpu: GPUSpec
     num_gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0, description="None = the GPU's scale-up domain")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per host; None = the GPU's host")
+    nvlink_domain: int | None = Field(
+        default=None, gt=0, description="GPUs per NVLink domain; None = the GPU's default (see class doc)"
+    )
     internode_bw: float | None = Field(default=None, gt=0, description="bytes/s per GPU per direction")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
-        g = self.node_size
-        if self.num_gpus > g and self.num_gpus % g:
-            raise ValueError(f"num_gpus={self.num_gpus} is not a multiple of gpus_per_node={g}")
+        h, d = self.host_size, self.node_size
+        if self.num_gpus > h and self.num_gpus % h:
+            raise ValueError(f"num_gpus={self.num_gpus} is not a multiple of gpus_per_node={h}")
+        if d % h and h % d:
+            raise ValueError(f"nvlink_domain={d} must be a multiple or a divisor of gpus_per_node={h}")
         return self
 
     @property
+    def host_size(self) -> int:
+        """GPUs per host (server, or GB200 compute tray)."""
+        return self.gpus_per_node or self.gpu.host_size or self.gpu.scaleup_domain
+
+    @property
     def node_size(self) -> int:
-        """GPUs per NVLink domain."""
-        return self.gpus_per_node or self.gpu.scaleup_domain
+        """GPUs per NVLink domain (what every collective's placement is judged against)."""
+        if self.nvlink_domain:
+            return self.nvlink_domain
+        g = self.gpu
+        if g.host_size and g.scaleup_domain > g.host_size:  # rack-scale fabric spanning hosts
+            return g.scaleup_domain
+        return self.gpus_per_node or g.scaleup_domain
+
+    @property
+    def domain_size(self) -> int:
+        """Alias of node_size: GPUs per NVLink domain."""
+        return self.node_size
 
     @property
     def nic_bw(self) -> float:
@@ -170,6 +201,12 @@ class ClusterSpec(_Frozen):
 
     @property
     def nodes(self) -> int:
+        """Hosts (servers or trays) the job occupies."""
+        return max(1, -(-self.num_gpus // self.host_size))
+
+    @property
+    def domains(self) -> int:
+        """NVLink domains the job touches (the last may be partial)."""
         return max(1, -(-self.num_gpus // self.node_size))
 
 
