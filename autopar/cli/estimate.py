@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console
+from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
@@ -132,11 +133,13 @@ def estimate_cmd(
     model: Annotated[
         str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")
     ] = "Llama-3.1-70B",
-    gpu: Annotated[str, typer.Option(help="GPU type (see `autopar gpus`)")] = "H100-SXM",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs")] = 64,
+    gpu: Annotated[str | None, typer.Option(help="GPU type (see `autopar gpus`) [default: H100-SXM]")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Number of GPUs [default: 64]")] = None,
     gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per NVLink domain (default: the GPU's)")
+        int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
     ] = None,
+    nvlink_domain: NvlinkDomainOpt = None,
+    cluster_name: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
     ] = None,
@@ -174,6 +177,15 @@ def estimate_cmd(
 ) -> None:
     """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
     if batch is not None:
+        flags = (
+            ("--cluster", cluster_name),
+            ("--nvlink-domain", nvlink_domain),
+            ("--gpu", gpu),
+            ("--gpus", gpus),
+        )
+        given = [f for f, v in flags if v is not None]
+        if given:
+            raise SpecError(f"{', '.join(given)} cannot apply with --batch (each row names its own cluster)")
         run_batch(batch, out, as_json)
         return
     if out is not None:
@@ -183,10 +195,21 @@ def estimate_cmd(
     from autopar.specs import ClusterSpec, Strategy, Workload
 
     m = get_model(model)
-    cluster = ClusterSpec(
-        gpu=get_gpu(gpu),
-        num_gpus=gpus,
+    choice = resolve_cluster(
+        cluster_name,
+        gpu=gpu,
+        gpus=gpus,
         gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
+        default_gpu="H100-SXM",
+        default_gpus=64,
+    )
+    gpus = int(choice.gpus)
+    cluster = ClusterSpec(
+        gpu=get_gpu(choice.gpu),
+        num_gpus=gpus,
+        gpus_per_node=choice.gpus_per_node,
+        nvlink_domain=choice.nvlink_domain,
         internode_bw=internode_gbps * 1e9 if internode_gbps else None,
     )
     workload = Workload(
@@ -221,7 +244,8 @@ def estimate_cmd(
                 "model": m.name,
                 "gpu": cluster.gpu.name,
                 "num_gpus": gpus,
-                "gpus_per_node": cluster.node_size,
+                "gpus_per_node": cluster.host_size,
+                "nvlink_domain": cluster.node_size,
                 "seq_len": seq_len,
                 "global_batch": global_batch,
                 "precision": precision,

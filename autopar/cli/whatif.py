@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 
 from autopar.cli.app import command, console, err_console
+from autopar.cli.cluster_opts import NvlinkDomainOpt
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
@@ -176,8 +177,9 @@ def whatif(
     ] = 1024,
     precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
     gpus_per_node: Annotated[
-        int | None, typer.Option("--gpus-per-node", help="GPUs per NVLink domain [default: GPU's].")
+        int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) [default: GPU's].")
     ] = None,
+    nvlink_domain: NvlinkDomainOpt = None,
     internode_gbps: Annotated[
         float | None,
         typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction [default: GPU's]."),
@@ -259,6 +261,7 @@ def whatif(
         calibration=calib,
         gpus_per_node=gpus_per_node,
         internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
+        nvlink_domain=nvlink_domain,
         sensitivity=not no_sensitivity,
         prices_file=str(prices) if prices else None,
         progress=progress,
