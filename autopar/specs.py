@@ -227,6 +227,23 @@ class Workload(_Frozen):
         default="megatron",
         description="software stack: sets kernel fusion, attention kernel, recompute semantics",
     )
+    # --- FP8 recipe and MoE routing (moe engineer, issue 11: perf/fp8.py, perf/moe.py) ---
+    fp8_recipe: Literal["delayed", "current", "rowwise", "mxfp8"] = Field(
+        default="delayed",
+        description="FP8 scaling recipe when precision=fp8: delayed/current tensor-wise (Transformer "
+        "Engine; delayed is its default), rowwise (torchao), mxfp8 (Blackwell block scaling)",
+    )
+    moe_imbalance: float = Field(
+        default=1.1,
+        ge=1.0,
+        description="routed tokens on the busiest EP rank / the mean (perf/moe.py MOE_IMBALANCE); "
+        "1.0 = perfectly balanced (e.g. Megatron --moe-router-force-load-balancing benchmarks)",
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        description="expert capacity factor (token dropping, padded to capacity); None = dropless",
+    )
 
     @property
     def tokens_per_step(self) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from autopar.perf.fp8 import BF16_K_DEPTH, FP8_K_DEPTH
+
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
@@ -221,5 +223,6 @@ def gemm_efficiency(m: float, n: float, k: float, eff: Efficiency, fp8: bool) ->
     util = 1.0 - 0.5 * (1.0 - wave_util)
     # Partial-tile waste on the edges (m, n not multiples of the tile).
     edge = (m / (mt * t)) * (n / (nt * t))
-    small = (k / (k + 64.0)) * (m / (m + 32.0)) * (n / (n + 32.0))
+    depth = FP8_K_DEPTH if fp8 else BF16_K_DEPTH  # FP8 tiles consume K twice as deep (perf/fp8.py)
+    small = (k / (k + depth)) * (m / (m + 32.0)) * (n / (n + 32.0))
     return top * util * edge * small

@@ -8,16 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from autopar.errors import SpecError
 from autopar.perf import comm
 from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
 from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
+from autopar.perf.fp8 import check_recipe, quantise_time
+from autopar.perf.moe import routed_expert_costs, routed_load
 from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 GiB = 2**30
 
 # Modelling constants that are not GPU-specific (documented in the README's assumptions).
-MOE_IMBALANCE = 1.1  # busiest EP rank's share of routed tokens relative to uniform (γ, formulas §3.2)
 CUDA_CONTEXT_BYTES = 1.0 * GiB  # CUDA context + kernels (formulas §3.5: 0.5-2 GiB)
 NCCL_BYTES = 0.75 * GiB  # NCCL communicators and buffers
 FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buffers
@@ -48,6 +50,11 @@ class PerfContext:
         self.W = cluster.num_gpus
         self.G = cluster.node_size
         self.fp8 = w.precision == "fp8" and gpu.fp8_flops is not None
+        if self.fp8:
+            try:
+                check_recipe(w.fp8_recipe, gpu.family)
+            except ValueError as e:
+                raise SpecError(str(e)) from None
         self.peak16 = gpu.bf16_flops
         self.peak_gemm = gpu.peak_flops(w.precision)
         self.hbm = gpu.hbm_bw * eff.hbm
@@ -178,41 +185,46 @@ def _compute_layer_costs(
     n_mat = 3 if model.activation == "swiglu" else 2
     f = model.ffn_hidden
     dense_mlp_gemm = gemm(T, (n_mat - 1) * f / t, h, fp8) + gemm(T, h, f / t, fp8)
+    load = routed_load(ctx.w.moe_imbalance, ctx.w.moe_capacity_factor) if model.is_moe else 1.0
+    moe_fwd_extra = moe_bwd_extra = 0.0
+    ep_a2a = 0.0
     if model.is_moe:
         fe = model.moe_ffn_hidden or 0
-        tokens_per_expert = max(1.0, T * model.topk * e * te / (model.experts * t))
-        local_experts = model.experts / e
-        moe_gemm = (
-            local_experts
-            * (
-                gemm(tokens_per_expert, (n_mat - 1) * fe / te, h, fp8)
-                + gemm(tokens_per_expert, h, fe / te, fp8)
-            )
-            * MOE_IMBALANCE
-        )
-        if model.shared_experts:
+        mc = routed_expert_costs(ctx, T, t, e, te, n_mat)
+        moe_gemm = mc.expert_fwd
+        moe_fwd_extra, moe_bwd_extra = mc.overhead_fwd, mc.overhead_bwd + mc.expert_bwd - 2 * mc.expert_fwd
+        ep_a2a = mc.dispatch_combine
+        if model.shared_experts:  # shared experts: a TP-sharded MLP on every token
             fs = model.shared_ffn * model.shared_experts
             moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
-        moe_gemm += gemm(T, model.experts, h, False)  # router
     else:
         fe = 0
         moe_gemm = 0.0
 
     # Memory-bound elementwise work per token per layer, forward (bytes): norms, residual adds,
     # RoPE, activation function; backward ~2x. Sharded by TP inside the TP region, by SP outside.
-    act_f = (fe * model.topk * MOE_IMBALANCE) if model.is_moe else f
+    act_f = (fe * model.topk * load) if model.is_moe else f
     elem_rep = 20.0 * h
     elem_shard = 4.0 * (a + k) * dh + (6.0 if n_mat == 3 else 4.0) * act_f
     elem_fwd = sw.elementwise_passes * T * (elem_rep / (t if sp else 1) + elem_shard / t) / hbm
-    fp8_cast = 0.0
-    if fp8:  # quantise GEMM inputs (read 2 B, write 1 B) fwd and bwd, plus the local weights each micro-batch
-        in_elems = T * (2 * h + a * dh / t + (act_f if not model.is_moe else act_f) / t)
-        fp8_cast = 3.0 * 2 * in_elems / hbm
+    # FP8 quantisation (perf/fp8.py) of the attention / dense-MLP / shared-expert GEMM operands: inputs in
+    # the forward, output gradients in the backward (routed experts are counted in perf/moe.py).
+    q_fwd_dense = q_bwd_dense = q_fwd_moe = q_bwd_moe = 0.0
+    if fp8:
+        recipe = ctx.w.fp8_recipe
+        attn_in, attn_grad = h + a * dh / t, (a + 2 * k) * dh / t + h
+        mlp_in, mlp_grad = h + f / t, (n_mat - 1) * f / t + h
+        fs_t = model.shared_ffn * model.shared_experts / t if model.is_moe else 0.0
+        sh_in, sh_grad = (h + fs_t, (n_mat - 1) * fs_t + h) if fs_t else (0.0, 0.0)
+        q_fwd_dense = quantise_time(T * (attn_in + mlp_in), recipe, hbm)
+        q_bwd_dense = quantise_time(T * (attn_grad + mlp_grad), recipe, hbm)
+        q_fwd_moe = quantise_time(T * (attn_in + sh_in), recipe, hbm)
+        q_bwd_moe = quantise_time(T * (attn_grad + sh_grad), recipe, hbm)
     # Per-layer forward / backward (no comm).
-    dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + fp8_cast / 2
-    dense_bwd = 2 * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + fp8_cast / 2
-    moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + fp8_cast / 2
-    moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + fp8_cast / 2
+    dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + q_fwd_dense
+    dense_bwd = 2 * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_dense
+    moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + q_fwd_moe + moe_fwd_extra
+    moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_moe + moe_bwd_extra
 
     if rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
@@ -255,12 +267,8 @@ def _compute_layer_costs(
         if rec == "full":
             cp_layer += max(0.0, ring - attn_fwd)
 
-    ep_layer = 0.0
-    if model.is_moe and e > 1:
-        disp = (T / t) * model.topk * h * (1.0 if fp8 else 2.0) * MOE_IMBALANCE
-        comb = (T / t) * model.topk * h * 2.0 * MOE_IMBALANCE
-        a2a = comm.all_to_all(disp, e, te, links) + comm.all_to_all(comb, e, te, links)
-        ep_layer = 2 * a2a + (a2a if rec == "full" else 0.0)
+    # Dispatch + combine forward, their mirror images backward, once more under full recompute.
+    ep_layer = 2 * ep_a2a + (ep_a2a if rec == "full" else 0.0)
 
     # ---- activations -----------------------------------------------------------------------
     if model.is_mla:
@@ -275,7 +283,7 @@ def _compute_layer_costs(
     ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
     mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
     moe_tok = (
-        model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe)
+        model.topk * load * (2.0 * h + 2.0 * n_mat * fe)
         + model.shared_experts * (2.0 * h + 2.0 * n_mat * model.shared_ffn)
         + 4.0 * model.experts
         if model.is_moe
