@@ -126,6 +126,8 @@ class SoftwareProfile:
     zero3_overlap: float  # fraction of ZeRO-3/FSDP collectives that can hide under compute
     loss_bytes_per_logit: float  # peak bytes per logit element in the loss (bf16 + fp32 copies, grads)
     zero3_grad_bytes: float  # bytes per gradient element in the ZeRO-3/FSDP reduce-scatter
+    tp_overlap_hidden: float  # with TP comm overlap on: share of the chunked TP collectives (after the first
+    # chunk) that can hide under the neighbouring GEMMs (see _SOFTWARE comment)
     description: str
 
 
@@ -135,6 +137,11 @@ class SoftwareProfile:
 # torchtitan / PyTorch FSDP: SDPA (FA2 backend); torchtitan's "selective" is per-op SAC, which saves every
 # other matmul output and recomputes the rest (torchtitan activation_checkpoint.py, `_save_list`).
 # DeepSpeed ZeRO-3 gathers parameters tensor by tensor (per-module hooks) with limited prefetch.
+# TP comm overlap: Transformer Engine userbuffers (Megatron --tp-comm-overlap) split each SP all-gather /
+# reduce-scatter into t chunks pipelined with the GEMM chunks (ring-exchange on copy engines or a few SMs),
+# so every chunk but the first can hide (TE docs "Communication-GEMM overlap"; NeMo userbuffers configs);
+# torchtitan's async TP (SymmetricMemory micro-pipelining) decomposes only some matmuls and gains ~10%
+# (torchtitan docs), taken as half of the chunked collectives.
 # Loss memory: Megatron's vocab-parallel cross-entropy works in place on an fp32 copy (~6 B/logit);
 # llm-foundry uses a fused cross-entropy; torchtitan upcasts the full logits and keeps fp32 grads (~12 B).
 _SOFTWARE: dict[str, SoftwareProfile] = {
@@ -148,6 +155,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         6.0,
         4.0,
+        1.0,
         "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)",
     ),
     "megatron-legacy": SoftwareProfile(
@@ -160,6 +168,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         0.5,
         6.0,
         2.0,
+        0.5,
         "Megatron-LM / Megatron-DeepSpeed before FlashAttention (2019-2022); ZeRO-3 there is DeepSpeed's",
     ),
     "torchtitan": SoftwareProfile(
@@ -172,6 +181,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         12.0,
         4.0,
+        0.5,
         "torchtitan (FSDP2, DTensor TP, SDPA attention, per-op selective AC)",
     ),
     "fsdp": SoftwareProfile(
@@ -184,6 +194,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         6.0,
         4.0,
+        0.5,
         "PyTorch FSDP stacks (llm-foundry/Composer, HF Accelerate) with FlashAttention-2",
     ),
     "deepspeed": SoftwareProfile(
@@ -196,6 +207,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         0.5,
         6.0,
         2.0,
+        0.5,
         "DeepSpeed / Megatron-DeepSpeed (ZeRO with per-parameter gathers)",
     ),
 }

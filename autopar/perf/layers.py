@@ -24,7 +24,6 @@ CUDA_CONTEXT_BYTES = 1.0 * GiB  # CUDA context + kernels (formulas §3.5: 0.5-2 
 NCCL_BYTES = 0.75 * GiB  # NCCL communicators and buffers
 FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buffers
 OVERLAP_SLOWDOWN = 0.10  # compute slowdown while overlapped communication runs (SM sharing, Calculon)
-TP_OVERLAP_HIDDEN = 0.5  # share of TP collectives that chunked overlap hides (torchtitan async-TP: ~+10%)
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam step traffic per local parameter (formulas §6, ~30 B + grad norm)
 
 
@@ -247,12 +246,12 @@ def _compute_layer_costs(
     if ctx.w.tp_comm_overlap and sp and t > 1:
         # TP communication overlap (Megatron --tp-comm-overlap, torchtitan async TP): the AG/RS are split
         # into chunks pipelined with the neighbouring GEMMs; the first chunk (1/t) stays exposed, at most
-        # TP_OVERLAP_HIDDEN of the rest hides (NVLink/SM contention, serialized chunks), and the chunked
+        # sw.tp_overlap_hidden of the rest hides (NVLink/SM contention, serialized chunks), and the chunked
         # GEMMs run OVERLAP_SLOWDOWN slower while hiding it.
         gemm_dense = (1 + 2 + (1 if rec == "full" else 0)) * (attn_gemm + dense_mlp_gemm)
         gemm_moe = (1 + 2 + (1 if rec == "full" else 0)) * attn_gemm
-        exp_dense = tp_dense - min(TP_OVERLAP_HIDDEN * tp_dense * (1 - 1 / t), gemm_dense)
-        exp_moe = tp_moe - min(TP_OVERLAP_HIDDEN * tp_moe * (1 - 1 / t), gemm_moe)
+        exp_dense = tp_dense - min(sw.tp_overlap_hidden * tp_dense * (1 - 1 / t), gemm_dense)
+        exp_moe = tp_moe - min(sw.tp_overlap_hidden * tp_moe * (1 - 1 / t), gemm_moe)
         dense_fwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) / 3
         dense_bwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) * 2 / 3
         moe_fwd += OVERLAP_SLOWDOWN * (tp_moe - exp_moe) / 3
