@@ -209,3 +209,34 @@ def test_larger_nvlink_domain_never_lowers_throughput(name, tep, domains, prec):
         for d in domains
     ]
     assert tps[1] >= tps[0] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--fp8-recipe", "current"], "needs --precision fp8"),
+        (["--moe-imbalance", "1.0"], "applies to MoE models"),
+        (
+            ["--model", "Qwen3-30B-A3B", "--ep", "8", "--gpus", "8", "--precision", "fp8"]
+            + ["--fp8-recipe", "mxfp8"],
+            "needs a Blackwell GPU",
+        ),
+        (["--batch", "runs.csv", "--nvlink-domain", "72"], "cannot apply with --batch"),
+    ],
+)
+def test_cli_workload_flag_errors(args, msg):
+    r = runner.invoke(app, ["estimate", "--no-calibration", *args])
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_balanced_routing_is_faster_than_imbalanced():
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("H100"), num_gpus=8)
+    s = Strategy(ep=8)
+    t = [
+        estimate(m, cl, Workload(seq_len=4096, global_batch=64, moe_imbalance=g), s, check=False).step_time_s
+        for g in (1.0, 1.1, 1.3)
+    ]
+    assert t[0] < t[1] < t[2]
+    capped = Workload(seq_len=4096, global_batch=64, moe_imbalance=1.3, moe_capacity_factor=1.0)
+    assert estimate(m, cl, capped, s, check=False).step_time_s == pytest.approx(t[0])

@@ -20,6 +20,7 @@ from autopar.cli.common import (
     check_framework,
     resolve_calibration,
 )
+from autopar.cli.workload_opts import FP8RecipeOpt, MoECapacityOpt, MoEImbalanceOpt, workload_extras
 from autopar.errors import DataError, SpecError
 
 GiB = 2**30
@@ -139,6 +140,9 @@ def estimate_cmd(
         int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
     ] = None,
     nvlink_domain: NvlinkDomainOpt = None,
+    fp8_recipe: FP8RecipeOpt = None,
+    moe_imbalance: MoEImbalanceOpt = None,
+    moe_capacity_factor: MoECapacityOpt = None,
     cluster_name: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
@@ -218,6 +222,7 @@ def estimate_cmd(
         precision=precision,
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
+        **workload_extras(m, [precision], fp8_recipe, moe_imbalance, moe_capacity_factor),
     )
     strategy = Strategy(
         tp=tp,

@@ -25,6 +25,7 @@ from autopar.cli.common import (
     check_framework,
     resolve_calibration,
 )
+from autopar.cli.workload_opts import FP8RecipeOpt, MoECapacityOpt, MoEImbalanceOpt, workload_extras
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = (
@@ -203,6 +204,9 @@ def optimize_cmd(
         int | None, typer.Option(help="GPUs per host (server or tray) [default: GPU's].")
     ] = None,
     nvlink_domain: NvlinkDomainOpt = None,
+    fp8_recipe: FP8RecipeOpt = None,
+    moe_imbalance: MoEImbalanceOpt = None,
+    moe_capacity_factor: MoECapacityOpt = None,
     cluster: ClusterOpt = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
@@ -280,6 +284,7 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
+        **workload_extras(m, precs, fp8_recipe, moe_imbalance, moe_capacity_factor),
     )
     book = None
     if prices is not None:
