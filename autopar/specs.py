@@ -244,6 +244,21 @@ class Workload(_Frozen):
         gt=0,
         description="expert capacity factor (token dropping, padded to capacity); None = dropless",
     )
+    moe_dispatcher: Literal["alltoall", "flex"] = Field(
+        default="alltoall",
+        description="MoE token dispatcher: alltoall (Megatron --moe-token-dispatcher-type alltoall: one copy "
+        "per routed expert) or flex (DeepEP/HybridEP: one copy per destination rank, hierarchical across "
+        "NVLink domains)",
+    )
+    cuda_graphs: bool = Field(
+        default=False,
+        description="capture layers in CUDA graphs (Megatron --cuda-graph-impl): removes the CPU issue floor",
+    )
+    moe_ep_overlap: bool = Field(
+        default=False,
+        description="overlap dispatch/combine with another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm with --delay-wgrad-compute)",
+    )
 
     @property
     def tokens_per_step(self) -> int:

@@ -240,3 +240,48 @@ def test_balanced_routing_is_faster_than_imbalanced():
     assert t[0] < t[1] < t[2]
     capped = Workload(seq_len=4096, global_batch=64, moe_imbalance=1.3, moe_capacity_factor=1.0)
     assert estimate(m, cl, capped, s, check=False).step_time_s == pytest.approx(t[0])
+
+
+def test_flex_dispatcher_sends_one_copy_per_remote_domain():
+    from autopar.perf.moe import distinct_hits, flex_a2a_time
+
+    # 8 copies over 4 equally likely NVLink domains: 4*(1-(3/4)^8) = 3.5996 distinct domains hit, of which
+    # the 3/4 that are remote cross the NIC once each: 2.6997 rows per token (alltoall: 8*24/32 = 6).
+    assert distinct_hits(4, 8) == pytest.approx(4 * (1 - 0.75**8))
+    links = comm.Links(8, 1e30, 40e9, 0.0, 0.0)  # NVLink free: time = NIC rows only (+ 0.25 x 0)
+    t = flex_a2a_time(1000, 8, 14336.0, 32, 1, links)
+    assert t == pytest.approx(1000 * 3 * (1 - 0.75**8) * 14336.0 / 40e9)
+    flat = comm.all_to_all(1000 * 8 * 14336.0, 32, 1, links)
+    assert t / flat == pytest.approx(3 * (1 - 0.75**8) / 6)
+
+
+def test_ep_overlap_and_cuda_graphs_only_speed_up():
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=16)
+    s = Strategy(ep=16, micro_batch=1)
+    base = Workload(seq_len=4096, global_batch=64, precision="fp8")
+    t0 = estimate(m, cl, base, s, check=False).step_time_s
+    for upd in ({"moe_ep_overlap": True}, {"cuda_graphs": True}, {"moe_dispatcher": "flex"}):
+        assert estimate(m, cl, base.model_copy(update=upd), s, check=False).step_time_s <= t0
+
+
+def test_cpu_issue_floor_binds_only_short_layers():
+    from autopar.perf.efficiency import HOST_OP_S, host_issue_time
+
+    # ~30 ops forward and 2x backward for a dense layer at 10 us each: 0.3 ms + 0.6 ms.
+    assert host_issue_time(False, 0) == pytest.approx((30 * HOST_OP_S, 60 * HOST_OP_S))
+    tiny = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    w = Workload(seq_len=512, global_batch=8, precision="fp8")
+    s = Strategy(ep=8)
+    eager = estimate(tiny, cl, w, s, check=False).step_time_s
+    graphed = estimate(tiny, cl, w.model_copy(update={"cuda_graphs": True}), s, check=False).step_time_s
+    assert eager > graphed  # 512-token micro-batches are launch-bound without CUDA graphs
+    big = Workload(seq_len=8192, global_batch=64)
+    llama = get_model("Llama-3.1-70B")
+    c64 = ClusterSpec(gpu=get_gpu("H100"), num_gpus=64)
+    st8 = Strategy(tp=8, pp=2, sp=True)
+    assert (
+        estimate(llama, c64, big, st8, check=False).step_time_s
+        == estimate(llama, c64, big.model_copy(update={"cuda_graphs": True}), st8, check=False).step_time_s
+    )

@@ -238,3 +238,27 @@ def gemm_efficiency(m: float, n: float, k: float, eff: Efficiency, fp8: bool) ->
     depth = FP8_K_DEPTH if fp8 else BF16_K_DEPTH  # FP8 tiles consume K twice as deep (perf/fp8.py)
     small = (k / (k + depth)) * (m / (m + 32.0)) * (n / (n + 32.0))
     return top * util * edge * small
+
+
+# ---- host (CPU) issue floor ------------------------------------------------------------------------
+# Without CUDA graphs every op is issued from Python: framework dispatch + driver launch cost the CPU
+# microseconds per op, so a layer cannot run faster than its ops can be issued; it matters when a layer's
+# GPU work is short (small micro-batches, small or fine-grained models, fast GPUs). PyTorch "Accelerating
+# PyTorch with CUDA Graphs" (2021) and the Megatron-Bridge CUDA-graph guide describe exactly this
+# launch-bound regime. Magnitudes (estimates, not fitted): ~10 us of CPU per framework op (PyTorch eager
+# dispatch + CUDA launch is several us; Transformer Engine modules add their FP8/meta bookkeeping);
+# a Megatron-Core transformer layer issues ~30 ops forward (norm+QKV, RoPE, attention, projection,
+# bias-dropout-add x2, norm+FC1, activation, FC2, FP8 casts); an MoE block adds ~40 (router, top-k and
+# aux loss, permutation, token counts, all-to-alls, unpermute) plus ~3 per local expert (FC1, activation,
+# FC2 launches); backward issues about twice the forward's.
+HOST_OP_S = 10e-6
+DENSE_LAYER_OPS = 30
+MOE_BLOCK_OPS = 40
+OPS_PER_LOCAL_EXPERT = 3
+BACKWARD_OPS_FACTOR = 2.0
+
+
+def host_issue_time(moe: bool, local_experts: float) -> tuple[float, float]:
+    """(forward, backward) CPU seconds to issue one layer's ops for one micro-batch."""
+    ops = DENSE_LAYER_OPS + (MOE_BLOCK_OPS + OPS_PER_LOCAL_EXPERT * local_experts if moe else 0)
+    return ops * HOST_OP_S, BACKWARD_OPS_FACTOR * ops * HOST_OP_S

@@ -10,10 +10,10 @@ from functools import lru_cache
 
 from autopar.errors import SpecError
 from autopar.perf import comm
-from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
+from autopar.perf.efficiency import efficiency_for, gemm_efficiency, host_issue_time, software_for
 from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
 from autopar.perf.fp8 import check_recipe, quantise_time
-from autopar.perf.moe import routed_expert_costs, routed_load
+from autopar.perf.moe import ep_exposed, routed_expert_costs, routed_load
 from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -268,6 +268,18 @@ def _compute_layer_costs(
 
     # Dispatch + combine forward, their mirror images backward, once more under full recompute.
     ep_layer = 2 * ep_a2a + (ep_a2a if rec == "full" else 0.0)
+    if ep_layer and ctx.w.moe_ep_overlap:  # hidden under another micro-batch's MoE-layer compute
+        ep_layer, slow = ep_exposed(ep_layer, moe_fwd + moe_bwd + moe_re, eff.sms)
+        moe_fwd += slow / 3
+        moe_bwd += slow * 2 / 3
+
+    # ---- CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the ops' issue -----------
+    if not ctx.w.cuda_graphs:
+        hf, hb = host_issue_time(False, 0)
+        dense_fwd, dense_bwd = _floor(dense_fwd, dense_bwd, hf, hb, tp_dense + cp_layer)
+        if model.is_moe:
+            hf, hb = host_issue_time(True, model.experts / e)
+            moe_fwd, moe_bwd = _floor(moe_fwd, moe_bwd, hf, hb, tp_moe + cp_layer + ep_layer)
 
     # ---- activations -----------------------------------------------------------------------
     if model.is_mla:
@@ -332,6 +344,16 @@ def _compute_layer_costs(
         T * h * 2.0 / sp_div,
         2.0 * T * h / sp_div,
     )
+
+
+def _floor(fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float) -> tuple[float, float]:
+    """Stretch a layer's forward/backward so GPU time (with its exposed comm) is at least the CPU issue time."""
+    gpu = fwd + bwd + comm_s
+    host = host_f + host_b
+    if host <= gpu:
+        return fwd, bwd
+    extra = host - gpu
+    return fwd + extra * host_f / host, bwd + extra * host_b / host
 
 
 def activation_bytes_per_layer(

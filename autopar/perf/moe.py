@@ -50,6 +50,16 @@ COMBINE_BYTES = 2.0
 # NCCL all-to-all is a group of point-to-point sends; peers are served concurrently over its channels
 # (NCCL p2p uses up to 8 channels per peer group by default), so latency grows with peers / 8 rounds.
 A2A_CONCURRENT_PEERS = 8
+# With --overlap-moe-expert-parallel-comm the dispatch/combine kernels run beside another micro-batch's
+# compute and occupy SMs: NVIDIA's Megatron-Bridge recipes give HybridEP 32 SMs (moe_hybridep_num_sms = 32,
+# src/megatron/bridge/perf_recipes/deepseek/common.py), so compute under the overlap loses 32/SMs.
+EP_OVERLAP_COMM_SMS = 32
+
+
+def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
+    """(exposed all-to-all time, compute slowdown) when dispatch/combine overlap other compute."""
+    hidden = min(a2a, compute)
+    return a2a - hidden, hidden * EP_OVERLAP_COMM_SMS / sms
 
 
 def routed_load(imbalance: float, capacity_factor: float | None) -> float:
@@ -89,6 +99,30 @@ def a2a_time(nbytes: float, size: int, stride: int, links: comm.Links) -> float:
     rounds_remote = math.ceil((size - g) / A2A_CONCURRENT_PEERS)
     lat = max(0, rounds_local - 1) * links.scaleup_lat + max(0, rounds_remote - 1) * links.scaleout_lat
     return comm.all_to_all(nbytes, size, stride, links) + lat
+
+
+def distinct_hits(n: int, copies: int) -> float:
+    """Expected distinct members of n equally likely ones that `copies` independent picks land on."""
+    return n * (1.0 - (1.0 - 1.0 / n) ** copies) if n > 0 else 0.0
+
+
+def flex_a2a_time(
+    tokens: float, topk: int, row_bytes: float, size: int, stride: int, links: comm.Links
+) -> float:
+    """One dispatch (or combine) by a flex dispatcher (DeepEP / HybridEP): hierarchical and deduplicated.
+
+    A token crosses the NIC once per remote NVLink domain that holds any of its experts, then is forwarded
+    over NVLink to each destination rank once, however many of its experts that rank hosts (DeepEP README:
+    "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Routing is
+    taken as uniform over the EP group; `tokens` already includes the routed load."""
+    if size <= 1 or tokens <= 0:
+        return 0.0
+    g, k = comm.placement(size, stride, links.node_size)
+    nvl_rows = distinct_hits(size, topk) * (size - 1) / size  # destination ranks other than self
+    nic_rows = distinct_hits(k, topk) * (k - 1) / k if k > 1 else 0.0  # remote domains hit
+    t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
+    t_nic = tokens * nic_rows * row_bytes / links.scaleout_bw + (links.scaleout_lat if k > 1 else 0.0)
+    return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
 
 
 def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
@@ -139,7 +173,10 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
         quant_fwd = quantise_time(gathered * (h + fe), w.fp8_recipe, hbm)
         quant_bwd = quantise_time(gathered * (up_n + h), w.fp8_recipe, hbm)
     a2a = 0.0
-    if e > 1:
+    if e > 1 and w.moe_dispatcher == "flex":
+        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links)
+        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links)
+    elif e > 1:
         disp = local * K * h * DISPATCH_BYTES * load
         comb = local * K * h * COMBINE_BYTES * load
         a2a = a2a_time(disp, e, te, ctx.links) + a2a_time(comb, e, te, ctx.links)
