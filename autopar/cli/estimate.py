@@ -20,7 +20,15 @@ from autopar.cli.common import (
     check_framework,
     resolve_calibration,
 )
-from autopar.cli.workload_opts import FP8RecipeOpt, MoECapacityOpt, MoEImbalanceOpt, workload_extras
+from autopar.cli.workload_opts import (
+    CudaGraphsOpt,
+    FP8RecipeOpt,
+    MoECapacityOpt,
+    MoEDispatcherOpt,
+    MoEImbalanceOpt,
+    MoEOverlapOpt,
+    workload_extras,
+)
 from autopar.errors import DataError, SpecError
 
 GiB = 2**30
@@ -143,6 +151,9 @@ def estimate_cmd(
     fp8_recipe: FP8RecipeOpt = None,
     moe_imbalance: MoEImbalanceOpt = None,
     moe_capacity_factor: MoECapacityOpt = None,
+    moe_dispatcher: MoEDispatcherOpt = None,
+    moe_ep_overlap: MoEOverlapOpt = False,
+    cuda_graphs: CudaGraphsOpt = False,
     cluster_name: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
@@ -222,7 +233,16 @@ def estimate_cmd(
         precision=precision,
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
-        **workload_extras(m, [precision], fp8_recipe, moe_imbalance, moe_capacity_factor),
+        **workload_extras(
+            m,
+            [precision],
+            fp8_recipe,
+            moe_imbalance,
+            moe_capacity_factor,
+            moe_dispatcher,
+            moe_ep_overlap,
+            cuda_graphs,
+        ),
     )
     strategy = Strategy(
         tp=tp,

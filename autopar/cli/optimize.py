@@ -25,7 +25,15 @@ from autopar.cli.common import (
     check_framework,
     resolve_calibration,
 )
-from autopar.cli.workload_opts import FP8RecipeOpt, MoECapacityOpt, MoEImbalanceOpt, workload_extras
+from autopar.cli.workload_opts import (
+    CudaGraphsOpt,
+    FP8RecipeOpt,
+    MoECapacityOpt,
+    MoEDispatcherOpt,
+    MoEImbalanceOpt,
+    MoEOverlapOpt,
+    workload_extras,
+)
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = (
@@ -207,6 +215,9 @@ def optimize_cmd(
     fp8_recipe: FP8RecipeOpt = None,
     moe_imbalance: MoEImbalanceOpt = None,
     moe_capacity_factor: MoECapacityOpt = None,
+    moe_dispatcher: MoEDispatcherOpt = None,
+    moe_ep_overlap: MoEOverlapOpt = False,
+    cuda_graphs: CudaGraphsOpt = False,
     cluster: ClusterOpt = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
@@ -284,7 +295,16 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
-        **workload_extras(m, precs, fp8_recipe, moe_imbalance, moe_capacity_factor),
+        **workload_extras(
+            m,
+            precs,
+            fp8_recipe,
+            moe_imbalance,
+            moe_capacity_factor,
+            moe_dispatcher,
+            moe_ep_overlap,
+            cuda_graphs,
+        ),
     )
     book = None
     if prices is not None:

@@ -34,6 +34,29 @@ MoECapacityOpt = Annotated[
     ),
 ]
 
+MoEDispatcherOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-dispatcher",
+        help="MoE token dispatcher: alltoall (one copy per routed expert) or flex (DeepEP/HybridEP: "
+        "one copy per destination rank, hierarchical across NVLink domains) [default: alltoall].",
+    ),
+]
+MoEOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--moe-ep-overlap",
+        help="Dispatch/combine overlap another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm).",
+    ),
+]
+CudaGraphsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cuda-graphs", help="Layers run as CUDA graphs (no CPU launch floor; Megatron --cuda-graph-impl)."
+    ),
+]
+
 
 def workload_extras(
     model: Any,
@@ -41,9 +64,12 @@ def workload_extras(
     fp8_recipe: str | None,
     moe_imbalance: float | None,
     moe_capacity_factor: float | None,
+    moe_dispatcher: str | None = None,
+    moe_ep_overlap: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """Workload fields from the FP8/MoE flags; a flag that cannot take effect is an error."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"cuda_graphs": cuda_graphs} if cuda_graphs else {}
     if fp8_recipe is not None:
         if "fp8" not in precisions:
             raise SpecError(f"--fp8-recipe {fp8_recipe} needs --precision fp8 (got {','.join(precisions)})")
@@ -51,6 +77,8 @@ def workload_extras(
     for flag, value, field in (
         ("--moe-imbalance", moe_imbalance, "moe_imbalance"),
         ("--moe-capacity-factor", moe_capacity_factor, "moe_capacity_factor"),
+        ("--moe-dispatcher", moe_dispatcher, "moe_dispatcher"),
+        ("--moe-ep-overlap", moe_ep_overlap or None, "moe_ep_overlap"),
     ):
         if value is None:
             continue
