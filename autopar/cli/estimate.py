@@ -197,6 +197,12 @@ def estimate_cmd(
             ("--nvlink-domain", nvlink_domain),
             ("--gpu", gpu),
             ("--gpus", gpus),
+            ("--fp8-recipe", fp8_recipe),
+            ("--moe-imbalance", moe_imbalance),
+            ("--moe-capacity-factor", moe_capacity_factor),
+            ("--moe-dispatcher", moe_dispatcher),
+            ("--moe-ep-overlap", moe_ep_overlap or None),
+            ("--cuda-graphs", cuda_graphs or None),
         )
         given = [f for f, v in flags if v is not None]
         if given:
