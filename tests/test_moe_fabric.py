@@ -285,3 +285,19 @@ def test_cpu_issue_floor_binds_only_short_layers():
         estimate(llama, c64, big, st8, check=False).step_time_s
         == estimate(llama, c64, big.model_copy(update={"cuda_graphs": True}), st8, check=False).step_time_s
     )
+
+
+def test_optimize_qwen3_235b_on_64_gb200_feasible_and_domain_aware():
+    import time
+
+    from autopar.search.study import optimize
+
+    m = get_model("Qwen3-235B-A22B")
+    w = Workload(seq_len=4096, global_batch=1024, precision="fp8")
+    t0 = time.perf_counter()
+    rack = optimize(m, ClusterSpec(gpu=get_gpu("GB200"), num_gpus=64), w, budget=80, seed=0)
+    assert time.perf_counter() - t0 < 60
+    assert not rack.pareto.empty and (rack.pareto["headroom"] >= 0).all()
+    # The same 64 GPUs without the rack-wide NVLink domain (4-GPU trays on the NIC only) train slower.
+    trays = optimize(m, ClusterSpec(gpu=get_gpu("GB200"), num_gpus=64, nvlink_domain=4), w, budget=80, seed=0)
+    assert trays.pareto["throughput"].max() < rack.pareto["throughput"].max()
