@@ -301,3 +301,16 @@ def test_optimize_qwen3_235b_on_64_gb200_feasible_and_domain_aware():
     # The same 64 GPUs without the rack-wide NVLink domain (4-GPU trays on the NIC only) train slower.
     trays = optimize(m, ClusterSpec(gpu=get_gpu("GB200"), num_gpus=64, nvlink_domain=4), w, budget=80, seed=0)
     assert trays.pareto["throughput"].max() < rack.pareto["throughput"].max()
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--cluster", "gb200-nvl36:1", "-o", "H100:8"], "drop --option"),
+        ([], "give --option GPU:COUNT"),
+        (["--cluster", "dgx-h100:2", "--nvlink-domain", "4"], "drop --nvlink-domain"),
+    ],
+)
+def test_whatif_cluster_errors(args, msg):
+    r = runner.invoke(app, ["whatif", "-m", "Qwen3-30B-A3B", "-t", "1T", "--no-calibration", *args])
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output

@@ -206,7 +206,9 @@ def estimate_cmd(
         )
         given = [f for f, v in flags if v is not None]
         if given:
-            raise SpecError(f"{', '.join(given)} cannot apply with --batch (each row names its own cluster and workload)")
+            raise SpecError(
+                f"{', '.join(given)} cannot apply with --batch (each row names its own cluster and workload)"
+            )
         run_batch(batch, out, as_json)
         return
     if out is not None:
