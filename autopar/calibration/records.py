@@ -73,6 +73,18 @@ ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
 # compared after removing spaces, '-' and '_'.
 _TP_OVERLAP_MARKERS = ("asynctp", "tpcommoverlap")
 
+# NeMo's performance recipes turn TE userbuffers TP comm overlap on whenever TP > 1 (NVIDIA/NeMo
+# nemo/collections/llm/recipes/gpt3_175b.py `pretrain_performance_optimizations`:
+# MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_...)).
+
+
+def _nemo_tp_overlap(row: Mapping[str, Any]) -> bool:
+    """A NeMo / Megatron-Bridge performance run with TP > 1 whose record is silent on TP comm overlap."""
+    fw = str(_cell(row, "framework") or "").lower()
+    tp = _pos(row, "tp") or 1
+    return tp > 1 and ("nemo" in fw or "megatron-bridge" in fw) and _bool(row, "sp") is not False
+
+
 # FP8 recipe and forced routing balance, when a record's notes state them (perf/fp8.py, perf/moe.py).
 _RECIPE_MARKERS = (("mxfp8", "mxfp8"), ("fp8mx", "mxfp8"), ("rowwise", "rowwise"), ("fp8cs", "current"))
 _BALANCE_MARKERS = ("forcebalance", "forcedbalance", "forceloadbalancing")
@@ -326,6 +338,9 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         overlap = any(k in notes for k in _TP_OVERLAP_MARKERS)
         if overlap:
             assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
+        elif _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
+            overlap = True
+            assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
     workload = Workload(
         seq_len=seq,
         global_batch=gbs,
