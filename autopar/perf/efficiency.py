@@ -244,9 +244,10 @@ def gemm_efficiency(m: float, n: float, k: float, eff: Efficiency, fp8: bool) ->
 # Without CUDA graphs every op is issued from Python: framework dispatch + driver launch cost the CPU
 # microseconds per op, so a layer cannot run faster than its ops can be issued; it matters when a layer's
 # GPU work is short (small micro-batches, small or fine-grained models, fast GPUs). PyTorch "Accelerating
-# PyTorch with CUDA Graphs" (2021) and the Megatron-Bridge CUDA-graph guide describe exactly this
-# launch-bound regime. Magnitudes (estimates, not fitted): ~10 us of CPU per framework op (PyTorch eager
-# dispatch + CUDA launch is several us; Transformer Engine modules add their FP8/meta bookkeeping);
+# PyTorch with CUDA Graphs" (2021) and the Megatron-Bridge CUDA-graph guide describe this launch-bound
+# regime; Transformer Engine PR #1016 measures ~10-20 us of CPU per small PyTorch op launch and states
+# that "FP8 training is frequently bottlenecked by CPU overheads" (TE issue #761: an FP8 te.Linear takes
+# over 2x the CPU time of a BF16 one). Magnitudes (estimates, not fitted): 10 us of CPU per op;
 # a Megatron-Core transformer layer issues ~30 ops forward (norm+QKV, RoPE, attention, projection,
 # bias-dropout-add x2, norm+FC1, activation, FC2, FP8 casts); an MoE block adds ~40 (router, top-k and
 # aux loss, permutation, token counts, all-to-alls, unpermute) plus ~3 per local expert (FC1, activation,
