@@ -314,3 +314,21 @@ def test_optimize_qwen3_235b_on_64_gb200_feasible_and_domain_aware():
 def test_whatif_cluster_errors(args, msg):
     r = runner.invoke(app, ["whatif", "-m", "Qwen3-30B-A3B", "-t", "1T", "--no-calibration", *args])
     assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4096), st.sampled_from([768, 1536, 2048]), st.sampled_from([8, 16, 32]))
+def test_grouped_gemm_efficiency_falls_with_fewer_tokens_per_expert(m, fe, groups):
+    from autopar.perf.layers import perf_context
+    from autopar.perf.moe import grouped_gemm
+
+    ctx = perf_context(
+        get_model("Qwen3-30B-A3B"),
+        ClusterSpec(gpu=get_gpu("H100"), num_gpus=8),
+        Workload(seq_len=4096, global_batch=8),
+    )
+
+    def rate(rows: int) -> float:  # FLOP/s of the grouped GEMM
+        return 2.0 * rows * fe * 2048 * groups / grouped_gemm(ctx, rows, fe, 2048, groups, False)
+
+    assert rate(m) <= rate(2 * m) * (1 + 1e-9)
