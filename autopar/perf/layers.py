@@ -293,9 +293,16 @@ def _compute_layer_costs(
     rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
     ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
     mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+
+    # Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input
+    # (h, kept in FP8 when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the
+    # FC2 input (f_e, FP8 when FP8); shared experts likewise per token; router scores in fp32.
+    def expert_tok(width: float) -> float:
+        return gemm_in * h + 2.0 * (n_mat - 1) * width + gemm_in * width
+
     moe_tok = (
-        model.topk * load * (2.0 * h + 2.0 * n_mat * fe)
-        + model.shared_experts * (2.0 * h + 2.0 * n_mat * model.shared_ffn)
+        model.topk * load * expert_tok(fe)
+        + model.shared_experts * expert_tok(model.shared_ffn)
         + 4.0 * model.experts
         if model.is_moe
         else 0.0
