@@ -27,7 +27,9 @@ from typing import Literal
 
 FP8Recipe = Literal["delayed", "current", "rowwise", "mxfp8"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "current", "rowwise", "mxfp8")
-# Transformer Engine's default recipe (`DelayedScaling`) — what Megatron-LM uses unless told otherwise.
+# Transformer Engine's default recipe (`DelayedScaling`) — what Megatron-LM uses unless told otherwise; NeMo's
+# performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe 'ds'
+# per-tensor delayed scaling, 'cs' current scaling, 'mxfp8' 32-value blocks; default 'ds').
 DEFAULT_FP8_RECIPE: FP8Recipe = "delayed"
 
 # Bytes of HBM traffic per element quantised (both orientations), per recipe (module docstring).
