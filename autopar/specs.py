@@ -12,6 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 GiB = 2**30
 GB = 1e9
 
+# Default routed-token load of the busiest EP rank relative to the mean (Workload.moe_imbalance).
+# Training recipes budget expert capacity factors of 1.0-1.25 for peak/mean expert load (Switch
+# Transformer, Fedus et al. 2021 §2.2; GShard, Lepikhin et al. 2020 §2.2). An EP rank averages E/ep
+# experts, so its peak/mean is below a single expert's: 1.1 is the stated default. Benchmarks that
+# force-balance routing (Megatron --moe-router-force-load-balancing, as the NeMo/Megatron-Bridge
+# performance summaries state) are 1.0.
+MOE_IMBALANCE_DEFAULT = 1.1
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -234,9 +242,9 @@ class Workload(_Frozen):
         "Engine; delayed is its default), rowwise (torchao), mxfp8 (Blackwell block scaling)",
     )
     moe_imbalance: float = Field(
-        default=1.1,
+        default=MOE_IMBALANCE_DEFAULT,
         ge=1.0,
-        description="routed tokens on the busiest EP rank / the mean (perf/moe.py MOE_IMBALANCE); "
+        description="routed tokens on the busiest EP rank / the mean (MOE_IMBALANCE_DEFAULT above); "
         "1.0 = perfectly balanced (e.g. Megatron --moe-router-force-load-balancing benchmarks)",
     )
     moe_capacity_factor: float | None = Field(

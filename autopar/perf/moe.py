@@ -25,17 +25,13 @@ from typing import TYPE_CHECKING
 
 from autopar.perf import comm
 from autopar.perf.fp8 import quantise_time
+from autopar.specs import MOE_IMBALANCE_DEFAULT
 
 if TYPE_CHECKING:  # pragma: no cover
     from autopar.perf.layers import PerfContext
 
-# Default routed-token load of the busiest EP rank relative to the mean (Workload.moe_imbalance).
-# Training recipes budget expert capacity factors of 1.0-1.25 for peak/mean expert load (Switch
-# Transformer, Fedus et al. 2021 §2.2: capacity factor 1.0-1.25; GShard, Lepikhin et al. 2020 §2.2).
-# An EP rank averages E/ep experts, so its peak/mean is below a single expert's: 1.1 is the stated
-# default. Benchmarks that force-balance routing (Megatron --moe-router-force-load-balancing; the
-# NeMo/Megatron-Bridge performance summaries say they do) are 1.0.
-MOE_IMBALANCE = 1.1
+# Default routed load of the busiest EP rank: specs.MOE_IMBALANCE_DEFAULT (cited there).
+MOE_IMBALANCE = MOE_IMBALANCE_DEFAULT
 # Transformer Engine's grouped linear (`general_grouped_gemm`) issues one cuBLAS GEMM per local expert,
 # spread over its compute streams (TE common/util/multi_stream: 4 streams), so up to 4 expert GEMMs share
 # the SMs at a time: wave quantisation is judged on their tiles together.
