@@ -19,6 +19,10 @@ GB = 1e9
 # force-balance routing (Megatron --moe-router-force-load-balancing, as the NeMo/Megatron-Bridge
 # performance summaries state) are 1.0.
 MOE_IMBALANCE_DEFAULT = 1.1
+# Transformer Engine's default FP8 recipe (`DelayedScaling`), what Megatron-LM uses unless told otherwise;
+# NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
+# 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
+DEFAULT_FP8_RECIPE = "delayed"
 
 
 class _Frozen(BaseModel):
@@ -237,7 +241,7 @@ class Workload(_Frozen):
     )
     # --- FP8 recipe and MoE routing (moe engineer, issue 11: perf/fp8.py, perf/moe.py) ---
     fp8_recipe: Literal["delayed", "current", "rowwise", "mxfp8"] = Field(
-        default="delayed",
+        default=DEFAULT_FP8_RECIPE,
         description="FP8 scaling recipe when precision=fp8: delayed/current tensor-wise (Transformer "
         "Engine; delayed is its default), rowwise (torchao), mxfp8 (Blackwell block scaling)",
     )

@@ -25,12 +25,21 @@ from __future__ import annotations
 
 from typing import Literal
 
+from autopar.specs import DEFAULT_FP8_RECIPE
+
+__all__ = [
+    "BF16_K_DEPTH",
+    "DEFAULT_FP8_RECIPE",
+    "FP8_K_DEPTH",
+    "FP8_RECIPES",
+    "cast_bytes_per_element",
+    "check_recipe",
+    "quantise_time",
+]
+
 FP8Recipe = Literal["delayed", "current", "rowwise", "mxfp8"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "current", "rowwise", "mxfp8")
-# Transformer Engine's default recipe (`DelayedScaling`) — what Megatron-LM uses unless told otherwise; NeMo's
-# performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe 'ds'
-# per-tensor delayed scaling, 'cs' current scaling, 'mxfp8' 32-value blocks; default 'ds').
-DEFAULT_FP8_RECIPE: FP8Recipe = "delayed"
+# The default recipe lives with Workload.fp8_recipe: specs.DEFAULT_FP8_RECIPE (cited there).
 
 # Bytes of HBM traffic per element quantised (both orientations), per recipe (module docstring).
 _CAST_BYTES: dict[str, float] = {
