@@ -9,6 +9,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Default routed-token load of the busiest EP rank relative to the mean (Workload.moe_imbalance).
+# Training recipes budget expert capacity factors of 1.0-1.25 for peak/mean expert load (Switch
+# Transformer, Fedus et al. 2021 §2.2; GShard, Lepikhin et al. 2020 §2.2). An EP rank averages E/ep
+# experts, so its peak/mean is below a single expert's: 1.1 is the stated default. Benchmarks that
+# force-balance routing (Megatron --moe-router-force-load-balancing, as the NeMo/Megatron-Bridge
+# performance summaries state) are 1.0.
+MOE_IMBALANCE_DEFAULT = 1.1
+# Transformer Engine's default FP8 recipe (`DelayedScaling`), what Megatron-LM uses unless told otherwise;
+# NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
+# 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
+DEFAULT_FP8_RECIPE = "delayed"
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -110,7 +122,12 @@ class GPUSpec(_Frozen):
     fp8_flops: float | None = Field(default=None, gt=0, description="dense FP8 peak, FLOP/s; None = no FP8")
     hbm_bw: float = Field(gt=0, description="HBM bandwidth, bytes/s")
     scaleup_bw: float = Field(gt=0, description="NVLink/xGMI bandwidth per GPU per direction, bytes/s")
-    scaleup_domain: int = Field(default=8, gt=0, description="GPUs per NVLink domain (node)")
+    scaleup_domain: int = Field(
+        default=8, gt=0, description="GPUs sharing one NVLink fabric by default (GB200 NVL72: 72)"
+    )
+    host_size: int | None = Field(
+        default=None, gt=0, description="GPUs per host (server/tray); None = scaleup_domain"
+    )
     scaleout_bw: float = Field(
         gt=0, description="default inter-node NIC bandwidth per GPU per direction, bytes/s"
     )
@@ -126,25 +143,51 @@ class GPUSpec(_Frozen):
 
 
 class ClusterSpec(_Frozen):
-    """A homogeneous cluster: GPU type, count, node (NVLink domain) size and NIC bandwidth."""
+    """A homogeneous cluster: GPU type, count, host size, NVLink domain size and NIC bandwidth.
+
+    The host (`gpus_per_node`: a server or a GB200 tray) and the NVLink domain (`nvlink_domain`: the GPUs
+    that share one NVLink fabric; a whole NVL72 rack) are separate. The domain defaults to the GPU's
+    catalog domain when that fabric spans several hosts (GB200/GB300 NVL72), else to the host. The GPU
+    count must be a whole number of hosts, not of domains (the last domain may be partial).
+    """
 
     gpu: GPUSpec
     num_gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0, description="None = the GPU's scale-up domain")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per host; None = the GPU's host")
+    nvlink_domain: int | None = Field(
+        default=None, gt=0, description="GPUs per NVLink domain; None = the GPU's default (see class doc)"
+    )
     internode_bw: float | None = Field(default=None, gt=0, description="bytes/s per GPU per direction")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
-        g = self.node_size
-        if self.num_gpus > g and self.num_gpus % g:
-            raise ValueError(f"num_gpus={self.num_gpus} is not a multiple of gpus_per_node={g}")
+        h, d = self.host_size, self.node_size
+        if self.num_gpus > h and self.num_gpus % h:
+            raise ValueError(f"num_gpus={self.num_gpus} is not a multiple of gpus_per_node={h}")
+        if d % h and h % d:
+            raise ValueError(f"nvlink_domain={d} must be a multiple or a divisor of gpus_per_node={h}")
         return self
 
     @property
+    def host_size(self) -> int:
+        """GPUs per host (server, or GB200 compute tray)."""
+        return self.gpus_per_node or self.gpu.host_size or self.gpu.scaleup_domain
+
+    @property
     def node_size(self) -> int:
-        """GPUs per NVLink domain."""
-        return self.gpus_per_node or self.gpu.scaleup_domain
+        """GPUs per NVLink domain (what every collective's placement is judged against)."""
+        if self.nvlink_domain:
+            return self.nvlink_domain
+        g = self.gpu
+        if g.host_size and g.scaleup_domain > g.host_size:  # rack-scale fabric spanning hosts
+            return g.scaleup_domain
+        return self.gpus_per_node or g.scaleup_domain
+
+    @property
+    def domain_size(self) -> int:
+        """Alias of node_size: GPUs per NVLink domain."""
+        return self.node_size
 
     @property
     def nic_bw(self) -> float:
@@ -153,6 +196,12 @@ class ClusterSpec(_Frozen):
 
     @property
     def nodes(self) -> int:
+        """Hosts (servers or trays) the job occupies."""
+        return max(1, -(-self.num_gpus // self.host_size))
+
+    @property
+    def domains(self) -> int:
+        """NVLink domains the job touches (the last may be partial)."""
         return max(1, -(-self.num_gpus // self.node_size))
 
 
@@ -180,6 +229,38 @@ class Workload(_Frozen):
         default=(),
         description="memory-saving options the search may choose: CPU optimizer offload, bf16 or 8-bit "
         "optimizer states (an explicit strategy may always use them)",
+    )
+    # --- FP8 recipe and MoE routing (moe engineer, issue 11: perf/fp8.py, perf/moe.py) ---
+    fp8_recipe: Literal["delayed", "current", "rowwise", "mxfp8"] = Field(
+        default=DEFAULT_FP8_RECIPE,
+        description="FP8 scaling recipe when precision=fp8: delayed/current tensor-wise (Transformer "
+        "Engine; delayed is its default), rowwise (torchao), mxfp8 (Blackwell block scaling)",
+    )
+    moe_imbalance: float = Field(
+        default=MOE_IMBALANCE_DEFAULT,
+        ge=1.0,
+        description="routed tokens on the busiest EP rank / the mean (MOE_IMBALANCE_DEFAULT above); "
+        "1.0 = perfectly balanced (e.g. Megatron --moe-router-force-load-balancing benchmarks)",
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        description="expert capacity factor (token dropping, padded to capacity); None = dropless",
+    )
+    moe_dispatcher: Literal["alltoall", "flex"] = Field(
+        default="alltoall",
+        description="MoE token dispatcher: alltoall (Megatron --moe-token-dispatcher-type alltoall: one copy "
+        "per routed expert) or flex (DeepEP/HybridEP: one copy per destination rank, hierarchical across "
+        "NVLink domains)",
+    )
+    cuda_graphs: bool = Field(
+        default=False,
+        description="capture layers in CUDA graphs (Megatron --cuda-graph-impl): removes the CPU issue floor",
+    )
+    moe_ep_overlap: bool = Field(
+        default=False,
+        description="overlap dispatch/combine with another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm with --delay-wgrad-compute)",
     )
 
     @property

@@ -135,9 +135,11 @@ def test_deepseek_v3_pretraining_throughput_on_h800():
     # 14.8e12 / (2.664e6 * 3600) = 1543 tokens/s per GPU, with DualPipe (§3.2.1) hiding the expert
     # all-to-all under compute. Their partial recompute is not modelled; with full recompute the model must
     # still land within 20%. (With 1F1B the middle stages, all MoE layers, expose the all-to-all.)
+    # Dispatch is hierarchical (§3.2.2: each token crosses IB once per target node, at most 4 nodes, and is
+    # forwarded over NVLink inside it), which is the `flex` dispatcher (one NIC copy per remote domain).
     m = get_model("DeepSeek-V3")
     cluster = ClusterSpec(gpu=get_gpu("H800"), num_gpus=2048)
-    w = Workload(seq_len=4096, global_batch=15360, precision="fp8")
+    w = Workload(seq_len=4096, global_batch=15360, precision="fp8", moe_dispatcher="flex")
     e = estimate(
         m, cluster, w, Strategy(pp=16, ep=64, zero=1, recompute="full", pp_schedule="dualpipe"), strict=False
     )

@@ -72,6 +72,39 @@ ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
 # compared after removing spaces, '-' and '_'.
 _TP_OVERLAP_MARKERS = ("asynctp", "tpcommoverlap")
 
+# NeMo's performance recipes turn TE userbuffers TP comm overlap on whenever TP > 1 (NVIDIA/NeMo
+# nemo/collections/llm/recipes/gpt3_175b.py `pretrain_performance_optimizations`:
+# MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_...)).
+
+
+def _nemo_tp_overlap(row: Mapping[str, Any]) -> bool:
+    """A NeMo / Megatron-Bridge performance run with TP > 1 whose record is silent on TP comm overlap."""
+    fw = str(_cell(row, "framework") or "").lower()
+    tp = _pos(row, "tp") or 1
+    return tp > 1 and ("nemo" in fw or "megatron-bridge" in fw) and _bool(row, "sp") is not False
+
+
+# FP8 recipe and forced routing balance, when a record's notes state them (perf/fp8.py, perf/moe.py).
+_RECIPE_MARKERS = (("mxfp8", "mxfp8"), ("fp8mx", "mxfp8"), ("rowwise", "rowwise"), ("fp8cs", "current"))
+_BALANCE_MARKERS = ("forcebalance", "forcedbalance", "forceloadbalancing")
+
+
+def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
+    """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling) and force-balanced
+    MoE routing (moe_imbalance = 1.0)."""
+    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+    out: dict[str, Any] = {}
+    if prec == "fp8":
+        recipe = next((r for k, r in _RECIPE_MARKERS if k in notes), None)
+        if recipe is not None:
+            out["fp8_recipe"] = recipe
+            assumed.append(f"fp8_recipe={recipe} (from the notes)")
+    if any(k in notes for k in _BALANCE_MARKERS):
+        out["moe_imbalance"] = 1.0
+        assumed.append("moe_imbalance=1.0 (notes: routing force-balanced)")
+    return out
+
+
 # The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
 _GRAND_TETON_MARKERS = ("96gb hbm2e", "grand teton")
 
@@ -273,12 +306,16 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         overlap = any(k in notes for k in _TP_OVERLAP_MARKERS)
         if overlap:
             assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
+        elif _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
+            overlap = True
+            assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
     workload = Workload(
         seq_len=seq,
         global_batch=gbs,
         precision=prec,
         tp_comm_overlap=overlap,
         framework=framework_from_text(_cell(row, "framework"), assumed),
+        **_routing_and_recipe(row, prec, assumed),  # moe engineer (issue 11): stated FP8 recipe / balance
     )
 
     tp = _pos(row, "tp")

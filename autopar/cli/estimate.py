@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console
+from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
@@ -18,6 +19,15 @@ from autopar.cli.common import (
     TpOverlapOpt,
     check_framework,
     resolve_calibration,
+)
+from autopar.cli.workload_opts import (
+    CudaGraphsOpt,
+    FP8RecipeOpt,
+    MoECapacityOpt,
+    MoEDispatcherOpt,
+    MoEImbalanceOpt,
+    MoEOverlapOpt,
+    workload_extras,
 )
 from autopar.errors import DataError, SpecError
 from autopar.units import GiB
@@ -149,30 +159,10 @@ def _schedule_of(vpp: int | None, pp: int) -> str | None:
     return "interleaved" if vpp > 1 else "1f1b"
 
 
-# Options that describe one strategy: with --batch every row brings its own, so setting one is an error.
-_SINGLE_ONLY = (
-    "model",
-    "gpu",
-    "gpus",
-    "gpus_per_node",
-    "internode_gbps",
-    "seq_len",
-    "global_batch",
-    "precision",
-    "framework",
-    "tp_comm_overlap",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "sp",
-    "zero",
-    "micro_batch",
-    "recompute",
-    "allow_uneven",
-)
+# Options that apply with --batch; every other option describes one strategy, cluster or workload, which each
+# row of the file brings itself, so setting one with --batch is an error.
+_BATCH_OPTIONS = frozenset({"batch", "out", "calibration", "no_calibration", "as_json"})
+_FLAG_NAMES = {"cluster_name": "--cluster"}  # parameters whose flag is not their name
 
 
 def _reject_single_options(given: dict[str, Any]) -> None:
@@ -180,9 +170,9 @@ def _reject_single_options(given: dict[str, Any]) -> None:
     import inspect
 
     defaults = {n: p.default for n, p in inspect.signature(estimate_cmd).parameters.items()}
-    bad = [k for k in _SINGLE_ONLY if k in given and k in defaults and given[k] != defaults[k]]
+    bad = [k for k, d in defaults.items() if k not in _BATCH_OPTIONS and k in given and given[k] != d]
     if bad:
-        flags = ", ".join("--" + k.replace("_", "-") for k in bad)
+        flags = ", ".join(_FLAG_NAMES.get(k, "--" + k.replace("_", "-")) for k in bad)
         raise SpecError(f"{flags} cannot apply with --batch (each row of the file gives its own); drop it")
 
 
@@ -191,11 +181,19 @@ def estimate_cmd(
     model: Annotated[
         str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")
     ] = "Llama-3.1-70B",
-    gpu: Annotated[str, typer.Option(help="GPU type (see `autopar gpus`)")] = "H100-SXM",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs")] = 64,
+    gpu: Annotated[str | None, typer.Option(help="GPU type (see `autopar gpus`) [default: H100-SXM]")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Number of GPUs [default: 64]")] = None,
     gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per NVLink domain (default: the GPU's)")
+        int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
     ] = None,
+    nvlink_domain: NvlinkDomainOpt = None,
+    fp8_recipe: FP8RecipeOpt = None,
+    moe_imbalance: MoEImbalanceOpt = None,
+    moe_capacity_factor: MoECapacityOpt = None,
+    moe_dispatcher: MoEDispatcherOpt = None,
+    moe_ep_overlap: MoEOverlapOpt = False,
+    cuda_graphs: CudaGraphsOpt = False,
+    cluster_name: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
     ] = None,
@@ -256,10 +254,21 @@ def estimate_cmd(
     from autopar.specs import ClusterSpec, Strategy, Workload
 
     m = get_model(model)
-    cluster = ClusterSpec(
-        gpu=get_gpu(gpu),
-        num_gpus=gpus,
+    choice = resolve_cluster(
+        cluster_name,
+        gpu=gpu,
+        gpus=gpus,
         gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
+        default_gpu="H100-SXM",
+        default_gpus=64,
+    )
+    gpus = int(choice.gpus)
+    cluster = ClusterSpec(
+        gpu=get_gpu(choice.gpu),
+        num_gpus=gpus,
+        gpus_per_node=choice.gpus_per_node,
+        nvlink_domain=choice.nvlink_domain,
         internode_bw=internode_gbps * 1e9 if internode_gbps else None,
     )
     workload = Workload(
@@ -268,6 +277,16 @@ def estimate_cmd(
         precision=precision,
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
+        **workload_extras(
+            m,
+            [precision],
+            fp8_recipe,
+            moe_imbalance,
+            moe_capacity_factor,
+            moe_dispatcher,
+            moe_ep_overlap,
+            cuda_graphs,
+        ),
     )
     strategy = Strategy(
         tp=tp,
@@ -297,7 +316,8 @@ def estimate_cmd(
                 "model": m.name,
                 "gpu": cluster.gpu.name,
                 "num_gpus": gpus,
-                "gpus_per_node": cluster.node_size,
+                "gpus_per_node": cluster.host_size,
+                "nvlink_domain": cluster.node_size,
                 "seq_len": seq_len,
                 "global_batch": global_batch,
                 "precision": precision,

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from autopar.cli.app import command, console
+from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
@@ -23,6 +24,15 @@ from autopar.cli.common import (
     TpOverlapOpt,
     check_framework,
     resolve_calibration,
+)
+from autopar.cli.workload_opts import (
+    CudaGraphsOpt,
+    FP8RecipeOpt,
+    MoECapacityOpt,
+    MoEDispatcherOpt,
+    MoEImbalanceOpt,
+    MoEOverlapOpt,
+    workload_extras,
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
@@ -44,16 +54,20 @@ _COLS = {
 
 
 def build_clusters(
-    gpus: list[str], counts: list[int], gpus_per_node: int | None, internode_gbps: float | None
+    gpus: list[str],
+    counts: list[int],
+    gpus_per_node: int | None,
+    internode_gbps: float | None,
+    nvlink_domain: int | None = None,
 ) -> tuple[list[Any], list[str]]:
-    """ClusterSpecs for every GPU type x count; counts that are not node multiples are skipped (noted)."""
+    """ClusterSpecs for every GPU type x count; counts that are not host multiples are skipped (noted)."""
     from autopar.catalog import get_gpu
     from autopar.specs import ClusterSpec
 
     out, skipped = [], []
     for name in gpus:
         g = get_gpu(name)
-        node = gpus_per_node or g.scaleup_domain
+        node = gpus_per_node or g.host_size or g.scaleup_domain
         for n in counts:
             if n > node and n % node:
                 skipped.append(f"{n}x {g.name}: not a multiple of {node} GPUs per node, skipped")
@@ -63,6 +77,7 @@ def build_clusters(
                     gpu=g,
                     num_gpus=n,
                     gpus_per_node=gpus_per_node,
+                    nvlink_domain=nvlink_domain,
                     internode_bw=internode_gbps * 1e9 if internode_gbps else None,
                 )
             )
@@ -145,9 +160,8 @@ def print_result(result: Any, top: int) -> None:
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
         cells += [_COLS[n][1].format(row[n]) for n in names + extra]
-        if "throughput" in names + extra and row.get("throughput_low") == row.get(
-            "throughput_low"
-        ):  # not NaN
+        low = row.get("throughput_low")
+        if "throughput" in names + extra and low is not None and low == low:  # present and not NaN
             k = (names + extra).index("throughput") + len(cells) - len(names + extra)
             cells[k] += f" [dim]({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)[/]"
         cells.append(str(row.get("bottleneck", "")))
@@ -184,14 +198,27 @@ def optimize_cmd(
         typer.Option(help=f"Model name/alias or path to a HF config.json [default: {DEFAULT_MODEL}]."),
     ] = None,
     gpu: Annotated[
-        str, typer.Option(help="GPU type(s), comma list makes it a search dimension.")
-    ] = DEFAULT_GPU,
-    gpus: Annotated[
-        str, typer.Option(help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP.")
-    ] = DEFAULT_GPUS,
-    gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per NVLink domain [default: GPU's].")
+        str | None,
+        typer.Option(help=f"GPU type(s), comma list makes it a search dimension [default: {DEFAULT_GPU}]."),
     ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP "
+            f"[default: {DEFAULT_GPUS}]."
+        ),
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs per host (server or tray) [default: GPU's].")
+    ] = None,
+    nvlink_domain: NvlinkDomainOpt = None,
+    fp8_recipe: FP8RecipeOpt = None,
+    moe_imbalance: MoEImbalanceOpt = None,
+    moe_capacity_factor: MoECapacityOpt = None,
+    moe_dispatcher: MoEDispatcherOpt = None,
+    moe_ep_overlap: MoEOverlapOpt = False,
+    cuda_graphs: CudaGraphsOpt = False,
+    cluster: ClusterOpt = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = DEFAULT_BATCH,
@@ -247,8 +274,19 @@ def optimize_cmd(
 
     default_problem = model is None
     m = get_model(model or DEFAULT_MODEL)
-    counts = parse_gpu_counts(gpus, node_size=10**9)
-    clusters, skipped = build_clusters(parse_list(gpu, "gpu"), counts, gpus_per_node, internode_gbps)
+    choice = resolve_cluster(
+        cluster,
+        gpu=gpu,
+        gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
+        default_gpu=DEFAULT_GPU,
+        default_gpus=DEFAULT_GPUS,
+    )
+    counts = parse_gpu_counts(choice.gpus, node_size=10**9)
+    clusters, skipped = build_clusters(
+        parse_list(choice.gpu, "gpu"), counts, choice.gpus_per_node, internode_gbps, choice.nvlink_domain
+    )
     precs = parse_list(precision, "precision")
     wl = Workload(
         seq_len=seq_len,
@@ -257,6 +295,16 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
+        **workload_extras(
+            m,
+            precs,
+            fp8_recipe,
+            moe_imbalance,
+            moe_capacity_factor,
+            moe_dispatcher,
+            moe_ep_overlap,
+            cuda_graphs,
+        ),
     )
     book = None
     if prices is not None:
@@ -266,7 +314,7 @@ def optimize_cmd(
     calib = resolve_calibration(calibration, no_calibration)
     if default_problem and not as_json:
         console.print(
-            f"[dim]no --model given: default problem {m.name} on {gpus}x {gpu}, seq {seq_len}, "
+            f"[dim]no --model given: default problem {m.name} on {choice.gpus}x {choice.gpu}, seq {seq_len}, "
             f"global batch {global_batch}[/]",
             highlight=False,
         )
@@ -291,7 +339,7 @@ def optimize_cmd(
         progress=progress,
     )
     result.notes[:0] = skipped
-    result.inputs["gpus_arg"] = gpus
+    result.inputs["gpus_arg"] = choice.gpus
     if result.pareto.empty:
         raise NoFeasibleStrategyError(result.notes[-1])
     if as_json:

@@ -14,6 +14,7 @@ from rich.table import Table
 from autopar.catalog.pricefile import load_price_book
 from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
 from autopar.cli.app import command, console, err_console
+from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
@@ -32,7 +33,7 @@ from autopar.costs.figures import (
     parse_usd,
 )
 from autopar.costs.whatif import WhatIfResult, run_whatif
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, SpecError
 from autopar.specs import Workload
 
 
@@ -151,6 +152,28 @@ def _report_writer(out: Path):
     return write_whatif_report
 
 
+def _hardware_options(
+    option: list[str] | None, cluster: str | None, gpus_per_node: int | None, nvlink_domain: int | None
+) -> tuple[list[str], int | None, int | None]:
+    """--option GPU:COUNT (repeatable) or one --cluster NAME:COUNT shorthand, never both."""
+    if cluster is None:
+        if not option:
+            raise SpecError("give --option GPU:COUNT (repeatable) or --cluster NAME:COUNT")
+        return option, gpus_per_node, nvlink_domain
+    if option:
+        raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
+    c = resolve_cluster(
+        cluster,
+        gpu=None,
+        gpus=None,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
+        default_gpu="",
+        default_gpus="",
+    )
+    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain
+
+
 @command(
     "whatif",
     help="Compare hardware options for a training run: best strategy, time and cost to train, ranked.",
@@ -159,25 +182,27 @@ def whatif(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Model name/alias or path to a HF config.json.")
     ],
+    tokens: Annotated[
+        str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")
+    ],
     option: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--option",
             "-o",
             help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048.",
         ),
-    ],
-    tokens: Annotated[
-        str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")
-    ],
+    ] = None,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")] = 4096,
     global_batch: Annotated[
         int, typer.Option("--global-batch", help="Global batch (sequences per step).")
     ] = 1024,
     precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
     gpus_per_node: Annotated[
-        int | None, typer.Option("--gpus-per-node", help="GPUs per NVLink domain [default: GPU's].")
+        int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) [default: GPU's].")
     ] = None,
+    nvlink_domain: NvlinkDomainOpt = None,
+    cluster: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None,
         typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction [default: GPU's]."),
@@ -227,6 +252,7 @@ def whatif(
     from autopar.catalog import get_model
     from autopar.search.parse import parse_gib, parse_list
 
+    option, gpus_per_node, nvlink_domain = _hardware_options(option, cluster, gpus_per_node, nvlink_domain)
     spec = get_model(model)
     book = load_price_book(prices)
     deadline_s = parse_duration(deadline) if deadline is not None else None
@@ -259,6 +285,7 @@ def whatif(
         calibration=calib,
         gpus_per_node=gpus_per_node,
         internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
+        nvlink_domain=nvlink_domain,
         sensitivity=not no_sensitivity,
         prices_file=str(prices) if prices else None,
         progress=progress,

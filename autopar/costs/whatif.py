@@ -47,6 +47,7 @@ def _cluster(
     price: float,
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
+    nvlink_domain: int | None = None,
 ) -> ClusterSpec:
     """The cluster for one option, with its price set; SpecError naming the option if invalid."""
     try:
@@ -55,6 +56,7 @@ def _cluster(
             num_gpus=opt.count,
             price_usd_per_gpu_hour=price,
             gpus_per_node=gpus_per_node,
+            nvlink_domain=nvlink_domain,
             internode_bw=internode_bw,
         )
     except ValidationError as e:
@@ -192,6 +194,7 @@ def run_whatif(
     timeout: float | None = None,
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
+    nvlink_domain: int | None = None,
     sensitivity: bool = True,
     prices_file: str | None = None,
     optimize_fn: Callable[..., Any] | None = None,
@@ -228,7 +231,7 @@ def run_whatif(
     for opt in opts:
         gpu = get_gpu(opt.gpu)
         entry = resolve_price(gpu, book, tier)
-        cluster = _cluster(gpu, opt, entry.usd_per_gpu_hour, gpus_per_node, internode_bw)
+        cluster = _cluster(gpu, opt, entry.usd_per_gpu_hour, gpus_per_node, internode_bw, nvlink_domain)
         prepared.append((opt, cluster, entry))
 
     if optimize_fn is None:

@@ -1,36 +1,28 @@
 """Collective communication times (formulas.md §4.1): alpha-beta ring model on the link a group uses.
 
-Rank order is tp -> cp -> ep/dp -> pp (tp fastest-varying, Megatron's `tp-cp-ep-dp-pp`). A group whose
-members are `stride` ranks apart and which has `size` members stays inside an NVLink domain of G GPUs
-when stride*size <= G, spans nodes one member per node when stride >= G, and is hierarchical otherwise.
+Rank order is tp -> cp -> ep/dp -> pp (tp fastest-varying, Megatron's `tp-cp-ep-dp-pp`). Which fabric a
+group crosses (NVLink domain, NIC, or both) is decided in perf/fabric.py; `Links.node_size` is the NVLink
+domain size (GPUs sharing one NVLink fabric: 8 on DGX H100, 72 on GB200 NVL72), not the host size.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.perf.fabric import placement
+
+__all__ = ["Links", "all_gather", "all_reduce", "all_to_all", "p2p", "placement", "reduce_scatter"]
+
 
 @dataclass(frozen=True, slots=True)
 class Links:
     """Effective per-GPU per-direction bandwidths (bytes/s) and latencies (s) of one cluster."""
 
-    node_size: int
+    node_size: int  # GPUs per NVLink domain
     scaleup_bw: float  # NVLink busbw achievable (nominal x efficiency)
     scaleout_bw: float  # NIC busbw achievable per GPU
     scaleup_lat: float
     scaleout_lat: float
-
-
-def placement(size: int, stride: int, node_size: int) -> tuple[int, int]:
-    """Split a group into (members per node g, nodes k) for the rank order described above."""
-    if size <= 1:
-        return 1, 1
-    if stride * size <= node_size:
-        return size, 1
-    if stride >= node_size:
-        return 1, size
-    g = max(1, node_size // stride)
-    return g, -(-size // g)
 
 
 def _ring(factor_steps: float, size: int, nbytes: float, bw: float, lat: float, phases: float) -> float:

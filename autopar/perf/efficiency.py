@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from autopar.perf.fp8 import BF16_K_DEPTH, FP8_K_DEPTH
+
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
@@ -124,6 +126,8 @@ class SoftwareProfile:
     zero3_overlap: float  # fraction of ZeRO-3/FSDP collectives that can hide under compute
     loss_bytes_per_logit: float  # peak bytes per logit element in the loss (bf16 + fp32 copies, grads)
     zero3_grad_bytes: float  # bytes per gradient element in the ZeRO-3/FSDP reduce-scatter
+    tp_overlap_hidden: float  # with TP comm overlap on: share of the chunked TP collectives (after the first
+    # chunk) that can hide under the neighbouring GEMMs (see _SOFTWARE comment)
     description: str
 
 
@@ -133,6 +137,11 @@ class SoftwareProfile:
 # torchtitan / PyTorch FSDP: SDPA (FA2 backend); torchtitan's "selective" is per-op SAC, which saves every
 # other matmul output and recomputes the rest (torchtitan activation_checkpoint.py, `_save_list`).
 # DeepSpeed ZeRO-3 gathers parameters tensor by tensor (per-module hooks) with limited prefetch.
+# TP comm overlap: Transformer Engine userbuffers (Megatron --tp-comm-overlap) split each SP all-gather /
+# reduce-scatter into t chunks pipelined with the GEMM chunks (ring-exchange on copy engines or a few SMs),
+# so every chunk but the first can hide (TE docs "Communication-GEMM overlap"; NeMo userbuffers configs);
+# torchtitan's async TP (SymmetricMemory micro-pipelining) decomposes only some matmuls and gains ~10%
+# (torchtitan docs), taken as half of the chunked collectives.
 # Loss memory: Megatron's vocab-parallel cross-entropy works in place on an fp32 copy (~6 B/logit);
 # llm-foundry uses a fused cross-entropy; torchtitan upcasts the full logits and keeps fp32 grads (~12 B).
 _SOFTWARE: dict[str, SoftwareProfile] = {
@@ -146,6 +155,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         6.0,
         4.0,
+        1.0,
         "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)",
     ),
     "megatron-legacy": SoftwareProfile(
@@ -158,6 +168,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         0.5,
         6.0,
         2.0,
+        0.5,
         "Megatron-LM / Megatron-DeepSpeed before FlashAttention (2019-2022); ZeRO-3 there is DeepSpeed's",
     ),
     "torchtitan": SoftwareProfile(
@@ -170,6 +181,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         12.0,
         4.0,
+        0.5,
         "torchtitan (FSDP2, DTensor TP, SDPA attention, per-op selective AC)",
     ),
     "fsdp": SoftwareProfile(
@@ -182,6 +194,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         1.0,
         6.0,
         4.0,
+        0.5,
         "PyTorch FSDP stacks (llm-foundry/Composer, HF Accelerate) with FlashAttention-2",
     ),
     "deepspeed": SoftwareProfile(
@@ -194,6 +207,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         0.5,
         6.0,
         2.0,
+        0.5,
         "DeepSpeed / Megatron-DeepSpeed (ZeRO with per-parameter gathers)",
     ),
 }
@@ -221,5 +235,31 @@ def gemm_efficiency(m: float, n: float, k: float, eff: Efficiency, fp8: bool) ->
     util = 1.0 - 0.5 * (1.0 - wave_util)
     # Partial-tile waste on the edges (m, n not multiples of the tile).
     edge = (m / (mt * t)) * (n / (nt * t))
-    small = (k / (k + 64.0)) * (m / (m + 32.0)) * (n / (n + 32.0))
+    depth = FP8_K_DEPTH if fp8 else BF16_K_DEPTH  # FP8 tiles consume K twice as deep (perf/fp8.py)
+    small = (k / (k + depth)) * (m / (m + 32.0)) * (n / (n + 32.0))
     return top * util * edge * small
+
+
+# ---- host (CPU) issue floor ------------------------------------------------------------------------
+# Without CUDA graphs every op is issued from Python: framework dispatch + driver launch cost the CPU
+# microseconds per op, so a layer cannot run faster than its ops can be issued; it matters when a layer's
+# GPU work is short (small micro-batches, small or fine-grained models, fast GPUs). PyTorch "Accelerating
+# PyTorch with CUDA Graphs" (2021) and the Megatron-Bridge CUDA-graph guide describe this launch-bound
+# regime; Transformer Engine PR #1016 measures ~10-20 us of CPU per small PyTorch op launch and states
+# that "FP8 training is frequently bottlenecked by CPU overheads" (TE issue #761: an FP8 te.Linear takes
+# over 2x the CPU time of a BF16 one). Magnitudes (estimates, not fitted): 10 us of CPU per op;
+# a Megatron-Core transformer layer issues ~30 ops forward (norm+QKV, RoPE, attention, projection,
+# bias-dropout-add x2, norm+FC1, activation, FC2, FP8 casts); an MoE block adds ~40 (router, top-k and
+# aux loss, permutation, token counts, all-to-alls, unpermute) plus ~3 per local expert (FC1, activation,
+# FC2 launches); backward issues about twice the forward's.
+HOST_OP_S = 10e-6
+DENSE_LAYER_OPS = 30
+MOE_BLOCK_OPS = 40
+OPS_PER_LOCAL_EXPERT = 3
+BACKWARD_OPS_FACTOR = 2.0
+
+
+def host_issue_time(moe: bool, local_experts: float) -> tuple[float, float]:
+    """(forward, backward) CPU seconds to issue one layer's ops for one micro-batch."""
+    ops = DENSE_LAYER_OPS + (MOE_BLOCK_OPS + OPS_PER_LOCAL_EXPERT * local_experts if moe else 0)
+    return ops * HOST_OP_S, BACKWARD_OPS_FACTOR * ops * HOST_OP_S

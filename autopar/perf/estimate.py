@@ -12,15 +12,8 @@ from dataclasses import dataclass
 
 from autopar.errors import InvalidStrategyError
 from autopar.perf import comm, cp, fsdp, memory, offload, pipeline
-from autopar.perf.layers import (
-    OVERLAP_SLOWDOWN,
-    LayerCosts,
-    PerfContext,
-    activation_bytes_per_layer,
-    layer_costs,
-    perf_context,
-    usable_memory_bytes,
-)
+from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
+from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload

@@ -6,89 +6,22 @@ per layer per micro-batch. Memoised, because thousands of strategies share a sha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from autopar.perf import comm
-from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
-from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
-from autopar.perf.params import count_params
+from autopar.perf.context import PerfContext, perf_context
+from autopar.perf.efficiency import host_issue_time
+from autopar.perf.flops import attention_context
+from autopar.perf.fp8 import quantise_time
+from autopar.perf.moe import ep_exposed, routed_expert_costs, routed_load
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
 # Modelling constants that are not GPU-specific (documented in the README's assumptions).
-MOE_IMBALANCE = 1.1  # busiest EP rank's share of routed tokens relative to uniform (γ, formulas §3.2)
 CUDA_CONTEXT_BYTES = 1.0 * GiB  # CUDA context + kernels (formulas §3.5: 0.5-2 GiB)
 NCCL_BYTES = 0.75 * GiB  # NCCL communicators and buffers
 FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buffers
 OVERLAP_SLOWDOWN = 0.10  # compute slowdown while overlapped communication runs (SM sharing, Calculon)
-TP_OVERLAP_HIDDEN = 0.5  # share of TP collectives that chunked overlap hides (torchtitan async-TP: ~+10%)
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam step traffic per local parameter (formulas §6, ~30 B + grad norm)
-
-
-@lru_cache(maxsize=4096)
-def _fwd_flops(model: ModelSpec, seq_len: int, causal: bool) -> float:
-    return forward_flops_per_token(model, seq_len, causal).total
-
-
-def usable_memory_bytes(memory_bytes: float) -> float:
-    """Memory the framework can allocate: an '80 GB' part exposes ~79.2 GiB to torch (formulas §3.5)."""
-    return memory_bytes / 1e9 * GiB * 0.99
-
-
-class PerfContext:
-    """Quantities fixed by (model, cluster, workload), and a cache of per-layer costs by layer sharding."""
-
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload):
-        gpu = cluster.gpu
-        self.model, self.cluster, self.w, self.gpu = model, cluster, w, gpu
-        self.eff = eff = efficiency_for(gpu.family)
-        self.sw = software_for(w.framework)
-        self.pc = count_params(model)
-        self.W = cluster.num_gpus
-        self.G = cluster.node_size
-        self.fp8 = w.precision == "fp8" and gpu.fp8_flops is not None
-        self.peak16 = gpu.bf16_flops
-        self.peak_gemm = gpu.peak_flops(w.precision)
-        self.hbm = gpu.hbm_bw * eff.hbm
-        self.links = comm.Links(
-            self.G,
-            gpu.scaleup_bw * eff.scaleup,
-            cluster.nic_bw * eff.scaleout,
-            eff.scaleup_latency_s,
-            eff.scaleout_latency_s,
-        )
-        self.capacity = usable_memory_bytes(gpu.memory_bytes)
-        tokens = w.global_batch * w.seq_len
-        self.tokens = tokens
-        self.flops_causal = 3.0 * tokens * _fwd_flops(model, w.seq_len, True)
-        self.flops_full = 3.0 * tokens * _fwd_flops(model, w.seq_len, False)
-        self.hw_flops = {
-            r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
-            for r in ("none", "selective", "full")
-        }
-        self.opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
-        self.layers: dict[tuple, LayerCosts] = {}
-        self.gemms: dict[tuple, float] = {}
-
-    def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
-        """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""
-        key = (mm, nn, kk, use_fp8)
-        tm = self.gemms.get(key)
-        if tm is None:
-            if mm <= 0 or nn <= 0 or kk <= 0:
-                tm = 0.0
-            else:
-                pk = self.peak_gemm if use_fp8 else self.peak16
-                eta = gemm_efficiency(mm, nn, kk, self.eff, use_fp8)
-                tm = 2.0 * mm * nn * kk / (pk * eta) + self.eff.kernel_overhead_s
-            self.gemms[key] = tm
-        return tm
-
-
-@lru_cache(maxsize=64)
-def perf_context(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> PerfContext:
-    """The shared context of one (model, cluster, workload), built once and reused by every strategy."""
-    return PerfContext(model, cluster, workload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,41 +114,46 @@ def _compute_layer_costs(
     n_mat = 3 if model.activation == "swiglu" else 2
     f = model.ffn_hidden
     dense_mlp_gemm = gemm(T, (n_mat - 1) * f / t, h, fp8) + gemm(T, h, f / t, fp8)
+    load = routed_load(ctx.w.moe_imbalance, ctx.w.moe_capacity_factor) if model.is_moe else 1.0
+    moe_fwd_extra = moe_bwd_extra = 0.0
+    ep_a2a = 0.0
     if model.is_moe:
         fe = model.moe_ffn_hidden or 0
-        tokens_per_expert = max(1.0, T * model.topk * e * te / (model.experts * t))
-        local_experts = model.experts / e
-        moe_gemm = (
-            local_experts
-            * (
-                gemm(tokens_per_expert, (n_mat - 1) * fe / te, h, fp8)
-                + gemm(tokens_per_expert, h, fe / te, fp8)
-            )
-            * MOE_IMBALANCE
-        )
-        if model.shared_experts:
+        mc = routed_expert_costs(ctx, T, t, e, te, n_mat)
+        moe_gemm = mc.expert_fwd
+        moe_fwd_extra, moe_bwd_extra = mc.overhead_fwd, mc.overhead_bwd + mc.expert_bwd - 2 * mc.expert_fwd
+        ep_a2a = mc.dispatch_combine
+        if model.shared_experts:  # shared experts: a TP-sharded MLP on every token
             fs = model.shared_ffn * model.shared_experts
             moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
-        moe_gemm += gemm(T, model.experts, h, False)  # router
     else:
         fe = 0
         moe_gemm = 0.0
 
     # Memory-bound elementwise work per token per layer, forward (bytes): norms, residual adds,
     # RoPE, activation function; backward ~2x. Sharded by TP inside the TP region, by SP outside.
-    act_f = (fe * model.topk * MOE_IMBALANCE) if model.is_moe else f
+    act_f = (fe * model.topk * load) if model.is_moe else f
     elem_rep = 20.0 * h
     elem_shard = 4.0 * (a + k) * dh + (6.0 if n_mat == 3 else 4.0) * act_f
     elem_fwd = sw.elementwise_passes * T * (elem_rep / (t if sp else 1) + elem_shard / t) / hbm
-    fp8_cast = 0.0
-    if fp8:  # quantise GEMM inputs (read 2 B, write 1 B) fwd and bwd, plus the local weights each micro-batch
-        in_elems = T * (2 * h + a * dh / t + (act_f if not model.is_moe else act_f) / t)
-        fp8_cast = 3.0 * 2 * in_elems / hbm
+    # FP8 quantisation (perf/fp8.py) of the attention / dense-MLP / shared-expert GEMM operands: inputs in
+    # the forward, output gradients in the backward (routed experts are counted in perf/moe.py).
+    q_fwd_dense = q_bwd_dense = q_fwd_moe = q_bwd_moe = 0.0
+    if fp8:
+        recipe = ctx.w.fp8_recipe
+        attn_in, attn_grad = h + a * dh / t, (a + 2 * k) * dh / t + h
+        mlp_in, mlp_grad = h + f / t, (n_mat - 1) * f / t + h
+        fs_t = model.shared_ffn * model.shared_experts / t if model.is_moe else 0.0
+        sh_in, sh_grad = (h + fs_t, (n_mat - 1) * fs_t + h) if fs_t else (0.0, 0.0)
+        q_fwd_dense = quantise_time(T * (attn_in + mlp_in), recipe, hbm)
+        q_bwd_dense = quantise_time(T * (attn_grad + mlp_grad), recipe, hbm)
+        q_fwd_moe = quantise_time(T * (attn_in + sh_in), recipe, hbm)
+        q_bwd_moe = quantise_time(T * (attn_grad + sh_grad), recipe, hbm)
     # Per-layer forward / backward (no comm).
-    dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + fp8_cast / 2
-    dense_bwd = 2 * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + fp8_cast / 2
-    moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + fp8_cast / 2
-    moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + fp8_cast / 2
+    dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + q_fwd_dense
+    dense_bwd = 2 * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_dense
+    moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + q_fwd_moe + moe_fwd_extra
+    moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_moe + moe_bwd_extra
 
     if rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
@@ -238,12 +176,12 @@ def _compute_layer_costs(
     if ctx.w.tp_comm_overlap and sp and t > 1:
         # TP communication overlap (Megatron --tp-comm-overlap, torchtitan async TP): the AG/RS are split
         # into chunks pipelined with the neighbouring GEMMs; the first chunk (1/t) stays exposed, at most
-        # TP_OVERLAP_HIDDEN of the rest hides (NVLink/SM contention, serialized chunks), and the chunked
+        # sw.tp_overlap_hidden of the rest hides (NVLink/SM contention, serialized chunks), and the chunked
         # GEMMs run OVERLAP_SLOWDOWN slower while hiding it.
         gemm_dense = (1 + 2 + (1 if rec == "full" else 0)) * (attn_gemm + dense_mlp_gemm)
         gemm_moe = (1 + 2 + (1 if rec == "full" else 0)) * attn_gemm
-        exp_dense = tp_dense - min(TP_OVERLAP_HIDDEN * tp_dense * (1 - 1 / t), gemm_dense)
-        exp_moe = tp_moe - min(TP_OVERLAP_HIDDEN * tp_moe * (1 - 1 / t), gemm_moe)
+        exp_dense = tp_dense - min(sw.tp_overlap_hidden * tp_dense * (1 - 1 / t), gemm_dense)
+        exp_moe = tp_moe - min(sw.tp_overlap_hidden * tp_moe * (1 - 1 / t), gemm_moe)
         dense_fwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) / 3
         dense_bwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) * 2 / 3
         moe_fwd += OVERLAP_SLOWDOWN * (tp_moe - exp_moe) / 3
@@ -258,12 +196,20 @@ def _compute_layer_costs(
         if rec == "full":
             cp_layer += max(0.0, ring - attn_fwd)
 
-    ep_layer = 0.0
-    if model.is_moe and e > 1:
-        disp = (T / t) * model.topk * h * (1.0 if fp8 else 2.0) * MOE_IMBALANCE
-        comb = (T / t) * model.topk * h * 2.0 * MOE_IMBALANCE
-        a2a = comm.all_to_all(disp, e, te, links) + comm.all_to_all(comb, e, te, links)
-        ep_layer = 2 * a2a + (a2a if rec == "full" else 0.0)
+    # Dispatch + combine forward, their mirror images backward, once more under full recompute.
+    ep_layer = 2 * ep_a2a + (ep_a2a if rec == "full" else 0.0)
+    if ep_layer and ctx.w.moe_ep_overlap:  # hidden under another micro-batch's MoE-layer compute
+        ep_layer, slow = ep_exposed(ep_layer, moe_fwd + moe_bwd + moe_re, eff.sms)
+        moe_fwd += slow / 3
+        moe_bwd += slow * 2 / 3
+
+    # ---- CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the ops' issue -----------
+    if not ctx.w.cuda_graphs:
+        hf, hb = host_issue_time(False, 0)
+        dense_fwd, dense_bwd = _floor(dense_fwd, dense_bwd, hf, hb, tp_dense + cp_layer)
+        if model.is_moe:
+            hf, hb = host_issue_time(True, model.experts / e)
+            moe_fwd, moe_bwd = _floor(moe_fwd, moe_bwd, hf, hb, tp_moe + cp_layer + ep_layer)
 
     # ---- activations -----------------------------------------------------------------------
     if model.is_mla:
@@ -277,9 +223,16 @@ def _compute_layer_costs(
     rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
     ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
     mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+
+    # Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input
+    # (h, kept in FP8 when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the
+    # FC2 input (f_e, FP8 when FP8); shared experts likewise per token; router scores in fp32.
+    def expert_tok(width: float) -> float:
+        return gemm_in * h + 2.0 * (n_mat - 1) * width + gemm_in * width
+
     moe_tok = (
-        model.topk * MOE_IMBALANCE * (2.0 * h + 2.0 * n_mat * fe)
-        + model.shared_experts * (2.0 * h + 2.0 * n_mat * model.shared_ffn)
+        model.topk * load * expert_tok(fe)
+        + model.shared_experts * expert_tok(model.shared_ffn)
         + 4.0 * model.experts
         if model.is_moe
         else 0.0
@@ -331,6 +284,16 @@ def _compute_layer_costs(
         attn_bwd,
         kv_bytes_tok,
     )
+
+
+def _floor(fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float) -> tuple[float, float]:
+    """Stretch a layer's forward/backward so GPU time (with its exposed comm) is at least the CPU issue time."""
+    gpu = fwd + bwd + comm_s
+    host = host_f + host_b
+    if host <= gpu:
+        return fwd, bwd
+    extra = host - gpu
+    return fwd + extra * host_f / host, bwd + extra * host_b / host
 
 
 def activation_bytes_per_layer(

@@ -86,7 +86,7 @@ def _resolve(cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> tu
 
 
 def _gpus_per_node(cluster: ClusterSpec) -> int:
-    return min(cluster.node_size, cluster.num_gpus)
+    return min(cluster.host_size, cluster.num_gpus)
 
 
 # --------------------------------------------------------------------------- Megatron-LM

@@ -1,0 +1,90 @@
+"""The shared context of one (model, cluster, workload): peaks, links, capacity, FLOPs, a GEMM-time cache.
+
+Built once per (model, cluster, workload) and reused by every strategy's per-layer costs (perf/layers.py,
+perf/moe.py); it sits below both so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from autopar.errors import SpecError
+from autopar.perf import comm
+from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
+from autopar.perf.flops import forward_flops_per_token, hardware_flops_per_step
+from autopar.perf.fp8 import check_recipe
+from autopar.perf.params import count_params
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+from autopar.units import GiB
+
+
+@lru_cache(maxsize=4096)
+def _fwd_flops(model: ModelSpec, seq_len: int, causal: bool) -> float:
+    return forward_flops_per_token(model, seq_len, causal).total
+
+
+def usable_memory_bytes(memory_bytes: float) -> float:
+    """Memory the framework can allocate: an '80 GB' part exposes ~79.2 GiB to torch (formulas §3.5)."""
+    return memory_bytes / 1e9 * GiB * 0.99
+
+
+class PerfContext:
+    """Quantities fixed by (model, cluster, workload), and a cache of per-layer costs by layer sharding."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload):
+        gpu = cluster.gpu
+        self.model, self.cluster, self.w, self.gpu = model, cluster, w, gpu
+        self.eff = eff = efficiency_for(gpu.family)
+        self.sw = software_for(w.framework)
+        self.pc = count_params(model)
+        self.W = cluster.num_gpus
+        self.G = cluster.node_size
+        self.fp8 = w.precision == "fp8" and gpu.fp8_flops is not None
+        if self.fp8:
+            try:
+                check_recipe(w.fp8_recipe, gpu.family)
+            except ValueError as e:
+                raise SpecError(str(e)) from None
+        self.peak16 = gpu.bf16_flops
+        self.peak_gemm = gpu.peak_flops(w.precision)
+        self.hbm = gpu.hbm_bw * eff.hbm
+        self.links = comm.Links(
+            self.G,
+            gpu.scaleup_bw * eff.scaleup,
+            cluster.nic_bw * eff.scaleout,
+            eff.scaleup_latency_s,
+            eff.scaleout_latency_s,
+        )
+        self.capacity = usable_memory_bytes(gpu.memory_bytes)
+        tokens = w.global_batch * w.seq_len
+        self.tokens = tokens
+        self.flops_causal = 3.0 * tokens * _fwd_flops(model, w.seq_len, True)
+        self.flops_full = 3.0 * tokens * _fwd_flops(model, w.seq_len, False)
+        self.hw_flops = {
+            r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
+            for r in ("none", "selective", "full")
+        }
+        self.opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
+        self.layers: dict[tuple, Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
+        self.gemms: dict[tuple, float] = {}
+
+    def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
+        """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""
+        key = (mm, nn, kk, use_fp8)
+        tm = self.gemms.get(key)
+        if tm is None:
+            if mm <= 0 or nn <= 0 or kk <= 0:
+                tm = 0.0
+            else:
+                pk = self.peak_gemm if use_fp8 else self.peak16
+                eta = gemm_efficiency(mm, nn, kk, self.eff, use_fp8)
+                tm = 2.0 * mm * nn * kk / (pk * eta) + self.eff.kernel_overhead_s
+            self.gemms[key] = tm
+        return tm
+
+
+@lru_cache(maxsize=64)
+def perf_context(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> PerfContext:
+    """The shared context of one (model, cluster, workload), built once and reused by every strategy."""
+    return PerfContext(model, cluster, workload)

@@ -1,0 +1,185 @@
+"""Costs of one MoE layer as Megatron-Core runs it (alltoall token dispatcher, TE grouped GEMM).
+
+Per micro-batch, on one GPU, a routed MoE layer does (megatron/core/transformer/moe/: router.py,
+token_dispatcher.py `MoEAlltoAllTokenDispatcher`, experts.py `TEGroupedMLP`):
+1. router: logits = x·W_r (BF16/FP32, never FP8), softmax/sigmoid, top-k, aux loss — a skinny GEMM plus
+   memory-bound passes over the T x E score matrix;
+2. permute: gather each token's top-k copies into expert order (memory-bound: read T·h, write T·k·h);
+3. dispatch all-to-all over the EP group (T·k·h values, the share routed to local experts stays);
+   with expert TP (etp > 1) the received tokens are all-gathered in the expert-TP group;
+4. grouped GEMM over the E/ep local experts: gate/up (h -> 2·f_e/etp) and down (f_e/etp -> h);
+5. combine all-to-all back and unpermute (weighted sum of the k copies);
+and the backward pass runs the same in reverse (two all-to-alls, dgrad + wgrad grouped GEMMs).
+
+Routing imbalance makes the busiest EP rank receive `load` times the mean number of token copies
+(expert compute, dispatch/combine volume and the permuted buffers all scale with it); a capacity factor
+caps it (tokens beyond capacity are dropped). Shared experts are plain TP-sharded MLPs on every token;
+leading dense layers are ordinary layers (perf/estimate.py stage mix).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autopar.perf import comm
+from autopar.perf.fp8 import quantise_time
+from autopar.specs import MOE_IMBALANCE_DEFAULT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from autopar.perf.context import PerfContext
+
+# Default routed load of the busiest EP rank: specs.MOE_IMBALANCE_DEFAULT (cited there).
+MOE_IMBALANCE = MOE_IMBALANCE_DEFAULT
+# Transformer Engine's grouped linear (`general_grouped_gemm`) issues one cuBLAS GEMM per local expert,
+# spread over its compute streams (TE common/util/multi_stream: 4 streams), so up to 4 expert GEMMs share
+# the SMs at a time: wave quantisation is judged on their tiles together.
+GROUPED_GEMM_STREAMS = 4
+# Router passes over the T x E scores, forward (bytes per score): fp32 logits written (4), softmax/sigmoid
+# read + write (8), top-k read (4), aux-loss/z-loss read (4). Backward reads and writes the same again.
+ROUTER_BYTES_PER_SCORE = 20.0
+# Megatron's alltoall dispatcher moves activations in their compute dtype (BF16) both ways; FP8 dispatch
+# exists only with DeepEP (DeepSeek-V3 §3.3: FP8 dispatch, BF16 combine).
+DISPATCH_BYTES = 2.0
+COMBINE_BYTES = 2.0
+# NCCL all-to-all is a group of point-to-point sends; peers are served concurrently over its channels
+# (NCCL p2p uses up to 8 channels per peer group by default), so latency grows with peers / 8 rounds.
+A2A_CONCURRENT_PEERS = 8
+# With --overlap-moe-expert-parallel-comm the dispatch/combine kernels run beside another micro-batch's
+# compute and occupy SMs: NVIDIA's Megatron-Bridge recipes give HybridEP 32 SMs (moe_hybridep_num_sms = 32,
+# src/megatron/bridge/perf_recipes/deepseek/common.py), so compute under the overlap loses 32/SMs.
+EP_OVERLAP_COMM_SMS = 32
+
+
+def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
+    """(exposed all-to-all time, compute slowdown) when dispatch/combine overlap other compute."""
+    hidden = min(a2a, compute)
+    return a2a - hidden, hidden * EP_OVERLAP_COMM_SMS / sms
+
+
+def routed_load(imbalance: float, capacity_factor: float | None) -> float:
+    """Busiest EP rank's token copies / mean: the imbalance, capped by a capacity factor (token drop)."""
+    return min(imbalance, capacity_factor) if capacity_factor else imbalance
+
+
+def tokens_per_expert(tokens: float, topk: int, experts: int, t: int, e: int, te: int, load: float) -> float:
+    """Token copies one local expert processes per micro-batch on the busiest rank.
+
+    Each of the e EP ranks routes tokens/t tokens (sequence-parallel shard) with k copies each, spread over
+    E experts; an expert-TP group of te ranks all-gathers what it received."""
+    return max(1.0, tokens / t * topk * e * te / experts * load)
+
+
+def a2a_bytes_per_token(
+    topk: int,
+    hidden: int,
+    ep: int,
+    dispatch_bytes: float = DISPATCH_BYTES,
+    combine_bytes: float = COMBINE_BYTES,
+) -> float:
+    """Bytes one token puts on the wire per MoE layer forward (dispatch + combine), uniform routing.
+
+    Each token sends k copies of its h-vector; the 1/ep share routed to experts on its own rank stays."""
+    if ep <= 1:
+        return 0.0
+    return topk * hidden * (dispatch_bytes + combine_bytes) * (ep - 1) / ep
+
+
+def a2a_time(nbytes: float, size: int, stride: int, links: comm.Links) -> float:
+    """One all-to-all where each rank sends `nbytes` in total; adds the per-peer message latency."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    g, k = comm.placement(size, stride, links.node_size)
+    rounds_local = math.ceil((g - 1) / A2A_CONCURRENT_PEERS)
+    rounds_remote = math.ceil((size - g) / A2A_CONCURRENT_PEERS)
+    lat = max(0, rounds_local - 1) * links.scaleup_lat + max(0, rounds_remote - 1) * links.scaleout_lat
+    return comm.all_to_all(nbytes, size, stride, links) + lat
+
+
+def distinct_hits(n: int, copies: int) -> float:
+    """Expected distinct members of n equally likely ones that `copies` independent picks land on."""
+    return n * (1.0 - (1.0 - 1.0 / n) ** copies) if n > 0 else 0.0
+
+
+def flex_a2a_time(
+    tokens: float, topk: int, row_bytes: float, size: int, stride: int, links: comm.Links
+) -> float:
+    """One dispatch (or combine) by a flex dispatcher (DeepEP / HybridEP): hierarchical and deduplicated.
+
+    A token crosses the NIC once per remote NVLink domain that holds any of its experts, then is forwarded
+    over NVLink to each destination rank once, however many of its experts that rank hosts (DeepEP README:
+    "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Routing is
+    taken as uniform over the EP group; `tokens` already includes the routed load."""
+    if size <= 1 or tokens <= 0:
+        return 0.0
+    g, k = comm.placement(size, stride, links.node_size)
+    nvl_rows = distinct_hits(size, topk) * (size - 1) / size  # destination ranks other than self
+    nic_rows = distinct_hits(k, topk) * (k - 1) / k if k > 1 else 0.0  # remote domains hit
+    t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
+    t_nic = tokens * nic_rows * row_bytes / links.scaleout_bw + (links.scaleout_lat if k > 1 else 0.0)
+    return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
+
+
+def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
+    """Time of `groups` same-shape GEMMs (m x k)·(k x n) run as TE's grouped linear (see constant)."""
+    if groups <= 0 or m <= 0:
+        return 0.0
+    c = max(1.0, min(groups, GROUPED_GEMM_STREAMS))
+    return groups / c * ctx.gemm(c * m, n, k, fp8)
+
+
+@dataclass(frozen=True, slots=True)
+class MoECompute:
+    """Per-micro-batch times (s) of the routed part of one MoE layer on the busiest rank."""
+
+    expert_fwd: float  # grouped GEMMs forward
+    expert_bwd: float  # grouped GEMMs dgrad + wgrad
+    overhead_fwd: float  # router, permute/unpermute, FP8 quantisation (memory-bound)
+    overhead_bwd: float
+    dispatch_combine: float  # one forward's dispatch + combine all-to-alls (the backward repeats it)
+
+
+def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int, n_mat: int) -> MoECompute:
+    """Router, permutation, grouped expert GEMMs and dispatch/combine of one MoE layer, one micro-batch.
+
+    `tokens` is the micro-batch's tokens on this GPU's CP shard (all TP ranks see them)."""
+    model, w = ctx.model, ctx.w
+    h, E, K = model.hidden, model.experts, model.topk
+    fe = (model.moe_ffn_hidden or 0) / te
+    load = routed_load(w.moe_imbalance, w.moe_capacity_factor)
+    local = tokens / t  # tokens this rank routes (Megatron requires sequence parallelism with TP + MoE)
+    copies = local * K * load  # token copies the busiest rank receives, before the expert-TP all-gather
+    m = tokens_per_expert(tokens, K, E, t, e, te, load)
+    tile = ctx.eff.tile
+    m_pad = math.ceil(m / tile) * tile  # each expert's rows are padded to whole tiles
+    groups = E / e
+    fp8 = ctx.fp8
+    up_n = (n_mat - 1) * fe
+    fwd = grouped_gemm(ctx, m_pad, up_n, h, groups, fp8) + grouped_gemm(ctx, m_pad, h, fe, groups, fp8)
+    dgrad = grouped_gemm(ctx, m_pad, h, up_n, groups, fp8) + grouped_gemm(ctx, m_pad, fe, h, groups, fp8)
+    wgrad = grouped_gemm(ctx, h, up_n, m, groups, fp8) + grouped_gemm(ctx, fe, h, m, groups, fp8)
+    hbm = ctx.hbm
+    router_gemm = ctx.gemm(local, E, h, False)
+    router_mem = local * E * ROUTER_BYTES_PER_SCORE / hbm
+    permute = 2.0 * 2.0 * h * (local + copies) / hbm  # permute + unpermute: bf16 read + write each
+    gathered = copies * te  # rows entering the grouped GEMM on this rank
+    quant_fwd = quant_bwd = 0.0
+    if fp8:  # expert GEMM inputs forward, output gradients backward
+        quant_fwd = quantise_time(gathered * (h + fe), w.fp8_recipe, hbm)
+        quant_bwd = quantise_time(gathered * (up_n + h), w.fp8_recipe, hbm)
+    a2a = 0.0
+    if e > 1 and w.moe_dispatcher == "flex":
+        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links)
+        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links)
+    elif e > 1:
+        disp = local * K * h * DISPATCH_BYTES * load
+        comb = local * K * h * COMBINE_BYTES * load
+        a2a = a2a_time(disp, e, te, ctx.links) + a2a_time(comb, e, te, ctx.links)
+    return MoECompute(
+        fwd,
+        dgrad + wgrad,
+        router_gemm + router_mem + permute + quant_fwd,
+        2.0 * router_gemm + router_mem + permute + quant_bwd,
+        a2a,
+    )
