@@ -24,15 +24,20 @@ from autopar.cli.common import (
     check_framework,
     resolve_calibration,
 )
+from autopar.defaults import (
+    DEFAULT_BUDGET,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPU,
+    DEFAULT_GPUS,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_OBJECTIVES,
+    DEFAULT_SEED,
+    DEFAULT_SEQ_LEN,
+)
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
-DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = (
-    "Llama-3.1-70B",
-    "H100-SXM",
-    "64",
-    8192,
-    512,
-)
+HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
 
 _COLS = {
     "throughput": ("tokens/s", "{:,.0f}"),
@@ -188,22 +193,26 @@ def optimize_cmd(
     ] = DEFAULT_GPU,
     gpus: Annotated[
         str, typer.Option(help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP.")
-    ] = DEFAULT_GPUS,
+    ] = str(DEFAULT_GPUS),
     gpus_per_node: Annotated[
         int | None, typer.Option(help="GPUs per NVLink domain [default: GPU's].")
     ] = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
-    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = DEFAULT_BATCH,
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
+    global_batch: Annotated[
+        int, typer.Option(help="Global batch (sequences per step).")
+    ] = DEFAULT_GLOBAL_BATCH,
     precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")] = "bf16",
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")
     ] = None,
-    budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = 300,
+    budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = DEFAULT_BUDGET,
     objectives: Annotated[
         str, typer.Option(help="2-4 of throughput,headroom,cost,step_time,mfu.")
-    ] = "throughput,headroom,cost",
-    seed: Annotated[int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")] = 0,
+    ] = ",".join(DEFAULT_OBJECTIVES),
+    seed: Annotated[
+        int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")
+    ] = DEFAULT_SEED,
     sampler: Annotated[str, typer.Option(help="nsga2 or exhaustive.")] = "nsga2",
     storage: Annotated[
         str | None,
@@ -219,7 +228,7 @@ def optimize_cmd(
         typer.Option(
             help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error)."
         ),
-    ] = "2GiB",
+    ] = HEADROOM_DEFAULT,
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",

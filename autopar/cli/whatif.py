@@ -32,6 +32,7 @@ from autopar.costs.figures import (
 from autopar.costs.pricebook import TIER_HELP, TIERS, PriceBook, normalize_tier
 from autopar.costs.pricefile import load_price_book
 from autopar.costs.whatif import WhatIfResult, run_whatif
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
 from autopar.specs import Workload
 
@@ -210,7 +211,7 @@ def whatif(
             help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
             "(default keeps a margin for the memory model's error).",
         ),
-    ] = "2GiB",
+    ] = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
