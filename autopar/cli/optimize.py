@@ -20,8 +20,10 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    PlotlyOpt,
     TpOverlapOpt,
     check_framework,
+    check_plotly,
     resolve_calibration,
 )
 from autopar.defaults import (
@@ -87,17 +89,19 @@ def _jsonable(v: Any) -> Any:
 
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
+    from autopar.reports.counts import search_counts
     from autopar.search.pareto import record_row
 
-    feas = [t for t in result.trials if t.feasible]
+    n = search_counts(result)
     return {
         "inputs": result.inputs,
         "space_size": result.space_size,
         "space_valid": result.space_valid,
         "trials": {
-            "evaluated": sum(t.estimate is not None for t in result.trials),
-            "feasible": len(feas),
-            "rule_violations": sum(t.estimate is None for t in result.trials),
+            "evaluated": n["evaluated"],
+            "feasible": n["feasible"],
+            "pareto": n["pareto"],
+            "rule_violations": n["rule_violations"],
             "optuna_trials": result.stats.get("optuna_trials"),
             "duplicates": result.stats.get("duplicates"),
         },
@@ -118,6 +122,8 @@ def print_result(result: Any, top: int) -> None:
     """Rich output: summary line, Pareto table, recommendations and notes."""
     from rich.table import Table
 
+    from autopar.reports.counts import search_counts
+
     hw = {(t.gpu, t.num_gpus, t.precision) for t in result.trials}
     multi_hw = len(hw) > 1
     st = result.stats
@@ -131,10 +137,11 @@ def print_result(result: Any, top: int) -> None:
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
         valid = "~" + valid
+    n = search_counts(result)
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
-        f"{st.get('evaluated', 0):,} evaluated, {result.n_feasible:,} feasible, "
-        f"{len(result.pareto)} on the front · {result.wall_s:.1f} s",
+        f"{n['evaluated']:,} evaluated, {n['feasible']:,} feasible, "
+        f"{n['pareto']} on the front · {result.wall_s:.1f} s",
         highlight=False,
     )
     names = [o.name for o in result.objectives]
@@ -241,6 +248,7 @@ def optimize_cmd(
     out: Annotated[
         Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")
     ] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """Search parallelism strategies with NSGA-II and print the Pareto set and recommended points.
 
@@ -254,6 +262,7 @@ def optimize_cmd(
     from autopar.search.study import optimize
     from autopar.specs import Workload
 
+    check_plotly(plotly, out)
     default_problem = model is None
     m = get_model(model or DEFAULT_MODEL)
     counts = parse_gpu_counts(gpus, node_size=10**9)
@@ -312,6 +321,6 @@ def optimize_cmd(
             from autopar.reports import write_search_report
         except (ImportError, AttributeError) as e:
             raise AutoparError(f"out={out}: the HTML report writer is not available in this build") from e
-        path = write_search_report(result, out)
+        path = write_search_report(result, out, plotlyjs=plotly)
         if not as_json:
             console.print(f"report: {path}", highlight=False)

@@ -16,8 +16,10 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    PlotlyOpt,
     TpOverlapOpt,
     check_framework,
+    check_plotly,
     resolve_calibration,
 )
 from autopar.costs.figures import (
@@ -223,8 +225,10 @@ def whatif(
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
+    check_plotly(plotly, out)
     from autopar.catalog import get_model
     from autopar.search.parse import parse_gib, parse_list
 
@@ -265,7 +269,7 @@ def whatif(
         progress=progress,
     )
     if write_report is not None:
-        path = write_report(result, out)
+        path = write_report(result, out, plotlyjs=plotly)
         if not json_out:
             err_console.print(f"report written to {path}", highlight=False)
     if json_out:
