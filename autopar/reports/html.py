@@ -234,7 +234,7 @@ def launch_html(result: SearchResult, t: TrialRecord, key: str) -> str:
         return f'<details class="launch"><summary>Launch settings</summary><p class="muted">{esc(err)}</p></details>'
     tabs = [
         ("megatron", "Megatron-LM", ls.torchrun),
-        ("torchtitan", "torchtitan", ls.torchtitan),
+        ("torchtitan", "torchtitan", ls.torchtitan or f"# {ls.torchtitan_reason}"),
         ("deepspeed", "DeepSpeed", ls.deepspeed or f"# {ls.deepspeed_reason}"),
         ("slurm", "SLURM", ls.slurm),
     ]
