@@ -110,3 +110,15 @@ def test_launch_out_reports_only_written_files(tmp_path) -> None:
     ]
     assert sorted(d["written"]) == sorted(str(p) for p in tmp_path.iterdir())
     assert "ds_config.json not written: not expressible as a DeepSpeed config: pp=2" in res.stderr
+
+
+def test_launch_notes_and_version_follow_the_chosen_framework() -> None:
+    """--framework slurm takes a bare Megatron release; only that framework's notes are printed."""
+    args = ["launch", "--strategy", "TP4+SP PP2v2 DP8/Z1 mb1", "--json"]
+    res = runner.invoke(app, [*args, "--framework", "slurm", "--framework-version", "core_v0.19.0"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["notes"] == []  # the ZeRO-1 note is torchtitan's
+    res = runner.invoke(app, [*args, "--framework", "torchtitan"])
+    assert any("no ZeRO-1" in n for n in json.loads(res.stdout)["notes"])
+    res = runner.invoke(app, [*args, "--framework-version", "megatron=core_v0.18.0"])
+    assert res.exit_code == 2 and "supported core_v0.19.0" in res.output

@@ -146,6 +146,7 @@ def test_token_budget_sets_train_iters() -> None:
     ls, n, layers = _ls("llama-3.1-8b", 8, Strategy(tp=2, sp=True), token_budget=1e12)
     assert "--train-iters 476838" in ls.megatron_args and "TRAIN_ITERS" not in ls.placeholders
     assert "steps = 476838\n" in ls.torchtitan
+    assert "--training.steps" not in ls.slurm and "--optimizer.lr" in ls.slurm
     assert validate_all(ls, n, layers, 2) == []
 
 

@@ -84,8 +84,8 @@ def parse_framework_versions(values: list[str] | None, framework: str) -> dict[s
     for v in values or []:
         if "=" in v:
             fw, _, ver = v.partition("=")
-        elif framework in VERSIONS:
-            fw, ver = framework, v
+        elif framework in (*VERSIONS, "slurm"):
+            fw, ver = ("megatron" if framework == "slurm" else framework), v  # SLURM runs Megatron-LM
         else:
             raise SpecError(
                 f"framework_version={v!r}: name the framework (e.g. torchtitan={VERSIONS['torchtitan'][0]}) "
@@ -107,6 +107,7 @@ def _emit_json(ls, s, chosen: list[str], written: list[str]) -> None:
         ["versions", "sources"] + [f for k in chosen for f in keep[k]] + ["notes", "nodes", "gpus_per_node"]
     )
     doc = {"strategy": s.model_dump(), **{f: d[f] for f in dict.fromkeys(fields)}, "written": written}
+    doc["notes"] = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
     typer.echo(json.dumps(doc, indent=2))
 
 
@@ -245,7 +246,8 @@ def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
             style="yellow",
             soft_wrap=True,
         )
-    if ls.notes:
+    notes = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
+    if notes:
         err_console.print(
-            "\n".join(f"note: {n}" for n in ls.notes), highlight=False, style="yellow", soft_wrap=True
+            "\n".join(f"note: {n}" for n in notes), highlight=False, style="yellow", soft_wrap=True
         )

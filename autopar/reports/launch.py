@@ -50,6 +50,7 @@ class LaunchSettings:
     versions: dict[str, str] = field(default_factory=dict)  # framework -> targeted release
     sources: dict[str, str] = field(default_factory=dict)  # framework -> "repo ref (commit)"
     placeholders: dict[str, str] = field(default_factory=dict)  # shell variable -> what to set
+    framework_notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # notes by framework
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready dict (for `autopar launch --json`): the DeepSpeed config as an object."""
@@ -152,6 +153,7 @@ def _slurm(
     env: dict[str, str],
     args: list[str],
     versions: Mapping[str, str],
+    placeholders: Mapping[str, str],
 ) -> str:
     """An sbatch script that starts one torchrun per node running Megatron's pretrain_gpt.py."""
     nodes, gpn = cluster.nodes, _gpus_per_node(cluster)
@@ -179,7 +181,8 @@ def _slurm(
         f'# srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {gpn} --rdzv-id "$SLURM_JOB_ID" \\',
         '#   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f"#   -m {TORCHTITAN_MODULE} --job.config_file {TORCHTITAN_CONFIG} \\",
-        '#   --optimizer.lr "$LR" --lr_scheduler.warmup_steps "$WARMUP_ITERS" --training.steps "$TRAIN_ITERS"',
+        '#   --optimizer.lr "$LR" --lr_scheduler.warmup_steps "$WARMUP_ITERS"'
+        + (' --training.steps "$TRAIN_ITERS"' if "TRAIN_ITERS" in placeholders else ""),
     ]
     return "\n".join(lines) + "\n"
 
@@ -226,7 +229,7 @@ def launch_settings(
         deepspeed=ds,
         deepspeed_reason=ds_reason,
         torchrun=torchrun,
-        slurm=_slurm(model.name, header, cluster, env, meg.args, vers),
+        slurm=_slurm(model.name, header, cluster, env, meg.args, vers, meg.placeholders),
         env=env,
         notes=tuple(meg.notes + tt_notes + ds_notes),
         nodes=cluster.nodes,
@@ -234,6 +237,12 @@ def launch_settings(
         versions=vers,
         sources={fw: schema_source(fw, v) for fw, v in vers.items()},
         placeholders={k: PLACEHOLDERS[k] for k in meg.placeholders},
+        framework_notes={
+            "megatron": tuple(meg.notes),
+            "slurm": tuple(meg.notes),
+            "torchtitan": tuple(tt_notes),
+            "deepspeed": tuple(ds_notes),
+        },
     )
 
 
