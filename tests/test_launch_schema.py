@@ -58,6 +58,10 @@ def test_schemas_record_repo_and_commit() -> None:
         s = load_schema(fw, ver)
         assert s["repo"] == repo and s["ref"] == ver
         assert s["commit"] == commit
+    for fw, versions in VERSIONS.items():  # every supported release has its schema, with a full commit
+        for v in versions:
+            s = load_schema(fw, v)
+            assert s["ref"] == v and re.fullmatch(r"[0-9a-f]{40}", s["commit"])
     # the CLI's help text names the same defaults as the registry
     assert ", ".join(f"{fw}={v[0]}" for fw, v in VERSIONS.items()) == DEFAULT_VERSIONS
 
@@ -135,7 +139,8 @@ def test_megatron_rules_reject_bad_splits() -> None:
 
 def test_framework_version_choice() -> None:
     assert target_versions({"torchtitan": "v0.2.2"})["torchtitan"] == "v0.2.2"
-    with pytest.raises(SpecError, match=r"framework_version='v0.1.0' for torchtitan: supported v0.2.2"):
+    assert target_versions({"torchtitan": "v0.2.0"})["torchtitan"] == "v0.2.0"
+    with pytest.raises(SpecError, match=r"framework_version='v0.1.0' for torchtitan: supported v0.2.2, v0.2.1"):
         target_versions({"torchtitan": "v0.1.0"})
     with pytest.raises(SpecError, match="unknown framework 'jax'"):
         target_versions({"jax": "0.4"})
@@ -187,8 +192,10 @@ def test_sweep_every_pareto_point_valid_for_every_framework(model, gpu, gpus, se
         for s in strategies:
             if s is not t.strategy and validate_strategy(m, c, w, s, strict=False):
                 continue
-            ls = launch_settings(m, c, w, s)
-            assert validate_all(ls, gpus, m.layers, s.tp) == [], s.label()
-            assert ls.torchtitan is not None  # all three models have a torchtitan flavor
-            checked += 1
+            for k in range(3):  # every supported release of every framework (cycled together)
+                vers = {fw: v[k % len(v)] for fw, v in VERSIONS.items()}
+                ls = launch_settings(m, c, w, s, versions=vers)
+                assert validate_all(ls, gpus, m.layers, s.tp) == [], (s.label(), vers)
+                assert ls.torchtitan is not None  # all three models have a torchtitan flavor
+                checked += 1
     assert checked >= len(front)

@@ -24,9 +24,9 @@ from autopar.reports.launch_split import torchtitan_stage_count
 
 # framework -> supported versions, the default (the newest release in the stored sources) first.
 VERSIONS: dict[str, tuple[str, ...]] = {
-    "megatron": ("core_v0.19.0",),
-    "torchtitan": ("v0.2.2",),
-    "deepspeed": ("v0.19.5",),
+    "megatron": ("core_v0.19.0", "core_v0.18.2", "core_v0.17.1"),
+    "torchtitan": ("v0.2.2", "v0.2.1", "v0.2.0"),
+    "deepspeed": ("v0.19.5", "v0.18.9"),
 }
 # torchrun/SLURM wrap Megatron-LM (and torchtitan), so they follow the Megatron version.
 PLACEHOLDER = re.compile(r'^"?\$\{?([A-Z_][A-Z0-9_]*)(?::[^}]*)?\}?"?$')
