@@ -140,7 +140,9 @@ def test_megatron_rules_reject_bad_splits() -> None:
 def test_framework_version_choice() -> None:
     assert target_versions({"torchtitan": "v0.2.2"})["torchtitan"] == "v0.2.2"
     assert target_versions({"torchtitan": "v0.2.0"})["torchtitan"] == "v0.2.0"
-    with pytest.raises(SpecError, match=r"framework_version='v0.1.0' for torchtitan: supported v0.2.2, v0.2.1"):
+    with pytest.raises(
+        SpecError, match=r"framework_version='v0.1.0' for torchtitan: supported v0.2.2, v0.2.1"
+    ):
         target_versions({"torchtitan": "v0.1.0"})
     with pytest.raises(SpecError, match="unknown framework 'jax'"):
         target_versions({"jax": "0.4"})
