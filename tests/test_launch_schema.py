@@ -13,11 +13,13 @@ import json
 import re
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import autopar as ap
 from autopar.catalog import get_gpu, get_model
 from autopar.cli.launch import DEFAULT_VERSIONS
-from autopar.errors import SpecError
+from autopar.errors import InvalidStrategyError, SpecError
 from autopar.perf import validate_strategy
 from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
 from autopar.reports.launch import LaunchSettings, launch_settings, target_versions
@@ -201,3 +203,44 @@ def test_sweep_every_pareto_point_valid_for_every_framework(model, gpu, gpus, se
                 assert ls.torchtitan is not None  # all three models have a torchtitan flavor
                 checked += 1
     assert checked >= len(front)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    model=st.sampled_from(["llama-3.1-8b", "llama-3.1-405b", "deepseek-v3", "qwen3-30b-a3b", "gpt-3-175b"]),
+    gpus=st.sampled_from([64, 128, 256]),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 3, 4, 8, 16]),
+    vpp=st.sampled_from([1, 2, 3, 4]),
+    cp=st.sampled_from([1, 2]),
+    ep=st.sampled_from([1, 8, 16]),
+    zero=st.integers(0, 3),
+    mb=st.sampled_from([1, 2]),
+    rc=st.sampled_from(["none", "selective", "full"]),
+    fp8=st.booleans(),
+)
+def test_any_valid_strategy_gives_valid_configs(model, gpus, tp, pp, vpp, cp, ep, zero, mb, rc, fp8) -> None:
+    """Property: every strategy the model's (relaxed) rules accept yields files every framework accepts,
+    uneven pipeline splits included."""
+    m = get_model(model)
+    vpp = vpp if pp > 1 else 1
+    s = Strategy(
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        ep=ep if m.is_moe else 1,
+        zero=zero,
+        micro_batch=mb,
+        recompute=rc,
+        sp=tp > 1,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+    )
+    c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus)
+    w = Workload(seq_len=4096, global_batch=1024, precision="fp8" if fp8 else "bf16")
+    assume(not validate_strategy(m, c, w, s, strict=False))
+    try:
+        ls = launch_settings(m, c, w, s)
+    except InvalidStrategyError:
+        assume(False)
+    assert validate_all(ls, gpus, m.layers, s.tp) == [], s.label()

@@ -57,14 +57,11 @@ def _data_parallel(s: Strategy) -> tuple[int, int, str, list[str]]:
         )
         return 1, s.dp, "never", note
     if s.zero == 0:
-        if s.tp * s.pp * s.cp == 1:
+        if s.tp * s.pp * s.cp == 1 and s.ep == 1:
             return s.dp, 1, "default", []
-        return (
-            1,
-            s.dp,
-            "never",
-            ["torchtitan's DDP path needs a 1-D mesh; with TP/PP/CP the config uses FSDP2"],
-        )
+        # ParallelDims: experts shard over dp_shard*cp*tp, and DDP needs a 1-D mesh
+        note = "torchtitan's DDP path needs a 1-D mesh without EP; the config uses FSDP2 (never reshard)"
+        return 1, s.dp, "never", [note]
     return 1, s.dp, "default", []
 
 
