@@ -122,3 +122,13 @@ def test_launch_notes_and_version_follow_the_chosen_framework() -> None:
     assert any("no ZeRO-1" in n for n in json.loads(res.stdout)["notes"])
     res = runner.invoke(app, [*args, "--framework-version", "megatron=core_v0.18.0"])
     assert res.exit_code == 2 and "supported core_v0.19.0" in res.output
+
+
+def test_launch_deepspeed_stdout_is_the_json_file() -> None:
+    """`autopar launch --framework deepspeed > ds_config.json` gives a loadable file (target on stderr)."""
+    res = runner.invoke(
+        app, ["launch", "--gpus", "8", "--model", "llama-3.1-8b", "--tp", "2", "--framework", "deepspeed"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["tensor_parallel"] == {"autotp_size": 2}
+    assert "DeepSpeed v0.19.5 (config JSON): deepspeedai/DeepSpeed v0.19.5" in res.stderr

@@ -236,8 +236,8 @@ def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
     for k in chosen:
         if len(chosen) > 1:
             console.rule(f"[bold]{titles[k]}", align="left")
-        elif k in ("megatron", "deepspeed"):
-            typer.echo(f"# {titles[k]}: {ls.sources[k if k != 'slurm' else 'megatron']}")
+        elif k in ("megatron", "deepspeed"):  # on stderr: stdout stays a valid command / JSON file
+            err_console.print(f"# {titles[k]}: {ls.sources[k]}", highlight=False, soft_wrap=True)
         typer.echo(texts[k].rstrip("\n"))
     if ls.placeholders and any(k in chosen for k in ("megatron", "slurm")):
         err_console.print(
