@@ -117,7 +117,7 @@ def test_megatron_args_llama70b_interleaved() -> None:
         "--bf16",
     ]
     assert list(ls.megatron_args) == expected
-    assert set(ls.placeholders) == {"TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS"}
+    assert set(ls.placeholders) == {"TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS", "DATA_PATH", "TOKENIZER"}
     assert ls.versions == {"megatron": "core_v0.19.0", "torchtitan": "v0.2.2", "deepspeed": "v0.19.5"}
     assert ls.megatron == " \\\n".join(expected)
     assert ls.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # TP>1 before Blackwell (validate_args)

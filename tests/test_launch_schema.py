@@ -38,11 +38,12 @@ def validate_all(ls: LaunchSettings, num_gpus: int, layers: int, tp: int) -> lis
     """Every problem any framework would raise for these settings (empty = all valid)."""
     v = ls.versions
     out = check_megatron(ls.megatron_args, v["megatron"], list(ls.placeholders))
-    slurm_args = re.search(r"MEGATRON_ARGS=\(\n(.*?)\n\)", ls.slurm, re.S)
-    assert slurm_args is not None
-    out += check_megatron(
-        [x.strip() for x in slurm_args[1].splitlines()], v["megatron"], list(ls.placeholders)
-    )
+    for block in ("MEGATRON_ARGS", "DATA_ARGS"):  # the SLURM script's argument arrays
+        found = re.search(rf"{block}=\(\n(.*?)\n\)", ls.slurm, re.S)
+        assert found is not None, block
+        out += check_megatron(
+            [x.strip() for x in found[1].splitlines()], v["megatron"], list(ls.placeholders)
+        )
     if ls.torchtitan is not None:
         out += check_torchtitan(ls.torchtitan, v["torchtitan"], num_gpus, layers)
     if ls.deepspeed is not None:
@@ -244,3 +245,35 @@ def test_any_valid_strategy_gives_valid_configs(model, gpus, tp, pp, vpp, cp, ep
     except InvalidStrategyError:
         assume(False)
     assert validate_all(ls, gpus, m.layers, s.tp) == [], s.label()
+
+
+def test_generated_shell_is_valid_bash(tmp_path) -> None:
+    """The SLURM script and the torchrun command parse as bash, and stop with the placeholder's message
+    when a required value is unset."""
+    import subprocess
+
+    ls, _, _ = _ls("deepseek-v3", 1024, Strategy(pp=16, ep=64, zero=1))
+    script = tmp_path / "job.sbatch"
+    script.write_text(ls.slurm)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    cmd = tmp_path / "run.sh"
+    cmd.write_text("set -u\nMASTER_ADDR=x\n" + ls.torchrun.replace("torchrun", "echo torchrun", 1) + "\n")
+    subprocess.run(["bash", "-n", str(cmd)], check=True)
+    res = subprocess.run(["bash", str(cmd)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode != 0 and "set TRAIN_ITERS: optimizer steps to train" in res.stderr
+    ok = subprocess.run(
+        ["bash", str(cmd)],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "LR": "3e-4",
+            "MIN_LR": "3e-5",
+            "WARMUP_ITERS": "2000",
+            "TRAIN_ITERS": "1000",
+            "DATA_PATH": "/d/x_text_document",
+            "TOKENIZER": "/t",
+        },
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "--moe-layer-freq ([0]*3+[1]*58)" in ok.stdout and "--lr 3e-4" in ok.stdout

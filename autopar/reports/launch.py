@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.reports.launch_deepspeed import deepspeed_config
-from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env
+from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
 from autopar.reports.launch_split import megatron_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
@@ -29,6 +29,13 @@ TORCHTITAN_MODULE = "torchtitan.train"
 TORCHTITAN_CONFIG = "autopar_torchtitan.toml"
 DEEPSPEED_CONFIG = "ds_config.json"
 MASTER_PORT = 29500
+DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER")  # the data arguments every Megatron launch needs
+DATA_ARGS = [
+    f"--data-path {placeholder('DATA_PATH')}",
+    "--split 99,1,0",
+    "--tokenizer-type HuggingFaceTokenizer",
+    f"--tokenizer-model {placeholder('TOKENIZER')}",
+]
 
 
 @dataclass(frozen=True)
@@ -165,9 +172,10 @@ def _slurm(
     lines += [f"export {k}={v}" for k, v in env.items()]
     lines += ["", "MEGATRON_ARGS=("] + [f"  {x}" for x in args] + [")"]
     lines += [
-        "# Fill in your data and tokenizer:",
-        "DATA_ARGS=(--data-path /path/to/dataset_text_document --split 99,1,0",
-        "  --tokenizer-type HuggingFaceTokenizer --tokenizer-model /path/to/tokenizer)",
+        "# Your data (Megatron .bin/.idx prefix) and Hugging Face tokenizer folder:",
+        "DATA_ARGS=(",
+        *[f"  {x}" for x in DATA_ARGS],
+        ")",
         "",
         "srun torchrun \\",
         '  --nnodes "$SLURM_NNODES" \\',
@@ -218,7 +226,12 @@ def launch_settings(
         (None, []) if tt_reason else torchtitan_toml(model, cluster, workload, s, header, vers["torchtitan"])
     )
     ds, ds_reason, ds_notes = deepspeed_config(workload, s, microbatches)
-    launch = _torchrun_prefix(cluster.nodes, _gpus_per_node(cluster)) + [MEGATRON_ENTRYPOINT] + meg.args
+    launch = (
+        _torchrun_prefix(cluster.nodes, _gpus_per_node(cluster))
+        + [MEGATRON_ENTRYPOINT]
+        + meg.args
+        + DATA_ARGS
+    )
     torchrun = " ".join(f"{k}={v}" for k, v in env.items())
     torchrun = (torchrun + " " if torchrun else "") + _continued(launch)
     return LaunchSettings(
@@ -236,7 +249,7 @@ def launch_settings(
         gpus_per_node=_gpus_per_node(cluster),
         versions=vers,
         sources={fw: schema_source(fw, v) for fw, v in vers.items()},
-        placeholders={k: PLACEHOLDERS[k] for k in meg.placeholders},
+        placeholders={k: PLACEHOLDERS[k] for k in (*meg.placeholders, *DATA_PLACEHOLDERS)},
         framework_notes={
             "megatron": tuple(meg.notes),
             "slurm": tuple(meg.notes),

@@ -21,6 +21,8 @@ PLACEHOLDERS = {
     "LR": "peak learning rate",
     "MIN_LR": "final learning rate of the cosine decay",
     "WARMUP_ITERS": "linear warm-up steps",
+    "DATA_PATH": "dataset prefix written by Megatron tools/preprocess_data.py (path/to/name_text_document)",
+    "TOKENIZER": "Hugging Face tokenizer folder or name",
 }
 
 
@@ -162,7 +164,7 @@ def _parallel(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[list[s
 
 def _training(workload: Workload, cluster: ClusterSpec, s: Strategy) -> tuple[list[str], dict[str, str]]:
     """Batch, length, learning-rate schedule and precision; placeholders for what the user sets."""
-    used = dict(PLACEHOLDERS)
+    used = {k: v for k, v in PLACEHOLDERS.items() if k in ("TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS")}
     if workload.token_budget:
         iters = -(-int(workload.token_budget) // workload.tokens_per_step)
         train = f"--train-iters {iters}"
