@@ -60,6 +60,11 @@ def test_api_and_cli_share_min_headroom_default() -> None:
 
     assert inspect.signature(optimize).parameters["min_headroom_gib"].default == DEFAULT_MIN_HEADROOM_GIB
     assert inspect.signature(run_whatif).parameters["min_headroom_gib"].default == DEFAULT_MIN_HEADROOM_GIB
+    from autopar.defaults import DEFAULT_BUDGET, DEFAULT_OBJECTIVES, DEFAULT_SEED
+
+    params = inspect.signature(optimize).parameters
+    assert (params["budget"].default, params["seed"].default) == (DEFAULT_BUDGET, DEFAULT_SEED)
+    assert tuple(params["objectives"].default) == DEFAULT_OBJECTIVES
     res = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
     assert f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB" in res.output
 
