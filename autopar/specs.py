@@ -58,6 +58,14 @@ class ModelSpec(_Frozen):
     # local attention (GPT-OSS alternates sliding-window and full layers)
     sliding_window: int | None = Field(default=None, gt=0)
     sliding_window_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    # positions and attention details the launch settings spell out (HF config.json field names in
+    # parentheses): rope_theta, rope_scaling.rope_type/factor, qk-norm (Qwen3), soft-capping (Gemma-2)
+    position_embedding: Literal["rope", "learned", "alibi"] = "rope"
+    rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base frequency (rope_theta)")
+    rope_scaling: Literal["llama3", "yarn", "linear"] | None = None
+    rope_scaling_factor: float | None = Field(default=None, gt=0)
+    qk_norm: bool = Field(default=False, description="RMSNorm on queries and keys per head (Qwen3, Gemma-3)")
+    softcapping: bool = Field(default=False, description="attention/final-logit soft-capping (Gemma-2)")
     source: str = ""
     aliases: tuple[str, ...] = ()
 
@@ -333,7 +341,11 @@ class Strategy(_Frozen):
         return self.etp or self.tp
 
     def label(self) -> str:
-        """A compact human-readable label, e.g. 'TP4 PP2 DP8 mb1 sel'."""
+        """A compact label, e.g. 'TP4+SP PP2v2 CP2 EP8 ETP1 DP8/Z1 mb1 sel-AC'.
+
+        An unset dp (0, derived from the cluster) is omitted ('TP2 PP2 Z1 mb1'); ETP is shown only
+        when the expert TP differs from TP. autopar.reports.launch.parse_strategy_label reads it back.
+        """
         parts = [f"TP{self.tp}"]
         if self.sp and self.tp > 1:
             parts[-1] += "+SP"
@@ -343,7 +355,12 @@ class Strategy(_Frozen):
             parts.append(f"CP{self.cp}")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
-        parts.append(f"DP{self.dp}" + (f"/Z{self.zero}" if self.zero else ""))
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"ETP{self.etp}")
+        if self.dp:
+            parts.append(f"DP{self.dp}" + (f"/Z{self.zero}" if self.zero else ""))
+        elif self.zero:
+            parts.append(f"Z{self.zero}")
         parts.append(f"mb{self.micro_batch}")
         if self.recompute != "none":
             parts.append({"selective": "sel-AC", "full": "full-AC"}[self.recompute])

@@ -150,7 +150,7 @@ def test_batch_jsonl_and_missing_file(tmp_path: Path):
     [
         (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
         (["estimat"], "No such command 'estimat'"),
-        (["launch", "--model", "llama-3.1-70b"], "Missing option '--gpu'"),
+        (["launch", "--gpus", "many"], "Invalid value for '--gpus'"),
         (["optimize", "--gpu", "H1OO", "--budget", "5"], "unknown GPU 'H1OO'"),
     ],
 )

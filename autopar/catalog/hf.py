@@ -1,4 +1,11 @@
-"""Import a Hugging Face `config.json` (dict) as a ModelSpec, for the model types autopar can count."""
+"""Import a Hugging Face `config.json` (dict) as a ModelSpec, for the model types autopar can count.
+
+Field names follow the transformers configuration classes (LlamaConfig, Gemma2Config,
+Gemma3TextConfig, Qwen3Config, Qwen3MoeConfig, Llama4TextConfig, ...). A field that changes the
+architecture in a way ModelSpec cannot represent is refused with one line naming it
+("unsupported field X=value"), never silently dropped. Gated-GeLU MLPs (Gemma) have the shape and
+FLOPs of SwiGLU (three h x f matrices) and are counted as such.
+"""
 
 from __future__ import annotations
 
@@ -53,10 +60,43 @@ class _Reader:
         raise SpecError(f"Hugging Face config (model_type '{self.mt}') is missing required key '{keys[0]}'")
 
 
+def unsupported(r: _Reader, key: str, why: str) -> SpecError:
+    """The one-line error for a config field autopar cannot represent."""
+    return SpecError(
+        f"unsupported field {key}={r.cfg.get(key)!r} in Hugging Face config (model_type '{r.mt}'): {why}"
+    )
+
+
+_ROPE_TYPES = {"default": None, "llama3": "llama3", "yarn": "yarn", "linear": "linear"}
+
+
+def _rope(r: _Reader) -> Fields:
+    """rope_theta and rope_scaling {rope_type|type, factor} (transformers' RoPE init functions)."""
+    theta = r.cfg.get("rope_theta", 10000.0)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise SpecError(f"Hugging Face config key 'rope_theta'={theta!r} must be a positive number")
+    scaling = r.cfg.get("rope_scaling")
+    if not scaling:
+        return {"rope_theta": float(theta)}
+    if not isinstance(scaling, Mapping):
+        raise unsupported(r, "rope_scaling", "expected an object with rope_type and factor")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in _ROPE_TYPES:
+        raise unsupported(r, "rope_scaling", f"rope_type {kind!r} (supported: {', '.join(_ROPE_TYPES)})")
+    factor = scaling.get("factor")
+    return {
+        "rope_theta": float(theta),
+        "rope_scaling": _ROPE_TYPES[kind],
+        "rope_scaling_factor": float(factor) if _ROPE_TYPES[kind] and factor else None,
+    }
+
+
 def _decoder(r: _Reader, *, tied_default: bool = False, bias_default: bool = False) -> Fields:
     """Fields shared by the Llama-style decoders (RMSNorm, SwiGLU, RoPE, optional GQA)."""
     heads = r.integer("num_attention_heads")
-    return {
+    if r.flag("mlp_bias", False):
+        raise unsupported(r, "mlp_bias", "MLP biases are not modelled (only QKV biases)")
+    return _rope(r) | {
         "layers": r.integer("num_hidden_layers"),
         "hidden": r.integer("hidden_size"),
         "heads": heads,
@@ -131,8 +171,61 @@ def _qwen2(r: _Reader) -> Fields:
 
 
 def _qwen3(r: _Reader) -> Fields:
-    f = _decoder(r)
+    f = _decoder(r) | {"qk_norm": True}  # Qwen3 normalises q and k per head (Qwen3Attention q_norm/k_norm)
     return f | _window_qwen(r, f["layers"])
+
+
+def _softcap(r: _Reader) -> bool:
+    return any(r.cfg.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping"))
+
+
+def _window_every(r: _Reader, layers: int, default_pattern: int) -> Fields:
+    """Gemma: sliding window on all but every n-th layer (layer_types when the config lists them)."""
+    if r.cfg.get("layer_types"):
+        return _window_from_layer_types(r, layers)
+    if not r.has("sliding_window"):
+        return {}
+    n = r.integer("sliding_window_pattern", default_pattern)
+    full = layers // n
+    return {
+        "sliding_window": r.integer("sliding_window"),
+        "sliding_window_fraction": (layers - full) / layers,
+    }
+
+
+def _gemma2(r: _Reader) -> Fields:
+    """Gemma-2: GeGLU MLP, head_dim given explicitly (256), local/global attention alternating,
+    attention and final-logit soft-capping, tied embeddings."""
+    f = _decoder(r, tied_default=True) | {"head_dim": r.integer("head_dim", 256), "softcapping": _softcap(r)}
+    return f | _window_every(r, f["layers"], 2)
+
+
+def _gemma3(r: _Reader) -> Fields:
+    """Gemma-3 (text): as Gemma-2 with q/k norms, 5 local : 1 global layers, no soft-capping."""
+    f = _decoder(r, tied_default=True) | {"head_dim": r.integer("head_dim", 256), "qk_norm": True}
+    return f | {"softcapping": _softcap(r)} | _window_every(r, f["layers"], 6)
+
+
+def _llama4(r: _Reader) -> Fields:
+    """Llama-4 (text): MoE on every layer (Scout) with one shared expert, q/k norms, chunked local
+    attention (attention_chunk_size) on the RoPE layers — counted as a sliding window."""
+    step = r.integer("interleave_moe_layer_step", 1)
+    if step != 1:
+        raise unsupported(r, "interleave_moe_layer_step", "only 1 (an MoE MLP on every layer) is supported")
+    f = _decoder(r)
+    f |= {
+        "ffn_hidden": r.integer("intermediate_size_mlp", f["ffn_hidden"]),
+        "experts": r.integer("num_local_experts"),
+        "topk": r.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": r.integer("intermediate_size"),
+        "shared_experts": 1,
+        "qk_norm": r.flag("use_qk_norm", True),
+    }
+    nope = r.cfg.get("no_rope_layers")
+    if r.has("attention_chunk_size") and isinstance(nope, list) and nope:
+        local = sum(1 for x in nope if x) / len(nope)  # 1 = this layer uses RoPE (and chunked attention)
+        f |= {"sliding_window": r.integer("attention_chunk_size"), "sliding_window_fraction": local}
+    return f
 
 
 def _leading_dense_layers(r: _Reader, layers: int) -> int:
@@ -215,7 +308,7 @@ def _gpt_oss(r: _Reader) -> Fields:
 def _gpt2(r: _Reader) -> Fields:
     """GPT-2: LayerNorm, GeLU MLP (n_inner defaults to 4*n_embd), biases, tied embeddings.
 
-    Learned position embeddings (n_positions x n_embd) have no ModelSpec field and are not counted.
+    Learned position embeddings (n_positions x n_embd) are not counted.
     """
     hidden = r.integer("n_embd")
     r.integer("n_positions", 1024)  # validated only
@@ -229,6 +322,7 @@ def _gpt2(r: _Reader) -> Fields:
         "activation": "gelu",
         "norm": "layernorm",
         "qkv_bias": True,
+        "position_embedding": "learned",
     }
 
 
@@ -240,6 +334,9 @@ _BUILDERS: dict[str, Callable[[_Reader], Fields]] = {
     "qwen2_moe": _qwen2_moe,
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3,
+    "llama4_text": _llama4,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "gpt2": _gpt2,

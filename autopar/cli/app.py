@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.table import Table
 
 from autopar.errors import AutoparError
 
@@ -17,11 +20,46 @@ app = typer.Typer(
     name="autopar",
     help="Find how to parallelize LLM training on your GPUs (analytical model + NSGA-II search).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # `autopar --install-completion` (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Width when the output is not a terminal (a pipe or file): $COLUMNS if set, else wide enough that
+# tables are not squeezed to rich's 80-column default.
+PIPE_WIDTH = 160
+
+
+def _width(stream: Any) -> int | None:
+    """None (rich follows the terminal, also on resize) for a TTY; else $COLUMNS or PIPE_WIDTH."""
+    if getattr(stream, "isatty", lambda: False)():
+        return None
+    return shutil.get_terminal_size(fallback=(PIPE_WIDTH, 24)).columns
+
+
+class _FoldingConsole(Console):
+    """A Console whose tables wrap long cells (fold) instead of cutting them with an ellipsis."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for o in objects:
+            if isinstance(o, Table):
+                self._fold(o)
+        super().print(*objects, **kwargs)
+
+    def _fold(self, table: Table) -> None:
+        heads = [len(c.header) if isinstance(c.header, str) else 1 for c in table.columns]
+        whole = sum(heads) + 3 * len(heads) + 1 <= self.width  # headers fit unbroken: keep them whole
+        for col, n in zip(table.columns, heads, strict=True):
+            col.overflow = "fold"
+            if whole:
+                col.min_width = max(col.min_width or 0, n)
+
+
+console = _FoldingConsole(width=_width(sys.stdout))
+err_console = _FoldingConsole(stderr=True, width=_width(sys.stderr))
+
+
+def emit_json(doc: Any) -> None:
+    """Print one JSON document on stdout (the --json output of every command)."""
+    sys.stdout.write(json.dumps(doc, default=str) + "\n")
 
 
 def validation_message(err: ValidationError) -> str:

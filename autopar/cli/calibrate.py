@@ -24,7 +24,7 @@ from autopar.calibration.runs import (
     normalize_config,
 )
 from autopar.calibration.store import RunStore
-from autopar.cli.app import app, command, console, err_console
+from autopar.cli.app import app, command, console, emit_json, err_console
 from autopar.errors import DataError
 
 calibrate_app = typer.Typer(
@@ -39,6 +39,7 @@ def _command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callab
     return command(*args, typer_app=calibrate_app, **kwargs)
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 StoreOpt = Annotated[
     Path | None,
     typer.Option("--store", help="run store (default $AUTOPAR_HOME/runs.db, else ~/.autopar/runs.db)"),
@@ -93,6 +94,7 @@ def ingest_cmd(
     recompute: Annotated[str | None, typer.Option(help="none|selective|full")] = None,
     zero: Annotated[int | None, typer.Option(help="0-3")] = None,
     framework: Annotated[str | None, typer.Option()] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Validate run records or training logs and add them to the run store (idempotent)."""
     config = load_sidecar(sidecar) if sidecar else {}
@@ -133,6 +135,9 @@ def ingest_cmd(
             if c.errors:
                 err_console.print(_error_table(c.path, c.errors, "invalid rows"))
         raise
+    if as_json:
+        emit_json(_ingest_json(report))
+        return
     summary = Table(title="ingest", title_justify="left")
     for col in ("file", "format", "rows", "valid", "invalid"):
         summary.add_column(col, justify="left" if col in ("file", "format") else "right")
@@ -147,6 +152,32 @@ def ingest_cmd(
     )
 
 
+def _errors_json(errors: list[RowError]) -> list[dict[str, Any]]:
+    return [{"row": e.row, "field": e.field, "value": e.value, "reason": e.reason} for e in errors]
+
+
+def _ingest_json(report: Any) -> dict[str, Any]:
+    """`calibrate ingest --json`: store, counts and per-file checks (invalid rows with reasons)."""
+    files = [
+        {
+            "file": str(c.path),
+            "format": c.fmt,
+            "rows": c.rows_read,
+            "valid": len(c.records),
+            "invalid": len(c.bad_rows),
+            "errors": _errors_json(c.errors),
+        }
+        for c in report.checks
+    ]
+    return {
+        "store": str(report.store_path),
+        "added": report.added,
+        "duplicates": report.duplicates,
+        "skipped": report.skipped,
+        "files": files,
+    }
+
+
 def _fmt(v: Any, digits: int = 0) -> str:
     if v is None or v == "":
         return ""
@@ -158,13 +189,13 @@ def _fmt(v: Any, digits: int = 0) -> str:
 @_command("list")
 def list_cmd(
     store: StoreOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show the runs in the store (tokens/s per GPU marked * when derived from step time or TFLOP/s)."""
     runs = RunStore(store).runs()
-    if as_json:
-        for r in runs:
-            typer.echo(json.dumps({**r.record, "_file": r.file, "_fingerprint": r.fingerprint}))
+    if as_json:  # one document, also when the store is empty
+        rows = [{**r.record, "_file": r.file, "_fingerprint": r.fingerprint} for r in runs]
+        emit_json({"store": str(RunStore(store).path), "count": len(rows), "runs": rows})
         return
     t = Table(title=f"{len(runs)} run(s) in {RunStore(store).path}", title_justify="left")
     for c in ("id", "source", "model", "GPUs", "layout", "batch", "prec", "tok/s/GPU", "step s", "GiB"):
@@ -212,17 +243,26 @@ def export_cmd(
     store: StoreOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="csv|jsonl")] = "csv",
     out: Annotated[Path | None, typer.Option("--out", help="file to write (default: stdout)")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Dump the store, one record per row (CSV with header) or per line (JSONL); re-ingestable."""
+    """Dump the store, one record per row (CSV with header) or per line (JSONL); re-ingestable.
+
+    With --json: the records as one JSON document, or with --out a summary of what was written."""
     if fmt not in ("csv", "jsonl"):
         raise DataError(f"--format={fmt} is not an export format (allowed: csv, jsonl)")
-    text = export_text(RunStore(store).records(), fmt)
+    records = RunStore(store).records()
     if out is None:
-        sys.stdout.write(text)
+        if as_json:
+            emit_json({"store": str(RunStore(store).path), "count": len(records), "records": records})
+        else:
+            sys.stdout.write(export_text(records, fmt))
         return
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    console.print(f"wrote {out}")
+    out.write_text(export_text(records, fmt))
+    if as_json:
+        emit_json({"store": str(RunStore(store).path), "count": len(records), "format": fmt, "out": str(out)})
+    else:
+        console.print(f"wrote {out}")
 
 
 # ------------------------------------------------------------------------------------ fit, report
@@ -316,6 +356,7 @@ def fit_cmd(
     public: PublicOpt = True,
     data: DataOpt = None,
     group: GroupOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fit the correctors on stored (and published) runs, validated by source; save them as JSON."""
     from autopar.calibration.apply import fit_training_set
@@ -328,6 +369,19 @@ def fit_cmd(
     grp = group if group is not None else _default_group(store, set(ts.groups))
     cal = fit_training_set(ts, name=out.stem, memory_ts=build_training_set(records, "memory"), group=grp)
     cal.save(out)
+    if as_json:
+        emit_json(
+            {
+                "out": str(out),
+                "name": cal.meta.name,
+                "description": cal.describe(),
+                "choice": dict(cal.meta.choice),
+                "leave_one_source_out": list(cal.meta.loso or []),
+                "memory_cv": list(cal.meta.memory_cv or []),
+                "skipped": [{"run": i, "reason": why} for i, why in ts.skipped],
+            }
+        )
+        return
     if ts.skipped:
         console.print(
             f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
@@ -358,6 +412,7 @@ def report_cmd(
     public: PublicOpt = True,
     data: DataOpt = None,
     plotlyjs: Annotated[str, typer.Option(help="inline (offline page) or cdn")] = "inline",
+    as_json: JsonOpt = False,
 ) -> None:
     """Leave-one-source-out errors, band coverage and the adaptation curve, as tables + HTML."""
     from autopar.calibration.apply import MIN_MEMORY_RUNS
@@ -389,6 +444,25 @@ def report_cmd(
     if len(mem_ts) >= MIN_MEMORY_RUNS:
         mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
         memory = held_out(mem_ts, mch.alpha, mch.shrink)
+    desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
+        f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
+    )
+    write_report(
+        res, out, description=desc, plotlyjs=plotlyjs, memory=memory, adaptation=curve, choice=ch.reason
+    )
+    if as_json:
+        emit_json(
+            {
+                "out": str(out),
+                "description": desc,
+                "choice": ch.reason,
+                "by_source": error_table(res, "source").to_dict("records"),
+                "by_family": error_table(res, "family").to_dict("records"),
+                "memory": None if memory is None else error_table(memory, "source").to_dict("records"),
+                "adaptation": adaptation_summary(curve).to_dict("records"),
+            }
+        )
+        return
     console.print(_loso_table(error_table(res, "source"), "source"))
     console.print(_loso_table(error_table(res, "family"), "family"))
     summary = adaptation_summary(curve)
@@ -408,10 +482,4 @@ def report_cmd(
             )
         )
     console.print(ch.reason, highlight=False)
-    desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
-        f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
-    )
-    write_report(
-        res, out, description=desc, plotlyjs=plotlyjs, memory=memory, adaptation=curve, choice=ch.reason
-    )
     console.print(f"wrote {out}")

@@ -15,7 +15,7 @@ from autopar.catalog.loader import gpu_catalog, model_catalog
 from autopar.catalog.names import loose_key
 from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import resolve_price
-from autopar.cli.app import command, console
+from autopar.cli.app import command, console, emit_json
 from autopar.errors import UnknownNameError
 from autopar.perf.params import count_params
 from autopar.specs import GPUSpec, ModelSpec
@@ -180,17 +180,32 @@ def gpus(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
 
 
 @command("version")
-def version() -> None:
-    """Print autopar's version and the versions of the libraries it relies on."""
+def version(as_json: bool = _JSON) -> None:
+    """Print autopar's version, the libraries it relies on and the framework releases `launch` targets."""
+    import platform
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as pkg_version
 
     import autopar
+    from autopar.reports.launch_schema import VERSIONS
 
-    parts = [f"autopar {autopar.__version__}"]
+    libs: dict[str, str | None] = {}
     for dep in ("optuna", "scikit-learn", "pandas", "plotly", "pydantic", "typer"):
         try:
-            parts.append(f"{dep} {pkg_version(dep)}")
+            libs[dep] = pkg_version(dep)
         except PackageNotFoundError:
-            parts.append(f"{dep} (not installed)")
+            libs[dep] = None
+    targets = {fw: v[0] for fw, v in VERSIONS.items()}
+    if as_json:
+        emit_json(
+            {
+                "autopar": autopar.__version__,
+                "python": platform.python_version(),
+                "libraries": libs,
+                "launch_targets": targets,
+            }
+        )
+        return
+    parts = [f"autopar {autopar.__version__}"] + [f"{k} {v or '(not installed)'}" for k, v in libs.items()]
     console.print(" · ".join(parts), highlight=False)
+    console.print("launch targets: " + ", ".join(f"{k} {v}" for k, v in targets.items()), highlight=False)

@@ -38,7 +38,27 @@ TpOverlapOpt = Annotated[
     ),
 ]
 
+PlotlyOpt = Annotated[
+    str,
+    typer.Option(
+        "--plotly",
+        help="How the --out report loads plotly.js: inline (self-contained, a compressed partial "
+        "bundle, ~0.6 MB) or cdn (smaller file, needs network).",
+    ),
+]
+
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
+
+
+def check_plotly(mode: str, out: Path | None) -> str:
+    """Validate --plotly: one of the loader modes, and only together with --out."""
+    from autopar.reports.plotlyjs import PLOTLY_MODES
+
+    if mode not in PLOTLY_MODES:
+        raise SpecError(f"plotly={mode!r}: expected one of {', '.join(PLOTLY_MODES)}")
+    if mode != "inline" and out is None:
+        raise SpecError("--plotly applies to the HTML report: add --out FILE.html")
+    return mode
 
 
 def check_framework(name: str) -> str:

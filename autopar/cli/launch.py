@@ -10,7 +10,11 @@ import typer
 
 from autopar.cli.app import command, console, err_console
 from autopar.cli.common import TpOverlapOpt
+from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 from autopar.errors import InvalidStrategyError, SpecError
+
+# Kept literal so `autopar --help` does not import the schemas; a test keeps it equal to VERSIONS.
+DEFAULT_VERSIONS = "megatron=core_v0.19.0, torchtitan=v0.2.2, deepspeed=v0.19.5"
 
 FRAMEWORK_CHOICES = ("megatron", "torchtitan", "deepspeed", "slurm", "all")
 FILES = {
@@ -63,24 +67,61 @@ def _strategy(
     )
 
 
-def _check(model, cluster, workload, strategy) -> None:
-    """Refuse strategies the performance model's rules reject (when that validator is available)."""
-    try:
-        from autopar.perf import validate_strategy
-    except ImportError:  # pragma: no cover - perf is part of the package; guard for partial builds
-        return
-    problems = validate_strategy(model, cluster, workload, strategy)
+def _check(model, cluster, workload, strategy, strict: bool = True) -> None:
+    """Refuse strategies the performance model's rules reject (strict=False: uneven stages allowed)."""
+    from autopar.perf import validate_strategy
+
+    problems = validate_strategy(model, cluster, workload, strategy, strict=strict)
     if problems:
         raise InvalidStrategyError(problems)
 
 
+def parse_framework_versions(values: list[str] | None, framework: str) -> dict[str, str]:
+    """--framework-version VALUE(s): 'megatron=core_v0.19.0' or a bare version for the one --framework."""
+    from autopar.reports.launch_schema import VERSIONS
+
+    out: dict[str, str] = {}
+    for v in values or []:
+        if "=" in v:
+            fw, _, ver = v.partition("=")
+        elif framework in (*VERSIONS, "slurm"):
+            fw, ver = ("megatron" if framework == "slurm" else framework), v  # SLURM runs Megatron-LM
+        else:
+            raise SpecError(
+                f"framework_version={v!r}: name the framework (e.g. torchtitan={VERSIONS['torchtitan'][0]}) "
+                f"when --framework is {framework}"
+            )
+        out[fw.strip()] = ver.strip()
+    return out
+
+
+def _emit_json(ls, s, chosen: list[str], written: list[str]) -> None:
+    d = ls.as_dict()
+    keep = {
+        "megatron": ["megatron_args", "megatron", "torchrun", "env", "placeholders"],
+        "torchtitan": ["torchtitan", "torchtitan_reason"],
+        "deepspeed": ["deepspeed", "deepspeed_reason"],
+        "slurm": ["slurm", "placeholders"],
+    }
+    fields = (
+        ["versions", "sources"] + [f for k in chosen for f in keep[k]] + ["notes", "nodes", "gpus_per_node"]
+    )
+    doc = {"strategy": s.model_dump(), **{f: d[f] for f in dict.fromkeys(fields)}, "written": written}
+    doc["notes"] = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
+    typer.echo(json.dumps(doc, indent=2))
+
+
 @command("launch")
 def launch_cmd(
-    model: Annotated[str, typer.Option(help="Model name/alias or path to a Hugging Face config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU type, e.g. H100-SXM.")],
-    gpus: Annotated[int, typer.Option(help="Number of GPUs.")],
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")],
-    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per optimizer step).")],
+    model: Annotated[
+        str, typer.Option(help="Model name/alias or path to a Hugging Face config.json.")
+    ] = DEFAULT_MODEL,
+    gpu: Annotated[str, typer.Option(help="GPU type, e.g. H100-SXM.")] = DEFAULT_GPU,
+    gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = DEFAULT_GPUS,
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
+    global_batch: Annotated[
+        int, typer.Option(help="Global batch (sequences per optimizer step).")
+    ] = DEFAULT_GLOBAL_BATCH,
     strategy: Annotated[
         str | None,
         typer.Option(
@@ -106,69 +147,107 @@ def launch_cmd(
         typer.Option(help="Pipeline schedule: 1f1b or interleaved [default: interleaved when vpp>1]."),
     ] = None,
     precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
+    tokens: Annotated[
+        str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
+    ] = None,
     gpus_per_node: Annotated[
         int | None, typer.Option(help="GPUs per node [default: the GPU's NVLink domain].")
     ] = None,
     framework: Annotated[str, typer.Option(help="megatron, torchtitan, deepspeed, slurm or all.")] = "all",
+    framework_version: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Release to target, e.g. torchtitan=v0.2.2 (repeatable; a bare version applies to "
+            "--framework) [default: the newest supported: " + DEFAULT_VERSIONS + "]."
+        ),
+    ] = None,
+    allow_uneven: Annotated[
+        bool, typer.Option(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")
+    ] = False,
     tp_comm_overlap: TpOverlapOpt = False,
     out: Annotated[Path | None, typer.Option(help="Also write the files into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    """Print launch settings (Megatron-LM args, torchtitan TOML, DeepSpeed JSON, SLURM script) for a strategy."""
+    """Print launch settings (Megatron-LM args, torchtitan TOML, DeepSpeed JSON, SLURM script) for a strategy.
+
+    Each file names the framework release it targets; the settings are checked in autopar's tests
+    against the argument parser / config classes of that release.
+    """
     from autopar.catalog import get_gpu, get_model
     from autopar.reports.launch import launch_settings
+    from autopar.search.parse import parse_count
     from autopar.specs import ClusterSpec, Workload
 
     if framework not in FRAMEWORK_CHOICES:
         raise SpecError(f"framework={framework!r} is not allowed (allowed: {', '.join(FRAMEWORK_CHOICES)})")
+    versions = parse_framework_versions(framework_version, framework)
     m = get_model(model)
     cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node)
     workload = Workload(
-        seq_len=seq_len, global_batch=global_batch, precision=precision, tp_comm_overlap=tp_comm_overlap
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precision,
+        tp_comm_overlap=tp_comm_overlap,
+        token_budget=parse_count(tokens),
     )
     s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)
-    _check(m, cluster, workload, s)
-    ls = launch_settings(m, cluster, workload, s)
+    _check(m, cluster, workload, s, strict=not allow_uneven)
+    ls = launch_settings(m, cluster, workload, s, versions=versions)
     texts = {
         "megatron": ls.torchrun,
-        "torchtitan": ls.torchtitan,
+        "torchtitan": ls.torchtitan if ls.torchtitan is not None else f"# {ls.torchtitan_reason}\n",
         "deepspeed": ls.deepspeed if ls.deepspeed is not None else f"# {ls.deepspeed_reason}\n",
         "slurm": ls.slurm,
     }
     chosen = list(FILES) if framework == "all" else [framework]
+    written: list[str] = []
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for k in chosen:
-            if k == "deepspeed" and ls.deepspeed is None:
-                continue
-            (out / FILES[k]).write_text(
-                texts[k] if texts[k].endswith("\n") else texts[k] + "\n", encoding="utf-8"
-            )
-        err_console.print(f"wrote {', '.join(FILES[k] for k in chosen)} to {out}", highlight=False)
+        written = _write(out, chosen, texts, ls)
     if as_json:
-        d = ls.as_dict()
-        keep = {
-            "megatron": ["megatron_args", "megatron", "torchrun", "env"],
-            "torchtitan": ["torchtitan"],
-            "deepspeed": ["deepspeed", "deepspeed_reason"],
-            "slurm": ["slurm"],
-        }
-        fields = [f for k in chosen for f in keep[k]] + ["notes", "nodes", "gpus_per_node"]
-        typer.echo(
-            json.dumps({"strategy": s.with_dp(gpus).model_dump(), **{f: d[f] for f in fields}}, indent=2)
-        )
+        _emit_json(ls, s.with_dp(gpus), chosen, [str(out / f) for f in written] if out else [])
         return
+    _print_text(chosen, texts, ls)
+
+
+def _write(out: Path, chosen: list[str], texts: dict[str, str], ls) -> list[str]:
+    """Write the expressible files; say which were written and why any were not."""
+    out.mkdir(parents=True, exist_ok=True)
+    written, skipped = [], []
+    for k in chosen:
+        reason = {"deepspeed": ls.deepspeed_reason, "torchtitan": ls.torchtitan_reason}.get(k, "")
+        if (k == "deepspeed" and ls.deepspeed is None) or (k == "torchtitan" and ls.torchtitan is None):
+            skipped.append(f"{FILES[k]} not written: {reason}")
+            continue
+        text = texts[k] if texts[k].endswith("\n") else texts[k] + "\n"
+        (out / FILES[k]).write_text(text, encoding="utf-8")
+        written.append(FILES[k])
+    msg = f"wrote {', '.join(written)} to {out}" if written else f"wrote nothing to {out}"
+    err_console.print("\n".join([msg, *skipped]), highlight=False, soft_wrap=True)
+    return written
+
+
+def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
     titles = {
-        "megatron": "Megatron-LM (torchrun, run on every node)",
-        "torchtitan": "torchtitan (TOML job config)",
-        "deepspeed": "DeepSpeed (config JSON)",
-        "slurm": "SLURM (sbatch script)",
+        "megatron": f"Megatron-LM {ls.versions['megatron']} (torchrun, run on every node)",
+        "torchtitan": f"torchtitan {ls.versions['torchtitan']} (TOML job config)",
+        "deepspeed": f"DeepSpeed {ls.versions['deepspeed']} (config JSON)",
+        "slurm": f"SLURM + Megatron-LM {ls.versions['megatron']} (sbatch script)",
     }
     for k in chosen:
         if len(chosen) > 1:
             console.rule(f"[bold]{titles[k]}", align="left")
+        elif k in ("megatron", "deepspeed"):  # on stderr: stdout stays a valid command / JSON file
+            err_console.print(f"# {titles[k]}: {ls.sources[k]}", highlight=False, soft_wrap=True)
         typer.echo(texts[k].rstrip("\n"))
-    if ls.notes:
+    if ls.placeholders and any(k in chosen for k in ("megatron", "slurm")):
         err_console.print(
-            "\n".join(f"note: {n}" for n in ls.notes), highlight=False, style="yellow", soft_wrap=True
+            "set before launching: " + "; ".join(f"{k} = {v}" for k, v in ls.placeholders.items()),
+            highlight=False,
+            style="yellow",
+            soft_wrap=True,
+        )
+    notes = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
+    if notes:
+        err_console.print(
+            "\n".join(f"note: {n}" for n in notes), highlight=False, style="yellow", soft_wrap=True
         )

@@ -21,8 +21,10 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    PlotlyOpt,
     TpOverlapOpt,
     check_framework,
+    check_plotly,
     resolve_calibration,
 )
 from autopar.cli.workload_opts import (
@@ -34,15 +36,20 @@ from autopar.cli.workload_opts import (
     MoEOverlapOpt,
     workload_extras,
 )
+from autopar.defaults import (
+    DEFAULT_BUDGET,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPU,
+    DEFAULT_GPUS,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_OBJECTIVES,
+    DEFAULT_SEED,
+    DEFAULT_SEQ_LEN,
+)
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 
-DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_SEQ, DEFAULT_BATCH = (
-    "Llama-3.1-70B",
-    "H100-SXM",
-    "64",
-    8192,
-    512,
-)
+HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
 
 _COLS = {
     "throughput": ("tokens/s", "{:,.0f}"),
@@ -97,17 +104,19 @@ def _jsonable(v: Any) -> Any:
 
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
+    from autopar.reports.counts import search_counts
     from autopar.search.pareto import record_row
 
-    feas = [t for t in result.trials if t.feasible]
+    n = search_counts(result)
     return {
         "inputs": result.inputs,
         "space_size": result.space_size,
         "space_valid": result.space_valid,
         "trials": {
-            "evaluated": sum(t.estimate is not None for t in result.trials),
-            "feasible": len(feas),
-            "rule_violations": sum(t.estimate is None for t in result.trials),
+            "evaluated": n["evaluated"],
+            "feasible": n["feasible"],
+            "pareto": n["pareto"],
+            "rule_violations": n["rule_violations"],
             "optuna_trials": result.stats.get("optuna_trials"),
             "duplicates": result.stats.get("duplicates"),
         },
@@ -128,6 +137,8 @@ def print_result(result: Any, top: int) -> None:
     """Rich output: summary line, Pareto table, recommendations and notes."""
     from rich.table import Table
 
+    from autopar.reports.counts import search_counts
+
     hw = {(t.gpu, t.num_gpus, t.precision) for t in result.trials}
     multi_hw = len(hw) > 1
     st = result.stats
@@ -141,10 +152,11 @@ def print_result(result: Any, top: int) -> None:
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
         valid = "~" + valid
+    n = search_counts(result)
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
-        f"{st.get('evaluated', 0):,} evaluated, {result.n_feasible:,} feasible, "
-        f"{len(result.pareto)} on the front · {result.wall_s:.1f} s",
+        f"{n['evaluated']:,} evaluated, {n['feasible']:,} feasible, "
+        f"{n['pareto']} on the front · {result.wall_s:.1f} s",
         highlight=False,
     )
     names = [o.name for o in result.objectives]
@@ -220,17 +232,21 @@ def optimize_cmd(
     cuda_graphs: CudaGraphsOpt = False,
     cluster: ClusterOpt = None,
     internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ,
-    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step).")] = DEFAULT_BATCH,
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
+    global_batch: Annotated[
+        int, typer.Option(help="Global batch (sequences per step).")
+    ] = DEFAULT_GLOBAL_BATCH,
     precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")] = "bf16",
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")
     ] = None,
-    budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = 300,
+    budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = DEFAULT_BUDGET,
     objectives: Annotated[
         str, typer.Option(help="2-4 of throughput,headroom,cost,step_time,mfu.")
-    ] = "throughput,headroom,cost",
-    seed: Annotated[int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")] = 0,
+    ] = ",".join(DEFAULT_OBJECTIVES),
+    seed: Annotated[
+        int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")
+    ] = DEFAULT_SEED,
     sampler: Annotated[str, typer.Option(help="nsga2 or exhaustive.")] = "nsga2",
     storage: Annotated[
         str | None,
@@ -246,7 +262,7 @@ def optimize_cmd(
         typer.Option(
             help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error)."
         ),
-    ] = "2GiB",
+    ] = HEADROOM_DEFAULT,
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
@@ -259,6 +275,7 @@ def optimize_cmd(
     out: Annotated[
         Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")
     ] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """Search parallelism strategies with NSGA-II and print the Pareto set and recommended points.
 
@@ -272,6 +289,7 @@ def optimize_cmd(
     from autopar.search.study import optimize
     from autopar.specs import Workload
 
+    check_plotly(plotly, out)
     default_problem = model is None
     m = get_model(model or DEFAULT_MODEL)
     choice = resolve_cluster(
@@ -351,6 +369,6 @@ def optimize_cmd(
             from autopar.reports import write_search_report
         except (ImportError, AttributeError) as e:
             raise AutoparError(f"out={out}: the HTML report writer is not available in this build") from e
-        path = write_search_report(result, out)
+        path = write_search_report(result, out, plotlyjs=plotly)
         if not as_json:
             console.print(f"report: {path}", highlight=False)

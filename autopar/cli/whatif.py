@@ -19,8 +19,10 @@ from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
+    PlotlyOpt,
     TpOverlapOpt,
     check_framework,
+    check_plotly,
     resolve_calibration,
 )
 from autopar.costs.figures import (
@@ -33,6 +35,7 @@ from autopar.costs.figures import (
     parse_usd,
 )
 from autopar.costs.whatif import WhatIfResult, run_whatif
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError, SpecError
 from autopar.specs import Workload
 
@@ -235,7 +238,7 @@ def whatif(
             help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
             "(default keeps a margin for the memory model's error).",
         ),
-    ] = "2GiB",
+    ] = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
@@ -247,8 +250,10 @@ def whatif(
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
+    plotly: PlotlyOpt = "inline",
 ) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
+    check_plotly(plotly, out)
     from autopar.catalog import get_model
     from autopar.search.parse import parse_gib, parse_list
 
@@ -291,7 +296,7 @@ def whatif(
         progress=progress,
     )
     if write_report is not None:
-        path = write_report(result, out)
+        path = write_report(result, out, plotlyjs=plotly)
         if not json_out:
             err_console.print(f"report written to {path}", highlight=False)
     if json_out:

@@ -21,6 +21,7 @@ from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError, SpecError
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
 
@@ -187,7 +188,7 @@ def run_whatif(
     max_cost_usd: float | None = None,
     budget: int = 300,
     seed: int = 0,
-    min_headroom_gib: float = 0.0,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
     precisions: list[str] | None = None,
     calibration: Any = None,
     sampler: str = "nsga2",

@@ -9,8 +9,10 @@ from importlib import resources
 from pathlib import Path
 
 import plotly.graph_objects as go
-import plotly.offline as po
 
+from autopar.reports.counts import search_counts  # noqa: F401 - re-exported for the report modules
+from autopar.reports.plotlyjs import RENDER_JS, plotly_script
+from autopar.reports.plotlyjs import figure_html as _figure_html
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import ClusterSpec, Workload
 
@@ -121,26 +123,14 @@ def now_utc() -> str:
 
 
 def figure_html(fig: go.Figure, div_id: str) -> str:
-    """A figure as an embeddable <div> (plotly.js is loaded once by the page)."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG)
-
-
-def plotly_script(mode: str) -> str:
-    """<script> that loads plotly.js: inlined (offline, ~4.8 MB) or from the CDN (small file)."""
-    if mode == "inline":
-        return f'<script type="text/javascript">{po.get_plotlyjs()}</script>'
-    if mode == "cdn":
-        v = po.get_plotlyjs_version()
-        return f'<script src="https://cdn.plot.ly/plotly-{v}.min.js" charset="utf-8"></script>'
-    from autopar.errors import SpecError
-
-    raise SpecError(f"plotlyjs='{mode}' is not supported (allowed: inline, cdn)")
+    """A figure as an embeddable <div> (drawn once the page's plotly.js is ready)."""
+    return _figure_html(fig, div_id, PLOT_CONFIG)
 
 
 def render_page(title: str, body: str, plotlyjs: str) -> str:
     """Fill the single HTML template with a title, the plotly.js loader and the body."""
     tpl = resources.files("autopar.reports").joinpath("template.html").read_text(encoding="utf-8")
-    values = {"title": esc(title), "plotlyjs": plotly_script(plotlyjs), "body": body}
+    values = {"title": esc(title), "plotlyjs": plotly_script(plotlyjs), "body": body, "render": RENDER_JS}
     out, rest = [], tpl
     while "{{" in rest:  # substitute once, left to right, never inside inserted text
         head, _, tail = rest.partition("{{")

@@ -79,6 +79,23 @@ class ParetoPanel:
     dominated: PointSet
     infeasible: PointSet
     recommended: PointSet
+    x_log: bool = False  # log-scaled axis (positive values spanning more than LOG_RATIO)
+    y_log: bool = False
+
+
+# An axis whose feasible values are all positive and span more than this factor is drawn log-scaled,
+# so that the decision region (the front) is not squashed into a few pixels by far-off points.
+# Only ratio-like objectives qualify: headroom near 0 GiB and MFU (bounded) read better linearly.
+LOG_RATIO = 10.0
+LOG_OBJECTIVES = ("cost", "step_time", "throughput")
+
+
+def log_scale(*sets: PointSet, axis: str, name: str) -> bool:
+    """Whether the axis ('x' or 'y', objective `name`) of these point sets should be log-scaled."""
+    if name not in LOG_OBJECTIVES:
+        return False
+    vals = [v for s in sets for v in getattr(s, axis)]
+    return bool(vals) and min(vals) > 0 and max(vals) / min(vals) > LOG_RATIO
 
 
 @dataclass(frozen=True)
@@ -117,13 +134,31 @@ def _points(
     )
 
 
+def _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_labels) -> ParetoPanel:  # noqa: ANN001
+    pareto, dom = _points(front, xk, yk, objs), _points(dominated, xk, yk, objs)
+    rec = _points(rec_trials, xk, yk, objs, rec_labels)
+    return ParetoPanel(
+        x_title=xt,
+        y_title=yt,
+        x_name=xk,
+        y_name=yk,
+        pareto=pareto,
+        dominated=dom,
+        infeasible=_points(infeasible, xk, yk, objs),
+        recommended=rec,
+        x_log=log_scale(pareto, dom, rec, axis="x", name=xk),
+        y_log=log_scale(pareto, dom, rec, axis="y", name=yk),
+    )
+
+
 def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     """Split trials into Pareto / dominated / infeasible / recommended for each objective pair."""
     objs = list(result.objectives)
     front = pareto_trials(result)
     front_ids = {t.number for t in front}
     dominated = [t for t in result.trials if t.feasible and t.number not in front_ids]
-    infeasible = [t for t in result.trials if not t.feasible]
+    # evaluated but infeasible (out of memory, over a constraint); rule violations have no values
+    infeasible = [t for t in result.trials if not t.feasible and t.estimate is not None]
     rec_labels: dict[int, str] = {}
     for r in result.recommended:
         prev = rec_labels.get(r.trial.number)
@@ -140,16 +175,7 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     else:
         keyed = [("trial", objs[0].name, "Trial number", axis_title(objs[0]))]
     panels = tuple(
-        ParetoPanel(
-            x_title=xt,
-            y_title=yt,
-            x_name=xk,
-            y_name=yk,
-            pareto=_points(front, xk, yk, objs),
-            dominated=_points(dominated, xk, yk, objs),
-            infeasible=_points(infeasible, xk, yk, objs),
-            recommended=_points(rec_trials, xk, yk, objs, rec_labels),
-        )
+        _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_labels)
         for xk, yk, xt, yt in keyed
     )
     groups = tuple(dict.fromkeys(cluster_label(t.gpu, t.num_gpus) for t in front))

@@ -20,6 +20,7 @@ from autopar.reports.common import (
     pareto_trials,
     render_page,
     role_title,
+    search_counts,
     trial_cluster,
     trial_workload,
     write_text,
@@ -88,11 +89,11 @@ def _header(result: SearchResult) -> str:
     objectives = ", ".join(
         f"{o.name} ({'max' if o.direction == 'maximize' else 'min'}, {o.unit})" for o in result.objectives
     )
-    front = pareto_trials(result)
+    n = search_counts(result)
     kpis = [
-        ("Pareto points", str(len(front))),
-        ("Trials", str(len(result.trials))),
-        ("Feasible", str(result.n_feasible)),
+        ("Pareto points", f"{n['pareto']:,}"),
+        ("Evaluated", f"{n['evaluated']:,}"),
+        ("Feasible", f"{n['feasible']:,}"),
         ("Search space", fmt_num(result.space_size)),
         ("Search time", fmt_seconds(result.wall_s)),
     ]
@@ -232,7 +233,7 @@ def launch_html(result: SearchResult, t: TrialRecord, key: str) -> str:
         return f'<details class="launch"><summary>Launch settings</summary><p class="muted">{esc(err)}</p></details>'
     tabs = [
         ("megatron", "Megatron-LM", ls.torchrun),
-        ("torchtitan", "torchtitan", ls.torchtitan),
+        ("torchtitan", "torchtitan", ls.torchtitan or f"# {ls.torchtitan_reason}"),
         ("deepspeed", "DeepSpeed", ls.deepspeed or f"# {ls.deepspeed_reason}"),
         ("slurm", "SLURM", ls.slurm),
     ]
@@ -314,9 +315,9 @@ def search_report_html(result: SearchResult, plotlyjs: str = "inline") -> str:
             _section(
                 "Pareto front",
                 f"{len(front)} non-dominated strategies (coloured) among "
-                f"{result.n_feasible} feasible trials (grey). Stars mark the recommendations; "
-                f"{pinfo.n_infeasible} infeasible trials are hidden — click “Infeasible” in the legend to "
-                "show them. Hover a point for its full strategy.",
+                f"{result.n_feasible} feasible ones (grey). Stars mark the recommendations; "
+                f"{pinfo.n_infeasible} evaluated strategies that do not fit (memory or a constraint) are "
+                "hidden — click “Infeasible” in the legend to show them. Hover a point for its full strategy.",
                 f'<div class="panel">{figure_html(plot_pareto(pinfo), "fig-pareto")}</div>',
                 "pareto",
             )

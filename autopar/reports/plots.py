@@ -9,45 +9,67 @@ from plotly.subplots import make_subplots
 
 from autopar.reports.common import FONT, PALETTE, base_layout
 from autopar.reports.figures import ParallelCoordsInfo, ParetoPlotInfo, StackedBarInfo
+from autopar.reports.labels import place_labels
 
 HOVER = "%{hovertext}<extra></extra>"
 PANEL_HEIGHT = 440
+ASSUMED_WIDTH = 1260  # px: the report's content width (template .wrap), for label placement
 
 
-def _label_positions(
-    xs: tuple[float, ...], ys: tuple[float, ...], all_x: list[float], all_y: list[float]
-) -> list[str]:
-    """Put each label on the side facing the middle of the panel, so it is not cut at the edge;
-    labels of points close to an earlier one go to the other side, so they do not overlap."""
-    if not all_x:
-        return ["top center"] * len(xs)
-    x0, x1, y0, y1 = min(all_x), max(all_x), min(all_y), max(all_y)
-    sx, sy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    out: list[str] = []
-    placed: list[tuple[float, float, str]] = []
-    for x, y in zip(xs, ys, strict=True):
-        nx, ny = (x - x0) / sx, (y - y0) / sy
-        vert = "bottom" if ny > 0.5 else "top"
-        horiz = "left" if nx > 0.5 else "right"
-        for px, py, pv in placed:
-            if abs(px - nx) < 0.15 and abs(py - ny) < 0.15 and pv == vert:
-                vert = "top" if vert == "bottom" else "bottom"
-        placed.append((nx, ny, vert))
-        out.append(f"{vert} {horiz}")
-    return out
-
-
-def focus_range(front: list[float], everything: list[float], pad: float = 0.18) -> list[float] | None:
+def focus_range(
+    front: list[float], everything: list[float], pad: float = 0.18, log: bool = False
+) -> list[float] | None:
     """Initial axis range around the Pareto points (padded), so far-off dominated points do not
-    squash the front; the autoscale button still shows everything."""
+    squash the front; the autoscale button still shows everything. Log axes: in log10 units."""
     if not front:
         return None
+    if log:
+        front, everything = [math.log10(v) for v in front], [math.log10(v) for v in everything if v > 0]
     lo, hi = min(front), max(front)
     span = hi - lo or max(abs(hi) * 0.1, 1e-9)
     lo, hi = lo - pad * span, hi + pad * span
     if everything:  # never pad beyond the data
         lo, hi = max(lo, min(everything) - pad * span), min(hi, max(everything) + pad * span)
     return [lo, hi]
+
+
+def _label_recommended(fig: go.Figure, p, i: int, ranges, grid) -> None:  # noqa: ANN001
+    """Recommended-point labels as annotations placed so that they do not overlap (labels.py)."""
+    if not p.recommended.x:
+        return
+    cols, rows = grid
+    ref = "" if i == 0 else str(i + 1)
+    xa, ya = fig.layout[f"xaxis{ref}"], fig.layout[f"yaxis{ref}"]
+    width = (ASSUMED_WIDTH - 100) * (xa.domain[1] - xa.domain[0])
+    height = (PANEL_HEIGHT * rows - 60) * (ya.domain[1] - ya.domain[0])
+    tx = [math.log10(v) for v in p.recommended.x] if p.x_log else list(p.recommended.x)
+    ty = [math.log10(v) for v in p.recommended.y] if p.y_log else list(p.recommended.y)
+    (x0, x1), (y0, y1) = ranges[0] or (min(tx), max(tx) + 1), ranges[1] or (min(ty), max(ty) + 1)
+    pts = [
+        ((x - x0) / ((x1 - x0) or 1) * width, (1 - (y - y0) / ((y1 - y0) or 1)) * height)
+        for x, y in zip(tx, ty, strict=True)
+    ]
+    for (x, y), text, (ax, ay) in zip(
+        zip(tx, ty, strict=True),
+        p.recommended.text,
+        place_labels(pts, list(p.recommended.text), width, height),
+        strict=True,
+    ):
+        fig.add_annotation(
+            x=x,
+            y=y,
+            xref=f"x{ref}",
+            yref=f"y{ref}",
+            text=text,
+            ax=ax,
+            ay=ay,
+            showarrow=True,
+            arrowhead=0,
+            arrowwidth=1,
+            arrowcolor="#92400e",
+            bgcolor="rgba(255,255,255,0.85)",
+            font={"family": FONT, "size": 12, "color": "#111827"},
+        )
 
 
 def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
@@ -126,16 +148,8 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
                 y=p.recommended.y,
                 hovertext=p.recommended.hover,
                 hovertemplate=HOVER,
-                text=p.recommended.text,
-                mode="markers+text",
+                mode="markers",
                 cliponaxis=False,
-                textposition=_label_positions(
-                    p.recommended.x,
-                    p.recommended.y,
-                    [*p.dominated.x, *p.pareto.x, *p.recommended.x],
-                    [*p.dominated.y, *p.pareto.y, *p.recommended.y],
-                ),
-                textfont={"family": FONT, "size": 12, "color": "#111827"},
                 name="Recommended",
                 legendgroup="recommended",
                 showlegend=first,
@@ -151,22 +165,11 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
         )
         front_x, front_y = [*p.pareto.x, *p.recommended.x], [*p.pareto.y, *p.recommended.y]
         all_x, all_y = [*front_x, *p.dominated.x], [*front_y, *p.dominated.y]
-        fig.update_xaxes(
-            title_text=p.x_title,
-            row=r,
-            col=c,
-            automargin=True,
-            zeroline=False,
-            range=focus_range(front_x, all_x),
-        )
-        fig.update_yaxes(
-            title_text=p.y_title,
-            row=r,
-            col=c,
-            automargin=True,
-            zeroline=False,
-            range=focus_range(front_y, all_y),
-        )
+        xr, yr = focus_range(front_x, all_x, log=p.x_log), focus_range(front_y, all_y, log=p.y_log)
+        axis = {"automargin": True, "zeroline": False, "row": r, "col": c}
+        fig.update_xaxes(title_text=p.x_title, range=xr, type="log" if p.x_log else "linear", **axis)
+        fig.update_yaxes(title_text=p.y_title, range=yr, type="log" if p.y_log else "linear", **axis)
+        _label_recommended(fig, p, i, (xr, yr), (cols, rows))
     fig.update_layout(
         **base_layout(
             PANEL_HEIGHT * rows + 40,

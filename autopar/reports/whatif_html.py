@@ -6,6 +6,7 @@ Renders `autopar.costs.whatif.WhatIfResult`. Data functions (`cost_time_info`,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ from autopar.reports.common import (
     render_page,
     write_text,
 )
+from autopar.reports.figures import LOG_RATIO
+from autopar.reports.labels import place_labels
 from autopar.reports.launch import launch_settings
+from autopar.reports.plots import ASSUMED_WIDTH
 from autopar.reports.table import Column, TableInfo, table_html
 
 DAY = 86400.0
@@ -208,9 +212,7 @@ def plot_cost_time(info: CostTimeInfo) -> go.Figure:
         go.Scatter(
             x=info.days,
             y=info.usd,
-            mode="markers+text",
-            text=list(info.labels),
-            textposition="top center",
+            mode="markers",
             cliponaxis=False,
             hovertext=info.hover,
             hovertemplate="%{hovertext}<extra></extra>",
@@ -255,11 +257,65 @@ def plot_cost_time(info: CostTimeInfo) -> go.Figure:
             460, legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
         )
     )
-    fig.update_xaxes(title_text="Time to train the token budget (days) ↓ better", rangemode="tozero")
-    fig.update_yaxes(
-        title_text="Total cost (USD) ↓ better", rangemode="tozero", tickprefix="$", tickformat="~s"
+    xlog, ylog = _spans(info.days), _spans(info.usd)
+    xr, yr = _range(info.days, xlog), _range(info.usd, ylog)
+    fig.update_xaxes(
+        title_text="Time to train the token budget (days) ↓ better",
+        type="log" if xlog else "linear",
+        range=xr,
     )
+    fig.update_yaxes(
+        title_text="Total cost (USD) ↓ better",
+        type="log" if ylog else "linear",
+        range=yr,
+        tickprefix="$",
+        tickformat="~s",
+    )
+    _label_options(fig, info, (xr, yr), (xlog, ylog))
     return fig
+
+
+def _spans(vals: tuple[float, ...]) -> bool:
+    """Log-scale an axis whose positive values span more than LOG_RATIO (as in the search report)."""
+    return bool(vals) and min(vals) > 0 and max(vals) / min(vals) > LOG_RATIO
+
+
+def _range(vals: tuple[float, ...], log: bool) -> list[float]:
+    """Axis range: from 0 (linear) or a padded log range, with room above for labels."""
+    if not vals:
+        return [0.0, 1.0]
+    if log:
+        lo, hi = math.log10(min(vals)), math.log10(max(vals))
+        pad = 0.12 * ((hi - lo) or 1.0)
+        return [lo - pad, hi + pad]
+    return [0.0, max(vals) * 1.15 or 1.0]
+
+
+def _label_options(fig: go.Figure, info: CostTimeInfo, ranges, logs) -> None:  # noqa: ANN001
+    """Option labels as annotations placed without overlap (autopar.reports.labels)."""
+    width, height = ASSUMED_WIDTH - 140, 460 - 130
+    tx = [math.log10(v) if logs[0] else v for v in info.days]
+    ty = [math.log10(v) if logs[1] else v for v in info.usd]
+    (x0, x1), (y0, y1) = ranges
+    pts = [
+        ((x - x0) / ((x1 - x0) or 1) * width, (1 - (y - y0) / ((y1 - y0) or 1)) * height)
+        for x, y in zip(tx, ty, strict=True)
+    ]
+    offsets = place_labels(pts, list(info.labels), width, height)
+    for x, y, text, (ax, ay) in zip(tx, ty, info.labels, offsets, strict=True):
+        fig.add_annotation(
+            x=x,
+            y=y,
+            text=text,
+            ax=ax,
+            ay=ay,
+            showarrow=True,
+            arrowhead=0,
+            arrowwidth=1,
+            arrowcolor="#64748b",
+            bgcolor="rgba(255,255,255,0.85)",
+            font={"family": FONT, "size": 12, "color": "#111827"},
+        )
 
 
 # --------------------------------------------------------------------------- page

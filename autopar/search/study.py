@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
@@ -153,7 +154,7 @@ def optimize(
     storage: Any = None,
     study_name: str | None = None,
     timeout: float | None = None,
-    min_headroom_gib: float = 0.0,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
     max_cost: float | None = None,
     precisions: list[str] | None = None,
     price_book: Any = None,

@@ -1,0 +1,53 @@
+"""DeepSpeed config JSON for a strategy, where DeepSpeed can express it.
+
+Keys: deepspeedai/DeepSpeed deepspeed/runtime/constants.py (top level) and the pydantic sections
+(DeepSpeedZeroConfig in runtime/zero/config.py, DeepSpeedBF16Config in runtime/precision_config.py,
+TPTrainingConfig in runtime/tensor_parallel/config.py) at the targeted tag; docs/_pages/config-json.md
+for train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel
+GPUs. Tests check every generated file against the schema extracted from those classes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autopar.specs import Strategy, Workload
+
+
+def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tuple[str | None, str, list[str]]:
+    """(config JSON or None, reason or caveats, notes)."""
+    unsupported = [f"{name}={v}" for name, v in (("pp", s.pp), ("cp", s.cp), ("ep", s.ep)) if v > 1]
+    if unsupported:
+        reason = (
+            "not expressible as a DeepSpeed config: "
+            + ", ".join(unsupported)
+            + " need model-side code (PipelineModule, Ulysses, DeepSpeed-MoE)"
+        )
+        return None, reason, []
+    notes: list[str] = []
+    zero: dict[str, object] = {"stage": s.zero}
+    if s.zero >= 2:
+        zero.update(overlap_comm=True, contiguous_gradients=True)
+    cfg: dict[str, object] = {
+        "train_batch_size": workload.global_batch,
+        "train_micro_batch_size_per_gpu": s.micro_batch,
+        "gradient_accumulation_steps": microbatches,
+        "bf16": {"enabled": True},
+        "zero_optimization": zero,
+        "gradient_clipping": 1.0,
+    }
+    if s.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": s.tp}
+        notes.append(
+            "DeepSpeed AutoTP (tensor_parallel.autotp_size) shards linear layers of "
+            "Hugging Face style models; it has no Megatron-style sequence parallelism"
+        )
+    if s.recompute != "none":
+        notes.append(
+            "DeepSpeed activation checkpointing is enabled in the model code "
+            "(e.g. gradient_checkpointing_enable()), not in this JSON"
+        )
+    if workload.precision == "fp8":
+        notes.append("FP8 GEMMs need Transformer Engine in the model; the DeepSpeed config keeps bf16")
+    notes.append("set the optimizer and LR schedule in the training script or add 'optimizer'/'scheduler'")
+    return json.dumps(cfg, indent=2) + "\n", "; ".join(notes), notes

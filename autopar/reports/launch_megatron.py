@@ -1,0 +1,206 @@
+"""Megatron-LM arguments for a model, workload and strategy.
+
+Every flag is checked in tests against the argument schema extracted from NVIDIA/Megatron-LM
+megatron/training/arguments.py at the targeted tag (autopar/data/launch_schemas/, see
+autopar.reports.launch_schema): `_add_network_size_args`, `_add_training_args`,
+`_add_learning_rate_args`, `_add_distributed_args`, `_add_mixed_precision_args`, `_add_moe_args`,
+`_add_mla_args` and the groups generated from TransformerConfig/ModelParallelConfig.
+Megatron-FSDP flags: docs/user-guide/features/megatron_fsdp.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.reports.launch_split import megatron_split
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+# Values the user must choose: name -> what it is. A token budget fixes TRAIN_ITERS.
+PLACEHOLDERS = {
+    "TRAIN_ITERS": "optimizer steps to train (tokens / (seq_len x global batch))",
+    "LR": "peak learning rate",
+    "MIN_LR": "final learning rate of the cosine decay",
+    "WARMUP_ITERS": "linear warm-up steps",
+    "DATA_PATH": "dataset prefix written by Megatron tools/preprocess_data.py (path/to/name_text_document)",
+    "TOKENIZER": "Hugging Face tokenizer folder or name",
+}
+
+
+def placeholder(name: str) -> str:
+    """A shell word that stops with a message when the variable is unset."""
+    return f'"${{{name}:?set {name}: {PLACEHOLDERS[name]}}}"'
+
+
+@dataclass(frozen=True)
+class MegatronArgs:
+    args: list[str]
+    notes: list[str]
+    placeholders: dict[str, str]
+
+
+def _positions(model: ModelSpec) -> tuple[list[str], list[str]]:
+    """Position-embedding flags (RoPE base and scaling, learned, none) and notes."""
+    if model.position_embedding == "learned":
+        return ["--position-embedding-type learned_absolute"], []
+    if model.position_embedding == "alibi":
+        return ["--position-embedding-type none"], [
+            f"{model.name} uses ALiBi, which Megatron-LM does not implement; the arguments train "
+            "without position embeddings"
+        ]
+    kind = "yarn" if model.rope_scaling == "yarn" and not model.is_mla else "rope"
+    a = [f"--position-embedding-type {kind}", f"--rotary-base {round(model.rope_theta)}"]
+    if model.rope_scaling == "llama3":
+        a += ["--use-rope-scaling", f"--rope-scaling-factor {model.rope_scaling_factor or 8.0}"]
+    elif model.rope_scaling == "yarn":
+        if model.is_mla:
+            a.append("--rope-type yarn")
+        a.append(f"--rotary-scaling-factor {model.rope_scaling_factor or 1.0}")
+    return a, []
+
+
+def _network(model: ModelSpec, workload: Workload) -> tuple[list[str], list[str]]:
+    """Architecture arguments (network size, attention, positions, dropout)."""
+    a = [
+        f"--num-layers {model.layers}",
+        f"--hidden-size {model.hidden}",
+        f"--ffn-hidden-size {model.ffn_hidden}",
+        f"--num-attention-heads {model.heads}",
+    ]
+    if model.kv != model.heads and not model.is_mla:
+        a += ["--group-query-attention", f"--num-query-groups {model.kv}"]
+    if model.head_dim and model.head_dim != model.hidden // model.heads and not model.is_mla:
+        a.append(f"--kv-channels {model.head_dim}")
+    a += [f"--seq-length {workload.seq_len}", f"--max-position-embeddings {workload.seq_len}"]
+    pos, notes = _positions(model)
+    a += pos
+    a.append("--normalization RMSNorm" if model.norm == "rmsnorm" else "--normalization LayerNorm")
+    if model.activation == "swiglu":
+        a.append("--swiglu")
+    if not model.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    a.append("--disable-bias-linear")
+    if model.qkv_bias:
+        a.append("--add-qkv-bias")
+    if model.qk_norm:
+        a.append("--qk-layernorm")
+    if not model.dropout:  # Megatron defaults both to 0.1 (TransformerConfig)
+        a += ["--hidden-dropout 0", "--attention-dropout 0"]
+    if model.sliding_window and model.sliding_window_fraction > 0:
+        notes.append(
+            f"{model.name} uses a {model.sliding_window}-token sliding window on "
+            f"{model.sliding_window_fraction:.0%} of layers; set --window-size / --window-attn-skip-freq"
+        )
+    if model.softcapping:
+        notes.append(f"{model.name} soft-caps attention/output logits, which Megatron-LM GPT models do not")
+    return a, notes
+
+
+def _experts(model: ModelSpec) -> list[str]:
+    """MoE and MLA arguments."""
+    a: list[str] = []
+    if model.is_mla:
+        a.append("--multi-latent-attention")
+        if model.q_lora_rank:
+            a.append(f"--q-lora-rank {model.q_lora_rank}")
+        a += [
+            f"--kv-lora-rank {model.kv_lora_rank}",
+            f"--qk-head-dim {model.qk_nope_head_dim}",
+            f"--qk-pos-emb-head-dim {model.qk_rope_head_dim}",
+            f"--v-head-dim {model.v_head_dim}",
+        ]
+    if model.is_moe:
+        a += [
+            f"--num-experts {model.experts}",
+            f"--moe-router-topk {model.topk}",
+            f"--moe-ffn-hidden-size {model.moe_ffn_hidden}",
+        ]
+        if model.shared_experts:
+            a.append(f"--moe-shared-expert-intermediate-size {model.shared_experts * model.shared_ffn}")
+        if model.dense_layers:
+            a.append(f"--moe-layer-freq '([0]*{model.dense_layers}+[1]*{model.moe_layers})'")
+        a += ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    return a
+
+
+def _parallel(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[list[str], list[str]]:
+    """Parallel sizes, pipeline split, data-parallel sharding and recompute."""
+    a = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}"]
+    notes: list[str] = []
+    split = megatron_split(model.layers, s.pp, s.vpp)
+    if split is None:  # callers check megatron_split first; kept for direct use
+        notes.append(f"no Megatron-LM pipeline split puts {model.layers} layers on pp={s.pp} x vpp={s.vpp}")
+    else:
+        a += list(split.args)
+        if split.how in ("account", "first-last", "layout"):
+            notes.append(
+                f"uneven pipeline split, layers per rank: {', '.join(map(str, split.layers_per_rank))}"
+            )
+    if s.cp > 1:
+        a.append(f"--context-parallel-size {s.cp}")
+    if model.is_moe:
+        a += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.expert_tp}"]
+    if s.sp and s.tp > 1:
+        a.append("--sequence-parallel")
+        if workload.tp_comm_overlap:
+            a.append("--tp-comm-overlap")  # Transformer Engine userbuffers; needs --sequence-parallel
+    if s.zero == 1:
+        a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    elif s.zero in (2, 3):
+        strat = {2: "optim_grads", 3: "optim_grads_params"}[s.zero]
+        a += [
+            "--use-megatron-fsdp",
+            f"--data-parallel-sharding-strategy {strat}",
+            "--ckpt-format fsdp_dtensor",
+        ]
+        a += ["--overlap-grad-reduce", "--overlap-param-gather"]
+    else:
+        a.append("--overlap-grad-reduce")
+    if s.recompute == "selective":
+        a.append("--recompute-granularity selective")
+    elif s.recompute == "full":
+        a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    return a, notes
+
+
+def _training(workload: Workload, cluster: ClusterSpec, s: Strategy) -> tuple[list[str], dict[str, str]]:
+    """Batch, length, learning-rate schedule and precision; placeholders for what the user sets."""
+    used = {k: v for k, v in PLACEHOLDERS.items() if k in ("TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS")}
+    if workload.token_budget:
+        iters = -(-int(workload.token_budget) // workload.tokens_per_step)
+        train = f"--train-iters {iters}"
+        used.pop("TRAIN_ITERS")
+    else:
+        train = f"--train-iters {placeholder('TRAIN_ITERS')}"
+    a = [
+        f"--micro-batch-size {s.micro_batch}",
+        f"--global-batch-size {workload.global_batch}",
+        train,
+        f"--lr {placeholder('LR')}",
+        f"--min-lr {placeholder('MIN_LR')}",
+        "--lr-decay-style cosine",
+        f"--lr-warmup-iters {placeholder('WARMUP_ITERS')}",
+        "--bf16",
+    ]
+    if workload.precision == "fp8":
+        # autopar models one tensor-wise-like FP8 recipe; Blackwell runs MXFP8 (block scales)
+        recipe = "mxfp8" if cluster.gpu.family == "blackwell" else "tensorwise"
+        a += ["--fp8-format hybrid", f"--fp8-recipe {recipe}"]
+    return a, used
+
+
+def megatron_args(model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy) -> MegatronArgs:
+    """All Megatron-LM arguments for the strategy, the notes, and the placeholders they use."""
+    net, notes = _network(model, workload)
+    par, pnotes = _parallel(model, workload, s)
+    train, used = _training(workload, cluster, s)
+    return MegatronArgs(net + _experts(model) + par + train, notes + pnotes, used)
+
+
+def megatron_env(model: ModelSpec, s: Strategy) -> dict[str, str]:
+    """Environment Megatron's validate_args requires or its guides recommend."""
+    env: dict[str, str] = {}
+    if (s.tp > 1 or s.cp > 1) and s.zero < 2:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # asserted for TP/CP before Blackwell (validate_args)
+    if model.is_moe:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # MoE README recommendation
+    return env

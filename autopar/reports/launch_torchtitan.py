@@ -1,0 +1,143 @@
+"""torchtitan TOML job config for a model, workload and strategy.
+
+Sections and keys: pytorch/torchtitan torchtitan/config/job_config.py at the targeted tag (the
+schema in autopar/data/launch_schemas/ records the commit); model names and flavors:
+torchtitan/models/<name>/__init__.py. Tests parse every generated file with tomllib and check it
+against that schema and the trainer's own layout rules (autopar.reports.launch_schema).
+"""
+
+from __future__ import annotations
+
+import json
+
+from autopar.reports.launch_schema import load_schema, schema_source
+from autopar.reports.launch_split import torchtitan_split
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+# autopar catalog model -> torchtitan (model name, flavor) with the same architecture.
+TORCHTITAN_MODELS: dict[str, tuple[str, str]] = {
+    "Llama-3-8B": ("llama3", "8B"),
+    "Llama-3.1-8B": ("llama3", "8B"),
+    "Llama-3-70B": ("llama3", "70B"),
+    "Llama-3.1-70B": ("llama3", "70B"),
+    "Llama-3.1-405B": ("llama3", "405B"),
+    "DeepSeek-V2": ("deepseek_v3", "236B"),
+    "DeepSeek-V3": ("deepseek_v3", "671B"),
+    "Qwen3-8B": ("qwen3", "8B"),
+    "Qwen3-30B-A3B": ("qwen3", "30B-A3B"),
+    "Qwen3-235B-A22B": ("qwen3", "235B-A22B"),
+    "GPT-OSS-120B": ("gpt_oss", "120b"),
+}
+
+
+def torchtitan_model(model: ModelSpec, version: str) -> tuple[str, str] | None:
+    """The torchtitan (name, flavor) of this model in that release, or None."""
+    hit = TORCHTITAN_MODELS.get(model.name)
+    if hit is None:
+        return None
+    name, flavor = hit
+    return hit if flavor in load_schema("torchtitan", version)["models"].get(name, []) else None
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))
+
+
+def _data_parallel(s: Strategy) -> tuple[int, int, str, list[str]]:
+    """(replicate, shard, fsdp_reshard_after_forward, notes) for the strategy's ZeRO stage."""
+    if s.zero in (1, 2):
+        note = ["torchtitan has no ZeRO-1; FSDP2 with reshard_after_forward=never is the nearest"] * (
+            s.zero == 1
+        )
+        return 1, s.dp, "never", note
+    if s.zero == 0:
+        if s.tp * s.pp * s.cp == 1 and s.ep == 1:
+            return s.dp, 1, "default", []
+        # ParallelDims: experts shard over dp_shard*cp*tp, and DDP needs a 1-D mesh
+        note = "torchtitan's DDP path needs a 1-D mesh without EP; the config uses FSDP2 (never reshard)"
+        return 1, s.dp, "never", [note]
+    return 1, s.dp, "default", []
+
+
+def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dict[str, object], list[str]]:
+    rep, shard, reshard, notes = _data_parallel(s)
+    par: dict[str, object] = {
+        "data_parallel_replicate_degree": rep,
+        "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": reshard,
+        "tensor_parallel_degree": s.tp,
+        "pipeline_parallel_degree": s.pp,
+        "context_parallel_degree": s.cp,
+    }
+    if s.tp > 1 and not s.sp:
+        notes.append("torchtitan always applies sequence parallelism together with TP")
+    if workload.tp_comm_overlap and s.tp > 1:
+        par["enable_async_tensor_parallel"] = True  # only effective with [compile] enabled (added below)
+    if s.pp > 1:
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        par["pipeline_parallel_microbatch_size"] = s.micro_batch
+        par.update(torchtitan_split(model.layers, s.pp, s.vpp))
+    if model.is_moe:
+        par["expert_parallel_degree"] = s.ep
+        par["expert_tensor_parallel_degree"] = s.expert_tp if s.ep > 1 else 1
+    return par, notes
+
+
+def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str | None:
+    """Why torchtitan cannot run this model/strategy as configured, or None."""
+    if torchtitan_model(model, version) is None:
+        known = load_schema("torchtitan", version)["models"]
+        listed = "; ".join(f"{n}: {', '.join(f for f in fl if 'debug' not in f)}" for n, fl in known.items())
+        return (
+            f"torchtitan {version} has no built-in model matching {model.name} (models: {listed}); "
+            "register a TrainSpec for it and set [model] name/flavor"
+        )
+    if model.is_moe and s.ep > 1 and s.expert_tp not in (1, s.tp):
+        return f"torchtitan supports expert TP = 1 or = TP only (got etp={s.expert_tp}, tp={s.tp})"
+    return None
+
+
+def torchtitan_toml(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy, header: str, version: str
+) -> tuple[str, list[str]]:
+    """The TOML job config and notes (call torchtitan_unsupported first)."""
+    name, flavor = torchtitan_model(model, version) or ("", "")
+    par, notes = _parallelism(model, workload, s)
+    local = workload.global_batch // s.dp if s.pp > 1 else s.micro_batch
+    training: dict[str, object] = {
+        "local_batch_size": local,
+        "global_batch_size": workload.global_batch,
+        "seq_len": workload.seq_len,
+        "mixed_precision_param": "bfloat16",
+    }
+    if workload.token_budget:
+        training["steps"] = -(-int(workload.token_budget) // workload.tokens_per_step)
+    model_sec: dict[str, object] = {"name": name, "flavor": flavor}
+    sections: list[tuple[str, dict[str, object]]] = [("job", {"description": header}), ("model", model_sec)]
+    sections += [("lr_scheduler", {"decay_type": "cosine"}), ("training", training), ("parallelism", par)]
+    ac: dict[str, object] = {"mode": s.recompute}
+    if s.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    sections.append(("activation_checkpoint", ac))
+    if workload.precision == "fp8":
+        model_sec["converters"] = ["quantize.linear.float8"]
+        sections.append(("quantize.linear.float8", {"recipe_name": "tensorwise"}))
+    if workload.precision == "fp8" or (workload.tp_comm_overlap and s.tp > 1):
+        sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
+    out = [
+        f"# torchtitan job config generated by autopar: {header}",
+        f"# Targets torchtitan {version}: {schema_source('torchtitan', version)},",
+        "# torchtitan/config/job_config.py. Set on the command line (no default is assumed):",
+        "#   --optimizer.lr LR --lr_scheduler.warmup_steps N"
+        + ("" if workload.token_budget else " --training.steps N"),
+    ]
+    for sec, body in sections:
+        out.append(f"\n[{sec}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(out) + "\n", notes

@@ -1,0 +1,138 @@
+"""Every command shown in README.md runs and exits 0.
+
+The fenced ```bash blocks (and `$ autopar ...` lines of the ```text output samples) are parsed:
+backslash continuations joined, comments dropped. `autopar` commands run in-process (CliRunner) in a
+scratch folder that the test fills with the files the commands name (runs.csv, more.jsonl, train.log
+and its run.yaml, extra.csv — small copies of the shipped published runs and test logs). Search
+budgets are cut to SMALL_BUDGET and `calibrate fit/report` use `--no-public` (the shipped 106 runs
+make them ~15 s each); everything else runs as written. `bash scripts/*.sh` lines are checked with
+`bash -n` and the autopar/ruff commands inside the script are run — not setup.sh's pip install (the
+test already runs in that environment) nor test.sh's pytest (this very suite). `python bench/search.py`
+(~1.5 min) runs only with AUTOPAR_RUN_SLOW=1. The ```python block is executed with the same budget cut.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SMALL_BUDGET = "40"
+LOGS = ROOT / "tests" / "data" / "logs"
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def readme_commands() -> list[list[str]]:
+    """Shell commands of the README as word lists (continuations joined, comments removed)."""
+    cmds = []
+    for block in _blocks("bash"):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        cmds += [ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    for block in _blocks("text"):
+        cmds += [ln[2:].strip() for ln in block.splitlines() if ln.startswith("$ autopar ")]
+    return [shlex.split(c, comments=True) for c in cmds]
+
+
+def _small(args: list[str]) -> list[str]:
+    """Cut search budgets; public runs out of calibrate fit/report (speed only)."""
+    args = list(args)
+    if "--budget" in args:
+        args[args.index("--budget") + 1] = SMALL_BUDGET
+    elif args[:1] in (["optimize"], ["whatif"]):
+        args += ["--budget", SMALL_BUDGET]
+    if args[:2] in (["calibrate", "fit"], ["calibrate", "report"]):
+        args.append("--no-public")
+    return args
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A scratch folder with the files the README's commands name, and a private run store."""
+    d = tmp_path_factory.mktemp("readme")
+    rows = list(csv.DictReader((ROOT / "autopar" / "data" / "published_runs.csv").open()))
+    by_source: dict[str, list[dict]] = {}
+    for r in rows:
+        by_source.setdefault(r["source"], []).append(r)
+    sources = sorted(by_source, key=lambda s: -len(by_source[s]))
+    for name, src in (("runs.csv", sources[0]), ("extra.csv", sources[2])):
+        with (d / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(by_source[src][:6])
+    import json
+
+    with (d / "more.jsonl").open("w") as f:
+        for r in by_source[sources[1]][:6]:
+            f.write(json.dumps(r) + "\n")
+    shutil.copy(LOGS / "megatron_gpt_tp2.log", d / "train.log")
+    shutil.copy(LOGS / "megatron_gpt_tp2.yaml", d / "run.yaml")
+    old_cwd, old_home = os.getcwd(), os.environ.get("AUTOPAR_HOME")
+    os.chdir(d)
+    os.environ["AUTOPAR_HOME"] = str(d / "home")
+    yield d
+    os.chdir(old_cwd)
+    if old_home is None:
+        os.environ.pop("AUTOPAR_HOME", None)
+    else:
+        os.environ["AUTOPAR_HOME"] = old_home
+
+
+def _run_script_commands(script: Path) -> None:
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    for line in script.read_text().splitlines():
+        words = shlex.split(line, comments=True)
+        if not words or words[0] in ("set", "cd", "bash") or words[0].startswith("PY="):
+            continue
+        if words[0] == ".venv/bin/autopar":
+            res = CliRunner().invoke(app, _small([w for w in words[1:] if w != "$@"]))
+            assert res.exit_code == 0, (line, res.output)
+        elif words[0] == ".venv/bin/ruff":
+            subprocess.run([str(Path(sys.executable).parent / "ruff"), *words[1:]], check=True, cwd=ROOT)
+        elif words[:3] != [".venv/bin/python", "-m", "pytest"]:
+            raise AssertionError(f"{script.name}: command the README test does not know how to run: {line}")
+
+
+COMMANDS = readme_commands()
+
+
+def test_readme_has_the_commands() -> None:
+    starts = {c[0] for c in COMMANDS}
+    assert starts == {"bash", "autopar", "python"}, starts
+    assert sum(c[0] == "autopar" for c in COMMANDS) >= 18
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:60] for c in COMMANDS])
+def test_readme_command_runs(words: list[str], workspace) -> None:
+    cmd = " ".join(words)
+    if words[0] == "bash":
+        _run_script_commands(ROOT / words[1])
+    elif words[0] == "python":
+        if words[1] == "bench/search.py" and not os.environ.get("AUTOPAR_RUN_SLOW"):
+            pytest.skip("bench/search.py takes ~1.5 min: set AUTOPAR_RUN_SLOW=1")
+        target = words[1:] if words[1] == "-m" else [str(ROOT / words[1]), *words[2:]]
+        subprocess.run([sys.executable, *target], check=True, capture_output=True, cwd=ROOT)
+    else:
+        res = CliRunner().invoke(app, _small(words[1:]), env={"COLUMNS": "160"})
+        assert res.exit_code == 0, (cmd, res.output)
+
+
+def test_readme_python_api(workspace) -> None:
+    (code,) = _blocks("python")
+    code = code.replace("budget=300", f"budget={SMALL_BUDGET}")
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own README
+    assert (workspace / "reports" / "run.html").exists()
