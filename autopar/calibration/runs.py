@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autopar.calibration.formats import FORMATS, TABLE_FORMATS
 from autopar.calibration.logs import LOG_FORMATS, aggregate, parse_log, sniff_log_format
 from autopar.calibration.rows import (
     CORE_ARCH_COLUMNS,
@@ -66,8 +67,6 @@ __all__ = [
     "tflops_definition",
     "validate_rows",
 ]
-
-TABLE_FORMATS = ("csv", "jsonl", "parquet")
 
 
 @dataclass
@@ -172,7 +171,6 @@ def check_table_file(path: Path, fmt: str, *, default_source: str | None = None)
 
 
 # ------------------------------------------------------------------------------------------ ingest
-FORMATS = ("auto", *TABLE_FORMATS, *LOG_FORMATS)
 # Sidecar/flag spellings accepted for schema columns.
 CONFIG_ALIASES = {
     "gpus": "num_gpus",

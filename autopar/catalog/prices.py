@@ -15,11 +15,12 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autopar.catalog.loader import get_gpu, list_gpus
 from autopar.errors import AutoparError, NoPriceError, UnknownNameError
-from autopar.specs import GPUSpec
+
+if TYPE_CHECKING:
+    from autopar.specs import GPUSpec
 
 TIERS: tuple[str, ...] = ("on_demand", "reserved", "spot", "owned")
 TIER_HELP = {
@@ -148,6 +149,8 @@ def norm_name(name: str) -> str:
 
 def catalog_names() -> list[str]:
     """Names of the catalog GPUs."""
+    from autopar.catalog.loader import list_gpus
+
     return [g.name for g in list_gpus()]
 
 
@@ -160,6 +163,8 @@ def catalog_canonical(name: str) -> str | None:
 
 def catalog_gpu(name: str) -> GPUSpec | None:
     """The catalog GPUSpec for `name`, or None when the catalog does not know it."""
+    from autopar.catalog.loader import get_gpu
+
     try:
         return get_gpu(name)
     except UnknownNameError:

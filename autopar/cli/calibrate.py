@@ -8,24 +8,18 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from autopar.calibration.runs import (
-    FORMATS,
-    SCHEMA_COLUMNS,
-    InvalidRowsError,
-    RowError,
-    ingest,
-    load_sidecar,
-    measured_tokens_per_s_per_gpu,
-    normalize_config,
-)
+from autopar.calibration.formats import FORMATS
 from autopar.calibration.store import RunStore
 from autopar.cli.app import app, command, console, emit_json, err_console
 from autopar.errors import DataError
+
+if TYPE_CHECKING:
+    from autopar.calibration.runs import RowError
 
 calibrate_app = typer.Typer(
     help="Learn from measured runs: ingest logs/tables into a store, fit and evaluate the corrector.",
@@ -97,6 +91,8 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate run records or training logs and add them to the run store (idempotent)."""
+    from autopar.calibration.runs import InvalidRowsError, ingest, load_sidecar, normalize_config
+
     config = load_sidecar(sidecar) if sidecar else {}
     flags = {
         "model": model,
@@ -192,6 +188,8 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the runs in the store (tokens/s per GPU marked * when derived from step time or TFLOP/s)."""
+    from autopar.calibration.runs import measured_tokens_per_s_per_gpu
+
     runs = RunStore(store).runs()
     if as_json:  # one document, also when the store is empty
         rows = [{**r.record, "_file": r.file, "_fingerprint": r.fingerprint} for r in runs]
@@ -227,6 +225,8 @@ def list_cmd(
 
 def export_text(records: list[dict[str, Any]], fmt: str) -> str:
     """Records as CSV (schema columns first, then extras; header row) or JSON lines."""
+    from autopar.calibration.runs import SCHEMA_COLUMNS
+
     if fmt == "jsonl":
         return "".join(json.dumps(r) + "\n" for r in records)
     extras = sorted({k for r in records for k in r} - set(SCHEMA_COLUMNS))
@@ -277,7 +277,7 @@ DataOpt = Annotated[
 
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
     """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
-    from autopar.calibration.runs import check_file, fingerprint
+    from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
     from autopar.data import published_runs_path
 
     if store is not None and not store.exists():

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import typer
 from rich import box
 from rich.table import Table
 
-from autopar.catalog import list_gpus, list_models
-from autopar.catalog.loader import gpu_catalog, model_catalog
-from autopar.catalog.names import loose_key
-from autopar.catalog.pricefile import default_price_book
-from autopar.catalog.prices import resolve_price
 from autopar.cli.app import command, console, emit_json
 from autopar.errors import UnknownNameError
-from autopar.perf.params import count_params
-from autopar.specs import GPUSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from autopar.specs import GPUSpec, ModelSpec
 
 _JSON = typer.Option(False, "--json", help="Print JSON (SI units) instead of a table.")
 _QUERY = typer.Argument(
@@ -28,6 +24,8 @@ _QUERY = typer.Argument(
 
 def _matches(query: str | None, name: str, aliases: tuple[str, ...]) -> bool:
     """Loose substring match of a filter against a name and its aliases."""
+    from autopar.catalog.names import loose_key
+
     if not query:
         return True
     q = loose_key(query)
@@ -58,6 +56,9 @@ def model_kind(m: ModelSpec) -> str:
 
 def model_record(m: ModelSpec) -> dict[str, Any]:
     """A model as a JSON-ready dict: its spec fields plus derived parameter counts and notes."""
+    from autopar.catalog.loader import model_catalog
+    from autopar.perf.params import count_params
+
     counts = count_params(m)
     return m.model_dump(mode="json") | {
         "kind": "moe" if m.is_moe else "dense",
@@ -69,6 +70,8 @@ def model_record(m: ModelSpec) -> dict[str, Any]:
 
 def gpu_record(g: GPUSpec) -> dict[str, Any]:
     """A GPU as a JSON-ready dict: its spec fields plus notes."""
+    from autopar.catalog.loader import gpu_catalog
+
     return g.model_dump(mode="json") | {"notes": gpu_catalog().notes.get(g.name, "")}
 
 
@@ -93,6 +96,8 @@ def _table(
 
 
 def _models_table(models: list[ModelSpec]) -> Table:
+    from autopar.perf.params import count_params
+
     rows = []
     for m in models:
         c = count_params(m)
@@ -116,6 +121,9 @@ def _models_table(models: list[ModelSpec]) -> Table:
 
 def _on_demand_price(g: GPUSpec) -> float | None:
     """The price book's on-demand $/GPU-h (what optimize and whatif use), else the catalog's flat default."""
+    from autopar.catalog.pricefile import default_price_book
+    from autopar.catalog.prices import resolve_price
+
     r = resolve_price(g, default_price_book(), "on_demand")
     return None if r.origin == "assumed" else r.usd_per_gpu_hour
 
@@ -158,6 +166,8 @@ def _gpus_table(gpus: list[GPUSpec]) -> Table:
 @command("models")
 def models(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
     """List the built-in models (architecture, total/active parameters, source)."""
+    from autopar.catalog import list_models
+
     chosen = [m for m in list_models() if _matches(query, m.name, m.aliases)]
     if not chosen:
         raise UnknownNameError("model", query or "", [m.name for m in list_models()])
@@ -170,6 +180,8 @@ def models(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
 @command("gpus")
 def gpus(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
     """List the built-in GPUs (memory, peaks, bandwidths, NVLink domain, default price)."""
+    from autopar.catalog import list_gpus
+
     chosen = [g for g in list_gpus() if _matches(query, g.name, g.aliases)]
     if not chosen:
         raise UnknownNameError("GPU", query or "", [g.name for g in list_gpus()])

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
 from rich.table import Table
 
-from autopar.catalog.pricefile import load_price_book
 from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
 from autopar.cli.app import command, console, err_console
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
@@ -34,10 +33,11 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.costs.whatif import WhatIfResult, run_whatif
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError, SpecError
-from autopar.specs import Workload
+
+if TYPE_CHECKING:
+    from autopar.costs.whatif import WhatIfResult
 
 
 def _fmt(x: float | None, spec: str, dash: str = "-") -> str:
@@ -255,7 +255,10 @@ def whatif(
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
     check_plotly(plotly, out)
     from autopar.catalog import get_model
+    from autopar.catalog.pricefile import load_price_book
+    from autopar.costs.whatif import run_whatif
     from autopar.search.parse import parse_gib, parse_list
+    from autopar.specs import Workload
 
     option, gpus_per_node, nvlink_domain = _hardware_options(option, cluster, gpus_per_node, nvlink_domain)
     spec = get_model(model)
@@ -348,6 +351,8 @@ def prices_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List prices and where they come from."""
+    from autopar.catalog.pricefile import load_price_book
+
     book = load_price_book(prices)
     if json_out:
         rows = [e.as_dict() for e in _select(book, gpu, tier)]

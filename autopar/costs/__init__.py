@@ -1,48 +1,48 @@
 """Costs: the price book (kept in autopar.catalog, re-exported here), $/hour, $/Mtoken, time and cost to train, and procurement what-ifs."""
 
-from autopar.catalog.pricefile import default_price_book, load_price_book
-from autopar.catalog.prices import (
-    TIERS,
-    OwnedCost,
-    PriceBook,
-    PriceEntry,
-    Quote,
-    ResolvedPrice,
-    normalize_tier,
-    resolve_price,
-)
-from autopar.costs.figures import (
-    CostFigures,
-    cost_figures,
-    format_duration,
-    format_tokens,
-    format_usd,
-    parse_duration,
-    parse_tokens,
-)
-from autopar.costs.whatif import HardwareOption, OptionResult, SensitivityRow, WhatIfResult, run_whatif
+from __future__ import annotations
 
-__all__ = [
-    "TIERS",
-    "CostFigures",
-    "HardwareOption",
-    "OptionResult",
-    "OwnedCost",
-    "PriceBook",
-    "PriceEntry",
-    "Quote",
-    "ResolvedPrice",
-    "SensitivityRow",
-    "WhatIfResult",
-    "cost_figures",
-    "default_price_book",
-    "format_duration",
-    "format_tokens",
-    "format_usd",
-    "load_price_book",
-    "normalize_tier",
-    "parse_duration",
-    "parse_tokens",
-    "resolve_price",
-    "run_whatif",
-]
+import importlib
+from typing import Any
+
+# Public name -> module; loaded on first access (PEP 562) so that autopar.costs.figures does not pull
+# in the what-if machinery (search, analytical model).
+_LAZY: dict[str, str] = {
+    "default_price_book": "autopar.catalog.pricefile",
+    "load_price_book": "autopar.catalog.pricefile",
+    "TIERS": "autopar.catalog.prices",
+    "OwnedCost": "autopar.catalog.prices",
+    "PriceBook": "autopar.catalog.prices",
+    "PriceEntry": "autopar.catalog.prices",
+    "Quote": "autopar.catalog.prices",
+    "ResolvedPrice": "autopar.catalog.prices",
+    "normalize_tier": "autopar.catalog.prices",
+    "resolve_price": "autopar.catalog.prices",
+    "CostFigures": "autopar.costs.figures",
+    "cost_figures": "autopar.costs.figures",
+    "format_duration": "autopar.costs.figures",
+    "format_tokens": "autopar.costs.figures",
+    "format_usd": "autopar.costs.figures",
+    "parse_duration": "autopar.costs.figures",
+    "parse_tokens": "autopar.costs.figures",
+    "HardwareOption": "autopar.costs.whatif",
+    "OptionResult": "autopar.costs.whatif",
+    "SensitivityRow": "autopar.costs.whatif",
+    "WhatIfResult": "autopar.costs.whatif",
+    "run_whatif": "autopar.costs.whatif",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
