@@ -14,15 +14,14 @@ import functools
 import hashlib
 import importlib.metadata
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sklearn
 
-from autopar.calibration.corrector import ThroughputCorrector
 from autopar.calibration.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
@@ -33,6 +32,7 @@ from autopar.calibration.features import (
     memory_features,
 )
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
+from autopar.calibration.predictor import FittedCorrector
 from autopar.errors import DataError
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -51,6 +51,13 @@ DEFAULT_ARTIFACT = "default_calibration.json"
 DEFAULT_NAME = "published runs (default)"
 REGENERATE = "python -m autopar.calibration.build_default"
 MIN_MEMORY_RUNS = 8
+
+
+def sklearn_version() -> str:
+    """The scikit-learn version (imported only when a model is fitted, never to apply one)."""
+    import sklearn
+
+    return sklearn.__version__
 
 
 def autopar_version() -> str:
@@ -77,7 +84,7 @@ class CalibrationMeta:
     memory_feature_names: list[str] = field(default_factory=lambda: list(MEMORY_FEATURE_NAMES))
     feature_schema_version: str = FEATURE_SCHEMA_VERSION
     autopar_version: str = field(default_factory=autopar_version)
-    sklearn_version: str = sklearn.__version__
+    sklearn_version: str = field(default_factory=sklearn_version)
     memory_n_train: int = 0
     memory_sources: list[str] = field(default_factory=list)
     memory_choice: dict[str, Any] = field(default_factory=dict)
@@ -107,9 +114,9 @@ class Calibration:
 
     def __init__(
         self,
-        corrector: ThroughputCorrector,
+        corrector: FittedCorrector,
         meta: CalibrationMeta,
-        memory_corrector: ThroughputCorrector | None = None,
+        memory_corrector: FittedCorrector | None = None,
     ):
         self.corrector = corrector
         self.meta = meta
@@ -149,7 +156,7 @@ class Calibration:
         return mc.shrink > 0 or abs(mc.offsets_.get(str(self.meta.group), 0.0)) > 0
 
     @staticmethod
-    def _one(fn: Any, x: np.ndarray, corrector: ThroughputCorrector | None, group: str | None) -> tuple:
+    def _one(fn: Any, x: np.ndarray, corrector: FittedCorrector | None, group: str | None) -> tuple:
         if corrector is None:
             return 1.0, 1.0, 1.0
         if not np.all(np.isfinite(x)):  # a degenerate estimate: no correction, the analytical band
@@ -249,12 +256,12 @@ class Calibration:
             raise DataError(f"'{path}' is not an autopar calibration model (bad metadata: {e})"[:240]) from e
         _check_schema(Path(path), meta)
         try:
-            tp = ThroughputCorrector.from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))
+            tp = FittedCorrector.from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))
             mem = doc.get("memory")
             mc = (
                 None
                 if mem is None
-                else ThroughputCorrector.from_params(_dict(doc, "memory"), len(MEMORY_FEATURE_NAMES))
+                else FittedCorrector.from_params(_dict(doc, "memory"), len(MEMORY_FEATURE_NAMES))
             )
         except (TypeError, ValueError) as e:
             raise DataError(f"'{path}' is a corrupt autopar calibration model ({e})"[:240]) from e
@@ -321,8 +328,9 @@ def fit_calibration(
     )
 
 
-def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[ThroughputCorrector, dict[str, Any], list, str]:
+def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[FittedCorrector, dict[str, Any], list, str]:
     """Choose parameters by the no-worse gate, fit on everything, put the out-of-group band on it."""
+    from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.validation import (
         COVERAGE,
         _band_without,
@@ -434,12 +442,63 @@ def _try_load(path: Path, fp: str) -> Calibration | None:
     return cal if cal.meta.training_fingerprint == fp else None
 
 
+# Files whose bytes can change the default model's training fingerprint: autopar's code and data.
+_INPUT_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".csv", ".json"})
+
+
+def inputs_digest() -> str:
+    """sha256 of autopar's source and data files (and numpy's version): equal digests mean equal training
+    sets, so the fingerprint computed once for a digest can be reused (a few ms instead of reading the
+    published runs with pandas and estimating each)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"numpy {np.__version__}\n".encode())
+    for p in sorted(root.rglob("*")):
+        if p.suffix in _INPUT_SUFFIXES and "__pycache__" not in p.parts and p.is_file():
+            h.update(f"{p.relative_to(root).as_posix()}\n".encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _fingerprint_stamp(digest: str) -> Path:
+    from autopar.calibration.store import autopar_home
+
+    return autopar_home() / "cache" / f"default_fingerprint-{digest[:16]}.txt"
+
+
+def _known_fingerprint(digest: str) -> str | None:
+    """The training fingerprint recorded for these inputs by an earlier process, if any."""
+    try:
+        fp = _fingerprint_stamp(digest).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return fp if len(fp) == 64 else None
+
+
+def _remember_fingerprint(digest: str, fp: str) -> None:
+    with contextlib.suppress(OSError):  # a read-only home only costs recomputing it next time
+        path = _fingerprint_stamp(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(fp + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+
 @functools.lru_cache(maxsize=1)
 def load_default_calibration() -> Calibration:
-    """The default model: the packaged file when it matches the shipped data and the current analytical
-    model, else a user cache, else trained now (~1 s) and cached under $AUTOPAR_HOME/cache."""
+    """The default model (once per process): the packaged file when it matches the shipped data and the
+    current analytical model, else a user cache, else trained now (~1 s) and cached under
+    $AUTOPAR_HOME/cache. The match is checked by training fingerprint; the fingerprint of unchanged
+    inputs (inputs_digest) is remembered in the cache, so later processes skip recomputing it."""
+    digest = inputs_digest()
+    fp = _known_fingerprint(digest)
+    if fp is not None:
+        for path in (default_artifact_path(), _user_cache_path(fp)):
+            cal = _try_load(path, fp)
+            if cal is not None:
+                return cal
     ts, mem = published_training_sets()
     fp = _default_fingerprint(ts, mem)
+    _remember_fingerprint(digest, fp)
     for path in (default_artifact_path(), _user_cache_path(fp)):
         cal = _try_load(path, fp)
         if cal is not None:

@@ -31,7 +31,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-RANGE_TOLERANCE = 0.05  # a feature this fraction of its training range outside it counts as extrapolation
+from autopar.calibration.predictor import FittedCorrector
+
 MAX_TAU = 1e6  # runs-equivalent prior strength when groups do not differ at all
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal data
 MEDIAN_VARIANCE = np.pi / 2  # var(sample median) = (pi/2) sigma^2 / n for normal data (asymptotic)
@@ -89,7 +90,7 @@ def eb_offsets(
     return {str(k): float(nk / (nk + tau) * mk) for k, nk, mk in zip(names, n, m, strict=True)}, float(tau)
 
 
-class ThroughputCorrector(RegressorMixin, BaseEstimator):
+class ThroughputCorrector(RegressorMixin, BaseEstimator, FittedCorrector):
     """Ridge on clipped standardised features x `shrink`, plus empirical-Bayes per-group offsets.
 
     Parameters
@@ -153,101 +154,9 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator):
         coef = np.linalg.solve(A, Zc.T @ (t - tm)) if Z.shape[1] else np.zeros(0)
         return coef, tm - float(zm @ coef)
 
-    def _z(self, X: np.ndarray) -> np.ndarray:
-        """Features clipped to the training range, standardised."""
-        return (np.clip(X, self.lo_, self.hi_) - self.mean_) / self.scale_
-
-    # ----------------------------------------------------------------------------------- predict
     def _check(self, X: np.ndarray) -> np.ndarray:
         check_is_fitted(self)
         return validate_data(self, X, reset=False)
 
-    def offset(self, groups: Sequence[Any] | None, n: int) -> np.ndarray:
-        """The learned log-offset of each row's group (0 for a group never seen)."""
-        if groups is None:
-            return np.zeros(n)
-        return np.array([self.offsets_.get(str(k), 0.0) for k in groups])
-
-    def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
-        """Log correction log(measured/predicted) of each row (its group's offset included)."""
-        X = self._check(X)
-        return self.shrink * (self._z(X) @ self.coef_ + self.intercept_) + self.offset(groups, len(X))
-
-    def extrapolating(self, X: np.ndarray) -> np.ndarray:
-        """Rows with a feature outside the training range (by more than RANGE_TOLERANCE of it)."""
-        X = self._check(X)
-        tol = RANGE_TOLERANCE * (self.hi_ - self.lo_) + 1e-9
-        return np.any((self.lo_ - tol > X) | (self.hi_ + tol < X), axis=1)
-
-    def predict_interval(
-        self, X: np.ndarray, groups: Sequence[Any] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(center, low, high) of the log correction; the analytical band is added where extrapolating."""
-        c = self.predict(X, groups)
-        lo, hi = c + self.band_[0], c + self.band_[1]
-        far = self.extrapolating(X)
-        lo = np.where(far, np.minimum(lo, self.prior_band_[0]), lo)
-        hi = np.where(far, np.maximum(hi, self.prior_band_[1]), hi)
-        return c, np.minimum(lo, c), np.maximum(hi, c)
-
-    @property
-    def prior_halfwidth_(self) -> float:
-        """Half the analytical model's own band width (log), for rows with no usable features."""
-        return 0.5 * (self.prior_band_[1] - self.prior_band_[0])
-
-    # ------------------------------------------------------------------------------- parameters
-    def to_params(self) -> dict[str, Any]:
-        """Every fitted number as JSON-ready lists and floats."""
+    def _check_fitted(self) -> None:
         check_is_fitted(self)
-        return {
-            "alpha": float(self.alpha),
-            "shrink": float(self.shrink),
-            "coverage": float(self.coverage),
-            "backfit_iter": int(self.backfit_iter),
-            "prior_scale": float(self.prior_scale),
-            "lo": self.lo_.tolist(),
-            "hi": self.hi_.tolist(),
-            "mean": self.mean_.tolist(),
-            "scale": self.scale_.tolist(),
-            "coef": self.coef_.tolist(),
-            "intercept": float(self.intercept_),
-            "offsets": dict(sorted(self.offsets_.items())),
-            "tau": float(self.tau_),
-            "band": list(self.band_),
-            "prior_band": list(self.prior_band_),
-        }
-
-    @classmethod
-    def from_params(cls, p: dict[str, Any], n_features: int) -> ThroughputCorrector:
-        """Rebuild a fitted corrector from `to_params` output (ValueError on anything malformed)."""
-        m = cls(alpha=_num(p, "alpha"), shrink=_num(p, "shrink"), coverage=_num(p, "coverage"))
-        m.backfit_iter = int(_num(p, "backfit_iter"))
-        m.prior_scale = _num(p, "prior_scale")
-        for key in ("lo", "hi", "mean", "scale", "coef"):
-            setattr(m, key + "_", _vector(p, key, n_features))
-        m.intercept_ = _num(p, "intercept")
-        m.tau_ = _num(p, "tau")
-        offs = p.get("offsets")
-        if not isinstance(offs, dict):
-            raise ValueError("'offsets' must be an object of group -> number")
-        m.offsets_ = {str(k): _num(offs, k) for k in offs}
-        m.band_ = tuple(_vector(p, "band", 2).tolist())
-        m.prior_band_ = tuple(_vector(p, "prior_band", 2).tolist())
-        if not (0 <= m.shrink <= 1 and 0 < m.coverage < 1 and np.all(m.scale_ > 0)):
-            raise ValueError("shrink, coverage or scale out of range")
-        m.n_features_in_ = n_features
-        return m
-
-
-def _num(d: dict[str, Any], key: str) -> float:
-    v = d.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
-        raise ValueError(f"'{key}' must be a finite number, got {v!r}"[:120])
-    return float(v)
-
-
-def _vector(d: dict[str, Any], key: str, n: int) -> np.ndarray:
-    v = d.get(key)
-    if not isinstance(v, list) or len(v) != n:
-        raise ValueError(f"'{key}' must be a list of {n} numbers")
-    return np.array([_num({key: x}, key) for x in v], dtype=float)

@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import measured_tokens_per_s_per_gpu
+from autopar.calibration.throughput import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.estimate import estimate
 from autopar.perf.types import Estimate
@@ -165,6 +164,8 @@ def group_of(rec: Mapping[str, Any]) -> str:
 
 def record_features(rec: Mapping[str, Any], target: str = "throughput") -> tuple[np.ndarray, Estimate, str]:
     """Features, analytical estimate and GPU family of one run record (raises AutoparError if unusable)."""
+    from autopar.calibration.records import row_to_specs  # pandas: loaded only when records are read
+
     sp = row_to_specs(rec)
     est = estimate(sp.model, sp.cluster, sp.workload, sp.strategy, strict=False)
     fn = memory_features if target == "memory" else features
