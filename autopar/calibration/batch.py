@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from autopar.calibration.features import features, group_of, memory_features
-from autopar.calibration.records import batch_estimate, row_to_specs
+from autopar.calibration.records import batch_estimate, row_to_specs, unique_rows
 from autopar.perf.estimate import estimate
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
@@ -52,7 +52,9 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
         out["calibration_factor"] = np.where(out["status"] == "ok", 1.0, np.nan)
         out["memory_factor"] = out["calibration_factor"]
         return out
-    fac = np.array([_row_factors(r, calibration) for r in df.to_dict(orient="records")], dtype=float)
+    codes, first = unique_rows(df)  # one evaluation per distinct configuration, as batch_estimate
+    uniq = df.iloc[first].to_dict(orient="records")
+    fac = np.array([_row_factors(r, calibration) for r in uniq], dtype=float).reshape(-1, 6)[codes]
     tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
     out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autopar.errors import AutoparError, DataError
@@ -440,12 +441,39 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False) -> dict[str, Any]
     return out
 
 
+def row_ids(df: pd.DataFrame) -> list[str]:
+    """Each row's id as estimate_row reports it ('' when missing)."""
+    if "id" not in df.columns:
+        return [""] * len(df)
+    return [str(_cell({"id": v}, "id") or "") for v in df["id"]]
+
+
+def unique_rows(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each row, index of the first row of each code): rows equal in every column but `id` share
+    a code. A record's prediction depends on its cells and not its id, so a batch evaluates each distinct
+    configuration once (a sweep file repeats model/GPU/cluster cells; exact equality, NaN equal to NaN)."""
+    cols = [c for c in df.columns if c != "id"]
+    if not cols or len(df) == 0:
+        return np.arange(len(df)), np.arange(len(df))
+    try:
+        codes = df.groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+    except TypeError:  # an unhashable cell (a list from JSONL): evaluate every row
+        return np.arange(len(df)), np.arange(len(df))
+    _, first = np.unique(codes, return_index=True)
+    return codes, first
+
+
 def batch_estimate(df: pd.DataFrame, strict: bool = False) -> pd.DataFrame:
-    """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run."""
-    rows = [estimate_row(r, strict=strict) for r in df.to_dict(orient="records")]
+    """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run.
+    Rows repeating a configuration (all cells but the id equal) are evaluated once."""
+    codes, first = unique_rows(df)
+    rows = [estimate_row(r, strict=strict) for r in df.iloc[first].to_dict(orient="records")]
     out = pd.DataFrame(rows)
     for col in PRED_COLUMNS:
         if col not in out.columns:
             out[col] = None
-    first = list(PRED_COLUMNS)
-    return out[first + [c for c in out.columns if c not in first]]
+    first_cols = list(PRED_COLUMNS)
+    out = out[first_cols + [c for c in out.columns if c not in first_cols]]
+    out = out.iloc[codes].reset_index(drop=True)
+    out["id"] = row_ids(df)
+    return out
