@@ -17,18 +17,21 @@ import numpy as np
 import pandas as pd
 
 from autopar.calibration.features import features, group_of, memory_features
-from autopar.calibration.records import batch_estimate, row_to_specs, unique_rows
-from autopar.perf.estimate import estimate
+from autopar.calibration.records import batch_estimate, unique_rows
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
 _THROUGHPUT_LIKE = ("pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu")
 
 
-def _row_factors(row: Mapping[str, Any], cal: Any) -> tuple[float, float, float, float, float, float]:
-    """(throughput factor, lo, hi, memory factor, lo, hi) of one record (NaNs if it cannot be evaluated)."""
+def _row_factors(
+    row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal: Any
+) -> tuple[float, float, float, float, float, float]:
+    """(throughput factor, lo, hi, memory factor, lo, hi) of one record from its specs and analytical
+    estimate (NaNs if it could not be evaluated)."""
+    if evaluated is None:
+        return (np.nan,) * 6
+    sp, est = evaluated
     try:
-        sp = row_to_specs(row)
-        est = estimate(sp.model, sp.cluster, sp.workload, sp.strategy, strict=False)
         args = (sp.model, sp.cluster, sp.workload, sp.strategy, est)
         x, xm = features(*args), memory_features(*args)
     except Exception:  # noqa: BLE001 - the row's status column already says why
@@ -42,7 +45,8 @@ def _row_factors(row: Mapping[str, Any], cal: Any) -> tuple[float, float, float,
 
 def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory."""
-    out = batch_estimate(df)
+    evaluated: list[Any] = []  # (specs, estimate) of each distinct configuration, reused for the factors
+    out = batch_estimate(df, keep=evaluated)
     out.insert(out.columns.get_loc(TPS), TPS + "_analytical", out[TPS])
     out.insert(out.columns.get_loc(MEM), MEM + "_analytical", out[MEM])
     if calibration is None:
@@ -52,9 +56,11 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
         out["calibration_factor"] = np.where(out["status"] == "ok", 1.0, np.nan)
         out["memory_factor"] = out["calibration_factor"]
         return out
-    codes, first = unique_rows(df)  # one evaluation per distinct configuration, as batch_estimate
+    codes, first = unique_rows(df)  # the distinct configurations batch_estimate evaluated, in its order
     uniq = df.iloc[first].to_dict(orient="records")
-    fac = np.array([_row_factors(r, calibration) for r in uniq], dtype=float).reshape(-1, 6)[codes]
+    fac = np.array(
+        [_row_factors(r, ev, calibration) for r, ev in zip(uniq, evaluated, strict=True)], dtype=float
+    ).reshape(-1, 6)[codes]
     tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
     out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]

@@ -406,12 +406,17 @@ PRED_COLUMNS = (
 )
 
 
-def estimate_row(row: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
-    """Evaluate one run record; status is 'ok' or the reason it can't be evaluated (never raises)."""
+def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None = None) -> dict[str, Any]:
+    """Evaluate one run record; status is 'ok' or the reason it can't be evaluated (never raises).
+    `keep` (optional) gets (specs, estimate) appended, or None when the row cannot be evaluated."""
     rid = str(_cell(row, "id") or "")
+    if keep is not None:
+        keep.append(None)
     try:
         specs = row_to_specs(row)
         est = estimate(specs.model, specs.cluster, specs.workload, specs.strategy, strict=strict)
+        if keep is not None:
+            keep[-1] = (specs, est)
     except AutoparError as e:
         return {"id": rid, "status": f"error: {e}"}
     except (ValueError, TypeError) as e:  # pydantic validation of a spec built from the row
@@ -463,11 +468,12 @@ def unique_rows(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return codes, first
 
 
-def batch_estimate(df: pd.DataFrame, strict: bool = False) -> pd.DataFrame:
+def batch_estimate(df: pd.DataFrame, strict: bool = False, keep: list | None = None) -> pd.DataFrame:
     """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run.
-    Rows repeating a configuration (all cells but the id equal) are evaluated once."""
+    Rows repeating a configuration (all cells but the id equal) are evaluated once; `keep` (optional)
+    gets each distinct configuration's (specs, estimate) or None, in the order of unique_rows."""
     codes, first = unique_rows(df)
-    rows = [estimate_row(r, strict=strict) for r in df.iloc[first].to_dict(orient="records")]
+    rows = [estimate_row(r, strict=strict, keep=keep) for r in df.iloc[first].to_dict(orient="records")]
     out = pd.DataFrame(rows)
     for col in PRED_COLUMNS:
         if col not in out.columns:
