@@ -86,6 +86,12 @@ def batch_rate(path: Path, calibrated: bool, repeat: int) -> float:
     return n / best
 
 
+def distinct(path: Path) -> int:
+    """Rows of the batch file that differ in more than their id (what a batch must evaluate)."""
+    with path.open(newline="") as f:
+        return len({tuple(v for k, v in r.items() if k != "id") for r in csv.DictReader(f)})
+
+
 def measure(repeat: int, rows: int) -> dict[str, float]:
     figures = {name: wall(argv, repeat) for name, argv in COMMANDS.items()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +99,7 @@ def measure(repeat: int, rows: int) -> dict[str, float]:
         reps = max(1, min(repeat, 3))
         figures["estimate --batch --no-calibration (rows/s)"] = batch_rate(path, False, reps)
         figures["estimate --batch, calibrated (rows/s)"] = batch_rate(path, True, reps)
+        figures["batch file: distinct configurations"] = distinct(path)
     return figures
 
 

@@ -132,3 +132,17 @@ def test_calibrated_batch_of_repeats_matches_the_plain_file(published):
     rep["id"] = [rid.split("#")[0] for rid in rep["id"]]
     expect = plain.loc[rep["id"]].reset_index()
     pd.testing.assert_frame_equal(rep, expect, check_dtype=False)
+
+
+def test_memoised_model_cells_build_what_the_row_builds(published):
+    from autopar.calibration.records import _build_model, _model_from_row
+
+    for row in published.to_dict(orient="records"):
+        a, b = [], []
+        try:
+            direct = _build_model(row, a)
+        except Exception as e:  # noqa: BLE001 - the memoised path must fail the same way
+            with pytest.raises(type(e)):
+                _model_from_row(row, b)
+            continue
+        assert _model_from_row(row, b) == direct and a == b

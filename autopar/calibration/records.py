@@ -8,6 +8,7 @@ recompute, etp, pp_schedule and zero stay unset and `estimate` completes them (p
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -177,7 +178,40 @@ def _bool(row: Mapping[str, Any], key: str) -> bool | None:
     raise DataError(f"column '{key}' = {v!r} is not a boolean (use 0/1 or true/false)")
 
 
+# The cells _build_model reads: rows agreeing on them describe the same model.
+_MODEL_CELLS = (
+    "model",
+    *ARCH_COLUMNS,
+    "kv_heads",
+    "experts",
+    "vocab",
+    "head_dim",
+    "topk",
+    "shared_experts",
+    "moe_ffn_hidden",
+)
+
+
 def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
+    """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
+    cells = tuple(_cell(row, c) for c in _MODEL_CELLS)
+    try:
+        hash(cells)
+    except TypeError:  # an unhashable cell (a list from JSONL): build it uncached, it errors as before
+        return _build_model(row, assumed)
+    model, notes = _model_from_cells(cells)
+    assumed.extend(notes)
+    return model
+
+
+@functools.lru_cache(maxsize=256)
+def _model_from_cells(cells: tuple[Any, ...]) -> tuple[ModelSpec, tuple[str, ...]]:
+    assumed: list[str] = []
+    model = _build_model(dict(zip(_MODEL_CELLS, cells, strict=True)), assumed)
+    return model, tuple(assumed)
+
+
+def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     name = str(_cell(row, "model") or "unnamed")
     have_arch = all(_cell(row, c) is not None for c in ARCH_COLUMNS)
     catalog_model: ModelSpec | None = None
