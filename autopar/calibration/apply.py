@@ -76,7 +76,7 @@ class CalibrationMeta:
     n_train: int
     sources: list[str]
     training_fingerprint: str
-    choice: dict[str, Any] = field(default_factory=dict)  # alpha, shrink, prior_scale, reason
+    choice: dict[str, Any] = field(default_factory=dict)  # alpha, shrink, prior_scale, cap, reason
     loso: list[dict[str, Any]] = field(default_factory=list)  # held-out rows per source + 'all'
     group: str | None = None  # the cluster whose offset applies to every prediction
     groups: list[str] = field(default_factory=list)
@@ -316,7 +316,12 @@ def load_calibration(path: str | Path) -> Calibration:
 
 # ------------------------------------------------------------------------------------------ fitting
 def fit_calibration(
-    records: Sequence[Mapping[str, Any]], *, name: str, group: str | None = None, evaluate: bool = True
+    records: Sequence[Mapping[str, Any]],
+    *,
+    name: str,
+    group: str | None = None,
+    evaluate: bool = True,
+    caps: tuple[float | None, float | None] = (None, None),
 ) -> Calibration:
     """Fit the throughput and memory correctors on run records (see fit_training_set)."""
     return fit_training_set(
@@ -325,11 +330,15 @@ def fit_calibration(
         memory_ts=build_training_set(records, "memory"),
         group=group,
         evaluate=evaluate,
+        caps=caps,
     )
 
 
-def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[FittedCorrector, dict[str, Any], list, str]:
-    """Choose parameters by the no-worse gate, fit on everything, put the out-of-group band on it."""
+def _fit_one(
+    ts: TrainingSet, evaluate: bool, cap: float | None = None
+) -> tuple[FittedCorrector, dict[str, Any], list, str]:
+    """Choose parameters by the nested no-worse gate (or under a given shrink cap), fit on everything,
+    put the out-of-group band on it."""
     from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.validation import (
         COVERAGE,
@@ -339,7 +348,7 @@ def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[FittedCorrector, dict[str
         select_params,
     )
 
-    ch = select_params(ts.X, ts.y, ts.groups)
+    ch = select_params(ts.X, ts.y, ts.groups, cap=cap)
     g = np.asarray(ts.groups)
     m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, coverage=COVERAGE, prior_scale=ch.prior_scale)
     m.fit(ts.X, ts.y, groups=g)
@@ -347,9 +356,15 @@ def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[FittedCorrector, dict[str
         m.band_ = _band_without(ts.X, ts.y, g, ch.alpha, ch.shrink)
     table, scheme = [], ""
     if evaluate:
-        res = held_out(ts, ch.alpha, ch.shrink)
+        res = held_out(ts, ch.alpha, ch.shrink, ch.folds)
         table, scheme = _records(error_table(res)), res.scheme
-    choice = {"alpha": ch.alpha, "shrink": ch.shrink, "prior_scale": ch.prior_scale, "reason": ch.reason}
+    choice = {
+        "alpha": ch.alpha,
+        "shrink": ch.shrink,
+        "prior_scale": ch.prior_scale,
+        "cap": ch.cap,
+        "reason": ch.reason,
+    }
     return m, choice, table, scheme
 
 
@@ -360,8 +375,10 @@ def fit_training_set(
     memory_ts: TrainingSet | None = None,
     group: str | None = None,
     evaluate: bool = True,
+    caps: tuple[float | None, float | None] = (None, None),
 ) -> Calibration:
-    """Fit on prepared training sets; `group` names the cluster whose offset every prediction gets."""
+    """Fit on prepared training sets; `group` names the cluster whose offset every prediction gets.
+    `caps`: (throughput, memory) shrink caps to use instead of the nested check (None: run it)."""
     if len(ts) < 3:
         raise DataError(
             f"need at least 3 usable runs to fit a calibration, have {len(ts)}"
@@ -369,11 +386,11 @@ def fit_training_set(
         )
     if group is not None and group not in set(ts.groups):
         raise DataError(f"--group {group!r} has no usable runs (groups: {', '.join(sorted(set(ts.groups)))})")
-    corrector, choice, loso, _ = _fit_one(ts, evaluate)
+    corrector, choice, loso, _ = _fit_one(ts, evaluate, caps[0])
     use_memory = memory_ts is not None and len(memory_ts) >= MIN_MEMORY_RUNS
     mem, mchoice, mcv, mscheme = (None, {}, [], "")
     if use_memory:
-        mem, mchoice, mcv, mscheme = _fit_one(memory_ts, evaluate)
+        mem, mchoice, mcv, mscheme = _fit_one(memory_ts, evaluate, caps[1])
     meta = CalibrationMeta(
         name=name,
         n_train=len(ts),

@@ -437,13 +437,13 @@ def report_cmd(
             "(add --public or ingest runs from another source)"
         )
     ch = select_params(ts.X, ts.y, ts.groups)
-    res = held_out(ts, ch.alpha, ch.shrink)
-    curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale)
+    res = held_out(ts, ch.alpha, ch.shrink, ch.folds)
+    curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale, folds=ch.folds)
     mem_ts = build_training_set(records, "memory")
     memory = None
     if len(mem_ts) >= MIN_MEMORY_RUNS:
         mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
-        memory = held_out(mem_ts, mch.alpha, mch.shrink)
+        memory = held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
     desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
         f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
     )

@@ -11,6 +11,7 @@ from the most memory-frugal point (each move keeps feasibility and never slows t
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +34,13 @@ MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of n (up to `limit`), ascending; bounded work so a huge batch cell cannot stall completion."""
+    if limit is not None:
+        return [k for k in range(1, min(n, limit) + 1) if n % k == 0]
+    small = [k for k in range(1, math.isqrt(max(n, 1)) + 1) if n % k == 0]
+    out = sorted({*small, *(n // k for k in small)})
+    return [k for k in out if limit is None or k <= limit]
 
 
 def _schedule_pairs(model: ModelSpec, s: Strategy, framework: str) -> list[tuple[str, int]]:
@@ -58,7 +64,7 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
     unset = s.unset_knobs(model.is_moe)
     if "micro_batch" in unset:
         per_rank = w.global_batch // max(1, s.dp)
-        out["micro_batch"] = [b for b in _divisors(per_rank) if b <= MAX_MICRO_BATCH] or [1]
+        out["micro_batch"] = _divisors(per_rank, MAX_MICRO_BATCH) or [1]
     if "recompute" in unset:
         out["recompute"] = list(RECOMPUTE_MODES)
     if "zero" in unset:
