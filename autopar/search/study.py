@@ -137,6 +137,12 @@ def _notes(
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
+    failed = run.states.get("FAIL", 0)
+    if failed:
+        notes.append(
+            f"{failed} trial(s) FAILED in the stored study (a worker stopped mid-trial); they hold no "
+            "values and do not count toward the budget"
+        )
     return notes
 
 
@@ -161,13 +167,22 @@ def optimize(
     progress: bool = False,
     local_search: float = LOCAL_SEARCH_SHARE,
     estimate_fn: Any = None,
+    heartbeat_s: int | None = None,
+    search: bool = True,
+    stored_inputs: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
 
-    `local_search` is the share of post-exploration trials spent on one-knob moves from the front
-    (0 = plain NSGA-II). `estimate_fn` replaces the analytical model (tests only).
+    `budget` counts COMPLETE trials (distinct strategies with an estimate) in the study: with a
+    shared `storage` that is every worker's trials together. `local_search` is the share of
+    post-exploration trials spent on one-knob moves from the front (0 = plain NSGA-II).
+    `heartbeat_s` sets the worker heartbeat on a database server; `search=False` only reads a
+    stored study; `stored_inputs` (JSON) is kept in the study so `autopar study report` can rebuild
+    the problem. `estimate_fn` replaces the analytical model (tests only).
     """
     t0 = time.perf_counter()
+    if not search and storage is None:
+        raise AutoparError("search=False needs a storage to read the study from")
     if sampler not in SAMPLERS:
         raise AutoparError(f"sampler={sampler!r}: allowed values are {', '.join(SAMPLERS)}")
     if not 0.0 <= local_search <= 1.0:
@@ -199,6 +214,8 @@ def optimize(
     fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
     t_search = time.perf_counter()
     if sampler == "exhaustive":
+        if storage is not None:
+            raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
         run = run_exhaustive(space, ev, objs, timeout, progress)
     else:
         run = run_nsga2(
@@ -213,6 +230,9 @@ def optimize(
             progress=progress,
             fp=fp,
             local_search=local_search,
+            inputs=stored_inputs,
+            heartbeat_s=heartbeat_s,
+            search=search,
         )
     search_s = time.perf_counter() - t_search
     if sampler == "exhaustive" and not run.timed_out:
@@ -226,9 +246,12 @@ def optimize(
         "space_valid": valid,
         "space_valid_exact": exact,
         "optuna_trials": run.n_trials,
-        "evaluated": run.n_evaluated,
+        "evaluated": sum(r.estimate is not None for r in records),
+        "evaluated_here": run.n_evaluated,
+        "invalid": sum(r.estimate is None for r in records),
         "duplicates": run.n_duplicates,
         "study_name": run.study_name,
+        "study_states": dict(run.states),
         "search_s": search_s,
         "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
         "prices": {
