@@ -285,9 +285,12 @@ def test_two_processes_share_one_journal(tmp_path):
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert set(states) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
     assert all(t.values is None and t.user_attrs["autopar_reason"].startswith("rule:") for t in pruned)
-    # Reloading gives the union: every stored strategy once.
+    # Reloading gives the union: every stored strategy once (two workers may both have evaluated the
+    # same strategy before they synced; the records hold it once).
     r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=1, storage=path, study_name="shared")
-    assert len([t for t in r.trials if t.estimate is not None]) == complete
+    n = len([t for t in r.trials if t.estimate is not None])
+    assert max(s["evaluated"] for s in stats) <= n <= complete
+    assert r.stats["study_states"]["COMPLETE"] == complete
 
 
 def test_batched_calibration_equals_per_point_calibration():
