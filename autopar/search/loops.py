@@ -31,7 +31,7 @@ from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
-from autopar.search.shared import FLUSH_EVERY, REASON_ATTR, SharedStudy
+from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedStudy
 from autopar.search.space import Point, Space
 from autopar.specs import Workload
 
@@ -158,7 +158,7 @@ class _Loop:
         """Exchange trials with the stored study and refresh the study-wide COMPLETE count."""
         if self.shared is not None:
             self.absorb(self.shared.sync())
-            self.complete = self.synced = self.shared.counts().get("COMPLETE", 0)
+            self.complete = self.synced = self.shared.last_counts.get("COMPLETE", 0)
 
 
 def run_nsga2(
@@ -201,6 +201,8 @@ def run_nsga2(
         shared = SharedStudy(storage, name, directions, names, fp, inputs, heartbeat_s)
     st = _Loop(space, objectives, local, shared, Run(study_name=shared.name if shared else None))
     try:
+        if shared is not None and search:
+            shared.study.set_user_attr(BUDGET_ATTR, budget)
         st.sync()
         if search:
             _search(st, ev, budget, seed, timeout, progress, local_search)

@@ -33,6 +33,7 @@ from autopar.search.storage import is_server, mask, open_storage, storage_error
 FINGERPRINT_ATTR = "autopar_fingerprint"
 INPUTS_ATTR = "autopar_inputs"
 REASON_ATTR = "autopar_reason"
+BUDGET_ATTR = "autopar_budget"  # the budget of the latest worker (study-wide COMPLETE trials)
 FLUSH_EVERY = 64  # buffered trials per batch on file storages
 SYNC_EVERY_S = 1.0  # how often a worker reads the others' trials (and fails stale ones)
 
@@ -69,6 +70,7 @@ class SharedStudy:
         self.pulled: set[int] = set()  # finished trial ids already handed to the caller by sync()
         self.buffer: list[Any] = []
         self.last_sync = 0.0
+        self.last_counts: dict[str, int] = {}  # trials per state at the last sync
         self._beat = _Heartbeat(self.storage) if self.live else None
 
     @property
@@ -158,13 +160,15 @@ class SharedStudy:
                 warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
                 optuna.storages.fail_stale_trials(self.study)
         self.last_sync = time.monotonic()
-        new = []
+        new, counts = [], {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
+            counts[t.state.name] = counts.get(t.state.name, 0) + 1
             tid = t._trial_id
             if t.state.is_finished() and tid not in self.pulled:
                 self.pulled.add(tid)
                 if tid not in self.mine:
                     new.append(t)
+        self.last_counts = counts
         return new
 
     def due(self) -> bool:

@@ -20,7 +20,7 @@ HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBSto
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
 SERVER_SCHEMES = ("postgresql", "postgres", "mysql", "mariadb")
 DRIVERS = {  # URL scheme -> (module SQLAlchemy imports by default, pip package that provides it)
-    "postgresql": ("psycopg2", "psycopg2-binary (pip install 'autopar[postgres]')"),
+    "postgresql": ("psycopg", "psycopg[binary] (pip install 'autopar[postgres]')"),
     "mysql": ("MySQLdb", "mysqlclient"),
 }
 
@@ -59,7 +59,6 @@ def open_storage(spec: Any, heartbeat_s: int | None = None) -> Any:
     if kind in SERVER_SCHEMES:
         hb = heartbeat_s or HEARTBEAT_S
         kw = {"heartbeat_interval": hb, "grace_period": GRACE_FACTOR * hb}
-        kw["engine_kwargs"] = {"pool_pre_ping": True}
     elif kind == "sqlite":
         _check_sqlite_folder(s)
     try:

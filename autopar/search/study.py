@@ -24,6 +24,7 @@ from autopar.search.pareto import (
 from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space
+from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 SAMPLERS = ("nsga2", "exhaustive")
@@ -230,7 +231,22 @@ def optimize(
             progress=progress,
             fp=fp,
             local_search=local_search,
-            inputs=stored_inputs,
+            inputs=None
+            if storage is None
+            else _stored_inputs(
+                model,
+                space,
+                workload,
+                objs,
+                prices,
+                {
+                    "precisions": precisions,
+                    "min_headroom_gib": min_headroom_gib,
+                    "max_cost": max_cost,
+                    "tier": tier,
+                    **(stored_inputs or {}),
+                },
+            ),
             heartbeat_s=heartbeat_s,
             search=search,
         )
@@ -296,7 +312,7 @@ def optimize(
             "budget": budget,
             "seed": seed,
             "sampler": sampler,
-            "storage": None if storage is None else str(storage),
+            "storage": None if storage is None else mask(str(storage)),
             "study_name": run.study_name,
             "min_headroom_gib": min_headroom_gib,
             "max_cost": max_cost,
@@ -309,6 +325,26 @@ def optimize(
     )
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _stored_inputs(
+    model: ModelSpec,
+    space: Space,
+    workload: Workload,
+    objs: Sequence[Objective],
+    prices: list[tuple[float, str]],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """What a stored study needs to be rebuilt without the original command (`autopar study report`)."""
+    clusters = list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values())
+    return {
+        "model": model.model_dump(mode="json"),
+        "clusters": [c.model_dump(mode="json") for c in clusters],
+        "workload": workload.model_dump(mode="json"),
+        "objectives": [o.name for o in objs],
+        "prices": {h.gpu: list(p) for h, p in zip(space.hardware, prices, strict=True)},
+        **extra,
+    }
 
 
 def _with_training(df: Any, tokens: float | None) -> Any:
