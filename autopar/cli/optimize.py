@@ -160,9 +160,8 @@ def print_result(result: Any, top: int) -> None:
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
         cells += [_COLS[n][1].format(row[n]) for n in names + extra]
-        if "throughput" in names + extra and row.get("throughput_low") == row.get(
-            "throughput_low"
-        ):  # not NaN
+        low = row.get("throughput_low")
+        if "throughput" in names + extra and low is not None and low == low:  # present, not NaN
             k = (names + extra).index("throughput") + len(cells) - len(names + extra)
             cells[k] += f" [dim]({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)[/]"
         cells.append(str(row.get("bottleneck", "")))

@@ -315,12 +315,8 @@ def _handle(
         return False
     tid = None
     if shared is not None and shared.live:
-        tid = shared.start(params, odists, _strategy_attrs(space, pt))
-        done, ahead = shared.running_ahead(tid) if budget - st.complete <= CLAIM_MARGIN else (0, 0)
-        if done + ahead >= budget:  # other workers claimed the rest of the budget first
-            shared.finish(tid, _pruned(params, odists, "budget reached by other workers"))
-            st.local.tell(trial, state=TrialState.PRUNED)
-            st.sync()
+        tid = _claim(st, trial, pt, params, odists, budget)
+        if tid is None:
             return False
     out = ev(pt)
     run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, trial.number, pt
@@ -342,6 +338,39 @@ def _handle(
         stored = _complete(frozen, odists, {**_strategy_attrs(space, pt), **_outcome_attrs(out)})
         shared.finish(tid, stored) if tid is not None else shared.add(stored)
     return True
+
+
+def _claim(
+    st: _Loop, trial: Any, pt: Point, params: dict[str, Any], odists: dict[str, Any], budget: int
+) -> int | None:
+    """Server workers: create the RUNNING trial of a new point unless another worker has it or the
+    budget is taken; None (the local trial told PRUNED) when this worker must not evaluate it."""
+    from optuna.trial import TrialState
+
+    shared = st.shared
+    assert shared is not None
+    st.absorb(shared.poll())  # the others' newest trials: skip what they finished meanwhile
+    if pt.key in st.seen or shared.running_same(params) is not None:
+        st.local.tell(trial, state=TrialState.PRUNED)
+        st.run.n_duplicates += 1
+        return None
+    tid = shared.start(params, odists, _strategy_attrs(st.space, pt))
+    reason = ""
+    st.absorb(shared.poll())  # a fresh look now that this trial is visible to the others
+    first = shared.running_same(params)
+    if pt.key in st.seen:
+        reason = "duplicate: another worker finished the same strategy meanwhile"
+    elif first is not None and first < shared.storage.get_trial_number_from_id(tid):
+        reason = "duplicate: another worker started the same strategy first"
+    elif budget - st.complete <= CLAIM_MARGIN:
+        done, ahead = shared.running_ahead(tid)
+        if done + ahead >= budget:
+            reason = "budget reached by other workers"
+    if not reason:
+        return tid
+    shared.finish(tid, _pruned(params, odists, reason))
+    st.local.tell(trial, state=TrialState.PRUNED)
+    return None
 
 
 def _strategy_attrs(space: Space, pt: Point) -> dict[str, Any]:

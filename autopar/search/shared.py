@@ -71,6 +71,7 @@ class SharedStudy:
         self.buffer: list[Any] = []
         self.last_sync = 0.0
         self.last_counts: dict[str, int] = {}  # trials per state at the last sync
+        self._running: dict[tuple[Any, ...], int] = {}  # params -> number of others' RUNNING trials
         self._beat = _Heartbeat(self.storage) if self.live else None
 
     @property
@@ -171,6 +172,27 @@ class SharedStudy:
         self.last_counts = counts
         return new
 
+    def poll(self) -> list[Any]:
+        """Finished trials of other workers not seen yet (no flush, no stale check: cheap)."""
+        new = []
+        self._running = {}
+        for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
+            tid = t._trial_id
+            if t.state.is_finished():
+                if tid not in self.pulled:
+                    self.pulled.add(tid)
+                    if tid not in self.mine:
+                        new.append(t)
+            elif tid not in self.mine:
+                self._running[_params_key(t.params)] = min(
+                    t.number, self._running.get(_params_key(t.params), t.number)
+                )
+        return new
+
+    def running_same(self, params: dict[str, Any]) -> int | None:
+        """Number of another worker's RUNNING trial with these params (as of the last poll), or None."""
+        return self._running.get(_params_key(params))
+
     def due(self) -> bool:
         return time.monotonic() - self.last_sync > SYNC_EVERY_S
 
@@ -191,6 +213,10 @@ class SharedStudy:
         finally:
             if self._beat is not None:
                 self._beat.stop()
+
+
+def _params_key(params: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted(params.items()))
 
 
 class _Heartbeat:

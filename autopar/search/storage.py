@@ -11,6 +11,8 @@ driver, bad URL) becomes one AutoparError line naming the storage with its passw
 from __future__ import annotations
 
 import re
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from autopar.errors import AutoparError
 
 HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBStorage heartbeat_interval)
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
+CREATE_RETRIES = 5  # attempts when several workers create the tables of an empty database at once
 SERVER_SCHEMES = ("postgresql", "postgres", "mysql", "mariadb")
 DRIVERS = {  # URL scheme -> (module SQLAlchemy imports by default, pip package that provides it)
     "postgresql": ("psycopg", "psycopg[binary] (pip install 'autopar[postgres]')"),
@@ -53,22 +56,30 @@ def open_storage(spec: Any, heartbeat_s: int | None = None) -> Any:
         return _journal(s)
     from optuna.storages import RDBStorage, get_storage
 
-    if kind == "postgres":
+    if s.startswith("postgres://"):
         s = "postgresql" + s[len("postgres") :]
+    if s.startswith("postgresql://"):
+        s = _pg_driver(s)
     kw: dict[str, Any] = {}
     if kind in SERVER_SCHEMES:
         hb = heartbeat_s or HEARTBEAT_S
         kw = {"heartbeat_interval": hb, "grace_period": GRACE_FACTOR * hb}
     elif kind == "sqlite":
         _check_sqlite_folder(s)
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # heartbeat_interval is flagged experimental
-            return get_storage(RDBStorage(s, **kw))
-    except Exception as e:  # noqa: BLE001 - every failure to reach the storage becomes one line
-        raise storage_error(s, e) from e
+    for attempt in range(CREATE_RETRIES + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # heartbeat_interval is flagged experimental
+                return get_storage(RDBStorage(s, **kw))
+        except Exception as e:  # noqa: BLE001 - every failure to reach the storage becomes one line
+            # Workers starting together on an empty database race to create Optuna's tables; the
+            # losers see "already exists" / a unique violation and simply retry.
+            text = str(e).lower()
+            racing = "already exists" in text or "duplicate key" in text or "unique constraint" in text
+            if not racing or attempt == CREATE_RETRIES:
+                raise storage_error(s, e) from e
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def storage_error(url: str, e: BaseException) -> AutoparError:
@@ -90,6 +101,22 @@ def storage_error(url: str, e: BaseException) -> AutoparError:
             "sqlite:///file.db or a journal file path"
         )
     return AutoparError(f"{where}: cannot open the study storage: {mask(text)}")
+
+
+def _pg_driver(url: str) -> str:
+    """Name psycopg 3 explicitly when SQLAlchemy's default for postgresql:// (psycopg2 before 2.1)
+    is not installed but psycopg 3 is."""
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+
+    try:
+        default = make_url(url).get_dialect().driver
+    except Exception:  # noqa: BLE001 - a malformed URL is reported when the engine is created
+        return url
+    if importlib.util.find_spec(default) is None and importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
 
 
 def _journal(path: str) -> Any:
