@@ -42,6 +42,10 @@ class DataError(AutoparError):
     """Malformed input data (run records, price files, logs)."""
 
 
+class NoPriceError(AutoparError):
+    """No price for a GPU in the requested pricing tier (the message names both and how to add one)."""
+
+
 class NoFeasibleStrategyError(AutoparError):
     """The search found nothing that fits; the message says what to change."""
 

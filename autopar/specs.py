@@ -9,9 +9,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-GiB = 2**30
-GB = 1e9
-
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -99,20 +96,6 @@ class ModelSpec(_Frozen):
     @property
     def shared_ffn(self) -> int:
         return self.shared_ffn_hidden or self.moe_ffn_hidden or 0
-
-    @property
-    def total_params(self) -> float:
-        """Total parameter count (embeddings included)."""
-        from autopar.perf.params import count_params
-
-        return count_params(self).total
-
-    @property
-    def active_params(self) -> float:
-        """Parameters touched per token (MoE: top-k + shared experts)."""
-        from autopar.perf.params import count_params
-
-        return count_params(self).active
 
 
 class GPUSpec(_Frozen):

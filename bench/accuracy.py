@@ -1,13 +1,15 @@
-"""Accuracy benchmark: the analytical model against published, measured training runs.
+"""Accuracy benchmark: analytical model and corrector against published, measured training runs.
 
-Prints per source and overall the median / mean absolute percentage error (APE) of tokens/s/GPU
-and of memory, and Kendall tau of predicted vs measured throughput within each group of rows that
-share model + cluster size. Throughput is compared as tokens/s/GPU, derived from step time or from
-the source's own TFLOP/s formula where that is what a row has (see measured_tokens_per_s_per_gpu).
+Per source, side by side: the analytical model, the corrector in-sample (fitted on every run, the
+source's own cluster offset included) and the corrector leave-one-source-out (the whole fit, gate
+included, redone without the source: what a new user's cluster gets). Metrics: median and mean
+absolute percentage error (APE) of tokens/s/GPU, Spearman rho within the source over runs of the same
+model and GPU count, runs that ran but are predicted out of memory, and the 80% band's coverage and
+mean width. Then peak memory (only some sources report it) and the adaptation curve: each source
+fitted on the others plus k = 0/3/5 of its runs, scored on its remaining runs.
 
-Usage: python bench/accuracy.py [runs.csv] [--rows] [--calibrated]
-(--calibrated adds the leave-one-source-out table of the default corrector: each source predicted by a
-model trained on the others.)
+Usage: python bench/accuracy.py [--data runs.csv ...] [--no-published] [--rows]
+(--data: extra run-record files with the 42-column schema, e.g. bench/data/frontier_runs*.csv.)
 """
 
 from __future__ import annotations
@@ -19,132 +21,174 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
-from autopar.calibration.records import batch_estimate, measured_tokens_per_s_per_gpu, read_run_records
+from autopar.calibration.apply import fit_calibration
+from autopar.calibration.batch import calibrated_batch
+from autopar.calibration.features import build_training_set, group_of
+from autopar.calibration.records import measured_tokens_per_s_per_gpu, read_run_records
+from autopar.calibration.validation import adaptation, adaptation_summary, select_params
 from autopar.data import published_runs_path
 
-
-def kendall_tau(x: list[float], y: list[float]) -> float:
-    """Kendall tau-b of two equally long sequences (nan for fewer than 2 pairs)."""
-    n = len(x)
-    conc = disc = tx = ty = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                tx += 1
-            elif dy == 0:
-                ty += 1
-            elif dx == dy:
-                conc += 1
-            else:
-                disc += 1
-    denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
-    return float("nan") if denom == 0 else (conc - disc) / denom
+MODES = ("ana", "in", "loso")
 
 
-def evaluate(df: pd.DataFrame) -> pd.DataFrame:
-    """Join predictions with measurements; one row per record with APE columns."""
-    pred = batch_estimate(df)
-    out = df[["id", "source", "model", "gpu", "num_gpus"]].copy()
-    meas = [measured_tokens_per_s_per_gpu(r) for r in df.to_dict(orient="records")]
-    out["meas_tps"] = [m[0] for m in meas]
-    out["meas_how"] = [m[1] for m in meas]
-    out["meas_mem_gib"] = pd.to_numeric(df["measured_mem_gb_per_gpu"], errors="coerce")
-    out = out.merge(pred, on="id", how="left")
-    out["tps_ape"] = (out["pred_tokens_per_s_per_gpu"] - out["meas_tps"]).abs() / out["meas_tps"]
-    out["tps_ratio"] = out["pred_tokens_per_s_per_gpu"] / out["meas_tps"]
-    out["mem_ape"] = (out["pred_mem_gib_per_gpu"] - out["meas_mem_gib"]).abs() / out["meas_mem_gib"]
+def load(paths: list[Path], published: bool) -> pd.DataFrame:
+    """Every run record from the published dataset and the --data files (cells as read)."""
+    frames = ([read_run_records(published_runs_path())] if published else []) + [
+        read_run_records(p) for p in paths
+    ]
+    if not frames:
+        raise SystemExit("no data: pass --data FILE or drop --no-published")
+    df = pd.concat(frames, ignore_index=True).fillna("")
+    df["group"] = [group_of(r) for r in df.to_dict("records")]
+    return df
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    meas = [measured_tokens_per_s_per_gpu(r)[0] for r in df.to_dict("records")]
+    out = pd.DataFrame({"id": df["id"].astype(str), "group": df["group"], "meas_tps": meas})
+    out["meas_mem"] = pd.to_numeric(df["measured_mem_gb_per_gpu"].replace("", np.nan), errors="coerce")
+    out["cohort"] = df["model"].astype(str) + "|" + df["num_gpus"].astype(str)
     return out
 
 
-def summarize(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per-source and overall error table."""
+def predictions(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run: measurements and, for each mode, predicted tokens/s, band, memory and fit."""
+    recs = df.to_dict("records")
+    out = _measured(df)
+    ana = calibrated_batch(df, None)
+    full = calibrated_batch(df, fit_calibration(recs, name="in-sample", evaluate=False))
+    loso = []
+    for grp in sorted(df["group"].unique()):
+        mask = (df["group"] == grp).to_numpy()
+        train = [r for r, m in zip(recs, mask, strict=True) if not m]
+        cal = fit_calibration(train, name=f"without {grp}", evaluate=False) if train else None
+        loso.append(calibrated_batch(df[mask], cal).set_index(df.index[mask]))
+    for mode, p in zip(MODES, (ana, full, pd.concat(loso).sort_index()), strict=True):
+        p = p.reset_index(drop=True)
+        out[f"tps_{mode}"] = pd.to_numeric(p["pred_tokens_per_s_per_gpu"], errors="coerce")
+        out[f"lo_{mode}"] = pd.to_numeric(p["pred_tokens_per_s_per_gpu_lo"], errors="coerce")
+        out[f"hi_{mode}"] = pd.to_numeric(p["pred_tokens_per_s_per_gpu_hi"], errors="coerce")
+        out[f"mem_{mode}"] = pd.to_numeric(p["pred_mem_gib_per_gpu"], errors="coerce")
+        out[f"mlo_{mode}"] = pd.to_numeric(p["pred_mem_gib_per_gpu_lo"], errors="coerce")
+        out[f"mhi_{mode}"] = pd.to_numeric(p["pred_mem_gib_per_gpu_hi"], errors="coerce")
+        out[f"fits_{mode}"] = p["pred_fits"]
+    out["status"] = ana["status"].to_numpy()
+    return out
+
+
+def _rho(g: pd.DataFrame, col: str) -> float:
+    """Mean Spearman rho of measured vs predicted over cohorts (same model and GPU count) with 2+ runs."""
+    rhos = []
+    for _, c in g.dropna(subset=["meas_tps", col]).groupby("cohort"):
+        if len(c) >= 2 and np.ptp(c.meas_tps) > 0 and np.ptp(c[col]) > 0:
+            rhos.append(float(spearmanr(c.meas_tps, c[col]).statistic))
+    return float(np.mean(rhos)) if rhos else np.nan
+
+
+def _block(g: pd.DataFrame, meas: str, pred: str, lo: str, hi: str) -> dict[str, list[float]]:
+    """Median/mean APE, coverage and width per mode for one measured quantity."""
+    out: dict[str, list[float]] = {"med": [], "mean": [], "cover": [], "width": []}
+    for mode in MODES:
+        ok = g.dropna(subset=[meas, f"{pred}_{mode}"])
+        ape = (ok[f"{pred}_{mode}"] / ok[meas] - 1).abs()
+        out["med"].append(100 * ape.median() if len(ok) else np.nan)
+        out["mean"].append(100 * ape.mean() if len(ok) else np.nan)
+        if mode == "ana":
+            continue
+        b = ok.dropna(subset=[f"{lo}_{mode}", f"{hi}_{mode}"])
+        inside = (b[meas] >= b[f"{lo}_{mode}"]) & (b[meas] <= b[f"{hi}_{mode}"])
+        out["cover"].append(100 * inside.mean() if len(b) else np.nan)
+        width = (b[f"{hi}_{mode}"] - b[f"{lo}_{mode}"]) / b[f"{pred}_{mode}"]
+        out["width"].append(100 * width.mean() if len(b) else np.nan)
+    return out
+
+
+def _fmt(vals: list[float], digits: int = 1) -> str:
+    return " | ".join("–" if v != v else f"{v:.{digits}f}" for v in vals)
+
+
+def throughput_table(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per source and overall: APE, rho, predicted-OOM runs, coverage and width (analytical | in | LOSO)."""
     rows = []
-    for src, g in list(ev.groupby("source", sort=True)) + [("OVERALL", ev)]:
-        ok = g[g["status"] == "ok"]
-        t = ok["tps_ape"].dropna()
-        mm = ok["mem_ape"].dropna()
-        taus = []
-        for _, grp in ok.groupby(["model", "num_gpus"]):
-            grp = grp.dropna(subset=["meas_tps"])
-            if len(grp) >= 2:
-                tau = kendall_tau(list(grp["pred_tokens_per_s_per_gpu"]), list(grp["meas_tps"]))
-                if not np.isnan(tau):
-                    taus.append(tau)
+    for name, g in [*ev.groupby("group", sort=True), ("ALL", ev)]:
+        t = g.dropna(subset=["meas_tps"])
+        b = _block(t, "meas_tps", "tps", "lo", "hi")
+        oom = [int((g[f"fits_{m}"] == False).sum()) for m in MODES]  # noqa: E712 - runs that ran
         rows.append(
             {
-                "source": src,
-                "rows": len(g),
-                "evaluated": len(ok),
-                "tps_n": len(t),
-                "tps_median_ape_%": 100 * t.median() if len(t) else np.nan,
-                "tps_mean_ape_%": 100 * t.mean() if len(t) else np.nan,
-                "tps_median_ratio": ok["tps_ratio"].median() if len(t) else np.nan,
-                "mem_n": len(mm),
-                "mem_median_ape_%": 100 * mm.median() if len(mm) else np.nan,
-                "mem_mean_ape_%": 100 * mm.mean() if len(mm) else np.nan,
-                "oom_predicted": int((ok["pred_fits"] == False).sum()),  # noqa: E712
-                "groups": len(taus),
-                "min_tau": min(taus) if taus else np.nan,
-                "mean_tau": float(np.mean(taus)) if taus else np.nan,
+                "source": name,
+                "n": len(t),
+                "median APE % ana|in|loso": _fmt(b["med"]),
+                "mean APE % ana|in|loso": _fmt(b["mean"]),
+                "Spearman ana|in|loso": _fmt([_rho(t, f"tps_{m}") for m in MODES], 2),
+                "pred. OOM ana|in|loso": " | ".join(map(str, oom)),
+                "80% cover % in|loso": _fmt(b["cover"], 0),
+                "width % in|loso": _fmt(b["width"], 0),
             }
         )
     return pd.DataFrame(rows)
 
 
+def memory_table(ev: pd.DataFrame) -> pd.DataFrame:
+    """Peak memory per source that reports it: APE (analytical | in | LOSO), coverage and width."""
+    rows = []
+    mem = ev.dropna(subset=["meas_mem"])
+    for name, g in [*mem.groupby("group", sort=True), ("ALL", mem)]:
+        b = _block(g, "meas_mem", "mem", "mlo", "mhi")
+        rows.append(
+            {
+                "source": name,
+                "n": len(g),
+                "median APE % ana|in|loso": _fmt(b["med"]),
+                "mean APE % ana|in|loso": _fmt(b["mean"]),
+                "80% cover % in|loso": _fmt(b["cover"], 0),
+                "width % in|loso": _fmt(b["width"], 0),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def adaptation_tables(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The k = 0/3/5 adaptation curve per source and summarised, and the parameter choice."""
+    ts = build_training_set(df.to_dict("records"))
+    ch = select_params(ts.X, ts.y, ts.groups)
+    curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale)
+    return curve, adaptation_summary(curve), ch.reason
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="?", default=str(published_runs_path()))
-    ap.add_argument("--rows", action="store_true", help="print every row's prediction")
-    ap.add_argument("--calibrated", action="store_true", help="also leave-one-source-out with the corrector")
+    ap.add_argument(
+        "--data", action="append", type=Path, default=[], help="extra run-record file (repeatable)"
+    )
+    ap.add_argument("--no-published", action="store_true", help="leave out autopar/data/published_runs.csv")
+    ap.add_argument("--rows", action="store_true", help="print every run's predictions")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    df = read_run_records(Path(args.runs))
-    ev = evaluate(df)
-    table = summarize(ev)
-    wall = time.perf_counter() - t0
-    pd.set_option("display.width", 200)
-    pd.set_option("display.max_columns", 30)
-    pd.set_option("display.max_rows", 500)
+    df = load(args.data, not args.no_published)
+    ev = predictions(df)
+    pd.set_option("display.width", 220)
+    pd.set_option("display.max_columns", 40)
+    pd.set_option("display.max_rows", 1000)
     if args.rows:
-        cols = [
-            "id",
-            "status",
-            "strategy",
-            "meas_tps",
-            "pred_tokens_per_s_per_gpu",
-            "tps_ratio",
-            "meas_mem_gib",
-            "pred_mem_gib_per_gpu",
-            "bottleneck",
-        ]
-        print(ev[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-        print()
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    bad = ev[ev["status"] != "ok"]
-    for _, r in bad.iterrows():
+        cols = ["id", "group", "meas_tps", "tps_ana", "tps_in", "tps_loso", "lo_loso", "hi_loso", "meas_mem"]
+        print(ev[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print("tokens/s per GPU — analytical | corrector in-sample | corrector leave-one-source-out")
+    print(throughput_table(ev).to_string(index=False))
+    print("\npeak memory (GiB per GPU) — only sources that report it")
+    print(memory_table(ev).to_string(index=False))
+    curve, summary, reason = adaptation_tables(df)
+    print(
+        f"\nadaptation (fit on the other sources + k runs of this one; error on its remaining runs); {reason}"
+    )
+    print(curve.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for _, r in ev[ev["status"] != "ok"].iterrows():
         print(f"  not evaluated: {r['id']}: {r['status']}")
-    print(f"\n{len(df)} rows in {wall:.2f} s")
-    if args.calibrated:
-        print_loso(df)
+    print(f"\n{len(df)} rows in {time.perf_counter() - t0:.1f} s")
     return 0
-
-
-def print_loso(df: pd.DataFrame) -> None:
-    """Leave-one-source-out error of the default corrector (median/mean APE before -> after, per source)."""
-    from autopar.calibration.corrector import ThroughputCorrector
-    from autopar.calibration.evaluate import error_table, leave_one_source_out
-    from autopar.calibration.features import build_training_set
-
-    t0 = time.perf_counter()
-    res = leave_one_source_out(build_training_set(df.to_dict(orient="records")), ThroughputCorrector())
-    for by in ("source", "family"):
-        print(f"\nleave-one-source-out by {by} (APE of tokens/s per GPU, before -> after the corrector)")
-        print(error_table(res, by).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"({time.perf_counter() - t0:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from autopar.catalog import list_gpus
+from autopar.catalog.pricefile import BUILTIN_PRICES
+from autopar.catalog.prices import TIERS
 from autopar.costs import OwnedCost, default_price_book, load_price_book, normalize_tier
-from autopar.costs.pricebook import TIERS
-from autopar.costs.pricefile import BUILTIN_PRICES
 from autopar.errors import AutoparError, DataError
 
 

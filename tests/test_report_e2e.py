@@ -55,7 +55,7 @@ def test_calibrated_search_report_shows_band_and_corrector(tmp_path) -> None:
     assert r.calibration is not None
     rec = r.recommended[0].trial.estimate
     lo, hi = rec.tokens_per_s_band
-    assert lo <= hi and rec.calibration_factor != 1.0
+    assert lo <= rec.tokens_per_s <= hi  # the default corrector may be the identity (issue 12 gate)
     # the calibrated breakdown still adds up to the calibrated step time
     assert rec.time.total == pytest.approx(rec.step_time_s)
     page = write_search_report(r, tmp_path / "cal.html", plotlyjs="cdn").read_text()

@@ -96,7 +96,7 @@ def test_decode_repairs_dependent_knobs():
     assert (s.vpp, s.sp, s.pp_schedule) == (1, False, "1f1b")  # no vpp without pp, no SP without TP
     assert s.micro_batch == 2 and s.dp == 4  # 8/dp = 2 sequences per rank: mb 8 repaired to 2
     bad = space.decode({**base, "tp": 2, "pp": 4})
-    assert isinstance(bad, str) and "does not divide 4 GPUs" in bad
+    assert isinstance(bad, str) and "tp*pp*cp = 2*4*1 = 8 does not divide num_gpus=4" in bad
 
 
 def test_neighbors_change_one_knob_and_stay_in_space():
@@ -135,8 +135,16 @@ def test_moe_and_dense_expert_parallel():
         Workload(seq_len=4096, global_batch=64),
     )
     assert {lay.ep for lay in moe.layouts} == {1, 2, 4, 8}  # divisors of 8 experts
+    assert {lay.etp for lay in moe.layouts} == {
+        1,
+        2,
+        4,
+        8,
+    }  # divide moe_ffn_hidden=14336, in one NVLink domain
+    assert {lay.etp for lay in dense.layouts} == {None}  # dense models leave etp unset
     for lay in moe.layouts:
-        assert 8 % lay.ep == 0 and (lay.dp * lay.cp) % lay.ep == 0
+        # parallel folding: the expert mesh etp*ep*edp covers the dense tp*cp*dp GPUs
+        assert 8 % lay.ep == 0 and (lay.tp * lay.dp * lay.cp) % (lay.ep * lay.etp) == 0
         if lay.tp > 1 and lay.ep > 1:
             assert lay.sp == (True,)  # Megatron needs SP for MoE with TP and EP
         if lay.tp == 1:

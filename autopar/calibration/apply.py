@@ -1,9 +1,10 @@
-"""Calibration objects: fit on run records, persist with versions, apply to an analytical estimate.
+"""Calibration objects: fit on run records (validated by source), persist as JSON, apply to estimates.
 
-`Calibration.throughput_factor(model, cluster, workload, strategy, estimate)` returns the
-multiplicative factor on tokens/s and its (low, high) band. A saved model carries its feature
-schema, a fingerprint of its training set, and the autopar and scikit-learn versions; loading one
-made by an incompatible version is a clear error, never a silent mis-prediction.
+`Calibration.throughput_factor(...)` / `memory_factor(...)` return a multiplicative factor and its
+80% band; `Calibration.apply(...)` returns the corrected Estimate (tokens/s scaled by the throughput
+factor, memory by the memory factor). A model may carry a `group` (the user's cluster id): its
+learned offset then applies to every prediction, which is how a handful of ingested runs moves the
+predictions for the rest of that cluster.
 """
 
 from __future__ import annotations
@@ -13,39 +14,43 @@ import functools
 import hashlib
 import importlib.metadata
 import math
-import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 import sklearn
-from sklearn.base import clone
 
 from autopar.calibration.corrector import ThroughputCorrector
 from autopar.calibration.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    MEMORY_FEATURE_NAMES,
     TrainingSet,
     build_training_set,
     features,
     memory_features,
 )
+from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.errors import DataError
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-FORMAT = "autopar-calibration"
-FORMAT_VERSION = 1
-DEFAULT_ARTIFACT = "default_calibration.joblib"
+__all__ = [
+    "Calibration",
+    "CalibrationMeta",
+    "CalibrationVersionError",
+    "fit_calibration",
+    "fit_training_set",
+    "load_calibration",
+    "load_default_calibration",
+]
+
+DEFAULT_ARTIFACT = "default_calibration.json"
 DEFAULT_NAME = "published runs (default)"
-
-
-class CalibrationVersionError(DataError):
-    """A saved calibration model made by an autopar/scikit-learn version this one cannot use."""
+REGENERATE = "python -m autopar.calibration.build_default"
+MIN_MEMORY_RUNS = 8
 
 
 def autopar_version() -> str:
@@ -56,56 +61,49 @@ def autopar_version() -> str:
         return "0+unknown"
 
 
-def _major_minor(v: str) -> tuple[str, ...]:
-    return tuple(v.split("+")[0].split(".")[:2])
-
-
 @dataclass
 class CalibrationMeta:
-    """What a calibration model is and how it was made (stored beside the estimator)."""
+    """What a calibration model is, how it was chosen and how it scored on held-out sources."""
 
     name: str
-    model_name: str
     n_train: int
     sources: list[str]
     training_fingerprint: str
+    choice: dict[str, Any] = field(default_factory=dict)  # alpha, shrink, prior_scale, reason
+    loso: list[dict[str, Any]] = field(default_factory=list)  # held-out rows per source + 'all'
+    group: str | None = None  # the cluster whose offset applies to every prediction
+    groups: list[str] = field(default_factory=list)
     feature_names: list[str] = field(default_factory=lambda: list(FEATURE_NAMES))
+    memory_feature_names: list[str] = field(default_factory=lambda: list(MEMORY_FEATURE_NAMES))
     feature_schema_version: str = FEATURE_SCHEMA_VERSION
     autopar_version: str = field(default_factory=autopar_version)
     sklearn_version: str = sklearn.__version__
-    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    cv_errors: dict[str, float] = field(default_factory=dict)
-    loso: list[dict[str, Any]] = field(default_factory=list)  # per-source LOSO rows (error_table)
-    memory_n_train: int = 0  # runs with measured memory (0 = no memory corrector)
+    memory_n_train: int = 0
     memory_sources: list[str] = field(default_factory=list)
-    memory_cv: list[dict[str, Any]] = field(default_factory=list)  # K-fold rows (error_table)
+    memory_choice: dict[str, Any] = field(default_factory=dict)
+    memory_cv: list[dict[str, Any]] = field(default_factory=list)
+    memory_scheme: str = ""
 
 
 def training_fingerprint(*sets: TrainingSet | None) -> str:
-    """sha256 of the training set(s): run ids, measured and predicted figures and features (rounded).
+    """sha256 of the training set(s): ids, groups, measured/predicted figures and features (rounded).
 
-    It changes when the data or the analytical model's predictions change, so a cached model
-    trained against an older analytical model is not reused.
+    It changes when the data or the analytical model's predictions change, so a model trained
+    against an older analytical model is not reused silently.
     """
     h = hashlib.sha256()
     for ts in sets:
         if ts is None:
             continue
         h.update(f"[{ts.target}]\n".encode())
-        order = np.argsort(np.array(ts.ids, dtype=str), kind="stable")
-        for i in order:
-            row = [
-                ts.ids[i],
-                f"{ts.measured[i]:.6g}",
-                f"{ts.predicted[i]:.6g}",
-                *(f"{v:.6g}" for v in ts.X[i]),
-            ]
-            h.update(("|".join(row) + "\n").encode())
+        for i in np.argsort(np.array(ts.ids, dtype=str), kind="stable"):
+            row = [ts.ids[i], ts.groups[i], f"{ts.measured[i]:.6g}", f"{ts.predicted[i]:.6g}"]
+            h.update(("|".join(row + [f"{v:.6g}" for v in ts.X[i]]) + "\n").encode())
     return h.hexdigest()
 
 
 class Calibration:
-    """A fitted throughput corrector plus its metadata; the object the search and reports use."""
+    """Fitted throughput (and optionally memory) correctors with metadata; what search and CLI use."""
 
     def __init__(
         self,
@@ -118,10 +116,46 @@ class Calibration:
         self.memory_corrector = memory_corrector
 
     # ------------------------------------------------------------------------------- apply
-    def factors(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _groups(self, n: int, groups: Sequence[str] | None) -> list[str] | None:
+        if groups is not None:
+            return list(groups)
+        return None if self.meta.group is None else [self.meta.group] * n
+
+    def factors(
+        self, X: np.ndarray, groups: Sequence[str] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(factor, low, high) multiplicative throughput factors for rows of features."""
-        c, lo, hi = self.corrector.predict_interval(np.atleast_2d(X))
+        X = np.atleast_2d(X)
+        c, lo, hi = self.corrector.predict_interval(X, self._groups(len(X), groups))
         return np.exp(c), np.exp(lo), np.exp(hi)
+
+    def memory_factors(
+        self, X: np.ndarray, groups: Sequence[str] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(factor, low, high) of peak memory for rows of memory features ((1, 1, 1) without a model)."""
+        X = np.atleast_2d(X)
+        if self.memory_corrector is None:
+            one = np.ones(len(X))
+            return one, one, one
+        c, lo, hi = self.memory_corrector.predict_interval(X, self._groups(len(X), groups))
+        return np.exp(c), np.exp(lo), np.exp(hi)
+
+    def memory_moves(self) -> bool:
+        """False when the memory factor is 1 for every input (no memory model, or shrink 0 and no offset
+        for this model's group): the search then skips the memory features."""
+        mc = self.memory_corrector
+        if mc is None:
+            return False
+        return mc.shrink > 0 or abs(mc.offsets_.get(str(self.meta.group), 0.0)) > 0
+
+    @staticmethod
+    def _one(fn: Any, x: np.ndarray, corrector: ThroughputCorrector | None, group: str | None) -> tuple:
+        if corrector is None:
+            return 1.0, 1.0, 1.0
+        if not np.all(np.isfinite(x)):  # a degenerate estimate: no correction, the analytical band
+            return 1.0, math.exp(corrector.prior_band_[0]), math.exp(corrector.prior_band_[1])
+        f, lo, hi = fn(x, None if group is None else [group])
+        return float(f[0]), float(min(lo[0], f[0])), float(max(hi[0], f[0]))
 
     def throughput_factor(
         self,
@@ -130,14 +164,11 @@ class Calibration:
         workload: Workload,
         strategy: Strategy,
         estimate: Estimate,
+        group: str | None = None,
     ) -> tuple[float, float, float]:
-        """Multiplicative correction of the estimate's tokens/s and its (low, high) band."""
+        """Multiplicative correction of the estimate's tokens/s and its (low, high) 80% band."""
         x = features(model, cluster, workload, strategy, estimate)
-        if not np.all(np.isfinite(x)):  # a degenerate estimate: no correction, the uncorrected band
-            a = self.corrector.prior_halfwidth_
-            return 1.0, math.exp(-a), math.exp(a)
-        f, lo, hi = self.factors(x)
-        return float(f[0]), float(lo[0]), float(hi[0])
+        return self._one(self.factors, x, self.corrector, group)
 
     def memory_factor(
         self,
@@ -146,17 +177,28 @@ class Calibration:
         workload: Workload,
         strategy: Strategy,
         estimate: Estimate,
+        group: str | None = None,
     ) -> tuple[float, float, float]:
-        """Multiplicative correction of the estimate's peak memory and its band; (1, 1, 1) without
-        a memory corrector. Learned from max-reserved memory of few sources: use with care."""
-        if self.memory_corrector is None:
-            return 1.0, 1.0, 1.0
+        """Multiplicative correction of the estimate's peak memory and its band ((1, 1, 1) without one)."""
         x = memory_features(model, cluster, workload, strategy, estimate)
-        if not np.all(np.isfinite(x)):
-            a = self.memory_corrector.prior_halfwidth_
-            return 1.0, math.exp(-a), math.exp(a)
-        c, lo, hi = self.memory_corrector.predict_interval(x[None, :])
-        return float(np.exp(c[0])), float(np.exp(lo[0])), float(np.exp(hi[0]))
+        return self._one(self.memory_factors, x, self.memory_corrector, group)
+
+    def apply(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        workload: Workload,
+        strategy: Strategy,
+        estimate: Estimate,
+        group: str | None = None,
+    ) -> Estimate:
+        """The corrected estimate: throughput x its factor (band recorded), memory x its factor."""
+        f, lo, hi = self.throughput_factor(model, cluster, workload, strategy, estimate, group)
+        out = estimate.calibrated(f, lo, hi, self.meta.name)
+        if group is None and not self.memory_moves():
+            return out
+        mf = self.memory_factor(model, cluster, workload, strategy, estimate, group)[0]
+        return scale_memory(out, mf)
 
     def __repr__(self) -> str:
         return f"Calibration({self.describe()!r})"
@@ -164,86 +206,100 @@ class Calibration:
     def describe(self) -> str:
         """One line naming the corrector and its evidence, for reports and CLI output."""
         m = self.meta
-        text = (
-            f"calibration '{m.name}': {m.model_name} corrector on {m.n_train} runs from "
-            f"{len(m.sources)} source(s)"
+        shrink = m.choice.get("shrink", 1.0)
+        what = (
+            "analytical model + cluster offsets (no global correction passed the no-worse-by-source gate)"
+            if shrink == 0
+            else f"ridge correction x{shrink:.1f} + cluster offsets"
         )
+        text = f"calibration '{m.name}': {what}, fitted on {m.n_train} runs from {len(m.sources)} source(s)"
         overall = next((r for r in m.loso if r.get("source") == "all"), None)
         if overall:
             text += (
                 f"; leave-one-source-out median APE {100 * overall['median_ape_before']:.1f}% -> "
-                f"{100 * overall['median_ape_after']:.1f}%"
+                f"{100 * overall['median_ape_after']:.1f}%, 80% band covers "
+                f"{100 * overall['band_coverage']:.0f}% (mean width {100 * overall['band_width']:.0f}%)"
             )
+        if m.group:
+            text += f"; adapted to cluster '{m.group}'"
         if self.memory_corrector is not None:
-            text += f"; memory corrector on {m.memory_n_train} runs ({', '.join(m.memory_sources)})"
+            text += f"; memory band from {m.memory_n_train} runs ({', '.join(m.memory_sources)})"
         return text
 
     # ---------------------------------------------------------------------------- persistence
-    def save(self, path: str | Path) -> Path:
-        """Write the model (joblib) with its metadata; the estimator is pickled inside."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON document of this model (parameters, metadata, versions, feature schema)."""
+        return {
             "meta": asdict(self.meta),
-            "corrector": pickle.dumps(self.corrector, protocol=pickle.HIGHEST_PROTOCOL),
-            "memory_corrector": (
-                None
-                if self.memory_corrector is None
-                else pickle.dumps(self.memory_corrector, protocol=pickle.HIGHEST_PROTOCOL)
-            ),
+            "throughput": self.corrector.to_params(),
+            "memory": None if self.memory_corrector is None else self.memory_corrector.to_params(),
         }
-        joblib.dump(payload, p, compress=3)
-        return p
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model as JSON (no pickle: loading it can never run code)."""
+        return write_model_doc(path, self.to_doc())
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
-        """Read a saved model, refusing one made by an incompatible autopar or scikit-learn version.
-
-        Only load files you trust: like any pickle, a model file can run code when loaded.
-        """
-        p = Path(path)
-        if not p.exists():
-            raise DataError(f"calibration model not found: {p}")
+        """Read a JSON model file; one-line DataError for a foreign, corrupt or incompatible file."""
+        doc = read_model_doc(path)
         try:
-            payload = joblib.load(p)
-        except Exception as e:
-            raise DataError(f"'{p}' is not an autopar calibration model ({type(e).__name__}: {e})") from e
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise DataError(f"'{p}' is not an autopar calibration model (no '{FORMAT}' header)")
-        meta = CalibrationMeta(**payload["meta"])
-        _check_compatible(p, payload.get("format_version"), meta)
-        corrector = pickle.loads(payload["corrector"])
-        mem = payload.get("memory_corrector")
-        return cls(corrector, meta, None if mem is None else pickle.loads(mem))
+            meta = _meta_from(doc.get("meta"))
+        except (TypeError, ValueError) as e:
+            raise DataError(f"'{path}' is not an autopar calibration model (bad metadata: {e})"[:240]) from e
+        _check_schema(Path(path), meta)
+        try:
+            tp = ThroughputCorrector.from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))
+            mem = doc.get("memory")
+            mc = (
+                None
+                if mem is None
+                else ThroughputCorrector.from_params(_dict(doc, "memory"), len(MEMORY_FEATURE_NAMES))
+            )
+        except (TypeError, ValueError) as e:
+            raise DataError(f"'{path}' is a corrupt autopar calibration model ({e})"[:240]) from e
+        return cls(tp, meta, mc)
 
 
-def _check_compatible(p: Path, fmt_version: Any, meta: CalibrationMeta) -> None:
-    """Raise CalibrationVersionError unless this autopar/scikit-learn can use the saved model."""
-    refit = f"refit it with `autopar calibrate fit --out {p}`"
-    if fmt_version != FORMAT_VERSION:
-        raise CalibrationVersionError(
-            f"calibration model '{p}' has format version {fmt_version}; this "
-            f"autopar reads version {FORMAT_VERSION}: {refit}"
-        )
-    if _major_minor(meta.sklearn_version) != _major_minor(sklearn.__version__):
-        raise CalibrationVersionError(
-            f"calibration model '{p}' was made with scikit-learn "
-            f"{meta.sklearn_version}; this environment has {sklearn.__version__}: {refit}"
-        )
-    if _major_minor(meta.autopar_version) != _major_minor(autopar_version()):
-        raise CalibrationVersionError(
-            f"calibration model '{p}' was made with autopar {meta.autopar_version}; "
-            f"this is autopar {autopar_version()}: {refit}"
-        )
-    if meta.feature_schema_version != FEATURE_SCHEMA_VERSION or list(meta.feature_names) != list(
-        FEATURE_NAMES
+def _dict(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    v = doc.get(key)
+    if not isinstance(v, dict):
+        raise ValueError(f"'{key}' must be an object")
+    return v
+
+
+def _meta_from(d: Any) -> CalibrationMeta:
+    """CalibrationMeta from its JSON object; unknown keys are ignored, types checked loosely."""
+    if not isinstance(d, dict):
+        raise ValueError("'meta' must be an object")
+    known = {f.name for f in fields(CalibrationMeta)}
+    meta = CalibrationMeta(**{k: v for k, v in d.items() if k in known})
+    if not isinstance(meta.name, str) or not isinstance(meta.feature_names, list):
+        raise ValueError("name/feature_names")
+    return meta
+
+
+def _check_schema(p: Path, meta: CalibrationMeta) -> None:
+    """Raise CalibrationVersionError unless the model's features are this autopar's features."""
+    if (
+        meta.feature_schema_version != FEATURE_SCHEMA_VERSION
+        or list(meta.feature_names) != list(FEATURE_NAMES)
+        or list(meta.memory_feature_names) != list(MEMORY_FEATURE_NAMES)
     ):
         raise CalibrationVersionError(
-            f"calibration model '{p}' uses feature schema {meta.feature_schema_version}; "
-            f"this autopar uses {FEATURE_SCHEMA_VERSION}: {refit}"
+            f"calibration model '{p}' uses feature schema {meta.feature_schema_version}; this autopar "
+            f"uses {FEATURE_SCHEMA_VERSION}: refit it with `autopar calibrate fit --out {p}`"
         )
+
+
+def scale_memory(est: Estimate, factor: float) -> Estimate:
+    """The estimate with every memory term scaled by `factor` (headroom and fit recomputed)."""
+    if factor == 1.0 or not math.isfinite(factor) or factor <= 0:
+        return est
+    mem = type(est.memory)(**{k: v * factor for k, v in asdict(est.memory).items()})
+    head = est.capacity_bytes - mem.total
+    note = f"calibrated peak memory x{factor:.3f}"
+    return replace(est, memory=mem, headroom_bytes=head, fits=head >= 0, notes=(*est.notes, note))
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -252,66 +308,80 @@ def load_calibration(path: str | Path) -> Calibration:
 
 
 # ------------------------------------------------------------------------------------------ fitting
-MIN_MEMORY_RUNS = 8
-
-
 def fit_calibration(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    name: str,
-    estimator: ThroughputCorrector | None = None,
-    evaluate: bool = True,
+    records: Sequence[Mapping[str, Any]], *, name: str, group: str | None = None, evaluate: bool = True
 ) -> Calibration:
-    """Fit the throughput corrector (and a memory one where enough runs measured memory) on records."""
+    """Fit the throughput and memory correctors on run records (see fit_training_set)."""
     return fit_training_set(
         build_training_set(records),
         name=name,
-        estimator=estimator,
-        evaluate=evaluate,
         memory_ts=build_training_set(records, "memory"),
+        group=group,
+        evaluate=evaluate,
     )
+
+
+def _fit_one(ts: TrainingSet, evaluate: bool) -> tuple[ThroughputCorrector, dict[str, Any], list, str]:
+    """Choose parameters by the no-worse gate, fit on everything, put the out-of-group band on it."""
+    from autopar.calibration.validation import (
+        COVERAGE,
+        _band_without,
+        error_table,
+        held_out,
+        select_params,
+    )
+
+    ch = select_params(ts.X, ts.y, ts.groups)
+    g = np.asarray(ts.groups)
+    m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, coverage=COVERAGE, prior_scale=ch.prior_scale)
+    m.fit(ts.X, ts.y, groups=g)
+    if len(set(ts.groups)) >= 2:
+        m.band_ = _band_without(ts.X, ts.y, g, ch.alpha, ch.shrink)
+    table, scheme = [], ""
+    if evaluate:
+        res = held_out(ts, ch.alpha, ch.shrink)
+        table, scheme = _records(error_table(res)), res.scheme
+    choice = {"alpha": ch.alpha, "shrink": ch.shrink, "prior_scale": ch.prior_scale, "reason": ch.reason}
+    return m, choice, table, scheme
 
 
 def fit_training_set(
     ts: TrainingSet,
     *,
     name: str,
-    estimator: ThroughputCorrector | None = None,
-    evaluate: bool = True,
     memory_ts: TrainingSet | None = None,
+    group: str | None = None,
+    evaluate: bool = True,
 ) -> Calibration:
-    """Fit on prepared training sets; with `evaluate`, store the held-out error tables too."""
-    from autopar.calibration.evaluate import error_table, kfold_cross_validated, leave_one_source_out
-
+    """Fit on prepared training sets; `group` names the cluster whose offset every prediction gets."""
     if len(ts) < 3:
         raise DataError(
             f"need at least 3 usable runs to fit a calibration, have {len(ts)}"
             + (f" ({len(ts.skipped)} skipped: {ts.skipped[0][1]})" if ts.skipped else "")
         )
-    est = estimator if estimator is not None else ThroughputCorrector()
-    corrector = clone(est).fit(ts.X, ts.y, groups=np.array(ts.sources))
-    loso: list[dict[str, Any]] = []
-    if evaluate and len(set(ts.sources)) >= 2:
-        loso = _records(error_table(leave_one_source_out(ts, est)))
-    mem_corrector, mem_cv = None, []
+    if group is not None and group not in set(ts.groups):
+        raise DataError(f"--group {group!r} has no usable runs (groups: {', '.join(sorted(set(ts.groups)))})")
+    corrector, choice, loso, _ = _fit_one(ts, evaluate)
     use_memory = memory_ts is not None and len(memory_ts) >= MIN_MEMORY_RUNS
+    mem, mchoice, mcv, mscheme = (None, {}, [], "")
     if use_memory:
-        mem_corrector = clone(est).fit(memory_ts.X, memory_ts.y, groups=np.array(memory_ts.sources))
-        if evaluate:
-            mem_cv = _records(error_table(kfold_cross_validated(memory_ts, est)))
+        mem, mchoice, mcv, mscheme = _fit_one(memory_ts, evaluate)
     meta = CalibrationMeta(
         name=name,
-        model_name=corrector.model_name_,
         n_train=len(ts),
         sources=sorted(set(ts.sources)),
+        groups=sorted(set(ts.groups)),
+        group=group,
         training_fingerprint=training_fingerprint(ts, memory_ts if use_memory else None),
-        cv_errors=dict(corrector.cv_errors_),
+        choice=choice,
         loso=loso,
         memory_n_train=len(memory_ts) if use_memory else 0,
         memory_sources=sorted(set(memory_ts.sources)) if use_memory else [],
-        memory_cv=mem_cv,
+        memory_choice=mchoice,
+        memory_cv=mcv,
+        memory_scheme=mscheme,
     )
-    return Calibration(corrector, meta, mem_corrector)
+    return Calibration(corrector, meta, mem)
 
 
 def _records(table: Any) -> list[dict[str, Any]]:
@@ -323,7 +393,7 @@ def _records(table: Any) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------- default model
-def _published_training_sets() -> tuple[TrainingSet, TrainingSet]:
+def published_training_sets() -> tuple[TrainingSet, TrainingSet]:
     """Throughput and memory training sets of the published runs shipped with autopar."""
     from autopar.calibration.records import read_run_records
     from autopar.data import published_runs_path
@@ -332,34 +402,31 @@ def _published_training_sets() -> tuple[TrainingSet, TrainingSet]:
     return build_training_set(recs), build_training_set(recs, "memory")
 
 
+def _default_fingerprint(ts: TrainingSet, mem: TrainingSet) -> str:
+    return training_fingerprint(ts, mem if len(mem) >= MIN_MEMORY_RUNS else None)
+
+
 def build_default_calibration() -> Calibration:
-    """Train the default corrector on the published runs shipped with autopar."""
-    ts, mem = _published_training_sets()
+    """Train the default corrector on the published runs shipped with autopar (deterministic)."""
+    ts, mem = published_training_sets()
     return fit_training_set(ts, name=DEFAULT_NAME, memory_ts=mem)
 
 
 def default_artifact_path() -> Path:
-    """Where the packaged default model lives (autopar/data/default_calibration.joblib)."""
+    """Where the packaged default model lives (autopar/data/default_calibration.json)."""
     from autopar.data import data_path
 
     return data_path(DEFAULT_ARTIFACT)
 
 
-def write_default_calibration(path: str | Path | None = None) -> Path:
-    """Rebuild the default model and write it (default: the packaged artifact, for maintainers)."""
-    return build_default_calibration().save(path or default_artifact_path())
-
-
 def _user_cache_path(fp: str) -> Path:
     from autopar.calibration.store import autopar_home
 
-    return autopar_home() / "cache" / f"default_calibration-{fp[:16]}.joblib"
+    return autopar_home() / "cache" / f"default_calibration-{fp[:16]}.json"
 
 
 def _try_load(path: Path, fp: str) -> Calibration | None:
     """A saved default model if it loads and was trained on exactly this training set."""
-    if not path.exists():
-        return None
     try:
         cal = Calibration.load(path)
     except DataError:
@@ -369,10 +436,10 @@ def _try_load(path: Path, fp: str) -> Calibration | None:
 
 @functools.lru_cache(maxsize=1)
 def load_default_calibration() -> Calibration:
-    """The default model: the packaged artifact or a user cache when they match the shipped data and
-    the current analytical model, else trained now (and cached under $AUTOPAR_HOME/cache)."""
-    ts, mem = _published_training_sets()
-    fp = training_fingerprint(ts, mem if len(mem) >= MIN_MEMORY_RUNS else None)
+    """The default model: the packaged file when it matches the shipped data and the current analytical
+    model, else a user cache, else trained now (~1 s) and cached under $AUTOPAR_HOME/cache."""
+    ts, mem = published_training_sets()
+    fp = _default_fingerprint(ts, mem)
     for path in (default_artifact_path(), _user_cache_path(fp)):
         cal = _try_load(path, fp)
         if cal is not None:

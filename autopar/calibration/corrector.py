@@ -1,33 +1,40 @@
-"""The throughput corrector: a scikit-learn regressor of y = log(measured / predicted tokens/s).
+"""The corrector: y = log(measured / predicted) as a ridge model on a few physical features, plus a
+shrunken per-cluster log-offset, with a conformal band. Every learned number is a plain float, so a
+model is stored as JSON and loading one can never run code (see autopar.calibration.modelfile).
 
-It chooses between a regularised linear model (RidgeCV) and a small gradient-boosted tree model by
-cross-validation (leave-one-group-out when groups, e.g. sources, are given), shrinks its correction
-toward zero (= trust the analytical model) far from the training data, and gives a prediction band
-from out-of-fold residuals that widens to the uncorrected model's typical error far from the data.
+Three parts, each with its reason:
+- **Global ridge** on standardised features clipped to the training range (a linear model does not
+  extrapolate wildly from a feature it never saw vary), times `shrink` in [0, 1]: the validation gate
+  (autopar.calibration.validation) lowers `shrink` toward 0 (= factor 1, the analytical model)
+  until the correction is no worse than the analytical model on every left-out source.
+- **Per-group offsets** (group = a cluster: the record's `cluster` id, else its source), estimated
+  empirical-Bayes style: a group with n runs and median residual m gets offset n / (n + tau) * m, where
+  tau = within-group variance / between-group variance (method of moments). A new cluster starts at
+  0 and moves toward its own level as its runs are ingested (Gelman & Hill 2007, ch. 12 "partial
+  pooling"), with the median and MAD as robust location and spread. Ridge and offsets are fitted by
+  alternating (backfitting).
+- **Band**: split-conformal by group. Scores are out-of-group residuals (each group predicted by a
+  model fitted without it); every group gets the same total weight, so a source with 32 runs does
+  not dominate one with 5 (the exchangeable unit is the cluster, not the run). A point whose
+  features fall outside the training range gets the union of this band and the analytical model's
+  own error band (`prior_band_`). Why not MAPIE (1.6 installs here): its CV+/jackknife+ with a
+  LeaveOneGroupOut splitter weighs every run equally (a 32-run source would dominate a 1-run one) and
+  calls `fit(X, y)` without the groups the offsets need; the group-weighted scores are a few lines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.ensemble import HistGradientBoostingRegressor
-from sklearn.linear_model import RidgeCV
-from sklearn.model_selection import KFold, LeaveOneGroupOut
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import ThreadpoolController
 
-MODEL_CHOICES = ("auto", "ridge", "hgb")
-_controller: ThreadpoolController | None = None
-
-
-def _one_openmp_thread() -> Any:
-    """Context limiting OpenMP to one thread: tiny tree models run 10-30x slower with a thread pool."""
-    global _controller
-    if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="openmp")
+RANGE_TOLERANCE = 0.05  # a feature this fraction of its training range outside it counts as extrapolation
+MAX_TAU = 1e6  # runs-equivalent prior strength when groups do not differ at all
+MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal data
+MEDIAN_VARIANCE = np.pi / 2  # var(sample median) = (pi/2) sigma^2 / n for normal data (asymptotic)
 
 
 def ape_of_log_error(err: np.ndarray) -> np.ndarray:
@@ -35,190 +42,212 @@ def ape_of_log_error(err: np.ndarray) -> np.ndarray:
     return np.abs(np.expm1(err))
 
 
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The q-quantile of values under weights (inverse of the weighted empirical CDF, midpoint rule)."""
+    order = np.argsort(values, kind="stable")
+    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
+    cdf = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return float(np.interp(q, cdf, v))
+
+
+def group_weights(groups: Sequence[Any]) -> np.ndarray:
+    """Weight 1/n_g per row: every group counts once."""
+    g = np.asarray(groups)
+    _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inv]
+
+
+def conformal_band(resid: np.ndarray, groups: Sequence[Any], coverage: float) -> tuple[float, float]:
+    """(low, high) quantiles of out-of-group residuals, every group weighted equally."""
+    if len(resid) == 0:
+        return (0.0, 0.0)
+    w = group_weights(groups)
+    return (
+        weighted_quantile(resid, w, (1 - coverage) / 2),
+        weighted_quantile(resid, w, (1 + coverage) / 2),
+    )
+
+
+def eb_offsets(
+    resid: np.ndarray, groups: Sequence[Any], scale: float = 1.0
+) -> tuple[dict[str, float], float]:
+    """Empirical-Bayes shrunken median residual per group and the prior strength tau (in runs).
+
+    Robust on purpose: a source's few outlier runs should not move its whole cluster. Location is the
+    group median; the within-group spread is the pooled MAD (x1.4826 = sigma for normal data) and the
+    sampling variance of a median of n runs is (pi/2) sigma^2 / n. tau = (pi/2) sigma_w^2 / sigma_b^2
+    (method of moments), times `scale` (chosen by cross-validation across groups).
+    """
+    names, inv = np.unique(np.asarray([str(x) for x in groups]), return_inverse=True)
+    if len(names) < 2:
+        return {str(n): 0.0 for n in names}, MAX_TAU
+    n = np.bincount(inv).astype(float)
+    m = np.array([np.median(resid[inv == i]) for i in range(len(names))])
+    s2w = (MAD_TO_SIGMA * float(np.median(np.abs(resid - m[inv])))) ** 2 * MEDIAN_VARIANCE
+    s2b = float(np.var(m, ddof=1) - np.mean(s2w / n))
+    tau = MAX_TAU if s2b <= 1e-12 else min(scale * s2w / s2b, MAX_TAU)
+    return {str(k): float(nk / (nk + tau) * mk) for k, nk, mk in zip(names, n, m, strict=True)}, float(tau)
+
+
 class ThroughputCorrector(RegressorMixin, BaseEstimator):
-    """Learns the log throughput ratio measured/predicted; shrinks to 0 away from the training data.
+    """Ridge on clipped standardised features x `shrink`, plus empirical-Bayes per-group offsets.
 
     Parameters
     ----------
-    model : "auto" | "ridge" | "hgb"
-        "auto" picks the candidate with the lower cross-validated median absolute percentage error.
-    ridge_alphas : regularisation strengths searched by RidgeCV (on standardized features).
-    hgb_max_iter, hgb_learning_rate, hgb_max_depth, hgb_min_samples_leaf, hgb_l2 : the tree model.
-    monotonic_cst : optional per-feature monotonic constraints for the tree model (-1, 0, 1).
-    n_neighbors : neighbours used for the distance to the training data.
-    shrink_scale : how many typical neighbour distances d0 beyond d0 the correction has halved.
-    min_feature_scale : floor of a feature's scale in the distance (an unseen category counts as far).
-    trust_quantile : d0 = this quantile of the training points' own neighbour distances; full trust
-        within d0.
-    coverage : nominal coverage of the prediction band (0.8 = 10th to 90th percentile).
-    random_state : seed of the shuffled K-fold used when no groups are given.
+    alpha : ridge penalty on standardised features (the intercept is not penalised).
+    shrink : multiplier in [0, 1] of the global correction (0 = analytical model + group offsets).
+    coverage : nominal coverage of the band (0.8 = 10th to 90th percentile).
+    backfit_iter : alternations between the ridge and the group offsets.
+    prior_scale : multiplier of the method-of-moments prior strength of the group offsets (>= 1 pools
+        more: a cluster's offset needs more of its own runs before it moves).
     """
 
     def __init__(
         self,
-        model: str = "auto",
-        ridge_alphas: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
-        hgb_max_iter: int = 120,
-        hgb_learning_rate: float = 0.05,
-        hgb_max_depth: int = 3,
-        hgb_min_samples_leaf: int = 6,
-        hgb_l2: float = 1.0,
-        monotonic_cst: list[int] | None = None,
-        n_neighbors: int = 5,
-        shrink_scale: float = 1.0,
-        min_feature_scale: float = 0.1,
-        trust_quantile: float = 0.75,
+        alpha: float = 10.0,
+        shrink: float = 1.0,
         coverage: float = 0.8,
-        random_state: int = 0,
+        backfit_iter: int = 4,
+        prior_scale: float = 1.0,
     ):
-        self.model = model
-        self.ridge_alphas = ridge_alphas
-        self.hgb_max_iter = hgb_max_iter
-        self.hgb_learning_rate = hgb_learning_rate
-        self.hgb_max_depth = hgb_max_depth
-        self.hgb_min_samples_leaf = hgb_min_samples_leaf
-        self.hgb_l2 = hgb_l2
-        self.monotonic_cst = monotonic_cst
-        self.n_neighbors = n_neighbors
-        self.shrink_scale = shrink_scale
-        self.min_feature_scale = min_feature_scale
-        self.trust_quantile = trust_quantile
+        self.alpha = alpha
+        self.shrink = shrink
         self.coverage = coverage
-        self.random_state = random_state
-
-    # ------------------------------------------------------------------------------ candidates
-    def _candidate(self, name: str) -> BaseEstimator:
-        """An unfitted candidate model (works on standardized features)."""
-        if name == "ridge":
-            return RidgeCV(alphas=self.ridge_alphas)
-        return HistGradientBoostingRegressor(
-            max_iter=self.hgb_max_iter,
-            learning_rate=self.hgb_learning_rate,
-            max_depth=self.hgb_max_depth,
-            min_samples_leaf=self.hgb_min_samples_leaf,
-            l2_regularization=self.hgb_l2,
-            monotonic_cst=self.monotonic_cst,
-            early_stopping=False,
-            random_state=0,
-        )
-
-    def _splits(self, n: int, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Cross-validation splits: leave-one-group-out with 3+ groups, else shuffled K-fold."""
-        if groups is not None and len(np.unique(groups)) >= 3:
-            return list(LeaveOneGroupOut().split(np.zeros(n), groups=groups))
-        if n < 6:
-            return []
-        k = min(5, n // 2)
-        return list(KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(np.zeros(n)))
-
-    def _oof(
-        self, name: str, X: np.ndarray, y: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]]
-    ) -> np.ndarray:
-        """Out-of-fold predictions of the whole pipeline (candidate + shrinkage) for one candidate."""
-        pred = np.zeros_like(y)
-        for tr, te in splits:
-            fold = clone(self).set_params(model=name)
-            fold.n_features_in_ = X.shape[1]
-            fold._fit_final(X[tr], y[tr], name)
-            pred[te] = fold.predict(X[te])
-        return pred
+        self.backfit_iter = backfit_iter
+        self.prior_scale = prior_scale
 
     # -------------------------------------------------------------------------------------- fit
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> ThroughputCorrector:
-        """Fit on features X and log ratios y; `groups` (e.g. source names) drive model selection."""
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: Sequence[Any] | None = None) -> ThroughputCorrector:
+        """Fit on features X and log ratios y; `groups` (clusters) get their own shrunken offsets."""
         X, y = validate_data(self, X, y, y_numeric=True)
-        if self.model not in MODEL_CHOICES:
-            raise ValueError(f"model={self.model!r} must be one of {MODEL_CHOICES}")
+        if not self.alpha >= 0:
+            raise ValueError(f"alpha={self.alpha} must be >= 0")
+        if not 0 <= self.shrink <= 1:
+            raise ValueError(f"shrink={self.shrink} must be in [0, 1]")
         if not 0 < self.coverage < 1:
             raise ValueError(f"coverage={self.coverage} must be in (0, 1)")
         y = np.asarray(y, dtype=float)
-        groups = None if groups is None else np.asarray(groups)
-        with _one_openmp_thread():
-            splits = self._splits(X.shape[0], groups)
-            names = ("ridge", "hgb") if self.model == "auto" else (self.model,)
-            self.cv_errors_: dict[str, float] = {}
-            oof = {name: self._oof(name, X, y, splits) for name in names} if splits else {}
-            for name, p in oof.items():
-                self.cv_errors_[name] = float(np.median(ape_of_log_error(p - y)))
-            if splits:
-                self.cv_errors_["none"] = float(np.median(ape_of_log_error(-y)))
-            self.model_name_ = (
-                min(names, key=lambda k: self.cv_errors_[k])
-                if oof
-                else ("ridge" if self.model == "auto" else self.model)
-            )
-            self._fit_final(X, y, self.model_name_)
-            resid = y - (oof[self.model_name_] if oof else self.predict(X))
-        lo_q, hi_q = (1 - self.coverage) / 2, (1 + self.coverage) / 2
-        self.residual_band_ = (float(np.quantile(resid, lo_q)), float(np.quantile(resid, hi_q)))
-        self.prior_halfwidth_ = float(np.quantile(np.abs(y), self.coverage))
-        return self
-
-    def _fit_final(self, X: np.ndarray, y: np.ndarray, name: str) -> None:
-        """Fit scaler, candidate model and the neighbour index on (X, y), without cross-validation."""
-        n = X.shape[0]
+        g = np.array(["all"] * len(y) if groups is None else [str(v) for v in groups])
+        self.lo_, self.hi_ = X.min(axis=0), X.max(axis=0)
         self.mean_ = X.mean(axis=0)
         std = X.std(axis=0)
-        self.scale_ = np.where(std > 0, std, 1.0)
-        self.distance_scale_ = np.maximum(std, self.min_feature_scale)
-        self.model_name_ = name
-        Z = (X - self.mean_) / self.scale_
-        if name == "hgb" and n < 2 * self.hgb_min_samples_leaf:
-            name = self.model_name_ = "ridge"  # too few rows for a tree
-        self.estimator_ = clone(self._candidate(name)).fit(Z, y)
-        self.train_points_ = X / self.distance_scale_
-        self.k_ = min(self.n_neighbors, max(n - 1, 1))
-        typical = (
-            float(np.quantile(self._knn_distance(self.train_points_, exclude_self=True), self.trust_quantile))
-            if n > 1
-            else 0.0
-        )
-        self.typical_distance_ = typical if typical > 0 else 1.0
+        self.scale_ = np.where(std > 1e-12, std, 1.0)
+        Z = self._z(X)
+        off = np.zeros(len(y))
+        for _ in range(max(self.backfit_iter, 0) + 1):
+            self.coef_, self.intercept_ = self._ridge(Z, y - off)
+            offsets, _ = eb_offsets(y - Z @ self.coef_ - self.intercept_, g)
+            off = np.vectorize(offsets.__getitem__, otypes=[float])(g) if len(g) else off
+        resid = y - self.shrink * (Z @ self.coef_ + self.intercept_)
+        self.offsets_, self.tau_ = eb_offsets(resid, g, self.prior_scale)
+        in_sample = resid - np.array([self.offsets_[k] for k in g])
+        self.band_ = conformal_band(in_sample, g, self.coverage)  # replaced by out-of-group scores
+        self.prior_band_ = conformal_band(y, g, self.coverage)
+        return self
 
-    # -------------------------------------------------------------------------------- distance
-    def _knn_distance(self, P: np.ndarray, exclude_self: bool = False) -> np.ndarray:
-        """Mean Euclidean distance of each row of P to its k nearest training points (scaled space)."""
-        T = self.train_points_
-        d2 = (P * P).sum(1)[:, None] + (T * T).sum(1)[None, :] - 2.0 * P @ T.T
-        d = np.sqrt(np.maximum(d2, 0.0))
-        k = self.k_ + (1 if exclude_self else 0)
-        k = min(k, T.shape[0])
-        nearest = np.partition(d, k - 1, axis=1)[:, :k] if k < T.shape[0] else d
-        if exclude_self:
-            nearest = np.sort(nearest, axis=1)[:, 1:] if nearest.shape[1] > 1 else nearest
-        return nearest.mean(axis=1)
+    def _ridge(self, Z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
+        """Closed-form ridge with an unpenalised intercept."""
+        zm, tm = Z.mean(axis=0), float(t.mean())
+        Zc = Z - zm
+        A = Zc.T @ Zc + self.alpha * np.eye(Z.shape[1])
+        coef = np.linalg.solve(A, Zc.T @ (t - tm)) if Z.shape[1] else np.zeros(0)
+        return coef, tm - float(zm @ coef)
 
-    def shrink_weight(self, X: np.ndarray) -> np.ndarray:
-        """Trust in the correction: 1 within the typical neighbour distance d0 of the training data,
-        then 1/(1 + ((d - d0)/(shrink_scale·d0))²), i.e. 1/2 at d = (1 + shrink_scale)·d0, -> 0 far away."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        d = self._knn_distance(X / self.distance_scale_)
-        d0 = self.typical_distance_
-        excess = np.maximum(d - d0, 0.0) / (self.shrink_scale * d0)
-        return 1.0 / (1.0 + excess**2)
+    def _z(self, X: np.ndarray) -> np.ndarray:
+        """Features clipped to the training range, standardised."""
+        return (np.clip(X, self.lo_, self.hi_) - self.mean_) / self.scale_
 
     # ----------------------------------------------------------------------------------- predict
-    def predict_raw(self, X: np.ndarray) -> np.ndarray:
-        """The fitted model's log correction before shrinkage."""
+    def _check(self, X: np.ndarray) -> np.ndarray:
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        Z = (X - self.mean_) / self.scale_
-        if self.model_name_ == "ridge":
-            return self.estimator_.predict(Z)
-        with _one_openmp_thread():
-            return self.estimator_.predict(Z)
+        return validate_data(self, X, reset=False)
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """Log correction log(measured/predicted), shrunk toward 0 far from the training data."""
-        return self.predict_raw(X) * self.shrink_weight(X)
+    def offset(self, groups: Sequence[Any] | None, n: int) -> np.ndarray:
+        """The learned log-offset of each row's group (0 for a group never seen)."""
+        if groups is None:
+            return np.zeros(n)
+        return np.array([self.offsets_.get(str(k), 0.0) for k in groups])
 
-    def predict_interval(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(center, low, high) of the log correction: out-of-fold residual band near the data,
-        the uncorrected model's typical error (±prior_halfwidth_) far from it."""
-        raw = self.predict_raw(X)
-        w = self.shrink_weight(X)
-        center = w * raw
-        lo = w * (raw + self.residual_band_[0]) - (1 - w) * self.prior_halfwidth_
-        hi = w * (raw + self.residual_band_[1]) + (1 - w) * self.prior_halfwidth_
-        return center, np.minimum(lo, center), np.maximum(hi, center)
+    def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
+        """Log correction log(measured/predicted) of each row (its group's offset included)."""
+        X = self._check(X)
+        return self.shrink * (self._z(X) @ self.coef_ + self.intercept_) + self.offset(groups, len(X))
+
+    def extrapolating(self, X: np.ndarray) -> np.ndarray:
+        """Rows with a feature outside the training range (by more than RANGE_TOLERANCE of it)."""
+        X = self._check(X)
+        tol = RANGE_TOLERANCE * (self.hi_ - self.lo_) + 1e-9
+        return np.any((self.lo_ - tol > X) | (self.hi_ + tol < X), axis=1)
+
+    def predict_interval(
+        self, X: np.ndarray, groups: Sequence[Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(center, low, high) of the log correction; the analytical band is added where extrapolating."""
+        c = self.predict(X, groups)
+        lo, hi = c + self.band_[0], c + self.band_[1]
+        far = self.extrapolating(X)
+        lo = np.where(far, np.minimum(lo, self.prior_band_[0]), lo)
+        hi = np.where(far, np.maximum(hi, self.prior_band_[1]), hi)
+        return c, np.minimum(lo, c), np.maximum(hi, c)
+
+    @property
+    def prior_halfwidth_(self) -> float:
+        """Half the analytical model's own band width (log), for rows with no usable features."""
+        return 0.5 * (self.prior_band_[1] - self.prior_band_[0])
+
+    # ------------------------------------------------------------------------------- parameters
+    def to_params(self) -> dict[str, Any]:
+        """Every fitted number as JSON-ready lists and floats."""
+        check_is_fitted(self)
+        return {
+            "alpha": float(self.alpha),
+            "shrink": float(self.shrink),
+            "coverage": float(self.coverage),
+            "backfit_iter": int(self.backfit_iter),
+            "prior_scale": float(self.prior_scale),
+            "lo": self.lo_.tolist(),
+            "hi": self.hi_.tolist(),
+            "mean": self.mean_.tolist(),
+            "scale": self.scale_.tolist(),
+            "coef": self.coef_.tolist(),
+            "intercept": float(self.intercept_),
+            "offsets": dict(sorted(self.offsets_.items())),
+            "tau": float(self.tau_),
+            "band": list(self.band_),
+            "prior_band": list(self.prior_band_),
+        }
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any], n_features: int) -> ThroughputCorrector:
+        """Rebuild a fitted corrector from `to_params` output (ValueError on anything malformed)."""
+        m = cls(alpha=_num(p, "alpha"), shrink=_num(p, "shrink"), coverage=_num(p, "coverage"))
+        m.backfit_iter = int(_num(p, "backfit_iter"))
+        m.prior_scale = _num(p, "prior_scale")
+        for key in ("lo", "hi", "mean", "scale", "coef"):
+            setattr(m, key + "_", _vector(p, key, n_features))
+        m.intercept_ = _num(p, "intercept")
+        m.tau_ = _num(p, "tau")
+        offs = p.get("offsets")
+        if not isinstance(offs, dict):
+            raise ValueError("'offsets' must be an object of group -> number")
+        m.offsets_ = {str(k): _num(offs, k) for k in offs}
+        m.band_ = tuple(_vector(p, "band", 2).tolist())
+        m.prior_band_ = tuple(_vector(p, "prior_band", 2).tolist())
+        if not (0 <= m.shrink <= 1 and 0 < m.coverage < 1 and np.all(m.scale_ > 0)):
+            raise ValueError("shrink, coverage or scale out of range")
+        m.n_features_in_ = n_features
+        return m
+
+
+def _num(d: dict[str, Any], key: str) -> float:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+        raise ValueError(f"'{key}' must be a finite number, got {v!r}"[:120])
+    return float(v)
+
+
+def _vector(d: dict[str, Any], key: str, n: int) -> np.ndarray:
+    v = d.get(key)
+    if not isinstance(v, list) or len(v) != n:
+        raise ValueError(f"'{key}' must be a list of {n} numbers")
+    return np.array([_num({key: x}, key) for x in v], dtype=float)

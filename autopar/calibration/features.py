@@ -1,4 +1,11 @@
-"""Features of a (model, cluster, workload, strategy, analytical estimate) for the throughput corrector.
+"""Features of a (model, cluster, workload, strategy, analytical estimate) for the correctors.
+
+Few and physical on purpose (issue 12): where the analytical model says the step time goes
+(compute, recompute, exposed communication, pipeline bubble), how big the GEMMs are, how thinly an
+MoE spreads tokens over experts, how far the cluster spans beyond one NVLink domain, the predicted
+MFU, FP8 and the GPU generation. Never a source id: a corrector must transfer to a cluster it has
+not seen. Breakdown terms are read through `as_dict()` so fields added to the time or memory
+breakdown later fall into the "other" share instead of breaking the feature schema.
 
 The same function serves training (from run records) and application (inside the search), so a
 model never sees features computed two different ways. Every feature is a plain float.
@@ -6,6 +13,8 @@ model never sees features computed two different ways. Every feature is a plain 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,111 +26,109 @@ from autopar.calibration.records import row_to_specs
 from autopar.calibration.runs import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.estimate import estimate
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
-TIME_PARTS = (
-    "compute",
-    "recompute",
-    "tp_comm",
-    "cp_comm",
-    "ep_comm",
-    "pp_comm",
-    "dp_comm",
-    "bubble",
-    "optimizer",
-)
 GPU_FAMILIES = ("ampere", "hopper", "blackwell")
 
 FEATURE_NAMES: tuple[str, ...] = (
-    *(f"share_{p}" for p in TIME_PARTS),
-    "log2_gemm_tokens",
-    "log2_hidden_per_tp",
-    *(f"family_{f}" for f in GPU_FAMILIES),
-    "family_other",
-    "log2_peak_tflops",
-    "fp8",
-    "recompute_selective",
-    "recompute_full",
-    "zero",
-    "sp",
-    "log2_tp",
-    "log2_pp",
-    "log2_dp",
-    "log2_cp",
-    "log2_ep",
-    "log2_vpp",
-    "log2_seq",
-    "log2_micro_batch",
-    "log10_params",
-    "moe",
-    "log2_num_gpus",
+    "share_compute",  # forward+backward GEMM/attention time without recompute, of the step
+    "share_recompute",
+    "share_comm",  # every exposed *_comm term of the time breakdown
+    "share_bubble",
+    "log2_gemm_tokens",  # tokens per micro-batch per rank: micro_batch * seq / cp
+    "log2_hidden_per_tp",  # GEMM width per rank
+    "log2_expert_dilution",  # log2(experts / (topk * ep)): how thinly routed tokens spread (0 dense)
+    "log2_domains_spanned",  # log2(num_gpus / NVLink-domain size), >= 0
     "pred_mfu",
+    "fp8",
+    *(f"family_{f}" for f in GPU_FAMILIES),
 )
-FEATURE_SCHEMA_VERSION = "1"
+FEATURE_SCHEMA_VERSION = "2"
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def breakdown(obj: Any) -> dict[str, float]:
+    """A time/memory breakdown's terms by name (what `as_dict()` gives without the total, without the
+    cost of `dataclasses.asdict`, which dominated the search's calibration time); fields added to the
+    breakdown later appear here too."""
+    return {k: getattr(obj, k) for k in _field_names(type(obj))}
+
+
+def _time_shares(est: Estimate) -> list[float]:
+    """Compute (without recompute), recompute, exposed comm and bubble shares of the step time."""
+    t = breakdown(est.time)
+    total = est.time.total or est.step_time_s or 1.0
+    comm = sum(v for k, v in t.items() if k.endswith("_comm"))
+    rc = t.get("recompute", 0.0)
+    return [(t.get("compute", 0.0) - rc) / total, rc / total, comm / total, t.get("bubble", 0.0) / total]
+
+
+def _domain_size(cluster: ClusterSpec) -> int:
+    """GPUs sharing one NVLink fabric (ClusterSpec.nvlink_domain where the spec has it, else the node)."""
+    return int(getattr(cluster, "nvlink_domain", None) or cluster.node_size)
 
 
 def features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
     """The feature vector (FEATURE_NAMES order) of one configuration and its analytical estimate."""
-    t = est.time
-    total = t.total or 1.0
-    shares = [getattr(t, p) / total for p in TIME_PARTS]
-    shares[0] = (t.compute - t.recompute) / total  # compute share without the recompute part
     s = strategy.with_dp(cluster.num_gpus)
-    fam = cluster.gpu.family.lower()
-    fam_onehot = [1.0 if fam == f else 0.0 for f in GPU_FAMILIES]
-    peak = cluster.gpu.peak_flops(workload.precision)
     gemm_tokens = s.micro_batch * workload.seq_len / s.cp
+    dilution = (
+        max(math.log2(model.experts / (max(model.topk, 1) * max(s.ep, 1))), 0.0) if model.is_moe else 0.0
+    )
+    fam = cluster.gpu.family.lower()
     return np.array(
         [
-            *shares,
+            *_time_shares(est),
             math.log2(gemm_tokens),
             math.log2(model.hidden / s.tp),
-            *fam_onehot,
-            0.0 if any(fam_onehot) else 1.0,
-            math.log2(peak / 1e12),
-            1.0 if workload.precision == "fp8" else 0.0,
-            1.0 if s.recompute == "selective" else 0.0,
-            1.0 if s.recompute == "full" else 0.0,
-            float(s.zero),
-            1.0 if s.sp else 0.0,
-            math.log2(s.tp),
-            math.log2(s.pp),
-            math.log2(max(s.dp, 1)),
-            math.log2(s.cp),
-            math.log2(s.ep),
-            math.log2(s.vpp),
-            math.log2(workload.seq_len),
-            math.log2(s.micro_batch),
-            math.log10(model.total_params),
-            1.0 if model.is_moe else 0.0,
-            math.log2(cluster.num_gpus),
+            dilution,
+            max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
             est.mfu,
+            1.0 if workload.precision == "fp8" else 0.0,
+            *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES),
         ],
         dtype=float,
     )
 
 
-MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "overhead")
 MEMORY_FEATURE_NAMES: tuple[str, ...] = (
-    *FEATURE_NAMES,
-    *(f"mem_share_{p}" for p in MEMORY_PARTS),
-    "log2_capacity_gib",
-    "pred_mem_fraction",
+    "mem_share_states",  # weights + grads + optimizer
+    "mem_share_activations",  # layer activations + logits
+    "pred_mem_fraction",  # predicted peak / usable capacity
+    "log2_gemm_tokens",
+    "share_recompute",
+    "log2_domains_spanned",
 )
 
 
 def memory_features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
-    """Throughput features plus the memory breakdown shares and capacity (MEMORY_FEATURE_NAMES order)."""
-    mem = est.memory
-    total = mem.total or 1.0
-    extra = [getattr(mem, p) / total for p in MEMORY_PARTS]
-    extra += [math.log2(est.capacity_bytes / GiB), mem.total / est.capacity_bytes]
-    return np.concatenate([features(model, cluster, workload, strategy, est), np.array(extra, dtype=float)])
+    """Memory-breakdown shares and size features (MEMORY_FEATURE_NAMES order)."""
+    m = breakdown(est.memory)
+    total = est.memory.total or 1.0
+    states = sum(m.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
+    acts = sum(m.get(k, 0.0) for k in ("activations", "logits"))
+    s = strategy.with_dp(cluster.num_gpus)
+    return np.array(
+        [
+            states / total,
+            acts / total,
+            total / est.capacity_bytes,
+            math.log2(s.micro_batch * workload.seq_len / s.cp),
+            _time_shares(est)[1],
+            max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
+        ],
+        dtype=float,
+    )
 
 
 @dataclass
@@ -133,6 +140,8 @@ class TrainingSet:
     y: np.ndarray
     ids: list[str]
     sources: list[str]
+    groups: list[str]  # the cluster a run belongs to: its `cluster` cell, else its source
+    cohorts: list[str]  # comparable configurations (same model and GPU count) for rank correlations
     gpus: list[str]
     families: list[str]
     measured: np.ndarray  # tokens/s per GPU, or GiB per GPU
@@ -143,6 +152,15 @@ class TrainingSet:
 
     def __len__(self) -> int:
         return len(self.y)
+
+
+def group_of(rec: Mapping[str, Any]) -> str:
+    """The group a run adapts: the record's `cluster` id when given, else its source."""
+    for key in ("cluster", "source"):
+        v = rec.get(key)
+        if v is not None and str(v).strip() not in ("", "nan", "None"):
+            return str(v).strip()
+    return "unknown"
 
 
 def record_features(rec: Mapping[str, Any], target: str = "throughput") -> tuple[np.ndarray, Estimate, str]:
@@ -174,7 +192,7 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
     xs: list[np.ndarray] = []
     ys: list[float] = []
     meta: dict[str, list[Any]] = {
-        k: [] for k in ("ids", "sources", "gpus", "families", "meas", "pred", "how")
+        k: [] for k in ("ids", "sources", "groups", "cohorts", "gpus", "families", "meas", "pred", "how")
     }
     skipped: list[tuple[str, str]] = []
     for rec in records:
@@ -198,6 +216,8 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
         for k, v in (
             ("ids", rid),
             ("sources", str(rec.get("source") or "unknown")),
+            ("groups", group_of(rec)),
+            ("cohorts", f"{rec.get('model')}|{rec.get('num_gpus')}"),
             ("gpus", str(rec.get("gpu"))),
             ("families", family),
             ("meas", meas),
@@ -212,6 +232,8 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
         y=np.array(ys, dtype=float),
         ids=meta["ids"],
         sources=meta["sources"],
+        groups=meta["groups"],
+        cohorts=meta["cohorts"],
         gpus=meta["gpus"],
         families=meta["families"],
         measured=np.array(meta["meas"], dtype=float),

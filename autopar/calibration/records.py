@@ -7,7 +7,6 @@ framework default and says so in `assumed`.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -19,8 +18,8 @@ import pandas as pd
 
 from autopar.errors import AutoparError, DataError
 from autopar.perf.estimate import estimate
-from autopar.perf.types import GiB
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
 RECORD_COLUMNS: tuple[str, ...] = (
     "id",
@@ -89,31 +88,36 @@ class RecordSpecs:
 
 
 def read_run_records(path: str | Path) -> pd.DataFrame:
-    """Read run records from CSV, JSONL or Parquet (by extension); every cell as object/str."""
+    """Read run records from CSV, JSONL or Parquet (by extension) as a table of raw cells.
+
+    The one reader of run-record files: it is `autopar.calibration.runs.read_table_rows` (also used by
+    ingestion), with unreadable lines an error here; a missing `id` column is numbered row1, row2, ...
+    """
+    from autopar.calibration.runs import read_table_rows
+
     p = Path(path)
     if not p.exists():
         raise DataError(f"run-record file not found: {p}")
+    fmt = {
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".parquet": "parquet",
+        ".csv": "csv",
+        ".tsv": "csv",
+        "": "csv",
+    }
     suffix = p.suffix.lower()
+    if suffix not in fmt:
+        raise DataError(f"{p}: unsupported run-record format '{suffix}' (use .csv, .jsonl or .parquet)")
     try:
-        if suffix in (".jsonl", ".ndjson"):
-            rows = []
-            for i, line in enumerate(p.read_text().splitlines(), start=1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{p}: line {i} is not valid JSON ({e.msg})") from e
-            df = pd.DataFrame(rows)
-        elif suffix == ".parquet":
-            df = pd.read_parquet(p)
-        elif suffix in (".csv", ".tsv", ""):
-            df = pd.read_csv(p, dtype=str, keep_default_na=False, sep="\t" if suffix == ".tsv" else ",")
-        else:
-            raise DataError(f"{p}: unsupported run-record format '{suffix}' (use .csv, .jsonl or .parquet)")
+        rows, errors = read_table_rows(p, fmt[suffix])
     except (ValueError, OSError) as e:
         if isinstance(e, DataError):
             raise
         raise DataError(f"{p}: could not be read as run records ({e})") from e
+    if errors:
+        raise DataError(f"{p}: line {errors[0].row} is {errors[0].reason}")
+    df = pd.DataFrame(rows)
     if "id" not in df.columns:
         df.insert(0, "id", [f"row{i + 1}" for i in range(len(df))])
     return df

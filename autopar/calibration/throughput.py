@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autopar.calibration.cells import as_number, blank_to_none, catalog_lookup
+from autopar.perf.params import count_params
 
 TFLOPS_DEFINITIONS = ("megatron_hfu", "megatron_mfu", "6n", "palm")
 
@@ -37,7 +38,7 @@ def _arch(record: Mapping[str, Any]) -> tuple[float, float, float, float] | None
     if record.get("model"):
         spec, _ = catalog_lookup("model", str(record["model"]))
         if spec is not None:
-            return float(spec.layers), float(spec.hidden), float(spec.vocab), float(spec.total_params)
+            return float(spec.layers), float(spec.hidden), float(spec.vocab), float(count_params(spec).total)
     return None
 
 

@@ -233,10 +233,6 @@ DataOpt = Annotated[
     list[Path] | None,
     typer.Option("--data", help="extra run-record file(s) (CSV/JSONL/Parquet), validated like ingest"),
 ]
-ModelOpt = Annotated[
-    str,
-    typer.Option("--model", help="auto|ridge|hgb (auto: chosen by leave-one-source-out cross-validation)"),
-]
 
 
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
@@ -267,18 +263,18 @@ def gather_records(store: Path | None, public: bool, data: list[Path] | None) ->
 
 
 def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
-    """Rich table of an error_table: before -> after per metric, one row per group plus 'all'."""
+    """Rich table of an error_table: analytical -> corrected per metric, one row per group plus 'all'."""
     t = Table(
         title=title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family")),
         title_justify="left",
     )
-    for c in (by, "n", "median APE", "mean APE", "Kendall tau", "in band"):
+    for c in (by, "n", "median APE", "mean APE", "Spearman", "in 80% band", "band width"):
         t.add_column(c, justify="left" if c == by else "right", no_wrap=True)
 
     def pct(v: float) -> str:
         return f"{100 * v:.1f}%"
 
-    def tau(v: float) -> str:
+    def rho(v: float | None) -> str:
         return "–" if v is None or v != v else f"{v:.2f}"
 
     for r in df.to_dict("records"):
@@ -287,59 +283,72 @@ def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
             str(r["n"]),
             f"{pct(r['median_ape_before'])} → {pct(r['median_ape_after'])}",
             f"{pct(r['mean_ape_before'])} → {pct(r['mean_ape_after'])}",
-            f"{tau(r['tau_before'])} → {tau(r['tau_after'])}",
+            f"{rho(r['spearman_before'])} → {rho(r['spearman_after'])}",
             pct(r["band_coverage"]),
+            pct(r["band_width"]),
             style="bold" if r[by] == "all" else None,
         )
     return t
 
 
+GroupOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--group",
+        help="your cluster: the `cluster` id (else source) of your ingested runs; its learned offset then "
+        "applies to every prediction made with this model (default: the store's group when it has one)",
+    ),
+]
+
+
+def _default_group(store: Path | None, groups: set[str]) -> str | None:
+    """The store's single group (a team's own cluster), if its runs all share one."""
+    from autopar.calibration.features import group_of
+
+    mine = {group_of(r) for r in RunStore(store).records()}
+    return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
+
+
 @_command("fit")
 def fit_cmd(
-    out: Annotated[Path, typer.Option("--out", help="where to save the model (.joblib)")],
+    out: Annotated[Path, typer.Option("--out", help="where to save the model (JSON)")],
     store: StoreOpt = None,
     public: PublicOpt = True,
     data: DataOpt = None,
-    model: ModelOpt = "auto",
+    group: GroupOpt = None,
 ) -> None:
-    """Fit the throughput corrector on stored (and published) runs and save it with its versions."""
+    """Fit the correctors on stored (and published) runs, validated by source; save them as JSON."""
     from autopar.calibration.apply import fit_training_set
-    from autopar.calibration.corrector import MODEL_CHOICES, ThroughputCorrector
     from autopar.calibration.features import build_training_set
 
-    if model not in MODEL_CHOICES:
-        raise DataError(f"--model={model} is not a corrector (allowed: {', '.join(MODEL_CHOICES)})")
+    if out.suffix.lower() in (".joblib", ".pkl", ".pickle"):
+        raise DataError(f"--out {out}: models are saved as JSON (use a .json name), never pickle")
     records = gather_records(store, public, data)
     ts = build_training_set(records)
-    cal = fit_training_set(
-        ts,
-        name=out.stem,
-        estimator=ThroughputCorrector(model=model),
-        memory_ts=build_training_set(records, "memory"),
-    )
+    grp = group if group is not None else _default_group(store, set(ts.groups))
+    cal = fit_training_set(ts, name=out.stem, memory_ts=build_training_set(records, "memory"), group=grp)
     cal.save(out)
     if ts.skipped:
         console.print(
             f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
             + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5])
         )
-    if cal.meta.loso:
-        import pandas as pd
+    import pandas as pd
 
+    if cal.meta.loso:
         console.print(_loso_table(pd.DataFrame(cal.meta.loso), "source"))
     if cal.meta.memory_cv:
-        import pandas as pd
-
         console.print(
             _loso_table(
                 pd.DataFrame(cal.meta.memory_cv),
                 "source",
-                title=f"peak memory, 5-fold CV ({cal.meta.memory_n_train} runs)",
+                title=f"peak memory, {cal.meta.memory_scheme} ({cal.meta.memory_n_train} runs)",
             )
         )
-    cv = ", ".join(f"{k} {100 * v:.1f}%" for k, v in cal.meta.cv_errors.items())
-    console.print(f"cross-validated median APE: {cv} -> chose {cal.meta.model_name}")
-    console.print(f"saved {out}: {cal.describe()}")
+    console.print(f"throughput: {cal.meta.choice['reason']}", highlight=False)
+    if cal.meta.memory_choice:
+        console.print(f"memory: {cal.meta.memory_choice['reason']}", highlight=False)
+    console.print(f"saved {out}: {cal.describe()}", highlight=False)
 
 
 @_command("report")
@@ -348,50 +357,61 @@ def report_cmd(
     store: StoreOpt = None,
     public: PublicOpt = True,
     data: DataOpt = None,
-    model: ModelOpt = "auto",
     plotlyjs: Annotated[str, typer.Option(help="inline (offline page) or cdn")] = "inline",
 ) -> None:
-    """Leave-one-source-out errors before/after calibration, per source and GPU family, as tables + HTML."""
+    """Leave-one-source-out errors, band coverage and the adaptation curve, as tables + HTML."""
     from autopar.calibration.apply import MIN_MEMORY_RUNS
-    from autopar.calibration.corrector import MODEL_CHOICES, ThroughputCorrector
-    from autopar.calibration.evaluate import (
-        error_table,
-        kfold_cross_validated,
-        leave_one_source_out,
-        write_report,
-    )
     from autopar.calibration.features import build_training_set
+    from autopar.calibration.validation import (
+        adaptation,
+        adaptation_summary,
+        error_table,
+        held_out,
+        select_params,
+    )
+    from autopar.reports.calibration_html import write_report
 
-    if model not in MODEL_CHOICES:
-        raise DataError(f"--model={model} is not a corrector (allowed: {', '.join(MODEL_CHOICES)})")
     if plotlyjs not in ("inline", "cdn"):
         raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")
     records = gather_records(store, public, data)
     ts = build_training_set(records)
-    sources = sorted(set(ts.sources))
+    sources = sorted(set(ts.groups))
     if len(sources) < 2:
         raise DataError(
             f"leave-one-source-out needs runs from at least 2 sources; have {sources or 'none'} "
             "(add --public or ingest runs from another source)"
         )
-    res = leave_one_source_out(ts, ThroughputCorrector(model=model))
+    ch = select_params(ts.X, ts.y, ts.groups)
+    res = held_out(ts, ch.alpha, ch.shrink)
+    curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale)
     mem_ts = build_training_set(records, "memory")
-    memory = (
-        kfold_cross_validated(mem_ts, ThroughputCorrector(model=model))
-        if len(mem_ts) >= MIN_MEMORY_RUNS
-        else None
-    )
+    memory = None
+    if len(mem_ts) >= MIN_MEMORY_RUNS:
+        mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
+        memory = held_out(mem_ts, mch.alpha, mch.shrink)
     console.print(_loso_table(error_table(res, "source"), "source"))
-    console.print("model chosen per held-out source: " + ", ".join(f"{k} {v}" for k, v in res.chosen.items()))
     console.print(_loso_table(error_table(res, "family"), "family"))
+    summary = adaptation_summary(curve)
+    for r in summary.to_dict("records"):
+        console.print(
+            f"adaptation k={r['k']}: median APE {100 * r['median_ape_before']:.1f}% -> "
+            f"{100 * r['median_ape_after']:.1f}% on the remaining runs ({r['groups']} sources), "
+            f"band covers {100 * r['band_coverage']:.0f}%",
+            highlight=False,
+        )
     if memory is not None:
         console.print(
             _loso_table(
-                error_table(memory, "source"), "source", title=f"peak memory, 5-fold CV ({len(mem_ts)} runs)"
+                error_table(memory, "source"),
+                "source",
+                title=f"peak memory, {memory.scheme} ({len(mem_ts)} runs)",
             )
         )
-    desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)}); corrector: {model}" + (
+    console.print(ch.reason, highlight=False)
+    desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
         f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
     )
-    write_report(res, out, description=desc, plotlyjs=plotlyjs, memory=memory)
+    write_report(
+        res, out, description=desc, plotlyjs=plotlyjs, memory=memory, adaptation=curve, choice=ch.reason
+    )
     console.print(f"wrote {out}")

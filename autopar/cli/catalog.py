@@ -13,6 +13,8 @@ from rich.table import Table
 from autopar.catalog import list_gpus, list_models
 from autopar.catalog.loader import gpu_catalog, model_catalog
 from autopar.catalog.names import loose_key
+from autopar.catalog.pricefile import default_price_book
+from autopar.catalog.prices import resolve_price
 from autopar.cli.app import command, console
 from autopar.errors import UnknownNameError
 from autopar.perf.params import count_params
@@ -114,12 +116,8 @@ def _models_table(models: list[ModelSpec]) -> Table:
 
 def _on_demand_price(g: GPUSpec) -> float | None:
     """The price book's on-demand $/GPU-h (what optimize and whatif use), else the catalog's flat default."""
-    try:
-        from autopar.costs import default_price_book
-
-        return default_price_book().price(g.name, "on_demand")
-    except Exception:  # noqa: BLE001 - a missing price is shown as the catalog default
-        return g.price_usd_per_hour
+    r = resolve_price(g, default_price_book(), "on_demand")
+    return None if r.origin == "assumed" else r.usd_per_gpu_hour
 
 
 def _gpus_table(gpus: list[GPUSpec]) -> Table:

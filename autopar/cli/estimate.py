@@ -20,8 +20,7 @@ from autopar.cli.common import (
     resolve_calibration,
 )
 from autopar.errors import DataError, SpecError
-
-GiB = 2**30
+from autopar.units import GiB
 
 
 def _write_table(df: Any, out: Path) -> None:
@@ -40,12 +39,14 @@ def _write_table(df: Any, out: Path) -> None:
     tmp.replace(out)
 
 
-def run_batch(batch: Path, out: Path | None, as_json: bool) -> None:
-    """Evaluate every row of a run-record file; bad rows get status=error and the rest still run."""
-    from autopar.calibration.records import batch_estimate, read_run_records
+def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -> None:
+    """Evaluate every row of a run-record file (corrected + band when `calib`); bad rows get
+    status=error and the rest still run."""
+    from autopar.calibration.batch import calibrated_batch
+    from autopar.calibration.records import read_run_records
 
     df = read_run_records(batch)
-    preds = batch_estimate(df)
+    preds = calibrated_batch(df, calib)
     n_ok = int((preds["status"] == "ok").sum())
     if out is not None:
         _write_table(preds, out)
@@ -55,24 +56,34 @@ def run_batch(batch: Path, out: Path | None, as_json: bool) -> None:
     console.print(
         f"evaluated {len(preds)} rows: {n_ok} ok, {len(preds) - n_ok} not evaluable"
         + (f"; wrote {out}" if out else "")
+        + ("; analytical model only (--no-calibration)" if calib is None else f"; {calib.describe()}"),
+        highlight=False,
     )
     if out is None:
         cols = [
             "id",
             "status",
+            "pred_tokens_per_s_per_gpu_analytical",
             "pred_tokens_per_s_per_gpu",
+            "pred_tokens_per_s_per_gpu_lo",
+            "pred_tokens_per_s_per_gpu_hi",
             "pred_step_s",
             "pred_mfu",
             "pred_mem_gib_per_gpu",
             "pred_fits",
         ]
-        table = Table("id", "status", "tokens/s/GPU", "step s", "MFU %", "mem GiB", "fits")
+        table = Table("id", "status", "analytical tok/s/GPU", "tok/s/GPU", "80% band", "step s", "MFU %")
+        table.add_column("mem GiB")
+        table.add_column("fits")
         for r in preds[cols].to_dict("records"):
             ok = r["status"] == "ok"
+            lo, hi = r["pred_tokens_per_s_per_gpu_lo"], r["pred_tokens_per_s_per_gpu_hi"]
             table.add_row(
                 str(r["id"]),
                 str(r["status"])[:60],
+                f"{r['pred_tokens_per_s_per_gpu_analytical']:,.0f}" if ok else "",
                 f"{r['pred_tokens_per_s_per_gpu']:,.0f}" if ok else "",
+                f"{lo:,.0f}-{hi:,.0f}" if ok and lo == lo else "",
                 f"{r['pred_step_s']:.2f}" if ok else "",
                 f"{100 * r['pred_mfu']:.1f}" if ok else "",
                 f"{r['pred_mem_gib_per_gpu']:.1f}" if ok else "",
@@ -127,6 +138,40 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
         console.print(f"note: {n}")
 
 
+# Options that describe one strategy: with --batch every row brings its own, so setting one is an error.
+_SINGLE_ONLY = {
+    "model": "Llama-3.1-70B",
+    "gpu": "H100-SXM",
+    "gpus": 64,
+    "gpus_per_node": None,
+    "internode_gbps": None,
+    "seq_len": 8192,
+    "global_batch": 512,
+    "precision": "bf16",
+    "framework": "megatron",
+    "tp_comm_overlap": False,
+    "tp": 1,
+    "pp": 1,
+    "cp": 1,
+    "ep": 1,
+    "etp": None,
+    "vpp": 1,
+    "sp": None,
+    "zero": 1,
+    "micro_batch": 1,
+    "recompute": "none",
+    "allow_uneven": False,
+}
+
+
+def _reject_single_options(given: dict[str, Any]) -> None:
+    """A single-strategy option given together with --batch cannot take effect: say so (exit 2)."""
+    bad = [k for k, default in _SINGLE_ONLY.items() if k in given and given[k] != default]
+    if bad:
+        flags = ", ".join("--" + k.replace("_", "-") for k in bad)
+        raise SpecError(f"{flags} cannot apply with --batch (each row of the file gives its own); drop it")
+
+
 @command("estimate")
 def estimate_cmd(
     model: Annotated[
@@ -174,7 +219,8 @@ def estimate_cmd(
 ) -> None:
     """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
     if batch is not None:
-        run_batch(batch, out, as_json)
+        _reject_single_options(locals())
+        run_batch(batch, out, as_json, resolve_calibration(calibration, no_calibration))
         return
     if out is not None:
         raise SpecError("--out goes with --batch (single estimates print to the terminal; use --json)")
@@ -212,9 +258,11 @@ def estimate_cmd(
     analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
     calib = resolve_calibration(calibration, no_calibration)
     est = analytical
+    mem_band = None
     if calib is not None:
-        f, lo, hi = calib.throughput_factor(m, cluster, workload, strategy, analytical)
-        est = analytical.calibrated(f, lo, hi, calib.meta.name)
+        est = calib.apply(m, cluster, workload, strategy, analytical)
+        mf, mlo, mhi = calib.memory_factor(m, cluster, workload, strategy, analytical)
+        mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
     if as_json:
         doc = {
             "inputs": {
@@ -245,6 +293,10 @@ def estimate_cmd(
                 "description": calib.describe(),
                 "factor": est.calibration_factor,
                 "analytical_tokens_per_s": analytical.tokens_per_s,
+                "tokens_per_s_band": list(est.tokens_per_s_band or ()),
+                "memory_factor": est.memory.total / analytical.memory.total,
+                "analytical_mem_gib": analytical.memory.total / GiB,
+                "mem_gib_band": list(mem_band or ()),
             },
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -256,6 +308,8 @@ def estimate_cmd(
         lo, hi = est.tokens_per_s_band or (est.tokens_per_s, est.tokens_per_s)
         console.print(
             f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
-            f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s ({calib.describe()})",
+            f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s; peak memory "
+            f"{est.memory.total / GiB:.1f} GiB (analytical {analytical.memory.total / GiB:.1f}), 80% band "
+            f"{mem_band[0]:.1f}-{mem_band[1]:.1f} GiB ({calib.describe()})",
             highlight=False,
         )

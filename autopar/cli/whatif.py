@@ -11,6 +11,8 @@ import typer
 from rich import box
 from rich.table import Table
 
+from autopar.catalog.pricefile import load_price_book
+from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
 from autopar.cli.app import command, console, err_console
 from autopar.cli.common import (
     CalibrationOpt,
@@ -29,8 +31,6 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.costs.pricebook import TIER_HELP, TIERS, PriceBook, normalize_tier
-from autopar.costs.pricefile import load_price_book
 from autopar.costs.whatif import WhatIfResult, run_whatif
 from autopar.errors import AutoparError
 from autopar.specs import Workload

@@ -1,5 +1,16 @@
-"""Costs: the price book, $/hour, $/Mtoken, time and cost to train, and procurement what-ifs."""
+"""Costs: the price book (kept in autopar.catalog, re-exported here), $/hour, $/Mtoken, time and cost to train, and procurement what-ifs."""
 
+from autopar.catalog.pricefile import default_price_book, load_price_book
+from autopar.catalog.prices import (
+    TIERS,
+    OwnedCost,
+    PriceBook,
+    PriceEntry,
+    Quote,
+    ResolvedPrice,
+    normalize_tier,
+    resolve_price,
+)
 from autopar.costs.figures import (
     CostFigures,
     cost_figures,
@@ -9,15 +20,6 @@ from autopar.costs.figures import (
     parse_duration,
     parse_tokens,
 )
-from autopar.costs.pricebook import (
-    TIERS,
-    OwnedCost,
-    PriceBook,
-    PriceEntry,
-    Quote,
-    normalize_tier,
-)
-from autopar.costs.pricefile import default_price_book, load_price_book
 from autopar.costs.whatif import HardwareOption, OptionResult, SensitivityRow, WhatIfResult, run_whatif
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "PriceBook",
     "PriceEntry",
     "Quote",
+    "ResolvedPrice",
     "SensitivityRow",
     "WhatIfResult",
     "cost_figures",
@@ -40,5 +43,6 @@ __all__ = [
     "normalize_tier",
     "parse_duration",
     "parse_tokens",
+    "resolve_price",
     "run_whatif",
 ]

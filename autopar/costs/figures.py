@@ -15,48 +15,36 @@ after restarts, failures, checkpoint stalls):
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 from autopar.errors import SpecError
+from autopar.units import (
+    SECONDS_PER_DAY,
+    SECONDS_PER_HOUR,
+    format_duration,
+    format_duration_short,
+    format_tokens,
+    parse_count,
+    parse_duration,
+    parse_tokens,
+    usd_per_mtoken,
+)
 
-SECONDS_PER_HOUR = 3600.0
-SECONDS_PER_DAY = 86400.0
-
-_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_TOKENS_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]?)\s*$")
-_DURATION_UNITS = {
-    "s": 1.0,
-    "sec": 1.0,
-    "secs": 1.0,
-    "second": 1.0,
-    "seconds": 1.0,
-    "min": 60.0,
-    "mins": 60.0,
-    "minute": 60.0,
-    "minutes": 60.0,
-    "h": 3600.0,
-    "hr": 3600.0,
-    "hrs": 3600.0,
-    "hour": 3600.0,
-    "hours": 3600.0,
-    "d": 86400.0,
-    "day": 86400.0,
-    "days": 86400.0,
-    "w": 7 * 86400.0,
-    "wk": 7 * 86400.0,
-    "week": 7 * 86400.0,
-    "weeks": 7 * 86400.0,
-    "mo": 30 * 86400.0,
-    "month": 30 * 86400.0,
-    "months": 30 * 86400.0,
-    "y": 365 * 86400.0,
-    "yr": 365 * 86400.0,
-    "year": 365 * 86400.0,
-    "years": 365 * 86400.0,
-}
-_DURATION_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
+__all__ = [
+    "SECONDS_PER_DAY",
+    "SECONDS_PER_HOUR",
+    "CostFigures",
+    "check_goodput",
+    "cost_figures",
+    "format_duration",
+    "format_duration_short",
+    "format_tokens",
+    "format_usd",
+    "format_usd_short",
+    "parse_duration",
+    "parse_tokens",
+    "parse_usd",
+]
 
 
 @dataclass(frozen=True)
@@ -108,7 +96,6 @@ def cost_figures(
         raise SpecError(f"token_budget={token_budget!r} must be a positive finite number of tokens")
     usd_per_hour = num_gpus * usd_per_gpu_hour
     eff = tokens_per_s * goodput
-    usd_per_mtoken = usd_per_hour / SECONDS_PER_HOUR / eff * 1e6
     t = cost = gpuh = None
     if token_budget is not None:
         t = token_budget / eff
@@ -120,7 +107,7 @@ def cost_figures(
         tokens_per_s=tokens_per_s,
         goodput=goodput,
         usd_per_hour=usd_per_hour,
-        usd_per_mtoken=usd_per_mtoken,
+        usd_per_mtoken=usd_per_mtoken(tokens_per_s, num_gpus, usd_per_gpu_hour, goodput),
         token_budget=token_budget,
         time_to_train_s=t,
         total_cost_usd=cost,
@@ -137,59 +124,6 @@ def check_goodput(goodput: float) -> float:
     return float(goodput)
 
 
-def parse_tokens(text: str | float | int, field: str = "tokens") -> float:
-    """Parse a token count like '2T', '500B', '1.5T', '300M', '10K', '1e12' into a float."""
-    if isinstance(text, bool):
-        raise SpecError(f"{field}={text!r} is not a token count")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        m = _TOKENS_RE.match(str(text).replace("_", "").replace(",", ""))
-        suffix = m.group(2).upper() if m else ""
-        if not m or suffix not in _SUFFIX:
-            raise SpecError(
-                f"{field}={text!r} is not a token count; use a number with an optional "
-                "suffix K, M, B (or G), T, P, e.g. 2T, 500B, 1.5T, 300M, 10K"
-            )
-        value = float(m.group(1)) * _SUFFIX[suffix]
-    if not (value > 0 and math.isfinite(value)):
-        raise SpecError(f"{field}={text!r} must be a positive, finite token count")
-    return value
-
-
-def parse_duration(text: str | float | int, field: str = "deadline") -> float:
-    """Parse a duration like '30d', '720h', '6w', '3mo', '45min', '3600s' into seconds."""
-    if isinstance(text, bool):
-        raise SpecError(f"{field}={text!r} is not a duration")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        m = _DURATION_RE.match(str(text))
-        unit = m.group(2).lower() if m else ""
-        if m and unit == "m":
-            raise SpecError(f"{field}={text!r} is ambiguous: write 'min' for minutes or 'mo' for months")
-        if not m or not unit or unit not in _DURATION_UNITS:
-            raise SpecError(
-                f"{field}={text!r} is not a duration; use a number and a unit: "
-                "s, min, h, d, w, mo (30 d), y (365 d), e.g. 30d or 720h"
-            )
-        value = float(m.group(1)) * _DURATION_UNITS[unit]
-    if not (value > 0 and math.isfinite(value)):
-        raise SpecError(f"{field}={text!r} must be a positive, finite duration")
-    return value
-
-
-def format_duration(seconds: float, day_unit: str = " days") -> str:
-    """Human-readable duration: '11.6 days', '5.2 h', '42 min', '30 s'."""
-    if seconds >= 2 * SECONDS_PER_DAY:
-        return f"{seconds / SECONDS_PER_DAY:,.1f}{day_unit}"
-    if seconds >= 2 * SECONDS_PER_HOUR:
-        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
-
-
 def format_usd(usd: float) -> str:
     """Human-readable dollars: '$355,556', '$12.50', '$0.3556'."""
     if abs(usd) >= 100:
@@ -199,29 +133,11 @@ def format_usd(usd: float) -> str:
     return f"${usd:.4f}"
 
 
-def format_tokens(tokens: float) -> str:
-    """Short token count: '1T', '1.5T', '500B', '300M'."""
-    for suffix, mult in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if tokens >= mult:
-            return f"{tokens / mult:.4g}{suffix}"
-    return f"{tokens:.4g}"
-
-
 def parse_usd(text: str | float | int, field: str = "max-spend") -> float:
-    """Parse a dollar amount like '2M', '$500k', '1,500,000' or 2e6 into USD."""
-    if isinstance(text, bool):
-        raise SpecError(f"{field}={text!r} is not an amount of USD")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        m = _TOKENS_RE.match(str(text).strip().lstrip("$").replace("_", "").replace(",", ""))
-        suffix = m.group(2).upper() if m else ""
-        if not m or suffix not in ("", "K", "M", "B"):
-            raise SpecError(f"{field}={text!r} is not an amount of USD; use e.g. 500000, 500K, $2M or 1.5B")
-        value = float(m.group(1)) * _SUFFIX[suffix]
-    if not (value > 0 and math.isfinite(value)):
-        raise SpecError(f"{field}={text!r} must be a positive, finite amount of USD")
-    return value
+    """Parse a dollar amount like '2M', '$500k', '1,500,000' or 2e6 into USD (suffixes K, M, B only)."""
+    if isinstance(text, str):
+        text = text.strip().lstrip("$")
+    return parse_count(text, field, "USD amount", ("", "K", "M", "B"))
 
 
 def format_usd_short(usd: float) -> str:
@@ -230,8 +146,3 @@ def format_usd_short(usd: float) -> str:
         if abs(usd) >= mult:
             return f"${usd / mult:.3g}{suffix}"
     return f"${usd:.3g}"
-
-
-def format_duration_short(seconds: float) -> str:
-    """Compact duration for tables: '21.4 d', '5.2 h', '42 min'."""
-    return format_duration(seconds, " d")

@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from autopar.costs.ranking import Candidate, qualifies, rank
+from autopar.costs.whatif_types import ScenarioOption, SensitivityRow
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 if TYPE_CHECKING:
-    from autopar.costs.whatif import OptionResult, SensitivityRow
+    from autopar.costs.whatif_types import OptionResult, SensitivityRow
     from autopar.perf.types import Estimate
 
 EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], "Estimate"]
@@ -35,7 +36,6 @@ def _row(
     max_cost_usd: float | None,
     note: str = "",
 ) -> SensitivityRow:
-    from autopar.costs.whatif import ScenarioOption, SensitivityRow
 
     order = rank(cands, deadline_s, max_cost_usd)
     pos = {label: i + 1 for i, label in enumerate(order)}

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from autopar.catalog.pricefile import default_price_book
+from autopar.catalog.prices import PriceBook, normalize_tier, resolve_price
 from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options
-from autopar.costs.pricebook import PriceBook, normalize_tier
-from autopar.costs.pricefile import default_price_book
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
 from autopar.errors import AutoparError, SpecError
@@ -34,8 +34,7 @@ __all__ = [
     "run_whatif",
 ]
 
-GiB = 2**30
-
+from autopar.units import GiB
 
 # ---------------------------------------------------------------------------------------------
 # Running the what-if
@@ -233,7 +232,7 @@ def run_whatif(
     prepared = []  # validate every option and price before searching anything
     for opt in opts:
         gpu = get_gpu(opt.gpu)
-        entry = book.entry(gpu.name, tier)
+        entry = resolve_price(gpu, book, tier)
         cluster = _cluster(gpu, opt, entry.usd_per_gpu_hour, gpus_per_node, internode_bw)
         prepared.append((opt, cluster, entry))
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autopar.errors import AutoparError, UnknownNameError
-from autopar.perf.types import Estimate, GiB
-from autopar.search.result import ObjectiveInfo
+from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec
+from autopar.units import GiB, usd_per_mtoken
 
 ObjectiveFn = Callable[[Estimate, ClusterSpec, float], float]
 
@@ -20,11 +20,14 @@ DEFAULT_OBJECTIVES: tuple[str, ...] = ("throughput", "headroom", "cost")
 MIN_OBJECTIVES, MAX_OBJECTIVES = 2, 4
 
 
-def usd_per_mtoken(tokens_per_s: float, num_gpus: int, usd_per_gpu_hour: float) -> float:
-    """Dollars per million trained tokens: cluster $/s divided by tokens/s, times 1e6."""
-    if tokens_per_s <= 0:
-        return float("inf")
-    return usd_per_gpu_hour * num_gpus / 3600.0 / tokens_per_s * 1e6
+@dataclass(frozen=True)
+class ObjectiveInfo:
+    """How an objective is named, which way is better and its display unit."""
+
+    name: str  # "throughput", "headroom", "cost", "step_time", "mfu"
+    direction: str  # "maximize" | "minimize"
+    unit: str  # "tokens/s", "GiB", "$/Mtoken", "s", "%"
+    label: str  # axis label incl. unit, e.g. "Throughput (tokens/s, cluster)"
 
 
 @dataclass(frozen=True)

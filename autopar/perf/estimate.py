@@ -22,8 +22,7 @@ from autopar.perf.layers import (
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
-
-GiB = 2**30
+from autopar.units import GiB
 
 __all__ = ["activation_bytes_per_layer", "estimate", "usable_memory_bytes"]
 

@@ -13,8 +13,7 @@ from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_fo
 from autopar.perf.flops import attention_context, forward_flops_per_token, hardware_flops_per_step
 from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
-
-GiB = 2**30
+from autopar.units import GiB
 
 # Modelling constants that are not GPU-specific (documented in the README's assumptions).
 MOE_IMBALANCE = 1.1  # busiest EP rank's share of routed tokens relative to uniform (γ, formulas §3.2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-GiB = 2**30
+from autopar.units import GiB
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,6 @@ import plotly.offline as po
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import ClusterSpec, Workload
 
-GiB = 2**30
-
 ROLE_TITLES = {
     "fastest": "Fastest",
     "cheapest": "Cheapest",

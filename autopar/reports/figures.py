@@ -11,8 +11,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from autopar.reports.common import GiB, cluster_label, fmt_value, pareto_trials, role_title
+from autopar.reports.common import cluster_label, fmt_value, pareto_trials, role_title
 from autopar.search.result import ObjectiveInfo, SearchResult, TrialRecord
+from autopar.units import GiB
 
 MAX_PARCOORDS_LINES = 1500
 

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 from autopar.errors import AutoparError
+from autopar.perf.params import count_params
 from autopar.perf.types import Estimate
 from autopar.reports.common import (
-    GiB,
     autopar_version,
     cluster_label,
     esc,
@@ -36,6 +36,7 @@ from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacke
 from autopar.reports.table import pareto_table_info, table_html
 from autopar.search.result import Recommendation, SearchResult, TrialRecord
 from autopar.specs import ClusterSpec
+from autopar.units import GiB
 
 
 def _kv(pairs: list[tuple[str, str]]) -> str:
@@ -78,12 +79,10 @@ def calibration_text(result: SearchResult) -> str:
 def _header(result: SearchResult) -> str:
     m, w = result.model, result.workload
     inp = result.inputs
-    try:
-        params = f"{m.total_params / 1e9:.1f} B total"
-        if m.is_moe:
-            params += f", {m.active_params / 1e9:.1f} B active"
-    except Exception:  # noqa: BLE001 - the count is decoration; never fail the report for it
-        params = "–"
+    counts = count_params(m)
+    params = f"{counts.total / 1e9:.1f} B total"
+    if m.is_moe:
+        params += f", {counts.active / 1e9:.1f} B active"
     clusters = "<br>".join(esc(_cluster_text(c)) for c in result.clusters)
     budget = f"{w.token_budget / 1e9:,.0f} B tokens" if w.token_budget else "not set"
     objectives = ", ".join(

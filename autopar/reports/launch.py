@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from autopar.errors import InvalidStrategyError, SpecError
+from autopar.layouts import mesh_problems
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "slurm")
@@ -78,22 +79,10 @@ def _resolve(cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> tu
     """Fill dp, check the world size and batch divisibility; return (strategy, gradient-accumulation
     steps = global_batch / (micro_batch * dp))."""
     s = strategy.with_dp(cluster.num_gpus)
-    problems: list[str] = []
-    model_par = s.tp * s.pp * s.cp
-    if cluster.num_gpus % model_par:
-        problems.append(f"tp*pp*cp={model_par} does not divide num_gpus={cluster.num_gpus}")
-    elif s.dp * model_par != cluster.num_gpus:
-        problems.append(f"tp*pp*cp*dp={s.dp * model_par} must equal num_gpus={cluster.num_gpus}")
-    per_step = s.micro_batch * s.dp
-    if workload.global_batch % per_step:
-        problems.append(
-            f"global_batch={workload.global_batch} is not a multiple of micro_batch*dp={per_step}"
-        )
-    if s.vpp > 1 and s.pp == 1:
-        problems.append(f"vpp={s.vpp} needs pp > 1")
+    problems = mesh_problems(cluster, workload, s)  # the layouts spine's model-independent rules
     if problems:
         raise InvalidStrategyError(problems)
-    return s, workload.global_batch // per_step
+    return s, workload.global_batch // (s.micro_batch * s.dp)
 
 
 def _gpus_per_node(cluster: ClusterSpec) -> int:

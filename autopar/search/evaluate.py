@@ -15,13 +15,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autopar.catalog import prices
+from autopar.catalog.pricefile import default_price_book
+from autopar.catalog.prices import PriceBook
 from autopar.objectives import REGISTRY, Objective
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.search.space import Hardware, Point
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import GiB
 
 RULE_PENALTY = 1000.0
-DEFAULT_PRICE_USD = 2.0  # per GPU-hour, last resort when neither price book nor catalog has a price
 
 EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], Estimate]
 ValidateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], list[str]]
@@ -53,27 +56,11 @@ class Outcome:
         return [self.values[o.name] for o in objectives]
 
 
-def resolve_price(cluster: ClusterSpec, price_book: Any, tier: str) -> tuple[float, str]:
-    """USD per GPU-hour for a cluster and where it came from (override > price book > catalog > default)."""
-    if cluster.price_usd_per_gpu_hour is not None:
-        return cluster.price_usd_per_gpu_hour, "cluster override"
-    if price_book is not None:
-        try:
-            return float(price_book.price(cluster.gpu.name, tier)), f"price book ({tier})"
-        except Exception:  # noqa: BLE001 - an unknown GPU/tier in the book falls through to the catalog
-            pass
-    if cluster.gpu.price_usd_per_hour is not None:
-        return cluster.gpu.price_usd_per_hour, "catalog default"
-    return DEFAULT_PRICE_USD, f"flat default ${DEFAULT_PRICE_USD:.2f}/GPU-h"
-
-
-def default_price_book() -> Any:
-    """The costs package's default price book, or None while it is not available."""
-    try:
-        from autopar.costs import default_price_book as dpb
-    except ImportError:
-        return None
-    return dpb()
+def resolve_price(cluster: ClusterSpec, price_book: PriceBook | None, tier: str) -> tuple[float, str]:
+    """USD per GPU-hour for a cluster and its source, via `autopar.catalog.prices.resolve_price`."""
+    book = price_book if price_book is not None else default_price_book()
+    r = prices.resolve_price(cluster.gpu, book, tier, cluster.price_usd_per_gpu_hour)
+    return r.usd_per_gpu_hour, r.source
 
 
 class Evaluator:
@@ -168,10 +155,32 @@ class Evaluator:
         if ok.any():
             f[ok], lo[ok], hi[ok] = cal.factors(X[ok])
         name = getattr(getattr(cal, "meta", None), "name", "")
-        return [
+        out = [
             (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
             for j, (i, e) in enumerate(pending)
         ]
+        if not getattr(cal, "memory_moves", lambda: False)():
+            return out
+        from autopar.calibration.apply import scale_memory  # the memory corrector (issue 12)
+        from autopar.calibration.features import memory_features
+
+        Xm = np.vstack(
+            [
+                memory_features(
+                    self.model,
+                    self.hardware[points[i].hw].cluster,
+                    self.hardware[points[i].hw].workload,
+                    points[i].strategy,
+                    e,
+                )
+                for i, e in pending
+            ]
+        )
+        mf = np.ones(len(pending))
+        okm = np.all(np.isfinite(Xm), axis=1)
+        if okm.any():
+            mf[okm] = cal.memory_factors(Xm[okm])[0]
+        return [(i, scale_memory(c, float(mf[j]))) for j, (i, c) in enumerate(out)]
 
     def _analytical(self, point: Point) -> Estimate | Outcome:
         """The uncalibrated estimate of a point, or its rule-violation outcome."""
@@ -218,6 +227,8 @@ def apply_calibration(
     est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware, strategy: Strategy
 ) -> Estimate:
     """Scale throughput-like figures of an estimate by the corrector's factor (and record the band)."""
+    if hasattr(calibration, "apply"):  # throughput and memory correctors (autopar.calibration.apply)
+        return calibration.apply(model, hw.cluster, hw.workload, strategy, est)
     factor, lo, hi = calibration.throughput_factor(model, hw.cluster, hw.workload, strategy, est)
     name = getattr(getattr(calibration, "meta", None), "name", "")
     return est.calibrated(factor, lo, hi, name)

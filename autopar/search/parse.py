@@ -5,18 +5,18 @@ from __future__ import annotations
 import re
 
 from autopar.errors import AutoparError
+from autopar.units import GB, TB, GiB, MiB, TiB, parse_tokens
 
-_MEM_UNITS = {
+_MEM_UNITS = {  # size in GiB of one unit
     "": 1.0,
     "gib": 1.0,
     "g": 1.0,
-    "gb": 1e9 / 2**30,
-    "mib": 1 / 1024,
-    "mb": 1e6 / 2**30,
-    "tib": 1024.0,
-    "tb": 1e12 / 2**30,
+    "gb": GB / GiB,
+    "mib": MiB / GiB,
+    "mb": 1e6 / GiB,
+    "tib": TiB / GiB,
+    "tb": TB / GiB,
 }
-_COUNT_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _NUM = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
 
 
@@ -33,18 +33,10 @@ def parse_gib(text: str | float | None, field: str = "min-headroom") -> float:
 
 
 def parse_count(text: str | float | None, field: str = "tokens") -> float | None:
-    """Parse a count with an SI suffix ('1T', '300B', '2.5e12', '15M') into a float."""
+    """A token count ('1T', '300B', '2.5e12', '15M'; see `autopar.units.parse_tokens`), None when not given."""
     if text is None or text == "":
         return None
-    if isinstance(text, int | float):
-        return float(text)
-    m = re.fullmatch(_NUM + r"\s*([a-z]?)", text.strip().lower())
-    if not m or m.group(2) not in _COUNT_UNITS:
-        raise AutoparError(f"{field}={text!r}: expected a number like 1T, 300B or 2.5e12")
-    value = float(m.group(1)) * _COUNT_UNITS[m.group(2)]
-    if value <= 0:
-        raise AutoparError(f"{field}={text!r}: must be positive")
-    return value
+    return parse_tokens(text, field)
 
 
 def parse_list(text: str | None, field: str) -> list[str]:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autopar.objectives import REGISTRY, Objective
-from autopar.perf.types import Estimate, GiB
+from autopar.perf.types import Estimate
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
+from autopar.units import GiB
 
 if TYPE_CHECKING:
     from autopar.search.space import Space
@@ -191,6 +192,63 @@ def _why(
     return " ".join(text)
 
 
+# How an objective moves with a throughput correction factor f: value_analytical = value / f**power.
+_POWER = {"throughput": 1, "mfu": 1, "cost": -1, "step_time": -1}
+
+
+def _factor(r: TrialRecord) -> float:
+    return r.estimate.calibration_factor if r.estimate is not None else 1.0
+
+
+def _analytical(r: TrialRecord, name: str) -> float:
+    """The objective value the analytical model alone gives (the corrector's factor taken out)."""
+    return r.values[name] / _factor(r) ** _POWER[name]
+
+
+def _band_halfwidth(r: TrialRecord) -> float:
+    """Half the width of the correction's 80% band, in log units (0 without a band)."""
+    e = r.estimate
+    if e is None or e.tokens_per_s_band is None or e.tokens_per_s <= 0:
+        return 0.0
+    lo, hi = e.tokens_per_s_band
+    return 0.5 * (np.log(max(hi, 1e-300)) - np.log(max(lo, 1e-300)))
+
+
+def correction_effect(
+    best: TrialRecord, pool: Sequence[TrialRecord], o: Objective
+) -> tuple[TrialRecord | None, bool, str]:
+    """Did the corrector change which point leads on objective `o`? (analytical leader or None, tie?, text).
+
+    A tie: the leader leads only because of the correction and the two points' factors differ by less
+    than the correction's own 80% band, i.e. the lead is inside what the corrector cannot tell apart.
+    """
+    if o.name not in _POWER or all(abs(_factor(r) - 1.0) < 1e-12 for r in pool):
+        return None, False, ""
+    lead = min(pool, key=lambda r: (o.to_min(_analytical(r, o.name)), r.number))
+    if lead is best or _analytical(lead, o.name) == _analytical(best, o.name):
+        return None, False, "The corrector did not change which point leads."
+    a_lead = abs(_analytical(lead, o.name) / _analytical(best, o.name) - 1) * 100
+    c_lead = abs(best.values[o.name] / lead.values[o.name] - 1) * 100
+    diff = abs(np.log(_factor(best) / _factor(lead)))
+    half = min(_band_halfwidth(best), _band_halfwidth(lead)) or max(
+        _band_halfwidth(best), _band_halfwidth(lead)
+    )
+    tie = diff <= half
+    text = (
+        f"The corrector changed the ranking: on the analytical model alone {lead.strategy.label()} leads by "
+        f"{a_lead:.1f}%; the correction (x{_factor(best):.2f} here, x{_factor(lead):.2f} there) puts this "
+        f"point first by {c_lead:.1f}%."
+    )
+    if tie:
+        text += (
+            f" That {100 * np.expm1(diff):.1f}% difference in correction is inside the correction's own 80% "
+            f"band (±{100 * np.expm1(half):.0f}%): treat the two as a tie, not a winner."
+        )
+    else:
+        text += f" The difference in correction exceeds its 80% band (±{100 * np.expm1(half):.0f}%)."
+    return lead, tie, text
+
+
 def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> tuple[list[int], np.ndarray]:
     """Indices of the front sorted by normalised distance to the ideal point, and the distances."""
     F = to_min_matrix(front, objectives)
@@ -203,8 +261,13 @@ def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) ->
 SAFE_SPEED_FRACTION = 0.9  # "most headroom" is chosen among points with >= 90% of the best throughput
 
 
-def recommend(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[Recommendation]:
-    """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons."""
+def recommend(
+    front: Sequence[TrialRecord], objectives: Sequence[Objective], feasible: Sequence[TrialRecord] = ()
+) -> list[Recommendation]:
+    """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons.
+
+    `feasible` (every feasible trial) lets a recommendation say when the corrector changed which point
+    leads: the analytical leader may have left the corrected front."""
     out: list[Recommendation] = []
     if not front:
         return out
@@ -222,9 +285,11 @@ def recommend(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> 
             (r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
             ranked[1] if len(ranked) > 1 else None,
         )
-        out.append(
-            Recommendation(ROLE_OF[o.name], best, _why(ROLE_OF[o.name], best, runner, o.name, objectives))
-        )
+        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives)
+        _, tie, note = correction_effect(best, [*pool, *feasible], o)
+        if note:
+            why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
+        out.append(Recommendation(ROLE_OF[o.name], best, why))
     order, d = knee_order(front, objectives)
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None

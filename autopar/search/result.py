@@ -7,18 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from autopar.objectives import ObjectiveInfo
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
-
-
-@dataclass(frozen=True)
-class ObjectiveInfo:
-    """How an objective is named, which way is better and its display unit."""
-
-    name: str  # "throughput", "headroom", "cost", "step_time", "mfu"
-    direction: str  # "maximize" | "minimize"
-    unit: str  # "tokens/s", "GiB", "$/Mtoken", "s", "%"
-    label: str  # axis label incl. unit, e.g. "Throughput (tokens/s, cluster)"
 
 
 @dataclass

@@ -1,10 +1,12 @@
 """The search space: every knob value that can be valid for a model, cluster(s) and workload.
 
-The space is a list of *layouts* (hardware option, tp, pp, cp, ep with dp derived), each with the
-micro-batch/virtual-stage pairs, SP settings, ZeRO stages and recompute modes it allows. Points are
+The space is a list of *layouts* (hardware option, tp, pp, cp, ep, etp with dp derived), each with the
+micro-batch/virtual-stage pairs, SP settings, ZeRO stages and recompute modes it allows. Every value
+comes from the generators of `autopar.layouts`, which filter divisors through the same rules
+`validate_strategy` checks (an oracle test enumerates whole spaces to prove they agree). Points are
 numbered 0..size-1 (``point(i)`` unranks one), so the space can be counted, enumerated and sampled
 uniformly without materialising it. ``decode`` maps Optuna's per-knob categorical choices onto a
-point, repairing dependent knobs (vpp, sp, micro-batch) and reporting the rest as rule violations.
+point, repairing dependent knobs (etp, vpp, sp, micro-batch) and reporting the rest as rule violations.
 """
 
 from __future__ import annotations
@@ -15,25 +17,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
+from autopar.layouts import MIN_TOKENS_PER_CP_RANK, ParallelDims, divisors
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+__all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-MIN_TOKENS_PER_CP_RANK = 1024  # below this a CP rank's two causal chunks are too short to overlap the ring
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of n, ascending."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 @dataclass(frozen=True)
@@ -59,7 +51,7 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Layout:
-    """A (hardware, tp, pp, cp, ep) grid with dp derived, and the knob values it allows."""
+    """A (hardware, tp, pp, cp, ep, etp) grid with dp derived, and the knob values it allows."""
 
     hw: int
     tp: int
@@ -67,6 +59,7 @@ class Layout:
     cp: int
     ep: int
     dp: int
+    etp: int | None  # explicit for MoE models (search points never leave it unset), None for dense
     mb_vpp: tuple[tuple[int, int], ...]  # allowed (micro_batch, vpp) pairs
     sp: tuple[bool, ...]
     zero: tuple[int, ...] = ZERO_STAGES
@@ -88,6 +81,7 @@ class Layout:
             dp=self.dp,
             cp=self.cp,
             ep=self.ep,
+            etp=self.etp,
             vpp=vpp,
             sp=self.sp[s],
             zero=self.zero[z],
@@ -108,66 +102,31 @@ class Point:
     def key(self) -> tuple[Any, ...]:
         """Hashable identity used by the duplicate cache."""
         s = self.strategy
-        return (self.hw, s.tp, s.pp, s.cp, s.ep, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
-
-
-def _tp_values(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """TP degrees: divide the heads, KV heads and dense FFN, and fit in (and divide) one NVLink domain."""
-    node = min(cluster.node_size, cluster.num_gpus)
-    kv = model.heads if model.is_mla else model.kv
-    ffn = model.ffn_hidden if model.layers > model.moe_layers else 0
-    return [
-        t
-        for t in divisors(node)
-        if model.heads % t == 0 and kv % t == 0 and ffn % t == 0 and cluster.num_gpus % t == 0
-    ]
-
-
-def _pp_values(model: ModelSpec, rest: int) -> list[int]:
-    """PP degrees: divide the layer count and the GPUs left after TP."""
-    return [p for p in divisors(model.layers) if rest % p == 0]
-
-
-def _cp_values(workload: Workload, rest: int) -> list[int]:
-    """CP degrees: seq % (2 cp) == 0 (causal load balancing), >= MIN_TOKENS_PER_CP_RANK tokens per rank."""
-    s = workload.seq_len
-    return [c for c in divisors(rest) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_TOKENS_PER_CP_RANK)]
-
-
-def _ep_values(model: ModelSpec, dp_cp: int) -> list[int]:
-    """EP degrees (MoE only): divide the routed experts and the dp*cp ranks experts fold out of."""
-    if not model.is_moe:
-        return [1]
-    return [e for e in divisors(model.experts) if dp_cp % e == 0]
-
-
-def _mb_vpp(model: ModelSpec, workload: Workload, pp: int, dp: int) -> tuple[tuple[int, int], ...]:
-    """(micro_batch, vpp) pairs: mb divides B/dp; vpp > 1 needs pp > 1, L % (pp vpp) == 0 and m % pp == 0."""
-    per_rank = workload.global_batch // dp
-    pairs = []
-    for mb in divisors(per_rank):
-        m = per_rank // mb
-        pairs.append((mb, 1))
-        if pp > 1 and m % pp == 0:
-            pairs += [(mb, v) for v in divisors(model.layers // pp) if v > 1]
-    return tuple(pairs)
+        return (self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
 
 
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
-    """Every valid (hardware, tp, pp, cp, ep) layout with its allowed micro-batch/vpp/SP values."""
+    """Every valid (hardware, tp, pp, cp, ep, etp) layout with its allowed micro-batch/vpp/SP values."""
     out: list[Layout] = []
     for h, hw in enumerate(hardware):
         n, wl = hw.num_gpus, hw.workload
-        for tp in _tp_values(model, hw.cluster):
-            for pp in _pp_values(model, n // tp):
-                for cp in _cp_values(wl, n // (tp * pp)):
-                    dp = n // (tp * pp * cp)
-                    if wl.global_batch % dp:
-                        continue
-                    for ep in _ep_values(model, dp * cp):
-                        # SP needs tp > 1; Megatron requires it for MoE with tp > 1 and ep > 1.
-                        sp = (False,) if tp == 1 else ((True,) if ep > 1 else (False, True))
-                        out.append(Layout(h, tp, pp, cp, ep, dp, _mb_vpp(model, wl, pp, dp), sp))
+        for tp in lay_rules.tp_degrees(model, hw.cluster):
+            for pp in lay_rules.pp_degrees(model, n // tp):
+                for cp in lay_rules.cp_degrees(wl, n // (tp * pp)):
+                    dims = ParallelDims(n, tp, cp, pp, n // (tp * pp * cp))
+                    out += _expert_layouts(model, hw, h, dims)
+    return out
+
+
+def _expert_layouts(model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims) -> list[Layout]:
+    """The layouts of one dense grid: one per (ep, etp) pair, when some micro-batch splits the batch."""
+    out = []
+    for ep, etp in lay_rules.expert_degrees(model, hw.cluster, dims):
+        d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
+        pairs = lay_rules.mb_vpp_pairs(model, hw.workload, d)
+        if pairs:
+            sp = lay_rules.sp_values(model, dims.tp, ep)
+            out.append(Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp))
     return out
 
 
@@ -180,7 +139,7 @@ class Space:
     layouts: list[Layout]
     skipped: list[str] = field(default_factory=list)  # hardware options dropped, with the reason
     _cum: list[int] = field(init=False, repr=False)
-    _index: dict[tuple[int, int, int, int, int], Layout] = field(init=False, repr=False)
+    _index: dict[tuple[int, int, int, int, int, int | None], Layout] = field(init=False, repr=False)
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -188,7 +147,7 @@ class Space:
         for lay in self.layouts:
             total += lay.size
             self._cum.append(total)
-        self._index = {(lay.hw, lay.tp, lay.pp, lay.cp, lay.ep): lay for lay in self.layouts}
+        self._index = {(lay.hw, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp): lay for lay in self.layouts}
 
     @property
     def size(self) -> int:
@@ -229,6 +188,7 @@ class Space:
             "vpp": sorted(_uniq(v for lay in self.layouts for _, v in lay.mb_vpp)),
             "cp": sorted(_uniq(lay.cp for lay in self.layouts)),
             "ep": sorted(_uniq(lay.ep for lay in self.layouts)),
+            "etp": sorted(_uniq(lay.etp for lay in self.layouts if lay.etp is not None)),
             "sp": sorted(_uniq(s for lay in self.layouts for s in lay.sp)),
             "zero": list(ZERO_STAGES),
             "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
@@ -258,9 +218,9 @@ class Space:
         tp, pp, cp, ep = (params.get(k, getattr(first, k, 1)) for k in ("tp", "pp", "cp", "ep"))
         if h is None:
             return f"{n}x {gpu} in {prec} is not a usable hardware option"
-        lay = self._index.get((h, tp, pp, cp, ep))
-        if lay is None:
-            return _layout_reason(self.model, self.hardware[h], tp, pp, cp, ep)
+        lay = self._grid(h, tp, pp, cp, ep, params.get("etp", getattr(first, "etp", None)))
+        if isinstance(lay, str):
+            return lay
         mb_want = params.get("micro_batch", lay.mb_vpp[0][0])
         mbs = sorted({mb for mb, _ in lay.mb_vpp})
         below = [mb for mb in mbs if mb <= mb_want]
@@ -277,6 +237,7 @@ class Space:
             dp=lay.dp,
             cp=cp,
             ep=ep,
+            etp=lay.etp,
             vpp=vpp,
             sp=sp,
             zero=zero,
@@ -286,9 +247,22 @@ class Space:
         )
         return Point(h, s)
 
+    def _grid(self, h: int, tp: int, pp: int, cp: int, ep: int, etp: int | None) -> Layout | str:
+        """The layout of a grid, repairing etp to the largest offered value <= the wish; else why not."""
+        lay = self._index.get((h, tp, pp, cp, ep, etp))
+        if lay is not None:
+            return lay
+        offered = sorted(x.etp for x in self.layouts if (x.hw, x.tp, x.pp, x.cp, x.ep) == (h, tp, pp, cp, ep))
+        if offered and None not in offered:
+            below = [e for e in offered if etp is None or e <= etp]
+            return self._index[(h, tp, pp, cp, ep, below[-1] if below else offered[0])]
+        hw = self.hardware[h]
+        why = lay_rules.grid_problems(self.model, hw.cluster, hw.workload, tp, pp, cp, ep, etp)
+        return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
+
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
         """Rebuild a point from its cache key."""
-        h, tp, pp, cp, ep, vpp, sp, zero, mb, rc = key
+        h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
         return Point(
             h,
@@ -298,6 +272,7 @@ class Space:
                 dp=dp,
                 cp=cp,
                 ep=ep,
+                etp=etp,
                 vpp=vpp,
                 sp=sp,
                 zero=zero,
@@ -337,6 +312,7 @@ class Space:
             "vpp": s.vpp,
             "cp": s.cp,
             "ep": s.ep,
+            "etp": s.etp,
             "sp": s.sp,
             "zero": s.zero,
             "micro_batch": s.micro_batch,
@@ -345,7 +321,7 @@ class Space:
         return {k: full[k] for k in self.distributions()}
 
 
-_ORDERED = {"num_gpus", "tp", "pp", "vpp", "cp", "ep", "zero", "micro_batch", "recompute"}
+_ORDERED = {"num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "micro_batch", "recompute"}
 
 
 def _uniq(items: Any) -> list[Any]:
@@ -354,28 +330,6 @@ def _uniq(items: Any) -> list[Any]:
         if x not in out:
             out.append(x)
     return out
-
-
-def _layout_reason(model: ModelSpec, hw: Hardware, tp: int, pp: int, cp: int, ep: int) -> str:
-    """A readable sentence saying why a (tp, pp, cp, ep) grid is not offered on this hardware."""
-    n, wl = hw.num_gpus, hw.workload
-    if tp not in _tp_values(model, hw.cluster):
-        return (
-            f"tp={tp} must divide heads={model.heads}, kv_heads={model.kv} and ffn_hidden and fit in "
-            f"{hw.cluster.node_size} GPUs per node"
-        )
-    if n % (tp * pp * cp):
-        return f"tp*pp*cp={tp * pp * cp} does not divide {n} GPUs"
-    if model.layers % pp:
-        return f"pp={pp} does not divide layers={model.layers}"
-    if cp not in _cp_values(wl, n // (tp * pp)):
-        return f"cp={cp} needs seq_len={wl.seq_len} divisible by {2 * cp} with >= {MIN_TOKENS_PER_CP_RANK} tokens per rank"
-    dp = n // (tp * pp * cp)
-    if wl.global_batch % dp:
-        return f"global_batch={wl.global_batch} is not a multiple of dp={dp}"
-    if model.is_moe and ep not in _ep_values(model, dp * cp):
-        return f"ep={ep} must divide experts={model.experts} and dp*cp={dp * cp}"
-    return f"ep={ep} is only for MoE models" if ep > 1 else "layout not offered"
 
 
 def make_hardware(
@@ -389,7 +343,7 @@ def make_hardware(
     out, skipped = [], []
     for c in clusters:
         for p in precs:
-            if p == "fp8" and not c.gpu.fp8_flops:
+            if any(lay_rules.precision_rules(c, p)):  # FP8 GEMMs need FP8 tensor cores
                 skipped.append(f"{c.gpu.name} has no FP8 tensor cores; fp8 skipped on it")
                 continue
             out.append(Hardware(c, p, workload.model_copy(update={"precision": p})))

@@ -61,7 +61,7 @@ def _records(run: Run, space: Space) -> list[TrialRecord]:
         )
     h0, lay0 = space.hardware[0], space.layouts[0]
     for number, params, reason in run.invalid.values():
-        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep")}
+        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep", "etp")}
         n = params.get("num_gpus", h0.num_gpus)
         knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
         s = Strategy(
@@ -95,6 +95,7 @@ def _leanest(space: Space, ev: Evaluator) -> list[TrialRecord]:
             dp=lay.dp,
             cp=lay.cp,
             ep=lay.ep,
+            etp=lay.etp,
             sp=lay.sp[-1],
             zero=3,
             micro_batch=mb,
@@ -295,7 +296,7 @@ def optimize(
         space_size=space.size,
         trials=records,
         pareto=_with_training(pareto_frame(front, objs), workload.token_budget),
-        recommended=recommend(front, objs) if front else [],
+        recommended=recommend(front, objs, [r for r in records if r.feasible]) if front else [],
         seed=seed,
         budget=budget,
         sampler=sampler,

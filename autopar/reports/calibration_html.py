@@ -1,117 +1,25 @@
-"""Leave-one-source-out evaluation of the corrector: errors before/after per source and GPU family."""
+"""The calibration report page: held-out (leave-one-source-out) errors, band coverage, adaptation curve.
+
+Renders what autopar.calibration.validation computed; computes nothing itself.
+"""
 
 from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from scipy.stats import kendalltau
-from sklearn.base import clone
-from sklearn.model_selection import KFold
 
-from autopar.calibration.corrector import ThroughputCorrector
-from autopar.calibration.features import TrainingSet
-
-
-@dataclass
-class LosoResult:
-    """Held-out predictions: for each row, the corrector trained without the row's source."""
-
-    ts: TrainingSet
-    log_factor: np.ndarray  # predicted log(measured/predicted)
-    log_low: np.ndarray
-    log_high: np.ndarray
-    chosen: dict[str, str]  # held-out source -> model picked by the inner cross-validation
-
-    @property
-    def before(self) -> np.ndarray:
-        """Analytical tokens/s per GPU."""
-        return self.ts.predicted
-
-    @property
-    def after(self) -> np.ndarray:
-        """Calibrated tokens/s per GPU."""
-        return self.ts.predicted * np.exp(self.log_factor)
-
-    def frame(self) -> pd.DataFrame:
-        """One row per run: ids, groups, measured, before, after, band and the errors."""
-        ts = self.ts
-        return pd.DataFrame(
-            {
-                "id": ts.ids,
-                "source": ts.sources,
-                "gpu": ts.gpus,
-                "family": ts.families,
-                "measured": ts.measured,
-                "predicted": self.before,
-                "calibrated": self.after,
-                "low": ts.predicted * np.exp(self.log_low),
-                "high": ts.predicted * np.exp(self.log_high),
-                "ape_before": np.abs(self.before / ts.measured - 1),
-                "ape_after": np.abs(self.after / ts.measured - 1),
-                "measurement": ts.how,
-            }
-        )
-
-
-def leave_one_source_out(ts: TrainingSet, estimator: ThroughputCorrector | None = None) -> LosoResult:
-    """Train on all sources but one, predict the held-out one; repeat for every source."""
-    est = estimator if estimator is not None else ThroughputCorrector()
-    sources = np.array(ts.sources)
-    n = len(ts)
-    c, lo, hi = np.zeros(n), np.zeros(n), np.zeros(n)
-    chosen: dict[str, str] = {}
-    for src in sorted(set(ts.sources)):
-        test = sources == src
-        if test.all():
-            continue
-        m = clone(est).fit(ts.X[~test], ts.y[~test], groups=sources[~test])
-        c[test], lo[test], hi[test] = m.predict_interval(ts.X[test])
-        chosen[src] = m.model_name_
-    return LosoResult(ts=ts, log_factor=c, log_low=lo, log_high=hi, chosen=chosen)
-
-
-def _tau(a: np.ndarray, b: np.ndarray) -> float:
-    """Kendall's tau between two series (NaN with fewer than 2 points or no variation)."""
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return math.nan
-    return float(kendalltau(a, b).statistic)
-
-
-def error_table(res: LosoResult, by: str = "source") -> pd.DataFrame:
-    """Per-group n, median/mean APE before and after, Kendall tau before/after, band coverage; plus 'all'."""
-    df = res.frame()
-    rows = []
-    groups = [(str(k), g) for k, g in df.groupby(by, sort=True)] + [("all", df)]
-    for name, g in groups:
-        rows.append(
-            {
-                by: name,
-                "n": len(g),
-                "median_ape_before": float(g.ape_before.median()),
-                "median_ape_after": float(g.ape_after.median()),
-                "mean_ape_before": float(g.ape_before.mean()),
-                "mean_ape_after": float(g.ape_after.mean()),
-                "tau_before": _tau(g.measured.to_numpy(), g.predicted.to_numpy()),
-                "tau_after": _tau(g.measured.to_numpy(), g.calibrated.to_numpy()),
-                "band_coverage": float(((g.measured >= g.low) & (g.measured <= g.high)).mean()),
-                "model": res.chosen.get(name, "") if by == "source" else "",
-            }
-        )
-    return pd.DataFrame(rows)
-
+from autopar.calibration.validation import HeldOut, error_table
 
 # ------------------------------------------------------------------------------------------ report
 _PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
 
 
-def scatter_figure(res: LosoResult) -> go.Figure:
+def scatter_figure(res: HeldOut) -> go.Figure:
     """Predicted vs measured tokens/s per GPU, before (analytical) and after (held-out calibrated)."""
     df = res.frame()
     fig = make_subplots(
@@ -197,22 +105,20 @@ _HEADERS = {
     "median_ape_after": "after",
     "mean_ape_before": "mean APE before",
     "mean_ape_after": "after",
-    "tau_before": "Kendall tau before",
-    "tau_after": "after",
+    "spearman_before": "Spearman within source before",
+    "spearman_after": "after",
     "band_coverage": "in 80% band",
-    "model": "model picked",
+    "band_width": "mean band width",
 }
 
 
 def _table_html(df: pd.DataFrame) -> str:
-    """A compact HTML table: APEs as %, taus with 2 decimals."""
+    """A compact HTML table: APEs, coverage and widths as %, rank correlations with 2 decimals."""
     shown = df.copy()
-    if "model" in shown and not shown["model"].astype(bool).any():
-        shown = shown.drop(columns="model")
     for c in shown.columns:
-        if "ape" in c or c == "band_coverage":
+        if "ape" in c or c.startswith("band_") or c == "mean_ape":
             shown[c] = [f"{100 * v:.1f}%" for v in shown[c]]
-        elif c.startswith("tau"):
+        elif c.startswith("spearman"):
             shown[c] = [
                 "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}" for v in shown[c]
             ]
@@ -220,12 +126,14 @@ def _table_html(df: pd.DataFrame) -> str:
 
 
 def report_html(
-    res: LosoResult,
+    res: HeldOut,
     *,
     title: str,
     description: str,
     plotlyjs: str = "inline",
-    memory: LosoResult | None = None,
+    memory: HeldOut | None = None,
+    adaptation: pd.DataFrame | None = None,
+    choice: str = "",
 ) -> str:
     """The calibration report page: LOSO tables per source and GPU family, scatter, per-run rows."""
     by_source, by_family = error_table(res, "source"), error_table(res, "family")
@@ -264,11 +172,14 @@ p.note {{ color: #4b5563; font-size: 0.9rem; }}
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(description)}</p>
 <p class="note">Each source is predicted by a corrector trained on the other sources only
-(leave-one-source-out). APE = |predicted / measured - 1| of tokens/s per GPU; Kendall's tau is
-computed within each group between measured and predicted throughput; band coverage is the share
-of runs whose measurement falls inside the calibrated 80% band.</p>
+(leave-one-source-out). APE = |predicted / measured - 1| of tokens/s per GPU; Spearman's rho is
+computed within each source over runs of the same model and GPU count; band coverage is the share
+of runs whose measurement falls inside the 80% band (split-conformal by source, scored without the
+held-out source); band width is (high - low) / corrected figure.</p>
+<p class="note">{html.escape(choice)}</p>
 <h2>Per source</h2>{_table_html(by_source)}
 <h2>Per GPU family</h2>{_table_html(by_family)}
+{_adaptation_section(adaptation)}
 {_memory_section(memory)}
 <h2>Predicted vs measured</h2>
 <p class="note">Solid line: exact; dotted: ±10%. Error bars: the calibrated band.</p>
@@ -282,43 +193,57 @@ of runs whose measurement falls inside the calibrated 80% band.</p>
 """
 
 
-def _memory_section(memory: LosoResult | None) -> str:
-    """The peak-memory corrector's K-fold table (memory is measured by too few sources for LOSO)."""
+def _adaptation_section(curve: pd.DataFrame | None) -> str:
+    """The adaptation curve: each source fitted on the others plus k of its runs, scored on the rest."""
+    if curve is None or curve.empty:
+        return ""
+    return (
+        "<h2>Adapting to a cluster (k of its runs ingested)</h2><p class='note'>For each source: fit on "
+        "the other sources plus k of its runs (10 random draws), score its remaining runs; its learned "
+        "offset is what moves the prediction.</p>" + _table_html(curve)
+    )
+
+
+def _memory_section(memory: HeldOut | None) -> str:
+    """The peak-memory table, with what its validation scheme allows one to conclude."""
     if memory is None:
         return ""
     srcs = ", ".join(sorted(set(memory.ts.sources)))
+    caveat = (
+        "only one source reports memory, so no correction can be validated on an unseen source: the "
+        "memory factor stays 1 and only the band is learned (scored leave-one-run-out within that source)"
+        if memory.scheme.startswith("leave-one-run-out")
+        else "validated leave-one-source-out like throughput"
+    )
     return (
-        f"<h2>Peak memory (5-fold cross-validation)</h2><p class='note'>{len(memory.ts)} runs with measured "
-        f"memory, from {html.escape(srcs)}: too few sources for leave-one-source-out, so these errors say "
-        f"little about other frameworks.</p>{_table_html(error_table(memory, 'source'))}"
+        f"<h2>Peak memory ({html.escape(memory.scheme)})</h2><p class='note'>{len(memory.ts)} runs with "
+        f"measured memory, from {html.escape(srcs)}: {caveat}.</p>{_table_html(error_table(memory, 'source'))}"
     )
 
 
 def write_report(
-    res: LosoResult,
+    res: HeldOut,
     path: str | Path,
     *,
     title: str = "autopar calibration report",
     description: str = "",
     plotlyjs: str = "inline",
-    memory: LosoResult | None = None,
+    memory: HeldOut | None = None,
+    adaptation: pd.DataFrame | None = None,
+    choice: str = "",
 ) -> Path:
     """Write the calibration report HTML to `path` and return it."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(report_html(res, title=title, description=description, plotlyjs=plotlyjs, memory=memory))
+    p.write_text(
+        report_html(
+            res,
+            title=title,
+            description=description,
+            plotlyjs=plotlyjs,
+            memory=memory,
+            adaptation=adaptation,
+            choice=choice,
+        )
+    )
     return p
-
-
-def kfold_cross_validated(
-    ts: TrainingSet, estimator: ThroughputCorrector | None = None, n_splits: int = 5, seed: int = 0
-) -> LosoResult:
-    """Held-out predictions from shuffled K-fold (for targets measured by too few sources for LOSO)."""
-    est = estimator if estimator is not None else ThroughputCorrector()
-    n = len(ts)
-    c, lo, hi = np.zeros(n), np.zeros(n), np.zeros(n)
-    k = max(2, min(n_splits, n))
-    for tr, te in KFold(n_splits=k, shuffle=True, random_state=seed).split(ts.X):
-        m = clone(est).fit(ts.X[tr], ts.y[tr], groups=np.array(ts.sources)[tr])
-        c[te], lo[te], hi[te] = m.predict_interval(ts.X[te])
-    return LosoResult(ts=ts, log_factor=c, log_low=lo, log_high=hi, chosen={})

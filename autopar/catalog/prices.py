@@ -4,8 +4,9 @@ Built-in prices live in ``autopar/data/prices.yaml`` (every tier backed by dated
 tier price is their median). A user file (YAML or CSV, ``--prices``) overrides or adds entries: a
 negotiated contract rate, or owned hardware priced from capex and power (see `OwnedCost`).
 
-GPU names resolve through ``autopar.catalog.get_gpu`` (aliases, case-insensitive) when the catalog is
-available, so ``price("h100")`` and ``price("H100-SXM")`` find the same entry.
+GPU names resolve through ``autopar.catalog.get_gpu`` (aliases, case-insensitive), so ``price("h100")``
+and ``price("H100-SXM")`` find the same entry. `resolve_price` is the one path from a GPU (and an
+optional cluster override) to a price with its source; a tier without a price raises `NoPriceError`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autopar.errors import AutoparError, UnknownNameError
+from autopar.catalog.loader import get_gpu, list_gpus
+from autopar.errors import AutoparError, NoPriceError, UnknownNameError
+from autopar.specs import GPUSpec
 
 TIERS: tuple[str, ...] = ("on_demand", "reserved", "spot", "owned")
 TIER_HELP = {
@@ -143,40 +146,23 @@ def norm_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-def catalog_names() -> list[str] | None:
-    """Names of the catalog GPUs, or None while the catalog is not available."""
-    try:
-        from autopar.catalog import list_gpus
-    except ImportError:
-        return None
-    try:
-        return [g.name for g in list_gpus()]
-    except (AutoparError, OSError, ValueError):
-        return None
+def catalog_names() -> list[str]:
+    """Names of the catalog GPUs."""
+    return [g.name for g in list_gpus()]
 
 
 @functools.lru_cache(maxsize=512)
 def catalog_canonical(name: str) -> str | None:
-    """The catalog's canonical name for `name`; None when unknown or the catalog is unavailable."""
-    try:
-        from autopar.catalog import get_gpu
-    except ImportError:
-        return None
-    try:
-        return get_gpu(name).name
-    except (AutoparError, OSError, ValueError):
-        return None
+    """The catalog's canonical name for `name`; None when the catalog does not know it."""
+    gpu = catalog_gpu(name)
+    return None if gpu is None else gpu.name
 
 
-def catalog_gpu(name: str) -> Any:
-    """The catalog GPUSpec for `name`, or None."""
-    try:
-        from autopar.catalog import get_gpu
-    except ImportError:
-        return None
+def catalog_gpu(name: str) -> GPUSpec | None:
+    """The catalog GPUSpec for `name`, or None when the catalog does not know it."""
     try:
         return get_gpu(name)
-    except (AutoparError, OSError, ValueError):
+    except UnknownNameError:
         return None
 
 
@@ -219,7 +205,7 @@ class PriceBook:
             return hit
         if t == "on_demand":
             spec = catalog_gpu(gpu_name)
-            if spec is not None and getattr(spec, "price_usd_per_hour", None) is not None:
+            if spec is not None and spec.price_usd_per_hour is not None:
                 return PriceEntry(
                     gpu=key,
                     tier=t,
@@ -229,7 +215,7 @@ class PriceBook:
                 )
         have = self.tiers(gpu_name)
         hint = f"tiers priced for {key}: {', '.join(have)}" if have else f"no price at all for {key}"
-        raise AutoparError(
+        raise NoPriceError(
             f"no {t} price for GPU '{key}' ({hint}); add one with --prices FILE "
             f"(YAML or CSV: gpu,tier,usd_per_gpu_hour)"
         )
@@ -297,3 +283,45 @@ class PriceBook:
             gpu=key, tier=t, usd_per_gpu_hour=float(usd_per_gpu_hour), source=source, origin="code"
         )
         return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)
+
+
+# Last resort for a GPU nobody priced (a custom GPUSpec without price_usd_per_hour): an assumption the
+# search says out loud in its notes ("flat default ..."), never silently. Roughly an A100/H100 spot price.
+FLAT_DEFAULT_USD_PER_GPU_HOUR = 2.0
+
+
+@dataclass(frozen=True)
+class ResolvedPrice:
+    """The price used for a GPU in a tier, and where it came from."""
+
+    usd_per_gpu_hour: float
+    source: str  # one line: the quote/file/override behind the number
+    origin: str  # "override", "price book", "gpu spec" or "assumed"
+
+
+def resolve_price(
+    gpu: GPUSpec, book: PriceBook, tier: str = "on_demand", override: float | None = None
+) -> ResolvedPrice:
+    """USD per GPU-hour for a GPU: override > price book (catalog default on demand) > spec > flat default.
+
+    A GPU the book and catalog know but without a price in `tier` raises `NoPriceError` (never a silent
+    fall-back to another tier); an unknown GPU uses its spec's price, else `FLAT_DEFAULT_USD_PER_GPU_HOUR`,
+    with origin "assumed" so callers can say so.
+    """
+    if override is not None:
+        return ResolvedPrice(float(override), "cluster override", "override")
+    t = normalize_tier(tier)
+    try:
+        entry = book.entry(gpu.name, t)
+    except UnknownNameError:
+        if gpu.price_usd_per_hour is not None and t == "on_demand":
+            return ResolvedPrice(gpu.price_usd_per_hour, f"default price of the {gpu.name} spec", "gpu spec")
+        if t != "on_demand":
+            raise NoPriceError(
+                f"no {t} price for GPU '{gpu.name}' (not in the price book); add one with --prices FILE"
+            ) from None
+        flat = FLAT_DEFAULT_USD_PER_GPU_HOUR
+        return ResolvedPrice(
+            flat, f"flat default ${flat:.2f}/GPU-h (assumed; set one with --prices)", "assumed"
+        )
+    return ResolvedPrice(entry.usd_per_gpu_hour, entry.source, "price book")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from autopar.costs.pricebook import (
+from autopar.catalog.prices import (
     TIERS,
     OwnedCost,
     PriceBook,
@@ -135,10 +135,7 @@ def _gpu_key(value: Any, where: str, known_keys: Iterable[str]) -> str:
     known = {norm_name(k): k for k in known_keys}
     if norm_name(name) in known:
         return known[norm_name(name)]
-    catalog = catalog_names()
-    if catalog is None:
-        return name  # no catalog to check against yet: accept the name as written
-    err = UnknownNameError("GPU", name, list(catalog) + list(known.values()))
+    err = UnknownNameError("GPU", name, catalog_names() + list(known.values()))
     raise DataError(f"{where}, field gpu: {err}")
 
 

@@ -1,0 +1,71 @@
+"""Calibrated batch estimates: every run record's analytical figure, corrected figure and 80% band.
+
+Columns added to `batch_estimate`'s: `pred_tokens_per_s_per_gpu_analytical`, `pred_tokens_per_s_per_gpu`
+(corrected), `pred_tokens_per_s_per_gpu_lo` / `_hi` (80% band), the same four for `pred_mem_gib_per_gpu`,
+and `calibration_factor` / `memory_factor`. Step time, TFLOP/s and MFU follow the throughput factor; fits
+and headroom follow the memory factor. Without a calibration the corrected columns equal the analytical
+ones and the band columns are empty. A row's cluster offset is its own group's (its `cluster`, else its
+source) when the model knows that group, else the model's own group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from autopar.calibration.features import features, group_of, memory_features
+from autopar.calibration.records import batch_estimate, row_to_specs
+from autopar.perf.estimate import estimate
+
+TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
+_THROUGHPUT_LIKE = ("pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu")
+
+
+def _row_factors(row: Mapping[str, Any], cal: Any) -> tuple[float, float, float, float, float, float]:
+    """(throughput factor, lo, hi, memory factor, lo, hi) of one record (NaNs if it cannot be evaluated)."""
+    try:
+        sp = row_to_specs(row)
+        est = estimate(sp.model, sp.cluster, sp.workload, sp.strategy, strict=False)
+        args = (sp.model, sp.cluster, sp.workload, sp.strategy, est)
+        x, xm = features(*args), memory_features(*args)
+    except Exception:  # noqa: BLE001 - the row's status column already says why
+        return (np.nan,) * 6
+    g = group_of(row)
+    grp = g if g in cal.corrector.offsets_ else cal.meta.group
+    f = cal._one(cal.factors, x, cal.corrector, grp)
+    m = cal._one(cal.memory_factors, xm, cal.memory_corrector, grp)
+    return (*f, *m)
+
+
+def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
+    """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory."""
+    out = batch_estimate(df)
+    out.insert(out.columns.get_loc(TPS), TPS + "_analytical", out[TPS])
+    out.insert(out.columns.get_loc(MEM), MEM + "_analytical", out[MEM])
+    if calibration is None:
+        for col in (TPS, MEM):
+            out[col + "_lo"] = np.nan
+            out[col + "_hi"] = np.nan
+        out["calibration_factor"] = np.where(out["status"] == "ok", 1.0, np.nan)
+        out["memory_factor"] = out["calibration_factor"]
+        return out
+    fac = np.array([_row_factors(r, calibration) for r in df.to_dict(orient="records")], dtype=float)
+    tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
+    mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
+    out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]
+    out[MEM], out[MEM + "_lo"], out[MEM + "_hi"] = mem * fac[:, 3], mem * fac[:, 4], mem * fac[:, 5]
+    if calibration.memory_corrector is None:  # no memory model: no band to report
+        out[MEM + "_lo"], out[MEM + "_hi"] = np.nan, np.nan
+    for col in _THROUGHPUT_LIKE:
+        out[col] = pd.to_numeric(out[col], errors="coerce") * fac[:, 0]
+    out["pred_step_s"] = pd.to_numeric(out["pred_step_s"], errors="coerce") / fac[:, 0]
+    if "pred_headroom_gib" in out:
+        cap = pd.to_numeric(out["pred_headroom_gib"], errors="coerce") + mem
+        out["pred_headroom_gib"] = cap - out[MEM]
+        ok = out["status"] == "ok"
+        out.loc[ok, "pred_fits"] = (out.loc[ok, "pred_headroom_gib"] >= 0).to_numpy()
+    out["calibration_factor"], out["memory_factor"] = fac[:, 0], fac[:, 3]
+    return out

@@ -1,0 +1,46 @@
+"""Regenerate the shipped default calibration model from autopar/data/published_runs.csv.
+
+    python -m autopar.calibration.build_default            # rewrite autopar/data/default_calibration.json
+    python -m autopar.calibration.build_default --check    # exit 1 if the shipped file is stale
+
+Deterministic (no random state, no timestamps; same data + same analytical model -> same file) and
+takes a few seconds. Re-run it whenever the analytical model (perf/) or the published runs change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from autopar.calibration.apply import (
+    _default_fingerprint,
+    _try_load,
+    build_default_calibration,
+    default_artifact_path,
+    published_training_sets,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="where to write (default: the packaged file)")
+    ap.add_argument("--check", action="store_true", help="only check that the shipped file is current")
+    args = ap.parse_args(argv)
+    path = default_artifact_path() if args.out is None else args.out
+    if args.check:
+        ok = _try_load(default_artifact_path(), _default_fingerprint(*published_training_sets())) is not None
+        print(
+            "default calibration is current" if ok else "default calibration is STALE: re-run without --check"
+        )
+        return 0 if ok else 1
+    t0 = time.perf_counter()
+    cal = build_default_calibration()
+    cal.save(path)
+    print(f"wrote {path} in {time.perf_counter() - t0:.1f} s: {cal.describe()}")
+    print(f"choice: {cal.meta.choice['reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Units at the edges: byte and FLOP constants, token counts, durations and $/Mtoken, parsed and formatted once.
+
+Inside autopar every quantity is SI (bytes, seconds, FLOP, FLOP/s, tokens); these helpers convert at the
+edges (CLI options, tables, reports). Parsers raise `SpecError` with one line naming the field and value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from autopar.errors import SpecError
+
+# Bytes: binary (what allocators and nvidia-smi report) and decimal (what vendors sell).
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+GB = 1e9
+TB = 1e12
+# Compute: 1 TFLOP = 1e12 floating-point operations (TFLOP/s likewise).
+TFLOP = 1e12
+# Time.
+SECONDS_PER_MINUTE = 60.0
+SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_DAY = 86400.0
+TOKENS_PER_MTOKEN = 1e6
+
+# Count suffixes: K, M, B = G (billion), T, P; case-insensitive ("15m" = 15e6 tokens, never minutes).
+_COUNT_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_COUNT_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]?)\s*$")
+_DURATION_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
+_DURATION_UNITS: dict[str, float] = {}
+for _names, _seconds in (
+    (("s", "sec", "secs", "second", "seconds"), 1.0),
+    (("min", "mins", "minute", "minutes"), SECONDS_PER_MINUTE),
+    (("h", "hr", "hrs", "hour", "hours"), SECONDS_PER_HOUR),
+    (("d", "day", "days"), SECONDS_PER_DAY),
+    (("w", "wk", "week", "weeks"), 7 * SECONDS_PER_DAY),
+    (("mo", "month", "months"), 30 * SECONDS_PER_DAY),
+    (("y", "yr", "year", "years"), 365 * SECONDS_PER_DAY),
+):
+    _DURATION_UNITS.update(dict.fromkeys(_names, _seconds))
+
+
+def _positive_finite(value: float, field: str, text: object, what: str) -> float:
+    if not (value > 0 and math.isfinite(value)):
+        raise SpecError(f"{field}={text!r} must be a positive, finite {what}")
+    return value
+
+
+def parse_count(text: str | float | int, field: str, what: str, suffixes: tuple[str, ...]) -> float:
+    """A positive count with an optional SI suffix ('2T', '500B', '1.5e12', '10k', '1,000')."""
+    if isinstance(text, bool):
+        raise SpecError(f"{field}={text!r} is not a {what}")
+    if isinstance(text, int | float):
+        return _positive_finite(float(text), field, text, what)
+    m = _COUNT_RE.match(str(text).replace("_", "").replace(",", ""))
+    suffix = m.group(2).upper() if m else ""
+    if not m or suffix not in suffixes:
+        raise SpecError(
+            f"{field}={text!r} is not a {what}; use a number with an optional suffix "
+            f"{', '.join(s for s in suffixes if s)}, e.g. 2T, 500B, 1.5T, 300M, 10K"
+        )
+    return _positive_finite(float(m.group(1)) * _COUNT_SUFFIX[suffix], field, text, what)
+
+
+def parse_tokens(text: str | float | int, field: str = "tokens") -> float:
+    """Parse a token count like '2T', '500B', '1.5T', '300M', '10k', '1e12' or 2e12 into tokens."""
+    return parse_count(text, field, "token count", tuple(_COUNT_SUFFIX))
+
+
+def format_tokens(tokens: float) -> str:
+    """Short token count that parse_tokens reads back to 4 significant digits: '1T', '1.5T', '500B'."""
+    for suffix, mult in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= mult:
+            return f"{tokens / mult:.4g}{suffix}"
+    return f"{tokens:.4g}"
+
+
+def parse_duration(text: str | float | int, field: str = "deadline") -> float:
+    """Parse a duration like '30d', '720h', '6w', '3mo', '45min', '3600s' (or seconds) into seconds."""
+    if isinstance(text, bool):
+        raise SpecError(f"{field}={text!r} is not a duration")
+    if isinstance(text, int | float):
+        return _positive_finite(float(text), field, text, "duration")
+    m = _DURATION_RE.match(str(text))
+    unit = m.group(2).lower() if m else ""
+    if m and unit == "m":
+        raise SpecError(f"{field}={text!r} is ambiguous: write 'min' for minutes or 'mo' for months")
+    if not m or unit not in _DURATION_UNITS:
+        raise SpecError(
+            f"{field}={text!r} is not a duration; use a number and a unit: "
+            "s, min, h, d, w, mo (30 d), y (365 d), e.g. 30d or 720h"
+        )
+    return _positive_finite(float(m.group(1)) * _DURATION_UNITS[unit], field, text, "duration")
+
+
+def format_duration(seconds: float, day_unit: str = " days") -> str:
+    """Human-readable duration: '11.6 days', '5.2 h', '42 min', '30 s'."""
+    if seconds >= 2 * SECONDS_PER_DAY:
+        return f"{seconds / SECONDS_PER_DAY:,.1f}{day_unit}"
+    if seconds >= 2 * SECONDS_PER_HOUR:
+        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
+    if seconds >= 2 * SECONDS_PER_MINUTE:
+        return f"{seconds / SECONDS_PER_MINUTE:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def format_duration_short(seconds: float) -> str:
+    """Compact duration for tables: '21.4 d', '5.2 h', '42 min'."""
+    return format_duration(seconds, " d")
+
+
+def usd_per_mtoken(
+    tokens_per_s: float, num_gpus: int, usd_per_gpu_hour: float, goodput: float = 1.0
+) -> float:
+    """USD per million trained tokens: cluster $/s over effective tokens/s (x goodput), times 1e6.
+
+    usd_per_mtoken = num_gpus * usd_per_gpu_hour / 3600 / (tokens_per_s * goodput) * 1e6; inf at zero throughput.
+    """
+    effective = tokens_per_s * goodput
+    if effective <= 0:
+        return math.inf
+    return num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN

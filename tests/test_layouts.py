@@ -1,0 +1,244 @@
+"""The layouts spine: axes and meshes, rule levels, and the oracle that the search offers exactly the valid set.
+
+The oracle enumerates a superset of every knob for small dense, MoE and CP problems and checks that
+`build_space` yields exactly the strategies `autopar.layouts.check` accepts at SEARCH level (and that each
+passes `validate_strategy`): the generators cannot drift from the rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.catalog import get_gpu, get_model
+from autopar.layouts import (
+    MIN_TOKENS_PER_CP_RANK,
+    Axis,
+    Level,
+    ParallelDims,
+    check,
+    dims_of,
+    explain,
+    grid_problems,
+    mesh_problems,
+)
+from autopar.perf import validate_strategy
+from autopar.search.space import build_space
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+H100 = get_gpu("H100-SXM")
+DENSE = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+MOE = ModelSpec(
+    name="tiny-moe",
+    layers=4,
+    hidden=512,
+    heads=4,
+    kv_heads=2,
+    ffn_hidden=1024,
+    vocab=32000,
+    experts=4,
+    topk=2,
+    moe_ffn_hidden=512,
+)
+ZR = list(itertools.product([0, 1, 2, 3], ["none", "selective", "full"]))
+
+
+def _strategy(tp, pp, cp, ep, etp, vpp, mb, sp, zero=1, rc="none"):
+    return Strategy(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch=mb,
+        sp=sp,
+        zero=zero,
+        recompute=rc,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b",
+    )
+
+
+def _oracle(model, cluster, wl, tps, pps, cps, eps, etps, vpps, mbs, zero_rc=((1, "none"),)):
+    """Strategies (dp left to derive) that pass every rule at SEARCH level, over a superset of knob values."""
+    ok = set()
+    for tp, pp, cp, ep, etp, vpp, mb, sp, (z, rc) in itertools.product(
+        tps, pps, cps, eps, etps, vpps, mbs, (False, True), zero_rc
+    ):
+        s = _strategy(tp, pp, cp, ep, etp, vpp, mb, sp, z, rc)
+        if not check(model, cluster, wl, s, level=Level.SEARCH):
+            ok.add(s.with_dp(cluster.num_gpus))
+    return ok
+
+
+def _space(model, cluster, wl, project=False):
+    got = {pt.strategy for pt in build_space(model, cluster, wl)}
+    if project:  # ZeRO stage and recompute are free knobs: every layout offers all 12 combinations
+        proj = {s for s in got if (s.zero, s.recompute) == (1, "none")}
+        assert len(got) == 12 * len(proj)
+        return proj
+    return got
+
+
+def test_oracle_dense_space_including_zero_and_recompute():
+    cl = ClusterSpec(gpu=H100, num_gpus=4, gpus_per_node=4)
+    wl = Workload(seq_len=2048, global_batch=8)
+    want = _oracle(
+        DENSE, cl, wl, [1, 2, 3, 4], [1, 2, 3, 4], [1, 2], [1], [None], [1, 2, 3, 4], range(1, 9), ZR
+    )
+    got = _space(DENSE, cl, wl)
+    assert got == want and len(got) == 588  # hand count in test_search_space.test_tiny_space_size_by_hand
+    assert all(validate_strategy(DENSE, cl, wl, s) == [] for s in got)
+
+
+def test_oracle_moe_space_with_parallel_folding():
+    # 8 GPUs in NVLink domains of 4: tp and etp must stay inside a domain; the expert mesh folds over tp*cp*dp.
+    cl = ClusterSpec(gpu=H100, num_gpus=8, gpus_per_node=4)
+    wl = Workload(seq_len=2048, global_batch=8)
+    etps = [1, 2, 3, 4, 8]  # search points always set etp (None = unset is for user strategies only)
+    want = _oracle(
+        MOE, cl, wl, [1, 2, 3, 4, 8], [1, 2, 4], [1, 2], [1, 2, 3, 4, 8], etps, [1, 2, 4], [1, 2, 4, 8]
+    )
+    got = _space(MOE, cl, wl, project=True)
+    assert got == want
+    assert all(validate_strategy(MOE, cl, wl, s) == [] for s in got)
+    pairs = {(s.tp, s.cp, s.dp, s.ep, s.etp) for s in got}
+    # folding: ep*etp may exceed tp (here tp=2, dp=4, ep=4, etp=2: expert mesh 2*4*1 = 8 GPUs = tp*cp*dp)
+    assert (2, 1, 4, 4, 2) in pairs and (1, 1, 8, 4, 1) in pairs
+    assert all((tp * cp * dp) % (ep * etp) == 0 and etp <= 4 for tp, cp, dp, ep, etp in pairs)
+    assert {s.etp for s in got} == {1, 2, 4}
+
+
+def test_oracle_context_parallel_space():
+    # seq 4096 on 8 GPUs: cp=8 leaves 512 < MIN_TOKENS_PER_CP_RANK tokens per rank and is not offered.
+    cl = ClusterSpec(gpu=H100, num_gpus=8, gpus_per_node=8)
+    wl = Workload(seq_len=4096, global_batch=4)
+    want = _oracle(DENSE, cl, wl, [1, 2, 4, 8], [1, 2, 4], [1, 2, 3, 4, 8], [1], [None], [1, 2], [1, 2, 4])
+    got = _space(DENSE, cl, wl, project=True)
+    assert got == want
+    assert {s.cp for s in got} == {1, 2, 4} and MIN_TOKENS_PER_CP_RANK > 4096 // 8
+
+
+def test_parallel_dims_derive_dp_and_edp():
+    mix = get_model("Mixtral-8x7B")
+    cl = ClusterSpec(gpu=H100, num_gpus=64)
+    d = dims_of(cl, Strategy(tp=2, pp=2, cp=2, ep=4, etp=1, sp=True))
+    # dp = 64 / (2*2*2) = 8; edp = tp*cp*dp / (ep*etp) = 2*2*8 / 4 = 8
+    assert (d.dp, d.edp, d.model_parallel, d.dense_group) == (8, 8, 8, 32)
+    assert d.degrees()[Axis.EDP] == 8 and set(d.degrees()) == set(Axis)
+    assert dims_of(cl, Strategy(tp=4)).etp == 4  # unset etp is checked as Megatron's default etp = tp
+    assert (
+        check(
+            mix,
+            cl,
+            Workload(seq_len=4096, global_batch=256),
+            Strategy(tp=2, pp=2, cp=2, ep=4, etp=1, sp=True),
+        )
+        == []
+    )
+    assert ParallelDims(world=8, tp=8, etp=8).edp == 1 and ParallelDims(world=8, tp=8).edp == 8
+
+
+def test_rule_levels_and_axes():
+    l70 = get_model("Llama-3.1-70B")
+    cl = ClusterSpec(gpu=H100, num_gpus=64)
+    wl = Workload(seq_len=8192, global_batch=6)
+    s = Strategy(tp=16, pp=2, vpp=2, pp_schedule="interleaved", sp=True)
+    v = check(l70, cl, wl, s)
+    assert {x.level for x in v} == {Level.STRICT} and {x.axis for x in v} == {Axis.TP, Axis.VPP}
+    assert check(l70, cl, wl, s, level=Level.HARD) == []
+    assert "NVLink domain" in explain(v) and "; " in explain(v)
+
+
+def test_rules_that_were_wrong_before():
+    cl = ClusterSpec(gpu=H100, num_gpus=48, gpus_per_node=8)
+    gpt = ModelSpec(name="g", layers=12, hidden=1536, heads=24, ffn_hidden=6144, vocab=50000)
+    wl = Workload(seq_len=2048, global_batch=48)
+    # tp=6 fits in 8 GPUs but its groups straddle nodes (ranks 6..11 span two): the search never offered it
+    assert any(
+        "does not divide the NVLink domain of 8" in x for x in validate_strategy(gpt, cl, wl, Strategy(tp=6))
+    )
+    assert validate_strategy(gpt, cl, wl, Strategy(tp=6), strict=False) == []
+    # an interleaved schedule without virtual stages is 1F1B: rejected even when pp=1
+    assert validate_strategy(gpt, cl, wl, Strategy(pp_schedule="interleaved")) == [
+        "pp_schedule=interleaved needs vpp > 1"
+    ]
+    # an explicit etp on a dense model is a rule broken, not ignored
+    assert "etp=1 needs an MoE model (g is dense)" in validate_strategy(gpt, cl, wl, Strategy(tp=2, etp=1))
+
+
+def test_expert_tp_is_a_checked_axis():
+    mix = get_model("Mixtral-8x7B")  # moe_ffn_hidden 14336
+    cl = ClusterSpec(gpu=H100, num_gpus=64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    assert validate_strategy(mix, cl, wl, Strategy(tp=1, ep=8, etp=8)) == []  # 1*1*64 % 64 == 0
+    assert any(
+        "exceeds the NVLink domain" in x for x in validate_strategy(mix, cl, wl, Strategy(ep=4, etp=16))
+    )
+    assert any(
+        "etp=3 does not divide moe_ffn_hidden" in x for x in validate_strategy(mix, cl, wl, Strategy(etp=3))
+    )
+
+
+def test_grid_and_mesh_explanations():
+    cl = ClusterSpec(gpu=H100, num_gpus=4, gpus_per_node=4)
+    wl = Workload(seq_len=2048, global_batch=8)
+    assert grid_problems(DENSE, cl, wl, 2, 2, 1) == []
+    assert explain(grid_problems(DENSE, cl, wl, 2, 4, 1)) == "tp*pp*cp = 2*4*1 = 8 does not divide num_gpus=4"
+    assert mesh_problems(cl, Workload(seq_len=2048, global_batch=6), Strategy(tp=1, vpp=2)) == [
+        "global_batch=6 is not divisible by micro_batch*dp = 1*4 = 4",
+        "vpp=2 needs pp > 1",
+    ]
+
+
+@pytest.mark.parametrize("axis", list(Axis))
+def test_axis_names_match_strategy_fields(axis):
+    assert axis.value in Strategy.model_fields or axis is Axis.EDP
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    heads=st.sampled_from([4, 6, 8, 12]),
+    kv_div=st.sampled_from([1, 2]),
+    layers=st.sampled_from([2, 3, 4, 6]),
+    experts=st.sampled_from([0, 4, 6, 8]),
+    n_node=st.sampled_from([(4, 4), (8, 4), (12, 4), (6, 2), (16, 8), (2, 8)]),
+    seq=st.sampled_from([1024, 2048, 3072, 4096]),
+    gb=st.sampled_from([4, 6, 8, 12]),
+)
+def test_offered_grids_are_exactly_those_without_problems(heads, kv_div, layers, experts, n_node, seq, gb):
+    """Random small problems: a grid is offered iff grid_problems() has nothing to say (two paths, one rule set)."""
+    moe = {"experts": experts, "topk": 2, "moe_ffn_hidden": 96 * heads} if experts else {}
+    model = ModelSpec(
+        name="p",
+        layers=layers,
+        hidden=64 * heads,
+        heads=heads,
+        kv_heads=heads // kv_div,
+        ffn_hidden=192 * heads,
+        vocab=1000,
+        **moe,
+    )
+    n, node = n_node
+    cl = ClusterSpec(gpu=H100, num_gpus=n, gpus_per_node=node)
+    wl = Workload(seq_len=seq, global_batch=gb)
+    try:
+        space = build_space(model, cl, wl)
+    except Exception as e:  # noqa: BLE001 - report which input broke the builder
+        raise AssertionError(f"build_space raised {e!r}") from e
+    offered = {(x.tp, x.pp, x.cp, x.ep, x.etp) for x in space.layouts}
+    grids = itertools.product(
+        range(1, n + 1), range(1, layers + 1), range(1, n + 1), [1, 2, 3, 4, 6, 8], [None, 1, 2, 3, 4, 8]
+    )
+    want = set()
+    for tp, pp, cp, ep, etp in grids:
+        if n % (tp * pp * cp) or (model.is_moe) != (etp is not None):
+            continue
+        if not grid_problems(model, cl, wl, tp, pp, cp, ep, etp):
+            want.add((tp, pp, cp, ep, etp))
+    assert offered == want
+    for pt in itertools.islice(space, 0, None, max(1, space.size // 40)):
+        assert check(model, cl, wl, pt.strategy, level=Level.SEARCH) == []
