@@ -93,13 +93,16 @@ def study_status(storage: str, study_name: str | None = None) -> StudyStatus:
 
 
 class _StoredPrices:
-    """The prices a study was searched with, answering like a price book (`price(gpu, tier)`)."""
+    """The prices a study was searched with, answering like a price book (`entry(gpu, tier)`)."""
 
     def __init__(self, prices: dict[str, list[Any]]):
         self.prices = prices
 
-    def price(self, gpu: str, tier: str) -> float:
-        return float(self.prices[gpu][0])
+    def entry(self, gpu: str, tier: str = "on_demand") -> Any:
+        from types import SimpleNamespace
+
+        price, source = self.prices[gpu]
+        return SimpleNamespace(usd_per_gpu_hour=float(price), source=f"{source} (as stored in the study)")
 
 
 def load_result(storage: str, study_name: str | None = None, calibration: Any = "stored") -> Any:
