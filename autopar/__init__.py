@@ -45,7 +45,7 @@ _LAZY: dict[str, str] = {
     "write_whatif_report": "autopar.reports",
     "launch_settings": "autopar.reports.launch",
     # run records and calibration
-    "read_run_records": "autopar.calibration.records",
+    "read_run_records": "autopar.calibration.runs",
     "batch_estimate": "autopar.calibration.records",
     "load_default_calibration": "autopar.calibration.apply",
 }

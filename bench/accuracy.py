@@ -26,7 +26,8 @@ from scipy.stats import spearmanr
 from autopar.calibration.apply import fit_calibration
 from autopar.calibration.batch import calibrated_batch
 from autopar.calibration.features import build_training_set, group_of
-from autopar.calibration.records import measured_tokens_per_s_per_gpu, read_run_records
+from autopar.calibration.records import measured_tokens_per_s_per_gpu
+from autopar.calibration.runs import read_run_records
 from autopar.calibration.validation import adaptation, adaptation_summary, select_params
 from autopar.data import published_runs_path
 

@@ -10,9 +10,9 @@ import pytest
 from autopar.calibration.records import (
     framework_from_text,
     measured_tokens_per_s_per_gpu,
-    read_run_records,
     row_to_specs,
 )
+from autopar.calibration.runs import read_run_records
 from autopar.data import published_runs_path
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "groundtruth" / "public.csv"

@@ -395,7 +395,7 @@ def _records(table: Any) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------- default model
 def published_training_sets() -> tuple[TrainingSet, TrainingSet]:
     """Throughput and memory training sets of the published runs shipped with autopar."""
-    from autopar.calibration.records import read_run_records
+    from autopar.calibration.runs import read_run_records
     from autopar.data import published_runs_path
 
     recs = read_run_records(published_runs_path()).to_dict("records")

@@ -11,7 +11,6 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -85,42 +84,6 @@ class RecordSpecs:
     workload: Workload
     strategy: Strategy
     assumed: list[str] = field(default_factory=list)
-
-
-def read_run_records(path: str | Path) -> pd.DataFrame:
-    """Read run records from CSV, JSONL or Parquet (by extension) as a table of raw cells.
-
-    The one reader of run-record files: it is `autopar.calibration.runs.read_table_rows` (also used by
-    ingestion), with unreadable lines an error here; a missing `id` column is numbered row1, row2, ...
-    """
-    from autopar.calibration.runs import read_table_rows
-
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"run-record file not found: {p}")
-    fmt = {
-        ".jsonl": "jsonl",
-        ".ndjson": "jsonl",
-        ".parquet": "parquet",
-        ".csv": "csv",
-        ".tsv": "csv",
-        "": "csv",
-    }
-    suffix = p.suffix.lower()
-    if suffix not in fmt:
-        raise DataError(f"{p}: unsupported run-record format '{suffix}' (use .csv, .jsonl or .parquet)")
-    try:
-        rows, errors = read_table_rows(p, fmt[suffix])
-    except (ValueError, OSError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"{p}: could not be read as run records ({e})") from e
-    if errors:
-        raise DataError(f"{p}: line {errors[0].row} is {errors[0].reason}")
-    df = pd.DataFrame(rows)
-    if "id" not in df.columns:
-        df.insert(0, "id", [f"row{i + 1}" for i in range(len(df))])
-    return df
 
 
 def _cell(row: Mapping[str, Any], key: str) -> Any:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autopar.calibration.logs import LOG_FORMATS, aggregate, parse_log, sniff_log_format
 from autopar.calibration.rows import (
@@ -34,6 +34,9 @@ from autopar.calibration.throughput import (
     tflops_definition,
 )
 from autopar.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "CONFIG_ALIASES",
@@ -310,3 +313,39 @@ def ingest(
     items = [(fingerprint(r), r, str(c.path.resolve())) for c in checks for r in c.records]
     added = store.add(items) if items else 0
     return IngestReport(checks=checks, added=added, store_path=store.path)
+
+
+def read_run_records(path: str | Path) -> pd.DataFrame:
+    """Read run records from CSV, JSONL or Parquet (by extension) as a table of raw cells.
+
+    The one reader of run-record files: it is `autopar.calibration.runs.read_table_rows` (also used by
+    ingestion), with unreadable lines an error here; a missing `id` column is numbered row1, row2, ...
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"run-record file not found: {p}")
+    fmt = {
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".parquet": "parquet",
+        ".csv": "csv",
+        ".tsv": "csv",
+        "": "csv",
+    }
+    suffix = p.suffix.lower()
+    if suffix not in fmt:
+        raise DataError(f"{p}: unsupported run-record format '{suffix}' (use .csv, .jsonl or .parquet)")
+    try:
+        rows, errors = read_table_rows(p, fmt[suffix])
+    except (ValueError, OSError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{p}: could not be read as run records ({e})") from e
+    if errors:
+        raise DataError(f"{p}: line {errors[0].row} is {errors[0].reason}")
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    if "id" not in df.columns:
+        df.insert(0, "id", [f"row{i + 1}" for i in range(len(df))])
+    return df

@@ -43,7 +43,7 @@ def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -
     """Evaluate every row of a run-record file (corrected + band when `calib`); bad rows get
     status=error and the rest still run."""
     from autopar.calibration.batch import calibrated_batch
-    from autopar.calibration.records import read_run_records
+    from autopar.calibration.runs import read_run_records
 
     df = read_run_records(batch)
     preds = calibrated_batch(df, calib)
