@@ -122,6 +122,7 @@ def test_workers_on_one_journal(tmp_path):
         (["--study-name", "a"], "--storage"),
         (["--storage", "/no/such/folder/s.journal"], "does not exist"),
         (["--storage", "mysql://u:pw@127.0.0.1:9/db"], "driver is not installed"),
+        (["--storage", "postgresql+pg8000://u:pw@127.0.0.1:9/db"], "driver is not installed"),
         (["--storage", "sqlite:////no/such/folder/x.db"], "does not exist"),
         (["--storage", "x.journal", "--heartbeat", "5"], "heartbeat"),
         (["--storage", "x.journal", "--sampler", "exhaustive"], "exhaustive"),

@@ -13,7 +13,8 @@ from typing import Any
 from autopar.errors import AutoparError
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
-from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive, run_nsga2
+from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
+from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
     normalized_hypervolume,
     pareto_frame,
