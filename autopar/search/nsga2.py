@@ -11,6 +11,7 @@ stored side (batched or live writes, heartbeats, sync between workers) is autopa
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedStudy
 from autopar.search.space import Point, Space
+from autopar.search.storage import storage_error
 
 CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
 WAIT_S = 0.25  # pause while other workers hold the rest of the budget
@@ -128,10 +130,23 @@ def run_nsga2(
             shared.close()
             st.sync()
             _rebuild_from_study(st, ev)
+    except Exception as e:
+        if shared is not None and _from_storage(e):  # e.g. the server went away mid-search
+            raise storage_error(str(storage), e) from e
+        raise
     finally:
         if shared is not None:
-            shared.close()
+            with contextlib.suppress(Exception):  # already reporting the first failure
+                shared.close()
     return st.run
+
+
+def _from_storage(e: BaseException) -> bool:
+    """Whether an exception comes from the storage layer (database driver, SQLAlchemy, journal I/O)."""
+    mod = type(e).__module__
+    return isinstance(e, OSError) or mod.startswith(
+        ("sqlalchemy", "psycopg", "optuna.storages", "optuna.exceptions")
+    )
 
 
 def _search(

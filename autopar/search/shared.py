@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.search.storage import is_server, mask, open_storage, storage_error
+from autopar.search.storage import is_server, open_storage, storage_error
 
 FINGERPRINT_ATTR = "autopar_fingerprint"
 INPUTS_ATTR = "autopar_inputs"
@@ -196,13 +196,6 @@ class SharedStudy:
     def due(self) -> bool:
         return time.monotonic() - self.last_sync > SYNC_EVERY_S
 
-    def counts(self) -> dict[str, int]:
-        """Trials per state name (COMPLETE, PRUNED, FAIL, RUNNING, WAITING) in the whole study."""
-        out: dict[str, int] = {}
-        for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
-            out[t.state.name] = out.get(t.state.name, 0) + 1
-        return out
-
     def trials(self) -> list[Any]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
 
@@ -251,6 +244,3 @@ class _Heartbeat:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=5)
-
-
-__all__ = ["SharedStudy", "mask"]
