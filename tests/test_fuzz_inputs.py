@@ -362,3 +362,36 @@ def test_ingest_killed_at_random_points_then_rerun_equals_clean(tmp_path):
         r = subprocess.run([*cmd, str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert _rows(store) == expected
+
+
+STORAGE_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "postgresql://",
+            "postgresql://u:p@/db",
+            "postgresql://u:p@127.0.0.1:0/db",
+            "sqlite://",
+            "sqlite:///",
+            "mysql://x",
+            "redis://x",
+            "://",
+            "x://y",
+            "journal",
+            ".",
+            "/",
+            "\x00",
+            "sqlite:////nonexistent/dir/x.db",
+            "postgres://u@[::1/db",
+        ]
+    ),  # fmt: skip
+    st.text(max_size=20),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=STORAGE_VALUES, cmd=st.sampled_from(["status", "report"]))
+def test_fuzz_study_storage_argument(value, cmd):
+    with tempfile.TemporaryDirectory() as d, contextlib.chdir(d):
+        code, out, err = run_cli(["study", cmd, "--storage", value])
+    assert_clean(code, out, err)
+    assert code != 0  # nothing is stored there

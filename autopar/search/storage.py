@@ -123,10 +123,15 @@ def _journal(path: str) -> Any:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    p = Path(path).expanduser()
-    if not p.resolve().parent.is_dir():
-        raise AutoparError(f"storage={path!r}: folder {p.resolve().parent} does not exist")
-    if p.is_dir():
+    try:
+        p = Path(path).expanduser()
+        folder = p.resolve().parent
+        ok, is_dir = folder.is_dir(), p.is_dir()
+    except (OSError, ValueError, RuntimeError) as e:  # e.g. an embedded NUL byte, a symlink loop
+        raise AutoparError(f"storage={path!r}: not a usable file path ({e})") from None
+    if not ok:
+        raise AutoparError(f"storage={path!r}: folder {folder} does not exist")
+    if is_dir:
         raise AutoparError(f"storage={path!r}: is a folder; give a journal file path")
     try:
         return JournalStorage(JournalFileBackend(str(p)))
@@ -136,7 +141,12 @@ def _journal(path: str) -> Any:
 
 def _check_sqlite_folder(url: str) -> None:
     path = url.split(":///", 1)[-1] if ":///" in url else ""
-    if path and path != ":memory:" and not Path(path).expanduser().resolve().parent.is_dir():
-        raise AutoparError(
-            f"storage={url!r}: folder {Path(path).expanduser().resolve().parent} does not exist"
-        )
+    if not path or path == ":memory:":
+        return
+    try:
+        folder = Path(path).expanduser().resolve().parent
+        ok = folder.is_dir()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise AutoparError(f"storage={url!r}: not a usable file path ({e})") from None
+    if not ok:
+        raise AutoparError(f"storage={url!r}: folder {folder} does not exist")
