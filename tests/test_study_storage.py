@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.errors import AutoparError
-from autopar.perf.types import GiB
 from autopar.search import optimize
 from autopar.search.storage import mask, open_storage
 from autopar.specs import ClusterSpec, Workload
+from autopar.units import GiB
 
 L70 = get_model("Llama-3.1-70B")
 H100x64 = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)

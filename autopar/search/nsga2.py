@@ -309,7 +309,8 @@ def _claim(
 def _strategy_attrs(space: Space, pt: Point) -> dict[str, Any]:
     """User attrs that name the strategy: label, hardware and every knob."""
     s = pt.strategy
-    knobs = {k: getattr(s, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "micro_batch")}
+    names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch")
+    knobs = {k: getattr(s, k) for k in names if hasattr(s, k)}
     attrs: dict[str, Any] = {"strategy": s.label(), "knobs": {**knobs, "recompute": s.recompute}}
     if len(space.hardware) > 1:
         attrs["hardware"] = space.hardware[pt.hw].label()
@@ -318,7 +319,7 @@ def _strategy_attrs(space: Space, pt: Point) -> dict[str, Any]:
 
 def _outcome_attrs(out: Outcome) -> dict[str, Any]:
     """User attrs with the estimate behind the objective values (memory, bottleneck, price, corrector)."""
-    from autopar.perf.types import GiB
+    from autopar.units import GiB
 
     est = out.estimate
     assert est is not None
