@@ -19,6 +19,8 @@ def _worker(kwargs: dict[str, Any], errors: Any) -> None:
 
     try:
         optimize(**kwargs)
+    except KeyboardInterrupt:  # Ctrl-C reaches every worker; the parent says "interrupted"
+        return
     except AutoparError as e:
         errors.put(str(e))
     except Exception as e:  # noqa: BLE001 - reported by the parent as one line
