@@ -194,7 +194,7 @@ def stored_run_overhead(budget: int = 300) -> dict[str, float]:
     return out
 
 
-def workers_speed(budget: int, postgres: str | None) -> list[dict[str, Any]]:
+def workers_speed(budget: int, postgres: str | None, kinds: set[str] | None = None) -> list[dict[str, Any]]:
     """Trials/s of a `budget`-trial calibrated search (70B, hardware searched) by storage and workers.
 
     Every configuration starts a fresh study and ends when it holds `budget` COMPLETE trials (the
@@ -221,6 +221,7 @@ def workers_speed(budget: int, postgres: str | None) -> list[dict[str, Any]]:
             if url:
                 configs += [("postgresql", url, k) for k in (1, 2, 4)]
             rows, results = [], []
+            configs = [c for c in configs if kinds is None or c[0] in kinds]
             for i, (kind, storage, k) in enumerate(configs):
                 kw = dict(model=model, clusters=clusters, workload=wl, budget=budget, seed=0, calibration=cal)
                 kw.update(storage=storage, min_headroom_gib=2.0)
@@ -282,6 +283,7 @@ def main() -> None:
         help="only the storage/worker table: trials/s of a --workers-budget calibrated search",
     )
     ap.add_argument("--workers-budget", type=int, default=2000)
+    ap.add_argument("--storages", default=None, help="comma list of memory,journal,sqlite,postgresql (all)")
     ap.add_argument(
         "--postgres",
         default=None,
@@ -289,11 +291,13 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.workers_only:
-        print(f"stored 300-trial calibrated search (70B, 64 GPUs), seconds: {stored_run_overhead()}")
+        if not args.storages:
+            print(f"stored 300-trial calibrated search (70B, 64 GPUs), seconds: {stored_run_overhead()}")
         print(
             f"{args.workers_budget}-trial calibrated search (70B, 64..512 H100/H200), by storage and workers:"
         )
-        rows = workers_speed(args.workers_budget, args.postgres)
+        kinds = set(args.storages.split(",")) if args.storages else None
+        rows = workers_speed(args.workers_budget, args.postgres, kinds)
         print("| storage | workers | COMPLETE | wall s | trials/s | HV |")
         print("|---|---:|---:|---:|---:|---:|")
         for r in rows:

@@ -35,21 +35,23 @@ WL = Workload(seq_len=2048, global_batch=8)
 WORKER = """
 import json, sys, time
 from autopar.catalog import get_gpu
-from autopar.perf import estimate
 from autopar.search import optimize
+from autopar.search.shared import SharedStudy
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 url, name, seed, budget, pause_at, marker = sys.argv[1:7]
-calls = []
-def est(m, c, w, s):
-    calls.append(s)
-    if len(calls) == int(pause_at):  # hang mid-trial (its trial is RUNNING in the study) until killed
-        open(marker, "w").write(json.dumps({"strategy": s.label()}))
+finish, calls = SharedStudy.finish, []
+def hang(self, tid, *a, **kw):
+    calls.append(tid)
+    if len(calls) == int(pause_at):  # hang mid-trial (the trial is RUNNING in the study) until killed
+        attrs = self.storage.get_trial(tid).user_attrs
+        open(marker, "w").write(json.dumps({"strategy": attrs["strategy"]}))
         time.sleep(600)
-    return estimate(m, c, w, s, check=False)
+    return finish(self, tid, *a, **kw)
+SharedStudy.finish = hang
 m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
 c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
 r = optimize(m, c, Workload(seq_len=2048, global_batch=8), budget=int(budget), seed=int(seed),
-             storage=url, study_name=name, heartbeat_s=1, min_headroom_gib=2.0, estimate_fn=est)
+             storage=url, study_name=name, heartbeat_s=1, min_headroom_gib=2.0)
 print(json.dumps({"evaluated": r.stats["evaluated_here"], "states": r.stats["study_states"]}))
 """
 

@@ -246,52 +246,63 @@ def _handle(
                 trial.set_constraint(k, v)
             st.local.tell(trial, cached[0])
         return False
-    tid = None
-    if shared is not None and shared.live:
-        tid = _claim(st, trial, pt, params, odists, budget)
-        if tid is None:
-            return False
     out = ev(pt)
     run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, trial.number, pt
     if not out.evaluated:  # broke a rule: PRUNED with the reason, never made-up values
-        st.seen[pt.key] = None
         st.local.tell(trial, state=TrialState.PRUNED)
         if shared is not None:
-            frozen = _pruned(params, odists, out.reason, _strategy_attrs(space, pt))
-            shared.finish(tid, frozen) if tid is not None else shared.add(frozen)
+            _store(st, _pruned(params, odists, out.reason, _strategy_attrs(space, pt)), budget)
+        st.seen[pt.key] = None
         return False
     vals = out.vector(st.objectives)
     for k, v in out.constraints.items():
         trial.set_constraint(k, v)
     frozen = st.local.tell(trial, vals)
+    if shared is not None:
+        stored = _complete(frozen, odists, {**_strategy_attrs(space, pt), **_outcome_attrs(out)})
+        if not _store(st, stored, budget):
+            return False
     st.note(pt.key, vals, out.constraints)
     st.complete += 1
     run.n_evaluated += 1
-    if shared is not None:
-        stored = _complete(frozen, odists, {**_strategy_attrs(space, pt), **_outcome_attrs(out)})
-        shared.finish(tid, stored) if tid is not None else shared.add(stored)
     return True
 
 
-def _claim(
-    st: _Loop, trial: Any, pt: Point, params: dict[str, Any], odists: dict[str, Any], budget: int
-) -> int | None:
-    """Server workers: create the RUNNING trial of a new point unless another worker has it or the
-    budget is taken; None (the local trial told PRUNED) when this worker must not evaluate it."""
+def _store(st: _Loop, trial: Any, budget: int) -> bool:
+    """Write a finished trial to the stored study; False when a server worker lost the claim to it."""
+    shared = st.shared
+    assert shared is not None
+    if not shared.live:
+        shared.add(trial)
+        return True
+    tid = _claim(st, trial, budget)
+    if tid is None:
+        return False
+    shared.finish(tid, trial.state, trial.values)
+    return True
+
+
+def _claim(st: _Loop, trial: Any, budget: int) -> int | None:
+    """Server workers: create the trial RUNNING unless another worker has its strategy or the budget
+    is taken; None (nothing stored, or the trial PRUNED with why) when this worker must drop it.
+
+    The strategy was evaluated just before (milliseconds, deterministic), so the trial is RUNNING only
+    while its claim is checked; a worker killed then leaves it RUNNING without heartbeats, and
+    `fail_stale_trials` (any worker, every second) turns it FAILED after the grace period."""
     from optuna.trial import TrialState
 
     shared = st.shared
     assert shared is not None
+    key = st.space.decode(trial.params).key  # type: ignore[union-attr]
     st.absorb(shared.poll())  # the others' newest trials: skip what they finished meanwhile
-    if pt.key in st.seen or shared.running_same(params) is not None:
-        st.local.tell(trial, state=TrialState.PRUNED)
+    if key in st.seen or shared.running_same(trial.params) is not None:
         st.run.n_duplicates += 1
         return None
-    tid = shared.start(params, odists, _strategy_attrs(st.space, pt))
+    tid = shared.start(trial)
     reason = ""
     st.absorb(shared.poll())  # a fresh look now that this trial is visible to the others
-    first = shared.running_same(params)
-    if pt.key in st.seen:
+    first = shared.running_same(trial.params)
+    if key in st.seen:
         reason = "duplicate: another worker finished the same strategy meanwhile"
     elif first is not None and first < shared.storage.get_trial_number_from_id(tid):
         reason = "duplicate: another worker started the same strategy first"
@@ -301,8 +312,7 @@ def _claim(
             reason = "budget reached by other workers"
     if not reason:
         return tid
-    shared.finish(tid, _pruned(params, odists, reason))
-    st.local.tell(trial, state=TrialState.PRUNED)
+    shared.finish(tid, TrialState.PRUNED, None, reason)
     return None
 
 

@@ -111,12 +111,17 @@ class SharedStudy:
             self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=t))
         self.buffer.clear()
 
-    def start(self, params: dict[str, Any], distributions: dict[str, Any], attrs: dict[str, Any]) -> int:
-        """Create a RUNNING trial before evaluating it (server storages); heartbeats start."""
+    def start(self, trial: Any) -> int:
+        """Create `trial` (a finished FrozenTrial: params, attrs, constraints) RUNNING in the study and
+        start its heartbeat (server storages); `finish` then sets its state and values."""
         from optuna.trial import TrialState, create_trial
 
         t = create_trial(
-            state=TrialState.RUNNING, params=params, distributions=distributions, user_attrs=attrs
+            state=TrialState.RUNNING,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs=trial.user_attrs,
+            system_attrs=trial.system_attrs,
         )
         tid = self.storage.create_new_trial(self.study_id, template_trial=t)
         self.mine.add(tid)
@@ -124,17 +129,12 @@ class SharedStudy:
         self._beat.watch(tid)
         return tid
 
-    def finish(self, tid: int, trial: Any) -> None:
-        """Finish a RUNNING trial with the state, values, constraints and attrs of `trial`."""
-        from optuna.trial import TrialState
-
+    def finish(self, tid: int, state: Any, values: Sequence[float] | None = None, reason: str = "") -> None:
+        """Finish a RUNNING trial: COMPLETE with values, or PRUNED with `reason` (no values)."""
         try:
-            for k, v in trial.user_attrs.items():
-                self.storage.set_trial_user_attr(tid, k, v)
-            for k, v in trial.system_attrs.items():
-                self.storage.set_trial_system_attr(tid, k, v)
-            values = trial.values if trial.state == TrialState.COMPLETE else None
-            self.storage.set_trial_state_values(tid, trial.state, values)
+            if reason:
+                self.storage.set_trial_user_attr(tid, REASON_ATTR, reason)
+            self.storage.set_trial_state_values(tid, state, values)
         finally:
             if self._beat is not None:
                 self._beat.unwatch(tid)
