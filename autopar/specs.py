@@ -160,7 +160,9 @@ class Workload(_Frozen):
     """What is trained: sequence length, global batch, precision, optimizer, token budget."""
 
     seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    # Upper bound: far above any published run (thousands of sequences) and small enough that the
+    # search's divisor enumeration of the batch stays instant (a 30-digit batch hung it).
+    global_batch: int = Field(gt=0, le=2**24, description="sequences per optimizer step")
     precision: Literal["bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "adam_bf16_states", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")

@@ -5,6 +5,7 @@ See autopar/search/loops.py for the NSGA-II and exhaustive loops and what the bu
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -194,7 +195,7 @@ def optimize(
         raise AutoparError(f"budget={budget}: must be at least 1")
     if timeout is not None and timeout <= 0:
         raise AutoparError(f"timeout={timeout}: must be positive (seconds)")
-    if max_cost is not None and max_cost <= 0:
+    if max_cost is not None and not 0 < max_cost < math.inf:  # also rejects NaN
         raise AutoparError(f"max-cost={max_cost}: must be positive ($/Mtoken)")
     objs = parse_objectives(objectives)
     space = build_space(model, clusters, workload, precisions)
