@@ -16,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # force-balance routing (Megatron --moe-router-force-load-balancing, as the NeMo/Megatron-Bridge
 # performance summaries state) are 1.0.
 MOE_IMBALANCE_DEFAULT = 1.1
+# Upper bounds on sizes, far beyond any real model or job (2^24 ≈ 16.8M tokens, units, experts; 65,536 layers):
+# a larger cell is a data error, and unbounded integers stall divisor enumeration or overflow float maths.
+MAX_SIZE = 2**24
+MAX_LAYERS = 2**16
 # Transformer Engine's default FP8 recipe (`DelayedScaling`), what Megatron-LM uses unless told otherwise;
 # NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
 # 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
@@ -30,21 +34,21 @@ class ModelSpec(_Frozen):
     """A decoder-only transformer: dense or MoE, MHA/GQA/MQA or MLA, SwiGLU or GeLU."""
 
     name: str
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
+    layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden: int = Field(gt=0, le=MAX_SIZE)
+    heads: int = Field(gt=0, le=MAX_SIZE)
     kv_heads: int | None = Field(default=None, gt=0, description="GQA key/value heads; None = heads (MHA)")
     head_dim: int | None = Field(default=None, gt=0, description="None = hidden // heads")
-    ffn_hidden: int = Field(gt=0, description="dense MLP inner size")
-    vocab: int = Field(gt=0)
+    ffn_hidden: int = Field(gt=0, le=MAX_SIZE, description="dense MLP inner size")
+    vocab: int = Field(gt=0, le=MAX_SIZE)
     tied_embeddings: bool = False
     activation: Literal["swiglu", "gelu"] = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     qkv_bias: bool = False
     dropout: bool = Field(default=False, description="hidden/attention dropout (GPT-era Megatron configs)")
     # MoE
-    experts: int = Field(default=0, ge=0, description="routed experts; 0 = dense model")
-    topk: int = Field(default=0, ge=0)
+    experts: int = Field(default=0, ge=0, le=MAX_SIZE, description="routed experts; 0 = dense model")
+    topk: int = Field(default=0, ge=0, le=MAX_SIZE)
     shared_experts: int = Field(default=0, ge=0)
     moe_ffn_hidden: int | None = Field(default=None, gt=0)
     shared_ffn_hidden: int | None = Field(default=None, gt=0, description="None = moe_ffn_hidden")
@@ -219,8 +223,10 @@ MemorySaver = Literal["offload", "bf16_states", "8bit_states"]
 class Workload(_Frozen):
     """What is trained: sequence length, global batch, precision, optimizer, token budget."""
 
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    seq_len: int = Field(gt=0, le=MAX_SIZE)
+    # Upper bound: far above any published run (thousands of sequences) and small enough that the
+    # search's divisor enumeration of the batch stays instant (a 30-digit batch hung it).
+    global_batch: int = Field(gt=0, le=MAX_SIZE, description="sequences per optimizer step")
     precision: Literal["bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "adam_bf16_states", "adam_8bit", "sgd"] = "adam"
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")

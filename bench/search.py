@@ -10,11 +10,14 @@ Targets (reported, not asserted): estimator >= 20,000 strategies/s; exhaustive 1
 budget 300 on the 70B problem.
 
 Run: .venv/bin/python bench/search.py [--quick] [--seeds 5] [--json out.json]
+Workers: .venv/bin/python bench/search.py --workers-only [--workers-budget 2000] [--postgres auto|URL]
+  (trials/s of a calibrated search on memory, journal, SQLite and PostgreSQL with 1, 2 and 4 workers)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -162,6 +165,86 @@ def storage_speed(budget: int = 150) -> dict[str, float]:
     return out
 
 
+def stored_run_overhead(budget: int = 300) -> dict[str, float]:
+    """Seconds for one calibrated 300-trial search of the 70B/64-GPU problem, by storage (issue 13)."""
+    from autopar.calibration.apply import load_default_calibration
+
+    model, clusters, wl = _problem(PROBLEMS[1])
+    cal = load_default_calibration()
+    optimize(model, clusters, wl, budget=20, calibration=cal)  # warm caches and imports
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, storage in (
+            ("memory", None),
+            ("journal", f"{d}/s.journal"),
+            ("sqlite", f"sqlite:///{d}/s.db"),
+        ):
+            t = time.perf_counter()
+            optimize(
+                model,
+                clusters,
+                wl,
+                budget=budget,
+                seed=0,
+                storage=storage,
+                calibration=cal,
+                min_headroom_gib=2.0,
+            )
+            out[name] = time.perf_counter() - t
+    return out
+
+
+def workers_speed(budget: int, postgres: str | None, kinds: set[str] | None = None) -> list[dict[str, Any]]:
+    """Trials/s of a `budget`-trial calibrated search (70B, hardware searched) by storage and workers.
+
+    Every configuration starts a fresh study and ends when it holds `budget` COMPLETE trials (the
+    wall time includes worker start-up and reading the study back); HV is the front's normalized
+    hypervolume on common bounds (all configurations' feasible trials).
+    """
+    from autopar.calibration.apply import load_default_calibration
+    from autopar.search.workers import run_workers
+
+    model, clusters, wl = _problem(PROBLEMS[3])
+    cal = load_default_calibration()
+    objs = parse_objectives(list(OBJECTIVES))
+    configs: list[tuple[str, Any, int]] = [("memory", None, 1)]
+    with tempfile.TemporaryDirectory() as d:
+        configs += [("journal", f"{d}/j{k}.journal", k) for k in (1, 2, 4)]
+        configs += [("sqlite", f"sqlite:///{d}/s{k}.db", k) for k in (1, 2, 4)]
+        pg_ctx: Any = contextlib.nullcontext(postgres)
+        if postgres == "auto":
+            sys.path.insert(0, str(ROOT / "tests"))
+            from pgserver import postgres_server
+
+            pg_ctx = postgres_server()
+        with pg_ctx as url:
+            if url:
+                configs += [("postgresql", url, k) for k in (1, 2, 4)]
+            rows, results = [], []
+            configs = [c for c in configs if kinds is None or c[0] in kinds]
+            for i, (kind, storage, k) in enumerate(configs):
+                kw = dict(model=model, clusters=clusters, workload=wl, budget=budget, seed=0, calibration=cal)
+                kw.update(storage=storage, min_headroom_gib=2.0)
+                if storage is not None:
+                    kw["study_name"] = f"bench-{i}"
+                t = time.perf_counter()
+                r = run_workers(k, kw)
+                wall = time.perf_counter() - t
+                complete = r.stats.get("study_states", {}).get("COMPLETE", r.stats["evaluated"])
+                rows.append({"storage": kind, "workers": k, "complete": complete, "wall_s": wall,
+                             "trials_per_s": complete / wall})  # fmt: skip
+                results.append(r)
+                print(
+                    f"  {kind:>10} x{k}: {complete} COMPLETE in {wall:.1f} s = {complete / wall:.1f} trials/s",
+                    flush=True,
+                )
+    feas = [t for r in results for t in r.trials if t.feasible]
+    ideal, nadir = reference_bounds(to_min_matrix(feas, objs))
+    for row, r in zip(rows, results, strict=True):
+        row["hv"] = normalized_hypervolume(to_min_matrix(pareto_records(r.trials, objs), objs), ideal, nadir)
+    return rows
+
+
 def cli_end_to_end() -> float:
     """Wall time of `autopar optimize --budget 1000` for Llama-3.1-70B on 1024 H100s, start-up included."""
     cmd = [
@@ -194,7 +277,37 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 seeds, budgets 100/300, first two problems")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--workers-only",
+        action="store_true",
+        help="only the storage/worker table: trials/s of a --workers-budget calibrated search",
+    )
+    ap.add_argument("--workers-budget", type=int, default=2000)
+    ap.add_argument("--storages", default=None, help="comma list of memory,journal,sqlite,postgresql (all)")
+    ap.add_argument(
+        "--postgres",
+        default=None,
+        help="postgresql:// URL for the worker table, or 'auto' to start a throw-away local server",
+    )
     args = ap.parse_args()
+    if args.workers_only:
+        if not args.storages:
+            print(f"stored 300-trial calibrated search (70B, 64 GPUs), seconds: {stored_run_overhead()}")
+        print(
+            f"{args.workers_budget}-trial calibrated search (70B, 64..512 H100/H200), by storage and workers:"
+        )
+        kinds = set(args.storages.split(",")) if args.storages else None
+        rows = workers_speed(args.workers_budget, args.postgres, kinds)
+        print("| storage | workers | COMPLETE | wall s | trials/s | HV |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(
+                f"| {r['storage']} | {r['workers']} | {r['complete']} | {r['wall_s']:.1f} | "
+                f"{r['trials_per_s']:.1f} | {r['hv']:.4f} |"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return
     budgets = [100, 300] if args.quick else [100, 300, 1000]
     seeds = 2 if args.quick else args.seeds
     problems = PROBLEMS[:2] if args.quick else PROBLEMS

@@ -230,11 +230,14 @@ def test_timeout_and_bad_inputs():
 def test_journal_storage_resume_and_fingerprint(tmp_path):
     path = tmp_path / "study.journal"
     a = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=40, seed=0, storage=str(path), study_name="s")
-    b = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=40, seed=1, storage=str(path), study_name="s")
+    b = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=80, seed=1, storage=str(path), study_name="s")
     sa = {t.strategy for t in a.trials if t.estimate is not None}
     sb = {t.strategy for t in b.trials if t.estimate is not None}
     assert len(sa) == 40
-    assert len(sb) == 80 and sa < sb  # the resumed study holds both runs' distinct strategies
+    # the budget counts the study's COMPLETE trials: the resumed run adds 40 more distinct strategies
+    assert len(sb) == 80 and sa < sb and b.stats["evaluated_here"] == 40
+    c = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=80, seed=2, storage=str(path), study_name="s")
+    assert c.stats["evaluated_here"] == 0 and c.stats["evaluated"] == 80  # budget met: nothing to do
     with pytest.raises(AutoparError, match="created for other inputs"):
         optimize(
             TINY,
@@ -255,7 +258,7 @@ m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden
 c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=4, gpus_per_node=4)
 r = optimize(m, c, Workload(seq_len=2048, global_batch=8), budget=60, seed=int(sys.argv[2]),
              storage=sys.argv[1], study_name="shared")
-print(json.dumps({"trials": r.stats["optuna_trials"], "evaluated": r.stats["evaluated"]}))
+print(json.dumps({"trials": r.stats["optuna_trials"], "evaluated": r.stats["evaluated_here"]}))
 """
 
 
@@ -282,12 +285,19 @@ def test_two_processes_share_one_journal(tmp_path):
 
     study = optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(path)))
     states = [t.state for t in study.trials]
-    assert states.count(optuna.trial.TrialState.COMPLETE) == sum(s["trials"] for s in stats)
-    assert all(s == optuna.trial.TrialState.COMPLETE or s == optuna.trial.TrialState.WAITING for s in states)
-    # Reloading gives the union: at least each worker's own distinct evaluations, at most their sum.
+    complete = states.count(optuna.trial.TrialState.COMPLETE)
+    # Two file workers share the budget (study-wide COMPLETE trials); batched writes may overshoot by a
+    # trial or two at the very end, and every stored trial is COMPLETE (nothing WAITING or RUNNING).
+    assert 60 <= complete <= 64 and complete == sum(s["evaluated"] for s in stats)
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert set(states) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
+    assert all(t.values is None and t.user_attrs["autopar_reason"].startswith("rule:") for t in pruned)
+    # Reloading gives the union: every stored strategy once (two workers may both have evaluated the
+    # same strategy before they synced; the records hold it once).
     r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=1, storage=path, study_name="shared")
     n = len([t for t in r.trials if t.estimate is not None])
-    assert max(s["evaluated"] for s in stats) < n <= sum(s["evaluated"] for s in stats) + 1
+    assert max(s["evaluated"] for s in stats) <= n <= complete
+    assert r.stats["study_states"]["COMPLETE"] == complete
 
 
 def test_batched_calibration_equals_per_point_calibration():

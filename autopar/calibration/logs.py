@@ -232,8 +232,12 @@ def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None
 
 def parse_log(text: str, fmt: str) -> LogSamples:
     """Dispatch to the parser of `fmt` ('megatron-log' or 'torchtitan-log')."""
-    if fmt == "megatron-log":
-        return parse_megatron_log(text)
-    if fmt == "torchtitan-log":
-        return parse_torchtitan_log(text)
+    parsers = {"megatron-log": parse_megatron_log, "torchtitan-log": parse_torchtitan_log}
+    if fmt in parsers:
+        try:
+            return parsers[fmt](text)
+        except ValueError as e:  # a damaged or truncated line: one line naming it, not a traceback
+            if isinstance(e, DataError):
+                raise
+            raise DataError(f"{fmt}: a logged value could not be read ({e})") from None
     raise DataError(f"unknown log format '{fmt}' (allowed: {', '.join(LOG_FORMATS)})")

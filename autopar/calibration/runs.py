@@ -156,7 +156,12 @@ def _is_na(v: Any) -> bool:
 
 def check_table_file(path: Path, fmt: str, *, default_source: str | None = None) -> FileCheck:
     """Read and validate a run-record table; rows that cannot be parsed count as invalid."""
-    raw, read_errors = read_table_rows(path, fmt)
+    try:
+        raw, read_errors = read_table_rows(path, fmt)
+    except UnicodeDecodeError as e:  # binary or non-UTF-8 file: one line, not a traceback
+        raise DataError(
+            f"'{path}' is not UTF-8 text ({e.reason} at byte {e.start}); expected {fmt}"
+        ) from None
     bad_lines = {e.row for e in read_errors}
     rows = [r for i, r in enumerate(raw, start=1) if i not in bad_lines]
     numbers = [i for i in range(1, len(raw) + 1) if i not in bad_lines]
@@ -224,7 +229,9 @@ def load_sidecar(path: str | Path) -> dict[str, Any]:
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise DataError(f"sidecar '{p}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise DataError(f"sidecar '{p}' is not valid YAML: {e}") from e
     if not isinstance(data, dict):

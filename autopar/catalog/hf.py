@@ -376,6 +376,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], name: str | None = None, source
         raise SpecError(f"a Hugging Face config must be a JSON object, got {type(cfg).__name__}")
     supported = ", ".join(SUPPORTED_MODEL_TYPES)
     mt = cfg.get("model_type")
+    if mt is not None and not isinstance(mt, str):  # e.g. a list: would be unhashable below
+        raise SpecError(f"Hugging Face config model_type={mt!r}: expected a string (supported: {supported})")
     if mt not in _BUILDERS and isinstance(cfg.get("text_config"), Mapping):
         return model_from_hf_config(cfg["text_config"], name or _default_name(cfg), source)
     if mt is None:

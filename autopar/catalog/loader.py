@@ -139,7 +139,10 @@ def load_model_file(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     if not p.is_file():
         raise DataError(f"model file '{path}' does not exist")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"model file '{p}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         data = yaml.safe_load(text) if p.suffix.lower() in (".yaml", ".yml") else json.loads(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:

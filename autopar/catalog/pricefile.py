@@ -423,5 +423,9 @@ def load_price_book(path: str | Path | None = None) -> PriceBook:
     if suffix not in (".yaml", ".yml", ".csv", ".json"):
         raise DataError(f"prices file {p}: unknown extension '{suffix}'; use .yaml, .yml, .json or .csv")
     fmt = "csv" if suffix == ".csv" else "yaml"  # JSON is valid YAML
-    user = parse_price_text(p.read_text(encoding="utf-8"), str(p), fmt, base_keys=base.gpus())
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"prices file {p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    user = parse_price_text(text, str(p), fmt, base_keys=base.gpus())
     return base.merged(user)

@@ -1,8 +1,9 @@
 """CLI command `autopar optimize`: search strategies (NSGA-II or exhaustive), print the Pareto set.
 
 Several workers can share one study: run the same command with the same ``--storage`` (a journal
-file, recommended locally, or an RDB URL) and ``--study-name`` in N shells; each evaluates its own
-``--budget`` of new strategies and the last one to finish prints the union.
+file, SQLite, or a PostgreSQL URL for workers on several hosts) and ``--study-name`` on any number of
+hosts, or ``--workers K`` on one; they stop when the study holds ``--budget`` COMPLETE trials and
+each prints the union.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from autopar.defaults import (
     DEFAULT_SEQ_LEN,
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
+from autopar.search.storage import mask
 
 HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
 
@@ -113,12 +115,17 @@ def result_json(result: Any) -> dict[str, Any]:
         "space_size": result.space_size,
         "space_valid": result.space_valid,
         "trials": {
+            "total": n["total"],
             "evaluated": n["evaluated"],
             "feasible": n["feasible"],
             "pareto": n["pareto"],
             "rule_violations": n["rule_violations"],
             "optuna_trials": result.stats.get("optuna_trials"),
             "duplicates": result.stats.get("duplicates"),
+        },
+        "study": {
+            "name": result.stats.get("study_name"),
+            "states": result.stats.get("study_states") or {},
         },
         "objectives": [{"name": o.name, "direction": o.direction, "unit": o.unit} for o in result.objectives],
         "pareto": [{k: _jsonable(v) for k, v in row.items()} for row in result.pareto.to_dict("records")],
@@ -155,10 +162,17 @@ def print_result(result: Any, top: int) -> None:
     n = search_counts(result)
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
-        f"{n['evaluated']:,} evaluated, {n['feasible']:,} feasible, "
-        f"{n['pareto']} on the front · {result.wall_s:.1f} s",
+        f"{n['total']:,} trials = {n['evaluated']:,} evaluated + {n['rule_violations']:,} invalid layouts "
+        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {result.wall_s:.1f} s",
         highlight=False,
     )
+    if st.get("study_name"):
+        states = ", ".join(f"{n} {k}" for k, n in sorted(st.get("study_states", {}).items()))
+        console.print(
+            f"study {st['study_name']!r} in {mask(str(result.inputs.get('storage')))}: {states}",
+            highlight=False,
+            style="dim",
+        )
     names = [o.name for o in result.objectives]
     extra = [n for n in ("throughput", "headroom", "cost", "mfu") if n not in names]
     table = Table(title="Pareto set", title_justify="left", show_lines=False)
@@ -251,11 +265,21 @@ def optimize_cmd(
     storage: Annotated[
         str | None,
         typer.Option(
-            help="Study storage: a journal file path (recommended) "
-            "or sqlite:///study.db; share it between workers."
+            help="Keep the study: a journal file path (fast, no server), sqlite:///study.db, or "
+            "postgresql://user:password@host/db for workers on several hosts. Re-running resumes."
         ),
     ] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")] = None,
+    workers: Annotated[
+        int, typer.Option(help="Worker processes on this host sharing the study (needs --storage).")
+    ] = 1,
+    heartbeat: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds between heartbeats of a database-server worker; a trial silent for 3x this "
+            "is marked FAILED [default: 10]."
+        ),
+    ] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     min_headroom: Annotated[
         str,
@@ -279,14 +303,15 @@ def optimize_cmd(
 ) -> None:
     """Search parallelism strategies with NSGA-II and print the Pareto set and recommended points.
 
-    Budget = distinct strategies evaluated. To share one search between N workers, start the same
-    command in N shells with the same --storage (a journal file; SQLite works but is ~8x slower)
-    and --study-name; each worker adds its own --budget and prints the union when it finishes.
-    Re-running with the same storage resumes the study.
+    Budget = COMPLETE trials in the study (distinct strategies with an estimate). To share one
+    search, start the same command with the same --storage and --study-name on several hosts (a
+    PostgreSQL URL) or use --workers K on one host; they stop together when the study holds --budget
+    COMPLETE trials. Re-running with the same storage resumes the study.
     """
     from autopar.catalog import get_model
     from autopar.search.parse import parse_count, parse_gib, parse_gpu_counts, parse_list
-    from autopar.search.study import optimize
+    from autopar.search.storage import is_server
+    from autopar.search.workers import run_workers
     from autopar.specs import Workload
 
     check_plotly(plotly, out)
@@ -337,24 +362,36 @@ def optimize_cmd(
             highlight=False,
         )
     progress = not as_json and sys.stdout.isatty()
-    result = optimize(
-        m,
-        clusters,
-        wl,
-        budget=budget,
-        objectives=objectives,
-        seed=seed,
-        sampler=sampler,
-        storage=storage,
-        study_name=study_name,
-        timeout=timeout,
-        min_headroom_gib=parse_gib(min_headroom),
-        max_cost=max_cost,
-        precisions=precs,
-        price_book=book,
-        tier=tier,
-        calibration=calib,
-        progress=progress,
+    if study_name is not None and storage is None:
+        raise AutoparError("study-name: an in-memory search has no study name; give --storage too")
+    if heartbeat is not None and (storage is None or not is_server(storage)):
+        raise AutoparError("heartbeat: only a database-server --storage (postgresql://...) uses heartbeats")
+    if heartbeat is not None and heartbeat < 1:
+        raise AutoparError(f"heartbeat={heartbeat}: must be at least 1 second")
+    ref = None if no_calibration else (str(calibration.resolve()) if calibration else "default")
+    result = run_workers(
+        workers,
+        dict(
+            model=m,
+            clusters=clusters,
+            workload=wl,
+            budget=budget,
+            objectives=objectives,
+            seed=seed,
+            sampler=sampler,
+            storage=storage,
+            study_name=study_name,
+            timeout=timeout,
+            min_headroom_gib=parse_gib(min_headroom),
+            max_cost=max_cost,
+            precisions=precs,
+            price_book=book,
+            tier=tier,
+            calibration=calib,
+            progress=progress,
+            heartbeat_s=heartbeat,
+            stored_inputs={"calibration": ref, "gpus_arg": gpus},
+        ),
     )
     result.notes[:0] = skipped
     result.inputs["gpus_arg"] = choice.gpus

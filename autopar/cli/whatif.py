@@ -251,6 +251,18 @@ def whatif(
     ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
     plotly: PlotlyOpt = "inline",
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            help="Keep one study per option here (journal file, sqlite:///..., postgresql://...): "
+            "workers running the same what-if share the options; a re-run skips finished ones.",
+        ),
+    ] = None,
+    study_name: Annotated[
+        str | None,
+        typer.Option("--study-name", help="Prefix of the per-option study names (needs --storage)."),
+    ] = None,
 ) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
     check_plotly(plotly, out)
@@ -274,6 +286,8 @@ def whatif(
         tp_comm_overlap=tp_comm_overlap,
     )
     calib = resolve_calibration(calibration, no_calibration)
+    if study_name is not None and storage is None:
+        raise AutoparError("study-name: names the stored per-option studies; give --storage too")
     write_report = _report_writer(out) if out is not None else None
     progress = None if json_out else (lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
     result = run_whatif(
@@ -297,6 +311,8 @@ def whatif(
         sensitivity=not no_sensitivity,
         prices_file=str(prices) if prices else None,
         progress=progress,
+        storage=storage,
+        study_name=study_name,
     )
     if write_report is not None:
         path = write_report(result, out, plotlyjs=plotly)

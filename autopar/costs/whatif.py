@@ -201,11 +201,16 @@ def run_whatif(
     optimize_fn: Callable[..., Any] | None = None,
     estimate_fn: Callable[..., Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
 ) -> WhatIfResult:
     """Optimize every hardware option, price the fastest fitting strategy, rank, and test sensitivity.
 
     `deadline_s` is wall-clock seconds, `max_cost_usd` a spending cap in USD; `budget` is search trials
     per option; `gpus_per_node` / `internode_bw` (bytes/s per GPU) override the GPU's defaults.
+    With `storage`, each option is its own stored study (named `study_name`-OPTION, or after its
+    inputs' fingerprint), so workers running the same what-if share the options and a re-run resumes:
+    an option whose study already holds `budget` COMPLETE trials is only read back.
     Raises SpecError/AutoparError for bad inputs (before any search runs); an option on which nothing
     fits is reported as infeasible, not raised.
     """
@@ -250,10 +255,15 @@ def run_whatif(
         timeout=timeout,
     )
 
+    if storage is not None and sampler != "nsga2":
+        raise SpecError(f"storage: the {sampler} sampler does not use a study; drop --storage")
     results: list[OptionResult] = []
     for i, (opt, cluster, entry) in enumerate(prepared, 1):
         if progress is not None:
             progress(f"[{i}/{len(prepared)}] optimizing {opt.label} ({budget} trials)")
+        if storage is not None:
+            search_kwargs["storage"] = storage
+            search_kwargs["study_name"] = f"{study_name}-{opt.label}" if study_name else None
         results.append(
             _search_option(
                 model,

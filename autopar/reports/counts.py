@@ -6,13 +6,14 @@ from autopar.search.result import SearchResult
 
 
 def search_counts(result: SearchResult) -> dict[str, int]:
-    """The counts every output shows (CLI summary, --json, report header), from one place:
-    evaluated = distinct strategies the search evaluated (its budget; Optuna trials that repeat a
-    strategy or break a layout rule are not counted), feasible, on the Pareto front, rule violations."""
-    records = sum(t.estimate is not None for t in result.trials)
+    """The counts every output shows (CLI summary, --json, report header), from one place: total trials =
+    evaluated (strategies with an estimate: COMPLETE in a stored study) + rule violations (invalid layouts,
+    PRUNED with their reason, no values); feasible; on the Pareto front."""
+    evaluated = sum(t.estimate is not None for t in result.trials)
     return {
-        "evaluated": int(result.stats.get("evaluated", records)),
+        "total": len(result.trials),
+        "evaluated": evaluated,
         "feasible": int(result.n_feasible),
         "pareto": len(result.pareto),
-        "rule_violations": sum(t.estimate is None for t in result.trials),
+        "rule_violations": len(result.trials) - evaluated,
     }

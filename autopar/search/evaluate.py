@@ -1,14 +1,18 @@
 """Evaluate one point of the space: rules, analytical estimate, calibration, objectives, constraints.
 
 Infeasibility (a broken rule, out of memory, below --min-headroom, above --max-cost) is an outcome,
-never an exception, and comes with one scalar violation for Optuna (<= 0 feasible): broken rules
-weigh RULE_PENALTY each, memory shortfall counts in GiB, cost excess as a fraction of the cap.
+never an exception. A strategy with an estimate carries its real objective values and named Optuna
+constraints (<= 0 feasible): `memory_gib` = min headroom - headroom (GiB; > 0 when short of memory)
+and, with a cost cap, `cost_excess` = (cost - cap) / cap. A strategy that breaks a rule has no
+estimate, so no objective values and no constraints: the search records it as a PRUNED trial with
+its reason, never with made-up values. `violation` (the sum of the positive constraint parts, or
+RULE_PENALTY per broken rule) orders infeasible outcomes for messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.catalog import prices
@@ -25,8 +29,8 @@ RULE_PENALTY = 1000.0
 EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], Estimate]
 ValidateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], list[str]]
 
-# Sentinel objective values for strategies the model cannot evaluate (finite, so Optuna accepts them).
-_WORST = {"throughput": 0.0, "headroom": -1e6, "cost": 1e12, "step_time": 1e12, "mfu": 0.0}
+MEMORY_CONSTRAINT = "memory_gib"  # Optuna constraint names (trial.constraints in a stored study)
+COST_CONSTRAINT = "cost_excess"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +41,19 @@ class Outcome:
     values: dict[str, float]  # every registered objective (display units); empty when a rule broke
     feasible: bool
     reason: str
-    violation: float  # > 0 infeasible (Optuna constraint)
+    violation: float  # > 0 infeasible: sum of the positive constraint parts (RULE_PENALTY per broken rule)
+    constraints: dict[str, float] = field(default_factory=dict)  # Optuna constraints; {} when a rule broke
+
+    @property
+    def evaluated(self) -> bool:
+        """True when the model ran (the strategy has objective values); False when a rule broke."""
+        return self.estimate is not None
 
     def vector(self, objectives: Sequence[Objective]) -> list[float]:
-        """Values of the chosen objectives in order (sentinels when a rule broke)."""
-        return [self.values.get(o.name, _WORST[o.name]) for o in objectives]
+        """Values of the chosen objectives in order; only for evaluated outcomes (no made-up values)."""
+        if not self.values:
+            raise ValueError(f"no objective values: {self.reason}")
+        return [self.values[o.name] for o in objectives]
 
 
 def resolve_price(cluster: ClusterSpec, price_book: PriceBook | None, tier: str) -> tuple[float, str]:
@@ -183,22 +195,23 @@ class Evaluator:
         """Objectives and constraints of an estimate."""
         hw = self.hardware[point.hw]
         values = {name: o.value(est, hw.cluster, self.prices[point.hw]) for name, o in REGISTRY.items()}
-        reasons, violation = [], 0.0
+        reasons = []
         need = self.min_headroom_gib - values["headroom"]
-        if not est.fits or need > 0:
-            short = max(need, 0.0, -values["headroom"])
-            if not est.fits:
-                reasons.append(
-                    f"out of memory: needs {est.peak_memory_bytes / GiB:.1f} GiB of "
-                    f"{est.capacity_bytes / GiB:.1f} GiB"
-                )
-            else:
-                reasons.append(f"headroom {values['headroom']:.1f} GiB < min {self.min_headroom_gib:g} GiB")
-            violation += max(short, 1e-3)
-        if self.max_cost is not None and values["cost"] > self.max_cost:
-            reasons.append(f"cost ${values['cost']:.3f}/Mtoken > max ${self.max_cost:g}")
-            violation += (values["cost"] - self.max_cost) / self.max_cost + 1e-3
-        return Outcome(est, values, not reasons, "; ".join(reasons), violation)
+        if not est.fits:
+            need = max(need, -values["headroom"], 1e-3)
+            reasons.append(
+                f"out of memory: needs {est.peak_memory_bytes / GiB:.1f} GiB of "
+                f"{est.capacity_bytes / GiB:.1f} GiB"
+            )
+        elif need > 0:
+            reasons.append(f"headroom {values['headroom']:.1f} GiB < min {self.min_headroom_gib:g} GiB")
+        cons = {MEMORY_CONSTRAINT: need}
+        if self.max_cost is not None:
+            cons[COST_CONSTRAINT] = (values["cost"] - self.max_cost) / self.max_cost
+            if cons[COST_CONSTRAINT] > 0:
+                reasons.append(f"cost ${values['cost']:.3f}/Mtoken > max ${self.max_cost:g}")
+        violation = sum(max(c, 0.0) for c in cons.values())
+        return Outcome(est, values, not reasons, "; ".join(reasons), violation, cons)
 
 
 def _unchecked(estimate: EstimateFn) -> EstimateFn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from autopar.errors import AutoparError
@@ -29,7 +30,10 @@ def parse_gib(text: str | float | None, field: str = "min-headroom") -> float:
     m = re.fullmatch(_NUM + r"\s*([a-z]*)", text.strip().lower())
     if not m or m.group(2) not in _MEM_UNITS:
         raise AutoparError(f"{field}={text!r}: expected a size like 4GiB, 4GB or 512MiB")
-    return float(m.group(1)) * _MEM_UNITS[m.group(2)]
+    value = float(m.group(1)) * _MEM_UNITS[m.group(2)]
+    if not math.isfinite(value):
+        raise AutoparError(f"{field}={text!r}: expected a finite size like 4GiB")
+    return value
 
 
 def parse_count(text: str | float | None, field: str = "tokens") -> float | None:

@@ -5,6 +5,7 @@ See autopar/search/loops.py for the NSGA-II and exhaustive loops and what the bu
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -14,7 +15,8 @@ from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
-from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive, run_nsga2
+from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
+from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
     normalized_hypervolume,
     pareto_frame,
@@ -25,6 +27,7 @@ from autopar.search.pareto import (
 from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space
+from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 SAMPLERS = ("nsga2", "exhaustive")
@@ -139,6 +142,12 @@ def _notes(
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
+    failed = run.states.get("FAIL", 0)
+    if failed:
+        notes.append(
+            f"{failed} trial(s) FAILED in the stored study (a worker stopped mid-trial); they hold no "
+            "values and do not count toward the budget"
+        )
     return notes
 
 
@@ -163,13 +172,22 @@ def optimize(
     progress: bool = False,
     local_search: float = LOCAL_SEARCH_SHARE,
     estimate_fn: Any = None,
+    heartbeat_s: int | None = None,
+    search: bool = True,
+    stored_inputs: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
 
-    `local_search` is the share of post-exploration trials spent on one-knob moves from the front
-    (0 = plain NSGA-II). `estimate_fn` replaces the analytical model (tests only).
+    `budget` counts COMPLETE trials (distinct strategies with an estimate) in the study: with a
+    shared `storage` that is every worker's trials together. `local_search` is the share of
+    post-exploration trials spent on one-knob moves from the front (0 = plain NSGA-II).
+    `heartbeat_s` sets the worker heartbeat on a database server; `search=False` only reads a
+    stored study; `stored_inputs` (JSON) is kept in the study so `autopar study report` can rebuild
+    the problem. `estimate_fn` replaces the analytical model (tests only).
     """
     t0 = time.perf_counter()
+    if not search and storage is None:
+        raise AutoparError("search=False needs a storage to read the study from")
     if sampler not in SAMPLERS:
         raise AutoparError(f"sampler={sampler!r}: allowed values are {', '.join(SAMPLERS)}")
     if not 0.0 <= local_search <= 1.0:
@@ -178,7 +196,7 @@ def optimize(
         raise AutoparError(f"budget={budget}: must be at least 1")
     if timeout is not None and timeout <= 0:
         raise AutoparError(f"timeout={timeout}: must be positive (seconds)")
-    if max_cost is not None and max_cost <= 0:
+    if max_cost is not None and not 0 < max_cost < math.inf:  # also rejects NaN
         raise AutoparError(f"max-cost={max_cost}: must be positive ($/Mtoken)")
     objs = parse_objectives(objectives)
     space = build_space(model, clusters, workload, precisions)
@@ -201,6 +219,8 @@ def optimize(
     fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
     t_search = time.perf_counter()
     if sampler == "exhaustive":
+        if storage is not None:
+            raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
         run = run_exhaustive(space, ev, objs, timeout, progress)
     else:
         run = run_nsga2(
@@ -215,6 +235,24 @@ def optimize(
             progress=progress,
             fp=fp,
             local_search=local_search,
+            inputs=None
+            if storage is None
+            else _stored_inputs(
+                model,
+                space,
+                workload,
+                objs,
+                prices,
+                {
+                    "precisions": precisions,
+                    "min_headroom_gib": min_headroom_gib,
+                    "max_cost": max_cost,
+                    "tier": tier,
+                    **(stored_inputs or {}),
+                },
+            ),
+            heartbeat_s=heartbeat_s,
+            search=search,
         )
     search_s = time.perf_counter() - t_search
     if sampler == "exhaustive" and not run.timed_out:
@@ -228,9 +266,12 @@ def optimize(
         "space_valid": valid,
         "space_valid_exact": exact,
         "optuna_trials": run.n_trials,
-        "evaluated": run.n_evaluated,
+        "evaluated": sum(r.estimate is not None for r in records),
+        "evaluated_here": run.n_evaluated,
+        "invalid": sum(r.estimate is None for r in records),
         "duplicates": run.n_duplicates,
         "study_name": run.study_name,
+        "study_states": dict(run.states),
         "search_s": search_s,
         "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
         "prices": {
@@ -275,7 +316,7 @@ def optimize(
             "budget": budget,
             "seed": seed,
             "sampler": sampler,
-            "storage": None if storage is None else str(storage),
+            "storage": None if storage is None else mask(str(storage)),
             "study_name": run.study_name,
             "min_headroom_gib": min_headroom_gib,
             "max_cost": max_cost,
@@ -288,6 +329,26 @@ def optimize(
     )
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _stored_inputs(
+    model: ModelSpec,
+    space: Space,
+    workload: Workload,
+    objs: Sequence[Objective],
+    prices: list[tuple[float, str]],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """What a stored study needs to be rebuilt without the original command (`autopar study report`)."""
+    clusters = list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values())
+    return {
+        "model": model.model_dump(mode="json"),
+        "clusters": [c.model_dump(mode="json") for c in clusters],
+        "workload": workload.model_dump(mode="json"),
+        "objectives": [o.name for o in objs],
+        "prices": {h.gpu: list(p) for h, p in zip(space.hardware, prices, strict=True)},
+        **extra,
+    }
 
 
 def _with_training(df: Any, tokens: float | None) -> Any:

@@ -1,0 +1,103 @@
+"""CLI commands `autopar study status|report`: progress and the HTML report of a stored study, at any
+time, from whatever it holds (while workers are still running, or after they are gone)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autopar.cli.app import app, command, console
+from autopar.cli.common import CalibrationOpt, NoCalibrationOpt
+
+study_app = typer.Typer(
+    help="Inspect a stored study (`optimize --storage ...`): progress, Pareto set, HTML report.",
+    no_args_is_help=True,
+)
+app.add_typer(study_app, name="study")
+
+StorageOpt = Annotated[
+    str,
+    typer.Option(
+        "--storage",
+        help="Where the study is: a journal file, sqlite:///file.db or postgresql://user:password@host/db.",
+    ),
+]
+StudyNameOpt = Annotated[
+    str | None,
+    typer.Option("--study-name", help="Study name [default: the only study in the storage]."),
+]
+
+
+def _command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return command(*args, typer_app=study_app, **kwargs)
+
+
+@_command("status")
+def status_cmd(
+    storage: StorageOpt,
+    study_name: StudyNameOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Trials per state (COMPLETE counts toward the budget; PRUNED = invalid layouts; FAIL = a worker
+    stopped mid-trial), feasible count and budget of a stored study."""
+    from autopar.search.stored import study_status
+
+    st = study_status(storage, study_name)
+    if as_json:
+        sys.stdout.write(json.dumps(st.as_dict()) + "\n")
+        return
+    states = ", ".join(f"{k} {v}" for k, v in sorted(st.states.items())) or "no trials"
+    budget = f" of budget {st.budget}" if st.budget else ""
+    console.print(
+        f"[bold]{st.name}[/] · {st.model or '?'} on {', '.join(st.hardware) or '?'}", highlight=False
+    )
+    console.print(
+        f"{st.complete} COMPLETE{budget} ({st.feasible} feasible) · trials: {states}", highlight=False
+    )
+    if st.metric_names:
+        console.print(f"[dim]objectives: {', '.join(st.metric_names)}[/]", highlight=False)
+
+
+@_command("report")
+def report_cmd(
+    storage: StorageOpt,
+    study_name: StudyNameOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the HTML report here.")] = None,
+    calibration: CalibrationOpt = None,
+    no_calibration: NoCalibrationOpt = False,
+    top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+) -> None:
+    """Pareto set and recommendations of whatever a stored study holds; --out writes the HTML report.
+
+    The study keeps the inputs it was searched with, so no other option is needed; the calibration
+    is the one the search used unless --calibration/--no-calibration say otherwise.
+    """
+    from autopar.cli.common import resolve_calibration
+    from autopar.cli.optimize import print_result, result_json
+    from autopar.errors import NoFeasibleStrategyError
+    from autopar.search.stored import load_result
+
+    cal: Any = "stored"
+    if calibration is not None or no_calibration:
+        cal = resolve_calibration(calibration, no_calibration)
+    result = load_result(storage, study_name, cal)
+    if as_json:
+        sys.stdout.write(json.dumps(result_json(result), default=str) + "\n")
+    elif not result.pareto.empty:
+        print_result(result, top)
+    if out is not None:
+        from autopar.reports import write_search_report
+
+        path = write_search_report(result, out)
+        if not as_json:
+            console.print(f"report: {path}", highlight=False)
+    if result.pareto.empty:
+        raise NoFeasibleStrategyError(
+            result.notes[-1] if result.notes else "no feasible trial in the study yet"
+        )

@@ -1,0 +1,402 @@
+"""The NSGA-II loop: memetic (Pareto local search), resumable, shared by any number of workers.
+
+Budget = number of COMPLETE trials in the study: distinct strategies with an estimate (feasible
+or not), counted over every worker sharing a stored study. NSGA-II samples on a private in-memory
+study; a proposal that repeats a strategy already seen reuses its cached values there (so NSGA-II
+ranks it) and is not stored again; a proposal that is not a valid layout is PRUNED (no objective
+values). Both are followed by an enqueued, not-yet-visited point (duplicate elimination), so the loop
+always makes progress and, when the budget reaches the space size, it covers the whole space. The
+stored side (batched or live writes, heartbeats, sync between workers) is autopar/search/shared.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.objectives import Objective
+from autopar.search.evaluate import Evaluator, Outcome
+from autopar.search.loops import (
+    EXPLORE_FRACTION,
+    LOCAL_SEARCH_SHARE,
+    Run,
+    _front_neighbor,
+    _unvisited,
+    population_size,
+)
+from autopar.search.pareto import FrontTracker
+from autopar.search.progress import SearchProgress
+from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedStudy
+from autopar.search.space import Point, Space
+from autopar.search.storage import storage_error
+
+CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
+WAIT_S = 0.25  # pause while other workers hold the rest of the budget
+
+
+@dataclass
+class _Loop:
+    """Mutable state of one NSGA-II loop (seen strategies, front tracker, budget count)."""
+
+    space: Space
+    objectives: Sequence[Objective]
+    local: Any  # the in-memory optuna.Study NSGA-II samples on
+    shared: SharedStudy | None
+    run: Run
+    seen: dict[tuple[Any, ...], tuple[list[float], dict[str, float]] | None] = field(default_factory=dict)
+    tracker: FrontTracker = field(default_factory=FrontTracker)
+    n_feas: int = 0
+    complete: int = 0  # COMPLETE trials in the study (this process's only, without storage)
+    synced: int = 0  # COMPLETE trials in the study at the last sync
+
+    def note(self, key: tuple[Any, ...], vals: list[float], cons: dict[str, float]) -> None:
+        """Remember an evaluated strategy (and put it on the front tracker when feasible)."""
+        self.seen[key] = (vals, cons)
+        if all(c <= 0 for c in cons.values()):
+            self.n_feas += 1
+            self.tracker.add(key, [o.to_min(v) for o, v in zip(self.objectives, vals, strict=True)])
+
+    def absorb(self, trials: Sequence[Any]) -> None:
+        """Finished trials of other workers (or earlier runs): seen, front, and NSGA-II's history."""
+        from optuna.trial import TrialState
+
+        for t in trials:
+            pt = self.space.decode(t.params)
+            if not isinstance(pt, Point) or pt.key in self.seen:
+                continue
+            if t.state == TrialState.COMPLETE and t.values is not None:
+                self.note(pt.key, list(t.values), dict(t.constraints))
+                self.local.add_trial(t)
+            elif t.state == TrialState.PRUNED and str(t.user_attrs.get(REASON_ATTR, "")).startswith("rule:"):
+                self.seen[pt.key] = None
+
+    def sync(self) -> None:
+        """Exchange trials with the stored study and refresh the study-wide COMPLETE count."""
+        if self.shared is not None:
+            self.absorb(self.shared.sync())
+            self.complete = self.synced = self.shared.last_counts.get("COMPLETE", 0)
+
+
+def run_nsga2(
+    space: Space,
+    ev: Evaluator,
+    objectives: Sequence[Objective],
+    *,
+    budget: int,
+    seed: int,
+    storage: Any,
+    study_name: str | None,
+    timeout: float | None,
+    progress: bool,
+    fp: str,
+    local_search: float = LOCAL_SEARCH_SHARE,
+    inputs: dict[str, Any] | None = None,
+    heartbeat_s: int | None = None,
+    search: bool = True,
+) -> Run:
+    """NSGA-II with a duplicate cache, duplicate elimination and Pareto local search; resumable, shareable.
+
+    After the exploration phase (EXPLORE_FRACTION of the budget) a share `local_search` of the trials
+    are enqueued one-knob moves from the current front, least crowded members first; duplicates (and
+    grids outside the space) are replaced the same way. local_search=0 gives plain NSGA-II with
+    random replacement of duplicates. With a storage, the loop runs until the study holds `budget`
+    COMPLETE trials (all workers together); search=False only reads what the study holds.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = ["maximize" if o.maximize else "minimize" for o in objectives]
+    local = optuna.create_study(
+        sampler=optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size(budget)),
+        directions=directions,
+    )
+    shared = None
+    if storage is not None:
+        name = study_name or f"autopar-{space.model.name}-{fp}"
+        names = [o.name for o in objectives]
+        shared = SharedStudy(storage, name, directions, names, fp, inputs, heartbeat_s)
+    st = _Loop(space, objectives, local, shared, Run(study_name=shared.name if shared else None))
+    try:
+        if shared is not None and search:
+            shared.study.set_user_attr(BUDGET_ATTR, budget)
+        st.sync()
+        if search:
+            _search(st, ev, budget, seed, timeout, progress, local_search)
+        if shared is not None:
+            shared.close()
+            st.sync()
+            _rebuild_from_study(st, ev)
+    except Exception as e:
+        if shared is not None and _from_storage(e):  # e.g. the server went away mid-search
+            raise storage_error(str(storage), e) from e
+        raise
+    finally:
+        if shared is not None:
+            with contextlib.suppress(Exception):  # already reporting the first failure
+                shared.close()
+    return st.run
+
+
+def _from_storage(e: BaseException) -> bool:
+    """Whether an exception comes from the storage layer (database driver, SQLAlchemy, journal I/O)."""
+    mod = type(e).__module__
+    return isinstance(e, OSError) or mod.startswith(
+        ("sqlalchemy", "psycopg", "optuna.storages", "optuna.exceptions")
+    )
+
+
+def _search(
+    st: _Loop,
+    ev: Evaluator,
+    budget: int,
+    seed: int,
+    timeout: float | None,
+    progress: bool,
+    local_search: float,
+) -> None:
+    """The ask/evaluate/tell loop."""
+    from optuna.distributions import CategoricalDistribution
+
+    space, run, shared = st.space, st.run, st.shared
+    dists = space.distributions()
+    odists = {k: CategoricalDistribution(v) for k, v in dists.items()}
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    every = max(1, budget // 100)
+    with SearchProgress(budget, progress, "NSGA-II") as bar:
+        while len(st.seen) < space.size:
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                run.timed_out = True
+                break
+            if st.complete >= budget:
+                st.sync()
+                if st.complete >= budget:
+                    break
+            if shared is not None and shared.live and not _room(st, budget, t0, timeout):
+                continue
+            trial = st.local.ask()
+            params = {k: trial.suggest_categorical(k, v) for k, v in dists.items()}
+            novel = _handle(st, ev, trial, params, odists, budget)
+            run.n_trials += 1
+            share = local_search if st.complete >= EXPLORE_FRACTION * budget else 0.0
+            if (not novel or rng.random() < share) and len(st.seen) < space.size:
+                fresh = None
+                if local_search > 0 and len(st.tracker):
+                    fresh = _front_neighbor(space, st.seen, st.tracker, rng)
+                if fresh is None:
+                    fresh = _unvisited(space, st.seen, rng)
+                if fresh is not None:
+                    st.local.enqueue_trial(space.encode(fresh))
+            if progress and run.n_evaluated % every == 0:
+                bar.update(min(st.complete, budget), st.n_feas, len(st.tracker))
+            if shared is not None and (shared.due() or len(shared.buffer) >= _batch(budget - st.synced)):
+                st.sync()
+
+
+def _batch(remaining: int) -> int:
+    """Trials a file worker buffers before it syncs: 1/16 of the budget left as of its last sync (so
+    even 16 workers' unseen trials cannot overshoot it), at most FLUSH_EVERY."""
+    return max(1, min(FLUSH_EVERY, remaining // 16))
+
+
+def _room(st: _Loop, budget: int, t0: float, timeout: float | None) -> bool:
+    """Server workers: is there budget left once the trials other workers are running finish?"""
+    from optuna.trial import TrialState
+
+    assert st.shared is not None
+    if budget - st.complete > CLAIM_MARGIN:
+        return True
+    ts = st.shared.storage.get_all_trials(
+        st.shared.study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
+    )
+    if len(ts) < budget:
+        return True
+    time.sleep(WAIT_S)  # others hold the rest of the budget: wait for them to finish (or go stale)
+    st.sync()
+    return False
+
+
+def _handle(
+    st: _Loop, ev: Evaluator, trial: Any, params: dict[str, Any], odists: dict[str, Any], budget: int
+) -> bool:
+    """Decode, evaluate and record one proposal; True when it added a COMPLETE trial."""
+    from optuna.trial import TrialState
+
+    space, run, shared = st.space, st.run, st.shared
+    pt = space.decode(params)
+    if isinstance(pt, str):  # not a layout of this space: no objective values
+        st.local.tell(trial, state=TrialState.PRUNED)
+        ikey = tuple(sorted(params.items()))
+        if ikey not in run.invalid:
+            run.invalid[ikey] = (trial.number, params, "rule: " + pt)
+            if shared is not None:
+                shared.add(_pruned(params, odists, "rule: " + pt))
+        return False
+    if pt.key in st.seen:
+        run.n_duplicates += 1
+        cached = st.seen[pt.key]
+        if cached is None:
+            st.local.tell(trial, state=TrialState.PRUNED)
+        else:
+            for k, v in cached[1].items():
+                trial.set_constraint(k, v)
+            st.local.tell(trial, cached[0])
+        return False
+    out = ev(pt)
+    run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, trial.number, pt
+    if not out.evaluated:  # broke a rule: PRUNED with the reason, never made-up values
+        st.local.tell(trial, state=TrialState.PRUNED)
+        if shared is not None:
+            _store(st, _pruned(params, odists, out.reason, _strategy_attrs(space, pt)), budget)
+        st.seen[pt.key] = None
+        return False
+    vals = out.vector(st.objectives)
+    for k, v in out.constraints.items():
+        trial.set_constraint(k, v)
+    frozen = st.local.tell(trial, vals)
+    if shared is not None:
+        stored = _complete(frozen, odists, {**_strategy_attrs(space, pt), **_outcome_attrs(out)})
+        if not _store(st, stored, budget):
+            return False
+    st.note(pt.key, vals, out.constraints)
+    st.complete += 1
+    run.n_evaluated += 1
+    return True
+
+
+def _store(st: _Loop, trial: Any, budget: int) -> bool:
+    """Write a finished trial to the stored study; False when a server worker lost the claim to it."""
+    shared = st.shared
+    assert shared is not None
+    if not shared.live:
+        shared.add(trial)
+        return True
+    tid = _claim(st, trial, budget)
+    if tid is None:
+        return False
+    shared.finish(tid, trial.state, trial.values)
+    return True
+
+
+def _claim(st: _Loop, trial: Any, budget: int) -> int | None:
+    """Server workers: create the trial RUNNING unless another worker has its strategy or the budget
+    is taken; None (nothing stored, or the trial PRUNED with why) when this worker must drop it.
+
+    The strategy was evaluated just before (milliseconds, deterministic), so the trial is RUNNING only
+    while its claim is checked; a worker killed then leaves it RUNNING without heartbeats, and
+    `fail_stale_trials` (any worker, every second) turns it FAILED after the grace period."""
+    from optuna.trial import TrialState
+
+    shared = st.shared
+    assert shared is not None
+    key = st.space.decode(trial.params).key  # type: ignore[union-attr]
+    st.absorb(shared.poll())  # the others' newest trials: skip what they finished meanwhile
+    if key in st.seen or shared.running_same(trial.params) is not None:
+        st.run.n_duplicates += 1
+        return None
+    tid = shared.start(trial)
+    reason = ""
+    st.absorb(shared.poll())  # a fresh look now that this trial is visible to the others
+    first = shared.running_same(trial.params)
+    if key in st.seen:
+        reason = "duplicate: another worker finished the same strategy meanwhile"
+    elif first is not None and first < shared.storage.get_trial_number_from_id(tid):
+        reason = "duplicate: another worker started the same strategy first"
+    elif budget - st.complete <= CLAIM_MARGIN:
+        done, ahead = shared.running_ahead(tid)
+        if done + ahead >= budget:
+            reason = "budget reached by other workers"
+    if not reason:
+        return tid
+    shared.finish(tid, TrialState.PRUNED, None, reason)
+    return None
+
+
+def _strategy_attrs(space: Space, pt: Point) -> dict[str, Any]:
+    """User attrs that name the strategy: label, hardware and every knob."""
+    s = pt.strategy
+    names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch")
+    knobs = {k: getattr(s, k) for k in names if hasattr(s, k)}
+    attrs: dict[str, Any] = {"strategy": s.label(), "knobs": {**knobs, "recompute": s.recompute}}
+    if len(space.hardware) > 1:
+        attrs["hardware"] = space.hardware[pt.hw].label()
+    return attrs
+
+
+def _outcome_attrs(out: Outcome) -> dict[str, Any]:
+    """User attrs with the estimate behind the objective values (memory, bottleneck, price, corrector)."""
+    from autopar.units import GiB
+
+    est = out.estimate
+    assert est is not None
+    attrs: dict[str, Any] = {
+        "memory_gib": round(est.peak_memory_bytes / GiB, 3),
+        "headroom_gib": round(est.headroom_bytes / GiB, 3),
+        "bottleneck": est.bottleneck,
+        "usd_per_mtoken": out.values.get("cost"),
+        "calibration_factor": est.calibration_factor,
+    }
+    if out.reason:
+        attrs[REASON_ATTR] = out.reason
+    return attrs
+
+
+def _pruned(
+    params: dict[str, Any], odists: dict[str, Any], reason: str, attrs: dict[str, Any] | None = None
+) -> Any:
+    """A PRUNED trial (no objective values) carrying why it was not evaluated."""
+    from optuna.trial import TrialState, create_trial
+
+    return create_trial(
+        state=TrialState.PRUNED,
+        params=params,
+        distributions=odists,
+        user_attrs={**(attrs or {}), REASON_ATTR: reason},
+    )
+
+
+def _complete(local: Any, odists: dict[str, Any], attrs: dict[str, Any]) -> Any:
+    """The stored copy of a finished local trial: values, constraints, NSGA-II generation, attrs."""
+    from optuna.trial import TrialState, create_trial
+
+    keep = {k: v for k, v in local.system_attrs.items() if k != "fixed_params"}
+    t = create_trial(
+        state=TrialState.COMPLETE,
+        values=local.values,
+        params=local.params,
+        distributions=odists,
+        user_attrs=attrs,
+        system_attrs=keep,
+    )
+    return t
+
+
+def _rebuild_from_study(st: _Loop, ev: Evaluator) -> None:
+    """Records of everything the stored study holds, numbered as in the study (any worker, any run)."""
+    from optuna.trial import TrialState
+
+    assert st.shared is not None
+    run, space = st.run, st.space
+    mine = dict(run.outcomes)
+    run.outcomes, run.first_trial, run.points, run.invalid = {}, {}, {}, {}
+    states: dict[str, int] = {}
+    for t in st.shared.trials():
+        states[t.state.name] = states.get(t.state.name, 0) + 1
+        reason = str(t.user_attrs.get(REASON_ATTR, ""))
+        if t.state == TrialState.PRUNED and not reason.startswith("rule:"):
+            continue
+        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+            continue
+        pt = space.decode(t.params)
+        if isinstance(pt, str):
+            run.invalid.setdefault(tuple(sorted(t.params.items())), (t.number, dict(t.params), "rule: " + pt))
+            continue
+        if pt.key not in run.outcomes:
+            run.outcomes[pt.key] = mine.get(pt.key) or ev(pt)
+            run.points[pt.key] = pt
+        run.first_trial[pt.key] = min(run.first_trial.get(pt.key, t.number), t.number)
+    run.states = states

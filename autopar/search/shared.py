@@ -1,0 +1,246 @@
+"""The stored side of a search: one Optuna study in a storage, shared by any number of workers.
+
+Each worker samples with NSGA-II on a private in-memory study (fast) and writes only finished,
+honest trials to the shared study:
+
+- COMPLETE: a strategy with an estimate, its real objective values, named constraints
+  (`trial.constraints`, <= 0 feasible) and user attrs (strategy, memory, bottleneck, ...);
+- PRUNED: a proposal that is not a valid layout (no objective values), with `autopar_reason`;
+- FAILED: left by Optuna's `fail_stale_trials` when a server worker dies mid-trial (heartbeats).
+
+Duplicates of an already stored strategy are not written, and nothing is ever enqueued in the shared
+study, so it holds no WAITING trials. The budget is the study-wide number of COMPLETE trials.
+
+Writes: on a database server (``live``) each trial is created RUNNING before it is evaluated, kept
+alive by a heartbeat thread and finished in place, so a kill leaves a trial that becomes FAILED.
+On a journal file or SQLite, finished trials are buffered and written in batches (one write per
+trial, `create_new_trial(template_trial=...)`), which is what makes a stored run nearly as fast as
+an in-memory one; a killed file worker loses at most its unflushed batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.search.storage import is_server, open_storage, storage_error
+
+FINGERPRINT_ATTR = "autopar_fingerprint"
+INPUTS_ATTR = "autopar_inputs"
+REASON_ATTR = "autopar_reason"
+BUDGET_ATTR = "autopar_budget"  # the budget of the latest worker (study-wide COMPLETE trials)
+FLUSH_EVERY = 64  # buffered trials per batch on file storages
+SYNC_EVERY_S = 1.0  # how often a worker reads the others' trials (and fails stale ones)
+
+
+class SharedStudy:
+    """One study in a storage: creation/checks, batched or live trial writes, sync, counts."""
+
+    def __init__(
+        self,
+        spec: Any,
+        name: str,
+        directions: Sequence[str],
+        metric_names: Sequence[str],
+        fingerprint: str,
+        inputs: dict[str, Any] | None = None,
+        heartbeat_s: int | None = None,
+    ):
+        import optuna
+
+        self.spec = spec
+        self.live = is_server(spec)
+        self.storage = open_storage(spec, heartbeat_s)
+        try:
+            self.study = optuna.create_study(
+                storage=self.storage, study_name=name, directions=list(directions), load_if_exists=True
+            )
+            self.study_id = self.storage.get_study_id_from_name(self.study.study_name)
+            self._check(fingerprint, metric_names, inputs)
+        except AutoparError:
+            raise
+        except Exception as e:  # noqa: BLE001 - connection lost, schema problems: one line
+            raise storage_error(str(spec), e) from e
+        self.mine: set[int] = set()  # trial ids this worker wrote
+        self.pulled: set[int] = set()  # finished trial ids already handed to the caller by sync()
+        self.buffer: list[Any] = []
+        self.last_sync = 0.0
+        self.last_counts: dict[str, int] = {}  # trials per state at the last sync
+        self._running: dict[tuple[Any, ...], int] = {}  # params -> number of others' RUNNING trials
+        self._beat = _Heartbeat(self.storage) if self.live else None
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    def _check(self, fp: str, metric_names: Sequence[str], inputs: dict[str, Any] | None) -> None:
+        attrs = self.study.user_attrs
+        stored = attrs.get(FINGERPRINT_ATTR)
+        if stored is None:
+            self.study.set_user_attr(FINGERPRINT_ATTR, fp)
+        elif stored != fp:
+            raise AutoparError(
+                f"study-name={self.study.study_name!r}: that study was created for other inputs "
+                f"(fingerprint {stored}, these inputs give {fp}); pick another --study-name"
+            )
+        if inputs is not None and INPUTS_ATTR not in attrs:
+            self.study.set_user_attr(INPUTS_ATTR, inputs)
+        if self.study.metric_names is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # set_metric_names is flagged experimental
+                self.study.set_metric_names(list(metric_names))
+
+    # --- writing ---------------------------------------------------------------------------------
+    def add(self, trial: Any) -> None:
+        """Store a finished FrozenTrial (buffered on file storages, written now on a server)."""
+        if self.live:
+            self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=trial))
+        else:
+            self.buffer.append(trial)
+            if len(self.buffer) >= FLUSH_EVERY:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered trials."""
+        for t in self.buffer:
+            self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=t))
+        self.buffer.clear()
+
+    def start(self, trial: Any) -> int:
+        """Create `trial` (a finished FrozenTrial: params, attrs, constraints) RUNNING in the study and
+        start its heartbeat (server storages); `finish` then sets its state and values."""
+        from optuna.trial import TrialState, create_trial
+
+        t = create_trial(
+            state=TrialState.RUNNING,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs=trial.user_attrs,
+            system_attrs=trial.system_attrs,
+        )
+        tid = self.storage.create_new_trial(self.study_id, template_trial=t)
+        self.mine.add(tid)
+        assert self._beat is not None
+        self._beat.watch(tid)
+        return tid
+
+    def finish(self, tid: int, state: Any, values: Sequence[float] | None = None, reason: str = "") -> None:
+        """Finish a RUNNING trial: COMPLETE with values, or PRUNED with `reason` (no values)."""
+        try:
+            if reason:
+                self.storage.set_trial_user_attr(tid, REASON_ATTR, reason)
+            self.storage.set_trial_state_values(tid, state, values)
+        finally:
+            if self._beat is not None:
+                self._beat.unwatch(tid)
+
+    def running_ahead(self, tid: int) -> tuple[int, int]:
+        """(COMPLETE trials, RUNNING trials numbered before `tid`) in the study, for the budget claim."""
+        from optuna.trial import TrialState
+
+        number = self.storage.get_trial_number_from_id(tid)
+        ts = self.storage.get_all_trials(
+            self.study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
+        )
+        done = sum(t.state == TrialState.COMPLETE for t in ts)
+        return done, sum(t.state == TrialState.RUNNING and t.number < number for t in ts)
+
+    # --- reading ---------------------------------------------------------------------------------
+    def sync(self) -> list[Any]:
+        """Flush, fail stale trials, and return the finished trials of other workers not seen yet."""
+        import optuna
+
+        self.flush()
+        if self.live:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
+                optuna.storages.fail_stale_trials(self.study)
+        self.last_sync = time.monotonic()
+        new, counts = [], {}
+        for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
+            counts[t.state.name] = counts.get(t.state.name, 0) + 1
+            tid = t._trial_id
+            if t.state.is_finished() and tid not in self.pulled:
+                self.pulled.add(tid)
+                if tid not in self.mine:
+                    new.append(t)
+        self.last_counts = counts
+        return new
+
+    def poll(self) -> list[Any]:
+        """Finished trials of other workers not seen yet (no flush, no stale check: cheap)."""
+        new = []
+        self._running = {}
+        for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
+            tid = t._trial_id
+            if t.state.is_finished():
+                if tid not in self.pulled:
+                    self.pulled.add(tid)
+                    if tid not in self.mine:
+                        new.append(t)
+            elif tid not in self.mine:
+                self._running[_params_key(t.params)] = min(
+                    t.number, self._running.get(_params_key(t.params), t.number)
+                )
+        return new
+
+    def running_same(self, params: dict[str, Any]) -> int | None:
+        """Number of another worker's RUNNING trial with these params (as of the last poll), or None."""
+        return self._running.get(_params_key(params))
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last_sync > SYNC_EVERY_S
+
+    def trials(self) -> list[Any]:
+        return self.storage.get_all_trials(self.study_id, deepcopy=False)
+
+    def close(self) -> None:
+        """Write what is buffered and stop the heartbeat thread."""
+        try:
+            self.flush()
+        finally:
+            if self._beat is not None:
+                self._beat.stop()
+
+
+def _params_key(params: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted(params.items()))
+
+
+class _Heartbeat:
+    """One background thread recording Optuna heartbeats for this worker's RUNNING trials."""
+
+    def __init__(self, storage: Any):
+        self.storage = storage
+        self.interval = float(storage.get_heartbeat_interval() or 10)
+        self.trials: set[int] = set()
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="autopar-heartbeat", daemon=True)
+        self.thread.start()
+
+    def watch(self, tid: int) -> None:
+        self.storage.record_heartbeat(tid)
+        with self.lock:
+            self.trials.add(tid)
+
+    def unwatch(self, tid: int) -> None:
+        with self.lock:
+            self.trials.discard(tid)
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            with self.lock:
+                ids = list(self.trials)
+            for tid in ids:
+                with contextlib.suppress(Exception):  # a missed beat only risks a stale-trial verdict
+                    self.storage.record_heartbeat(tid)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=5)

@@ -1,0 +1,164 @@
+"""Workers on a real PostgreSQL server: 4 processes share one study, one is killed with SIGKILL mid-trial.
+
+The server is started by tests/pgserver.py (initdb + pg_ctl on a free port in a temp dir, as an
+unprivileged user when the tests run as root). Outside CI a machine without the server binaries
+skips; with CI=true the test fails instead (.ci/run installs the postgresql package).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autopar.catalog import get_gpu
+from autopar.objectives import parse_objectives
+from autopar.search import optimize
+from autopar.search.pareto import normalized_hypervolume, pareto_records, reference_bounds, to_min_matrix
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pgserver import PostgresUnavailable, postgres_server  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = 180  # of 264 points: every seed of a single process reaches the exhaustive front here
+TINY = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+CLUSTER = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
+WL = Workload(seq_len=2048, global_batch=8)
+
+WORKER = """
+import json, sys, time
+from autopar.catalog import get_gpu
+from autopar.search import optimize
+from autopar.search.shared import SharedStudy
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+url, name, seed, budget, pause_at, marker = sys.argv[1:7]
+finish, calls = SharedStudy.finish, []
+def hang(self, tid, *a, **kw):
+    calls.append(tid)
+    if len(calls) == int(pause_at):  # hang mid-trial (the trial is RUNNING in the study) until killed
+        attrs = self.storage.get_trial(tid).user_attrs
+        open(marker, "w").write(json.dumps({"strategy": attrs["strategy"]}))
+        time.sleep(600)
+    return finish(self, tid, *a, **kw)
+SharedStudy.finish = hang
+m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
+r = optimize(m, c, Workload(seq_len=2048, global_batch=8), budget=int(budget), seed=int(seed),
+             storage=url, study_name=name, heartbeat_s=1, min_headroom_gib=2.0)
+print(json.dumps({"evaluated": r.stats["evaluated_here"], "states": r.stats["study_states"]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    try:
+        with postgres_server() as url:
+            yield url
+    except PostgresUnavailable as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL server could not start in CI: {e}")
+        pytest.skip(f"no PostgreSQL server: {e}")
+
+
+def _worker(url: str, seed: int, pause_at: int, marker: Path) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", WORKER, url, "w4", str(seed), str(BUDGET), str(pause_at), str(marker)]
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _hv(result, objs, ideal, nadir) -> float:
+    return normalized_hypervolume(to_min_matrix(pareto_records(result.trials, objs), objs), ideal, nadir)
+
+
+def test_four_workers_one_killed(pg_url, tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    marker = tmp_path / "paused.json"
+    victim = _worker(pg_url, 0, 8, marker)
+    others = [_worker(pg_url, seed, -1, tmp_path / f"m{seed}") for seed in (1, 2, 3)]
+    t0 = time.monotonic()
+    while not marker.exists():
+        assert victim.poll() is None, victim.communicate()[1][-2000:]
+        assert time.monotonic() - t0 < 40, "the victim worker never reached its 8th trial"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    outs = [p.communicate(timeout=50) for p in others]
+    for p, (_, err) in zip(others, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+
+    study = optuna.load_study(study_name="w4", storage=pg_url)
+    by_state = {s: [t for t in study.trials if t.state == s] for s in TrialState}
+    assert len(by_state[TrialState.COMPLETE]) == BUDGET  # the budget completed despite the kill
+    assert not by_state[TrialState.WAITING] and not by_state[TrialState.RUNNING]
+    failed = by_state[TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].values is None
+    assert failed[0].user_attrs["strategy"] == json.loads(marker.read_text())["strategy"]
+    assert all(t.values is None and t.user_attrs.get("autopar_reason") for t in by_state[TrialState.PRUNED])
+    done = by_state[TrialState.COMPLETE]
+    assert study.metric_names == ["throughput", "headroom", "cost"]
+    attrs = {
+        "strategy",
+        "knobs",
+        "memory_gib",
+        "headroom_gib",
+        "bottleneck",
+        "usd_per_mtoken",
+        "calibration_factor",
+    }
+    assert all(attrs <= set(t.user_attrs) for t in done)
+    assert all(set(t.constraints) == {"memory_gib"} for t in done)
+
+    # Same budget, one process, in memory: the shared study's front is as good (hypervolume within 1%).
+    objs = parse_objectives("throughput,headroom,cost")
+    single = optimize(TINY, CLUSTER, WL, budget=BUDGET, seed=0, min_headroom_gib=2.0)
+    shared = optimize(
+        TINY, CLUSTER, WL, budget=BUDGET, storage=pg_url, study_name="w4", search=False, min_headroom_gib=2.0
+    )
+    feas = [t for t in shared.trials + single.trials if t.feasible]
+    ideal, nadir = reference_bounds(to_min_matrix(feas, objs))
+    hv_shared, hv_single = _hv(shared, objs, ideal, nadir), _hv(single, objs, ideal, nadir)
+    assert hv_shared == pytest.approx(hv_single, rel=0.01)
+    assert shared.stats["study_states"]["FAIL"] == 1
+    assert any("FAILED" in n for n in shared.notes)
+
+
+def test_status_report_and_connection_errors(pg_url, tmp_path):
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["study", "status", "--storage", pg_url, "--study-name", "w4", "--json"])
+    if r.exit_code == 2 and "no such study" in r.output:  # run alone: make a small study first
+        optimize(TINY, CLUSTER, WL, budget=20, storage=pg_url, study_name="w4", min_headroom_gib=2.0)
+        r = runner.invoke(app, ["study", "status", "--storage", pg_url, "--study-name", "w4", "--json"])
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.stdout)
+    assert st["complete"] > 0 and st["metric_names"] == ["throughput", "headroom", "cost"]
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["study", "report", "--storage", pg_url, "--study-name", "w4", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 10_000
+    bad_pw = pg_url.replace(":secret@", ":wrong@")
+    port = int(pg_url.rsplit(":", 1)[1].split("/")[0])
+    down = pg_url.replace(f":{port}/", f":{_closed_port()}/")
+    for url, words in ((bad_pw, "password"), (down, "cannot open")):
+        r = runner.invoke(app, ["study", "status", "--storage", url])
+        assert r.exit_code == 2, r.output
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert len(lines) <= 3 and "Traceback" not in r.output and words in r.output.lower(), r.output
+        assert "wrong" not in r.output  # the password is masked
+
+
+def _closed_port() -> int:
+    from pgserver import free_port
+
+    return free_port()  # bound and released: nothing listens there
