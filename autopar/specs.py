@@ -24,6 +24,9 @@ MAX_LAYERS = 2**16
 # NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
 # 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
 DEFAULT_FP8_RECIPE = "delayed"
+# LoRA adapter rank when a LoRA run does not state it: Megatron-Bridge LoRA(dim=32) on linear_qkv, linear_proj,
+# linear_fc1, linear_fc2 (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/peft/lora.py, commit 067f987).
+LORA_DIM_DEFAULT = 32
 
 
 class _Frozen(BaseModel):
@@ -276,6 +279,12 @@ class Workload(_Frozen):
         description="overlap dispatch/combine with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm with --delay-wgrad-compute)",
     )
+    finetune: Literal["full", "lora"] = Field(
+        default="full",
+        description="full: every weight trained (pre-training, SFT); lora: base weights frozen, low-rank "
+        "adapters trained (no base weight gradients, optimizer states or weight-gradient GEMMs)",
+    )
+    lora_dim: int = Field(default=LORA_DIM_DEFAULT, gt=0, description="LoRA adapter rank (finetune=lora)")
 
     @property
     def tokens_per_step(self) -> int:

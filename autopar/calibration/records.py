@@ -104,7 +104,15 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if any(k in notes for k in _BALANCE_MARKERS):
         out["moe_imbalance"] = 1.0
         assumed.append("moe_imbalance=1.0 (notes: routing force-balanced)")
+    where = notes + str(_cell(row, "source_ref") or "").lower().replace(" ", "")
+    if any(k in where for k in _LORA_MARKERS):  # frozen base weights (perf/finetune.py)
+        out["finetune"] = "lora"
+        assumed.append("finetune=lora (source section / notes: LoRA)")
     return out
+
+
+# LoRA fine-tuning named by a record's source section or notes (e.g. Megatron-Bridge "LoRA Performance").
+_LORA_MARKERS = ("loraperformance", "lorafinetun", "finetuning(lora)", "peft=lora")
 
 
 # The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
@@ -403,8 +411,22 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         recompute=rec,
         pp_schedule=_schedule(vpp, pp, _cell(row, "notes")),
         dp=dp_derived,
+        **_account_options(model.layers, pp, vpp, assumed),
     )
     return RecordSpecs(model, cluster, workload, strategy, assumed)
+
+
+def _account_options(layers: int, pp: int, vpp: int | None, assumed: list[str]) -> dict[str, bool]:
+    """pp·vpp virtual stages exceeding the layers by 1 or 2 imply Megatron's --account-for-embedding-in-
+    pipeline-split / --account-for-loss-in-pipeline-split (embedding and loss count as one layer each; e.g.
+    Megatron-Bridge Llama-3.1-405B PP16 VP8 = 126 + 2 = 128)."""
+    extra = pp * (vpp or 1) - layers
+    if pp <= 1 or extra not in (1, 2):
+        return {}
+    opts = {"pp_account_embedding": True, "pp_account_loss": extra == 2}
+    named = " and ".join(k for k, v in opts.items() if v)
+    assumed.append(f"{named} (pp*vpp = {pp * (vpp or 1)} = layers {layers} + {extra})")
+    return opts
 
 
 def _schedule(vpp: int | None, pp: int, notes: Any) -> str | None:

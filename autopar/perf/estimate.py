@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from autopar.errors import InvalidStrategyError
 from autopar.perf import comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
+from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
@@ -233,6 +234,7 @@ def _sharding(ctx: PerfContext, s: Strategy, g: fsdp.DpGroups) -> memory.Shardin
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
         stage_gathered=s.pp > 1,
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
+        trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
 
 
@@ -264,9 +266,10 @@ def _dp_time(
     ctx: PerfContext, s: Strategy, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: int
 ) -> fsdp.DpTime:
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
-    if s.zero != 3:
+    if s.zero != 3:  # only trainable parameters' gradients are reduced (LoRA: the adapters)
+        f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
         return fsdp.ddp_time(
-            s.zero, params.non_expert, params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
+            s.zero, f * params.non_expert, f * params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
         )
     if g.n_shard <= 1 and g.n_edp <= 1:
         return fsdp.DpTime(0.0, 0.0)

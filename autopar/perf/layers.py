@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from autopar.perf import comm
 from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.efficiency import host_issue_time
+from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.flops import attention_context
 from autopar.perf.fp8 import quantise_time
 from autopar.perf.moe import ep_exposed, routed_expert_costs, routed_load
@@ -112,6 +113,7 @@ def _compute_layer_costs(
         attn_bwd = 2.0 * seqs * heads_local * bmm + 22.0 * scores / hbm + eff.kernel_overhead_s
 
     n_mat = 3 if model.activation == "swiglu" else 2
+    wg = weight_grad_gemms(ctx.w)  # backward GEMMs per weight GEMM (2; 1 with frozen LoRA base weights)
     f = model.ffn_hidden
     dense_mlp_gemm = gemm(T, (n_mat - 1) * f / t, h, fp8) + gemm(T, h, f / t, fp8)
     load = routed_load(ctx.w.moe_imbalance, ctx.w.moe_capacity_factor) if model.is_moe else 1.0
@@ -121,7 +123,9 @@ def _compute_layer_costs(
         fe = model.moe_ffn_hidden or 0
         mc = routed_expert_costs(ctx, T, t, e, te, n_mat)
         moe_gemm = mc.expert_fwd
-        moe_fwd_extra, moe_bwd_extra = mc.overhead_fwd, mc.overhead_bwd + mc.expert_bwd - 2 * mc.expert_fwd
+        frozen = (2 - wg) * mc.expert_fwd  # LoRA: no expert wgrad (perf/finetune.py)
+        moe_fwd_extra = mc.overhead_fwd
+        moe_bwd_extra = mc.overhead_bwd + mc.expert_bwd - frozen - wg * mc.expert_fwd
         ep_a2a = mc.dispatch_combine
         if model.shared_experts:  # shared experts: a TP-sharded MLP on every token
             fs = model.shared_ffn * model.shared_experts
@@ -151,9 +155,9 @@ def _compute_layer_costs(
         q_bwd_moe = quantise_time(T * (attn_grad + sh_grad), recipe, hbm)
     # Per-layer forward / backward (no comm).
     dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + q_fwd_dense
-    dense_bwd = 2 * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_dense
+    dense_bwd = wg * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_dense
     moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + q_fwd_moe + moe_fwd_extra
-    moe_bwd = 2 * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_moe + moe_bwd_extra
+    moe_bwd = wg * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_moe + moe_bwd_extra
 
     if rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
@@ -165,7 +169,7 @@ def _compute_layer_costs(
         dense_re = moe_re = 0.0
 
     logits_fwd = gemm(T, model.vocab / t, h, False) + 3 * T * model.vocab / t * 4 / hbm
-    logits_time = 3 * logits_fwd  # fwd + dgrad + wgrad (+ softmax passes)
+    logits_time = (1 + wg) * logits_fwd  # fwd + dgrad + wgrad (+ softmax passes)
 
     # ---- communication per layer per micro-batch -------------------------------------------
     tp_bytes = 2.0 * T * h  # one all-reduce buffer (bf16 activations of the micro-batch)

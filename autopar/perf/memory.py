@@ -110,6 +110,7 @@ class Sharding:
     unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
     stage_gathered: bool  # ZeRO-3 with PP: the stage stays gathered across micro-batches
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
+    trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, float]:
@@ -118,7 +119,11 @@ def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, fl
     on_gpu = 1.0 - sh.offload
     if sh.zero == 3:  # 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)
         local = ne / sh.n_shard + ex / sh.n_eshard
-        wts, grd, opt = 2.0 * local, 2.0 * local, sh.state_bytes * local * on_gpu
+        wts, grd, opt = (
+            2.0 * local,
+            2.0 * local * sh.trainable,
+            sh.state_bytes * local * on_gpu * sh.trainable,
+        )
         if sh.stage_gathered:
             # bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in the
             # reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
@@ -130,8 +135,8 @@ def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, fl
     n_opt = (sh.n_shard, sh.n_eshard) if sh.zero >= 1 else (1, 1)
     n_grd = (sh.n_shard, sh.n_eshard) if sh.zero >= 2 else (1, 1)
     wts = 2.0 * (ne + ex)
-    grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1])
-    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * on_gpu
+    grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
+    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * on_gpu * sh.trainable
     buf = DDP_BUCKET_BYTES + (2.0 * sp.biggest_layer if sh.fp8_weight_copies else 0.0)
     return wts, grd, opt, buf
 
@@ -139,8 +144,8 @@ def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, fl
 def local_optimizer_params(sp: StageParams, sh: Sharding) -> float:
     """Parameters whose optimizer step this GPU runs (sharded from ZeRO-1 on)."""
     if sh.zero >= 1:
-        return sp.non_expert / sh.n_shard + sp.expert / sh.n_eshard
-    return sp.non_expert + sp.expert
+        return (sp.non_expert / sh.n_shard + sp.expert / sh.n_eshard) * sh.trainable
+    return (sp.non_expert + sp.expert) * sh.trainable
 
 
 def stage_activations(lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str) -> float:
