@@ -82,7 +82,8 @@ def test_returned_points_are_feasible_and_nondominated(seed, budget, objectives)
     objs = parse_objectives(objectives)
     feas = [t for t in r.trials if t.feasible]
     front = [t for t in r.trials if not t.dominated]
-    assert len(front) == len(r.pareto) > 0
+    # a tight problem (70B on 32 GPUs) can leave a 20-trial search without a feasible point: then no front
+    assert len(front) == len(r.pareto) and (len(front) > 0) == (len(feas) > 0)
     for t in front:
         assert t.feasible and t.estimate.fits and t.values["headroom"] >= 2.0
     F = to_min_matrix(front + feas, objs)
