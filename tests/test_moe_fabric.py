@@ -335,3 +335,13 @@ def test_grouped_gemm_efficiency_falls_with_fewer_tokens_per_expert(m, fe, group
         return 2.0 * rows * fe * 2048 * groups / grouped_gemm(ctx, rows, fe, 2048, groups, False)
 
     assert rate(m) <= rate(2 * m) * (1 + 1e-9)
+
+
+def test_clusters_json_lists_the_nvl72_rack():
+    # GB200 NVL72: 72 GPUs in one NVLink domain, 4 GPUs per compute tray (NVIDIA GB200 NVL72 data sheet).
+    import json
+
+    r = runner.invoke(app, ["clusters", "--json"])
+    assert r.exit_code == 0, r.output
+    nvl72 = {d["name"]: d for d in json.loads(r.output)}["gb200-nvl72"]
+    assert (nvl72["nvlink_domain"], nvl72["gpus_per_node"], nvl72["unit_gpus"]) == (72, 4, 72)
