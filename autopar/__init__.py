@@ -6,8 +6,7 @@ autopar and running the search stays fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from autopar.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -50,18 +49,4 @@ _LAZY: dict[str, str] = {
     "load_default_calibration": "autopar.calibration.apply",
 }
 
-__all__ = sorted([*_LAZY, "__version__"])
-
-
-def __getattr__(name: str) -> Any:
-    """Import public names on first access (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'autopar' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, extra=["__version__"])

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from autopar.lazy import lazy_exports
 
 # Public name -> module; loaded on first access (PEP 562) so that autopar.costs.figures does not pull
 # in the what-if machinery (search, analytical model).
@@ -32,17 +31,4 @@ _LAZY: dict[str, str] = {
     "run_whatif": "autopar.costs.whatif",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY)
