@@ -181,6 +181,7 @@ def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: b
 
 
 def _shard(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> _Shard:
+    """The layer sharding with its derived sizes (tokens per micro-batch on this CP shard, TP-adjusted KV heads)."""
     model = ctx.model
     S = ctx.w.seq_len
     n_mat = 3 if model.activation == "swiglu" else 2
@@ -310,6 +311,7 @@ def _unfused_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> 
     bmm = gemm(s_loc, S, qk_dim, False) + gemm(s_loc, v_dim, S, False) - 2 * eff.kernel_overhead_s
     scores = seqs * heads_local * s_loc * S
     fwd = seqs * heads_local * bmm + UNFUSED_SCORE_BYTES_FWD * scores / hbm + eff.kernel_overhead_s
+    # backward: dgrad of both operands of each batched GEMM (2 GEMMs per forward GEMM)
     bwd = 2.0 * seqs * heads_local * bmm + UNFUSED_SCORE_BYTES_BWD * scores / hbm + eff.kernel_overhead_s
     return fwd, bwd
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
+from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
@@ -64,9 +65,9 @@ def _records(run: Run, space: Space) -> list[TrialRecord]:
         )
     h0, lay0 = space.hardware[0], space.layouts[0]
     for number, params, reason in run.invalid.values():
-        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep", "etp")}
+        knobs = {k: params.get(k, getattr(lay0, k)) for k in (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.ETP)}
         n = params.get("num_gpus", h0.num_gpus)
-        knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        knobs[Axis.DP] = max(1, n // (knobs[Axis.TP] * knobs[Axis.PP] * knobs[Axis.CP]))
         s = Strategy(
             **knobs, **{k: params[k] for k in ("sp", "zero", "micro_batch", "recompute") if k in params}
         )
