@@ -50,6 +50,7 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 from autopar.search.storage import mask
+from autopar.units import format_duration
 
 HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
 
@@ -207,9 +208,9 @@ def print_result(result: Any, top: int) -> None:
         console.print(f"\n[bold green]{r.role}[/]: {r.trial.strategy.label()}", highlight=False)
         train = ""
         if tokens and r.trial.values.get("throughput"):
-            days = tokens / r.trial.values["throughput"] / 86_400
+            time_s = tokens / r.trial.values["throughput"]
             train = (
-                f" Training {tokens:.3g} tokens takes {days:,.1f} days and costs "
+                f" Training {tokens:.3g} tokens takes {format_duration(time_s)} and costs "
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)

@@ -30,6 +30,7 @@ from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space
 from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import SECONDS_PER_DAY
 
 SAMPLERS = ("nsga2", "exhaustive")
 EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
@@ -355,7 +356,7 @@ def _stored_inputs(
 def _with_training(df: Any, tokens: float | None) -> Any:
     """Add days and dollars to train the token budget (when one is given) to the Pareto table."""
     if tokens and not df.empty:
-        df["train_days"] = tokens / df["throughput"] / 86_400
+        df["train_days"] = tokens / df["throughput"] / SECONDS_PER_DAY
         df["train_cost_usd"] = df["cost"] * tokens / 1e6
     return df
 
