@@ -339,16 +339,7 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
-        **workload_extras(
-            m,
-            precs,
-            fp8_recipe,
-            moe_imbalance,
-            moe_capacity_factor,
-            moe_dispatcher,
-            moe_ep_overlap,
-            cuda_graphs,
-        ),
+        **workload_extras(m, precs, locals()),
     )
     book = None
     if prices is not None:
