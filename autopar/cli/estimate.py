@@ -31,7 +31,7 @@ from autopar.cli.workload_opts import (
     workload_extras,
 )
 from autopar.errors import DataError, SpecError
-from autopar.units import GiB
+from autopar.units import GiB, format_duration
 
 
 def _write_table(df: Any, out: Path) -> None:
@@ -112,7 +112,7 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     )
     head.add_column("figure")
     head.add_column("value", justify="right")
-    head.add_row("step time", f"{est.step_time_s:.3f} s")
+    head.add_row("step time", format_duration(est.step_time_s))
     head.add_row("throughput (cluster)", f"{est.tokens_per_s:,.0f} tokens/s")
     head.add_row("throughput per GPU", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f} (model FLOPs, full s² attention)")

@@ -164,7 +164,7 @@ def print_result(result: Any, top: int) -> None:
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
         f"{n['total']:,} trials = {n['evaluated']:,} evaluated + {n['rule_violations']:,} invalid layouts "
-        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {result.wall_s:.1f} s",
+        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {format_duration(result.wall_s)}",
         highlight=False,
     )
     if st.get("study_name"):
