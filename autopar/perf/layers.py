@@ -36,7 +36,8 @@ FP32_BYTES = 4.0  # logits in the loss, router scores, FlashAttention's log-sum-
 
 # ---- core attention --------------------------------------------------------------------------------------
 # FlashAttention backward = 2.5x the forward's matmul FLOPs: it recomputes QK^T and runs 4 more matmuls
-# (dV, dP, dQ, dK) against the forward's 2 (Dao 2023, FlashAttention-2 §3.1.2; its benchmark counts bwd as 2.5x).
+# (dV, dP, dQ, dK) against the forward's 2 (Dao 2023, FlashAttention-2; Dao-AILab/flash-attention
+# benchmarks/benchmark_flash_attention.py `flops`: bwd = 2.5 x fwd).
 ATTN_BWD_FLOP_RATIO = 2.5
 # The efficiency tables' attention fractions hold at long sequences and head dim 128. Shorter KV loops spend
 # relatively more in each tile's prologue/epilogue and smaller heads give each MMA less work, so both terms
