@@ -17,7 +17,6 @@ from autopar.calibration.formats import FORMATS
 from autopar.calibration.store import RunStore
 from autopar.cli.app import app, command, console, emit_json, err_console
 from autopar.errors import DataError
-from autopar.layouts import Axis
 
 if TYPE_CHECKING:
     from autopar.calibration.runs import RowError
@@ -206,9 +205,7 @@ def list_cmd(
     for r in runs:
         d = r.record
         tps, how = measured_tokens_per_s_per_gpu(d)
-        layout = " ".join(
-            f"{k}{d[k]}" for k in (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.DP) if d.get(k) not in (None, "")
-        )
+        layout = " ".join(f"{k}{d[k]}" for k in ("tp", "pp", "cp", "ep", "dp") if d.get(k) not in (None, ""))
         if d.get("micro_batch"):
             layout += f" mb{d['micro_batch']}"
         t.add_row(
