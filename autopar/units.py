@@ -98,14 +98,25 @@ def parse_duration(text: str | float | int, field: str = "deadline") -> float:
 
 
 def format_duration(seconds: float, day_unit: str = " days") -> str:
-    """Human-readable duration: '11.6 days', '5.2 h', '42 min', '30 s'."""
+    """The one duration formatter (step times, search times, time to train, deadlines): the largest unit that
+    reads as at least 2 of it, days and hours to 0.1, smaller units to 3 significant digits.
+
+    '11.6 days', '5.2 h', '42.5 min', '90 s', '12.7 s', '1.32 s', '350 ms', '12.5 ms'.
+    """
     if seconds >= 2 * SECONDS_PER_DAY:
         return f"{seconds / SECONDS_PER_DAY:,.1f}{day_unit}"
     if seconds >= 2 * SECONDS_PER_HOUR:
         return f"{seconds / SECONDS_PER_HOUR:.1f} h"
     if seconds >= 2 * SECONDS_PER_MINUTE:
-        return f"{seconds / SECONDS_PER_MINUTE:.0f} min"
-    return f"{seconds:.0f} s"
+        return f"{_sig3(seconds / SECONDS_PER_MINUTE)} min"
+    if seconds >= 1:
+        return f"{_sig3(seconds)} s"
+    return f"{_sig3(seconds * 1e3)} ms"
+
+
+def _sig3(x: float) -> str:
+    """3 significant digits without exponent notation for 0 <= x < 1000 ('120', '42.5', '1.32', '0.05')."""
+    return f"{x:.0f}" if x >= 99.95 else f"{x:.3g}"
 
 
 def format_duration_short(seconds: float) -> str:

@@ -21,6 +21,7 @@ from autopar.search.evaluate import RULE_PENALTY, Evaluator
 from autopar.search.pareto import nondominated_mask_slow, to_min_matrix
 from autopar.search.space import Point, build_space
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import format_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
@@ -201,7 +202,7 @@ def test_recommendations():
     for rec in r.recommended:
         e = rec.trial.estimate
         # the paragraph names this point's own step time and its bottleneck
-        assert f"Its {e.step_time_s:.2f} s step is " in rec.why
+        assert f"Its {format_duration(e.step_time_s)} step is " in rec.why
         assert phrase[e.bottleneck] in rec.why
         assert "runner-up" in rec.why or "only point" in rec.why
 

@@ -15,6 +15,7 @@ from autopar.units import (
     TFLOP,
     GiB,
     format_duration,
+    format_duration_short,
     format_tokens,
     parse_duration,
     parse_tokens,
@@ -61,6 +62,29 @@ def test_durations():
     with pytest.raises(SpecError, match="ambiguous"):
         parse_duration("3m")
     assert format_duration(1e6) == "11.6 days" and format_duration(90) == "90 s"
+
+
+@pytest.mark.parametrize(
+    "seconds,text",
+    [
+        # by hand: the largest unit that reads as >= 2 of it; days/hours to 0.1, the rest to 3 significant digits
+        (0.0125, "12.5 ms"),
+        (0.35, "350 ms"),
+        (0.9996, "1000 ms"),  # 999.6 ms rounds to 1000, never '1e+03'
+        (1.3179, "1.32 s"),
+        (12.698, "12.7 s"),  # a step time
+        (119.96, "120 s"),
+        (150, "2.5 min"),  # 150 / 60
+        (2550, "42.5 min"),
+        (7199, "120 min"),  # 7199 / 60 = 119.98 -> 120, still below 2 h
+        (5 * 3600, "5.0 h"),
+        (2 * 86400 - 1, "48.0 h"),
+        (1e6, "11.6 days"),  # a time to train: 1e6 / 86400 = 11.57
+    ],
+)
+def test_one_duration_formatter_for_steps_and_training(seconds, text):
+    assert format_duration(seconds) == text
+    assert format_duration_short(1e6) == "11.6 d"
 
 
 def test_usd_per_mtoken_by_hand():

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -164,8 +164,9 @@ class Calibration:
         f, lo, hi = fn(x, None if group is None else [group])
         return float(f[0]), float(min(lo[0], f[0])), float(max(hi[0], f[0]))
 
-    def throughput_factor(
+    def factor(
         self,
+        kind: Literal["throughput", "memory"],
         model: ModelSpec,
         cluster: ClusterSpec,
         workload: Workload,
@@ -173,22 +174,17 @@ class Calibration:
         estimate: Estimate,
         group: str | None = None,
     ) -> tuple[float, float, float]:
-        """Multiplicative correction of the estimate's tokens/s and its (low, high) 80% band."""
-        x = features(model, cluster, workload, strategy, estimate)
-        return self._one(self.factors, x, self.corrector, group)
-
-    def memory_factor(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        workload: Workload,
-        strategy: Strategy,
-        estimate: Estimate,
-        group: str | None = None,
-    ) -> tuple[float, float, float]:
-        """Multiplicative correction of the estimate's peak memory and its band ((1, 1, 1) without one)."""
+        """Multiplicative correction of the estimate's tokens/s (kind "throughput") or peak memory ("memory")
+        and its (low, high) 80% band; (1, 1, 1) without a corrector of that kind."""
+        if kind == "throughput":
+            x = features(model, cluster, workload, strategy, estimate)
+            return self._one(self.factors, x, self.corrector, group)
         x = memory_features(model, cluster, workload, strategy, estimate)
         return self._one(self.memory_factors, x, self.memory_corrector, group)
+
+    # factor(kind, ...) with the kind bound: same arguments and result as `factor`.
+    throughput_factor = functools.partialmethod(factor, "throughput")
+    memory_factor = functools.partialmethod(factor, "memory")
 
     def apply(
         self,

@@ -20,6 +20,7 @@ from autopar.calibration.apply import (
     default_artifact_path,
     published_training_sets,
 )
+from autopar.units import format_duration
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cal = build_default_calibration()
     cal.save(path)
-    print(f"wrote {path} in {time.perf_counter() - t0:.1f} s: {cal.describe()}")
+    print(f"wrote {path} in {format_duration(time.perf_counter() - t0)}: {cal.describe()}")
     print(f"choice: {cal.meta.choice['reason']}")
     return 0
 

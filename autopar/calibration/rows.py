@@ -21,6 +21,7 @@ from autopar.calibration.cells import as_number, blank_to_none, catalog_lookup
 from autopar.calibration.records import ARCH_COLUMNS, RECORD_COLUMNS, row_to_specs
 from autopar.calibration.throughput import TFLOPS_DEFINITIONS, tflops_definition
 from autopar.errors import AutoparError
+from autopar.layouts import Axis
 
 # The run-record schema (the columns of shared/groundtruth/public.csv, in order) and the arch columns
 # without which a row must name a catalog model: both as the specs builder in records.py reads them.
@@ -149,7 +150,7 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
     _, reason = catalog_lookup("gpu", r.gpu)
     if reason is not None:
         errs.append(("gpu", r.gpu, reason))
-    degrees = {k: getattr(r, k) for k in ("tp", "pp", "cp", "dp")}
+    degrees = {k: getattr(r, k) for k in (Axis.TP, Axis.PP, Axis.CP, Axis.DP)}
     if all(v is not None for v in degrees.values()):
         prod = math.prod(degrees.values())
         if prod != r.num_gpus:

@@ -1,7 +1,8 @@
-"""Options shared by several commands: calibration choice and the software stack."""
+"""Options shared by several commands: calibration choice, the software stack, the strategy knobs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,6 +49,19 @@ PlotlyOpt = Annotated[
 ]
 
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
+# Strategy knobs that `estimate` and `launch` take as options named like Strategy's fields.
+KNOB_FLAGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+
+
+def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:
+    """The Strategy of a command's knob options, read by name from `flags` (its locals()), `fields` on top;
+    --sp/--no-sp unset means on when tp > 1."""
+    from autopar.specs import Strategy
+
+    knobs = {k: flags[k] for k in KNOB_FLAGS if k in flags}
+    sp = flags.get("sp")
+    knobs["sp"] = (knobs.get("tp", 1) > 1) if sp is None else sp
+    return Strategy(**{**knobs, **fields})
 
 
 def check_plotly(mode: str, out: Path | None) -> str:

@@ -18,6 +18,7 @@ from autopar.cli.common import (
     NoCalibrationOpt,
     TpOverlapOpt,
     check_framework,
+    knob_strategy,
     resolve_calibration,
 )
 from autopar.cli.workload_opts import (
@@ -30,7 +31,7 @@ from autopar.cli.workload_opts import (
     workload_extras,
 )
 from autopar.errors import DataError, SpecError
-from autopar.units import GiB
+from autopar.units import GiB, format_duration
 
 
 def _write_table(df: Any, out: Path) -> None:
@@ -111,7 +112,7 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     )
     head.add_column("figure")
     head.add_column("value", justify="right")
-    head.add_row("step time", f"{est.step_time_s:.3f} s")
+    head.add_row("step time", format_duration(est.step_time_s))
     head.add_row("throughput (cluster)", f"{est.tokens_per_s:,.0f} tokens/s")
     head.add_row("throughput per GPU", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f} (model FLOPs, full s² attention)")
@@ -251,7 +252,7 @@ def estimate_cmd(
         raise SpecError("--out goes with --batch (single estimates print to the terminal; use --json)")
     from autopar.catalog import get_gpu, get_model
     from autopar.perf import estimate
-    from autopar.specs import ClusterSpec, Strategy, Workload
+    from autopar.specs import ClusterSpec, Workload
 
     m = get_model(model)
     choice = resolve_cluster(
@@ -277,30 +278,9 @@ def estimate_cmd(
         precision=precision,
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
-        **workload_extras(
-            m,
-            [precision],
-            fp8_recipe,
-            moe_imbalance,
-            moe_capacity_factor,
-            moe_dispatcher,
-            moe_ep_overlap,
-            cuda_graphs,
-        ),
+        **workload_extras(m, [precision], locals()),
     )
-    strategy = Strategy(
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        vpp=vpp,
-        sp=(tp > 1) if sp is None else sp,
-        zero=zero,
-        micro_batch=micro_batch,
-        recompute=recompute,
-        pp_schedule=pp_schedule or _schedule_of(vpp, pp),
-    ).with_dp(gpus)
+    strategy = knob_strategy(locals(), pp_schedule=pp_schedule or _schedule_of(vpp, pp)).with_dp(gpus)
     analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
     strategy = analytical.strategy or strategy  # unset knobs as the estimate completed them
     calib = resolve_calibration(calibration, no_calibration)

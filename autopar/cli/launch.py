@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from autopar.cli.app import command, console, err_console
-from autopar.cli.common import TpOverlapOpt
+from autopar.cli.common import TpOverlapOpt, knob_strategy
 from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 from autopar.errors import InvalidStrategyError, SpecError
 
@@ -42,7 +42,6 @@ def _strategy(
 ):
     """The Strategy from --strategy LABEL or from the individual knobs (validated by pydantic)."""
     from autopar.reports.launch import parse_strategy_label
-    from autopar.specs import Strategy
 
     if label:
         return parse_strategy_label(label)
@@ -51,20 +50,7 @@ def _strategy(
     sched = schedule or ("interleaved" if vpp > 1 else "1f1b")
     if sched not in ("1f1b", "interleaved"):
         raise SpecError(f"schedule={sched!r} is not allowed (allowed: 1f1b, interleaved)")
-    return Strategy(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        vpp=vpp,
-        sp=(tp > 1) if sp is None else sp,
-        zero=zero,
-        micro_batch=micro_batch,
-        recompute=recompute,
-        pp_schedule=sched,
-    )
+    return knob_strategy(locals(), pp_schedule=sched)
 
 
 def _check(model, cluster, workload, strategy, strict: bool = True) -> None:

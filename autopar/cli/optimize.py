@@ -50,6 +50,7 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 from autopar.search.storage import mask
+from autopar.units import format_duration
 
 HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
 
@@ -163,7 +164,7 @@ def print_result(result: Any, top: int) -> None:
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
         f"{n['total']:,} trials = {n['evaluated']:,} evaluated + {n['rule_violations']:,} invalid layouts "
-        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {result.wall_s:.1f} s",
+        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {format_duration(result.wall_s)}",
         highlight=False,
     )
     if st.get("study_name"):
@@ -207,9 +208,9 @@ def print_result(result: Any, top: int) -> None:
         console.print(f"\n[bold green]{r.role}[/]: {r.trial.strategy.label()}", highlight=False)
         train = ""
         if tokens and r.trial.values.get("throughput"):
-            days = tokens / r.trial.values["throughput"] / 86_400
+            time_s = tokens / r.trial.values["throughput"]
             train = (
-                f" Training {tokens:.3g} tokens takes {days:,.1f} days and costs "
+                f" Training {tokens:.3g} tokens takes {format_duration(time_s)} and costs "
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
@@ -338,16 +339,7 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
-        **workload_extras(
-            m,
-            precs,
-            fp8_recipe,
-            moe_imbalance,
-            moe_capacity_factor,
-            moe_dispatcher,
-            moe_ep_overlap,
-            cuda_graphs,
-        ),
+        **workload_extras(m, precs, locals()),
     )
     book = None
     if prices is not None:

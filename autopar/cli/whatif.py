@@ -140,7 +140,7 @@ def render_whatif(result: WhatIfResult) -> None:
     n = len(result.options)
     console.print(
         f"[dim]{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
-        f"in {result.wall_s:.1f} s (seed {result.seed}, budget {result.search_budget} trials per "
+        f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
         "option)[/]",
         highlight=False,
     )

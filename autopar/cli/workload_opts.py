@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -58,17 +59,13 @@ CudaGraphsOpt = Annotated[
 ]
 
 
-def workload_extras(
-    model: Any,
-    precisions: list[str],
-    fp8_recipe: str | None,
-    moe_imbalance: float | None,
-    moe_capacity_factor: float | None,
-    moe_dispatcher: str | None = None,
-    moe_ep_overlap: bool = False,
-    cuda_graphs: bool = False,
-) -> dict[str, Any]:
-    """Workload fields from the FP8/MoE flags; a flag that cannot take effect is an error."""
+def workload_extras(model: Any, precisions: list[str], flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Workload fields from the FP8/MoE/CUDA-graph options above, read by parameter name from `flags` (a
+    command's locals(): every command declares them as fp8_recipe, moe_imbalance, ...); a flag that cannot
+    take effect is an error."""
+    fp8_recipe, moe_imbalance = flags.get("fp8_recipe"), flags.get("moe_imbalance")
+    moe_capacity_factor, moe_dispatcher = flags.get("moe_capacity_factor"), flags.get("moe_dispatcher")
+    moe_ep_overlap, cuda_graphs = flags.get("moe_ep_overlap", False), flags.get("cuda_graphs", False)
     out: dict[str, Any] = {"cuda_graphs": cuda_graphs} if cuda_graphs else {}
     if fp8_recipe is not None:
         if "fp8" not in precisions:

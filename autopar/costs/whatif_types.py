@@ -12,6 +12,7 @@ from typing import Any
 from autopar.costs.figures import CostFigures
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import SECONDS_PER_DAY
 
 
 @dataclass
@@ -90,7 +91,7 @@ class OptionResult:
             "mfu": self.mfu,
             "time_to_train_s": self.time_to_train_s,
             "time_to_train_days": (
-                self.time_to_train_s / 86400 if self.time_to_train_s is not None else None
+                self.time_to_train_s / SECONDS_PER_DAY if self.time_to_train_s is not None else None
             ),
             "total_cost_usd": self.total_cost_usd,
             "usd_per_mtoken": self.usd_per_mtoken,

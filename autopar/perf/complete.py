@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
+from autopar.layouts import Axis
 from autopar.perf import pipeline
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -69,10 +70,10 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
         out["recompute"] = list(RECOMPUTE_MODES)
     if "zero" in unset:
         out["zero"] = sorted(ZERO_BY_FRAMEWORK[w.framework], reverse=True)
-    if "etp" in unset:
+    if Axis.ETP in unset:
         ff = model.moe_ffn_hidden or 1
-        out["etp"] = sorted({k for k in _divisors(s.tp) if ff % k == 0} | {1}, reverse=True)
-    if "vpp" in unset or "pp_schedule" in unset:
+        out[Axis.ETP] = sorted({k for k in _divisors(s.tp) if ff % k == 0} | {1}, reverse=True)
+    if Axis.VPP in unset or "pp_schedule" in unset:
         out["sched"] = _schedule_pairs(model, s, w.framework)
     return out
 
@@ -80,7 +81,7 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
 def _apply(s: Strategy, choice: dict[str, Any]) -> Strategy:
     upd = {k: v for k, v in choice.items() if k != "sched"}
     if "sched" in choice:
-        upd["pp_schedule"], upd["vpp"] = choice["sched"]
+        upd["pp_schedule"], upd[Axis.VPP] = choice["sched"]
     return s.model_copy(update=upd)
 
 
@@ -158,7 +159,7 @@ def _with_assumed(est: Estimate, choice: dict[str, Any], n: int, unset: tuple[st
 
     flat = {k: v for k, v in choice.items() if k != "sched"}
     if "sched" in choice:
-        flat["pp_schedule"], flat["vpp"] = choice["sched"]
+        flat["pp_schedule"], flat[Axis.VPP] = choice["sched"]
     parts = [f"{k}={flat[k]}" for k in unset]
     assumed = tuple(f"{p} (unset; best feasible of {n} candidates)" for p in parts)
     return replace(est, assumed=assumed, notes=(*est.notes, "completed unset knobs: " + ", ".join(parts)))

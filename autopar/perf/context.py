@@ -65,7 +65,6 @@ class PerfContext:
             r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
             for r in ("none", "selective", "full")
         }
-        self.opt_bytes = {"adam": 12.0, "adam_bf16_states": 8.0, "sgd": 8.0}[w.optimizer]
         self.layers: dict[tuple, Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
         self.gemms: dict[tuple, float] = {}
 

@@ -1,6 +1,11 @@
 """Per-layer costs of the analytical model: the (model, cluster, workload) context and, for one layer
 sharding (tp, cp, micro-batch, ep, etp, sp, recompute), the compute/communication time and activation bytes
 per layer per micro-batch. Memoised, because thousands of strategies share a sharding.
+
+`_compute_layer_costs` composes one function per concern: attention (projection GEMMs and core attention:
+MLA / GQA, FlashAttention or the unfused pre-FlashAttention kernels), MLP and MoE compute, elementwise and FP8
+quantisation traffic, recompute, logits, TP communication with its overlap, the CP ring, EP dispatch/combine,
+the CPU issue floor and activation bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,59 @@ NCCL_BYTES = 0.75 * GiB  # NCCL communicators and buffers
 FRAGMENTATION = 0.05  # caching-allocator slack on activations and transient buffers
 OVERLAP_SLOWDOWN = 0.10  # compute slowdown while overlapped communication runs (SM sharing, Calculon)
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam step traffic per local parameter (formulas §6, ~30 B + grad norm)
+
+# Element sizes (bytes).
+BF16_BYTES = 2.0  # activations, scores and TP/PP/CP buffers travel in bf16
+FP8_BYTES = 1.0  # FP8 GEMM inputs (Transformer Engine / torchao float8 keep them for the backward)
+FP32_BYTES = 4.0  # logits in the loss, router scores, FlashAttention's log-sum-exp
+
+# ---- core attention --------------------------------------------------------------------------------------
+# FlashAttention backward = 2.5x the forward's matmul FLOPs: it recomputes QK^T and runs 4 more matmuls
+# (dV, dP, dQ, dK) against the forward's 2 (Dao 2023, FlashAttention-2; Dao-AILab/flash-attention
+# benchmarks/benchmark_flash_attention.py `flops`: bwd = 2.5 x fwd).
+ATTN_BWD_FLOP_RATIO = 2.5
+# The efficiency tables' attention fractions hold at long sequences and head dim 128. Shorter KV loops spend
+# relatively more in each tile's prologue/epilogue and smaller heads give each MMA less work, so both terms
+# saturate hyperbolically, x / (x + half), normalised to 1 at the reference head dim. The half-saturation
+# points are modelling assumptions on the kernels' scale (FlashAttention-2/3: 64-128-key tiles, 16-deep MMA
+# k-steps), not fits: 512 keys (a few tiles) and 16 head-dim elements (one k-step).
+ATTN_SEQ_HALF_SAT = 512.0
+ATTN_HEAD_DIM_REF = 128  # head dim of the efficiency tables (and the FA2/FA3 sweet spot); larger adds nothing
+ATTN_HEAD_DIM_HALF_SAT = 16.0
+# Unfused attention (Megatron before FlashAttention): per score, forward writes QK^T (2 B), the fused
+# scale-mask-softmax reads it and writes the probabilities (2 + 2), dropout reads them and writes its output
+# and mask (2 + 2 + 1): 11 B. The backward reads/writes the mirror images plus the incoming gradients: 2x.
+UNFUSED_SCORE_BYTES_FWD = 11.0
+UNFUSED_SCORE_BYTES_BWD = 22.0
+
+# ---- elementwise (memory-bound) traffic per token per layer, forward -------------------------------------
+# Outside the TP region (replicated, or SP-sharded): 2 norms (read + write bf16: 4 B/element each) and 2
+# residual adds (2 reads + 1 write: 6 B each) = 20 B per hidden element.
+NORM_RESIDUAL_BYTES_PER_HIDDEN = 20.0
+ROPE_BYTES_PER_QK = 4.0  # RoPE on q and k: read + write bf16 per element of the a·dh + k·dh q/k columns
+# The MLP activation per ffn element: SwiGLU reads gate and up and writes the product (6 B); GeLU 2 + 2 B.
+ACTIVATION_BYTES_PER_FFN = {3: 6.0, 2: 4.0}  # keyed by the MLP's weight matrices (3 = SwiGLU, 2 = GeLU)
+ELEMENTWISE_BWD_RATIO = 2.0  # backward elementwise ~2x the forward (reads the saved input and the gradient)
+# Selective recompute re-runs part of the elementwise work (norm/RoPE/activation, not the residual adds and
+# not the backward's own passes): taken as half of the forward's.
+SELECTIVE_ELEMENTWISE_FRACTION = 0.5
+
+# ---- logits ---------------------------------------------------------------------------------------------
+LOGITS_SOFTMAX_PASSES = 3  # fp32 cross-entropy over the logits: max, exp-sum/normalise, gradient write
+
+# ---- TP collectives per layer per micro-batch (Megatron: Narayanan et al. 2021 §3.2; with SP, Korthikanti
+# et al. 2022 §4.2.2: each all-reduce becomes an all-gather + reduce-scatter of the same cost) ----------------
+TP_COLLECTIVES_FWD_BWD = 4  # 2 forward (after attention and after the MLP) + their 2 backward mirrors
+TP_COLLECTIVES_FULL_RECOMPUTE = 2  # the forward's 2 once more when the layer is recomputed
+GEMM_PASSES_FWD_BWD = 1 + 2  # a weight GEMM runs once forward, twice backward (dgrad + wgrad)
+
+# ---- activations kept per token per layer (Korthikanti et al. 2022 Table 2 terms, bytes) -----------------
+NORM_INPUTS_BYTES_PER_HIDDEN = 4.0  # the 2 norm inputs in bf16
+HIDDEN_DROPOUT_MASKS_BYTES_PER_HIDDEN = 2.0  # two 1-byte hidden-dropout masks (part of Table 2's 34)
+# Unfused scores kept per score: softmax output (2) + dropout mask (1) + dropout output (2) with dropout, else
+# the softmax output only.
+SCORE_BYTES_DROPOUT = 5.0
+SCORE_BYTES_NO_DROPOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +111,66 @@ class LayerCosts:
     kv_bytes_tok: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Shard:
+    """One layer sharding in the model's terms: local tokens and (TP-adjusted) dimensions."""
+
+    t: int
+    c: int
+    e: int
+    te: int
+    sp: bool
+    rec: str
+    T: float  # tokens of one micro-batch on this GPU's CP shard (all TP ranks see them)
+    S: int
+    h: int
+    a: int
+    k: int  # KV heads, at least tp (with tp > kv_heads each TP rank holds a replica of one KV head)
+    dh: int
+    f: int
+    n_mat: int  # weight matrices of the MLP: 3 SwiGLU (gate, up, down), 2 GeLU
+    wg: int  # backward GEMMs per weight GEMM (2; 1 with frozen LoRA base weights)
+    fp8: bool
+
+    @property
+    def sp_div(self) -> int:
+        """Sharding of the tensors outside the TP region: by TP under sequence parallelism."""
+        return self.t if self.sp else 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Attention:
+    gemm: float  # projection GEMMs forward (QKV, MLA down/up projections, output)
+    fwd: float  # core attention forward
+    bwd: float
+    qk_dim: int
+    v_dim: int
+    kv_bytes_tok: float  # K and V bytes per token exchanged by the CP ring
+
+
+@dataclass(frozen=True, slots=True)
+class _Mlp:
+    dense_gemm: float  # dense MLP GEMMs forward
+    moe_gemm: float  # routed experts (busiest rank) + shared experts forward
+    moe_fwd_extra: float  # router, permutation, grouped-GEMM overheads (perf/moe.py)
+    moe_bwd_extra: float
+    ep_a2a: float  # one dispatch + combine
+    fe: int  # routed expert ffn width (0 for dense)
+    load: float  # routed tokens on the busiest rank / the mean
+
+
+@dataclass(frozen=True, slots=True)
+class _Times:
+    """Forward, backward and recompute time of a dense and a MoE layer (no communication)."""
+
+    dense_fwd: float
+    dense_bwd: float
+    dense_re: float
+    moe_fwd: float
+    moe_bwd: float
+    moe_re: float
+
+
 def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> LayerCosts:
     """Per-layer costs for one layer sharding, computed once per context."""
     key = (t, c, b, e, te, sp, rec)
@@ -63,231 +181,291 @@ def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: b
     return lc
 
 
+def _shard(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> _Shard:
+    """The layer sharding with its derived sizes (tokens per micro-batch on this CP shard, TP-adjusted KV heads)."""
+    model = ctx.model
+    S = ctx.w.seq_len
+    n_mat = 3 if model.activation == "swiglu" else 2
+    return _Shard(
+        t=t,
+        c=c,
+        e=e,
+        te=te,
+        sp=sp,
+        rec=rec,
+        T=b * S / c,
+        S=S,
+        h=model.hidden,
+        a=model.heads,
+        k=max(model.kv, t),
+        dh=model.dh,
+        f=model.ffn_hidden,
+        n_mat=n_mat,
+        wg=weight_grad_gemms(ctx.w),
+        fp8=ctx.fp8,
+    )
+
+
 def _compute_layer_costs(
     ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str
 ) -> LayerCosts:
     """Compute and communication per layer per micro-batch, and activation bytes (formulas §2-4)."""
-    model, sw, eff, links = ctx.model, ctx.sw, ctx.eff, ctx.links
-    fp8, peak16, hbm, G = ctx.fp8, ctx.peak16, ctx.hbm, ctx.G
-    gemm = ctx.gemm
-    S = ctx.w.seq_len
-    h = model.hidden
-    a, k, dh = model.heads, model.kv, model.dh
-    k = max(k, t)  # with tp > kv_heads each TP rank holds (a replica of) one KV head
-    T = b * S / c  # tokens of one micro-batch on this GPU's CP shard (all TP ranks see them)
+    g = _shard(ctx, t, c, b, e, te, sp, rec)
+    model = ctx.model
+    at = _attention(ctx, g)
+    mlp = _mlp(ctx, g)
+    elem_fwd = _elementwise_fwd(ctx, g, (mlp.fe * model.topk * mlp.load) if model.is_moe else g.f)
+    x = _layer_times(ctx, g, at, mlp, elem_fwd)
+    tp_dense, tp_moe, x = _tp_comm(ctx, g, at, mlp, x)
+    cp_layer = _cp_ring(ctx, g, at)
+    ep_layer, x = _ep_comm(ctx, g, mlp, x)
+    x = _issue_floor(ctx, g, x, tp_dense + cp_layer, tp_moe + cp_layer + ep_layer)
+    act = _ActivationTerms.of(ctx, g, mlp)
+    return LayerCosts(
+        dense_fwd=x.dense_fwd,
+        dense_bwd=x.dense_bwd,
+        dense_re=x.dense_re,
+        moe_fwd=x.moe_fwd,
+        moe_bwd=x.moe_bwd,
+        moe_re=x.moe_re,
+        logits_time=_logits_time(ctx, g),
+        tp_dense=tp_dense,
+        tp_moe=tp_moe,
+        cp_layer=cp_layer,
+        ep_layer=ep_layer,
+        act_dense=act.layer(False, rec),
+        act_moe=act.layer(True, rec),
+        act_dense_full=act.layer(False, "none"),
+        act_moe_full=act.layer(True, "none"),
+        logits_mem=g.T * model.vocab / t * ctx.sw.loss_bytes_per_logit,
+        embed_mem=g.T * g.h * BF16_BYTES / g.sp_div,
+        pp_bytes=BF16_BYTES * g.T * g.h / g.sp_div,
+        attn_fwd=at.fwd,
+        attn_bwd=at.bwd,
+        kv_bytes_tok=at.kv_bytes_tok,
+    )
 
-    if model.is_mla:
-        dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
-        rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
-        attn_gemm = gemm(T, rq, h, fp8) if rq else 0.0
-        attn_gemm += gemm(T, a * (dn + dr) / t, rq or h, fp8)
-        attn_gemm += gemm(T, rkv + dr, h, fp8) + gemm(T, a * (dn + dv) / t, rkv, fp8)
-        attn_gemm += gemm(T, h, a * dv / t, fp8)
-        qk_dim, v_dim = dn + dr, dv
-        kv_bytes_tok = 2 * (rkv + dr)  # compressed KV per token
+
+# ---- attention ---------------------------------------------------------------------------------------------
+
+
+def _attention(ctx: PerfContext, g: _Shard) -> _Attention:
+    """Projection GEMMs and core attention of one layer (MLA or MHA/GQA/MQA)."""
+    if ctx.model.is_mla:
+        gemm, qk_dim, v_dim, kv_bytes_tok = _mla_projections(ctx, g)
     else:
-        attn_gemm = gemm(T, (a + 2 * k) * dh / t, h, fp8) + gemm(T, h, a * dh / t, fp8)
-        qk_dim, v_dim = dh, dh
-        kv_bytes_tok = 2 * 2 * k * dh
-    if sw.flash_attention:
-        s_ctx = attention_context(model, S, causal=True)
-        attn_core_flops = 2.0 * a * (qk_dim + v_dim) * s_ctx * T / t
-        s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
-        attn_eta_scale = (
-            (s_kv / (s_kv + 512.0)) * (min(qk_dim, 128) / (min(qk_dim, 128) + 16.0)) / (128 / 144)
-        )
-        eta_f, eta_b = (
-            (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
-        )
-        attn_fwd = attn_core_flops / (peak16 * eta_f * attn_eta_scale) + eff.kernel_overhead_s
-        attn_bwd = 2.5 * attn_core_flops / (peak16 * eta_b * attn_eta_scale) + eff.kernel_overhead_s
+        gemm, qk_dim, v_dim, kv_bytes_tok = _gqa_projections(ctx, g)
+    if ctx.sw.flash_attention:
+        fwd, bwd = _flash_attention(ctx, g, qk_dim, v_dim)
     else:
-        # Unfused attention (pre-FlashAttention Megatron): batched GEMMs over the full s x s scores, and the
-        # scores/softmax/dropout tensors go through HBM: ~11 B per score forward, ~2x that backward.
-        s_loc = S / c
-        heads_local = a / t
-        seqs = T / s_loc
-        bmm = gemm(s_loc, S, qk_dim, False) + gemm(s_loc, v_dim, S, False) - 2 * eff.kernel_overhead_s
-        scores = seqs * heads_local * s_loc * S
-        attn_fwd = seqs * heads_local * bmm + 11.0 * scores / hbm + eff.kernel_overhead_s
-        attn_bwd = 2.0 * seqs * heads_local * bmm + 22.0 * scores / hbm + eff.kernel_overhead_s
+        fwd, bwd = _unfused_attention(ctx, g, qk_dim, v_dim)
+    return _Attention(gemm, fwd, bwd, qk_dim, v_dim, kv_bytes_tok)
 
-    n_mat = 3 if model.activation == "swiglu" else 2
-    wg = weight_grad_gemms(ctx.w)  # backward GEMMs per weight GEMM (2; 1 with frozen LoRA base weights)
-    f = model.ffn_hidden
-    dense_mlp_gemm = gemm(T, (n_mat - 1) * f / t, h, fp8) + gemm(T, h, f / t, fp8)
-    load = routed_load(ctx.w.moe_imbalance, ctx.w.moe_capacity_factor) if model.is_moe else 1.0
-    moe_fwd_extra = moe_bwd_extra = 0.0
-    ep_a2a = 0.0
-    if model.is_moe:
-        fe = model.moe_ffn_hidden or 0
-        mc = routed_expert_costs(ctx, T, t, e, te, n_mat)
-        moe_gemm = mc.expert_fwd
-        frozen = (2 - wg) * mc.expert_fwd  # LoRA: no expert wgrad (perf/finetune.py)
-        moe_fwd_extra = mc.overhead_fwd
-        moe_bwd_extra = mc.overhead_bwd + mc.expert_bwd - frozen - wg * mc.expert_fwd
-        ep_a2a = mc.dispatch_combine
-        if model.shared_experts:  # shared experts: a TP-sharded MLP on every token
-            fs = model.shared_ffn * model.shared_experts
-            moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
-    else:
-        fe = 0
-        moe_gemm = 0.0
 
-    # Memory-bound elementwise work per token per layer, forward (bytes): norms, residual adds,
-    # RoPE, activation function; backward ~2x. Sharded by TP inside the TP region, by SP outside.
-    act_f = (fe * model.topk * load) if model.is_moe else f
-    elem_rep = 20.0 * h
-    elem_shard = 4.0 * (a + k) * dh + (6.0 if n_mat == 3 else 4.0) * act_f
-    elem_fwd = sw.elementwise_passes * T * (elem_rep / (t if sp else 1) + elem_shard / t) / hbm
-    # FP8 quantisation (perf/fp8.py) of the attention / dense-MLP / shared-expert GEMM operands: inputs in
-    # the forward, output gradients in the backward (routed experts are counted in perf/moe.py).
-    q_fwd_dense = q_bwd_dense = q_fwd_moe = q_bwd_moe = 0.0
-    if fp8:
-        recipe = ctx.w.fp8_recipe
-        attn_in, attn_grad = h + a * dh / t, (a + 2 * k) * dh / t + h
-        mlp_in, mlp_grad = h + f / t, (n_mat - 1) * f / t + h
-        fs_t = model.shared_ffn * model.shared_experts / t if model.is_moe else 0.0
-        sh_in, sh_grad = (h + fs_t, (n_mat - 1) * fs_t + h) if fs_t else (0.0, 0.0)
-        q_fwd_dense = quantise_time(T * (attn_in + mlp_in), recipe, hbm)
-        q_bwd_dense = quantise_time(T * (attn_grad + mlp_grad), recipe, hbm)
-        q_fwd_moe = quantise_time(T * (attn_in + sh_in), recipe, hbm)
-        q_bwd_moe = quantise_time(T * (attn_grad + sh_grad), recipe, hbm)
-    # Per-layer forward / backward (no comm).
-    dense_fwd = attn_gemm + attn_fwd + dense_mlp_gemm + elem_fwd + q_fwd_dense
-    dense_bwd = wg * (attn_gemm + dense_mlp_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_dense
-    moe_fwd = attn_gemm + attn_fwd + moe_gemm + elem_fwd + q_fwd_moe + moe_fwd_extra
-    moe_bwd = wg * (attn_gemm + moe_gemm) + attn_bwd + 2 * elem_fwd + q_bwd_moe + moe_bwd_extra
+def _mla_projections(ctx: PerfContext, g: _Shard) -> tuple[float, int, int, float]:
+    """MLA (DeepSeek-V2/V3): q down/up (or direct q), compressed KV down, K/V up, output projection."""
+    model, gemm, T, t, h, a, fp8 = ctx.model, ctx.gemm, g.T, g.t, g.h, g.a, g.fp8
+    dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
+    attn_gemm = gemm(T, rq, h, fp8) if rq else 0.0
+    attn_gemm += gemm(T, a * (dn + dr) / t, rq or h, fp8)
+    attn_gemm += gemm(T, rkv + dr, h, fp8) + gemm(T, a * (dn + dv) / t, rkv, fp8)
+    attn_gemm += gemm(T, h, a * dv / t, fp8)
+    return attn_gemm, dn + dr, dv, BF16_BYTES * (rkv + dr)  # compressed KV per token
 
-    if rec == "full":
+
+def _gqa_projections(ctx: PerfContext, g: _Shard) -> tuple[float, int, int, float]:
+    """Fused QKV and output projection; KV heads replicated when tp > kv_heads."""
+    gemm, T, t, h, fp8 = ctx.gemm, g.T, g.t, g.h, g.fp8
+    attn_gemm = gemm(T, (g.a + 2 * g.k) * g.dh / t, h, fp8) + gemm(T, h, g.a * g.dh / t, fp8)
+    return attn_gemm, g.dh, g.dh, 2 * BF16_BYTES * g.k * g.dh
+
+
+def attention_shape_scale(s_kv: float, qk_dim: int) -> float:
+    """Attention efficiency relative to the tables' (long sequence, head dim 128) figure."""
+    d = min(qk_dim, ATTN_HEAD_DIM_REF)
+    ref = ATTN_HEAD_DIM_REF / (ATTN_HEAD_DIM_REF + ATTN_HEAD_DIM_HALF_SAT)
+    return (s_kv / (s_kv + ATTN_SEQ_HALF_SAT)) * (d / (d + ATTN_HEAD_DIM_HALF_SAT)) / ref
+
+
+def _flash_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> tuple[float, float]:
+    """FlashAttention / fused attention: FLOP-bound, causal (and sliding-window) context per query."""
+    model, eff, sw, S = ctx.model, ctx.eff, ctx.sw, g.S
+    s_ctx = attention_context(model, S, causal=True)
+    flops = 2.0 * g.a * (qk_dim + v_dim) * s_ctx * g.T / g.t
+    s_kv = min(S, model.sliding_window or S) if model.sliding_window_fraction >= 1 else S
+    scale = attention_shape_scale(s_kv, qk_dim)
+    eta_f, eta_b = (
+        (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
+    )
+    fwd = flops / (ctx.peak16 * eta_f * scale) + eff.kernel_overhead_s
+    bwd = ATTN_BWD_FLOP_RATIO * flops / (ctx.peak16 * eta_b * scale) + eff.kernel_overhead_s
+    return fwd, bwd
+
+
+def _unfused_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> tuple[float, float]:
+    """Pre-FlashAttention Megatron: batched GEMMs over the full s x s scores, which go through HBM."""
+    eff, hbm, S, gemm = ctx.eff, ctx.hbm, g.S, ctx.gemm
+    s_loc = S / g.c
+    heads_local = g.a / g.t
+    seqs = g.T / s_loc
+    bmm = gemm(s_loc, S, qk_dim, False) + gemm(s_loc, v_dim, S, False) - 2 * eff.kernel_overhead_s
+    scores = seqs * heads_local * s_loc * S
+    fwd = seqs * heads_local * bmm + UNFUSED_SCORE_BYTES_FWD * scores / hbm + eff.kernel_overhead_s
+    # backward: dgrad of both operands of each batched GEMM (2 GEMMs per forward GEMM)
+    bwd = 2.0 * seqs * heads_local * bmm + UNFUSED_SCORE_BYTES_BWD * scores / hbm + eff.kernel_overhead_s
+    return fwd, bwd
+
+
+# ---- MLP, MoE, elementwise, FP8 ------------------------------------------------------------------------------
+
+
+def _mlp(ctx: PerfContext, g: _Shard) -> _Mlp:
+    """Dense MLP GEMMs, and for MoE models the routed experts (perf/moe.py) plus the shared experts."""
+    model, gemm, T, t, h, fp8, n_mat = ctx.model, ctx.gemm, g.T, g.t, g.h, g.fp8, g.n_mat
+    dense = gemm(T, (n_mat - 1) * g.f / t, h, fp8) + gemm(T, h, g.f / t, fp8)
+    if not model.is_moe:
+        return _Mlp(dense, 0.0, 0.0, 0.0, 0.0, 0, 1.0)
+    load = routed_load(ctx.w.moe_imbalance, ctx.w.moe_capacity_factor)
+    mc = routed_expert_costs(ctx, T, t, g.e, g.te, n_mat)
+    moe_gemm = mc.expert_fwd
+    frozen = (2 - g.wg) * mc.expert_fwd  # LoRA: no expert wgrad (perf/finetune.py)
+    bwd_extra = mc.overhead_bwd + mc.expert_bwd - frozen - g.wg * mc.expert_fwd
+    if model.shared_experts:  # shared experts: a TP-sharded MLP on every token
+        fs = model.shared_ffn * model.shared_experts
+        moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
+    return _Mlp(
+        dense, moe_gemm, mc.overhead_fwd, bwd_extra, mc.dispatch_combine, model.moe_ffn_hidden or 0, load
+    )
+
+
+def _elementwise_fwd(ctx: PerfContext, g: _Shard, act_f: float) -> float:
+    """Memory-bound elementwise time per layer forward (norms, residual adds, RoPE, activation function).
+
+    Sharded by TP inside the TP region, by SP outside it; `act_f` is the activation width per token.
+    """
+    rep = NORM_RESIDUAL_BYTES_PER_HIDDEN * g.h
+    shard = ROPE_BYTES_PER_QK * (g.a + g.k) * g.dh + ACTIVATION_BYTES_PER_FFN[g.n_mat] * act_f
+    return ctx.sw.elementwise_passes * g.T * (rep / g.sp_div + shard / g.t) / ctx.hbm
+
+
+def _fp8_quantise(ctx: PerfContext, g: _Shard) -> tuple[float, float, float, float]:
+    """FP8 quantisation (perf/fp8.py) of the attention / dense-MLP / shared-expert GEMM operands: inputs in the
+    forward, output gradients in the backward, as (dense fwd, dense bwd, MoE fwd, MoE bwd); routed experts are
+    counted in perf/moe.py."""
+    if not g.fp8:
+        return 0.0, 0.0, 0.0, 0.0
+    model, recipe, hbm, T, t, h, a, n_mat = ctx.model, ctx.w.fp8_recipe, ctx.hbm, g.T, g.t, g.h, g.a, g.n_mat
+    attn_in, attn_grad = h + a * g.dh / t, (a + 2 * g.k) * g.dh / t + h
+    mlp_in, mlp_grad = h + g.f / t, (n_mat - 1) * g.f / t + h
+    fs_t = model.shared_ffn * model.shared_experts / t if model.is_moe else 0.0
+    sh_in, sh_grad = (h + fs_t, (n_mat - 1) * fs_t + h) if fs_t else (0.0, 0.0)
+    return (
+        quantise_time(T * (attn_in + mlp_in), recipe, hbm),
+        quantise_time(T * (attn_grad + mlp_grad), recipe, hbm),
+        quantise_time(T * (attn_in + sh_in), recipe, hbm),
+        quantise_time(T * (attn_grad + sh_grad), recipe, hbm),
+    )
+
+
+# ---- compute per layer, recompute, logits --------------------------------------------------------------------
+
+
+def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fwd: float) -> _Times:
+    """Forward / backward / recompute of a dense and a MoE layer, before communication."""
+    q_fd, q_bd, q_fm, q_bm = _fp8_quantise(ctx, g)
+    wg, eb = g.wg, ELEMENTWISE_BWD_RATIO
+    dense_fwd = at.gemm + at.fwd + mlp.dense_gemm + elem_fwd + q_fd
+    dense_bwd = wg * (at.gemm + mlp.dense_gemm) + at.bwd + eb * elem_fwd + q_bd
+    moe_fwd = at.gemm + at.fwd + mlp.moe_gemm + elem_fwd + q_fm + mlp.moe_fwd_extra
+    moe_bwd = wg * (at.gemm + mlp.moe_gemm) + at.bwd + eb * elem_fwd + q_bm + mlp.moe_bwd_extra
+    if g.rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
-    elif rec == "selective":
+    elif g.rec == "selective":
         # Megatron: core attention only (Korthikanti 2022); torchtitan per-op SAC: also half the matmuls.
-        dense_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + dense_mlp_gemm)
-        moe_re = attn_fwd + 0.5 * elem_fwd + sw.selective_gemm_fraction * (attn_gemm + moe_gemm)
+        base, frac = at.fwd + SELECTIVE_ELEMENTWISE_FRACTION * elem_fwd, ctx.sw.selective_gemm_fraction
+        dense_re = base + frac * (at.gemm + mlp.dense_gemm)
+        moe_re = base + frac * (at.gemm + mlp.moe_gemm)
     else:
         dense_re = moe_re = 0.0
+    return _Times(dense_fwd, dense_bwd, dense_re, moe_fwd, moe_bwd, moe_re)
 
-    logits_fwd = gemm(T, model.vocab / t, h, False) + 3 * T * model.vocab / t * 4 / hbm
-    logits_time = (1 + wg) * logits_fwd  # fwd + dgrad + wgrad (+ softmax passes)
 
-    # ---- communication per layer per micro-batch -------------------------------------------
-    tp_bytes = 2.0 * T * h  # one all-reduce buffer (bf16 activations of the micro-batch)
-    ar_tp = comm.all_reduce(tp_bytes, t, 1, links) if t > 1 else 0.0
-    n_tp_dense = 4 + (2 if rec == "full" else 0)
+def _logits_time(ctx: PerfContext, g: _Shard) -> float:
+    """Output layer: forward GEMM + fp32 softmax passes, then dgrad + wgrad (dgrad only when frozen)."""
+    V, T, t = ctx.model.vocab, g.T, g.t
+    fwd = ctx.gemm(T, V / t, g.h, False) + LOGITS_SOFTMAX_PASSES * T * V / t * FP32_BYTES / ctx.hbm
+    return (1 + g.wg) * fwd
+
+
+# ---- communication ----------------------------------------------------------------------------------------
+
+
+def _spread(fwd: float, bwd: float, extra: float) -> tuple[float, float]:
+    """Add time spread like the compute it slows: a third to the forward, two thirds to the backward (2x)."""
+    return fwd + extra / 3, bwd + extra * 2 / 3
+
+
+def _tp_comm(
+    ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, x: _Times
+) -> tuple[float, float, _Times]:
+    """Exposed TP collectives of a dense and a MoE layer, and the layer times slowed by any overlap.
+
+    TP communication overlap (Megatron --tp-comm-overlap, torchtitan async TP): the AG/RS are split into chunks
+    pipelined with the neighbouring GEMMs; the first chunk (1/t) stays exposed, at most sw.tp_overlap_hidden of
+    the rest hides (NVLink/SM contention, serialized chunks), and the chunked GEMMs run OVERLAP_SLOWDOWN slower
+    while hiding it.
+    """
+    t, full = g.t, g.rec == "full"
+    ar_tp = comm.all_reduce(BF16_BYTES * g.T * g.h, t, 1, ctx.links) if t > 1 else 0.0
+    n_tp_dense = TP_COLLECTIVES_FWD_BWD + (TP_COLLECTIVES_FULL_RECOMPUTE if full else 0)
     tp_dense = n_tp_dense * ar_tp
-    tp_moe = (n_tp_dense / 2) * ar_tp * (1 + (1 if te > 1 else 0))
-    if ctx.w.tp_comm_overlap and sp and t > 1:
-        # TP communication overlap (Megatron --tp-comm-overlap, torchtitan async TP): the AG/RS are split
-        # into chunks pipelined with the neighbouring GEMMs; the first chunk (1/t) stays exposed, at most
-        # sw.tp_overlap_hidden of the rest hides (NVLink/SM contention, serialized chunks), and the chunked
-        # GEMMs run OVERLAP_SLOWDOWN slower while hiding it.
-        gemm_dense = (1 + 2 + (1 if rec == "full" else 0)) * (attn_gemm + dense_mlp_gemm)
-        gemm_moe = (1 + 2 + (1 if rec == "full" else 0)) * attn_gemm
-        exp_dense = tp_dense - min(sw.tp_overlap_hidden * tp_dense * (1 - 1 / t), gemm_dense)
-        exp_moe = tp_moe - min(sw.tp_overlap_hidden * tp_moe * (1 - 1 / t), gemm_moe)
-        dense_fwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) / 3
-        dense_bwd += OVERLAP_SLOWDOWN * (tp_dense - exp_dense) * 2 / 3
-        moe_fwd += OVERLAP_SLOWDOWN * (tp_moe - exp_moe) / 3
-        moe_bwd += OVERLAP_SLOWDOWN * (tp_moe - exp_moe) * 2 / 3
-        tp_dense, tp_moe = exp_dense, exp_moe
+    tp_moe = (n_tp_dense / 2) * ar_tp * (1 + (1 if g.te > 1 else 0))  # the MLP's half again with expert TP
+    if not (ctx.w.tp_comm_overlap and g.sp and t > 1):
+        return tp_dense, tp_moe, x
+    passes = GEMM_PASSES_FWD_BWD + (1 if full else 0)
+    hide = ctx.sw.tp_overlap_hidden * (1 - 1 / t)
+    exp_dense = tp_dense - min(hide * tp_dense, passes * (at.gemm + mlp.dense_gemm))
+    exp_moe = tp_moe - min(hide * tp_moe, passes * at.gemm)
+    d_f, d_b = _spread(x.dense_fwd, x.dense_bwd, OVERLAP_SLOWDOWN * (tp_dense - exp_dense))
+    m_f, m_b = _spread(x.moe_fwd, x.moe_bwd, OVERLAP_SLOWDOWN * (tp_moe - exp_moe))
+    return exp_dense, exp_moe, _Times(d_f, d_b, x.dense_re, m_f, m_b, x.moe_re)
 
-    cp_layer = 0.0
-    if c > 1:
-        chunk = kv_bytes_tok * T / (t if not model.is_mla else 1)
-        ring = comm.p2p(chunk, t * c > G, links) * (c - 1)
-        cp_layer = max(0.0, ring - attn_fwd) + max(0.0, 2 * ring - attn_bwd)
-        if rec == "full":
-            cp_layer += max(0.0, ring - attn_fwd)
 
-    # Dispatch + combine forward, their mirror images backward, once more under full recompute.
-    ep_layer = 2 * ep_a2a + (ep_a2a if rec == "full" else 0.0)
-    if ep_layer and ctx.w.moe_ep_overlap:  # hidden under another micro-batch's MoE-layer compute
-        ep_layer, slow = ep_exposed(ep_layer, moe_fwd + moe_bwd + moe_re, eff.sms)
-        moe_fwd += slow / 3
-        moe_bwd += slow * 2 / 3
+def _cp_ring(ctx: PerfContext, g: _Shard, at: _Attention) -> float:
+    """Exposed CP ring per layer: c-1 KV chunk hops, each hidden under the core attention it feeds."""
+    if g.c <= 1:
+        return 0.0
+    chunk = at.kv_bytes_tok * g.T / (g.t if not ctx.model.is_mla else 1)
+    ring = comm.p2p(chunk, g.t * g.c > ctx.G, ctx.links) * (g.c - 1)
+    out = max(0.0, ring - at.fwd) + max(0.0, 2 * ring - at.bwd)  # forward: K, V; backward: dK, dV too
+    if g.rec == "full":
+        out += max(0.0, ring - at.fwd)
+    return out
 
-    # ---- CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the ops' issue -----------
-    if not ctx.w.cuda_graphs:
-        hf, hb = host_issue_time(False, 0)
-        dense_fwd, dense_bwd = _floor(dense_fwd, dense_bwd, hf, hb, tp_dense + cp_layer)
-        if model.is_moe:
-            hf, hb = host_issue_time(True, model.experts / e)
-            moe_fwd, moe_bwd = _floor(moe_fwd, moe_bwd, hf, hb, tp_moe + cp_layer + ep_layer)
 
-    # ---- activations -----------------------------------------------------------------------
-    if model.is_mla:
-        qkv_tok = 2.0 * (a * (dn + dr) * 2 + a * dv) + 2.0 * ((model.q_lora_rank or 0) + rkv) * t
-        ctx_tok = 2.0 * a * dv
-    else:
-        qkv_tok = 2.0 * dh * (a + 2 * k)
-        ctx_tok = 2.0 * a * dh
-    # FP8 (Transformer Engine / torchao float8) keeps the quantised GEMM inputs (1 byte) for backward.
-    gemm_in = 1.0 if fp8 else 2.0
-    rep_tok = 4.0 * h + 2.0 * gemm_in * h  # 2 norm inputs (bf16), QKV input, MLP input
-    ctx_tok *= gemm_in / 2.0  # attention output = output-projection input
-    mlp_tok = (2.0 * (n_mat - 1) + gemm_in) * f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+def _ep_comm(ctx: PerfContext, g: _Shard, mlp: _Mlp, x: _Times) -> tuple[float, _Times]:
+    """Dispatch + combine forward, their mirror images backward, once more under full recompute; with
+    --overlap-moe-expert-parallel-comm hidden under another micro-batch's MoE-layer compute."""
+    ep_layer = 2 * mlp.ep_a2a + (mlp.ep_a2a if g.rec == "full" else 0.0)
+    if not (ep_layer and ctx.w.moe_ep_overlap):
+        return ep_layer, x
+    ep_layer, slow = ep_exposed(ep_layer, x.moe_fwd + x.moe_bwd + x.moe_re, ctx.eff.sms)
+    m_f, m_b = _spread(x.moe_fwd, x.moe_bwd, slow)
+    return ep_layer, _Times(x.dense_fwd, x.dense_bwd, x.dense_re, m_f, m_b, x.moe_re)
 
-    # Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input
-    # (h, kept in FP8 when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the
-    # FC2 input (f_e, FP8 when FP8); shared experts likewise per token; router scores in fp32.
-    def expert_tok(width: float) -> float:
-        return gemm_in * h + 2.0 * (n_mat - 1) * width + gemm_in * width
 
-    moe_tok = (
-        model.topk * load * expert_tok(fe)
-        + model.shared_experts * expert_tok(model.shared_ffn)
-        + 4.0 * model.experts
-        if model.is_moe
-        else 0.0
-    )
-    sp_div = t if sp else 1
-    op_sac = sw.selective_gemm_fraction > 0
-
-    # Without FlashAttention the softmax output and dropout mask of the s x s scores are kept (5·a·s B/token).
-    # (softmax output 2 B + dropout mask 1 B + dropout output 2 B per score with dropout, else the softmax only)
-    score_tok = 0.0 if sw.flash_attention else (5.0 if model.dropout else 2.0) * a * S
-    lse_tok = 4.0 * a if sw.flash_attention else 0.0  # FlashAttention's fp32 log-sum-exp per head
-    drop_tok = 2.0 * h if model.dropout else 0.0  # two 1-byte hidden-dropout masks (Korthikanti Table 2's 34)
-
-    def layer_act(moe: bool, kind: str) -> float:
-        mlp = moe_tok if moe else mlp_tok
-        full = T * ((rep_tok + drop_tok) / sp_div + (qkv_tok + ctx_tok + lse_tok + mlp + score_tok) / t)
-        if kind == "none":
-            return full
-        if kind == "selective":
-            if op_sac:  # per-op SAC: layer input, attention output, every other matmul output
-                return T * (
-                    4.0 * h / sp_div
-                    + (ctx_tok + lse_tok) / t
-                    + (1.0 - sw.selective_gemm_fraction) * (qkv_tok + mlp) / t
-                )
-            return full - T * score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
-        return T * 2.0 * h / sp_div  # full recompute: the layer input only
-
-    return LayerCosts(
-        dense_fwd,
-        dense_bwd,
-        dense_re,
-        moe_fwd,
-        moe_bwd,
-        moe_re,
-        logits_time,
-        tp_dense,
-        tp_moe,
-        cp_layer,
-        ep_layer,
-        layer_act(False, rec),
-        layer_act(True, rec),
-        layer_act(False, "none"),
-        layer_act(True, "none"),
-        T * model.vocab / t * sw.loss_bytes_per_logit,
-        T * h * 2.0 / sp_div,
-        2.0 * T * h / sp_div,
-        attn_fwd,
-        attn_bwd,
-        kv_bytes_tok,
-    )
+def _issue_floor(ctx: PerfContext, g: _Shard, x: _Times, comm_dense: float, comm_moe: float) -> _Times:
+    """CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the issue of its ops."""
+    if ctx.w.cuda_graphs:
+        return x
+    hf, hb = host_issue_time(False, 0)
+    d_f, d_b = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense)
+    m_f, m_b = x.moe_fwd, x.moe_bwd
+    if ctx.model.is_moe:
+        hf, hb = host_issue_time(True, ctx.model.experts / g.e)
+        m_f, m_b = _floor(m_f, m_b, hf, hb, comm_moe)
+    return _Times(d_f, d_b, x.dense_re, m_f, m_b, x.moe_re)
 
 
 def _floor(fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float) -> tuple[float, float]:
@@ -298,6 +476,96 @@ def _floor(fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float) 
         return fwd, bwd
     extra = host - gpu
     return fwd + extra * host_f / host, bwd + extra * host_b / host
+
+
+# ---- activations ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ActivationTerms:
+    """Activation bytes kept per token per layer, by tensor (Korthikanti et al. 2022 Table 2 form)."""
+
+    g: _Shard
+    rep_tok: float  # outside the TP region: norm inputs, QKV and MLP inputs (SP-sharded)
+    drop_tok: float  # hidden-dropout masks (SP-sharded)
+    qkv_tok: float  # Q, K, V (TP-sharded)
+    ctx_tok: float  # attention output = output-projection input
+    lse_tok: float  # FlashAttention's log-sum-exp
+    score_tok: float  # unfused attention: the s x s scores kept
+    mlp_tok: float
+    moe_tok: float
+    gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
+
+    @staticmethod
+    def of(ctx: PerfContext, g: _Shard, mlp: _Mlp) -> _ActivationTerms:
+        model, sw, h, a = ctx.model, ctx.sw, g.h, g.a
+        qkv_tok, ctx_tok = _attention_activations(ctx, g)
+        # FP8 (Transformer Engine / torchao float8) keeps the quantised GEMM inputs (1 byte) for backward.
+        gemm_in = FP8_BYTES if g.fp8 else BF16_BYTES
+        rep_tok = NORM_INPUTS_BYTES_PER_HIDDEN * h + 2.0 * gemm_in * h  # 2 norm inputs, QKV and MLP inputs
+        ctx_tok *= gemm_in / BF16_BYTES
+        mlp_tok = (
+            BF16_BYTES * (g.n_mat - 1) + gemm_in
+        ) * g.f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+        score = SCORE_BYTES_DROPOUT if model.dropout else SCORE_BYTES_NO_DROPOUT
+        return _ActivationTerms(
+            g=g,
+            rep_tok=rep_tok,
+            drop_tok=HIDDEN_DROPOUT_MASKS_BYTES_PER_HIDDEN * h if model.dropout else 0.0,
+            qkv_tok=qkv_tok,
+            ctx_tok=ctx_tok,
+            lse_tok=FP32_BYTES * a if sw.flash_attention else 0.0,
+            score_tok=0.0 if sw.flash_attention else score * a * g.S,
+            mlp_tok=mlp_tok,
+            moe_tok=_moe_activations(ctx, g, mlp, gemm_in),
+            gemm_frac=sw.selective_gemm_fraction,
+        )
+
+    def layer(self, moe: bool, kind: str) -> float:
+        """Bytes one layer keeps per micro-batch under recompute `kind`."""
+        g, T, sp_div, t = self.g, self.g.T, self.g.sp_div, self.g.t
+        mlp = self.moe_tok if moe else self.mlp_tok
+        attn = self.qkv_tok + self.ctx_tok + self.lse_tok
+        full = T * ((self.rep_tok + self.drop_tok) / sp_div + (attn + mlp + self.score_tok) / t)
+        if kind == "none":
+            return full
+        if kind == "selective":
+            if self.gemm_frac > 0:  # per-op SAC: layer input, attention output, every other matmul output
+                return T * (
+                    NORM_INPUTS_BYTES_PER_HIDDEN * g.h / sp_div
+                    + (self.ctx_tok + self.lse_tok) / t
+                    + (1.0 - self.gemm_frac) * (self.qkv_tok + mlp) / t
+                )
+            return full - T * self.score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
+        return T * BF16_BYTES * g.h / sp_div  # full recompute: the layer input only
+
+
+def _attention_activations(ctx: PerfContext, g: _Shard) -> tuple[float, float]:
+    """Q/K/V and attention-output bytes per token in bf16 (MLA: also the compressed latents, replicated)."""
+    model, a = ctx.model, g.a
+    if model.is_mla:
+        dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+        qkv = (
+            BF16_BYTES * (a * (dn + dr) * 2 + a * dv)
+            + BF16_BYTES * ((model.q_lora_rank or 0) + model.kv_lora_rank) * g.t
+        )
+        return qkv, BF16_BYTES * a * dv
+    return BF16_BYTES * g.dh * (a + 2 * g.k), BF16_BYTES * a * g.dh
+
+
+def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> float:
+    """Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input (h, FP8
+    when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the FC2 input (f_e,
+    FP8 when FP8); shared experts likewise per token; router scores in fp32."""
+    model, h = ctx.model, g.h
+    if not model.is_moe:
+        return 0.0
+
+    def expert_tok(width: float) -> float:
+        return gemm_in * h + BF16_BYTES * (g.n_mat - 1) * width + gemm_in * width
+
+    routed = model.topk * mlp.load * expert_tok(mlp.fe)
+    return routed + model.shared_experts * expert_tok(model.shared_ffn) + FP32_BYTES * model.experts
 
 
 def activation_bytes_per_layer(

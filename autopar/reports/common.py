@@ -15,6 +15,7 @@ from autopar.reports.plotlyjs import RENDER_JS, plotly_script
 from autopar.reports.plotlyjs import figure_html as _figure_html
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import ClusterSpec, Workload
+from autopar.units import format_duration
 
 ROLE_TITLES = {
     "fastest": "Fastest",
@@ -62,21 +63,8 @@ def fmt_value(x: float | None, unit: str) -> str:
     if unit == "GiB":
         return f"{x:.1f} GiB"
     if unit == "s":
-        return fmt_seconds(x)
+        return format_duration(x)
     return f"{fmt_num(x)} {unit}".strip()
-
-
-def fmt_seconds(s: float) -> str:
-    """Seconds as ms / s / min / h / days, whichever reads best."""
-    if s < 1:
-        return f"{s * 1e3:.0f} ms"
-    if s < 120:
-        return f"{s:.2f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    if s < 3 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
 
 
 def cluster_label(gpu: str, num_gpus: int) -> str:

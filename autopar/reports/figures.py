@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from autopar.reports.common import cluster_label, fmt_value, pareto_trials, role_title
 from autopar.search.result import ObjectiveInfo, SearchResult, TrialRecord
-from autopar.units import GiB
+from autopar.units import GiB, format_duration
 
 MAX_PARCOORDS_LINES = 1500
 
@@ -45,7 +45,7 @@ def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
     if e is not None:
         lines.append(
             f"peak memory {e.memory.total / GiB:.1f} / {e.capacity_bytes / GiB:.1f} GiB · "
-            f"step {e.step_time_s:.3g} s · MFU {100 * e.mfu:.1f} % · bottleneck {e.bottleneck}"
+            f"step {format_duration(e.step_time_s)} · MFU {100 * e.mfu:.1f} % · bottleneck {e.bottleneck}"
         )
     if not t.feasible and t.reason:
         lines.append(f"<i>infeasible: {t.reason}</i>")

@@ -14,7 +14,6 @@ from autopar.reports.common import (
     esc,
     figure_html,
     fmt_num,
-    fmt_seconds,
     fmt_value,
     now_utc,
     pareto_trials,
@@ -37,7 +36,7 @@ from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacke
 from autopar.reports.table import pareto_table_info, table_html
 from autopar.search.result import Recommendation, SearchResult, TrialRecord
 from autopar.specs import ClusterSpec
-from autopar.units import GiB
+from autopar.units import GiB, format_duration
 
 
 def _kv(pairs: list[tuple[str, str]]) -> str:
@@ -95,7 +94,7 @@ def _header(result: SearchResult) -> str:
         ("Evaluated", f"{n['evaluated']:,}"),
         ("Feasible", f"{n['feasible']:,}"),
         ("Search space", fmt_num(result.space_size)),
-        ("Search time", fmt_seconds(result.wall_s)),
+        ("Search time", format_duration(result.wall_s)),
     ]
     kpi_html = "".join(
         f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in kpis
@@ -172,7 +171,7 @@ def _metrics(t: TrialRecord, result: SearchResult) -> str:
         items += [
             ("Tokens/s per GPU", fmt_num(e.tokens_per_s_per_gpu)),
             ("MFU", f"{100 * e.mfu:.1f} %"),
-            ("Step time", fmt_seconds(e.step_time_s)),
+            ("Step time", format_duration(e.step_time_s)),
         ]
     items = items[: len(items) - len(items) % 2] if len(items) > 2 else items
     band = ""

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autopar.errors import InvalidStrategyError, SpecError
-from autopar.layouts import mesh_problems
+from autopar.layouts import Axis, mesh_problems
 from autopar.reports.launch_deepspeed import deepspeed_config
 from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
@@ -249,13 +249,13 @@ def launch_settings(
 
 
 _LABEL_TOKENS = [
-    (re.compile(r"^TP(\d+)(\+SP)?$"), "tp"),
-    (re.compile(r"^PP(\d+)(?:v(\d+))?$"), "pp"),
-    (re.compile(r"^CP(\d+)$"), "cp"),
-    (re.compile(r"^EP(\d+)$"), "ep"),
-    (re.compile(r"^ETP(\d+)$"), "etp"),
+    (re.compile(r"^TP(\d+)(\+SP)?$"), Axis.TP),
+    (re.compile(r"^PP(\d+)(?:v(\d+))?$"), Axis.PP),
+    (re.compile(r"^CP(\d+)$"), Axis.CP),
+    (re.compile(r"^EP(\d+)$"), Axis.EP),
+    (re.compile(r"^ETP(\d+)$"), Axis.ETP),
     (re.compile(r"^Z(\d)$"), "z"),
-    (re.compile(r"^DP(\d+)(?:/Z(\d))?$"), "dp"),
+    (re.compile(r"^DP(\d+)(?:/Z(\d))?$"), Axis.DP),
     (re.compile(r"^mb(\d+)$"), "mb"),
     (re.compile(r"^(sel|full)-AC$"), "ac"),
 ]
@@ -269,14 +269,14 @@ def parse_strategy_label(label: str) -> Strategy:
             m = rx.match(tok)
             if not m:
                 continue
-            if key == "tp":
-                fields["tp"], fields["sp"] = int(m[1]), bool(m[2])
-            elif key == "pp":
-                fields["pp"] = int(m[1])
+            if key == Axis.TP:
+                fields[Axis.TP], fields["sp"] = int(m[1]), bool(m[2])
+            elif key == Axis.PP:
+                fields[Axis.PP] = int(m[1])
                 if m[2]:
-                    fields["vpp"], fields["pp_schedule"] = int(m[2]), "interleaved"
-            elif key == "dp":
-                fields["dp"], fields["zero"] = int(m[1]), int(m[2] or 0)
+                    fields[Axis.VPP], fields["pp_schedule"] = int(m[2]), "interleaved"
+            elif key == Axis.DP:
+                fields[Axis.DP], fields["zero"] = int(m[1]), int(m[2] or 0)
             elif key == "z":
                 fields["zero"] = int(m[1])
             elif key == "mb":

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 
+from autopar.layouts import Axis
 from autopar.specs import Strategy, Workload
 
 
 def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tuple[str | None, str, list[str]]:
     """(config JSON or None, reason or caveats, notes)."""
-    unsupported = [f"{name}={v}" for name, v in (("pp", s.pp), ("cp", s.cp), ("ep", s.ep)) if v > 1]
+    unsupported = [f"{name}={v}" for name, v in ((Axis.PP, s.pp), (Axis.CP, s.cp), (Axis.EP, s.ep)) if v > 1]
     if unsupported:
         reason = (
             "not expressible as a DeepSpeed config: "

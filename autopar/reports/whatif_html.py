@@ -21,7 +21,6 @@ from autopar.reports.common import (
     esc,
     figure_html,
     fmt_num,
-    fmt_seconds,
     now_utc,
     render_page,
     write_text,
@@ -31,8 +30,9 @@ from autopar.reports.labels import place_labels
 from autopar.reports.launch import launch_settings
 from autopar.reports.plots import ASSUMED_WIDTH
 from autopar.reports.table import Column, TableInfo, table_html
+from autopar.units import SECONDS_PER_DAY, format_duration, format_duration_short
 
-DAY = 86400.0
+DAY = SECONDS_PER_DAY
 
 
 # --------------------------------------------------------------------------- data
@@ -64,7 +64,7 @@ def _hover(o: Any) -> str:
         o.strategy_label,
         f"{fmt_num(o.tokens_per_s)} tokens/s · MFU {100 * (o.mfu or 0):.1f} % · "
         f"headroom {o.headroom_gib or 0:.1f} GiB",
-        f"time to train {fmt_seconds(f.time_to_train_s)} · ${f.total_cost_usd:,.0f} · "
+        f"time to train {format_duration(f.time_to_train_s)} · ${f.total_cost_usd:,.0f} · "
         f"${f.usd_per_mtoken:.3f}/Mtoken",
         f"${o.usd_per_gpu_hour:.2f}/GPU-h ({o.tier})",
     ]
@@ -182,7 +182,7 @@ def sensitivity_table_info(result: Any) -> TableInfo:
             else:
                 cells.append(
                     (
-                        f"{so.time_to_train_s / DAY:,.1f} d / ${so.total_cost_usd:,.0f}",
+                        f"{format_duration_short(so.time_to_train_s)} / ${so.total_cost_usd:,.0f}",
                         so.time_to_train_s / DAY,
                     )
                 )
@@ -345,7 +345,7 @@ def _winner_card(result: Any) -> str:
             launch = f'<p class="muted small">{esc(err)}</p>'
     f = w.figures
     metrics = [
-        ("Time to train", fmt_seconds(f.time_to_train_s)),
+        ("Time to train", format_duration(f.time_to_train_s)),
         ("Total cost", f"${f.total_cost_usd:,.0f}"),
         ("Throughput", f"{fmt_num(w.tokens_per_s)} tokens/s"),
         ("Cost", f"${f.usd_per_mtoken:.3f}/Mtoken"),
@@ -372,7 +372,7 @@ def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
         ("Options", str(len(result.options))),
         ("Feasible", str(sum(o.feasible for o in result.options))),
         ("Trials per option", str(result.search_budget)),
-        ("Search time", fmt_seconds(result.wall_s)),
+        ("Search time", format_duration(result.wall_s)),
     ]
     kpi_html = "".join(
         f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in kpis
@@ -388,7 +388,7 @@ def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
             ("model", result.model.name),
             ("token budget", f"{result.token_budget:,.0f} tokens"),
             ("goodput", f"{100 * result.goodput:.0f} %"),
-            ("deadline", fmt_seconds(result.deadline_s) if result.deadline_s else "none"),
+            ("deadline", format_duration(result.deadline_s) if result.deadline_s else "none"),
             ("cost cap", f"${result.max_cost_usd:,.0f}" if result.max_cost_usd else "none"),
             ("price file", result.prices_file or "built-in price book"),
             ("seed", str(result.seed)),

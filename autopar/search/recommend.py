@@ -16,7 +16,7 @@ from autopar.objectives import REGISTRY, Objective
 from autopar.perf.types import Estimate
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
-from autopar.units import GiB
+from autopar.units import GiB, format_duration
 
 if TYPE_CHECKING:
     from autopar.search.space import Space
@@ -117,7 +117,7 @@ def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
     if e.bottleneck == "compute":
         hint = _compute_hint(r)
     rc = f"; recompute is {100 * t.recompute / step:.0f}% of it" if t.recompute / step >= 0.01 else ""
-    return f"Its {e.step_time_s:.2f} s step is {what} ({shown}{rc}){'; ' + hint if hint else ''}."
+    return f"Its {format_duration(e.step_time_s)} step is {what} ({shown}{rc}){'; ' + hint if hint else ''}."
 
 
 def explain_memory(e: Estimate) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
+from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
@@ -29,6 +30,7 @@ from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space
 from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.units import SECONDS_PER_DAY
 
 SAMPLERS = ("nsga2", "exhaustive")
 EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
@@ -64,9 +66,9 @@ def _records(run: Run, space: Space) -> list[TrialRecord]:
         )
     h0, lay0 = space.hardware[0], space.layouts[0]
     for number, params, reason in run.invalid.values():
-        knobs = {k: params.get(k, getattr(lay0, k)) for k in ("tp", "pp", "cp", "ep", "etp")}
+        knobs = {k: params.get(k, getattr(lay0, k)) for k in (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.ETP)}
         n = params.get("num_gpus", h0.num_gpus)
-        knobs["dp"] = max(1, n // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        knobs[Axis.DP] = max(1, n // (knobs[Axis.TP] * knobs[Axis.PP] * knobs[Axis.CP]))
         s = Strategy(
             **knobs, **{k: params[k] for k in ("sp", "zero", "micro_batch", "recompute") if k in params}
         )
@@ -354,7 +356,7 @@ def _stored_inputs(
 def _with_training(df: Any, tokens: float | None) -> Any:
     """Add days and dollars to train the token budget (when one is given) to the Pareto table."""
     if tokens and not df.empty:
-        df["train_days"] = tokens / df["throughput"] / 86_400
+        df["train_days"] = tokens / df["throughput"] / SECONDS_PER_DAY
         df["train_cost_usd"] = df["cost"] * tokens / 1e6
     return df
 
