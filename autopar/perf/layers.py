@@ -13,7 +13,7 @@ from autopar.perf.efficiency import host_issue_time
 from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.flops import attention_context
 from autopar.perf.fp8 import quantise_time
-from autopar.perf.moe import ep_exposed, routed_expert_costs, routed_load
+from autopar.perf.moe import ep_exposed, issue_bound_layer, routed_expert_costs, routed_load
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -211,9 +211,11 @@ def _compute_layer_costs(
     if not ctx.w.cuda_graphs:
         hf, hb = host_issue_time(False, 0)
         dense_fwd, dense_bwd = _floor(dense_fwd, dense_bwd, hf, hb, tp_dense + cp_layer)
-        if model.is_moe:
-            hf, hb = host_issue_time(True, model.experts / e)
-            moe_fwd, moe_bwd = _floor(moe_fwd, moe_bwd, hf, hb, tp_moe + cp_layer + ep_layer)
+        if model.is_moe:  # one host sync per MoE forward (perf/moe.py moe_issue_floor)
+            passes = 3 if rec == "full" else 2
+            moe_fwd, moe_bwd = issue_bound_layer(
+                moe_fwd, moe_bwd, mc, tp_moe + cp_layer, ep_layer, passes, model.experts / e
+            )
 
     # ---- activations -----------------------------------------------------------------------
     if model.is_mla:
