@@ -89,11 +89,14 @@ def _nemo_tp_overlap(row: Mapping[str, Any]) -> bool:
 # FP8 recipe and forced routing balance, when a record's notes state them (perf/fp8.py, perf/moe.py).
 _RECIPE_MARKERS = (("mxfp8", "mxfp8"), ("fp8mx", "mxfp8"), ("rowwise", "rowwise"), ("fp8cs", "current"))
 _BALANCE_MARKERS = ("forcebalance", "forcedbalance", "forceloadbalancing")
+# A record that names a deduplicating EP dispatcher (DeepEP / HybridEP, e.g. NeMo AutoModel's "Kernel
+# Optimizations=TE + DeepEP") ran Megatron's flex dispatcher path (perf/moe.py flex_a2a_time).
+_FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
 
 
 def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
-    """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling) and force-balanced
-    MoE routing (moe_imbalance = 1.0)."""
+    """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling), force-balanced
+    MoE routing (moe_imbalance = 1.0) and a DeepEP/HybridEP dispatcher (moe_dispatcher = flex)."""
     notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
     out: dict[str, Any] = {}
     if prec == "fp8":
@@ -104,6 +107,10 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if any(k in notes for k in _BALANCE_MARKERS):
         out["moe_imbalance"] = 1.0
         assumed.append("moe_imbalance=1.0 (notes: routing force-balanced)")
+    fw = str(_cell(row, "framework") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+    if any(k in notes + fw for k in _FLEX_MARKERS):
+        out["moe_dispatcher"] = "flex"
+        assumed.append("moe_dispatcher=flex (notes/framework name DeepEP or HybridEP)")
     where = notes + str(_cell(row, "source_ref") or "").lower().replace(" ", "")
     if any(k in where for k in _LORA_MARKERS):  # frozen base weights (perf/finetune.py)
         out["finetune"] = "lora"

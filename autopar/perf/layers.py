@@ -18,7 +18,7 @@ from autopar.perf.efficiency import host_issue_time
 from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.flops import attention_context
 from autopar.perf.fp8 import quantise_time
-from autopar.perf.moe import ep_exposed, routed_expert_costs, routed_load
+from autopar.perf.moe import MoECompute, ep_exposed, issue_bound_layer, routed_expert_costs, routed_load
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -157,6 +157,7 @@ class _Mlp:
     ep_a2a: float  # one dispatch + combine
     fe: int  # routed expert ffn width (0 for dense)
     load: float  # routed tokens on the busiest rank / the mean
+    routed: MoECompute | None = None  # the routed experts' costs (perf/moe.py), for the MoE issue floor
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +220,7 @@ def _compute_layer_costs(
     tp_dense, tp_moe, x = _tp_comm(ctx, g, at, mlp, x)
     cp_layer = _cp_ring(ctx, g, at)
     ep_layer, x = _ep_comm(ctx, g, mlp, x)
-    x = _issue_floor(ctx, g, x, tp_dense + cp_layer, tp_moe + cp_layer + ep_layer)
+    x = _issue_floor(ctx, g, x, mlp, tp_dense + cp_layer, tp_moe + cp_layer, ep_layer)
     act = _ActivationTerms.of(ctx, g, mlp)
     return LayerCosts(
         dense_fwd=x.dense_fwd,
@@ -335,7 +336,7 @@ def _mlp(ctx: PerfContext, g: _Shard) -> _Mlp:
         fs = model.shared_ffn * model.shared_experts
         moe_gemm += gemm(T, (n_mat - 1) * fs / t, h, fp8) + gemm(T, h, fs / t, fp8)
     return _Mlp(
-        dense, moe_gemm, mc.overhead_fwd, bwd_extra, mc.dispatch_combine, model.moe_ffn_hidden or 0, load
+        dense, moe_gemm, mc.overhead_fwd, bwd_extra, mc.dispatch_combine, model.moe_ffn_hidden or 0, load, mc
     )
 
 
@@ -455,16 +456,19 @@ def _ep_comm(ctx: PerfContext, g: _Shard, mlp: _Mlp, x: _Times) -> tuple[float, 
     return ep_layer, _Times(x.dense_fwd, x.dense_bwd, x.dense_re, m_f, m_b, x.moe_re)
 
 
-def _issue_floor(ctx: PerfContext, g: _Shard, x: _Times, comm_dense: float, comm_moe: float) -> _Times:
-    """CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the issue of its ops."""
+def _issue_floor(
+    ctx: PerfContext, g: _Shard, x: _Times, mlp: _Mlp, comm_dense: float, comm_moe: float, ep_s: float
+) -> _Times:
+    """CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the issue of its ops; a MoE layer's
+    forward also waits on one host sync before its dispatch (perf/moe.py moe_issue_floor)."""
     if ctx.w.cuda_graphs:
         return x
     hf, hb = host_issue_time(False, 0)
     d_f, d_b = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense)
     m_f, m_b = x.moe_fwd, x.moe_bwd
-    if ctx.model.is_moe:
-        hf, hb = host_issue_time(True, ctx.model.experts / g.e)
-        m_f, m_b = _floor(m_f, m_b, hf, hb, comm_moe)
+    if mlp.routed is not None:
+        passes = 3 if g.rec == "full" else 2  # dispatch/combine passes: forward, backward, recompute
+        m_f, m_b = issue_bound_layer(m_f, m_b, mlp.routed, comm_moe, ep_s, passes, ctx.model.experts / g.e)
     return _Times(d_f, d_b, x.dense_re, m_f, m_b, x.moe_re)
 
 

@@ -20,10 +20,18 @@ leading dense layers are ordinary layers (perf/estimate.py stage mix).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autopar.perf import comm
+from autopar.perf.efficiency import (
+    DENSE_LAYER_OPS,
+    HOST_OP_S,
+    MOE_BLOCK_OPS,
+    OPS_PER_LOCAL_EXPERT,
+    host_issue_time,
+)
 from autopar.perf.fp8 import quantise_time
 from autopar.specs import MOE_IMBALANCE_DEFAULT
 
@@ -183,3 +191,83 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
         2.0 * router_gemm + router_mem + permute + quant_bwd,
         a2a,
     )
+
+
+# ---- host sync per MoE forward (no CUDA graphs) ---------------------------------------------------------
+# Megatron-Core's dispatchers block the CPU on the GPU once per MoE layer forward: the alltoall dispatcher
+# needs the per-rank token counts on the host before the EP all-to-all ("A synchronization is needed before
+# expert parallel AlltoAll communication to get the `input_splits` and `output_splits` CPU values",
+# megatron/core/transformer/moe/token_dispatcher.py, `cuda_sync_point = "before_ep_alltoall"`), and the flex
+# dispatcher waits for DeepEP's received-token count ("the CPU will wait for GPU's signal to arrive",
+# megatron/core/transformer/moe/fused_a2a.py) and reads it with `.item()` to size the permutation. After the
+# sync the GPU queue is empty, so the ops issued next run no earlier than the CPU issues them: the CPU cannot
+# run ahead across MoE layers in the forward (the backward reuses the host-side splits and never syncs).
+# Op counts per CPU issue (perf/efficiency.py: DENSE_LAYER_OPS, MOE_BLOCK_OPS, OPS_PER_LOCAL_EXPERT); of the
+# MoE block's ops, the router / top-k / aux loss / token counts / first permutation (taken as half) are
+# issued before the sync, the all-to-alls and (un)permutations after it, half on each side of the experts.
+MOE_PRE_SYNC_SHARE = 0.5
+
+
+def synced_issue_time(segments: Sequence[tuple[float, float]]) -> float:
+    """Time to run op groups [(CPU issue s, GPU s), ...] issued in order right after a host sync.
+
+    Group k cannot start before the CPU has issued the groups before it, and the GPU then runs k and all
+    later groups back to back: the time is max over k of (CPU time of groups < k + GPU time of groups >= k),
+    and never less than the CPU's total issue time. Between max(sum CPU, sum GPU) and their sum."""
+    cpu = [c for c, _ in segments]
+    gpu = [g for _, g in segments]
+    best = sum(cpu)
+    for k in range(len(segments)):
+        best = max(best, sum(cpu[:k]) + sum(gpu[k:]))
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class MoEIssue:
+    """GPU seconds of one MoE layer's forward, split where the host issues it, plus its backward."""
+
+    dense_fwd: float  # attention block, shared experts, norms and their exposed TP/CP comm
+    pre_sync_fwd: float  # router, score passes, first permutation (before the sync)
+    expert_fwd: float  # grouped expert GEMMs (and their FP8 casts)
+    a2a_fwd: float  # exposed dispatch + combine of the forward
+    bwd: float  # backward with its exposed comm
+    local_experts: float
+
+
+def moe_issue_floor(x: MoEIssue) -> tuple[float, float]:
+    """(forward, backward) time of one MoE layer without CUDA graphs: forward as issued after the host sync
+    (synced_issue_time), backward floored by its CPU issue time alone (no sync, the CPU runs ahead)."""
+    pre_c = MOE_PRE_SYNC_SHARE * MOE_BLOCK_OPS * HOST_OP_S
+    side_c = (MOE_BLOCK_OPS * HOST_OP_S - pre_c) / 2.0  # dispatch side, and the same on the combine side
+    experts_c = OPS_PER_LOCAL_EXPERT * x.local_experts * HOST_OP_S
+    half_a2a = x.a2a_fwd / 2.0
+    segments = (  # from the sync: this layer's dispatch, experts, combine, then the next layer to its sync
+        (side_c, half_a2a),
+        (experts_c, x.expert_fwd),
+        (side_c, half_a2a),
+        (DENSE_LAYER_OPS * HOST_OP_S, x.dense_fwd),
+        (pre_c, x.pre_sync_fwd),
+    )
+    return synced_issue_time(segments), max(x.bwd, host_issue_time(True, x.local_experts)[1])
+
+
+def issue_bound_layer(
+    fwd: float, bwd: float, mc: MoECompute, comm_s: float, ep_s: float, a2a_passes: int, local_experts: float
+) -> tuple[float, float]:
+    """A MoE layer's (forward, backward) compute stretched to its host-issue bound (moe_issue_floor).
+
+    `fwd`/`bwd` are the layer's compute, `comm_s` its exposed TP/CP comm (a third forward), `ep_s` its
+    exposed all-to-all time over `a2a_passes` passes (2, or 3 with full recompute), one of them forward."""
+    a2a_f = ep_s / a2a_passes
+    bwd_gpu = bwd + comm_s * 2.0 / 3.0 + ep_s - a2a_f
+    x = MoEIssue(
+        dense_fwd=fwd - mc.overhead_fwd - mc.expert_fwd + comm_s / 3.0,
+        pre_sync_fwd=mc.overhead_fwd,
+        expert_fwd=mc.expert_fwd,
+        a2a_fwd=a2a_f,
+        bwd=bwd_gpu,
+        local_experts=local_experts,
+    )
+    t_f, t_b = moe_issue_floor(x)
+    gpu_f = fwd + comm_s / 3.0 + a2a_f
+    return fwd + max(0.0, t_f - gpu_f), bwd + max(0.0, t_b - bwd_gpu)

@@ -1,0 +1,83 @@
+"""MoE host issue with a sync per forward (perf/moe.py) and the DeepEP/HybridEP dispatcher read from a record."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.calibration.records import row_to_specs
+from autopar.catalog import get_gpu, get_model
+from autopar.perf import estimate
+from autopar.perf.efficiency import HOST_OP_S
+from autopar.perf.moe import MoEIssue, moe_issue_floor, synced_issue_time
+from autopar.specs import ClusterSpec, Strategy, Workload
+
+US = 1e-6
+
+
+def test_synced_issue_time_by_hand():
+    # GPU-heavy first group: the GPU starts after the first issue and never waits: 5 + 1 = 6.
+    assert synced_issue_time([(1, 5), (4, 1)]) == pytest.approx(6)
+    # A slow-to-issue middle group delays the last, GPU-heavy group: k = 3 gives (1 + 4) + 3 = 8, above
+    # both sum(CPU) = 6 and sum(GPU) = 5 (the old per-layer floor max(6, 5) = 6).
+    assert synced_issue_time([(1, 1), (4, 1), (1, 3)]) == pytest.approx(8)
+    # CPU-bound everywhere: the issue time itself.
+    assert synced_issue_time([(2, 1), (3, 1)]) == pytest.approx(5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e-2), st.floats(0, 1e-2)), min_size=1, max_size=6))
+def test_synced_issue_time_between_max_and_sum(groups):
+    c = sum(x for x, _ in groups)
+    g = sum(y for _, y in groups)
+    t = synced_issue_time(groups)
+    assert max(c, g) - 1e-12 <= t <= c + g + 1e-12
+
+
+def test_moe_issue_floor_by_hand():
+    # 16 local experts, forward ops: 30 dense + 40 MoE block + 3 x 16 expert = 118 at 10 us = 1.18 ms;
+    # backward 2 x 118 ops = 2.36 ms. With no GPU work both are the issue time.
+    idle = MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16)
+    f, b = moe_issue_floor(idle)
+    assert f == pytest.approx(118 * HOST_OP_S) and b == pytest.approx(236 * HOST_OP_S)
+    # Groups from the sync (CPU us): dispatch side 10 ops = 100, experts 480, combine side 100, dense 300,
+    # router side 20 ops = 200; total 1180. 1 ms of expert GEMMs: 100 + 1000 = 1100 < 1180 -> 1.18 ms.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 1e-3, 0.0, 0.0, 16))[0] == pytest.approx(1.18e-3)
+    # 2 ms of attention block (dense) after the sync: issued after dispatch (100 us), experts (480 us) and
+    # combine (100 us): 680 us + 2 ms = 2.68 ms, where max(CPU, GPU) alone would give 2 ms.
+    assert moe_issue_floor(MoEIssue(2e-3, 0.0, 0.0, 0.0, 0.0, 16))[0] == pytest.approx(2.68e-3)
+    # Backward has no sync: floored by its issue time only.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 5e-3, 16))[1] == pytest.approx(5e-3)
+
+
+def test_sync_slows_small_moe_micro_batches_only_without_graphs():
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    s = Strategy(ep=8, micro_batch=1)
+    small = Workload(seq_len=512, global_batch=64, precision="fp8")
+    eager = estimate(m, cl, small, s, check=False)
+    graphed = estimate(m, cl, small.model_copy(update={"cuda_graphs": True}), s, check=False)
+    assert eager.step_time_s > graphed.step_time_s
+
+
+def test_record_naming_deepep_runs_the_flex_dispatcher():
+    row = {
+        "id": "X",
+        "model": "Qwen3-30B-A3B",
+        "gpu": "H100-SXM",
+        "num_gpus": 8,
+        "gpus_per_node": 8,
+        "ep": 8,
+        "seq_len": 4096,
+        "global_batch": 512,
+        "micro_batch": 4,
+        "precision": "bf16",
+        "framework": "NeMo AutoModel (PyTorch FSDP2 + TE + DeepEP)",
+        "notes": "Kernel Optimizations=TE + DeepEP",
+    }
+    spec = row_to_specs(row)
+    assert spec.workload.moe_dispatcher == "flex"
+    assert any("moe_dispatcher=flex" in a for a in spec.assumed)
+    plain = row_to_specs({**row, "framework": "Megatron-Bridge", "notes": ""})
+    assert plain.workload.moe_dispatcher == "alltoall"
