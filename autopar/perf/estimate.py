@@ -144,6 +144,8 @@ def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
         full_recompute=s.recompute == "full",
         kernel_overhead_s=ctx.eff.kernel_overhead_s,
         hbm_bw=ctx.hbm,
+        torch_ring=ctx.sw.torch_cp,
+        kv_rep=model.heads / max(model.kv, s.tp) if ctx.sw.torch_cp and not model.is_mla else 1.0,
     )
     return cp.cp_cost(s.cp_comm, x, ctx.links)
 
