@@ -60,3 +60,16 @@ def test_torch_ring_cost_grows_with_the_exchanged_kv(r1: float, r2: float, c: in
     a = cp.cp_cost("p2p", _inputs(kv_rep=lo, c=c, full=full), LINKS)
     b = cp.cp_cost("p2p", _inputs(kv_rep=hi, c=c, full=full), LINKS)
     assert 0.0 <= a.comm <= b.comm and 0.0 <= a.compute <= b.compute
+
+
+def test_torch_kv_rep_gqa_and_mla() -> None:
+    """Llama-3.1-405B (128 heads, 8 KV heads): tp 8 -> 16x; tp 16 (> KV heads) -> 8x. DeepSeek-V3 (128
+    heads, qk 192, v 128; compressed KV 2 x (512 + 64) B/token): 2 x 128 x 320 / (8 x 1152) = 8.89 at tp 8."""
+    from autopar.catalog import get_model
+    from autopar.perf.estimate import _torch_kv_rep
+
+    llama = get_model("llama3.1-405b")
+    assert _torch_kv_rep(llama, 8, 4.0 * 8 * 128) == 16.0
+    assert _torch_kv_rep(llama, 16, 4.0 * 16 * 128) == 8.0
+    ds = get_model("deepseek-v3")
+    assert _torch_kv_rep(ds, 8, 2.0 * (512 + 64)) == pytest.approx(2 * 128 * 320 / (8 * 1152))
