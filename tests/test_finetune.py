@@ -42,6 +42,13 @@ def test_lora_drops_grads_and_optimizer_states() -> None:
 def test_account_options_from_virtual_stage_count() -> None:
     assumed: list[str] = []
     assert _account_options(126, 16, 8, assumed) == {"pp_account_embedding": True, "pp_account_loss": True}
-    assert assumed and "126 + 2" in assumed[0]
-    assert _account_options(126, 16, 1, []) == {}
-    assert _account_options(80, 4, 20, []) == {}
+    assert assumed and "126 + 2 = 128" in assumed[0]
+    # Megatron-Bridge's 405B recipe at VP4: 128 units over 64 virtual stages, 2 each (issue 11 item 3);
+    # without the options Megatron would reject 126 layers over 64 virtual stages.
+    both = {"pp_account_embedding": True, "pp_account_loss": True}
+    assert _account_options(126, 16, 4, []) == both
+    assert _account_options(126, 16, 1, []) == both  # 128 / 16 = 8 per stage
+    assert _account_options(127, 16, 4, []) == {"pp_account_embedding": True, "pp_account_loss": False}
+    assert _account_options(126, 16, 4, [], "torchtitan") == {}  # torchtitan splits modules its own way
+    assert _account_options(80, 4, 20, []) == {}  # even split: no option
+    assert _account_options(125, 16, 4, []) == {}  # neither + 1 nor + 2 splits: left to validation

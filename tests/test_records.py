@@ -122,3 +122,35 @@ def test_unperturbed_row_is_ok_and_close_to_its_measurement():
     assert out["status"] == "ok"
     # NAR21-T1-01 measured 137 TFLOP/s/GPU = 9,288 tokens/s/GPU (test above); the model is within 25%
     assert out["pred_tokens_per_s_per_gpu"] == pytest.approx(137e12 / 1.47496e10, rel=0.25)
+
+
+def test_405b_pp16_vp4_record_gets_megatrons_split_and_needs_no_recompute():
+    """Megatron-Bridge Llama-3.1-405B on 256 GB200, TP4 PP16 VP4 (issue 11 item 3): 126 + embedding + loss
+    = 128 units, 2 per virtual stage; the first/last ranks hold 7 layers, the others 8. Without the split
+    the first rank held 8 layers and, 1.23x in-flight activations later, only full recompute fitted
+    (predicted 0.75x of measured); with it no recompute fits, and VP4 (fewer p2p sends) beats VP8."""
+    from autopar.perf import estimate
+
+    base = {
+        "id": "x",
+        "model": "Llama-3.1-405B",
+        "gpu": "GB200",
+        "num_gpus": 256,
+        "gpus_per_node": 4,
+        "tp": 4,
+        "pp": 16,
+        "cp": 1,
+        "micro_batch": 1,
+        "global_batch": 1536,
+        "seq_len": 8192,
+        "precision": "fp8",
+        "framework": "Megatron-Bridge (Megatron-Core)",
+    }
+    vp4, vp8 = (row_to_specs({**base, "vpp": v}) for v in (4, 8))
+    s = vp4.strategy
+    assert s.pp_account_embedding and s.pp_account_loss
+    assert any("126 + 2 = 128 divisible by pp*vpp = 64" in a for a in vp4.assumed)
+    e4 = estimate(vp4.model, vp4.cluster, vp4.workload, s, strict=False)
+    e8 = estimate(vp8.model, vp8.cluster, vp8.workload, vp8.strategy, strict=False)
+    assert e4.strategy is not None and e4.strategy.recompute == "none"
+    assert e4.tokens_per_s_per_gpu > e8.tokens_per_s_per_gpu

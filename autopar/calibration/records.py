@@ -418,21 +418,29 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         recompute=rec,
         pp_schedule=_schedule(vpp, pp, _cell(row, "notes")),
         dp=dp_derived,
-        **_account_options(model.layers, pp, vpp, assumed),
+        **_account_options(model.layers, pp, vpp, assumed, workload.framework),
     )
     return RecordSpecs(model, cluster, workload, strategy, assumed)
 
 
-def _account_options(layers: int, pp: int, vpp: int | None, assumed: list[str]) -> dict[str, bool]:
-    """pp·vpp virtual stages exceeding the layers by 1 or 2 imply Megatron's --account-for-embedding-in-
-    pipeline-split / --account-for-loss-in-pipeline-split (embedding and loss count as one layer each; e.g.
-    Megatron-Bridge Llama-3.1-405B PP16 VP8 = 126 + 2 = 128)."""
-    extra = pp * (vpp or 1) - layers
-    if pp <= 1 or extra not in (1, 2):
+def _account_options(
+    layers: int, pp: int, vpp: int | None, assumed: list[str], framework: str = "megatron"
+) -> dict[str, bool]:
+    """Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, implied
+    when the layers alone do not split over the pp·vpp virtual stages but layers + 1 (embedding) or + 2
+    (embedding and loss) do: Megatron-Core rejects any other uneven split without explicit first/last-stage
+    layer counts (megatron/core/transformer/transformer_config.py), and Megatron-Bridge's Llama-3.1-405B
+    recipe sets both (recipes/llama/llama3.py `llama31_405b_pretrain_config`): 126 + 2 = 128 layers over
+    PP16·VP8 (1 per virtual stage) or PP16·VP4 (2 per virtual stage). Other stacks split their own way."""
+    n = pp * (vpp or 1)
+    if pp <= 1 or framework not in ("megatron", "megatron-legacy") or layers % n == 0:
+        return {}
+    extra = next((x for x in (1, 2) if (layers + x) % n == 0), 0)
+    if not extra:
         return {}
     opts = {"pp_account_embedding": True, "pp_account_loss": extra == 2}
     named = " and ".join(k for k, v in opts.items() if v)
-    assumed.append(f"{named} (pp*vpp = {pp * (vpp or 1)} = layers {layers} + {extra})")
+    assumed.append(f"{named} (layers {layers} + {extra} = {layers + extra} divisible by pp*vpp = {n})")
     return opts
 
 

@@ -10,6 +10,7 @@ Variants (Megatron `--cp-comm-type`, megatron/training/arguments.py; Megatron do
   arXiv 2407.21783 §3.3.2 uses this form).
 - "a2a+p2p" hierarchical: a2a inside the NVLink domain, ring across (Megatron
   --hierarchical-context-parallel-sizes).
+PyTorch's `context_parallel` (torchtitan) runs "p2p" its own way (`torch_ring`, see `_torch_ring`).
 Every per-layer time below is per micro-batch, on one GPU.
 """
 
@@ -30,6 +31,12 @@ RING_KERNELS_PER_STEP_FWD = 3
 RING_KERNELS_PER_STEP_BWD = 6
 # fp32 partial-output merge per step: read partial and accumulator, write accumulator (4 B each).
 MERGE_BYTES_PER_OUT_ELEMENT = 12.0
+# PyTorch context_parallel (torch/distributed/tensor/experimental/_attention.py, 2024-25): the backward keeps
+# dK, dV in fp32 (_ContextParallelOptions.convert_to_f32 = True) and passes them round the ring every step
+# (dkv_rotater, all-to-all permute); per step and per dK/dV element it adds the local bf16 gradient into the
+# received fp32 buffer (read 4 + 2, write 4 B) and concatenates K and V grads for the send (read 4, write 4).
+TORCH_DKV_BYTES = 4.0
+TORCH_DKV_STEP_TRAFFIC_BYTES = 18.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,8 @@ class CpInputs:
     full_recompute: bool
     kernel_overhead_s: float
     hbm_bw: float
+    torch_ring: bool = False  # PyTorch context_parallel (torchtitan) instead of Transformer Engine's ring
+    kv_rep: float = 1.0  # exchanged K/V size over the model's (torchtitan repeats KV heads before SDPA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,26 @@ def _ring(x: CpInputs, steps: int, crosses: bool, links: comm.Links) -> CpCost:
     kernels = steps * (passes * RING_KERNELS_PER_STEP_FWD + RING_KERNELS_PER_STEP_BWD)
     merge = (steps - 1) * passes * MERGE_BYTES_PER_OUT_ELEMENT * x.out_elems_tok * x.tokens / x.hbm_bw
     return CpCost(exposed, extra + kernels * x.kernel_overhead_s + merge)
+
+
+def _torch_ring(x: CpInputs, crosses: bool, links: comm.Links) -> CpCost:
+    """PyTorch's ring attention (torchtitan `context_parallel`, default rotate method all-gather):
+
+    forward: one all-gather of every rank's K, V issued before step 0 and awaited at step 1, so only step
+    0's attention hides it; backward: K, V gathered again the same way, and the fp32 dK, dV accumulators
+    travel one hop per step (hidden behind that step's backward kernel when it is shorter). The K, V
+    exchanged are those SDPA receives, GQA heads already repeated to the query heads (x.kv_rep)."""
+    c = x.c
+    chunk = x.kv_rep * x.kv_bytes_tok * x.tokens / (1 if x.mla else x.t)
+    ag = comm.all_gather(chunk * c, c, x.t, links)
+    dkv = comm.p2p(chunk * TORCH_DKV_BYTES / 2.0, crosses, links)
+    step_f, step_b = x.attn_fwd / c, x.attn_bwd / c
+    fwd = max(0.0, ag - step_f)
+    bwd = max(0.0, ag - step_b) + (c - 1) * max(0.0, dkv - step_b)
+    base = _ring(x, c, crosses, links)  # per-chunk kernels, launches and merges as in any ring
+    elems = chunk / 2.0  # bf16 elements of this rank's K and V
+    accum = (c - 1) * TORCH_DKV_STEP_TRAFFIC_BYTES * elems / x.hbm_bw
+    return CpCost(fwd * (2 if x.full_recompute else 1) + bwd, base.compute + accum)
 
 
 def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
@@ -113,6 +142,8 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
         a = _a2a(x, inner, x.t, links) if inner > 1 else CpCost(0.0, 0.0)
         r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
         return CpCost(a.comm + r.comm, a.compute + r.compute)
+    if x.torch_ring:
+        return _torch_ring(x, x.t * x.c > G, links)
     return _ring(x, x.c, x.t * x.c > G, links)
 
 

@@ -129,6 +129,9 @@ class SoftwareProfile:
     tp_overlap_hidden: float  # with TP comm overlap on: share of the chunked TP collectives (after the first
     # chunk) that can hide under the neighbouring GEMMs (see _SOFTWARE comment)
     description: str
+    # Ring CP through PyTorch's context_parallel (perf/cp.py `_torch_ring`) with the K/V heads repeated to
+    # the query heads before SDPA (torchtitan models/llama/model.py `repeat_kv`), not Transformer Engine's.
+    torch_cp: bool = False
 
 
 # Megatron-LM before FlashAttention (2021-22 papers, BLOOM) materialised the s x s attention scores, the
@@ -183,6 +186,7 @@ _SOFTWARE: dict[str, SoftwareProfile] = {
         4.0,
         0.5,
         "torchtitan (FSDP2, DTensor TP, SDPA attention, per-op selective AC)",
+        torch_cp=True,
     ),
     "fsdp": SoftwareProfile(
         "fsdp",

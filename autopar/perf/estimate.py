@@ -144,8 +144,20 @@ def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
         full_recompute=s.recompute == "full",
         kernel_overhead_s=ctx.eff.kernel_overhead_s,
         hbm_bw=ctx.hbm,
+        torch_ring=ctx.sw.torch_cp,
+        kv_rep=_torch_kv_rep(model, s.tp, lc.kv_bytes_tok) if ctx.sw.torch_cp else 1.0,
     )
     return cp.cp_cost(s.cp_comm, x, ctx.links)
+
+
+def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
+    """K/V bytes SDPA receives over the model's KV bytes (what PyTorch's ring exchanges, perf/cp.py):
+    GQA heads repeated to the query heads (torchtitan `repeat_kv`); MLA's K and V decompressed to every
+    head (qk_nope + qk_rope and v_head_dim per head), bf16, a/t heads on this TP rank."""
+    if model.is_mla:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        return 2.0 * model.heads * (qk + model.v_head_dim) / (t * kv_bytes_tok) if kv_bytes_tok else 1.0
+    return model.heads / max(model.kv, t)
 
 
 def _stage_time(lc: LayerCosts, mix: tuple[int, int], logits: bool, cpc: cp.CpCost) -> StageTime:

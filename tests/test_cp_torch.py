@@ -1,0 +1,75 @@
+"""PyTorch context_parallel (torchtitan) ring attention: hand-derived costs (perf/cp.py `_torch_ring`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.perf import cp
+from autopar.perf.comm import Links
+
+# One NVLink domain of 8, a slow NIC and no latency, so every number below follows from bytes / bandwidth.
+LINKS = Links(node_size=8, scaleup_bw=100e9, scaleout_bw=10e9, scaleup_lat=0.0, scaleout_lat=0.0)
+
+
+def _inputs(kv_rep: float = 16.0, torch_ring: bool = True, c: int = 2, full: bool = False) -> cp.CpInputs:
+    return cp.CpInputs(
+        c=c,
+        t=8,
+        tokens=1000.0,
+        seq_len=2000 * c,
+        kv_bytes_tok=4096.0,  # K and V, 8 KV heads x 128 x 2 B x 2
+        q_bytes_tok=32768.0,
+        out_elems_tok=2048.0,
+        attn_fwd=1e-3,
+        attn_bwd=2e-3,
+        mla=False,
+        full_recompute=full,
+        kernel_overhead_s=0.0,
+        hbm_bw=1e12,
+        torch_ring=torch_ring,
+        kv_rep=kv_rep,
+    )
+
+
+def test_torch_ring_hand_derived() -> None:
+    """cp=2 over tp=8 crosses the 8-GPU domain: every exchange is on the 10 GB/s NIC.
+
+    K, V per rank with GQA repeated 16x: 16 * 4096 B * 1000 tokens / tp 8 = 8.192 MB.
+    Forward all-gather of 2 x 8.192 MB over 2 ranks: (1/2) * 16.384 MB / 10 GB/s = 0.8192 ms, of which
+    step 0's attention (1 ms / 2 = 0.5 ms) hides 0.5 ms -> 0.3192 ms exposed.
+    Backward: the re-gather hides under one step's backward (2 ms / 2 = 1 ms); the fp32 dK, dV hop
+    (2 x 8.192 MB = 16.384 MB) takes 1.6384 ms, 0.6384 ms of it beyond the 1 ms step -> 0.9576 ms in all.
+    Compute adds (c - 1) x 18 B per dK/dV element (4.096 M bf16 elements) at 1 TB/s = 73.728 us.
+    """
+    x = _inputs()
+    got = cp.cp_cost("p2p", x, LINKS)
+    assert got.comm == pytest.approx(0.3192e-3 + 0.6384e-3, rel=1e-9)
+    te = cp.cp_cost("p2p", _inputs(kv_rep=1.0, torch_ring=False), LINKS)
+    assert te.comm == 0.0  # TE's ring: 0.512 MB per hop hides under every step
+    assert got.compute - te.compute == pytest.approx(18.0 * 4.096e6 / 1e12, rel=1e-9)
+    # Full recompute re-runs the forward and its all-gather.
+    assert cp.cp_cost("p2p", _inputs(full=True), LINKS).comm == pytest.approx(2 * 0.3192e-3 + 0.6384e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1.0, 32.0), st.floats(1.0, 32.0), st.sampled_from([2, 4, 8]), st.booleans())
+def test_torch_ring_cost_grows_with_the_exchanged_kv(r1: float, r2: float, c: int, full: bool) -> None:
+    lo, hi = sorted((r1, r2))
+    a = cp.cp_cost("p2p", _inputs(kv_rep=lo, c=c, full=full), LINKS)
+    b = cp.cp_cost("p2p", _inputs(kv_rep=hi, c=c, full=full), LINKS)
+    assert 0.0 <= a.comm <= b.comm and 0.0 <= a.compute <= b.compute
+
+
+def test_torch_kv_rep_gqa_and_mla() -> None:
+    """Llama-3.1-405B (128 heads, 8 KV heads): tp 8 -> 16x; tp 16 (> KV heads) -> 8x. DeepSeek-V3 (128
+    heads, qk 192, v 128; compressed KV 2 x (512 + 64) B/token): 2 x 128 x 320 / (8 x 1152) = 8.89 at tp 8."""
+    from autopar.catalog import get_model
+    from autopar.perf.estimate import _torch_kv_rep
+
+    llama = get_model("llama3.1-405b")
+    assert _torch_kv_rep(llama, 8, 4.0 * 8 * 128) == 16.0
+    assert _torch_kv_rep(llama, 16, 4.0 * 16 * 128) == 8.0
+    ds = get_model("deepseek-v3")
+    assert _torch_kv_rep(ds, 8, 2.0 * (512 + 64)) == pytest.approx(2 * 128 * 320 / (8 * 1152))
