@@ -2,8 +2,9 @@
 
 Columns added to `batch_estimate`'s: `pred_tokens_per_s_per_gpu_analytical`, `pred_tokens_per_s_per_gpu`
 (corrected), `pred_tokens_per_s_per_gpu_lo` / `_hi` (80% band), the same four for `pred_mem_gib_per_gpu`,
-and `calibration_factor` / `memory_factor`. Step time, TFLOP/s and MFU follow the throughput factor; fits
-and headroom follow the memory factor. Without a calibration the corrected columns equal the analytical
+`calibration_factor` / `memory_factor` and `pred_memory_verdict` (fits / at risk / oom, autopar.calibration.verdict).
+Step time, TFLOP/s and MFU follow the throughput factor; headroom follows the memory factor, and `pred_fits` is
+False only when the verdict is oom (the whole 80% memory band over usable memory). Without a calibration the corrected columns equal the analytical
 ones and the band columns are empty. A row's cluster offset is its own group's (its `cluster`, else its
 source) when the model knows that group, else the model's own group.
 """
@@ -18,6 +19,7 @@ import pandas as pd
 
 from autopar.calibration.features import features, group_of, memory_features
 from autopar.calibration.records import batch_estimate, unique_rows
+from autopar.calibration.verdict import OOM, memory_verdicts
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
 _THROUGHPUT_LIKE = ("pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu")
@@ -55,7 +57,7 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
             out[col + "_hi"] = np.nan
         out["calibration_factor"] = np.where(out["status"] == "ok", 1.0, np.nan)
         out["memory_factor"] = out["calibration_factor"]
-        return out
+        return _with_verdict(out)
     codes, first = unique_rows(df)  # the distinct configurations batch_estimate evaluated, in its order
     uniq = df.iloc[first].to_dict(orient="records")
     fac = np.array(
@@ -73,7 +75,20 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     if "pred_headroom_gib" in out:
         cap = pd.to_numeric(out["pred_headroom_gib"], errors="coerce") + mem
         out["pred_headroom_gib"] = cap - out[MEM]
-        ok = out["status"] == "ok"
-        out.loc[ok, "pred_fits"] = (out.loc[ok, "pred_headroom_gib"] >= 0).to_numpy()
     out["calibration_factor"], out["memory_factor"] = fac[:, 0], fac[:, 3]
+    return _with_verdict(out)
+
+
+def _with_verdict(out: pd.DataFrame) -> pd.DataFrame:
+    """Add `pred_memory_verdict` and set `pred_fits` from it (False only for oom) on evaluated rows."""
+    if "pred_headroom_gib" not in out:
+        return out
+    mem = pd.to_numeric(out[MEM], errors="coerce").to_numpy(dtype=float)
+    usable = pd.to_numeric(out["pred_headroom_gib"], errors="coerce").to_numpy(dtype=float) + mem
+    lo = pd.to_numeric(out[MEM + "_lo"], errors="coerce").to_numpy(dtype=float)
+    verdict = np.array(memory_verdicts(mem, lo, usable), dtype=object)
+    out["pred_memory_verdict"] = verdict
+    ok = (out["status"] == "ok").to_numpy() & (verdict != "")
+    out["pred_fits"] = out["pred_fits"].astype(object)
+    out.loc[ok, "pred_fits"] = verdict[ok] != OOM
     return out

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from autopar.calibration.verdict import AT_RISK, OOM, memory_verdict
 from autopar.cli.app import command, console
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
@@ -81,11 +82,11 @@ def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -
             "pred_step_s",
             "pred_mfu",
             "pred_mem_gib_per_gpu",
-            "pred_fits",
+            "pred_memory_verdict",
         ]
         table = Table("id", "status", "analytical tok/s/GPU", "tok/s/GPU", "80% band", "step s", "MFU %")
         table.add_column("mem GiB")
-        table.add_column("fits")
+        table.add_column("memory")
         for r in preds[cols].to_dict("records"):
             ok = r["status"] == "ok"
             lo, hi = r["pred_tokens_per_s_per_gpu_lo"], r["pred_tokens_per_s_per_gpu_hi"]
@@ -98,12 +99,12 @@ def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -
                 f"{r['pred_step_s']:.2f}" if ok else "",
                 f"{100 * r['pred_mfu']:.1f}" if ok else "",
                 f"{r['pred_mem_gib_per_gpu']:.1f}" if ok else "",
-                str(r["pred_fits"]) if ok else "",
+                str(r["pred_memory_verdict"]) if ok else "",
             )
         console.print(table)
 
 
-def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est: Any) -> None:
+def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est: Any, verdict: str) -> None:
     """Readable breakdown: headline figures, memory and time tables, notes."""
     head = Table(
         title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}: {strategy.label()}",
@@ -125,7 +126,9 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     head.add_row(
         "peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}"
     )
-    head.add_row("headroom", f"{est.headroom_gib:+.1f} GiB" + ("" if est.fits else "  [red]does not fit[/]"))
+    flag = {AT_RISK: "  [yellow]at risk: over usable memory, the 80% band reaches below it[/]"}
+    flag[OOM] = "  [red]does not fit[/]"
+    head.add_row("headroom", f"{est.headroom_gib:+.1f} GiB" + flag.get(verdict, ""))
     head.add_row("bottleneck", est.bottleneck)
     console.print(head)
     mem = Table("memory", "GiB", "share", title="Memory per GPU", title_justify="left")
@@ -290,6 +293,9 @@ def estimate_cmd(
         est = calib.apply(m, cluster, workload, strategy, analytical)
         mf, mlo, mhi = calib.memory_factor(m, cluster, workload, strategy, analytical)
         mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
+    verdict = memory_verdict(
+        est.memory.total / GiB, mem_band[0] if mem_band else None, est.capacity_bytes / GiB
+    )
     if as_json:
         doc = {
             "inputs": {
@@ -313,6 +319,7 @@ def estimate_cmd(
                 "hw_flops_per_step": est.hw_flops_per_step,
                 "peak_flops_per_gpu": est.peak_flops,
             },
+            "memory_verdict": verdict,
             "notes": list(est.notes),
             "assumed": list(est.assumed),
             "calibration": None
@@ -330,7 +337,7 @@ def estimate_cmd(
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    _print_estimate(m, cluster, workload, strategy, est)
+    _print_estimate(m, cluster, workload, strategy, est, verdict)
     if calib is None:
         console.print("uncalibrated: analytical model only (--no-calibration)")
     else:
