@@ -28,6 +28,11 @@ ATTN_HALF_EFFICIENCY_KEYS = 512.0
 # merge of the partial output; backward runs twice as many (Megatron TE `AttnFuncWithCPAndKVP2P`).
 RING_KERNELS_PER_STEP_FWD = 3
 RING_KERNELS_PER_STEP_BWD = 6
+# Kernels per layer of the all-gather form (TransformerEngine AttnFuncWithCPAndKVAllGather): forward two
+# query-chunk attention calls, two output copies and the K, V reorder (index_select); backward the same reorder,
+# two attention calls, their dQ copies and dK, dV accumulations.
+ALLGATHER_KERNELS_FWD = 6
+ALLGATHER_KERNELS_BWD = 10
 # fp32 partial-output merge per step: read partial and accumulator, write accumulator (4 B each).
 MERGE_BYTES_PER_OUT_ELEMENT = 12.0
 
@@ -89,11 +94,41 @@ def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
     return CpCost(passes * one, 0.0)
 
 
+def _allgather_slowdown(c: int, seq_len: int) -> float:
+    """Attention slowdown of the all-gather form on its slowest rank: rank r runs its two query chunks
+    (ids r and 2c−1−r of 2c) against the key prefix up to each chunk, (id+1)·S/(2c) keys, instead of one
+    kernel over S keys; each chunk's work is proportional to its keys."""
+    block = seq_len / (2 * c)
+    full = _len_eff(seq_len)
+    worst = 0.0
+    for r in range(c):
+        keys = ((r + 1) * block, (2 * c - r) * block)
+        worst = max(worst, sum(k / _len_eff(k) for k in keys) * full / sum(keys) - 1.0)
+    return worst
+
+
 def _allgather(x: CpInputs, links: comm.Links) -> CpCost:
-    """All-gather K, V of the whole sequence forward; reduce-scatter dK, dV backward; exposed."""
+    """All-gather of the sequence's K, V before attention (forward, and again in backward, which keeps only
+    the local K, V), reduce-scatter of dK, dV after; all exposed (TransformerEngine
+    AttnFuncWithCPAndKVAllGather, the Llama 3 form, arXiv 2407.21783 §3.3.2). Attention runs as two
+    query-chunk kernels per pass against the gathered key prefix (_allgather_slowdown)."""
     full = x.kv_bytes_tok * x.tokens * x.c / (1 if x.mla else x.t)
     ag = comm.all_gather(full, x.c, x.t, links)
-    return CpCost((2 if x.full_recompute else 1) * ag + comm.reduce_scatter(full, x.c, x.t, links), 0.0)
+    passes = 2 if x.full_recompute else 1
+    exposed = (passes + 1) * ag + comm.reduce_scatter(full, x.c, x.t, links)
+    extra = _allgather_slowdown(x.c, x.seq_len) * (passes * x.attn_fwd + x.attn_bwd)
+    kernels = passes * ALLGATHER_KERNELS_FWD + ALLGATHER_KERNELS_BWD
+    return CpCost(exposed, extra + kernels * x.kernel_overhead_s)
+
+
+def hierarchical_sizes(c: int, t: int, node_size: int) -> tuple[int, int]:
+    """(a2a, ring) group sizes of hierarchical CP: the largest divisor of c whose a2a group (with its tp
+    ranks) fits in one NVLink domain, and the ring across domains (Megatron
+    --hierarchical-context-parallel-sizes)."""
+    inner = max(1, min(c, node_size // t))
+    while c % inner:
+        inner -= 1
+    return inner, c // inner
 
 
 def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
@@ -106,10 +141,7 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     if variant == "allgather":
         return _allgather(x, links)
     if variant == "a2a+p2p":
-        inner = max(1, min(x.c, G // x.t))
-        while x.c % inner:
-            inner -= 1
-        outer = x.c // inner
+        inner, outer = hierarchical_sizes(x.c, x.t, G)
         a = _a2a(x, inner, x.t, links) if inner > 1 else CpCost(0.0, 0.0)
         r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
         return CpCost(a.comm + r.comm, a.compute + r.compute)
@@ -117,11 +149,15 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
 
 
 def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
-    """Rules of a CP variant ([] = valid)."""
+    """Rules of a CP variant ([] = valid). kv_heads: K/V heads attention sees (all heads for MLA)."""
     if c <= 1:
         return []
     if variant not in CP_VARIANTS:
         return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
-    if variant == "a2a" and (heads // t) % c:
-        return [f"cp_comm=a2a needs heads/tp = {heads // t} divisible by cp={c} (Ulysses splits heads)"]
+    q, kv = heads // t, max(1, kv_heads // t)
+    if variant == "a2a" and (q % c or kv % c):
+        # TransformerEngine's a2a CP asserts both Q and K head counts per rank divide by cp (context_parallel.py)
+        return [
+            f"cp_comm=a2a needs heads/tp = {q} and kv_heads/tp = {kv} divisible by cp={c} (Ulysses splits heads)"
+        ]
     return []
