@@ -178,3 +178,63 @@ def test_hardware_dimensions_and_fp8_skip():
         space.decode({k: v[0] for k, v in d.items()} | {"gpu": "A100-80GB", "precision": "fp8"})
         == "8x A100-80GB in fp8 is not a usable hardware option"
     )
+
+
+def _label_spaces():
+    """Spaces that together offer every knob: schedules incl. DualPipe, CP variants incl. hierarchical, HSDP,
+    uneven pipeline splits and memory savers."""
+    h100 = get_gpu("H100-SXM")
+    savers = ("offload", "bf16_states")
+    moe = get_model("Mixtral-8x7B")
+    odd = get_model("Llama-3.1-8B").model_copy(update={"name": "odd", "layers": 61})
+    return [
+        build_space(moe, ClusterSpec(gpu=h100, num_gpus=64), Workload(seq_len=16384, global_batch=64)),
+        build_space(
+            odd,
+            ClusterSpec(gpu=h100, num_gpus=32),
+            Workload(seq_len=8192, global_batch=64, memory_savers=savers),
+        ),
+    ]
+
+
+LABEL_SPACES = _label_spaces()
+
+
+def test_label_spaces_offer_every_new_knob():
+    pts = [pt.strategy for sp in LABEL_SPACES for pt in sp]
+    assert {s.pp_schedule for s in pts} == {"1f1b", "interleaved", "zb-h1", "dualpipe"}
+    assert {s.cp_comm for s in pts} == {"p2p", "a2a", "allgather", "a2a+p2p"}
+    assert (
+        any(s.dp_shard for s in pts)
+        and any(s.pp_first_layers for s in pts)
+        and any(s.pp_account_loss for s in pts)
+    )
+    assert {(s.optimizer_states, s.optimizer_offload) for s in pts} == {
+        (None, 0.0),
+        (None, 1.0),
+        ("bf16", 0.0),
+        ("bf16", 1.0),
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=1), st.integers(min_value=0, max_value=10**9))
+def test_labels_round_trip_and_encode_decode_over_space_points(which, seed):
+    """label -> parse_strategy_label -> the same strategy; encode/decode and the cache key carry every knob."""
+    from autopar.reports.launch import parse_strategy_label
+
+    space = LABEL_SPACES[which]
+    pt = space.point(seed % space.size)
+    s = pt.strategy
+    back = parse_strategy_label(s.label())
+    if back.etp is None and s.etp == s.tp:  # the label omits ETP equal to TP (Megatron's default etp = tp)
+        back = back.model_copy(update={"etp": s.tp})
+    assert back == s
+    assert space.decode(space.encode(pt)) == pt
+    assert space.point_of_key(pt.key) == pt
+
+
+def test_distinct_points_have_distinct_labels():
+    for space in LABEL_SPACES:
+        labels = [pt.strategy.label() for pt in space]
+        assert len(set(labels)) == len(labels) == space.size

@@ -250,8 +250,14 @@ def launch_settings(
 
 _LABEL_TOKENS = [
     (re.compile(r"^TP(\d+)(\+SP)?$"), "tp"),
-    (re.compile(r"^PP(\d+)(?:v(\d+))?$"), "pp"),
-    (re.compile(r"^CP(\d+)$"), "cp"),
+    (re.compile(r"^PP(\d+)(?:v(\d+))?(?:-(1f1b|interleaved|zb-h1|dualpipe))?$"), "pp"),
+    (re.compile(r"^CP(\d+)(?:-(p2p|a2a|allgather|a2a\+p2p))?$"), "cp"),
+    (re.compile(r"^first(\d+)$"), "pp_first_layers"),
+    (re.compile(r"^last(\d+)$"), "pp_last_layers"),
+    (re.compile(r"^(emb|loss)-split$"), "account"),
+    (re.compile(r"^HSDP(\d+)$"), "dp_shard"),
+    (re.compile(r"^(fp32|bf16|8bit)-states$"), "states"),
+    (re.compile(r"^offload([\d.]+)?$"), "offload"),
     (re.compile(r"^EP(\d+)$"), "ep"),
     (re.compile(r"^ETP(\d+)$"), "etp"),
     (re.compile(r"^Z(\d)$"), "z"),
@@ -275,6 +281,16 @@ def parse_strategy_label(label: str) -> Strategy:
                 fields["pp"] = int(m[1])
                 if m[2]:
                     fields["vpp"], fields["pp_schedule"] = int(m[2]), "interleaved"
+                if m[3]:
+                    fields["pp_schedule"] = m[3]
+            elif key == "cp":
+                fields["cp"], fields["cp_comm"] = int(m[1]), m[2] or "p2p"
+            elif key == "account":
+                fields[f"pp_account_{'embedding' if m[1] == 'emb' else 'loss'}"] = True
+            elif key == "states":
+                fields["optimizer_states"] = m[1]
+            elif key == "offload":
+                fields["optimizer_offload"] = float(m[1] or 1.0)
             elif key == "dp":
                 fields["dp"], fields["zero"] = int(m[1]), int(m[2] or 0)
             elif key == "z":
