@@ -248,7 +248,8 @@ def balanced_splits(layers: int, pp: int) -> tuple[Split, ...]:
     for sp in _split_candidates(layers, pp):
         lay = sp.stages(layers, pp)
         key = (lay.first, lay.middle if pp > 2 else 0, lay.last)  # two stages have no middle one
-        if key in seen or pipe_model.split_violations(layers, pp, lay, sp.account_embedding, sp.account_loss):
+        bad = pipe_model.split_violations(layers, pp, lay, sp.account_embedding, sp.account_loss)
+        if key in seen or bad or any(_megatron_split_rules(layers, pp, sp)):
             continue
         edges = (lay.first, lay.last)
         if max(*edges, lay.middle) == mid and min(edges) >= max(1, mid - MAX_STAGE_LIGHTENING):
@@ -275,6 +276,7 @@ def pp_rules(model: ModelSpec, pp: int, split: Split = EVEN_SPLIT, vpp: int = 1)
         model.layers, pp, lay, split.account_embedding, split.account_loss
     ):
         yield _v(Axis.PP, Level.HARD, msg)
+    yield from _megatron_split_rules(model.layers, pp, split)
     if split not in balanced_splits(model.layers, pp):
         msg = f"pipeline split {lay.first}/{lay.middle}/{lay.last} is not a balanced split the search offers"
         yield _v(Axis.PP, Level.SEARCH, msg)
@@ -282,6 +284,19 @@ def pp_rules(model: ModelSpec, pp: int, split: Split = EVEN_SPLIT, vpp: int = 1)
         yield _v(
             Axis.VPP, Level.SEARCH, "the search keeps uneven pipeline splits to one chunk per rank (vpp=1)"
         )
+
+
+def _megatron_split_rules(layers: int, pp: int, split: Split) -> Iterator[Violation]:
+    """Megatron's validate_args (megatron/training/arguments.py): explicit first/last stage sizes exclude the
+    account-for options, which need layers + (embedding) + (loss) divisible by pp."""
+    accounted = split.account_embedding or split.account_loss
+    if accounted and (split.first is not None or split.last is not None):
+        msg = "pipeline split: first/last stage sizes exclude account-for-embedding/loss (Megatron)"
+        yield _v(Axis.PP, Level.HARD, msg)
+    elif accounted and (layers + split.account_embedding + split.account_loss) % pp:
+        units = layers + split.account_embedding + split.account_loss
+        msg = f"pipeline split: layers with embedding/loss counted ({units}) not divisible by pp={pp} (Megatron)"
+        yield _v(Axis.PP, Level.HARD, msg)
 
 
 def split_model(model: ModelSpec, pp: int, split: Split) -> ModelSpec:

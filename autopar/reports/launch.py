@@ -20,7 +20,7 @@ from autopar.layouts import mesh_problems
 from autopar.reports.launch_deepspeed import deepspeed_config
 from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
-from autopar.reports.launch_split import megatron_split
+from autopar.reports.launch_split import strategy_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -91,7 +91,7 @@ def _resolve(
     gradient-accumulation steps = global_batch / (micro_batch * dp))."""
     s = strategy.with_dp(cluster.num_gpus)
     problems = mesh_problems(cluster, workload, s)  # the layouts spine's model-independent rules
-    if not problems and megatron_split(model.layers, s.pp, s.vpp) is None:
+    if not problems and strategy_split(model.layers, s) is None:
         problems.append(
             f"layers={model.layers} cannot be split over pp={s.pp} x vpp={s.vpp} stages by Megatron-LM's "
             "options (every stage a multiple of vpp)"
