@@ -18,6 +18,10 @@ Rules have a level:
   without SP). `validate_strategy(strict=False)` checks HARD only.
 - SEARCH: what the search does not offer although it would run: a no-op knob (SP without TP, an
   interleaved schedule without virtual stages) or a layout that cannot perform (CP chunks too short).
+
+The tables those rules read live here too (the spine imports nothing above the specs): pipeline schedules
+and Megatron's pipeline splits (used by perf/pipeline.py), CP variants (perf/cp.py) and the memory savers a
+search may choose (perf/memory.py); the perf modules re-export them.
 """
 
 from __future__ import annotations
@@ -27,14 +31,220 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import NamedTuple
 
-from autopar.perf import cp as cp_model
-from autopar.perf import pipeline as pipe_model
-from autopar.perf.memory import saver_choices
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 # Below this many tokens per CP rank the two causal chunks of ring attention (Megatron's load-balanced
 # CP, arXiv:2310.01889 / TransformerEngine) are too short for the KV exchange to hide behind attention.
 MIN_TOKENS_PER_CP_RANK = 1024
+
+
+# ---------------------------------------------------------------------------------------------- rule tables
+# Pipeline schedules and splits (used by perf/pipeline.py), CP variants (perf/cp.py) and memory savers
+# (perf/memory.py): the tables and checks the rules below read; the perf modules re-export them.
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRule:
+    """One pipeline schedule: which virtual-stage counts it takes and what it needs of p and m."""
+
+    name: str
+    vpp: str  # "1" (one chunk per rank), ">1" (interleaved chunks), "any"
+    m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
+    p_even: bool
+    m_even: bool
+    frameworks: tuple[
+        str, ...
+    ]  # stacks that ship it: the completion picks only these; any is a valid what-if
+    source: str
+
+
+# The valid schedule values and their rules (the search space and the completion read this table).
+SCHEDULES: dict[str, ScheduleRule] = {
+    "1f1b": ScheduleRule(
+        "1f1b",
+        "1",
+        False,
+        False,
+        False,
+        ("megatron", "megatron-legacy", "torchtitan", "deepspeed"),
+        "Narayanan et al. 2021 §2.2.1 (PipeDream-Flush); Megatron-LM default",
+    ),
+    "interleaved": ScheduleRule(
+        "interleaved",
+        ">1",
+        True,
+        False,
+        False,
+        ("megatron", "megatron-legacy", "torchtitan"),
+        "Narayanan et al. 2021 §2.2.2; Megatron --num-layers-per-virtual-pipeline-stage; "
+        "torchtitan Interleaved1F1B",
+    ),
+    "zb-h1": ScheduleRule(
+        "zb-h1",
+        "1",
+        False,
+        False,
+        False,
+        (),  # not in Megatron-LM/torchtitan mainline as a one-chunk schedule (torchtitan ships ZBV/interleaved ZB)
+        "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
+    ),
+    "dualpipe": ScheduleRule(
+        "dualpipe",
+        "1",
+        False,
+        True,
+        True,
+        (),  # DeepSeek's own stack; torchtitan's DualPipeV is the halved (one parameter copy) variant
+        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
+    ),
+}
+SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
+
+
+def schedules_for(framework: str) -> tuple[str, ...]:
+    """Schedules a software stack ships (what the search and the completion may choose for it).
+
+    An explicit schedule is always estimated (a what-if), whatever the stack."""
+    return tuple(n for n, r in SCHEDULES.items() if framework in r.frameworks) or ("1f1b",)
+
+
+def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool = True) -> list[str]:
+    """Every rule of SCHEDULES[schedule] that (p, v, m) breaks, as sentences ([] = valid)."""
+    rule = SCHEDULES.get(schedule)
+    if rule is None:
+        return [f"pp_schedule={schedule!r} is not one of {', '.join(SCHEDULE_NAMES)}"]
+    if p == 1:
+        return [] if v == 1 else [f"vpp={v} needs pp > 1"]
+    out: list[str] = []
+    if rule.vpp == "1" and v != 1:
+        out.append(f"pp_schedule={schedule} runs one model chunk per rank (vpp=1), got vpp={v}")
+    if rule.vpp == ">1" and v == 1:
+        out.append(f"pp_schedule={schedule} needs vpp > 1")
+    if rule.m_multiple_of_p and strict and m % p:
+        out.append(f"pp_schedule={schedule} needs micro-batches per step ({m}) divisible by pp={p}")
+    if rule.p_even and p % 2:
+        out.append(f"pp_schedule={schedule} needs an even pp (got {p})")
+    if rule.m_even and m % 2:
+        out.append(f"pp_schedule={schedule} needs an even number of micro-batches (got {m})")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageLayout:
+    """Transformer layers on the first, a middle and the last pipeline stage."""
+
+    first: int
+    middle: int
+    last: int
+    note: str = ""
+
+
+def stage_layers(
+    layers: int,
+    p: int,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    account_embedding: bool = False,
+    account_loss: bool = False,
+) -> StageLayout:
+    """Split `layers` over p stages the way Megatron-Core does.
+
+    Explicit `first`/`last` are --decoder-first/last-pipeline-num-layers; the rest split evenly over the
+    middle stages. `account_embedding`/`account_loss` (--account-for-embedding/loss-in-pipeline-split)
+    count the embedding and the output layer + loss as one layer each, so the first/last stage get one
+    transformer layer fewer. Without options the remainder of an uneven split goes on the last stage.
+    """
+    if p <= 1:
+        return StageLayout(layers, layers, layers)
+    if first is not None or last is not None:
+        f = first if first is not None else None
+        la = last if last is not None else None
+        n_mid = p - (f is not None) - (la is not None)
+        rest = layers - (f or 0) - (la or 0)
+        mid = -(-rest // n_mid) if n_mid > 0 else 0
+        return StageLayout(
+            f if f is not None else mid, mid, la if la is not None else mid, "explicit first/last"
+        )
+    units = layers + int(account_embedding) + int(account_loss)
+    per = -(-units // p)
+    la = units - (p - 1) * per - int(account_loss)
+    if la <= 0:
+        per = units // p
+        la = units - (p - 1) * per - int(account_loss)
+    if account_embedding or account_loss:
+        return StageLayout(
+            max(0, per - int(account_embedding)), per, max(0, la), "embedding/loss counted as layers"
+        )
+    note = f"uneven pipeline split: {per} layers on the first stages, {la} on the last" if layers % p else ""
+    return StageLayout(per, per, la, note)
+
+
+def split_violations(
+    layers: int, p: int, lay: StageLayout, account_embedding: bool, account_loss: bool
+) -> list[str]:
+    """Megatron's checks of an uneven split: every stage gets layers and the stages add up to the model."""
+    if p <= 1:
+        return []
+    total = lay.first + (p - 2) * lay.middle + lay.last
+    out = []
+    if min(lay.first, lay.last) < 0 or (p > 2 and lay.middle <= 0):
+        out.append(f"pipeline split leaves a stage without layers ({lay.first}/{lay.middle}/{lay.last})")
+    if total != layers:
+        out.append(
+            f"pipeline split {lay.first} + {p - 2}x{lay.middle} + {lay.last} = {total} layers, not {layers}"
+            + (
+                " (embedding/loss counted as layers must make layers + 1 or + 2 divisible by pp)"
+                if account_embedding or account_loss
+                else ""
+            )
+        )
+    return out
+
+
+CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+
+
+def hierarchical_sizes(c: int, t: int, node_size: int) -> tuple[int, int]:
+    """(a2a, ring) group sizes of hierarchical CP: the largest divisor of c whose a2a group (with its tp
+    ranks) fits in one NVLink domain, and the ring across domains (Megatron
+    --hierarchical-context-parallel-sizes)."""
+    inner = max(1, min(c, node_size // t))
+    while c % inner:
+        inner -= 1
+    return inner, c // inner
+
+
+def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
+    """Rules of a CP variant ([] = valid). kv_heads: K/V heads attention sees (all heads for MLA)."""
+    if c <= 1:
+        return []
+    if variant not in CP_VARIANTS:
+        return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
+    q, kv = heads // t, max(1, kv_heads // t)
+    if variant == "a2a" and (q % c or kv % c):
+        # TransformerEngine's a2a CP asserts both Q and K head counts per rank divide by cp (context_parallel.py)
+        return [
+            f"cp_comm=a2a needs heads/tp = {q} and kv_heads/tp = {kv} divisible by cp={c} (Ulysses splits heads)"
+        ]
+    return []
+
+
+# What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+    "offload": ("optimizer_offload", (0.0, 1.0)),
+    "bf16_states": ("optimizer_states", (None, "bf16")),
+    "8bit_states": ("optimizer_states", (None, "8bit")),
+}
+
+
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+    """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
+    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    for saver in memory_savers:
+        knob, values = MEMORY_SAVER_VALUES[saver]
+        out[knob] = tuple(dict.fromkeys(out[knob] + values))
+    return out
 
 
 class Axis(StrEnum):
@@ -202,9 +412,9 @@ class Split(NamedTuple):
     def even(self) -> bool:
         return self == EVEN_SPLIT
 
-    def stages(self, layers: int, pp: int) -> pipe_model.StageLayout:
+    def stages(self, layers: int, pp: int) -> StageLayout:
         """Transformer layers on the first, a middle and the last stage (perf/pipeline.py stage_layers)."""
-        return pipe_model.stage_layers(
+        return stage_layers(
             layers,
             pp,
             first=self.first,
@@ -248,7 +458,7 @@ def balanced_splits(layers: int, pp: int) -> tuple[Split, ...]:
     for sp in _split_candidates(layers, pp):
         lay = sp.stages(layers, pp)
         key = (lay.first, lay.middle if pp > 2 else 0, lay.last)  # two stages have no middle one
-        bad = pipe_model.split_violations(layers, pp, lay, sp.account_embedding, sp.account_loss)
+        bad = split_violations(layers, pp, lay, sp.account_embedding, sp.account_loss)
         if key in seen or bad or any(_megatron_split_rules(layers, pp, sp)):
             continue
         edges = (lay.first, lay.last)
@@ -272,9 +482,7 @@ def pp_rules(model: ModelSpec, pp: int, split: Split = EVEN_SPLIT, vpp: int = 1)
         yield _v(Axis.PP, Level.SEARCH, "pipeline split options have no effect with pp=1")
         return
     lay = split.stages(model.layers, pp)
-    for msg in pipe_model.split_violations(
-        model.layers, pp, lay, split.account_embedding, split.account_loss
-    ):
+    for msg in split_violations(model.layers, pp, lay, split.account_embedding, split.account_loss):
         yield _v(Axis.PP, Level.HARD, msg)
     yield from _megatron_split_rules(model.layers, pp, split)
     if split not in balanced_splits(model.layers, pp):
@@ -318,7 +526,7 @@ def schedule_rules(pp: int, vpp: int, m: int, schedule: str, moe: bool = True) -
     if pp == 1:
         yield _v(Axis.PP, Level.SEARCH, f"pp_schedule={schedule} has no effect with pp=1")
         return
-    for msg in pipe_model.schedule_violations(schedule, pp, vpp, m):
+    for msg in schedule_violations(schedule, pp, vpp, m):
         yield _v(Axis.PP, Level.HARD, msg)
     if schedule == "dualpipe" and not moe:
         msg = "pp_schedule=dualpipe on a dense model: ZB-H1 has nearly its bubble with one parameter copy"
@@ -350,15 +558,15 @@ def cp_comm_rules(
             yield _v(Axis.CP, Level.SEARCH, f"cp_comm={variant} has no effect with cp=1")
         return
     kv = model.heads if model.is_mla else model.kv  # MLA expands K/V to every head before attention
-    for msg in cp_model.cp_violations(variant, model.heads, kv, tp, cp):
+    for msg in cp_violations(variant, model.heads, kv, tp, cp):
         yield _v(Axis.CP, Level.HARD, msg)
     if variant == "a2a" and tp * cp > cluster.node_size:
         # Megatron's CP docs: all-to-all inside the NVLink domain, the ring across it (a2a+p2p)
         msg = f"cp_comm=a2a over tp*cp = {tp * cp} GPUs leaves the NVLink domain (a2a+p2p does a2a inside it)"
         yield _v(Axis.CP, Level.SEARCH, msg)
     if variant == "a2a+p2p":
-        inner, outer = cp_model.hierarchical_sizes(cp, tp, cluster.node_size)
-        for msg in cp_model.cp_violations("a2a", model.heads, kv, tp, inner):
+        inner, outer = hierarchical_sizes(cp, tp, cluster.node_size)
+        for msg in cp_violations("a2a", model.heads, kv, tp, inner):
             yield _v(Axis.CP, Level.HARD, msg.replace("cp_comm=a2a", "cp_comm=a2a+p2p (its a2a group)"))
         if inner == 1 or outer == 1:
             same = "p2p" if inner == 1 else "a2a"
@@ -638,7 +846,7 @@ def pipe_choices(
     out = []
     for mb, v in mb_vpp_pairs(model, workload, dims):
         m = workload.global_batch // (mb * dims.dp)
-        for sched in pipe_model.SCHEDULE_NAMES:
+        for sched in SCHEDULE_NAMES:
             rules = [
                 *vpp_rules(model, dims.pp, v, sched),
                 *schedule_rules(dims.pp, v, m, sched, model.is_moe),
@@ -650,7 +858,7 @@ def pipe_choices(
 
 def cp_comm_values(model: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> tuple[str, ...]:
     """CP variants the search offers (p2p alone without CP)."""
-    return tuple(v for v in cp_model.CP_VARIANTS if _ok(cp_comm_rules(model, cluster, tp, cp, v)))
+    return tuple(v for v in CP_VARIANTS if _ok(cp_comm_rules(model, cluster, tp, cp, v)))
 
 
 def dp_shard_values(cluster: ClusterSpec, dims: ParallelDims) -> tuple[int, ...]:

@@ -238,3 +238,19 @@ def test_distinct_points_have_distinct_labels():
     for space in LABEL_SPACES:
         labels = [pt.strategy.label() for pt in space]
         assert len(set(labels)) == len(labels) == space.size
+
+
+def test_why_names_schedule_split_cp_variant_hsdp_and_savers():
+    from autopar.search.recommend import explain_layout
+    from autopar.search.result import TrialRecord
+
+    s = Strategy(
+        pp=16, pp_schedule="dualpipe", pp_first_layers=2, pp_last_layers=3, cp=2, cp_comm="allgather",
+        zero=3, dp_shard=4, optimizer_states="bf16", optimizer_offload=1.0,
+    )  # fmt: skip
+    why = explain_layout(TrialRecord(0, s, 1024, "H100-SXM", "fp8", None, {}, True))
+    assert "DualPipe" in why and "no mainline stack ships it" in why and "first 2, last 3" in why
+    assert "CP2 allgather" in why and "HSDP" in why and "bf16 optimizer states" in why and "100%" in why
+    plain = Strategy(pp=4, pp_schedule="1f1b")
+    assert "ships" not in explain_layout(TrialRecord(0, plain, 64, "H100-SXM", "bf16", None, {}, True))
+    assert explain_layout(TrialRecord(0, Strategy(), 8, "H100-SXM", "bf16", None, {}, True)) == ""

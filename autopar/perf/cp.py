@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The CP-variant rules live in the spine (autopar/layouts.py); re-exported here for the model.
+from autopar.layouts import CP_VARIANTS, cp_violations, hierarchical_sizes  # noqa: F401
 from autopar.perf import comm
-
-CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
 
 # Sequence length (keys) at which a FlashAttention-class kernel reaches half its long-sequence efficiency:
 # the x/(x + 512) form layers.py applies at the full sequence; ring CP runs kernels on S/(2c)-key blocks.
@@ -121,16 +121,6 @@ def _allgather(x: CpInputs, links: comm.Links) -> CpCost:
     return CpCost(exposed, extra + kernels * x.kernel_overhead_s)
 
 
-def hierarchical_sizes(c: int, t: int, node_size: int) -> tuple[int, int]:
-    """(a2a, ring) group sizes of hierarchical CP: the largest divisor of c whose a2a group (with its tp
-    ranks) fits in one NVLink domain, and the ring across domains (Megatron
-    --hierarchical-context-parallel-sizes)."""
-    inner = max(1, min(c, node_size // t))
-    while c % inner:
-        inner -= 1
-    return inner, c // inner
-
-
 def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     """CP cost per layer per micro-batch for one variant (zero for cp = 1)."""
     if x.c <= 1:
@@ -146,18 +136,3 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
         r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
         return CpCost(a.comm + r.comm, a.compute + r.compute)
     return _ring(x, x.c, x.t * x.c > G, links)
-
-
-def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
-    """Rules of a CP variant ([] = valid). kv_heads: K/V heads attention sees (all heads for MLA)."""
-    if c <= 1:
-        return []
-    if variant not in CP_VARIANTS:
-        return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
-    q, kv = heads // t, max(1, kv_heads // t)
-    if variant == "a2a" and (q % c or kv % c):
-        # TransformerEngine's a2a CP asserts both Q and K head counts per rank divide by cp (context_parallel.py)
-        return [
-            f"cp_comm=a2a needs heads/tp = {q} and kv_heads/tp = {kv} divisible by cp={c} (Ulysses splits heads)"
-        ]
-    return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autopar import layouts  # module import: layouts imports perf submodules (no cycle at load)
+from autopar.layouts import Level, check
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 
@@ -21,8 +21,8 @@ def validate_strategy(
     stages, KV heads replicated when tp > kv_heads, TP across nodes, interleaving with any micro-batch count,
     MoE without sequence parallelism (the STRICT rules of `autopar.layouts`).
     """
-    level = layouts.Level.STRICT if strict else layouts.Level.HARD
-    violations = layouts.check(
+    level = Level.STRICT if strict else Level.HARD
+    violations = check(
         model, cluster, workload, strategy, level=level, allow_cross_node_tp=allow_cross_node_tp
     )
     return [v.message for v in violations]
