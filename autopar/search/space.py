@@ -1,7 +1,8 @@
 """The search space: every knob value that can be valid for a model, cluster(s) and workload.
 
 The space is a list of *layouts* (hardware option, tp, pp, cp, ep, etp with dp derived), each with the
-micro-batch/virtual-stage pairs, SP settings, ZeRO stages and recompute modes it allows. Every value
+micro-batch/virtual-stage/schedule triples, SP settings, ZeRO stages (and HSDP degrees), recompute modes,
+CP variants, pipeline splits and memory savers it allows. Every value
 comes from the generators of `autopar.layouts`, which filter divisors through the same rules
 `validate_strategy` checks (an oracle test enumerates whole spaces to prove they agree). Points are
 numbered 0..size-1 (``point(i)`` unranks one), so the space can be counted, enumerated and sampled
@@ -118,7 +119,7 @@ class Layout:
 
     @cached_property
     def zero_shard(self) -> tuple[tuple[int, int | None], ...]:
-        """(zero, dp_shard) pairs: every stage unsharded-HSDP, plus ZeRO-3 with each HSDP degree."""
+        """(zero, dp_shard) pairs: every ZeRO stage without HSDP, plus ZeRO-3 with each HSDP degree."""
         hsdp = tuple((3, ds) for ds in self.dp_shard) if 3 in self.zero else ()
         return tuple((z, None) for z in self.zero) + hsdp
 
