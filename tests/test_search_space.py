@@ -254,3 +254,18 @@ def test_why_names_schedule_split_cp_variant_hsdp_and_savers():
     plain = Strategy(pp=4, pp_schedule="1f1b")
     assert "ships" not in explain_layout(TrialRecord(0, plain, 64, "H100-SXM", "bf16", None, {}, True))
     assert explain_layout(TrialRecord(0, Strategy(), 8, "H100-SXM", "bf16", None, {}, True)) == ""
+
+
+def test_neighbors_move_the_new_knobs():
+    space = LABEL_SPACES[0]  # Mixtral on 64 H100 at 16K: schedules incl. DualPipe, CP variants, HSDP
+    knobs = ("pp_schedule", "cp_comm", "dp_shard")
+    assert set(knobs) <= set(space.distributions())
+    pt = next(p for p in space if p.strategy.pp == 2 and p.strategy.cp == 2 and p.strategy.zero == 3)
+    moved = {
+        k
+        for q in space.neighbors(pt)
+        for k in knobs
+        if getattr(q.strategy, k) != getattr(pt.strategy, k)
+        and q.strategy.model_copy(update={k: getattr(pt.strategy, k)}) == pt.strategy
+    }
+    assert {"pp_schedule", "cp_comm"} <= moved
