@@ -18,6 +18,10 @@ Rules have a level:
   without SP). `validate_strategy(strict=False)` checks HARD only.
 - SEARCH: what the search does not offer although it would run: a no-op knob (SP without TP, an
   interleaved schedule without virtual stages) or a layout that cannot perform (CP chunks too short).
+
+The tables those rules read live here too (the spine imports nothing above the specs): pipeline schedules
+and Megatron's pipeline splits (used by perf/pipeline.py), CP variants (perf/cp.py) and the memory savers a
+search may choose (perf/memory.py); the perf modules re-export them.
 """
 
 from __future__ import annotations
@@ -25,12 +29,222 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import NamedTuple
 
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 # Below this many tokens per CP rank the two causal chunks of ring attention (Megatron's load-balanced
 # CP, arXiv:2310.01889 / TransformerEngine) are too short for the KV exchange to hide behind attention.
 MIN_TOKENS_PER_CP_RANK = 1024
+
+
+# ---------------------------------------------------------------------------------------------- rule tables
+# Pipeline schedules and splits (used by perf/pipeline.py), CP variants (perf/cp.py) and memory savers
+# (perf/memory.py): the tables and checks the rules below read; the perf modules re-export them.
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRule:
+    """One pipeline schedule: which virtual-stage counts it takes and what it needs of p and m."""
+
+    name: str
+    vpp: str  # "1" (one chunk per rank), ">1" (interleaved chunks), "any"
+    m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
+    p_even: bool
+    m_even: bool
+    frameworks: tuple[
+        str, ...
+    ]  # stacks that ship it: the completion picks only these; any is a valid what-if
+    source: str
+
+
+# The valid schedule values and their rules (the search space and the completion read this table).
+SCHEDULES: dict[str, ScheduleRule] = {
+    "1f1b": ScheduleRule(
+        "1f1b",
+        "1",
+        False,
+        False,
+        False,
+        ("megatron", "megatron-legacy", "torchtitan", "deepspeed"),
+        "Narayanan et al. 2021 §2.2.1 (PipeDream-Flush); Megatron-LM default",
+    ),
+    "interleaved": ScheduleRule(
+        "interleaved",
+        ">1",
+        True,
+        False,
+        False,
+        ("megatron", "megatron-legacy", "torchtitan"),
+        "Narayanan et al. 2021 §2.2.2; Megatron --num-layers-per-virtual-pipeline-stage; "
+        "torchtitan Interleaved1F1B",
+    ),
+    "zb-h1": ScheduleRule(
+        "zb-h1",
+        "1",
+        False,
+        False,
+        False,
+        (),  # not in Megatron-LM/torchtitan mainline as a one-chunk schedule (torchtitan ships ZBV/interleaved ZB)
+        "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
+    ),
+    "dualpipe": ScheduleRule(
+        "dualpipe",
+        "1",
+        False,
+        True,
+        True,
+        (),  # DeepSeek's own stack; torchtitan's DualPipeV is the halved (one parameter copy) variant
+        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
+    ),
+}
+SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
+
+
+def schedules_for(framework: str) -> tuple[str, ...]:
+    """Schedules a software stack ships (what the search and the completion may choose for it).
+
+    An explicit schedule is always estimated (a what-if), whatever the stack."""
+    return tuple(n for n, r in SCHEDULES.items() if framework in r.frameworks) or ("1f1b",)
+
+
+def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool = True) -> list[str]:
+    """Every rule of SCHEDULES[schedule] that (p, v, m) breaks, as sentences ([] = valid)."""
+    rule = SCHEDULES.get(schedule)
+    if rule is None:
+        return [f"pp_schedule={schedule!r} is not one of {', '.join(SCHEDULE_NAMES)}"]
+    if p == 1:
+        return [] if v == 1 else [f"vpp={v} needs pp > 1"]
+    out: list[str] = []
+    if rule.vpp == "1" and v != 1:
+        out.append(f"pp_schedule={schedule} runs one model chunk per rank (vpp=1), got vpp={v}")
+    if rule.vpp == ">1" and v == 1:
+        out.append(f"pp_schedule={schedule} needs vpp > 1")
+    if rule.m_multiple_of_p and strict and m % p:
+        out.append(f"pp_schedule={schedule} needs micro-batches per step ({m}) divisible by pp={p}")
+    if rule.p_even and p % 2:
+        out.append(f"pp_schedule={schedule} needs an even pp (got {p})")
+    if rule.m_even and m % 2:
+        out.append(f"pp_schedule={schedule} needs an even number of micro-batches (got {m})")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageLayout:
+    """Transformer layers on the first, a middle and the last pipeline stage."""
+
+    first: int
+    middle: int
+    last: int
+    note: str = ""
+
+
+def stage_layers(
+    layers: int,
+    p: int,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    account_embedding: bool = False,
+    account_loss: bool = False,
+) -> StageLayout:
+    """Split `layers` over p stages the way Megatron-Core does.
+
+    Explicit `first`/`last` are --decoder-first/last-pipeline-num-layers; the rest split evenly over the
+    middle stages. `account_embedding`/`account_loss` (--account-for-embedding/loss-in-pipeline-split)
+    count the embedding and the output layer + loss as one layer each, so the first/last stage get one
+    transformer layer fewer. Without options the remainder of an uneven split goes on the last stage.
+    """
+    if p <= 1:
+        return StageLayout(layers, layers, layers)
+    if first is not None or last is not None:
+        f = first if first is not None else None
+        la = last if last is not None else None
+        n_mid = p - (f is not None) - (la is not None)
+        rest = layers - (f or 0) - (la or 0)
+        mid = -(-rest // n_mid) if n_mid > 0 else 0
+        return StageLayout(
+            f if f is not None else mid, mid, la if la is not None else mid, "explicit first/last"
+        )
+    units = layers + int(account_embedding) + int(account_loss)
+    per = -(-units // p)
+    la = units - (p - 1) * per - int(account_loss)
+    if la <= 0:
+        per = units // p
+        la = units - (p - 1) * per - int(account_loss)
+    if account_embedding or account_loss:
+        return StageLayout(
+            max(0, per - int(account_embedding)), per, max(0, la), "embedding/loss counted as layers"
+        )
+    note = f"uneven pipeline split: {per} layers on the first stages, {la} on the last" if layers % p else ""
+    return StageLayout(per, per, la, note)
+
+
+def split_violations(
+    layers: int, p: int, lay: StageLayout, account_embedding: bool, account_loss: bool
+) -> list[str]:
+    """Megatron's checks of an uneven split: every stage gets layers and the stages add up to the model."""
+    if p <= 1:
+        return []
+    total = lay.first + (p - 2) * lay.middle + lay.last
+    out = []
+    if min(lay.first, lay.last) < 0 or (p > 2 and lay.middle <= 0):
+        out.append(f"pipeline split leaves a stage without layers ({lay.first}/{lay.middle}/{lay.last})")
+    if total != layers:
+        out.append(
+            f"pipeline split {lay.first} + {p - 2}x{lay.middle} + {lay.last} = {total} layers, not {layers}"
+            + (
+                " (embedding/loss counted as layers must make layers + 1 or + 2 divisible by pp)"
+                if account_embedding or account_loss
+                else ""
+            )
+        )
+    return out
+
+
+CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+
+
+def hierarchical_sizes(c: int, t: int, node_size: int) -> tuple[int, int]:
+    """(a2a, ring) group sizes of hierarchical CP: the largest divisor of c whose a2a group (with its tp
+    ranks) fits in one NVLink domain, and the ring across domains (Megatron
+    --hierarchical-context-parallel-sizes)."""
+    inner = max(1, min(c, node_size // t))
+    while c % inner:
+        inner -= 1
+    return inner, c // inner
+
+
+def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
+    """Rules of a CP variant ([] = valid). kv_heads: K/V heads attention sees (all heads for MLA)."""
+    if c <= 1:
+        return []
+    if variant not in CP_VARIANTS:
+        return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
+    q, kv = heads // t, max(1, kv_heads // t)
+    if variant == "a2a" and (q % c or kv % c):
+        # TransformerEngine's a2a CP asserts both Q and K head counts per rank divide by cp (context_parallel.py)
+        return [
+            f"cp_comm=a2a needs heads/tp = {q} and kv_heads/tp = {kv} divisible by cp={c} (Ulysses splits heads)"
+        ]
+    return []
+
+
+# What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+    "offload": ("optimizer_offload", (0.0, 1.0)),
+    "bf16_states": ("optimizer_states", (None, "bf16")),
+    "8bit_states": ("optimizer_states", (None, "8bit")),
+}
+
+
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+    """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
+    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    for saver in memory_savers:
+        knob, values = MEMORY_SAVER_VALUES[saver]
+        out[knob] = tuple(dict.fromkeys(out[knob] + values))
+    return out
 
 
 class Axis(StrEnum):
@@ -186,12 +400,137 @@ def tp_rules(model: ModelSpec, cluster: ClusterSpec, tp: int, allow_cross_node: 
     yield from domain_rules(Axis.TP, tp, cluster, allow_cross_node)
 
 
-def pp_rules(model: ModelSpec, pp: int) -> Iterator[Violation]:
-    """Pipeline stages: at most one per layer; an even split of the layers (uneven splits bend it)."""
+class Split(NamedTuple):
+    """How the layers split over pipeline stages (Megatron-Core options; all unset = an even split)."""
+
+    first: int | None = None  # --decoder-first-pipeline-num-layers
+    last: int | None = None  # --decoder-last-pipeline-num-layers
+    account_embedding: bool = False  # --account-for-embedding-in-pipeline-split
+    account_loss: bool = False  # --account-for-loss-in-pipeline-split
+
+    @property
+    def even(self) -> bool:
+        return self == EVEN_SPLIT
+
+    def stages(self, layers: int, pp: int) -> StageLayout:
+        """Transformer layers on the first, a middle and the last stage (perf/pipeline.py stage_layers)."""
+        return stage_layers(
+            layers,
+            pp,
+            first=self.first,
+            last=self.last,
+            account_embedding=self.account_embedding,
+            account_loss=self.account_loss,
+        )
+
+
+EVEN_SPLIT = Split()
+# The search's uneven splits lighten the first and last stage by at most this many layers each: the first
+# stage also runs the embedding, the last the output layer and the loss (Megatron's account-for-embedding/
+# loss options weigh each as one layer; published splits such as DeepSeek-V3's 61 layers on PP16 differ
+# from the middle stages by one or two layers).
+MAX_STAGE_LIGHTENING = 2
+
+
+def split_of(s: Strategy) -> Split:
+    """The pipeline split a strategy asks for."""
+    return Split(s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
+
+
+def _split_candidates(layers: int, pp: int) -> Iterator[Split]:
+    """Account-for-embedding/loss splits, then first/last stages lighter than the middle ones."""
+    yield Split(account_embedding=True, account_loss=True)
+    yield Split(account_loss=True)
+    yield Split(account_embedding=True)
+    mid = -(-layers // pp)
+    both = layers - (pp - 2) * mid  # first + last
+    for first in range(mid - MAX_STAGE_LIGHTENING, mid + 1):
+        yield Split(first=first, last=both - first)
+
+
+def balanced_splits(layers: int, pp: int) -> tuple[Split, ...]:
+    """The splits the search offers for pp stages: the even one when pp divides the layers; otherwise every
+    valid candidate whose busiest stage holds ceil(layers/pp) layers and whose first/last stage is at most
+    MAX_STAGE_LIGHTENING lighter than that (one per distinct stage layout)."""
+    if pp == 1 or layers % pp == 0:
+        return (EVEN_SPLIT,)
+    mid, out, seen = -(-layers // pp), [], set()
+    for sp in _split_candidates(layers, pp):
+        lay = sp.stages(layers, pp)
+        key = (lay.first, lay.middle if pp > 2 else 0, lay.last)  # two stages have no middle one
+        bad = split_violations(layers, pp, lay, sp.account_embedding, sp.account_loss)
+        if key in seen or bad or any(_megatron_split_rules(layers, pp, sp)):
+            continue
+        edges = (lay.first, lay.last)
+        if max(*edges, lay.middle) == mid and min(edges) >= max(1, mid - MAX_STAGE_LIGHTENING):
+            seen.add(key)
+            out.append(sp)
+    return tuple(out)
+
+
+def pp_rules(model: ModelSpec, pp: int, split: Split = EVEN_SPLIT, vpp: int = 1) -> Iterator[Violation]:
+    """Pipeline stages: at most one per layer; an even split of the layers, or one of Megatron's uneven splits
+    (explicit first/last stage sizes, embedding/loss counted as layers) whose stages add up to the model."""
     if pp > model.layers:
         yield _v(Axis.PP, Level.HARD, f"pp={pp} exceeds layers={model.layers}")
-    elif model.layers % pp:
-        yield _v(Axis.PP, Level.STRICT, f"layers={model.layers} is not divisible by pp={pp}")
+        return
+    if split.even:
+        if model.layers % pp:
+            yield _v(Axis.PP, Level.STRICT, f"layers={model.layers} is not divisible by pp={pp}")
+        return
+    if pp == 1:
+        yield _v(Axis.PP, Level.SEARCH, "pipeline split options have no effect with pp=1")
+        return
+    lay = split.stages(model.layers, pp)
+    for msg in split_violations(model.layers, pp, lay, split.account_embedding, split.account_loss):
+        yield _v(Axis.PP, Level.HARD, msg)
+    yield from _megatron_split_rules(model.layers, pp, split)
+    if split not in balanced_splits(model.layers, pp):
+        msg = f"pipeline split {lay.first}/{lay.middle}/{lay.last} is not a balanced split the search offers"
+        yield _v(Axis.PP, Level.SEARCH, msg)
+    if vpp > 1:
+        yield _v(
+            Axis.VPP, Level.SEARCH, "the search keeps uneven pipeline splits to one chunk per rank (vpp=1)"
+        )
+
+
+def _megatron_split_rules(layers: int, pp: int, split: Split) -> Iterator[Violation]:
+    """Megatron's validate_args (megatron/training/arguments.py): explicit first/last stage sizes exclude the
+    account-for options, which need layers + (embedding) + (loss) divisible by pp."""
+    accounted = split.account_embedding or split.account_loss
+    if accounted and (split.first is not None or split.last is not None):
+        msg = "pipeline split: first/last stage sizes exclude account-for-embedding/loss (Megatron)"
+        yield _v(Axis.PP, Level.HARD, msg)
+    elif accounted and (layers + split.account_embedding + split.account_loss) % pp:
+        units = layers + split.account_embedding + split.account_loss
+        msg = f"pipeline split: layers with embedding/loss counted ({units}) not divisible by pp={pp} (Megatron)"
+        yield _v(Axis.PP, Level.HARD, msg)
+
+
+def split_model(model: ModelSpec, pp: int, split: Split) -> ModelSpec:
+    """The model as the virtual-stage rules see it: an uneven split checked as pp evenly sized stages."""
+    if split.even or pp == 1:
+        return model
+    return model.model_copy(update={"layers": pp * max(1, split.stages(model.layers, pp).middle)})
+
+
+def schedule_rules(pp: int, vpp: int, m: int, schedule: str, moe: bool = True) -> Iterator[Violation]:
+    """One-chunk schedules other than 1F1B (zero-bubble H1, DualPipe): pp > 1 and their rows of
+    perf/pipeline.py SCHEDULES (vpp = 1; DualPipe: even pp and micro-batch count). Interleaving: vpp_rules.
+
+    The search offers DualPipe for MoE models only: on a dense model its bubble is one micro-batch's F&B
+    below ZB-H1's ((p−2) vs (p−1) × T_F in pipeline.bubble_fraction) for twice the parameters; what it was
+    built for is hiding the expert all-to-all (DeepSeek-V3 report §3.2.1)."""
+    if schedule in ("1f1b", "interleaved"):
+        return
+    if pp == 1:
+        yield _v(Axis.PP, Level.SEARCH, f"pp_schedule={schedule} has no effect with pp=1")
+        return
+    for msg in schedule_violations(schedule, pp, vpp, m):
+        yield _v(Axis.PP, Level.HARD, msg)
+    if schedule == "dualpipe" and not moe:
+        msg = "pp_schedule=dualpipe on a dense model: ZB-H1 has nearly its bubble with one parameter copy"
+        yield _v(Axis.PP, Level.SEARCH, msg)
 
 
 def cp_rules(workload: Workload, cp: int) -> Iterator[Violation]:
@@ -207,6 +546,77 @@ def cp_rules(workload: Workload, cp: int) -> Iterator[Violation]:
         few = f"fewer than {MIN_TOKENS_PER_CP_RANK} (ring exchange exposed)"
         msg = f"cp={cp} leaves {s // cp} tokens per rank, {few}"
         yield _v(Axis.CP, Level.SEARCH, msg)
+
+
+def cp_comm_rules(
+    model: ModelSpec, cluster: ClusterSpec, tp: int, cp: int, variant: str
+) -> Iterator[Violation]:
+    """CP variants (perf/cp.py): only with cp > 1; Ulysses splits heads; hierarchical only where it differs
+    from both pure forms (an a2a group inside the NVLink domain and a ring across domains)."""
+    if cp == 1:
+        if variant != "p2p":
+            yield _v(Axis.CP, Level.SEARCH, f"cp_comm={variant} has no effect with cp=1")
+        return
+    kv = model.heads if model.is_mla else model.kv  # MLA expands K/V to every head before attention
+    for msg in cp_violations(variant, model.heads, kv, tp, cp):
+        yield _v(Axis.CP, Level.HARD, msg)
+    if variant == "a2a" and tp * cp > cluster.node_size:
+        # Megatron's CP docs: all-to-all inside the NVLink domain, the ring across it (a2a+p2p)
+        msg = f"cp_comm=a2a over tp*cp = {tp * cp} GPUs leaves the NVLink domain (a2a+p2p does a2a inside it)"
+        yield _v(Axis.CP, Level.SEARCH, msg)
+    if variant == "a2a+p2p":
+        inner, outer = hierarchical_sizes(cp, tp, cluster.node_size)
+        for msg in cp_violations("a2a", model.heads, kv, tp, inner):
+            yield _v(Axis.CP, Level.HARD, msg.replace("cp_comm=a2a", "cp_comm=a2a+p2p (its a2a group)"))
+        if inner == 1 or outer == 1:
+            same = "p2p" if inner == 1 else "a2a"
+            msg = f"cp_comm=a2a+p2p is plain {same} here (a2a group {inner}, ring {outer})"
+            yield _v(Axis.CP, Level.SEARCH, msg)
+
+
+def hsdp_degree(cluster: ClusterSpec, dims: ParallelDims) -> int | None:
+    """The HSDP shard degree the search offers: the largest ds < dp whose shard group (tp·cp·ds consecutive
+    ranks) fills at most one NVLink domain, when full sharding (tp·cp·dp) would leave it; else None.
+
+    A smaller in-domain ds only keeps more memory per GPU and sends more over the slow fabric (the replica
+    all-reduce carries 1/ds of the gradients per GPU), so it is not offered."""
+    domain = min(cluster.node_size, cluster.num_gpus)
+    if dims.tp * dims.cp * dims.dp <= domain:
+        return None
+    fits = [ds for ds in divisors(dims.dp) if 1 < ds < dims.dp and domain % (dims.tp * dims.cp * ds) == 0]
+    return fits[-1] if fits else None
+
+
+def dp_shard_rules(
+    cluster: ClusterSpec, dims: ParallelDims, zero: int | None, ds: int | None
+) -> Iterator[Violation]:
+    """HSDP (perf/fsdp.py): ZeRO-3 sharded over ds·cp ranks, replicated across dp/ds; the search offers only
+    hsdp_degree (shard groups filling one NVLink domain when full sharding would leave it)."""
+    if ds is None:
+        return
+    d = dims.dp
+    if d % ds or zero != 3:
+        yield _v(Axis.DP, Level.HARD, f"dp_shard={ds} needs zero=3 and to divide dp={d} (HSDP)")
+        return
+    if ds != hsdp_degree(cluster, dims):
+        group = dims.tp * dims.cp * ds
+        msg = (
+            f"dp_shard={ds} (shard group tp*cp*dp_shard = {group}) is not the HSDP degree the search offers "
+            f"for dp={d} in NVLink domains of {cluster.node_size}"
+        )
+        yield _v(Axis.DP, Level.SEARCH, msg)
+
+
+def saver_rules(workload: Workload, states: str | None, offload: float) -> Iterator[Violation]:
+    """Memory savers (optimizer-state precision, CPU offload): the search offers them only when
+    Workload.memory_savers allows (perf/memory.py saver_choices); an explicit strategy may always use them."""
+    allowed = saver_choices(workload.memory_savers)
+    if states not in allowed["optimizer_states"]:
+        msg = f"optimizer_states={states} is not among the memory savers allowed (memory_savers)"
+        yield _v(None, Level.SEARCH, msg)
+    if offload not in allowed["optimizer_offload"]:
+        msg = f"optimizer_offload={offload} is not among the memory savers allowed (memory_savers)"
+        yield _v(None, Level.SEARCH, msg)
 
 
 def expert_rules(model: ModelSpec, dims: ParallelDims, etp_set: bool) -> Iterator[Violation]:
@@ -291,13 +701,18 @@ def check(
     allow_cross_node_tp: bool = False,
 ) -> list[Violation]:
     """Every rule a (model, cluster, workload, strategy) breaks at `level` or below ([] = valid)."""
-    s, dims = strategy, dims_of(cluster, strategy)
+    s, dims, split = strategy, dims_of(cluster, strategy), split_of(strategy)
+    m = max(1, workload.global_batch // ((s.micro_batch or 1) * dims.dp))
     rules = [
         *world_rules(cluster.num_gpus, s.tp, s.pp, s.cp, s.dp),
         *tp_rules(model, cluster, s.tp, allow_cross_node_tp),
-        *pp_rules(model, s.pp),
-        *vpp_rules(model, s.pp, s.vpp, s.pp_schedule),
+        *pp_rules(model, s.pp, split, s.vpp),
+        *vpp_rules(split_model(model, s.pp, split), s.pp, s.vpp, s.pp_schedule),
+        *schedule_rules(s.pp, s.vpp, m, s.pp_schedule, model.is_moe),
         *cp_rules(workload, s.cp),
+        *cp_comm_rules(model, cluster, s.tp, s.cp, s.cp_comm),
+        *dp_shard_rules(cluster, dims, s.zero, s.dp_shard),
+        *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
         *(
             domain_rules(Axis.ETP, dims.etp, cluster, allow_cross_node_tp)
@@ -342,8 +757,15 @@ def tp_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
 
 
 def pp_degrees(model: ModelSpec, rest: int) -> list[int]:
-    """PP degrees dividing the GPUs left after TP."""
-    return [p for p in divisors(rest) if _ok(pp_rules(model, p))]
+    """PP degrees dividing the GPUs left after TP (with an even or a balanced uneven split)."""
+    return [p for p in divisors(rest) if split_values(model, p)]
+
+
+def split_values(model: ModelSpec, pp: int) -> tuple[Split, ...]:
+    """Pipeline splits the search offers for pp stages (at most a few balanced ones, see balanced_splits)."""
+    if pp > model.layers:
+        return ()
+    return tuple(sp for sp in balanced_splits(model.layers, pp) if _ok(pp_rules(model, pp, sp)))
 
 
 def cp_degrees(workload: Workload, rest: int) -> list[int]:
@@ -366,7 +788,19 @@ def grid_problems(
     Checks the mesh rules at SEARCH level with micro-batch 1 (if it does not split the global batch, none
     does), no virtual stages and SP on wherever TP is.
     """
-    probe = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=tp > 1)
+    split = (split_values(model, pp) or (EVEN_SPLIT,))[0]
+    probe = Strategy(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        sp=tp > 1,
+        pp_first_layers=split.first,
+        pp_last_layers=split.last,
+        pp_account_embedding=split.account_embedding,
+        pp_account_loss=split.account_loss,
+    )
     return check(model, cluster, workload, probe, level=Level.SEARCH)
 
 
@@ -402,3 +836,43 @@ def mb_vpp_pairs(model: ModelSpec, workload: Workload, dims: ParallelDims) -> tu
             if _ok([*vpp_rules(model, dims.pp, v, sched), *batch_rules(workload, d, mb)]):
                 pairs.append((mb, v))
     return tuple(pairs)
+
+
+def pipe_choices(
+    model: ModelSpec, workload: Workload, dims: ParallelDims
+) -> tuple[tuple[int, int, str], ...]:
+    """(micro_batch, vpp, pp_schedule) triples: the (mb, vpp) pairs, each with every schedule whose rules hold
+    (interleaved for vpp > 1; 1F1B, ZB-H1 and DualPipe for one chunk per rank; 1F1B alone without PP)."""
+    out = []
+    for mb, v in mb_vpp_pairs(model, workload, dims):
+        m = workload.global_batch // (mb * dims.dp)
+        for sched in SCHEDULE_NAMES:
+            rules = [
+                *vpp_rules(model, dims.pp, v, sched),
+                *schedule_rules(dims.pp, v, m, sched, model.is_moe),
+            ]
+            if _ok(rules):
+                out.append((mb, v, sched))
+    return tuple(out)
+
+
+def cp_comm_values(model: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> tuple[str, ...]:
+    """CP variants the search offers (p2p alone without CP)."""
+    return tuple(v for v in CP_VARIANTS if _ok(cp_comm_rules(model, cluster, tp, cp, v)))
+
+
+def dp_shard_values(cluster: ClusterSpec, dims: ParallelDims) -> tuple[int, ...]:
+    """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp)."""
+    ds = hsdp_degree(cluster, dims)
+    return () if ds is None else (ds,)
+
+
+def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:
+    """(optimizer_states, optimizer_offload) pairs the workload's memory_savers allow."""
+    allowed = saver_choices(workload.memory_savers)
+    return tuple(
+        (st, off)
+        for st in allowed["optimizer_states"]
+        for off in allowed["optimizer_offload"]
+        if _ok(saver_rules(workload, st, off))
+    )

@@ -359,15 +359,22 @@ class Strategy(_Frozen):
         """A compact label, e.g. 'TP4+SP PP2v2 CP2 EP8 ETP1 DP8/Z1 mb1 sel-AC'.
 
         An unset dp (0, derived from the cluster) is omitted ('TP2 PP2 Z1 mb1'); ETP is shown only
-        when the expert TP differs from TP. autopar.reports.launch.parse_strategy_label reads it back.
+        when the expert TP differs from TP. Knobs at their defaults are omitted; otherwise: the schedule
+        after PP unless implied ('PP16-dualpipe', 'PP4-zb-h1'; 'v2' means interleaved), the pipeline split
+        ('first3', 'last2', 'emb-split', 'loss-split'), the CP variant ('CP4-a2a', 'CP4-allgather'), HSDP
+        ('HSDP8'), optimizer states and offload ('bf16-states', 'offload', 'offload0.5').
+        autopar.reports.launch.parse_strategy_label reads it back.
         """
         parts = [f"TP{self.tp}"]
         if self.sp and self.tp > 1:
             parts[-1] += "+SP"
         if self.pp > 1:
-            parts.append(f"PP{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else ""))
+            pp = f"PP{self.pp}" + (f"v{self.vpp}" if self.vpp and self.vpp > 1 else "")
+            implied = "interleaved" if self.vpp and self.vpp > 1 else "1f1b"
+            parts.append(pp + (f"-{self.pp_schedule}" if self.pp_schedule not in (implied, None) else ""))
+        parts += self._split_tokens()
         if self.cp > 1:
-            parts.append(f"CP{self.cp}")
+            parts.append(f"CP{self.cp}" + (f"-{self.cp_comm}" if self.cp_comm != "p2p" else ""))
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
         if self.etp is not None and self.etp != self.tp:
@@ -376,7 +383,20 @@ class Strategy(_Frozen):
             parts.append(f"DP{self.dp}" + (f"/Z{self.zero}" if self.zero else ""))
         elif self.zero:
             parts.append(f"Z{self.zero}")
+        if self.dp_shard is not None:
+            parts.append(f"HSDP{self.dp_shard}")
         parts.append(f"mb{self.micro_batch}")
         if self.recompute != "none":
             parts.append({"selective": "sel-AC", "full": "full-AC"}[self.recompute])
+        if self.optimizer_states is not None:
+            parts.append(f"{self.optimizer_states}-states")
+        if self.optimizer_offload:
+            parts.append("offload" + (f"{self.optimizer_offload:g}" if self.optimizer_offload != 1.0 else ""))
         return " ".join(parts)
+
+    def _split_tokens(self) -> list[str]:
+        """Label tokens of the pipeline split options (none for an even split)."""
+        out = [f"first{self.pp_first_layers}"] if self.pp_first_layers is not None else []
+        out += [f"last{self.pp_last_layers}"] if self.pp_last_layers is not None else []
+        out += ["emb-split"] if self.pp_account_embedding else []
+        return out + (["loss-split"] if self.pp_account_loss else [])

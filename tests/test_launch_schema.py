@@ -170,12 +170,26 @@ SEARCHES = [
 ]
 
 
+NO_SPLIT = {
+    "pp_first_layers": None,
+    "pp_last_layers": None,
+    "pp_account_embedding": False,
+    "pp_account_loss": False,
+}
+
+
 def _pp16_variants(t, n: int) -> list[Strategy]:
     """405B with pp 16 (126 layers: uneven, account-for-embedding/loss): the point re-laid on 16 stages."""
     out = []
     for vpp in (1, 2, 3):
         s = t.strategy.model_copy(
-            update={"pp": 16, "vpp": vpp, "dp": 0, "pp_schedule": "interleaved" if vpp > 1 else "1f1b"}
+            update={
+                "pp": 16,
+                "vpp": vpp,
+                "dp": 0,
+                "pp_schedule": "interleaved" if vpp > 1 else "1f1b",
+                **NO_SPLIT,  # the launch writers pick Megatron's split for the new stage count
+            }
         ).with_dp(n)
         if s.tp * s.cp * 16 * s.dp == n:
             out.append(s)
@@ -279,3 +293,67 @@ def test_generated_shell_is_valid_bash(tmp_path) -> None:
     )
     assert ok.returncode == 0, ok.stderr
     assert "--moe-layer-freq ([0]*3+[1]*58)" in ok.stdout and "--lr 3e-4" in ok.stdout
+
+
+def _knob_spaces():
+    """Spaces offering every knob the search added (schedules, uneven splits, CP variants, HSDP, savers)."""
+    from autopar.search.space import build_space
+
+    h100 = get_gpu("H100-SXM")
+    moe = get_model("deepseek-v3")
+    odd = get_model("llama-3.1-8b").model_copy(update={"name": "Llama-3.1-8B-61", "layers": 61})
+    return [
+        (
+            moe,
+            build_space(moe, ClusterSpec(gpu=h100, num_gpus=256), Workload(seq_len=16384, global_batch=512)),
+        ),
+        (
+            odd,
+            build_space(
+                odd,
+                ClusterSpec(gpu=h100, num_gpus=64),
+                Workload(
+                    seq_len=16384, global_batch=128, memory_savers=("offload", "bf16_states", "8bit_states")
+                ),
+            ),
+        ),
+    ]
+
+
+KNOB_SPACES = _knob_spaces()
+
+
+@settings(max_examples=80, deadline=None)
+@given(which=st.integers(0, 1), seed=st.integers(0, 10**9), k=st.integers(0, 2))
+def test_space_points_with_new_knobs_give_valid_configs(which, seed, k) -> None:
+    """Launch files for search points using schedules, uneven splits, CP variants, HSDP and memory savers
+    pass every vendored framework schema (flags, values, world size, layer split)."""
+    m, space = KNOB_SPACES[which]
+    pt = space.point(seed % space.size)
+    hw = space.hardware[pt.hw]
+    vers = {fw: v[k % len(v)] for fw, v in VERSIONS.items()}
+    ls = launch_settings(m, hw.cluster, hw.workload, pt.strategy, versions=vers)
+    assert validate_all(ls, hw.num_gpus, m.layers, pt.strategy.tp) == [], pt.strategy.label()
+
+
+def test_megatron_flags_for_new_knobs() -> None:
+    m, space = KNOB_SPACES[1]
+    hw = space.hardware[0]
+    s = Strategy(
+        tp=2, pp=2, cp=8, sp=True, zero=3, dp_shard=2, micro_batch=1, cp_comm="a2a+p2p", pp_schedule="zb-h1",
+        pp_first_layers=31, pp_last_layers=30, optimizer_states="bf16", optimizer_offload=1.0,
+    )  # fmt: skip
+    ls = launch_settings(m, hw.cluster, hw.workload, s)
+    args = " ".join(ls.megatron_args)
+    for flag in (
+        "--cp-comm-type a2a+p2p",
+        "--hierarchical-context-parallel-sizes 4 2",  # a2a over 4 (tp 2 x 4 = one 8-GPU node), ring over 2
+        "--decoder-first-pipeline-num-layers 31",
+        "--decoder-last-pipeline-num-layers 30",
+        "--num-distributed-optimizer-instances 1",
+        "--exp-avg-dtype bf16",
+        "--optimizer-offload-fraction 1",
+    ):
+        assert flag in args, flag
+    assert validate_all(ls, hw.num_gpus, m.layers, s.tp) == []
+    assert any("zb-h1" in n for n in ls.notes)  # not in Megatron-LM: said, and 1F1B arguments

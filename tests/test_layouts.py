@@ -19,11 +19,13 @@ from autopar.layouts import (
     Axis,
     Level,
     ParallelDims,
+    Split,
     check,
     dims_of,
     explain,
     grid_problems,
     mesh_problems,
+    split_of,
 )
 from autopar.perf import validate_strategy
 from autopar.search.space import build_space
@@ -74,12 +76,35 @@ def _oracle(model, cluster, wl, tps, pps, cps, eps, etps, vpps, mbs, zero_rc=((1
     return ok
 
 
+SCHEDS = ("1f1b", "interleaved", "zb-h1", "dualpipe")
+CP_COMMS = ("p2p", "a2a", "allgather", "a2a+p2p")
+NO_SAVER = ((None, 0.0),)
+
+
+def _extended(model, cluster, wl, cores, shards=(None, 1, 2, 4, 8), savers=NO_SAVER):
+    """Every core strategy crossed with a superset of the schedule, CP-variant, HSDP and memory-saver values,
+    kept when it passes every rule at SEARCH level. These knobs only add rules (1F1B/interleaved, p2p, no
+    HSDP and no saver are what `_oracle` checked), so a strategy whose core is invalid cannot become valid."""
+    ok = set()
+    for core in cores:
+        for sched, cpc, ds, (states, off) in itertools.product(SCHEDS, CP_COMMS, shards, savers):
+            upd = {"pp_schedule": sched, "cp_comm": cpc, "dp_shard": ds}
+            s = core.model_copy(update={**upd, "optimizer_states": states, "optimizer_offload": off})
+            if not check(model, cluster, wl, s, level=Level.SEARCH):
+                ok.add(s)
+    return ok
+
+
+def _old_knobs(s):
+    """True for points whose new knobs keep their pre-existing values (1F1B/interleaved, ring CP, no HSDP)."""
+    return s.pp_schedule in ("1f1b", "interleaved") and s.cp_comm == "p2p" and s.dp_shard is None
+
+
 def _space(model, cluster, wl, project=False):
     got = {pt.strategy for pt in build_space(model, cluster, wl)}
     if project:  # ZeRO stage and recompute are free knobs: every layout offers all 12 combinations
-        proj = {s for s in got if (s.zero, s.recompute) == (1, "none")}
-        assert len(got) == 12 * len(proj)
-        return proj
+        assert {(s.zero, s.recompute) for s in got} == set(ZR)
+        return {s for s in got if (s.zero, s.recompute) == (1, "none")}
     return got
 
 
@@ -90,8 +115,12 @@ def test_oracle_dense_space_including_zero_and_recompute():
         DENSE, cl, wl, [1, 2, 3, 4], [1, 2, 3, 4], [1, 2], [1], [None], [1, 2, 3, 4], range(1, 9), ZR
     )
     got = _space(DENSE, cl, wl)
-    assert got == want and len(got) == 588  # hand count in test_search_space.test_tiny_space_size_by_hand
+    assert got == _extended(DENSE, cl, wl, want)
+    # hand count in test_search_space.test_tiny_space_size_by_hand (588 before the schedule/CP-variant knobs)
+    assert len({s for s in got if _old_knobs(s)}) == 588 and len(got) == 1248
     assert all(validate_strategy(DENSE, cl, wl, s) == [] for s in got)
+    assert {s.pp_schedule for s in got} == {"1f1b", "interleaved", "zb-h1"}  # no DualPipe for dense models
+    assert {s.cp_comm for s in got} == {"p2p", "a2a", "allgather"}  # hierarchical needs two NVLink domains
 
 
 def test_oracle_moe_space_with_parallel_folding():
@@ -103,8 +132,11 @@ def test_oracle_moe_space_with_parallel_folding():
         MOE, cl, wl, [1, 2, 3, 4, 8], [1, 2, 4], [1, 2], [1, 2, 3, 4, 8], etps, [1, 2, 4], [1, 2, 4, 8]
     )
     got = _space(MOE, cl, wl, project=True)
-    assert got == want
+    assert got == _extended(MOE, cl, wl, want)
     assert all(validate_strategy(MOE, cl, wl, s) == [] for s in got)
+    assert "dualpipe" in {s.pp_schedule for s in got}
+    assert all(s.pp % 2 == 0 for s in got if s.pp_schedule == "dualpipe")
+    got = {s for s in got if _old_knobs(s)}
     pairs = {(s.tp, s.cp, s.dp, s.ep, s.etp) for s in got}
     # folding: ep*etp may exceed tp (here tp=2, dp=4, ep=4, etp=2: expert mesh 2*4*1 = 8 GPUs = tp*cp*dp)
     assert (2, 1, 4, 4, 2) in pairs and (1, 1, 8, 4, 1) in pairs
@@ -118,8 +150,73 @@ def test_oracle_context_parallel_space():
     wl = Workload(seq_len=4096, global_batch=4)
     want = _oracle(DENSE, cl, wl, [1, 2, 4, 8], [1, 2, 4], [1, 2, 3, 4, 8], [1], [None], [1, 2], [1, 2, 4])
     got = _space(DENSE, cl, wl, project=True)
-    assert got == want
+    assert got == _extended(DENSE, cl, wl, want)
     assert {s.cp for s in got} == {1, 2, 4} and MIN_TOKENS_PER_CP_RANK > 4096 // 8
+    assert all(s.cp > 1 for s in got if s.cp_comm != "p2p")
+
+
+def test_oracle_hierarchical_cp_and_hsdp_across_nvlink_domains():
+    # 16 GPUs in domains of 4: a2a only inside a domain, a2a+p2p when tp*cp spans domains, HSDP filling one.
+    mha = DENSE.model_copy(update={"name": "mha", "heads": 8, "kv_heads": 8})  # Ulysses splits 8 heads
+    cl = ClusterSpec(gpu=H100, num_gpus=16, gpus_per_node=4)
+    wl = Workload(seq_len=8192, global_batch=16)
+    zr = [(1, "none"), (3, "none")]
+    cores = _oracle(mha, cl, wl, [1, 2], [1], [1, 2, 4, 8], [1], [None], [1], [1, 2], zr)
+    got = {pt.strategy for pt in build_space(mha, cl, wl)}
+    got = {s for s in got if s.recompute == "none" and s.zero in (1, 3) and s.pp == 1 and s.micro_batch <= 2}
+    got = {s for s in got if s.tp <= 2}
+    assert got == _extended(mha, cl, wl, cores, shards=(None, 1, 2, 4, 8, 16))
+    hier = {(s.tp, s.cp) for s in got if s.cp_comm == "a2a+p2p"}
+    assert hier and all(tp * cp > 4 for tp, cp in hier)
+    assert all(s.tp * s.cp <= 4 for s in got if s.cp_comm == "a2a")
+    hsdp = {(s.tp, s.cp, s.dp, s.dp_shard) for s in got if s.dp_shard}
+    assert (1, 1, 16, 4) in hsdp and all(
+        tp * cp * ds == 4 and s3 == 3 for tp, cp, _, ds in hsdp for s3 in [3]
+    )
+
+
+def test_oracle_memory_savers_only_when_allowed():
+    cl = ClusterSpec(gpu=H100, num_gpus=4, gpus_per_node=4)
+    savers = [(st, off) for st in (None, "fp32", "bf16", "8bit") for off in (0.0, 0.5, 1.0)]
+    for allowed in ((), ("offload", "8bit_states")):
+        wl = Workload(seq_len=2048, global_batch=8, memory_savers=allowed)
+        cores = _oracle(DENSE, cl, wl, [1, 2], [1, 2], [1], [1], [None], [1], [1, 2])
+        got = _space(DENSE, cl, wl, project=True)
+        got = {s for s in got if s.cp == 1 and s.pp <= 2 and s.vpp == 1 and s.micro_batch <= 2}
+        assert got == _extended(DENSE, cl, wl, cores, shards=(None,), savers=savers)
+        want = {(None, 0.0)} | ({(None, 1.0), ("8bit", 0.0), ("8bit", 1.0)} if allowed else set())
+        assert {(s.optimizer_states, s.optimizer_offload) for s in got} == want
+
+
+def test_oracle_uneven_pipeline_splits():
+    """7 layers: no pp > 1 divides them; the space offers exactly the balanced splits (every split checked)."""
+    odd = DENSE.model_copy(update={"name": "odd", "layers": 7})
+    cl = ClusterSpec(gpu=H100, num_gpus=8, gpus_per_node=8)
+    wl = Workload(seq_len=2048, global_batch=8)
+    sizes = (None, *range(8))
+    splits = [Split(f, la) for f in sizes for la in sizes] + [
+        Split(None, None, e, lo) for e in (0, 1) for lo in (0, 1)
+    ]
+    want = set()
+    for pp, split, vpp, mb in itertools.product([1, 2, 4, 8], set(splits), [1, 2], [1, 2, 4, 8]):
+        s = Strategy(
+            pp=pp, vpp=vpp, micro_batch=mb, zero=1, pp_schedule="interleaved" if vpp > 1 else "1f1b",
+            pp_first_layers=split.first, pp_last_layers=split.last,
+            pp_account_embedding=split.account_embedding, pp_account_loss=split.account_loss,
+        )  # fmt: skip
+        if not check(odd, cl, wl, s, level=Level.SEARCH):
+            want.add(s.with_dp(8))
+    got = {s for s in _space(odd, cl, wl, project=True) if s.tp == 1 and s.cp == 1 and _old_knobs(s)}
+    assert got == want
+    # pp=2: 4+3 either way round; pp=4: ceil(7/4) = 2 per stage, first+last = 7 - 2*2 = 3 (1+2 or 2+1)
+    stages = [(s.pp, split_of(s).stages(7, s.pp)) for s in got]
+    layouts = {(p, (lay.first, lay.middle, lay.last)) for p, lay in stages}
+    assert {(lay[0], lay[2]) for p, lay in layouts if p == 2} == {(4, 3), (3, 4)}
+    assert (
+        len({(s.pp_first_layers, s.pp_account_loss) for s in got if s.pp == 2}) == 2
+    )  # one split per layout
+    assert {lay for p, lay in layouts if p == 4} == {(1, 2, 2), (2, 2, 1)}
+    assert {s.pp for s in got} == {1, 2, 4} and all(s.vpp == 1 for s in got)
 
 
 def test_parallel_dims_derive_dp_and_edp():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -37,16 +38,23 @@ def test_tiny_space_size_by_hand():
     #  (1,2,2) dp1 mb1,2,4 v{1,2}, mb8 v1: 7      (1,4,1) dp1 mb{1,2,4,8} (4/4 layers: no vpp): 4
     #  (2,1,1) dp2: 3   (2,1,2) dp1: 4   (2,2,1) dp1: 7
     # tp=1: 21 pairs x 1 sp; tp=2: 14 pairs x 2 sp; x 4 zero x 3 recompute -> (21 + 28) x 12 = 588.
+    # Schedules: each vpp=1 pair with pp > 1 also runs ZB-H1 (no DualPipe for a dense model): +3 (1,2,1),
+    # +4 (1,2,2), +4 (1,4,1), +4 (2,2,1). CP variants with cp=2: tp=1 p2p, a2a (4 and 2 heads divide by 2),
+    # allgather; tp=2 p2p, allgather (1 KV head per rank: no a2a); hierarchical needs two NVLink domains.
+    # No HSDP: tp*cp*dp = 4 fits the NVLink domain.
+    # tp=1: 2 + 3x3 + (5+3) + (7+4)x3 + (4+4) = 60; tp=2: (3 + 4x2 + (7+4)) x 2 sp = 44 -> 104 x 12 = 1248.
     space = tiny_space()
     assert len(space.layouts) == 8
-    assert space.size == 588
-    assert len(list(space)) == 588
+    assert space.size == 1248
+    assert len(list(space)) == 1248
 
 
 def test_space_equals_rule_valid_set():
     """Brute force over a superset of knob values: the space is exactly what validate_strategy accepts."""
     space = tiny_space()
-    got = {pt.strategy for pt in space}
+    # The knobs offered since (schedules, CP variants) are checked against the rules in test_layouts' oracles.
+    got = {pt.strategy for pt in space if pt.strategy.pp_schedule in ("1f1b", "interleaved")}
+    got = {s for s in got if s.cp_comm == "p2p"}
     want = set()
     for tp, pp, cp, vpp, mb, sp, zero, rc in itertools.product(
         [1, 2, 3, 4],
@@ -109,14 +117,19 @@ def test_neighbors_change_one_knob_and_stay_in_space():
     assert len(space.neighbors(pt, adjacent=True)) <= len(space.neighbors(pt))
 
 
+@functools.cache
+def _mixtral_space():
+    model = get_model("Mixtral-8x7B")
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    return model, cluster, wl, build_space(model, cluster, wl)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(min_value=0, max_value=10**6))
 def test_sampled_points_are_valid(seed):
     """Any sampled point of a real problem's space passes every rule."""
-    model = get_model("Mixtral-8x7B")
-    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
-    wl = Workload(seq_len=4096, global_batch=256)
-    space = build_space(model, cluster, wl)
+    model, cluster, wl, space = _mixtral_space()
     pt = space.sample(random.Random(seed))
     assert validate_strategy(model, cluster, wl, pt.strategy) == []
     assert pt.strategy.dp * pt.strategy.tp * pt.strategy.pp * pt.strategy.cp == 64
@@ -171,3 +184,94 @@ def test_hardware_dimensions_and_fp8_skip():
         space.decode({k: v[0] for k, v in d.items()} | {"gpu": "A100-80GB", "precision": "fp8"})
         == "8x A100-80GB in fp8 is not a usable hardware option"
     )
+
+
+def _label_spaces():
+    """Spaces that together offer every knob: schedules incl. DualPipe, CP variants incl. hierarchical, HSDP,
+    uneven pipeline splits and memory savers."""
+    h100 = get_gpu("H100-SXM")
+    savers = ("offload", "bf16_states")
+    moe = get_model("Mixtral-8x7B")
+    odd = get_model("Llama-3.1-8B").model_copy(update={"name": "odd", "layers": 61})
+    return [
+        build_space(moe, ClusterSpec(gpu=h100, num_gpus=64), Workload(seq_len=16384, global_batch=64)),
+        build_space(
+            odd,
+            ClusterSpec(gpu=h100, num_gpus=32),
+            Workload(seq_len=8192, global_batch=64, memory_savers=savers),
+        ),
+    ]
+
+
+LABEL_SPACES = _label_spaces()
+
+
+def test_label_spaces_offer_every_new_knob():
+    lays = [lay for sp in LABEL_SPACES for lay in sp.layouts]
+    assert {x for lay in lays for _, _, x in lay.pipe} == {"1f1b", "interleaved", "zb-h1", "dualpipe"}
+    assert {x for lay in lays for x in lay.cp_comm} == {"p2p", "a2a", "allgather", "a2a+p2p"}
+    splits = {x for lay in lays for x in lay.split}
+    assert (
+        any(lay.dp_shard for lay in lays)
+        and any(x.first for x in splits)
+        and any(x.account_loss for x in splits)
+    )
+    savers = {x for lay in lays for x in lay.savers}
+    assert savers == {(None, 0.0), (None, 1.0), ("bf16", 0.0), ("bf16", 1.0)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=1), st.integers(min_value=0, max_value=10**9))
+def test_labels_round_trip_and_encode_decode_over_space_points(which, seed):
+    """label -> parse_strategy_label -> the same strategy; encode/decode and the cache key carry every knob."""
+    from autopar.reports.launch import parse_strategy_label
+
+    space = LABEL_SPACES[which]
+    pt = space.point(seed % space.size)
+    s = pt.strategy
+    back = parse_strategy_label(s.label())
+    if back.etp is None and s.etp == s.tp:  # the label omits ETP equal to TP (Megatron's default etp = tp)
+        back = back.model_copy(update={"etp": s.tp})
+    assert back == s
+    assert space.decode(space.encode(pt)) == pt
+    assert space.point_of_key(pt.key) == pt
+
+
+def test_distinct_points_have_distinct_labels():
+    """Every point of 60 random layouts per space (their union: labels must differ across layouts too)."""
+    rng = random.Random(0)
+    for space in LABEL_SPACES:
+        lays = rng.sample(space.layouts, min(60, len(space.layouts)))
+        labels = [lay.strategy(j).label() for lay in lays for j in range(lay.size)]
+        assert len(set(labels)) == len(labels) == sum(lay.size for lay in lays)
+
+
+def test_why_names_schedule_split_cp_variant_hsdp_and_savers():
+    from autopar.search.recommend import explain_layout
+    from autopar.search.result import TrialRecord
+
+    s = Strategy(
+        pp=16, pp_schedule="dualpipe", pp_first_layers=2, pp_last_layers=3, cp=2, cp_comm="allgather",
+        zero=3, dp_shard=4, optimizer_states="bf16", optimizer_offload=1.0,
+    )  # fmt: skip
+    why = explain_layout(TrialRecord(0, s, 1024, "H100-SXM", "fp8", None, {}, True))
+    assert "DualPipe" in why and "no mainline stack ships it" in why and "first 2, last 3" in why
+    assert "CP2 allgather" in why and "HSDP" in why and "bf16 optimizer states" in why and "100%" in why
+    plain = Strategy(pp=4, pp_schedule="1f1b")
+    assert "ships" not in explain_layout(TrialRecord(0, plain, 64, "H100-SXM", "bf16", None, {}, True))
+    assert explain_layout(TrialRecord(0, Strategy(), 8, "H100-SXM", "bf16", None, {}, True)) == ""
+
+
+def test_neighbors_move_the_new_knobs():
+    space = LABEL_SPACES[0]  # Mixtral on 64 H100 at 16K: schedules incl. DualPipe, CP variants, HSDP
+    knobs = ("pp_schedule", "cp_comm", "dp_shard")
+    assert set(knobs) <= set(space.distributions())
+    pt = next(p for p in space if p.strategy.pp == 2 and p.strategy.cp == 2 and p.strategy.zero == 3)
+    moved = {
+        k
+        for q in space.neighbors(pt)
+        for k in knobs
+        if getattr(q.strategy, k) != getattr(pt.strategy, k)
+        and q.strategy.model_copy(update={k: getattr(pt.strategy, k)}) == pt.strategy
+    }
+    assert {"pp_schedule", "cp_comm"} <= moved

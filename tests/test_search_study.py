@@ -49,11 +49,14 @@ def test_same_seed_same_pareto_set():
 @pytest.mark.parametrize("local_search", [0.0, 0.7])
 def test_nsga2_with_budget_of_space_size_finds_exhaustive_front(local_search):
     ex = optimize(TINY, TINY_CLUSTER, TINY_WL, sampler="exhaustive")
-    assert ex.space_size == len(ex.trials) == 588 and ex.space_valid == 588
-    ga = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=588, seed=3, local_search=local_search)
-    assert ga.stats["evaluated"] == 588
+    n = 1248  # hand count in test_search_space.test_tiny_space_size_by_hand
+    assert ex.space_size == len(ex.trials) == n and ex.space_valid == n
+    ga = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=n, seed=3, local_search=local_search)
+    assert ga.stats["evaluated"] == n
     assert front_set(ga) == front_set(ex)
-    assert any("exceeds the space size" in n for n in optimize(TINY, TINY_CLUSTER, TINY_WL, budget=700).notes)
+    assert any(
+        "exceeds the space size" in m for m in optimize(TINY, TINY_CLUSTER, TINY_WL, budget=n + 100).notes
+    )
 
 
 @settings(max_examples=6, deadline=None)

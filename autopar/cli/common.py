@@ -64,6 +64,29 @@ def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:
     return Strategy(**{**knobs, **fields})
 
 
+MemorySaversOpt = Annotated[
+    str,
+    typer.Option(
+        "--memory-savers",
+        help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
+        "bf16_states, 8bit_states (optimizer-state precision); empty = none.",
+    ),
+]
+
+
+def parse_memory_savers(value: str) -> tuple[str, ...]:
+    """Validate --memory-savers (one-line error naming the allowed values)."""
+    from autopar.perf.memory import MEMORY_SAVER_VALUES
+
+    names = tuple(dict.fromkeys(x.strip() for x in value.split(",") if x.strip()))
+    bad = [x for x in names if x not in MEMORY_SAVER_VALUES]
+    if bad:
+        raise SpecError(
+            f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVER_VALUES)}"
+        )
+    return names
+
+
 def check_plotly(mode: str, out: Path | None) -> str:
     """Validate --plotly: one of the loader modes, and only together with --out."""
     from autopar.reports.plotlyjs import PLOTLY_MODES

@@ -21,11 +21,13 @@ from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluste
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
+    MemorySaversOpt,
     NoCalibrationOpt,
     PlotlyOpt,
     TpOverlapOpt,
     check_framework,
     check_plotly,
+    parse_memory_savers,
     resolve_calibration,
 )
 from autopar.cli.workload_opts import (
@@ -295,6 +297,7 @@ def optimize_cmd(
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = False,
+    memory_savers: MemorySaversOpt = "",
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     out: Annotated[
@@ -339,6 +342,7 @@ def optimize_cmd(
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap,
+        memory_savers=parse_memory_savers(memory_savers),
         **workload_extras(m, precs, locals()),
     )
     book = None

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The CP-variant rules live in the spine (autopar/layouts.py); re-exported here for the model.
+from autopar.layouts import CP_VARIANTS, cp_violations, hierarchical_sizes  # noqa: F401
 from autopar.perf import comm
-
-CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
 
 # Sequence length (keys) at which a FlashAttention-class kernel reaches half its long-sequence efficiency:
 # the x/(x + 512) form layers.py applies at the full sequence; ring CP runs kernels on S/(2c)-key blocks.
@@ -29,6 +29,11 @@ ATTN_HALF_EFFICIENCY_KEYS = 512.0
 # merge of the partial output; backward runs twice as many (Megatron TE `AttnFuncWithCPAndKVP2P`).
 RING_KERNELS_PER_STEP_FWD = 3
 RING_KERNELS_PER_STEP_BWD = 6
+# Kernels per layer of the all-gather form (TransformerEngine AttnFuncWithCPAndKVAllGather): forward two
+# query-chunk attention calls, two output copies and the K, V reorder (index_select); backward the same reorder,
+# two attention calls, their dQ copies and dK, dV accumulations.
+ALLGATHER_KERNELS_FWD = 6
+ALLGATHER_KERNELS_BWD = 10
 # fp32 partial-output merge per step: read partial and accumulator, write accumulator (4 B each).
 MERGE_BYTES_PER_OUT_ELEMENT = 12.0
 # PyTorch context_parallel (torch/distributed/tensor/experimental/_attention.py, 2024-25): the backward keeps
@@ -118,11 +123,31 @@ def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
     return CpCost(passes * one, 0.0)
 
 
+def _allgather_slowdown(c: int, seq_len: int) -> float:
+    """Attention slowdown of the all-gather form on its slowest rank: rank r runs its two query chunks
+    (ids r and 2c−1−r of 2c) against the key prefix up to each chunk, (id+1)·S/(2c) keys, instead of one
+    kernel over S keys; each chunk's work is proportional to its keys."""
+    block = seq_len / (2 * c)
+    full = _len_eff(seq_len)
+    worst = 0.0
+    for r in range(c):
+        keys = ((r + 1) * block, (2 * c - r) * block)
+        worst = max(worst, sum(k / _len_eff(k) for k in keys) * full / sum(keys) - 1.0)
+    return worst
+
+
 def _allgather(x: CpInputs, links: comm.Links) -> CpCost:
-    """All-gather K, V of the whole sequence forward; reduce-scatter dK, dV backward; exposed."""
+    """All-gather of the sequence's K, V before attention (forward, and again in backward, which keeps only
+    the local K, V), reduce-scatter of dK, dV after; all exposed (TransformerEngine
+    AttnFuncWithCPAndKVAllGather, the Llama 3 form, arXiv 2407.21783 §3.3.2). Attention runs as two
+    query-chunk kernels per pass against the gathered key prefix (_allgather_slowdown)."""
     full = x.kv_bytes_tok * x.tokens * x.c / (1 if x.mla else x.t)
     ag = comm.all_gather(full, x.c, x.t, links)
-    return CpCost((2 if x.full_recompute else 1) * ag + comm.reduce_scatter(full, x.c, x.t, links), 0.0)
+    passes = 2 if x.full_recompute else 1
+    exposed = (passes + 1) * ag + comm.reduce_scatter(full, x.c, x.t, links)
+    extra = _allgather_slowdown(x.c, x.seq_len) * (passes * x.attn_fwd + x.attn_bwd)
+    kernels = passes * ALLGATHER_KERNELS_FWD + ALLGATHER_KERNELS_BWD
+    return CpCost(exposed, extra + kernels * x.kernel_overhead_s)
 
 
 def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
@@ -135,24 +160,10 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     if variant == "allgather":
         return _allgather(x, links)
     if variant == "a2a+p2p":
-        inner = max(1, min(x.c, G // x.t))
-        while x.c % inner:
-            inner -= 1
-        outer = x.c // inner
+        inner, outer = hierarchical_sizes(x.c, x.t, G)
         a = _a2a(x, inner, x.t, links) if inner > 1 else CpCost(0.0, 0.0)
         r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
         return CpCost(a.comm + r.comm, a.compute + r.compute)
     if x.torch_ring:
         return _torch_ring(x, x.t * x.c > G, links)
     return _ring(x, x.c, x.t * x.c > G, links)
-
-
-def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> list[str]:
-    """Rules of a CP variant ([] = valid)."""
-    if c <= 1:
-        return []
-    if variant not in CP_VARIANTS:
-        return [f"cp_comm={variant!r} is not one of {', '.join(CP_VARIANTS)}"]
-    if variant == "a2a" and (heads // t) % c:
-        return [f"cp_comm=a2a needs heads/tp = {heads // t} divisible by cp={c} (Ulysses splits heads)"]
-    return []

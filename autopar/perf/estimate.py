@@ -51,38 +51,9 @@ def estimate(
 def strategy_violations(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy, *, strict: bool = True
 ) -> list[str]:
-    """Every rule a complete strategy breaks: the layout rules plus schedule and CP-variant rules."""
-    out = _split_checked(model, cluster, workload, s, strict)
-    d = s.dp or max(1, cluster.num_gpus // (s.tp * s.pp * s.cp))
-    m = max(1, workload.global_batch // (s.micro_batch * d))
-    if s.pp_schedule != "interleaved" or s.vpp == 1:  # validate_strategy already covers interleaving
-        out += pipeline.schedule_violations(s.pp_schedule, s.pp, s.vpp, m, strict=strict)
-    out += cp.cp_violations(s.cp_comm, model.heads, model.kv, s.tp, s.cp)
-    if s.dp_shard and (d % s.dp_shard or s.zero != 3):
-        out.append(f"dp_shard={s.dp_shard} needs zero=3 and to divide dp={d} (HSDP)")
-    return out
-
-
-def _uneven_options(s: Strategy) -> bool:
-    return s.pp > 1 and (
-        s.pp_first_layers is not None
-        or s.pp_last_layers is not None
-        or s.pp_account_embedding
-        or s.pp_account_loss
-    )
-
-
-def _split_checked(
-    model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy, strict: bool
-) -> list[str]:
-    """validate_strategy, with Megatron's uneven-split options replacing its even-split rule: the options'
-    own stage sizes must add up (pipeline.split_violations); the layout rules then see evenly sized stages."""
-    if not _uneven_options(s):
-        return validate_strategy(model, cluster, w, s, strict=strict)
-    lay = _layout(model, s)
-    bad = pipeline.split_violations(model.layers, s.pp, lay, s.pp_account_embedding, s.pp_account_loss)
-    even = model.model_copy(update={"layers": s.pp * max(1, lay.middle)})
-    return bad + validate_strategy(even, cluster, w, s, strict=strict)
+    """Every rule a complete strategy breaks (autopar.layouts: layout, pipeline split and schedule, CP
+    variant, HSDP rules)."""
+    return validate_strategy(model, cluster, workload, s, strict=strict)
 
 
 def _layout(model: ModelSpec, s: Strategy) -> pipeline.StageLayout:

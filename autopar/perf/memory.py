@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Which memory savers the search may choose lives in the spine (autopar/layouts.py); re-exported here.
+from autopar.layouts import MEMORY_SAVER_VALUES, saver_choices  # noqa: F401
 from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
 from autopar.perf.params import ParamCounts
 from autopar.perf.types import MemoryBreakdown
@@ -30,23 +32,6 @@ OPTIMIZER_STATES_OF: dict[str, str] = {
     "adam_8bit": "8bit",
     "sgd": "sgd",
 }
-# What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
-MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
-    "offload": ("optimizer_offload", (0.0, 1.0)),
-    "bf16_states": ("optimizer_states", (None, "bf16")),
-    "8bit_states": ("optimizer_states", (None, "8bit")),
-}
-
-
-def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
-    """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
-    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
-    for saver in memory_savers:
-        knob, values = MEMORY_SAVER_VALUES[saver]
-        out[knob] = tuple(dict.fromkeys(out[knob] + values))
-    return out
-
-
 # ZeRO-3 under PP keeps each stage's unsharded gradients across micro-batches. FSDP2 accumulates them in the
 # reduce dtype (torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.to_accumulated_grad_if_needed), which
 # torchtitan sets to float32 (training.mixed_precision_reduce = "float32"); other stacks: bf16 (2 B).

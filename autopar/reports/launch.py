@@ -20,7 +20,7 @@ from autopar.layouts import Axis, mesh_problems
 from autopar.reports.launch_deepspeed import deepspeed_config
 from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
-from autopar.reports.launch_split import megatron_split
+from autopar.reports.launch_split import strategy_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -91,7 +91,7 @@ def _resolve(
     gradient-accumulation steps = global_batch / (micro_batch * dp))."""
     s = strategy.with_dp(cluster.num_gpus)
     problems = mesh_problems(cluster, workload, s)  # the layouts spine's model-independent rules
-    if not problems and megatron_split(model.layers, s.pp, s.vpp) is None:
+    if not problems and strategy_split(model.layers, s) is None:
         problems.append(
             f"layers={model.layers} cannot be split over pp={s.pp} x vpp={s.vpp} stages by Megatron-LM's "
             "options (every stage a multiple of vpp)"
@@ -250,8 +250,14 @@ def launch_settings(
 
 _LABEL_TOKENS = [
     (re.compile(r"^TP(\d+)(\+SP)?$"), Axis.TP),
-    (re.compile(r"^PP(\d+)(?:v(\d+))?$"), Axis.PP),
-    (re.compile(r"^CP(\d+)$"), Axis.CP),
+    (re.compile(r"^PP(\d+)(?:v(\d+))?(?:-(1f1b|interleaved|zb-h1|dualpipe))?$"), Axis.PP),
+    (re.compile(r"^CP(\d+)(?:-(p2p|a2a|allgather|a2a\+p2p))?$"), Axis.CP),
+    (re.compile(r"^first(\d+)$"), "pp_first_layers"),
+    (re.compile(r"^last(\d+)$"), "pp_last_layers"),
+    (re.compile(r"^(emb|loss)-split$"), "account"),
+    (re.compile(r"^HSDP(\d+)$"), "dp_shard"),
+    (re.compile(r"^(fp32|bf16|8bit)-states$"), "states"),
+    (re.compile(r"^offload([\d.]+)?$"), "offload"),
     (re.compile(r"^EP(\d+)$"), Axis.EP),
     (re.compile(r"^ETP(\d+)$"), Axis.ETP),
     (re.compile(r"^Z(\d)$"), "z"),
@@ -275,6 +281,16 @@ def parse_strategy_label(label: str) -> Strategy:
                 fields[Axis.PP] = int(m[1])
                 if m[2]:
                     fields[Axis.VPP], fields["pp_schedule"] = int(m[2]), "interleaved"
+                if m[3]:
+                    fields["pp_schedule"] = m[3]
+            elif key == Axis.CP:
+                fields[Axis.CP], fields["cp_comm"] = int(m[1]), m[2] or "p2p"
+            elif key == "account":
+                fields[f"pp_account_{'embedding' if m[1] == 'emb' else 'loss'}"] = True
+            elif key == "states":
+                fields["optimizer_states"] = m[1]
+            elif key == "offload":
+                fields["optimizer_offload"] = float(m[1] or 1.0)
             elif key == Axis.DP:
                 fields[Axis.DP], fields["zero"] = int(m[1]), int(m[2] or 0)
             elif key == "z":

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.reports.launch_split import megatron_split
+from autopar.perf.cp import hierarchical_sizes
+from autopar.perf.pipeline import SCHEDULES
+from autopar.reports.launch_split import strategy_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 # Values the user must choose: name -> what it is. A token budget fixes TRAIN_ITERS.
@@ -122,12 +124,43 @@ def _experts(model: ModelSpec) -> list[str]:
     return a
 
 
-def _parallel(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[list[str], list[str]]:
+def _context_parallel(cluster: ClusterSpec, s: Strategy) -> list[str]:
+    """CP size and variant (--cp-comm-type; hierarchical sizes for a2a+p2p, as perf/cp.py splits them)."""
+    a = [f"--context-parallel-size {s.cp}", f"--cp-comm-type {s.cp_comm}"]
+    if s.cp_comm == "a2a+p2p":
+        inner, outer = hierarchical_sizes(s.cp, s.tp, cluster.node_size)
+        a.append(f"--hierarchical-context-parallel-sizes {inner} {outer}")
+    return a
+
+
+def _hsdp_and_savers(s: Strategy, notes: list[str]) -> list[str]:
+    """HSDP (Megatron-FSDP with replicated outer DP), optimizer-state precision and CPU offload."""
+    a: list[str] = []
+    if s.dp_shard and s.zero == 3:
+        a += [
+            f"--num-distributed-optimizer-instances {s.dp // s.dp_shard}",
+            "--outer-dp-sharding-strategy no_shard",
+        ]
+    if s.optimizer_states == "bf16":
+        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+    elif s.optimizer_states == "8bit":
+        notes.append("8-bit optimizer states (bitsandbytes) are not in Megatron-LM; its nearest is "
+                     "--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8")  # fmt: skip
+    if s.optimizer_offload:
+        a += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}"]
+        if s.zero == 0:
+            notes.append("--optimizer-cpu-offload needs the distributed optimizer (zero >= 1)")
+    return a
+
+
+def _parallel(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy
+) -> tuple[list[str], list[str]]:
     """Parallel sizes, pipeline split, data-parallel sharding and recompute."""
     a = [f"--tensor-model-parallel-size {s.tp}", f"--pipeline-model-parallel-size {s.pp}"]
     notes: list[str] = []
-    split = megatron_split(model.layers, s.pp, s.vpp)
-    if split is None:  # callers check megatron_split first; kept for direct use
+    split = strategy_split(model.layers, s)
+    if split is None:  # callers check the split first; kept for direct use
         notes.append(f"no Megatron-LM pipeline split puts {model.layers} layers on pp={s.pp} x vpp={s.vpp}")
     else:
         a += list(split.args)
@@ -135,8 +168,13 @@ def _parallel(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[list[s
             notes.append(
                 f"uneven pipeline split, layers per rank: {', '.join(map(str, split.layers_per_rank))}"
             )
+    if s.pp > 1 and s.pp_schedule in ("zb-h1", "dualpipe"):
+        notes.append(
+            f"pp_schedule={s.pp_schedule} is not in Megatron-LM (arguments use 1F1B); "
+            f"source: {SCHEDULES[s.pp_schedule].source}"
+        )
     if s.cp > 1:
-        a.append(f"--context-parallel-size {s.cp}")
+        a += _context_parallel(cluster, s)
     if model.is_moe:
         a += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.expert_tp}"]
     if s.sp and s.tp > 1:
@@ -155,6 +193,7 @@ def _parallel(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[list[s
         a += ["--overlap-grad-reduce", "--overlap-param-gather"]
     else:
         a.append("--overlap-grad-reduce")
+    a += _hsdp_and_savers(s, notes)
     if s.recompute == "selective":
         a.append("--recompute-granularity selective")
     elif s.recompute == "full":
@@ -191,7 +230,7 @@ def _training(workload: Workload, cluster: ClusterSpec, s: Strategy) -> tuple[li
 def megatron_args(model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy) -> MegatronArgs:
     """All Megatron-LM arguments for the strategy, the notes, and the placeholders they use."""
     net, notes = _network(model, workload)
-    par, pnotes = _parallel(model, workload, s)
+    par, pnotes = _parallel(model, cluster, workload, s)
     train, used = _training(workload, cluster, s)
     return MegatronArgs(net + _experts(model) + par + train, notes + pnotes, used)
 

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.perf.pipeline import stage_layers
+from autopar.specs import Strategy
+
 
 @dataclass(frozen=True)
 class MegatronSplit:
@@ -133,3 +136,28 @@ def torchtitan_stage_count(layers: int, pp: int, single_stage: bool, par: dict[s
     if lps is None:
         return pp * (1 if single_stage else 2)
     return -(-(layers + first + last) // int(lps))  # type: ignore[call-overload]
+
+
+def strategy_split(layers: int, s: Strategy) -> MegatronSplit | None:
+    """The strategy's own uneven split when it sets one (Megatron's first/last-stage and account-for options,
+    the search's balanced splits), else the balanced split megatron_split finds."""
+    first, last = s.pp_first_layers, s.pp_last_layers
+    if s.pp == 1 or (first is None and last is None and not (s.pp_account_embedding or s.pp_account_loss)):
+        return megatron_split(layers, s.pp, s.vpp or 1)
+    lay = stage_layers(
+        layers,
+        s.pp,
+        first=first,
+        last=last,
+        account_embedding=s.pp_account_embedding,
+        account_loss=s.pp_account_loss,
+    )
+    flags = [f"--decoder-first-pipeline-num-layers {first}"] * (first is not None)
+    flags += [f"--decoder-last-pipeline-num-layers {last}"] * (last is not None)
+    flags += ["--account-for-embedding-in-pipeline-split"] * s.pp_account_embedding
+    flags += ["--account-for-loss-in-pipeline-split"] * s.pp_account_loss
+    flags += [f"--num-virtual-stages-per-pipeline-rank {s.vpp}"] * bool(s.vpp and s.vpp > 1)
+    ranks = (lay.first,) + (lay.middle,) * (s.pp - 2) + (lay.last,)
+    return MegatronSplit(
+        tuple(flags), ranks, "first-last" if first is not None or last is not None else "account"
+    )

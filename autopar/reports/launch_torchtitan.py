@@ -51,6 +51,17 @@ def _toml_value(v: object) -> str:
 
 def _data_parallel(s: Strategy) -> tuple[int, int, str, list[str]]:
     """(replicate, shard, fsdp_reshard_after_forward, notes) for the strategy's ZeRO stage."""
+    if s.zero == 3 and s.dp_shard:  # HSDP: FSDP2 over dp_shard ranks, replicated across (ParallelDims)
+        etp = s.expert_tp if s.ep > 1 else 1
+        if s.ep == 1 or (s.dp_shard * s.cp * s.tp) % (s.ep * etp) == 0:
+            return s.dp // s.dp_shard, s.dp_shard, "default", []
+        # torchtitan's ParallelDims folds EP into dp_shard*cp*tp, so the expert groups bound the shard degree
+        return (
+            1,
+            s.dp,
+            "default",
+            [f"torchtitan folds ep={s.ep} into the FSDP shard mesh: full FSDP, not HSDP"],
+        )
     if s.zero in (1, 2):
         note = ["torchtitan has no ZeRO-1; FSDP2 with reshard_after_forward=never is the nearest"] * (
             s.zero == 1
@@ -63,6 +74,11 @@ def _data_parallel(s: Strategy) -> tuple[int, int, str, list[str]]:
         note = "torchtitan's DDP path needs a 1-D mesh without EP; the config uses FSDP2 (never reshard)"
         return 1, s.dp, "never", [note]
     return 1, s.dp, "default", []
+
+
+# CP variant -> torchtitan [parallelism] context_parallel_rotate_method: "alltoall" passes K/V shards round the
+# ring (the p2p form), "allgather" gathers them (the Llama 3 form); Ulysses and hierarchical CP have none.
+_CP_ROTATE = {"p2p": "alltoall", "allgather": "allgather"}
 
 
 def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dict[str, object], list[str]]:
@@ -79,6 +95,21 @@ def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dic
         notes.append("torchtitan always applies sequence parallelism together with TP")
     if workload.tp_comm_overlap and s.tp > 1:
         par["enable_async_tensor_parallel"] = True  # only effective with [compile] enabled (added below)
+    if s.cp > 1:
+        rotate = _CP_ROTATE.get(s.cp_comm)
+        if rotate is None:
+            notes.append(
+                f"cp_comm={s.cp_comm} (Ulysses) is not in torchtitan's context parallelism; ring used"
+            )
+        par["context_parallel_rotate_method"] = rotate or "alltoall"
+    if s.pp > 1 and s.pp_schedule in ("zb-h1", "dualpipe"):
+        notes.append(f"pp_schedule={s.pp_schedule} has no one-chunk torchtitan schedule; 1F1B used")
+    if s.pp > 1 and (s.pp_first_layers is not None or s.pp_last_layers is not None):
+        notes.append(
+            "torchtitan weighs the first/last stage with *_stage_less_layers, not explicit layer counts"
+        )
+    if s.optimizer_states or s.optimizer_offload:
+        notes.append("optimizer-state precision and CPU offload are not torchtitan job-config options")
     if s.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
         par["pipeline_parallel_microbatch_size"] = s.micro_batch

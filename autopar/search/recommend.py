@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autopar.objectives import REGISTRY, Objective
+from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.types import Estimate
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
@@ -139,6 +140,54 @@ def explain_memory(e: Estimate) -> str:
     )
 
 
+_SCHEDULE_WHY = {
+    "1f1b": "1F1B pipeline",
+    "interleaved": "interleaved pipeline (virtual stages shrink the bubble)",
+    "zb-h1": "ZB-H1 pipeline (weight-gradient passes fill the cool-down; 1F1B's activation memory)",
+    "dualpipe": (
+        "DualPipe pipeline (the expert all-to-all runs under the paired micro-batch's compute; "
+        "two parameter copies per stage)"
+    ),
+}
+_CP_WHY = {
+    "p2p": "ring exchange hidden behind attention",
+    "a2a": "Ulysses all-to-all inside the NVLink domain",
+    "allgather": "K/V of the whole sequence all-gathered before attention (the Llama 3 form)",
+    "a2a+p2p": "all-to-all inside the NVLink domain, ring across",
+}
+
+
+def explain_layout(r: TrialRecord) -> str:
+    """One sentence on the pipeline schedule and split, CP variant, HSDP and memory savers a point uses."""
+    s, e = r.strategy, r.estimate
+    step = (e.step_time_s if e is not None else 0.0) or 1.0
+    out = []
+    if s.pp > 1 and s.pp_schedule:
+        bubble = f", bubble {100 * e.time.bubble / step:.0f}% of the step" if e is not None else ""
+        ships = SCHEDULES[s.pp_schedule].frameworks
+        where = "" if ships else f"; no mainline stack ships it ({SCHEDULES[s.pp_schedule].source})"
+        out.append(f"PP{s.pp}: {_SCHEDULE_WHY[s.pp_schedule]}{bubble}{where}")
+    if s.pp_first_layers is not None or s.pp_last_layers is not None:
+        out.append(f"uneven stages (first {s.pp_first_layers}, last {s.pp_last_layers} layers)")
+    elif s.pp_account_embedding or s.pp_account_loss:
+        counted = " and ".join(
+            n for n, on in (("embedding", s.pp_account_embedding), ("loss", s.pp_account_loss)) if on
+        )
+        out.append(f"uneven stages ({counted} counted as a layer)")
+    if s.cp > 1:
+        cp = f", {100 * e.time.cp_comm / step:.0f}% exposed" if e is not None else ""
+        out.append(f"CP{s.cp} {s.cp_comm}: {_CP_WHY[s.cp_comm]}{cp}")
+    if s.dp_shard:
+        out.append(
+            f"HSDP: ZeRO-3 over groups of {s.dp_shard} data-parallel ranks in one NVLink domain, replicated across"
+        )
+    if s.optimizer_states or s.optimizer_offload:
+        st = f"{s.optimizer_states} optimizer states" if s.optimizer_states else ""
+        off = f"{100 * s.optimizer_offload:.0f}% of the optimizer on the CPU" if s.optimizer_offload else ""
+        out.append(" and ".join(x for x in (st, off) if x))
+    return ("Layout: " + "; ".join(out) + ".") if out else ""
+
+
 def _head(r: TrialRecord) -> str:
     e = r.estimate
     mfu = f", MFU {100 * e.mfu:.1f}%" if e is not None else ""
@@ -172,6 +221,7 @@ def _why(
     text = [lead, _head(r)]
     if r.estimate is not None:
         text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
+    text += [x for x in (explain_layout(r),) if x]
     if runner is not None:
         trades = [
             _delta(o.name, r.values[o.name], runner.values[o.name])

@@ -1,7 +1,8 @@
 """The search space: every knob value that can be valid for a model, cluster(s) and workload.
 
 The space is a list of *layouts* (hardware option, tp, pp, cp, ep, etp with dp derived), each with the
-micro-batch/virtual-stage pairs, SP settings, ZeRO stages and recompute modes it allows. Every value
+micro-batch/virtual-stage/schedule triples, SP settings, ZeRO stages (and HSDP degrees), recompute modes,
+CP variants, pipeline splits and memory savers it allows. Every value
 comes from the generators of `autopar.layouts`, which filter divisors through the same rules
 `validate_strategy` checks (an oracle test enumerates whole spaces to prove they agree). Points are
 numbered 0..size-1 (``point(i)`` unranks one), so the space can be counted, enumerated and sampled
@@ -15,11 +16,12 @@ import bisect
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
-from autopar.layouts import MIN_TOKENS_PER_CP_RANK, ParallelDims, divisors
+from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
@@ -49,6 +51,46 @@ class Hardware:
         return f"{self.num_gpus}x {self.gpu} {self.precision}"
 
 
+Saver = tuple[str | None, float]  # (optimizer_states, optimizer_offload)
+
+
+def split_code(split: Split) -> str:
+    """A pipeline split as one categorical value: 'even', 'emb+loss', 'emb', 'loss' or 'f<first>/l<last>'."""
+    if split.first is not None or split.last is not None:
+        return f"f{split.first}/l{split.last}"
+    names = [n for n, on in (("emb", split.account_embedding), ("loss", split.account_loss)) if on]
+    return "+".join(names) or "even"
+
+
+def make_strategy(
+    lay: Layout, mb: int, vpp: int, sched: str, sp: bool, zero: int, ds: int | None, rc: str, cpc: str,
+    split: Split, saver: Saver,
+) -> Strategy:  # fmt: skip
+    """The strategy of a layout with its knob values (the one place search points become Strategies)."""
+    return Strategy(
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        cp=lay.cp,
+        ep=lay.ep,
+        etp=lay.etp,
+        vpp=vpp,
+        sp=sp,
+        zero=zero,
+        micro_batch=mb,
+        recompute=rc,
+        pp_schedule=sched,
+        dp_shard=ds,
+        cp_comm=cpc,
+        pp_first_layers=split.first,
+        pp_last_layers=split.last,
+        pp_account_embedding=split.account_embedding,
+        pp_account_loss=split.account_loss,
+        optimizer_states=saver[0],
+        optimizer_offload=saver[1],
+    )
+
+
 @dataclass(frozen=True)
 class Layout:
     """A (hardware, tp, pp, cp, ep, etp) grid with dp derived, and the knob values it allows."""
@@ -64,31 +106,42 @@ class Layout:
     sp: tuple[bool, ...]
     zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = RECOMPUTE
+    schedules: tuple[tuple[int, int, str], ...] = ()  # (mb, vpp, pp_schedule); () = 1F1B/interleaved only
+    cp_comm: tuple[str, ...] = ("p2p",)
+    dp_shard: tuple[int, ...] = ()  # HSDP shard degrees offered with ZeRO-3 (besides sharding over all dp)
+    split: tuple[Split, ...] = (EVEN_SPLIT,)
+    savers: tuple[Saver, ...] = ((None, 0.0),)
+
+    @cached_property
+    def pipe(self) -> tuple[tuple[int, int, str], ...]:
+        """(micro_batch, vpp, pp_schedule) triples."""
+        return self.schedules or tuple((mb, v, "interleaved" if v > 1 else "1f1b") for mb, v in self.mb_vpp)
+
+    @cached_property
+    def zero_shard(self) -> tuple[tuple[int, int | None], ...]:
+        """(zero, dp_shard) pairs: every ZeRO stage without HSDP, plus ZeRO-3 with each HSDP degree."""
+        hsdp = tuple((3, ds) for ds in self.dp_shard) if 3 in self.zero else ()
+        return tuple((z, None) for z in self.zero) + hsdp
 
     @property
     def size(self) -> int:
-        return len(self.mb_vpp) * len(self.sp) * len(self.zero) * len(self.recompute)
+        per_pipe = len(self.sp) * len(self.zero_shard) * len(self.recompute) * len(self.cp_comm)
+        return len(self.pipe) * per_pipe * len(self.split) * len(self.savers)
 
     def strategy(self, j: int) -> Strategy:
         """The j-th strategy of this layout (0 <= j < size)."""
         j, r = divmod(j, len(self.recompute))
-        j, z = divmod(j, len(self.zero))
+        j, z = divmod(j, len(self.zero_shard))
         j, s = divmod(j, len(self.sp))
-        mb, vpp = self.mb_vpp[j]
-        return Strategy(
-            tp=self.tp,
-            pp=self.pp,
-            dp=self.dp,
-            cp=self.cp,
-            ep=self.ep,
-            etp=self.etp,
-            vpp=vpp,
-            sp=self.sp[s],
-            zero=self.zero[z],
-            micro_batch=mb,
-            recompute=self.recompute[r],
-            pp_schedule="interleaved" if vpp > 1 else "1f1b",
-        )
+        j, c = divmod(j, len(self.cp_comm))
+        j, v = divmod(j, len(self.savers))
+        j, k = divmod(j, len(self.split))
+        mb, vpp, sched = self.pipe[j]
+        zero, ds = self.zero_shard[z]
+        return make_strategy(
+            self, mb, vpp, sched, self.sp[s], zero, ds, self.recompute[r], self.cp_comm[c], self.split[k],
+            self.savers[v],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,7 +155,10 @@ class Point:
     def key(self) -> tuple[Any, ...]:
         """Hashable identity used by the duplicate cache."""
         s = self.strategy
-        return (self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
+        return (
+            self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute,
+            s.pp_schedule, s.cp_comm, s.dp_shard, split_of(s), s.optimizer_states, s.optimizer_offload,
+        )  # fmt: skip
 
 
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
@@ -121,12 +177,22 @@ def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout
 def _expert_layouts(model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims) -> list[Layout]:
     """The layouts of one dense grid: one per (ep, etp) pair, when some micro-batch splits the batch."""
     out = []
-    for ep, etp in lay_rules.expert_degrees(model, hw.cluster, dims):
+    wl, cl = hw.workload, hw.cluster
+    common = {
+        "cp_comm": lay_rules.cp_comm_values(model, cl, dims.tp, dims.cp),
+        "dp_shard": lay_rules.dp_shard_values(cl, dims),
+        "split": lay_rules.split_values(model, dims.pp),
+        "savers": lay_rules.saver_values(wl),
+    }
+    for ep, etp in lay_rules.expert_degrees(model, cl, dims):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
-        pairs = lay_rules.mb_vpp_pairs(model, hw.workload, d)
+        pairs = lay_rules.mb_vpp_pairs(model, wl, d)
         if pairs:
             sp = lay_rules.sp_values(model, dims.tp, ep)
-            out.append(Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp))
+            pipe = lay_rules.pipe_choices(model, wl, d)
+            out.append(
+                Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, **common)
+            )
     return out
 
 
@@ -193,6 +259,12 @@ class Space:
             "zero": list(ZERO_STAGES),
             "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
             "recompute": list(RECOMPUTE),
+            "pp_schedule": _uniq(x for lay in self.layouts for _, _, x in lay.pipe),
+            "cp_comm": _uniq(x for lay in self.layouts for x in lay.cp_comm),
+            "dp_shard": [None, *sorted(_uniq(x for lay in self.layouts for x in lay.dp_shard))],
+            "pp_split": _uniq(split_code(x) for lay in self.layouts for x in lay.split),
+            "optimizer_states": _uniq(x for lay in self.layouts for x, _ in lay.savers),
+            "optimizer_offload": sorted(_uniq(x for lay in self.layouts for _, x in lay.savers)),
         }
         self._dists = {k: v for k, v in d.items() if len(v) > 1}
         return self._dists
@@ -231,21 +303,8 @@ class Space:
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
         zero = params.get("zero", lay.zero[0])
         rc = params.get("recompute", lay.recompute[0])
-        s = Strategy(
-            tp=tp,
-            pp=pp,
-            dp=lay.dp,
-            cp=cp,
-            ep=ep,
-            etp=lay.etp,
-            vpp=vpp,
-            sp=sp,
-            zero=zero,
-            micro_batch=mb,
-            recompute=rc,
-            pp_schedule="interleaved" if vpp > 1 else "1f1b",
-        )
-        return Point(h, s)
+        return Point(h, make_strategy(lay, mb, vpp, _pick_schedule(lay, mb, vpp, params), sp, zero,
+                                      *_pick_rest(lay, zero, rc, params)))  # fmt: skip
 
     def _grid(self, h: int, tp: int, pp: int, cp: int, ep: int, etp: int | None) -> Layout | str:
         """The layout of a grid, repairing etp to the largest offered value <= the wish; else why not."""
@@ -262,25 +321,10 @@ class Space:
 
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
         """Rebuild a point from its cache key."""
-        h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc = key
+        h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc, sched, cpc, ds, split, states, off = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
-        return Point(
-            h,
-            Strategy(
-                tp=tp,
-                pp=pp,
-                dp=dp,
-                cp=cp,
-                ep=ep,
-                etp=etp,
-                vpp=vpp,
-                sp=sp,
-                zero=zero,
-                micro_batch=mb,
-                recompute=rc,
-                pp_schedule="interleaved" if vpp > 1 else "1f1b",
-            ),
-        )
+        lay = Layout(h, tp, pp, cp, ep, dp, etp, (), ())
+        return Point(h, make_strategy(lay, mb, vpp, sched, sp, zero, ds, rc, cpc, split, (states, off)))
 
     def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
         """Points that differ from `point` in one knob (after repair), without duplicates.
@@ -317,8 +361,38 @@ class Space:
             "zero": s.zero,
             "micro_batch": s.micro_batch,
             "recompute": s.recompute,
+            "pp_schedule": s.pp_schedule,
+            "cp_comm": s.cp_comm,
+            "dp_shard": s.dp_shard,
+            "pp_split": split_code(split_of(s)),
+            "optimizer_states": s.optimizer_states,
+            "optimizer_offload": s.optimizer_offload,
         }
         return {k: full[k] for k in self.distributions()}
+
+
+def _pick_schedule(lay: Layout, mb: int, vpp: int, params: dict[str, Any]) -> str:
+    """The wished schedule if the layout offers it with (mb, vpp), else the first it offers."""
+    offered = [x for m, v, x in lay.pipe if (m, v) == (mb, vpp)]
+    want = params.get("pp_schedule")
+    return want if want in offered else offered[0]
+
+
+def _pick_rest(
+    lay: Layout, zero: int, rc: str, params: dict[str, Any]
+) -> tuple[int | None, str, str, Split, Saver]:
+    """(dp_shard, recompute, cp_comm, split, saver): each wish if the layout offers it, else its first value."""
+    ds = params.get("dp_shard")
+    ds = ds if zero == 3 and ds in lay.dp_shard else None
+    cpc = params.get("cp_comm")
+    cpc = cpc if cpc in lay.cp_comm else lay.cp_comm[0]
+    code = params.get("pp_split")
+    split = next((x for x in lay.split if split_code(x) == code), lay.split[0])
+    want = (
+        params.get("optimizer_states", lay.savers[0][0]),
+        params.get("optimizer_offload", lay.savers[0][1]),
+    )
+    return ds, rc, cpc, split, want if want in lay.savers else lay.savers[0]
 
 
 _ORDERED = {"num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "micro_batch", "recompute"}

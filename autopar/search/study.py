@@ -27,7 +27,7 @@ from autopar.search.pareto import (
 )
 from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
-from autopar.search.space import Point, Space, build_space
+from autopar.search.space import Point, Space, build_space, make_strategy
 from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
@@ -94,17 +94,9 @@ def _leanest(space: Space, ev: Evaluator) -> list[TrialRecord]:
     out = []
     for lay in space.layouts:
         mb = min(m for m, _ in lay.mb_vpp)
-        s = Strategy(
-            tp=lay.tp,
-            pp=lay.pp,
-            dp=lay.dp,
-            cp=lay.cp,
-            ep=lay.ep,
-            etp=lay.etp,
-            sp=lay.sp[-1],
-            zero=3,
-            micro_batch=mb,
-            recompute="full",
+        # its own pipeline split (uneven layouts have no even one) and its leanest memory savers
+        s = make_strategy(
+            lay, mb, 1, "1f1b", lay.sp[-1], 3, None, "full", lay.cp_comm[0], lay.split[0], lay.savers[-1]
         )
         o, hw = ev(Point(lay.hw, s)), space.hardware[lay.hw]
         out.append(

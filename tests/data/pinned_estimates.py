@@ -95,7 +95,7 @@ def _dense() -> list[Case]:
             "H200",
             64,
             _w(4096, 256),
-            {"tp": 4, "pp": 8, "sp": True, "pp_account_embedding": True, "pp_account_loss": True},
+            {"tp": 4, "pp": 2, "sp": True, "pp_account_embedding": True, "pp_account_loss": True},
         ),
         _case(
             "l405b-tp8pp16",
@@ -405,7 +405,7 @@ def _moe() -> list[Case]:
             {
                 "tp": 2,
                 "pp": 4,
-                "cp": 4,
+                "cp": 2,
                 "ep": 8,
                 "etp": 1,
                 "sp": True,
