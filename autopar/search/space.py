@@ -26,6 +26,18 @@ __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "bu
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
+
+
+def _strategy(**knobs: Any) -> Strategy:
+    """A Strategy from knob values the space already validated (they come from `autopar.layouts`).
+
+    `model_construct` skips pydantic validation (a search builds tens of thousands of these); the
+    result equals, and hashes like, `Strategy(**knobs)` (Strategy has no validators that normalise
+    values; tests/test_search_space.py checks equality over whole spaces).
+    """
+    vpp = knobs["vpp"]
+    return Strategy.model_construct(**knobs, pp_schedule="interleaved" if vpp > 1 else "1f1b")
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class Layout:
         j, z = divmod(j, len(self.zero))
         j, s = divmod(j, len(self.sp))
         mb, vpp = self.mb_vpp[j]
-        return Strategy(
+        return _strategy(
             tp=self.tp,
             pp=self.pp,
             dp=self.dp,
@@ -87,7 +99,6 @@ class Layout:
             zero=self.zero[z],
             micro_batch=mb,
             recompute=self.recompute[r],
-            pp_schedule="interleaved" if vpp > 1 else "1f1b",
         )
 
 
@@ -97,12 +108,12 @@ class Point:
 
     hw: int
     strategy: Strategy
+    key: tuple[Any, ...] = field(init=False, compare=False, repr=False)  # identity for the duplicate cache
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        """Hashable identity used by the duplicate cache."""
-        s = self.strategy
-        return (self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
+    def __post_init__(self) -> None:
+        s = self.strategy  # computed once: the search looks keys up far more often than it makes points
+        key = (self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute)
+        object.__setattr__(self, "key", key)
 
 
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
@@ -141,6 +152,8 @@ class Space:
     _cum: list[int] = field(init=False, repr=False)
     _index: dict[tuple[int, int, int, int, int, int | None], Layout] = field(init=False, repr=False)
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
+    _decoded: dict[tuple[Any, ...], Point | str] = field(init=False, repr=False, default_factory=dict)
+    _near: dict[tuple[Any, ...], list[Point]] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cum, total = [], 0
@@ -205,7 +218,21 @@ class Space:
         return None
 
     def decode(self, params: dict[str, Any]) -> Point | str:
-        """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid."""
+        """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid.
+
+        Memoised on the choices: a search decodes the same choices many times (duplicate proposals,
+        the neighbours of front members), and a decoded point is immutable.
+        """
+        memo = tuple(params.items())
+        hit = self._decoded.get(memo)
+        if hit is None:
+            if len(self._decoded) >= MEMO_LIMIT:
+                self._decoded.clear()
+            hit = self._decoded[memo] = self._decode(params)
+        return hit
+
+    def _decode(self, params: dict[str, Any]) -> Point | str:
+        """`decode` without the memo."""
         h0 = self.hardware[0]
         gpu, n, prec = (
             params.get("gpu", h0.gpu),
@@ -231,7 +258,7 @@ class Space:
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
         zero = params.get("zero", lay.zero[0])
         rc = params.get("recompute", lay.recompute[0])
-        s = Strategy(
+        s = _strategy(
             tp=tp,
             pp=pp,
             dp=lay.dp,
@@ -243,7 +270,6 @@ class Space:
             zero=zero,
             micro_batch=mb,
             recompute=rc,
-            pp_schedule="interleaved" if vpp > 1 else "1f1b",
         )
         return Point(h, s)
 
@@ -264,29 +290,37 @@ class Space:
         """Rebuild a point from its cache key."""
         h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
-        return Point(
-            h,
-            Strategy(
-                tp=tp,
-                pp=pp,
-                dp=dp,
-                cp=cp,
-                ep=ep,
-                etp=etp,
-                vpp=vpp,
-                sp=sp,
-                zero=zero,
-                micro_batch=mb,
-                recompute=rc,
-                pp_schedule="interleaved" if vpp > 1 else "1f1b",
-            ),
+        s = _strategy(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            vpp=vpp,
+            sp=sp,
+            zero=zero,
+            micro_batch=mb,
+            recompute=rc,
         )
+        return Point(h, s)
 
     def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
         """Points that differ from `point` in one knob (after repair), without duplicates.
 
-        adjacent=True only moves ordered knobs to the next value up or down.
+        adjacent=True only moves ordered knobs to the next value up or down. Memoised per point (the
+        local search asks for the neighbours of the same front members again and again).
         """
+        memo = (point.key, adjacent)
+        hit = self._near.get(memo)
+        if hit is None:
+            if len(self._near) >= MEMO_LIMIT:
+                self._near.clear()
+            hit = self._near[memo] = self._neighbors(point, adjacent)
+        return list(hit)
+
+    def _neighbors(self, point: Point, adjacent: bool) -> list[Point]:
+        """`neighbors` without the memo."""
         base = self.encode(point)
         out: dict[tuple[Any, ...], Point] = {}
         for knob, values in self.distributions().items():
