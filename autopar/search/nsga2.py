@@ -113,8 +113,7 @@ def run_nsga2(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["maximize" if o.maximize else "minimize" for o in objectives]
     local = optuna.create_study(
-        sampler=optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size(budget)),
-        directions=directions,
+        sampler=_nsga2_sampler(space, seed, population_size(budget)), directions=directions
     )
     shared = None
     if storage is not None:
@@ -141,6 +140,27 @@ def run_nsga2(
             with contextlib.suppress(Exception):  # already reporting the first failure
                 shared.close()
     return st.run
+
+
+def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
+    """Optuna's NSGA-II sampler, told the search space instead of re-deriving it for every trial.
+
+    NSGAIISampler derives its relative search space per trial as the intersection of the COMPLETE
+    trials' distributions (sorted by name, deep-copied). In the private study every trial carries
+    exactly `space.distributions()` (and with no COMPLETE trial yet, generation 0 samples
+    independently whatever the space), so the intersection is always that, in name order: the
+    sampler proposes the same children without the per-trial scan and copy.
+    """
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
+
+    class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
+        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+            return dict(fixed)
+
+    return _KnownSpaceNSGAII(seed=seed, population_size=population)
 
 
 def _from_storage(e: BaseException) -> bool:
