@@ -106,9 +106,8 @@ def child(budget: int) -> dict[str, float]:
         sp.patch(study, name, "Pareto/recommendation")
     sp.patch(copt, "result_json", "report")
     sys.argv = ["autopar", *ARGS, "--budget", str(budget)]
-    with contextlib.redirect_stdout(io.StringIO()):
-        with contextlib.suppress(SystemExit):
-            cli.main()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        cli.main()
     sp.t[sp.stack[-1]] += time.perf_counter() - sp.mark
     sp.t["total in process"] = time.perf_counter() - t0
     return dict(sp.t)
@@ -118,7 +117,11 @@ def measure(budget: int) -> dict[str, float]:
     """One fresh process: its phases and its wall time (interpreter = wall - time in the command)."""
     t = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(budget)], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, __file__, "--child", str(budget)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     wall = time.perf_counter() - t
     row = json.loads(out.stdout.strip().splitlines()[-1])

@@ -34,6 +34,9 @@ from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedS
 from autopar.search.space import Point, Space
 from autopar.search.storage import storage_error
 
+# The reference (slower) path: moves enqueued into the private study and a stock NSGAIISampler, as
+# a plain Optuna user would write it; tests/test_search_batched.py checks both paths agree exactly.
+REFERENCE_PATH = False
 CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
 WAIT_S = 0.25  # pause while other workers hold the rest of the budget
 
@@ -155,11 +158,18 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     from optuna.distributions import CategoricalDistribution
 
     fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
+    if REFERENCE_PATH:
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
 
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
             return dict(fixed)
 
+    # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
+    # (and studies shared with other versions or workers) carry the same system attrs.
+    base = optuna.samplers.NSGAIISampler
+    _KnownSpaceNSGAII._GENERATION_KEY = base._GENERATION_KEY
+    _KnownSpaceNSGAII._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX
     return _KnownSpaceNSGAII(seed=seed, population_size=population)
 
 
@@ -202,6 +212,10 @@ def _search(
                 continue
             if move is None:  # NSGA-II proposes: same suggestion order as suggest_categorical per knob
                 trial = st.local.ask(odists)
+                params = trial.params
+            elif REFERENCE_PATH:
+                st.local.enqueue_trial(space.encode(move))
+                trial, move = st.local.ask(odists), None
                 params = trial.params
             else:
                 trial, params, move = None, space.encode(move), None
