@@ -161,6 +161,7 @@ class Space:
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
     _decoded: dict[tuple[Any, ...], Point | str] = field(init=False, repr=False, default_factory=dict)
     _near: dict[tuple[Any, ...], list[Point]] = field(init=False, repr=False, default_factory=dict)
+    _keyed: dict[tuple[Any, ...], Point] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cum, total = [], 0
@@ -294,7 +295,16 @@ class Space:
         return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
 
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
-        """Rebuild a point from its cache key."""
+        """Rebuild a point from its cache key (memoised: the local search rebuilds front members)."""
+        hit = self._keyed.get(key)
+        if hit is None:
+            if len(self._keyed) >= MEMO_LIMIT:
+                self._keyed.clear()
+            hit = self._keyed[key] = self._point_of_key(key)
+        return hit
+
+    def _point_of_key(self, key: tuple[Any, ...]) -> Point:
+        """`point_of_key` without the memo."""
         h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
         s = _strategy(
