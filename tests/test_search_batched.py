@@ -65,3 +65,18 @@ def test_stored_study_is_the_same(monkeypatch, tmp_path):
             ]
         )
     assert len(rows[0]) > 120 and rows[0] == rows[1]
+
+
+def test_resumed_study_is_the_same(monkeypatch, tmp_path):
+    """Resuming reads the earlier trials back into the private study (generation counts included)."""
+    import optuna
+
+    rows = []
+    for reference in (True, False):
+        path = str(tmp_path / f"{reference}.journal")
+        _run(monkeypatch, reference, budget=100, seed=4, storage=path, study_name="s")
+        r = _run(monkeypatch, reference, budget=260, seed=5, storage=path, study_name="s")
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
+        trials = optuna.load_study(study_name="s", storage=storage).trials
+        rows.append(([(t.number, t.params, t.values, t.system_attrs) for t in trials], _front(r)))
+    assert len(rows[0][0]) > 260 and rows[0] == rows[1]

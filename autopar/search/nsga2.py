@@ -76,6 +76,8 @@ class _Loop:
                 self.note(pt.key, list(t.values), dict(t.constraints))
                 self.local.add_trial(t)
                 self.numbered += 1
+                if hasattr(self.local.sampler, "count_complete"):
+                    self.local.sampler.count_complete(t)
             elif t.state == TrialState.PRUNED and str(t.user_attrs.get(REASON_ATTR, "")).startswith("rule:"):
                 self.seen[pt.key] = None
 
@@ -146,31 +148,60 @@ def run_nsga2(
 
 
 def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
-    """Optuna's NSGA-II sampler, told the search space instead of re-deriving it for every trial.
+    """Optuna's NSGA-II sampler minus two per-trial scans of the whole private study.
 
-    NSGAIISampler derives its relative search space per trial as the intersection of the COMPLETE
-    trials' distributions (sorted by name, deep-copied). In the private study every trial carries
-    exactly `space.distributions()` (and with no COMPLETE trial yet, generation 0 samples
-    independently whatever the space), so the intersection is always that, in name order: the
-    sampler proposes the same children without the per-trial scan and copy.
+    1. NSGAIISampler derives its relative search space per trial as the intersection of the
+       COMPLETE trials' distributions (sorted by name, deep-copied). In the private study every
+       trial carries exactly `space.distributions()` (and with no COMPLETE trial yet, generation 0
+       samples independently whatever the space), so the intersection is always that, in name order.
+    2. It finds a new trial's generation by scanning every COMPLETE trial for the highest generation
+       and how many trials it holds (full: the next one). The private study's trials become COMPLETE
+       only through `tell` (after_trial sees them) or `add_trial` (absorbed from the stored study,
+       counted by `_Loop.absorb`), so a running count per generation gives the same answer.
+    Both keep the proposals identical (tests/test_search_batched.py) and make the cost per trial
+    independent of the study's size.
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
 
     fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
     if REFERENCE_PATH:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
 
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
+        generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
+
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
             return dict(fixed)
+
+        def count_complete(self, trial: Any) -> None:
+            gen = trial.system_attrs.get(self._get_generation_key())
+            if gen is not None and gen >= 0:
+                self.generations[gen] = self.generations.get(gen, 0) + 1
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            super().after_trial(study, trial, state, values)
+            if state == TrialState.COMPLETE:
+                self.count_complete(trial)
+
+        def get_trial_generation(self, study: Any, trial: Any) -> int:
+            gen = trial.system_attrs.get(self._get_generation_key())
+            if gen is not None:
+                return gen
+            top = max(self.generations, default=0)
+            gen = top if self.generations.get(top, 0) < population else top + 1
+            study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
+            return gen
 
     # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
     # (and studies shared with other versions or workers) carry the same system attrs.
     base = optuna.samplers.NSGAIISampler
     _KnownSpaceNSGAII._GENERATION_KEY = base._GENERATION_KEY
     _KnownSpaceNSGAII._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX
-    return _KnownSpaceNSGAII(seed=seed, population_size=population)
+    sampler = _KnownSpaceNSGAII(seed=seed, population_size=population)
+    sampler.generations = {}
+    return sampler
 
 
 def _from_storage(e: BaseException) -> bool:
