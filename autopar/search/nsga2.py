@@ -165,9 +165,9 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
     if REFERENCE_PATH:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
+    fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
 
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
         generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
