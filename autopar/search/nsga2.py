@@ -4,7 +4,7 @@ Budget = number of COMPLETE trials in the study: distinct strategies with an est
 or not), counted over every worker sharing a stored study. NSGA-II samples on a private in-memory
 study; a proposal that repeats a strategy already seen reuses its cached values there (so NSGA-II
 ranks it) and is not stored again; a proposal that is not a valid layout is PRUNED (no objective
-values). Both are followed by an enqueued, not-yet-visited point (duplicate elimination), so the loop
+values). Both are followed by a not-yet-visited point (duplicate elimination), so the loop
 always makes progress and, when the budget reaches the space size, it covers the whole space. The
 stored side (batched or live writes, heartbeats, sync between workers) is autopar/search/shared.py.
 """
@@ -108,7 +108,7 @@ def run_nsga2(
     """NSGA-II with a duplicate cache, duplicate elimination and Pareto local search; resumable, shareable.
 
     After the exploration phase (EXPLORE_FRACTION of the budget) a share `local_search` of the trials
-    are enqueued one-knob moves from the current front, least crowded members first; duplicates (and
+    are one-knob moves from the current front, least crowded members first; duplicates (and
     grids outside the space) are replaced the same way. local_search=0 gives plain NSGA-II with
     random replacement of duplicates. With a storage, the loop runs until the study holds `budget`
     COMPLETE trials (all workers together); search=False only reads what the study holds.

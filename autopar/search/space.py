@@ -352,7 +352,7 @@ class Space:
         return list(out.values())
 
     def encode(self, point: Point) -> dict[str, Any]:
-        """The per-knob choices that decode to this point (used to enqueue it in Optuna)."""
+        """The per-knob choices that decode to this point (a move's parameters, as Optuna records them)."""
         hw, s = self.hardware[point.hw], point.strategy
         full = {
             "gpu": hw.gpu,
