@@ -209,3 +209,34 @@ def test_decode_and_neighbors_are_memoised_but_fresh_lists():
     first.clear()  # callers may mutate what they get
     assert space.neighbors(pt, adjacent=True) == space._neighbors(pt, True)
     assert space.decode({**params, "tp": 2, "pp": 4}) == space._decode({**params, "tp": 2, "pp": 4})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_memoised_decode_matches_a_fresh_decode(data):
+    """Any per-knob choice: the memoised decode equals a fresh one, and a point's key names its strategy."""
+    space = build_space(
+        get_model("Mixtral-8x7B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+        Workload(seq_len=4096, global_batch=256),
+    )
+    params = {k: data.draw(st.sampled_from(v), label=k) for k, v in space.distributions().items()}
+    got = space.decode(params)
+    assert got == space._decode(dict(params)) and space.decode(dict(params)) == got
+    if isinstance(got, Point):
+        s = got.strategy
+        assert got.key == (
+            got.hw,
+            s.tp,
+            s.pp,
+            s.cp,
+            s.ep,
+            s.etp,
+            s.vpp,
+            s.sp,
+            s.zero,
+            s.micro_batch,
+            s.recompute,
+        )
+        assert space.point_of_key(got.key) == got
+        assert all(q.key != got.key for q in space.neighbors(got))
