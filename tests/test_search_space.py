@@ -275,3 +275,72 @@ def test_neighbors_move_the_new_knobs():
         and q.strategy.model_copy(update={k: getattr(pt.strategy, k)}) == pt.strategy
     }
     assert {"pp_schedule", "cp_comm"} <= moved
+
+
+def _validated(s: Strategy) -> Strategy:
+    """The same strategy built through pydantic validation."""
+    return Strategy(**s.model_dump(exclude_unset=True))
+
+
+@pytest.mark.parametrize(
+    "model, gpus, wl",
+    [
+        (TINY, TINY_CLUSTER, TINY_WL),
+        (
+            get_model("Mixtral-8x7B"),
+            ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+            Workload(seq_len=4096, global_batch=256),
+        ),
+    ],
+)
+def test_unvalidated_strategies_equal_validated_ones(model, gpus, wl):
+    """Search points skip pydantic validation; they must equal, hash and dump like validated ones."""
+    space = build_space(model, gpus, wl)
+    for pt in itertools.islice(space, 0, None, max(1, space.size // 3000)):
+        v = _validated(pt.strategy)
+        assert pt.strategy == v and v == pt.strategy and hash(pt.strategy) == hash(v)
+        assert pt.strategy.model_dump() == v.model_dump()
+        assert pt.strategy.model_fields_set == v.model_fields_set
+        assert Point(pt.hw, v) == pt and Point(pt.hw, v).key == pt.key
+
+
+def test_decode_and_neighbors_are_memoised_but_fresh_lists():
+    space = tiny_space()
+    pt = space.point(50)
+    params = space.encode(pt)
+    assert space.decode(dict(params)) is space.decode(dict(params))  # one decode per distinct choice
+    first = space.neighbors(pt, adjacent=True)
+    first.clear()  # callers may mutate what they get
+    assert space.neighbors(pt, adjacent=True) == space._neighbors(pt, True)
+    assert space.decode({**params, "tp": 2, "pp": 4}) == space._decode({**params, "tp": 2, "pp": 4})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_memoised_decode_matches_a_fresh_decode(data):
+    """Any per-knob choice: the memoised decode equals a fresh one, and a point's key names its strategy."""
+    space = build_space(
+        get_model("Mixtral-8x7B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
+        Workload(seq_len=4096, global_batch=256),
+    )
+    params = {k: data.draw(st.sampled_from(v), label=k) for k, v in space.distributions().items()}
+    got = space.decode(params)
+    assert got == space._decode(dict(params)) and space.decode(dict(params)) == got
+    if isinstance(got, Point):
+        s = got.strategy
+        assert got.key[:11] == (
+            got.hw,
+            s.tp,
+            s.pp,
+            s.cp,
+            s.ep,
+            s.etp,
+            s.vpp,
+            s.sp,
+            s.zero,
+            s.micro_batch,
+            s.recompute,
+        )
+        assert space.point_of_key(got.key) == got
+        assert all(q.key != got.key for q in space.neighbors(got))

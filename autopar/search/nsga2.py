@@ -4,7 +4,7 @@ Budget = number of COMPLETE trials in the study: distinct strategies with an est
 or not), counted over every worker sharing a stored study. NSGA-II samples on a private in-memory
 study; a proposal that repeats a strategy already seen reuses its cached values there (so NSGA-II
 ranks it) and is not stored again; a proposal that is not a valid layout is PRUNED (no objective
-values). Both are followed by an enqueued, not-yet-visited point (duplicate elimination), so the loop
+values). Both are followed by a not-yet-visited point (duplicate elimination), so the loop
 always makes progress and, when the budget reaches the space size, it covers the whole space. The
 stored side (batched or live writes, heartbeats, sync between workers) is autopar/search/shared.py.
 """
@@ -34,6 +34,9 @@ from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedS
 from autopar.search.space import Point, Space
 from autopar.search.storage import storage_error
 
+# The reference (slower) path: moves enqueued into the private study and a stock NSGAIISampler, as
+# a plain Optuna user would write it; tests/test_search_batched.py checks both paths agree exactly.
+REFERENCE_PATH = False
 CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
 WAIT_S = 0.25  # pause while other workers hold the rest of the budget
 
@@ -52,6 +55,7 @@ class _Loop:
     n_feas: int = 0
     complete: int = 0  # COMPLETE trials in the study (this process's only, without storage)
     synced: int = 0  # COMPLETE trials in the study at the last sync
+    numbered: int = 0  # trial numbers handed out (NSGA-II proposals, local moves, absorbed trials)
 
     def note(self, key: tuple[Any, ...], vals: list[float], cons: dict[str, float]) -> None:
         """Remember an evaluated strategy (and put it on the front tracker when feasible)."""
@@ -71,6 +75,9 @@ class _Loop:
             if t.state == TrialState.COMPLETE and t.values is not None:
                 self.note(pt.key, list(t.values), dict(t.constraints))
                 self.local.add_trial(t)
+                self.numbered += 1
+                if hasattr(self.local.sampler, "count_complete"):
+                    self.local.sampler.count_complete(t)
             elif t.state == TrialState.PRUNED and str(t.user_attrs.get(REASON_ATTR, "")).startswith("rule:"):
                 self.seen[pt.key] = None
 
@@ -101,7 +108,7 @@ def run_nsga2(
     """NSGA-II with a duplicate cache, duplicate elimination and Pareto local search; resumable, shareable.
 
     After the exploration phase (EXPLORE_FRACTION of the budget) a share `local_search` of the trials
-    are enqueued one-knob moves from the current front, least crowded members first; duplicates (and
+    are one-knob moves from the current front, least crowded members first; duplicates (and
     grids outside the space) are replaced the same way. local_search=0 gives plain NSGA-II with
     random replacement of duplicates. With a storage, the loop runs until the study holds `budget`
     COMPLETE trials (all workers together); search=False only reads what the study holds.
@@ -111,8 +118,7 @@ def run_nsga2(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["maximize" if o.maximize else "minimize" for o in objectives]
     local = optuna.create_study(
-        sampler=optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size(budget)),
-        directions=directions,
+        sampler=_nsga2_sampler(space, seed, population_size(budget)), directions=directions
     )
     shared = None
     if storage is not None:
@@ -141,6 +147,63 @@ def run_nsga2(
     return st.run
 
 
+def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
+    """Optuna's NSGA-II sampler minus two per-trial scans of the whole private study.
+
+    1. NSGAIISampler derives its relative search space per trial as the intersection of the
+       COMPLETE trials' distributions (sorted by name, deep-copied). In the private study every
+       trial carries exactly `space.distributions()` (and with no COMPLETE trial yet, generation 0
+       samples independently whatever the space), so the intersection is always that, in name order.
+    2. It finds a new trial's generation by scanning every COMPLETE trial for the highest generation
+       and how many trials it holds (full: the next one). The private study's trials become COMPLETE
+       only through `tell` (after_trial sees them) or `add_trial` (absorbed from the stored study,
+       counted by `_Loop.absorb`), so a running count per generation gives the same answer.
+    Both keep the proposals identical (tests/test_search_batched.py) and make the cost per trial
+    independent of the study's size.
+    """
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    if REFERENCE_PATH:
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
+    fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
+
+    class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
+        generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
+
+        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+            return dict(fixed)
+
+        def count_complete(self, trial: Any) -> None:
+            gen = trial.system_attrs.get(self._get_generation_key())
+            if gen is not None and gen >= 0:
+                self.generations[gen] = self.generations.get(gen, 0) + 1
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            super().after_trial(study, trial, state, values)
+            if state == TrialState.COMPLETE:
+                self.count_complete(trial)
+
+        def get_trial_generation(self, study: Any, trial: Any) -> int:
+            gen = trial.system_attrs.get(self._get_generation_key())
+            if gen is not None:
+                return gen
+            top = max(self.generations, default=0)
+            gen = top if self.generations.get(top, 0) < population else top + 1
+            study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
+            return gen
+
+    # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
+    # (and studies shared with other versions or workers) carry the same system attrs.
+    base = optuna.samplers.NSGAIISampler
+    _KnownSpaceNSGAII._GENERATION_KEY = base._GENERATION_KEY
+    _KnownSpaceNSGAII._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX
+    sampler = _KnownSpaceNSGAII(seed=seed, population_size=population)
+    sampler.generations = {}
+    return sampler
+
+
 def _from_storage(e: BaseException) -> bool:
     """Whether an exception comes from the storage layer (database driver, SQLAlchemy, journal I/O)."""
     mod = type(e).__module__
@@ -162,9 +225,9 @@ def _search(
     from optuna.distributions import CategoricalDistribution
 
     space, run, shared = st.space, st.run, st.shared
-    dists = space.distributions()
-    odists = {k: CategoricalDistribution(v) for k, v in dists.items()}
+    odists = {k: CategoricalDistribution(v) for k, v in space.distributions().items()}
     rng = random.Random(seed)
+    move: Point | None = None  # the next proposal when it is a local-search (or replacement) move
     t0 = time.perf_counter()
     every = max(1, budget // 100)
     with SearchProgress(budget, progress, "NSGA-II") as bar:
@@ -178,8 +241,15 @@ def _search(
                     break
             if shared is not None and shared.live and not _room(st, budget, t0, timeout):
                 continue
-            trial = st.local.ask()
-            params = {k: trial.suggest_categorical(k, v) for k, v in dists.items()}
+            if move is None:  # NSGA-II proposes: same suggestion order as suggest_categorical per knob
+                trial = st.local.ask(odists)
+                params = trial.params
+            elif REFERENCE_PATH:
+                st.local.enqueue_trial(space.encode(move))
+                trial, move = st.local.ask(odists), None
+                params = trial.params
+            else:
+                trial, params, move = None, space.encode(move), None
             novel = _handle(st, ev, trial, params, odists, budget)
             run.n_trials += 1
             share = local_search if st.complete >= EXPLORE_FRACTION * budget else 0.0
@@ -189,8 +259,7 @@ def _search(
                     fresh = _front_neighbor(space, st.seen, st.tracker, rng)
                 if fresh is None:
                     fresh = _unvisited(space, st.seen, rng)
-                if fresh is not None:
-                    st.local.enqueue_trial(space.encode(fresh))
+                move = fresh
             if progress and run.n_evaluated % every == 0:
                 bar.update(min(st.complete, budget), st.n_feas, len(st.tracker))
             if shared is not None and (shared.due() or len(shared.buffer) >= _batch(budget - st.synced)):
@@ -223,16 +292,25 @@ def _room(st: _Loop, budget: int, t0: float, timeout: float | None) -> bool:
 def _handle(
     st: _Loop, ev: Evaluator, trial: Any, params: dict[str, Any], odists: dict[str, Any], budget: int
 ) -> bool:
-    """Decode, evaluate and record one proposal; True when it added a COMPLETE trial."""
+    """Decode, evaluate and record one proposal; True when it added a COMPLETE trial.
+
+    `trial` is the private study's trial of an NSGA-II proposal, told its outcome; None for a
+    local-search move, which never enters the private study: enqueued there it would carry no
+    NSGA-II generation, so it would never join a population nor change what NSGA-II samples (Optuna
+    sets the generation in `sample_relative`, which a trial whose every parameter is fixed never
+    calls). Skipping it saves the private study's per-trial cost and leaves every search unchanged
+    (bench/fronts.py, tests/test_search_batched.py). Its stored copy is built directly.
+    """
     from optuna.trial import TrialState
 
     space, run, shared = st.space, st.run, st.shared
+    number, st.numbered = st.numbered, st.numbered + 1
     pt = space.decode(params)
     if isinstance(pt, str):  # not a layout of this space: no objective values
-        st.local.tell(trial, state=TrialState.PRUNED)
+        _tell(st, trial, state=TrialState.PRUNED)
         ikey = tuple(sorted(params.items()))
         if ikey not in run.invalid:
-            run.invalid[ikey] = (trial.number, params, "rule: " + pt)
+            run.invalid[ikey] = (number, params, "rule: " + pt)
             if shared is not None:
                 shared.add(_pruned(params, odists, "rule: " + pt))
         return False
@@ -240,32 +318,46 @@ def _handle(
         run.n_duplicates += 1
         cached = st.seen[pt.key]
         if cached is None:
-            st.local.tell(trial, state=TrialState.PRUNED)
+            _tell(st, trial, state=TrialState.PRUNED)
         else:
-            for k, v in cached[1].items():
-                trial.set_constraint(k, v)
-            st.local.tell(trial, cached[0])
+            _tell(st, trial, cached[0], cached[1])
         return False
     out = ev(pt)
-    run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, trial.number, pt
+    run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, number, pt
     if not out.evaluated:  # broke a rule: PRUNED with the reason, never made-up values
-        st.local.tell(trial, state=TrialState.PRUNED)
+        _tell(st, trial, state=TrialState.PRUNED)
         if shared is not None:
             _store(st, _pruned(params, odists, out.reason, _strategy_attrs(space, pt)), budget)
         st.seen[pt.key] = None
         return False
     vals = out.vector(st.objectives)
-    for k, v in out.constraints.items():
-        trial.set_constraint(k, v)
-    frozen = st.local.tell(trial, vals)
+    frozen = _tell(st, trial, vals, out.constraints)
     if shared is not None:
-        stored = _complete(frozen, odists, {**_strategy_attrs(space, pt), **_outcome_attrs(out)})
+        attrs = {**_strategy_attrs(space, pt), **_outcome_attrs(out)}
+        stored = _complete(frozen, params, vals, out.constraints, odists, attrs)
         if not _store(st, stored, budget):
             return False
     st.note(pt.key, vals, out.constraints)
     st.complete += 1
     run.n_evaluated += 1
     return True
+
+
+def _tell(
+    st: _Loop,
+    trial: Any,
+    values: list[float] | None = None,
+    constraints: dict[str, float] | None = None,
+    state: Any = None,
+) -> Any:
+    """Tell the private study an NSGA-II proposal's outcome (constraints first); None for a local move."""
+    if trial is None:
+        return None
+    for k, v in (constraints or {}).items():
+        trial.set_constraint(k, v)
+    if state is not None:
+        return st.local.tell(trial, state=state)
+    return st.local.tell(trial, values)
 
 
 def _store(st: _Loop, trial: Any, budget: int) -> bool:
@@ -359,12 +451,29 @@ def _pruned(
     )
 
 
-def _complete(local: Any, odists: dict[str, Any], attrs: dict[str, Any]) -> Any:
-    """The stored copy of a finished local trial: values, constraints, NSGA-II generation, attrs."""
+def _complete(
+    local: Any,
+    params: dict[str, Any],
+    values: list[float],
+    constraints: dict[str, float],
+    odists: dict[str, Any],
+    attrs: dict[str, Any],
+) -> Any:
+    """The stored copy of a finished trial: values, constraints, NSGA-II generation (of a private-study
+    trial `local`; a local move, local=None, has none), attrs."""
     from optuna.trial import TrialState, create_trial
 
+    if local is None:
+        return create_trial(
+            state=TrialState.COMPLETE,
+            values=values,
+            params=params,
+            distributions=odists,
+            user_attrs=attrs,
+            constraints=constraints,
+        )
     keep = {k: v for k, v in local.system_attrs.items() if k != "fixed_params"}
-    t = create_trial(
+    return create_trial(
         state=TrialState.COMPLETE,
         values=local.values,
         params=local.params,
@@ -372,7 +481,6 @@ def _complete(local: Any, odists: dict[str, Any], attrs: dict[str, Any]) -> Any:
         user_attrs=attrs,
         system_attrs=keep,
     )
-    return t
 
 
 def _rebuild_from_study(st: _Loop, ev: Evaluator) -> None:

@@ -28,6 +28,26 @@ __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "bu
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
+
+
+def _strategy(**knobs: Any) -> Strategy:
+    """A Strategy from knob values the space already validated (they come from `autopar.layouts`).
+
+    Copying a constructed template skips pydantic validation (a search builds tens of thousands of these); the
+    result equals, and hashes like, `Strategy(**knobs)` (Strategy has no validators that normalise
+    values; tests/test_search_space.py checks equality over whole spaces).
+    """
+    return _TEMPLATE.model_copy(update=knobs)  # a shallow copy: ~3x cheaper than model_construct
+
+
+# Every search point sets the same knobs (make_strategy's), so copies of one template share its set of fields.
+_KNOBS = (
+    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch", "recompute", "pp_schedule",
+    "dp_shard", "cp_comm", "pp_first_layers", "pp_last_layers", "pp_account_embedding", "pp_account_loss",
+    "optimizer_states", "optimizer_offload",
+)  # fmt: skip
+_TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in _KNOBS})
 
 
 @dataclass(frozen=True)
@@ -67,7 +87,7 @@ def make_strategy(
     split: Split, saver: Saver,
 ) -> Strategy:  # fmt: skip
     """The strategy of a layout with its knob values (the one place search points become Strategies)."""
-    return Strategy(
+    return _strategy(
         tp=lay.tp,
         pp=lay.pp,
         dp=lay.dp,
@@ -150,15 +170,15 @@ class Point:
 
     hw: int
     strategy: Strategy
+    key: tuple[Any, ...] = field(init=False, compare=False, repr=False)  # identity for the duplicate cache
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        """Hashable identity used by the duplicate cache."""
-        s = self.strategy
-        return (
+    def __post_init__(self) -> None:
+        s = self.strategy  # computed once: the search looks keys up far more often than it makes points
+        key = (
             self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute,
             s.pp_schedule, s.cp_comm, s.dp_shard, split_of(s), s.optimizer_states, s.optimizer_offload,
         )  # fmt: skip
+        object.__setattr__(self, "key", key)
 
 
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
@@ -207,6 +227,9 @@ class Space:
     _cum: list[int] = field(init=False, repr=False)
     _index: dict[tuple[int, int, int, int, int, int | None], Layout] = field(init=False, repr=False)
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
+    _decoded: dict[tuple[Any, ...], Point | str] = field(init=False, repr=False, default_factory=dict)
+    _near: dict[tuple[Any, ...], list[Point]] = field(init=False, repr=False, default_factory=dict)
+    _keyed: dict[tuple[Any, ...], Point] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cum, total = [], 0
@@ -277,7 +300,21 @@ class Space:
         return None
 
     def decode(self, params: dict[str, Any]) -> Point | str:
-        """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid."""
+        """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid.
+
+        Memoised on the choices: a search decodes the same choices many times (duplicate proposals,
+        the neighbours of front members), and a decoded point is immutable.
+        """
+        memo = tuple(params.items())
+        hit = self._decoded.get(memo)
+        if hit is None:
+            if len(self._decoded) >= MEMO_LIMIT:
+                self._decoded.clear()
+            hit = self._decoded[memo] = self._decode(params)
+        return hit
+
+    def _decode(self, params: dict[str, Any]) -> Point | str:
+        """`decode` without the memo."""
         h0 = self.hardware[0]
         gpu, n, prec = (
             params.get("gpu", h0.gpu),
@@ -320,7 +357,16 @@ class Space:
         return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
 
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
-        """Rebuild a point from its cache key."""
+        """Rebuild a point from its cache key (memoised: the local search rebuilds front members)."""
+        hit = self._keyed.get(key)
+        if hit is None:
+            if len(self._keyed) >= MEMO_LIMIT:
+                self._keyed.clear()
+            hit = self._keyed[key] = self._point_of_key(key)
+        return hit
+
+    def _point_of_key(self, key: tuple[Any, ...]) -> Point:
+        """`point_of_key` without the memo."""
         h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc, sched, cpc, ds, split, states, off = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
         lay = Layout(h, tp, pp, cp, ep, dp, etp, (), ())
@@ -329,8 +375,19 @@ class Space:
     def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
         """Points that differ from `point` in one knob (after repair), without duplicates.
 
-        adjacent=True only moves ordered knobs to the next value up or down.
+        adjacent=True only moves ordered knobs to the next value up or down. Memoised per point (the
+        local search asks for the neighbours of the same front members again and again).
         """
+        memo = (point.key, adjacent)
+        hit = self._near.get(memo)
+        if hit is None:
+            if len(self._near) >= MEMO_LIMIT:
+                self._near.clear()
+            hit = self._near[memo] = self._neighbors(point, adjacent)
+        return list(hit)
+
+    def _neighbors(self, point: Point, adjacent: bool) -> list[Point]:
+        """`neighbors` without the memo."""
         base = self.encode(point)
         out: dict[tuple[Any, ...], Point] = {}
         for knob, values in self.distributions().items():
@@ -345,7 +402,7 @@ class Space:
         return list(out.values())
 
     def encode(self, point: Point) -> dict[str, Any]:
-        """The per-knob choices that decode to this point (used to enqueue it in Optuna)."""
+        """The per-knob choices that decode to this point (a move's parameters, as Optuna records them)."""
         hw, s = self.hardware[point.hw], point.strategy
         full = {
             "gpu": hw.gpu,
