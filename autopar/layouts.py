@@ -274,6 +274,36 @@ def precision_rules(cluster: ClusterSpec, precision: str) -> Iterator[Violation]
         yield _v(None, Level.HARD, msg)
 
 
+# Stacks with layer-wise activation CPU offload: Megatron-Core with Transformer Engine (--cpu-offloading-num-
+# layers; megatron/core/transformer/transformer_block.py asserts TE is present). torchtitan's
+# enable_cpu_offload and DeepSpeed's offload_param/offload_optimizer move parameters and optimizer states,
+# not activations; legacy Megatron predates it.
+ACT_OFFLOAD_FRAMEWORKS: tuple[str, ...] = ("megatron",)
+
+
+def offload_rules(
+    model: ModelSpec, workload: Workload, pp: int, recompute: str, n: int
+) -> Iterator[Violation]:
+    """Activation offload of n layers: Megatron-Core's own checks (TransformerConfig.__post_init__: fewer
+    than num_layers, no pipeline parallelism, no activation recompute) and the stacks that have it."""
+    if not n:
+        return
+    if workload.framework not in ACT_OFFLOAD_FRAMEWORKS:
+        msg = f"activation_offload_layers={n}: framework={workload.framework} has no layer-wise activation offload"
+        yield _v(None, Level.HARD, msg)
+    if n >= model.layers:
+        yield _v(None, Level.HARD, f"activation_offload_layers={n} must be < layers={model.layers}")
+    if pp > 1:
+        yield _v(
+            Axis.PP,
+            Level.HARD,
+            f"activation_offload_layers={n} needs pp=1 (Megatron: no PP with CPU offloading)",
+        )
+    if recompute != "none":
+        msg = f"activation_offload_layers={n} needs recompute=none (Megatron: not with recompute={recompute})"
+        yield _v(None, Level.HARD, msg)
+
+
 # ---------------------------------------------------------------------------------------------- checks
 
 
@@ -307,6 +337,7 @@ def check(
         *sp_rules(model, s.tp, s.ep, s.sp),
         *batch_rules(workload, dims, s.micro_batch),
         *precision_rules(cluster, workload.precision),
+        *offload_rules(model, workload, s.pp, s.recompute, s.activation_offload_layers or 0),
     ]
     return _keep(rules, level)
 

@@ -42,6 +42,10 @@ def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
     """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
     out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
     for saver in memory_savers:
+        if (
+            saver not in MEMORY_SAVER_VALUES
+        ):  # act_offload: its values depend on the layers (perf/complete.py)
+            continue
         knob, values = MEMORY_SAVER_VALUES[saver]
         out[knob] = tuple(dict.fromkeys(out[knob] + values))
     return out
@@ -148,10 +152,15 @@ def local_optimizer_params(sp: StageParams, sh: Sharding) -> float:
     return (sp.non_expert + sp.expert) * sh.trainable
 
 
-def stage_activations(lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str) -> float:
-    """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3)."""
+def stage_activations(
+    lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str, offloaded: int = 0
+) -> float:
+    """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3), less
+    `offloaded` layers' worth in CPU memory (activation offload, perf/act_offload.py; mean layer)."""
     nd, nm = mix
     total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
+    if offloaded:
+        total -= min(total, offloaded * total / max(1, nd + nm))
     if recompute == "full":  # one layer's activations live while it is recomputed (its input is already kept)
         total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
     return total
@@ -167,10 +176,12 @@ def stage_memory(
     first: bool,
     last: bool,
     param_copies: int = 1,
+    offloaded: int = 0,
 ) -> MemoryBreakdown:
-    """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage)."""
+    """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage; `offloaded`
+    layers' activations in CPU memory)."""
     wts, grd, opt, buf = model_states(sp, sh)
-    act = stage_activations(lc, mix, inflight, recompute)
+    act = stage_activations(lc, mix, inflight, recompute, offloaded)
     lg = (lc.logits_mem if last else 0.0) + (lc.embed_mem if first else 0.0)
     over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
     k = float(param_copies)
