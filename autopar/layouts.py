@@ -242,6 +242,10 @@ def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
     """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
     out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
     for saver in memory_savers:
+        if (
+            saver not in MEMORY_SAVER_VALUES
+        ):  # act_offload: its values depend on the layers (perf/complete.py)
+            continue
         knob, values = MEMORY_SAVER_VALUES[saver]
         out[knob] = tuple(dict.fromkeys(out[knob] + values))
     return out
@@ -684,6 +688,36 @@ def precision_rules(cluster: ClusterSpec, precision: str) -> Iterator[Violation]
         yield _v(None, Level.HARD, msg)
 
 
+# Stacks with layer-wise activation CPU offload: Megatron-Core with Transformer Engine (--cpu-offloading-num-
+# layers; megatron/core/transformer/transformer_block.py asserts TE is present). torchtitan's
+# enable_cpu_offload and DeepSpeed's offload_param/offload_optimizer move parameters and optimizer states,
+# not activations; legacy Megatron predates it.
+ACT_OFFLOAD_FRAMEWORKS: tuple[str, ...] = ("megatron",)
+
+
+def offload_rules(
+    model: ModelSpec, workload: Workload, pp: int, recompute: str, n: int
+) -> Iterator[Violation]:
+    """Activation offload of n layers: Megatron-Core's own checks (TransformerConfig.__post_init__: fewer
+    than num_layers, no pipeline parallelism, no activation recompute) and the stacks that have it."""
+    if not n:
+        return
+    if workload.framework not in ACT_OFFLOAD_FRAMEWORKS:
+        msg = f"activation_offload_layers={n}: framework={workload.framework} has no layer-wise activation offload"
+        yield _v(None, Level.HARD, msg)
+    if n >= model.layers:
+        yield _v(None, Level.HARD, f"activation_offload_layers={n} must be < layers={model.layers}")
+    if pp > 1:
+        yield _v(
+            Axis.PP,
+            Level.HARD,
+            f"activation_offload_layers={n} needs pp=1 (Megatron: no PP with CPU offloading)",
+        )
+    if recompute != "none":
+        msg = f"activation_offload_layers={n} needs recompute=none (Megatron: not with recompute={recompute})"
+        yield _v(None, Level.HARD, msg)
+
+
 # ---------------------------------------------------------------------------------------------- checks
 
 
@@ -722,6 +756,7 @@ def check(
         *sp_rules(model, s.tp, s.ep, s.sp),
         *batch_rules(workload, dims, s.micro_batch),
         *precision_rules(cluster, workload.precision),
+        *offload_rules(model, workload, s.pp, s.recompute, s.activation_offload_layers or 0),
     ]
     return _keep(rules, level)
 

@@ -146,6 +146,11 @@ class GPUSpec(_Frozen):
     scaleout_bw: float = Field(
         gt=0, description="default inter-node NIC bandwidth per GPU per direction, bytes/s"
     )
+    host_memory_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        description="CPU memory per GPU, bytes, where the part fixes it (Grace superchips); None = unknown",
+    )
     tdp_watts: float | None = None
     price_usd_per_hour: float | None = Field(default=None, ge=0, description="flat default on-demand price")
     source: str = ""
@@ -220,7 +225,7 @@ class ClusterSpec(_Frozen):
         return max(1, -(-self.num_gpus // self.node_size))
 
 
-MemorySaver = Literal["offload", "bf16_states", "8bit_states"]
+MemorySaver = Literal["offload", "bf16_states", "8bit_states", "act_offload"]
 
 
 class Workload(_Frozen):
@@ -245,7 +250,8 @@ class Workload(_Frozen):
     memory_savers: tuple[MemorySaver, ...] = Field(
         default=(),
         description="memory-saving options the search may choose: CPU optimizer offload, bf16 or 8-bit "
-        "optimizer states (an explicit strategy may always use them)",
+        "optimizer states, activation CPU offload (act_offload: completion may set an unset "
+        "Strategy.activation_offload_layers); an explicit strategy may always use them",
     )
     # --- FP8 recipe and MoE routing (moe engineer, issue 11: perf/fp8.py, perf/moe.py) ---
     fp8_recipe: Literal["delayed", "current", "rowwise", "mxfp8"] = Field(
@@ -296,7 +302,15 @@ Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe"]  # rules: perf/pi
 CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
 OptimizerStates = Literal["fp32", "bf16", "8bit"]
 # Knobs `estimate` completes when they are None (unset): the best feasible value, as `optimize` would pick.
-COMPLETABLE_KNOBS: tuple[str, ...] = ("vpp", "micro_batch", "recompute", "etp", "pp_schedule", "zero")
+COMPLETABLE_KNOBS: tuple[str, ...] = (
+    "vpp",
+    "micro_batch",
+    "recompute",
+    "etp",
+    "pp_schedule",
+    "zero",
+    "activation_offload_layers",
+)
 
 
 class Strategy(_Frozen):
@@ -339,6 +353,13 @@ class Strategy(_Frozen):
     optimizer_states: OptimizerStates | None = Field(
         default=None, description="optimizer-state precision; None = as Workload.optimizer"
     )
+    activation_offload_layers: int | None = Field(
+        default=0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="layers whose activations go to CPU memory (Megatron --cpu-offloading-num-layers, "
+        "perf/act_offload.py); 0 = off, None = unset (completed)",
+    )
 
     def unset_knobs(self, moe: bool) -> tuple[str, ...]:
         """Completable knobs left unset (etp only matters for MoE models)."""
@@ -362,7 +383,8 @@ class Strategy(_Frozen):
         when the expert TP differs from TP. Knobs at their defaults are omitted; otherwise: the schedule
         after PP unless implied ('PP16-dualpipe', 'PP4-zb-h1'; 'v2' means interleaved), the pipeline split
         ('first3', 'last2', 'emb-split', 'loss-split'), the CP variant ('CP4-a2a', 'CP4-allgather'), HSDP
-        ('HSDP8'), optimizer states and offload ('bf16-states', 'offload', 'offload0.5').
+        ('HSDP8'), optimizer states and offload ('bf16-states', 'offload', 'offload0.5'). 'AO20' = activations of 20
+        layers offloaded to the CPU.
         autopar.reports.launch.parse_strategy_label reads it back.
         """
         parts = [f"TP{self.tp}"]
@@ -392,6 +414,8 @@ class Strategy(_Frozen):
             parts.append(f"{self.optimizer_states}-states")
         if self.optimizer_offload:
             parts.append("offload" + (f"{self.optimizer_offload:g}" if self.optimizer_offload != 1.0 else ""))
+        if self.activation_offload_layers:
+            parts.append(f"AO{self.activation_offload_layers}")
         return " ".join(parts)
 
     def _split_tokens(self) -> list[str]:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from autopar.errors import AutoparError, DataError
+from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
@@ -124,6 +125,32 @@ _LORA_MARKERS = ("loraperformance", "lorafinetun", "finetuning(lora)", "peft=lor
 
 # The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
 _GRAND_TETON_MARKERS = ("96gb hbm2e", "grand teton")
+
+
+# Activation CPU offload a record states: optional column `cpu_offloading_num_layers` (Megatron-Core's
+# TransformerConfig field) or the same name with a number in the notes.
+_ACT_OFFLOAD_NOTE = re.compile(r"cpu[_-]?offloading[_-]?num[_-]?layers\s*[=:]\s*(\d+)")
+
+
+def _act_offload(
+    row: Mapping[str, Any], framework: str, pp: int, rec: str | None, assumed: list[str]
+) -> tuple[int | None, tuple[str, ...]]:
+    """(Strategy.activation_offload_layers, Workload.memory_savers) of a record: the stated count; else
+    unset (completed, "act_offload" allowed) where the stack has it and the record does not rule it out
+    (PP or recompute: layouts.offload_rules); else off."""
+    n = _int(row, "cpu_offloading_num_layers")
+    if n is None:
+        m = _ACT_OFFLOAD_NOTE.search(str(_cell(row, "notes") or "").lower())
+        n = int(m.group(1)) if m else None
+        if n is not None:
+            assumed.append(f"activation_offload_layers={n} (from the notes)")
+    if n is not None:
+        if n < 0:
+            raise DataError(f"column 'cpu_offloading_num_layers' = {n} must be >= 0")
+        return n, ()
+    if framework in ACT_OFFLOAD_FRAMEWORKS and pp == 1 and rec in (None, "none"):
+        return None, ("act_offload",)
+    return 0, ()
 
 
 @dataclass
@@ -405,7 +432,11 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         assumed.append(f"dp={dp_derived} = num_gpus/(tp*pp*cp) (column dp={dp} ignored)")
     if dp_derived and mb and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
+    offload_layers, savers = _act_offload(row, workload.framework, pp, rec, assumed)
+    if savers:
+        workload = workload.model_copy(update={"memory_savers": savers})
     strategy = Strategy(
+        activation_offload_layers=offload_layers,
         tp=tp,
         pp=pp,
         cp=cp,

@@ -50,7 +50,19 @@ PlotlyOpt = Annotated[
 
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
 # Strategy knobs that `estimate` and `launch` take as options named like Strategy's fields.
-KNOB_FLAGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "micro_batch", "recompute")
+KNOB_FLAGS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "zero",
+    "micro_batch",
+    "recompute",
+    "activation_offload_layers",
+)
 
 
 def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:

@@ -235,6 +235,13 @@ def estimate_cmd(
     recompute: Annotated[
         str | None, typer.Option(help="none, selective or full (unset: best feasible)")
     ] = None,
+    activation_offload_layers: Annotated[
+        int,
+        typer.Option(
+            help="Layers whose activations go to CPU memory (Megatron --cpu-offloading-num-layers; "
+            "needs pp=1 and recompute none)"
+        ),
+    ] = 0,
     allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
     batch: Annotated[
         Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")

@@ -1,6 +1,7 @@
 """Completing a partial strategy: unset knobs take the best feasible value, as the search would pick it.
 
-A run record or a CLI call may leave vpp, micro_batch, recompute, etp, pp_schedule or zero unset (None).
+A run record or a CLI call may leave vpp, micro_batch, recompute, etp, pp_schedule, zero or
+activation_offload_layers unset (None).
 Each unset knob gets its candidate values (those the framework offers and the layout rules allow); the
 completion keeps the candidate that fits in memory and is fastest (ties: more headroom); if nothing fits,
 the one with the most headroom, so the estimate still says by how much it does not fit. An explicit value
@@ -16,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
-from autopar.layouts import Axis
-from autopar.perf import pipeline
+from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, Axis
+from autopar.perf import act_offload, pipeline
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -75,7 +76,18 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
         out[Axis.ETP] = sorted({k for k in _divisors(s.tp) if ff % k == 0} | {1}, reverse=True)
     if Axis.VPP in unset or "pp_schedule" in unset:
         out["sched"] = _schedule_pairs(model, s, w.framework)
+    if "activation_offload_layers" in unset:
+        out["activation_offload_layers"] = _offload_layers(model, w, s)
     return out
+
+
+def _offload_layers(model: ModelSpec, w: Workload, s: Strategy) -> list[int]:
+    """Activation-offload candidates: only where the stack has it (layouts.ACT_OFFLOAD_FRAMEWORKS) and the
+    workload lets the search use it (Workload.memory_savers "act_offload"), as optimizer offload is gated;
+    Megatron allows it only without PP (layouts.offload_rules). Otherwise off."""
+    if "act_offload" not in w.memory_savers or w.framework not in ACT_OFFLOAD_FRAMEWORKS or s.pp > 1:
+        return [0]
+    return [*act_offload.candidate_layers(model.layers), 0]
 
 
 def _apply(s: Strategy, choice: dict[str, Any]) -> Strategy:

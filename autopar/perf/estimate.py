@@ -2,7 +2,7 @@
 
 Pure and deterministic. This module composes the concerns, each in its own module: per-layer costs
 (layers.py), context parallelism (cp.py), pipeline stages and schedules (pipeline.py), memory (memory.py),
-data-parallel collectives (fsdp.py), CPU offload (offload.py). Time is for the most loaded pipeline stage;
+data-parallel collectives (fsdp.py), CPU optimizer offload (offload.py), activation offload (act_offload.py). Time is for the most loaded pipeline stage;
 memory is the peak over the first, a middle and the last stage (the most loaded GPU).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.errors import InvalidStrategyError
-from autopar.perf import comm, cp, fsdp, memory, offload, pipeline
+from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
@@ -52,8 +52,22 @@ def strategy_violations(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, s: Strategy, *, strict: bool = True
 ) -> list[str]:
     """Every rule a complete strategy breaks (autopar.layouts: layout, pipeline split and schedule, CP
-    variant, HSDP rules)."""
-    return validate_strategy(model, cluster, workload, s, strict=strict)
+    variant, HSDP and activation-offload rules), then the host memory the offloaded activations need."""
+    out = validate_strategy(model, cluster, workload, s, strict=strict)
+    if s.activation_offload_layers and not out:
+        out += _host_memory_problems(model, cluster, workload, s)
+    return out
+
+
+def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> list[str]:
+    """Host (CPU) memory the offloaded layers' activations need, against the GPU's share of it (perf/act_offload)."""
+    ctx = perf_context(model, cluster, w)
+    lc = layer_costs(ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute)
+    act = (model.dense_layers * lc.act_dense + model.moe_layers * lc.act_moe) / model.layers
+    if not model.is_moe:
+        act = lc.act_dense
+    n, gpu = s.activation_offload_layers or 0, cluster.gpu
+    return act_offload.host_memory_problems(gpu.host_memory_bytes, gpu.name, n, act)
 
 
 def _layout(model: ModelSpec, s: Strategy) -> pipeline.StageLayout:
@@ -233,11 +247,32 @@ def _memory(
             ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
         )
         first_params = first_params or params
-        mb = memory.stage_memory(params, sh, lc, sp.mix, sp.inflight, s.recompute, sp.first, sp.last, copies)
+        off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
+        mb = memory.stage_memory(
+            params, sh, lc, sp.mix, sp.inflight, s.recompute, sp.first, sp.last, copies, off
+        )
         if best is None or mb.total > best.total:
             best = mb
     assert best is not None and first_params is not None
     return best, first_params
+
+
+def _layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:
+    nd, nm = mix
+    return (nd * dense + nm * moe) / max(1, nd + nm)
+
+
+def _offload_time(ctx: PerfContext, s: Strategy, lc: LayerCosts, st: Stages) -> float:
+    """Exposed host-link time of activation offload per micro-batch on the (single) stage."""
+    n = s.activation_offload_layers or 0
+    if not n:
+        return 0.0
+    sp = st.specs[0]
+    fwd = _layer_mean(sp.mix, lc.dense_fwd, lc.moe_fwd)
+    bwd = _layer_mean(sp.mix, lc.dense_bwd, lc.moe_bwd)
+    act = _layer_mean(sp.mix, lc.act_dense, lc.act_moe)
+    layers = sum(sp.mix)
+    return act_offload.offload_cost(layers, n, act, fwd, bwd, offload.host_link_bw(ctx.cluster.gpu)).exposed_s
 
 
 # FSDP2 prefetches one unit ahead by default (implicit forward/backward prefetch; torchtitan does not raise
@@ -308,6 +343,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         dp_comm=dpt.exposed,
         bubble=bubble,
         optimizer=opt,
+        act_offload=m * _offload_time(ctx, s, lc, st),
     )
     return _assemble(ctx, s, tb, mem, _notes(ctx, s, st))
 

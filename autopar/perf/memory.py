@@ -133,10 +133,15 @@ def local_optimizer_params(sp: StageParams, sh: Sharding) -> float:
     return (sp.non_expert + sp.expert) * sh.trainable
 
 
-def stage_activations(lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str) -> float:
-    """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3)."""
+def stage_activations(
+    lc: LayerCosts, mix: tuple[int, int], inflight: float, recompute: str, offloaded: int = 0
+) -> float:
+    """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3), less
+    `offloaded` layers' worth in CPU memory (activation offload, perf/act_offload.py; mean layer)."""
     nd, nm = mix
     total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
+    if offloaded:
+        total -= min(total, offloaded * total / max(1, nd + nm))
     if recompute == "full":  # one layer's activations live while it is recomputed (its input is already kept)
         total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
     return total
@@ -152,10 +157,12 @@ def stage_memory(
     first: bool,
     last: bool,
     param_copies: int = 1,
+    offloaded: int = 0,
 ) -> MemoryBreakdown:
-    """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage)."""
+    """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage; `offloaded`
+    layers' activations in CPU memory)."""
     wts, grd, opt, buf = model_states(sp, sh)
-    act = stage_activations(lc, mix, inflight, recompute)
+    act = stage_activations(lc, mix, inflight, recompute, offloaded)
     lg = (lc.logits_mem if last else 0.0) + (lc.embed_mem if first else 0.0)
     over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
     k = float(param_copies)

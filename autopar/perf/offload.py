@@ -25,10 +25,18 @@ HOST_MEM_BW_PER_GPU = 60e9
 CPU_ADAM_BYTES_PER_PARAM = 30.0
 
 
+# GPUs sharing one Grace CPU's NVLink-C2C: GH200 pairs one Grace with one Hopper; a GB200/GB300 superchip
+# connects two Blackwell GPUs to one Grace over one 900 GB/s (bidirectional) C2C link (NVIDIA GB200 NVL72
+# page: "two B200 Tensor Core GPUs to the NVIDIA Grace CPU over a 900GB/s ... NVLink chip-to-chip").
+GPUS_PER_GRACE: dict[str, int] = {"GH": 1, "GB": 2}
+
+
 def host_link_bw(gpu: GPUSpec) -> float:
-    """Achievable GPU↔host bandwidth per direction (C2C on Grace-based parts, PCIe otherwise)."""
-    if gpu.name.upper().startswith(("GH", "GB")):
-        return C2C_BW
+    """Achievable GPU↔host bandwidth per direction per GPU (C2C on Grace-based parts, shared by the GPUs of
+    one superchip; PCIe otherwise)."""
+    prefix = gpu.name.upper()[:2]
+    if prefix in GPUS_PER_GRACE:
+        return C2C_BW / GPUS_PER_GRACE[prefix]
     return HOST_LINK_BW.get(gpu.family.lower(), 50e9)
 
 

@@ -64,11 +64,13 @@ class TimeBreakdown:
     dp_comm: float  # exposed data-parallel gradient reduction / FSDP gathers
     bubble: float  # pipeline idle time
     optimizer: float  # optimizer step (memory bound)
+    act_offload: float = 0.0  # activation CPU offload/reload not hidden by compute (perf/act_offload.py)
 
     @property
     def total(self) -> float:
         return (
-            self.compute
+            self.act_offload
+            + self.compute
             + self.tp_comm
             + self.cp_comm
             + self.ep_comm

@@ -196,6 +196,17 @@ def target_versions(versions: Mapping[str, str] | None = None) -> dict[str, str]
     return {fw: resolve_version(fw, given.get(fw)) for fw in VERSIONS}
 
 
+def _no_act_offload(s: Strategy, stack: str) -> list[str]:
+    """What a stack without layer-wise activation offload (layouts.ACT_OFFLOAD_FRAMEWORKS) must do instead."""
+    if not s.activation_offload_layers:
+        return []
+    return [
+        f"{stack} has no layer-wise activation CPU offload (Megatron --cpu-offloading-num-layers "
+        f"{s.activation_offload_layers}): this config keeps every layer's activations on the GPU, which "
+        "needs more memory than the estimate (use activation recompute instead if it does not fit)"
+    ]
+
+
 def launch_settings(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -215,6 +226,10 @@ def launch_settings(
         (None, []) if tt_reason else torchtitan_toml(model, cluster, workload, s, header, vers["torchtitan"])
     )
     ds, ds_reason, ds_notes = deepspeed_config(workload, s, microbatches)
+    tt_notes, ds_notes = (
+        [*tt_notes, *_no_act_offload(s, "torchtitan")],
+        [*ds_notes, *_no_act_offload(s, "DeepSpeed")],
+    )
     launch = (
         _torchrun_prefix(cluster.nodes, _gpus_per_node(cluster))
         + [MEGATRON_ENTRYPOINT]
@@ -264,6 +279,7 @@ _LABEL_TOKENS = [
     (re.compile(r"^DP(\d+)(?:/Z(\d))?$"), Axis.DP),
     (re.compile(r"^mb(\d+)$"), "mb"),
     (re.compile(r"^(sel|full)-AC$"), "ac"),
+    (re.compile(r"^AO(\d+)$"), "activation_offload_layers"),
 ]
 
 

@@ -198,6 +198,10 @@ def _parallel(
         a.append("--recompute-granularity selective")
     elif s.recompute == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if s.activation_offload_layers:
+        # validate_args turns cpu_offloading on when this is > 0 (there is no separate --cpu-offloading
+        # flag in the vendored schema); activations only (TransformerConfig.cpu_offloading_weights = False)
+        a.append(f"--cpu-offloading-num-layers {s.activation_offload_layers}")
     return a, notes
 
 
