@@ -315,15 +315,21 @@ def test_decode_and_neighbors_are_memoised_but_fresh_lists():
     assert space.decode({**params, "tp": 2, "pp": 4}) == space._decode({**params, "tp": 2, "pp": 4})
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data())
-def test_memoised_decode_matches_a_fresh_decode(data):
-    """Any per-knob choice: the memoised decode equals a fresh one, and a point's key names its strategy."""
-    space = build_space(
+@functools.cache
+def _mixtral_space():
+    """Built once: hypothesis draws many choices from one space (its memos are what the test checks)."""
+    return build_space(
         get_model("Mixtral-8x7B"),
         ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
         Workload(seq_len=4096, global_batch=256),
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_memoised_decode_matches_a_fresh_decode(data):
+    """Any per-knob choice: the memoised decode equals a fresh one, and a point's key names its strategy."""
+    space = _mixtral_space()
     params = {k: data.draw(st.sampled_from(v), label=k) for k, v in space.distributions().items()}
     got = space.decode(params)
     assert got == space._decode(dict(params)) and space.decode(dict(params)) == got
