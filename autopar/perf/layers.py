@@ -304,22 +304,22 @@ def _flash_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> tu
     eta_f, eta_b = (
         (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
     )
-    scores = g.a * s_ctx * g.T / g.t
-    fwd = softmax_bound(flops / (ctx.peak16 * eta_f * scale), EXP_PER_SCORE_FWD * scores, ctx.gpu.exp_rate)
-    bwd = softmax_bound(
-        ATTN_BWD_FLOP_RATIO * flops / (ctx.peak16 * eta_b * scale),
-        EXP_PER_SCORE_BWD * scores,
-        ctx.gpu.exp_rate,
-    )
+    scores, rate, peak = g.a * s_ctx * g.T / g.t, ctx.gpu.exp_rate, ctx.peak16 * scale
+    fwd = paced_time(flops / peak, EXP_PER_SCORE_FWD * scores, rate) / eta_f
+    bwd = paced_time(ATTN_BWD_FLOP_RATIO * flops / peak, EXP_PER_SCORE_BWD * scores, rate) / eta_b
     return fwd + eff.kernel_overhead_s, bwd + eff.kernel_overhead_s
 
 
-def softmax_bound(mma_s: float, exps: float, exp_rate: float | None) -> float:
-    """Fused-attention kernel time: the MMA time or the softmax exponentials on the SFUs, whichever is longer.
+def paced_time(mma_s: float, exps: float, exp_rate: float | None) -> float:
+    """Busy time of the unit that paces a fused-attention kernel, before its pipeline efficiency.
 
-    FlashAttention-3/4 and cuDNN pipeline one tile's softmax under another tile's MMAs (warpgroup ping-pong:
-    Shah et al. 2024 §3.1; Zadouri et al. 2025, FlashAttention-4 §3), so the two units overlap and the slower
-    one sets the pace. An unpublished exp_rate (None) leaves the MMA time.
+    FlashAttention-3/4 and cuDNN run one tile's softmax exponentials on the special-function units while
+    another tile's MMAs run on the tensor cores (warpgroup ping-pong: Shah et al. 2024 §3.1; Zadouri et al.
+    2025, FlashAttention-4), so the slower unit sets the pace: the larger of the MMA time at the tensor peak
+    and the exponentials at the SFU peak. The efficiency tables' attention fraction (measured on Hopper, where
+    the tensor cores pace: 989 TFLOP/s vs 3.9e12 exp/s, 512 FLOPs per score at head dim 128) is the share of
+    time the pacing unit is kept busy, so it divides whichever term binds. An unpublished exp_rate (None)
+    leaves the MMA time.
     """
     return max(mma_s, exps / exp_rate) if exp_rate else mma_s
 
