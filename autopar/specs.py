@@ -151,6 +151,11 @@ class GPUSpec(_Frozen):
         gt=0,
         description="CPU memory per GPU, bytes, where the part fixes it (Grace superchips); None = unknown",
     )
+    exp_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="special-function-unit exponentials per second (softmax ex2); None = unpublished, no bound",
+    )
     tdp_watts: float | None = None
     price_usd_per_hour: float | None = Field(default=None, ge=0, description="flat default on-demand price")
     source: str = ""

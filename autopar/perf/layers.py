@@ -47,6 +47,11 @@ ATTN_BWD_FLOP_RATIO = 2.5
 ATTN_SEQ_HALF_SAT = 512.0
 ATTN_HEAD_DIM_REF = 128  # head dim of the efficiency tables (and the FA2/FA3 sweet spot); larger adds nothing
 ATTN_HEAD_DIM_HALF_SAT = 16.0
+# Softmax exponentials per attention score: the forward exponentiates each score once (P = exp(S - m), online
+# softmax); the backward recomputes P = exp(S - LSE) once per score (FlashAttention-2 Algorithm 2). They run on
+# the special-function units (MUFU.EX2) at the catalog's exp_rate, not on the tensor cores.
+EXP_PER_SCORE_FWD = 1.0
+EXP_PER_SCORE_BWD = 1.0
 # Unfused attention (Megatron before FlashAttention): per score, forward writes QK^T (2 B), the fused
 # scale-mask-softmax reads it and writes the probabilities (2 + 2), dropout reads them and writes its output
 # and mask (2 + 2 + 1): 11 B. The backward reads/writes the mirror images plus the incoming gradients: 2x.
@@ -299,9 +304,24 @@ def _flash_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> tu
     eta_f, eta_b = (
         (eff.attn_fwd_fused, eff.attn_bwd_fused) if sw.fused_attention else (eff.attn_fwd, eff.attn_bwd)
     )
-    fwd = flops / (ctx.peak16 * eta_f * scale) + eff.kernel_overhead_s
-    bwd = ATTN_BWD_FLOP_RATIO * flops / (ctx.peak16 * eta_b * scale) + eff.kernel_overhead_s
-    return fwd, bwd
+    scores, rate, peak = g.a * s_ctx * g.T / g.t, ctx.gpu.exp_rate, ctx.peak16 * scale
+    fwd = paced_time(flops / peak, EXP_PER_SCORE_FWD * scores, rate) / eta_f
+    bwd = paced_time(ATTN_BWD_FLOP_RATIO * flops / peak, EXP_PER_SCORE_BWD * scores, rate) / eta_b
+    return fwd + eff.kernel_overhead_s, bwd + eff.kernel_overhead_s
+
+
+def paced_time(mma_s: float, exps: float, exp_rate: float | None) -> float:
+    """Busy time of the unit that paces a fused-attention kernel, before its pipeline efficiency.
+
+    FlashAttention-3/4 and cuDNN run one tile's softmax exponentials on the special-function units while
+    another tile's MMAs run on the tensor cores (warpgroup ping-pong: Shah et al. 2024 §3.1; Zadouri et al.
+    2025, FlashAttention-4), so the slower unit sets the pace: the larger of the MMA time at the tensor peak
+    and the exponentials at the SFU peak. The efficiency tables' attention fraction (measured on Hopper, where
+    the tensor cores pace: 989 TFLOP/s vs 3.9e12 exp/s, 512 FLOPs per score at head dim 128) is the share of
+    time the pacing unit is kept busy, so it divides whichever term binds. An unpublished exp_rate (None)
+    leaves the MMA time.
+    """
+    return max(mma_s, exps / exp_rate) if exp_rate else mma_s
 
 
 def _unfused_attention(ctx: PerfContext, g: _Shard, qk_dim: int, v_dim: int) -> tuple[float, float]:
