@@ -69,6 +69,15 @@ def conformal_band(resid: np.ndarray, groups: Sequence[Any], coverage: float) ->
     )
 
 
+def group_medians(values: np.ndarray, inv: np.ndarray, k: int) -> np.ndarray:
+    """np.median of `values` within each of `k` groups (row i in group inv[i]), from one sort: the middle
+    element, or the mean of the two middle ones, exactly as np.median computes them (no NaNs here)."""
+    v = np.asarray(values, float)[np.lexsort((values, inv))]
+    n = np.bincount(inv, minlength=k)
+    start = np.cumsum(n) - n
+    return (v[start + (n - 1) // 2] + v[start + n // 2]) / 2
+
+
 def eb_offsets(
     resid: np.ndarray, groups: Sequence[Any], scale: float = 1.0
 ) -> tuple[dict[str, float], float]:
@@ -83,7 +92,7 @@ def eb_offsets(
     if len(names) < 2:
         return {str(n): 0.0 for n in names}, MAX_TAU
     n = np.bincount(inv).astype(float)
-    m = np.array([np.median(resid[inv == i]) for i in range(len(names))])
+    m = group_medians(resid, inv, len(names))
     s2w = (MAD_TO_SIGMA * float(np.median(np.abs(resid - m[inv])))) ** 2 * MEDIAN_VARIANCE
     s2b = float(np.var(m, ddof=1) - np.mean(s2w / n))
     tau = MAX_TAU if s2b <= 1e-12 else min(scale * s2w / s2b, MAX_TAU)
