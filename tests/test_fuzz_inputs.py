@@ -343,10 +343,11 @@ def test_ingest_killed_at_random_points_then_rerun_equals_clean(tmp_path):
         f = tmp_path / f"part{i}.csv"
         f.write_text(lines[0] + "".join(lines[1 + 30 * i : 31 + 30 * i]))
         files.append(str(f))
-    cmd = [sys.executable, "-m", "autopar", "calibrate", "ingest", *files, "--skip-invalid", "--store"]
+    args = ["calibrate", "ingest", *files, "--skip-invalid", "--store"]
+    cmd = [sys.executable, "-m", "autopar", *args]  # the killed runs are real processes
     clean = tmp_path / "clean.db"
-    r = subprocess.run([*cmd, str(clean)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_cli([*args, str(clean)])  # the clean and resumed runs: the same command in process
+    assert code == 0, err
     expected = _rows(clean)
     assert len(expected) > 20
     rng = random.Random(14)
@@ -362,8 +363,8 @@ def test_ingest_killed_at_random_points_then_rerun_equals_clean(tmp_path):
             p.wait()
         partial = _rows(store)
         assert partial in ([], expected)  # one transaction: all rows or none, never a torn store
-        r = subprocess.run([*cmd, str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        code, _, err = run_cli([*args, str(store)])
+        assert code == 0, err
         assert _rows(store) == expected
 
 
