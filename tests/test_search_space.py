@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -109,14 +110,20 @@ def test_neighbors_change_one_knob_and_stay_in_space():
     assert len(space.neighbors(pt, adjacent=True)) <= len(space.neighbors(pt))
 
 
+@functools.cache
+def _mixtral_on_64():
+    """A real problem and its space, built once (0.2 s) for every example below."""
+    model = get_model("Mixtral-8x7B")
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    return model, cluster, wl, build_space(model, cluster, wl)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(min_value=0, max_value=10**6))
 def test_sampled_points_are_valid(seed):
     """Any sampled point of a real problem's space passes every rule."""
-    model = get_model("Mixtral-8x7B")
-    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
-    wl = Workload(seq_len=4096, global_batch=256)
-    space = build_space(model, cluster, wl)
+    model, cluster, wl, space = _mixtral_on_64()
     pt = space.sample(random.Random(seed))
     assert validate_strategy(model, cluster, wl, pt.strategy) == []
     assert pt.strategy.dp * pt.strategy.tp * pt.strategy.pp * pt.strategy.cp == 64
