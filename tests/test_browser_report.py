@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_report_fixtures import make_result
+from test_report_fixtures import make_held_out, make_result
 
 from autopar.reports.html import write_search_report
 from autopar.reports.screenshot import CHROMIUM, screenshot_report
@@ -94,3 +94,21 @@ def test_whatif_report_renders_offline_in_chromium(tmp_path) -> None:
     assert check.blocked_requests == []
     assert check.table_rows >= len(r.options)
     assert (tmp_path / "whatif.png").stat().st_size > 20_000
+
+
+def test_calibration_report_renders_offline_in_chromium(tmp_path) -> None:
+    """The calibration report with the inlined partial bundle: the scatter renders with its error bars
+    (the band), no console errors, no network."""
+    from autopar.reports.calibration_html import write_report
+
+    path = write_report(make_held_out(), tmp_path / "calibration.html")
+    seen: dict[str, int] = {}
+
+    def interact(page) -> None:
+        seen["error_bars"] = page.locator("#fig-calibration path.yerror").count()
+
+    check = screenshot_report(path, tmp_path / "calibration.png", actions=interact)
+    assert check.plot_ids == ["fig-calibration"] and check.rendered_ids == check.plot_ids
+    assert check.console_errors == []
+    assert check.blocked_requests == []
+    assert seen["error_bars"] > 0

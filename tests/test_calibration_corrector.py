@@ -172,3 +172,21 @@ def test_band_contains_the_center_and_params_round_trip(x):
     assert back.predict_interval(np.array([x]), ["a"])[0] == pytest.approx(
         m.predict_interval(np.array([x]), ["a"])[0]
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 5), st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_group_medians_equal_numpy_median_per_group(rows):
+    """The one-sort group medians are np.median(values[groups == k]) bit for bit (even and odd sizes, ties)."""
+    from autopar.calibration.corrector import group_medians
+
+    names, inv = np.unique(np.array([g for g, _ in rows]), return_inverse=True)
+    v = np.array([x for _, x in rows])
+    want = [np.median(v[inv == i]) for i in range(len(names))]
+    assert group_medians(v, inv, len(names)).tolist() == want

@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopar.cli import main
+from autopar.data import published_runs_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
-PUBLIC = ROOT.parent / "shared" / "groundtruth" / "public.csv"
+PUBLIC = published_runs_path()  # the shipped published runs (the test read a copy outside the repository)
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -343,10 +344,11 @@ def test_ingest_killed_at_random_points_then_rerun_equals_clean(tmp_path):
         f = tmp_path / f"part{i}.csv"
         f.write_text(lines[0] + "".join(lines[1 + 30 * i : 31 + 30 * i]))
         files.append(str(f))
-    cmd = [sys.executable, "-m", "autopar", "calibrate", "ingest", *files, "--skip-invalid", "--store"]
+    args = ["calibrate", "ingest", *files, "--skip-invalid", "--store"]
+    cmd = [sys.executable, "-m", "autopar", *args]  # the killed runs are real processes
     clean = tmp_path / "clean.db"
-    r = subprocess.run([*cmd, str(clean)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_cli([*args, str(clean)])  # the clean and resumed runs: the same command in process
+    assert code == 0, err
     expected = _rows(clean)
     assert len(expected) > 20
     rng = random.Random(14)
@@ -362,8 +364,8 @@ def test_ingest_killed_at_random_points_then_rerun_equals_clean(tmp_path):
             p.wait()
         partial = _rows(store)
         assert partial in ([], expected)  # one transaction: all rows or none, never a torn store
-        r = subprocess.run([*cmd, str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        code, _, err = run_cli([*args, str(store)])
+        assert code == 0, err
         assert _rows(store) == expected
 
 

@@ -1,4 +1,4 @@
-"""Hand-made SearchResult / Estimate objects for the report tests (no estimator or search needed).
+"""Hand-made SearchResult / Estimate / calibration HeldOut objects for the report tests (no estimator or search needed).
 
 The numbers are synthetic but internally consistent: memory and time breakdowns sum to the
 Estimate's totals, objective values follow from the estimate, and the Pareto flags are computed
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from autopar.calibration.features import TrainingSet
+from autopar.calibration.validation import HeldOut, held_out
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.search.result import ObjectiveInfo, Recommendation, SearchResult, TrialRecord
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -212,6 +215,31 @@ def make_result(with_number_column: bool = True, num_gpus: int = 16) -> SearchRe
         notes=["cost collapses onto throughput: fixed cluster and price"],
         calibration=None,
     )
+
+
+def make_held_out(n_sources: int = 4, runs: int = 30) -> HeldOut:
+    """Synthetic held-out predictions: `runs` runs from each of `n_sources` sources (the shipped public
+    set has 106 runs from 8 sources)."""
+    rng = np.random.default_rng(0)
+    n = n_sources * runs
+    groups = [f"src{i % n_sources}" for i in range(n)]
+    X, y = rng.normal(size=(n, 2)), rng.normal(0, 0.2, n)
+    predicted = rng.uniform(1e3, 1e4, n)
+    ts = TrainingSet(
+        X=X,
+        y=y,
+        ids=[f"r{i}" for i in range(n)],
+        sources=groups,
+        groups=groups,
+        cohorts=[str(i % 4) for i in range(n)],
+        gpus=["H100-SXM"] * n,
+        families=["hopper"] * n,
+        measured=predicted * np.exp(y),
+        predicted=predicted,
+        how=["measured"] * n,
+        skipped=[],
+    )
+    return held_out(ts, alpha=1.0, shrink=1.0)
 
 
 @pytest.fixture

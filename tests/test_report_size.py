@@ -1,5 +1,5 @@
-"""The report stays small and self-contained: a partial plotly.js bundle (scatter, bar, parcoords),
-gzip + base64 inline; log cost axis past a 10x range; recommended labels that do not overlap;
+"""The reports stay small and self-contained: a partial plotly.js bundle (scatter, bar, parcoords),
+gzip + base64 inline (search and calibration reports); log cost axis past a 10x range; recommended labels that do not overlap;
 header counts equal to the CLI's."""
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import plotly.offline as po
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_report_fixtures import make_held_out
 from typer.testing import CliRunner
 
 import autopar as ap
 from autopar.cli import app
+from autopar.errors import SpecError
+from autopar.reports.calibration_html import report_html, scatter_figure
 from autopar.reports.counts import search_counts
 from autopar.reports.figures import PointSet, log_scale, pareto_plot_info
 from autopar.reports.labels import place_labels, text_box
@@ -34,11 +37,9 @@ def result_300():
     return optimize(ap.get_model("llama-3.1-70b"), clusters, ap.Workload(seq_len=8192, global_batch=512))
 
 
-def test_300_trial_report_under_1_5_mb_and_self_contained(result_300, tmp_path) -> None:
-    assert search_counts(result_300)["evaluated"] == 300
-    page = ap.write_search_report(result_300, tmp_path / "r.html").read_text()
-    assert len(page.encode()) < 1.5 * MB  # was 4.8-6.1 MB with the full plotly.js inlined
-    assert not re.search(r"<script[^>]+src=", page)  # nothing loaded from elsewhere
+def _assert_partial_bundle_inlined(page: str) -> None:
+    """Nothing loaded from elsewhere; the inlined script is the shipped partial bundle."""
+    assert not re.search(r"<script[^>]+src=", page)
     b64 = re.search(r'<script id="autopar-plotlyjs" type="application/octet-stream">([^<]+)</script>', page)[
         1
     ]
@@ -46,8 +47,28 @@ def test_300_trial_report_under_1_5_mb_and_self_contained(result_300, tmp_path) 
     meta = _partial_meta()
     assert len(js) == meta["bytes"] and meta["plotly_js"] == po.get_plotlyjs_version()
     assert f'version:"{meta["plotly_js"]}"'.encode() in js or meta["plotly_js"].encode() in js
+
+
+def test_300_trial_report_under_1_5_mb_and_self_contained(result_300, tmp_path) -> None:
+    assert search_counts(result_300)["evaluated"] == 300
+    page = ap.write_search_report(result_300, tmp_path / "r.html").read_text()
+    assert len(page.encode()) < 1.5 * MB  # was 4.8-6.1 MB with the full plotly.js inlined
+    _assert_partial_bundle_inlined(page)
     cdn = ap.write_search_report(result_300, tmp_path / "c.html", plotlyjs="cdn")
     assert cdn.stat().st_size < 0.7 * MB and "https://cdn.plot.ly/plotly-" in cdn.read_text()
+
+
+def test_calibration_report_inlines_the_partial_bundle() -> None:
+    res = make_held_out()
+    assert trace_types(scatter_figure(res)) <= set(PARTIAL_TRACES)
+    page = report_html(res, title="t", description="d")
+    assert len(page.encode()) < 1.0 * MB  # was 4.9 MB with the full plotly.js inlined
+    _assert_partial_bundle_inlined(page)
+    assert 'data-autopar-fig="fig-calibration"' in page and "window.autoparPlotly.then" in page
+    cdn = report_html(res, title="t", description="d", plotlyjs="cdn")
+    assert len(cdn.encode()) < 0.3 * MB and "https://cdn.plot.ly/plotly-" in cdn
+    with pytest.raises(SpecError, match="plotly='none'"):
+        report_html(res, title="t", description="d", plotlyjs="none")
 
 
 def test_report_figures_use_only_bundled_trace_types(result_300) -> None:

@@ -118,7 +118,8 @@ def test_neighbors_change_one_knob_and_stay_in_space():
 
 
 @functools.cache
-def _mixtral_space():
+def _mixtral_on_64():
+    """A real problem and its space, built once (0.2 s) for every example below."""
     model = get_model("Mixtral-8x7B")
     cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
     wl = Workload(seq_len=4096, global_batch=256)
@@ -129,7 +130,7 @@ def _mixtral_space():
 @given(st.integers(min_value=0, max_value=10**6))
 def test_sampled_points_are_valid(seed):
     """Any sampled point of a real problem's space passes every rule."""
-    model, cluster, wl, space = _mixtral_space()
+    model, cluster, wl, space = _mixtral_on_64()
     pt = space.sample(random.Random(seed))
     assert validate_strategy(model, cluster, wl, pt.strategy) == []
     assert pt.strategy.dp * pt.strategy.tp * pt.strategy.pp * pt.strategy.cp == 64
@@ -315,21 +316,11 @@ def test_decode_and_neighbors_are_memoised_but_fresh_lists():
     assert space.decode({**params, "tp": 2, "pp": 4}) == space._decode({**params, "tp": 2, "pp": 4})
 
 
-@functools.cache
-def _mixtral_space():
-    """Built once: hypothesis draws many choices from one space (its memos are what the test checks)."""
-    return build_space(
-        get_model("Mixtral-8x7B"),
-        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
-        Workload(seq_len=4096, global_batch=256),
-    )
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_memoised_decode_matches_a_fresh_decode(data):
     """Any per-knob choice: the memoised decode equals a fresh one, and a point's key names its strategy."""
-    space = _mixtral_space()
+    space = _mixtral_on_64()[3]  # one space: its memos are what the test checks
     params = {k: data.draw(st.sampled_from(v), label=k) for k, v in space.distributions().items()}
     got = space.decode(params)
     assert got == space._decode(dict(params)) and space.decode(dict(params)) == got

@@ -69,6 +69,15 @@ def conformal_band(resid: np.ndarray, groups: Sequence[Any], coverage: float) ->
     )
 
 
+def group_medians(values: np.ndarray, inv: np.ndarray, k: int) -> np.ndarray:
+    """np.median of `values` within each of `k` groups (row i in group inv[i]), from one sort: the middle
+    element, or the mean of the two middle ones, exactly as np.median computes them (no NaNs here)."""
+    v = np.asarray(values, float)[np.lexsort((values, inv))]
+    n = np.bincount(inv, minlength=k)
+    start = np.cumsum(n) - n
+    return (v[start + (n - 1) // 2] + v[start + n // 2]) / 2
+
+
 def eb_offsets(
     resid: np.ndarray, groups: Sequence[Any], scale: float = 1.0
 ) -> tuple[dict[str, float], float]:
@@ -80,14 +89,22 @@ def eb_offsets(
     (method of moments), times `scale` (chosen by cross-validation across groups).
     """
     names, inv = np.unique(np.asarray([str(x) for x in groups]), return_inverse=True)
-    if len(names) < 2:
-        return {str(n): 0.0 for n in names}, MAX_TAU
-    n = np.bincount(inv).astype(float)
-    m = np.array([np.median(resid[inv == i]) for i in range(len(names))])
+    offsets, tau = _eb_offsets_by_index(resid, inv, len(names), scale)
+    return {str(k): float(o) for k, o in zip(names, offsets, strict=True)}, tau
+
+
+def _eb_offsets_by_index(
+    resid: np.ndarray, inv: np.ndarray, k: int, scale: float
+) -> tuple[np.ndarray, float]:
+    """eb_offsets for groups given as indices 0..k-1 (row i in group inv[i]): offsets array and tau."""
+    if k < 2:
+        return np.zeros(k), MAX_TAU
+    n = np.bincount(inv, minlength=k).astype(float)
+    m = group_medians(resid, inv, k)
     s2w = (MAD_TO_SIGMA * float(np.median(np.abs(resid - m[inv])))) ** 2 * MEDIAN_VARIANCE
     s2b = float(np.var(m, ddof=1) - np.mean(s2w / n))
     tau = MAX_TAU if s2b <= 1e-12 else min(scale * s2w / s2b, MAX_TAU)
-    return {str(k): float(nk / (nk + tau) * mk) for k, nk, mk in zip(names, n, m, strict=True)}, float(tau)
+    return n / (n + tau) * m, float(tau)
 
 
 class ThroughputCorrector(RegressorMixin, BaseEstimator, FittedCorrector):
@@ -134,14 +151,16 @@ class ThroughputCorrector(RegressorMixin, BaseEstimator, FittedCorrector):
         std = X.std(axis=0)
         self.scale_ = np.where(std > 1e-12, std, 1.0)
         Z = self._z(X)
+        names, inv = np.unique(g, return_inverse=True)  # groups as indices, once for every backfit step
         off = np.zeros(len(y))
         for _ in range(max(self.backfit_iter, 0) + 1):
             self.coef_, self.intercept_ = self._ridge(Z, y - off)
-            offsets, _ = eb_offsets(y - Z @ self.coef_ - self.intercept_, g)
-            off = np.vectorize(offsets.__getitem__, otypes=[float])(g) if len(g) else off
+            offsets, _ = _eb_offsets_by_index(y - Z @ self.coef_ - self.intercept_, inv, len(names), 1.0)
+            off = offsets[inv]
         resid = y - self.shrink * (Z @ self.coef_ + self.intercept_)
-        self.offsets_, self.tau_ = eb_offsets(resid, g, self.prior_scale)
-        in_sample = resid - np.array([self.offsets_[k] for k in g])
+        offsets, self.tau_ = _eb_offsets_by_index(resid, inv, len(names), self.prior_scale)
+        self.offsets_ = {str(k): float(o) for k, o in zip(names, offsets, strict=True)}
+        in_sample = resid - offsets[inv]
         self.band_ = conformal_band(in_sample, g, self.coverage)  # replaced by out-of-group scores
         self.prior_band_ = conformal_band(y, g, self.coverage)
         return self

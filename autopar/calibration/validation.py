@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error, conformal_band
+from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error, conformal_band, group_medians
 from autopar.calibration.features import TrainingSet
 
 ALPHAS: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
@@ -64,14 +64,22 @@ def group_apes(
 ) -> dict[str, tuple[float, float, float, float]]:
     """Per group: (median APE analytical, corrected, mean APE analytical, corrected)."""
     before, after = ape_of_log_error(-y), ape_of_log_error(center - y)
+    names, inv = np.unique(g, return_inverse=True)
+    k = len(names)
+    med_b, med_a = group_medians(before, inv, k), group_medians(after, inv, k)
+    # each group's rows in their original order (stable sort), so the means are np.mean(x[g == k]) exactly
+    order = np.argsort(inv, kind="stable")
+    ends = np.cumsum(np.bincount(inv, minlength=k))
+    starts = ends - np.bincount(inv, minlength=k)
+    b_sorted, a_sorted = before[order], after[order]
     return {
-        str(k): (
-            float(np.median(before[g == k])),
-            float(np.median(after[g == k])),
-            float(np.mean(before[g == k])),
-            float(np.mean(after[g == k])),
+        str(name): (
+            float(med_b[i]),
+            float(med_a[i]),
+            float(np.mean(b_sorted[starts[i] : ends[i]])),
+            float(np.mean(a_sorted[starts[i] : ends[i]])),
         )
-        for k in np.unique(g)
+        for i, name in enumerate(names)
     }
 
 

@@ -117,6 +117,7 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     head.add_row("throughput (cluster)", f"{est.tokens_per_s:,.0f} tokens/s")
     head.add_row("throughput per GPU", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f} (model FLOPs, full s² attention)")
+    head.add_row("FLOPs counted", est.flops_basis)
     head.add_row(
         "MFU",
         f"{100 * est.mfu:.1f}% of {est.peak_flops / 1e12:.0f} TFLOP/s dense {workload.precision} "

@@ -12,16 +12,11 @@ from typing import Any
 from autopar.errors import SpecError
 from autopar.perf import comm
 from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
-from autopar.perf.flops import forward_flops_per_token, hardware_flops_per_step
+from autopar.perf.flops import step_flops
 from autopar.perf.fp8 import check_recipe
 from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 from autopar.units import GiB
-
-
-@lru_cache(maxsize=4096)
-def _fwd_flops(model: ModelSpec, seq_len: int, causal: bool) -> float:
-    return forward_flops_per_token(model, seq_len, causal).total
 
 
 def usable_memory_bytes(memory_bytes: float) -> float:
@@ -59,12 +54,7 @@ class PerfContext:
         self.capacity = usable_memory_bytes(gpu.memory_bytes)
         tokens = w.global_batch * w.seq_len
         self.tokens = tokens
-        self.flops_causal = 3.0 * tokens * _fwd_flops(model, w.seq_len, True)
-        self.flops_full = 3.0 * tokens * _fwd_flops(model, w.seq_len, False)
-        self.hw_flops = {
-            r: hardware_flops_per_step(model, w.seq_len, w.global_batch, r, causal=False)
-            for r in ("none", "selective", "full")
-        }
+        self.flops = step_flops(model, w)  # model/hardware FLOPs and what they count (LoRA: no wgrad)
         self.layers: dict[tuple, Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
         self.gemms: dict[tuple, float] = {}
 

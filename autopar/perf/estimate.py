@@ -369,7 +369,7 @@ def _assemble(
     ctx: PerfContext, s: Strategy, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
 ) -> Estimate:
     step, W, peak = tb.total, ctx.W, ctx.peak_gemm
-    hw = ctx.hw_flops[s.recompute]
+    hw = ctx.flops.hardware[s.recompute]
     parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
     return Estimate(
@@ -378,13 +378,13 @@ def _assemble(
         step_time_s=step,
         tokens_per_s=ctx.tokens / step,
         tokens_per_s_per_gpu=ctx.tokens / step / W,
-        model_flops_per_step=ctx.flops_causal,
-        model_flops_per_step_full_attn=ctx.flops_full,
+        model_flops_per_step=ctx.flops.model_causal,
+        model_flops_per_step_full_attn=ctx.flops.model_full,
         hw_flops_per_step=hw,
-        model_tflops_per_gpu=ctx.flops_full / step / W / 1e12,
+        model_tflops_per_gpu=ctx.flops.model_full / step / W / 1e12,
         hw_tflops_per_gpu=hw / step / W / 1e12,
-        mfu=ctx.flops_full / step / W / peak,
-        mfu_causal=ctx.flops_causal / step / W / peak,
+        mfu=ctx.flops.model_full / step / W / peak,
+        mfu_causal=ctx.flops.model_causal / step / W / peak,
         hfu=hw / step / W / peak,
         peak_flops=peak,
         capacity_bytes=ctx.capacity,
@@ -393,4 +393,5 @@ def _assemble(
         bottleneck=max(parts, key=parts.__getitem__),
         notes=tuple(notes),
         strategy=s,
+        flops_basis=ctx.flops.basis,
     )

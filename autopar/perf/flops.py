@@ -3,13 +3,27 @@
 Conventions: a GEMM (m×k)·(k×n) costs 2mkn FLOPs; training = 3 × forward (forward, dgrad, wgrad).
 "Full" counts core attention over the whole s×s score matrix (Megatron papers, PaLM, torchtitan);
 "causal" halves it (Megatron-LM's current code, FlashAttention benchmarks).
+
+LoRA (frozen base weights, perf/finetune.py): the weight GEMMs' backward is dgrad only, so they count
+2 × forward; core attention has no weights and keeps its 2 × forward backward (dS, dV, dQ, dK); the
+adapters' own FLOPs (~0.4% for Llama-3-70B at rank 16) are not counted. This is what Megatron-Bridge
+reports as "Model TFLOP/s" for its LoRA rows: frozen terms × 2/3 plus attention × 1 of the 3 × forward
+count (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/utils/flop_utils.py, transformer_flops,
+the LoRA branch: model_flops_frozen * (2.0 / 3.0) + model_flops_unfrozen).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.specs import ModelSpec
+from autopar.perf.finetune import weight_grad_gemms
+from autopar.perf.types import FLOPS_BASIS
+from autopar.specs import ModelSpec, Workload
+
+# Backward FLOPs of core attention per forward FLOP: dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q are four
+# s×s×d GEMMs against two forward (QKᵀ, PV); the model count, as in the 3 × forward of Narayanan et al. 2021
+# (arXiv 2104.04473, App.). FlashAttention's executed 2.5 × adds the QKᵀ it recomputes (perf/layers.py).
+ATTN_CORE_BACKWARD_PER_FORWARD = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,23 +86,57 @@ def forward_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> 
     return ForwardFlops(proj, core, mlp, router, logits)
 
 
-def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int, causal: bool = True) -> float:
-    """Model FLOPs of one training step: 3 x forward, no recompute."""
-    return 3.0 * global_batch * seq_len * forward_flops_per_token(m, seq_len, causal).total
+def train_flops_per_token(f: ForwardFlops, wgrad_gemms: int = 2) -> float:
+    """Forward + backward FLOPs per token, no recompute. `wgrad_gemms` is finetune.weight_grad_gemms: 2 when
+    the weights train (every weight GEMM's backward is dgrad + wgrad: 3 x forward in all), 1 when frozen."""
+    weight_gemms = f.total - f.attn_core
+    return (1 + wgrad_gemms) * weight_gemms + (1 + ATTN_CORE_BACKWARD_PER_FORWARD) * f.attn_core
+
+
+def model_flops_per_step(
+    m: ModelSpec, seq_len: int, global_batch: int, causal: bool = True, wgrad_gemms: int = 2
+) -> float:
+    """Model FLOPs of one training step: 3 x forward (LoRA: see train_flops_per_token), no recompute."""
+    f = forward_flops_per_token(m, seq_len, causal)
+    return global_batch * seq_len * train_flops_per_token(f, wgrad_gemms)
 
 
 def hardware_flops_per_step(
-    m: ModelSpec, seq_len: int, global_batch: int, recompute: str, causal: bool = False
+    m: ModelSpec, seq_len: int, global_batch: int, recompute: str, causal: bool = False, wgrad_gemms: int = 2
 ) -> float:
     """Executed FLOPs including activation recompute (full: +1 forward of the layers; selective: +core attention)."""
     f = forward_flops_per_token(m, seq_len, causal)
     tokens = global_batch * seq_len
-    base = 3.0 * tokens * f.total
+    base = tokens * train_flops_per_token(f, wgrad_gemms)
     if recompute == "full":
         return base + tokens * (f.total - f.logits)
     if recompute == "selective":
         return base + tokens * f.attn_core
     return base
+
+
+@dataclass(frozen=True, slots=True)
+class StepFlops:
+    """The FLOP counts of one training step that an Estimate reports, and what they count."""
+
+    model_causal: float  # model FLOPs, causal-halved core attention
+    model_full: float  # model FLOPs, full s² core attention
+    hardware: dict[str, float]  # executed FLOPs (full attention count) by recompute mode
+    basis: str  # FLOPS_BASIS entry
+
+
+def step_flops(m: ModelSpec, w: Workload) -> StepFlops:
+    """Model and hardware FLOPs of one step of this workload (LoRA: frozen weight GEMMs skip wgrad)."""
+    g = weight_grad_gemms(w)
+    return StepFlops(
+        model_causal=model_flops_per_step(m, w.seq_len, w.global_batch, True, g),
+        model_full=model_flops_per_step(m, w.seq_len, w.global_batch, False, g),
+        hardware={
+            r: hardware_flops_per_step(m, w.seq_len, w.global_batch, r, False, g)
+            for r in ("none", "selective", "full")
+        },
+        basis=FLOPS_BASIS[w.finetune],
+    )
 
 
 def megatron_closed_form(B: int, s: int, L: int, h: int, V: int) -> float:

@@ -15,6 +15,13 @@ if TYPE_CHECKING:
 
 from autopar.units import GiB
 
+# What an Estimate's model/hardware FLOPs count, by Workload.finetune (rules and sources: perf/flops.py).
+FLOPS_BASIS = {
+    "full": "3 x forward (forward, dgrad, wgrad)",
+    "lora": "LoRA: frozen weight GEMMs 2 x forward (forward, dgrad), core attention 3 x forward, "
+    "adapters not counted (Megatron-Bridge's LoRA model FLOPs)",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
@@ -99,7 +106,7 @@ class Estimate:
     step_time_s: float
     tokens_per_s: float  # whole cluster
     tokens_per_s_per_gpu: float
-    model_flops_per_step: float  # model FLOPs: 3x forward, causal-halved attention (see flops.py)
+    model_flops_per_step: float  # model FLOPs: 3x forward (LoRA: flops_basis), causal-halved attention
     model_flops_per_step_full_attn: (
         float  # same, attention counted without the causal discount (Megatron papers)
     )
@@ -119,6 +126,7 @@ class Estimate:
     tokens_per_s_band: tuple[float, float] | None = None  # (low, high) cluster tokens/s from the corrector
     strategy: Strategy | None = None  # the strategy estimated, with unset knobs completed
     assumed: tuple[str, ...] = ()  # knobs the estimate completed, e.g. "vpp=4 (unset; best feasible)"
+    flops_basis: str = FLOPS_BASIS["full"]  # what model_flops_* / hw_flops_per_step count (perf/flops.py)
 
     def calibrated(self, factor: float, low: float, high: float, label: str = "") -> Estimate:
         """This estimate with throughput scaled by a corrector's factor; every time term shrinks alike.
@@ -176,6 +184,7 @@ class Estimate:
             "fits": self.fits,
             "bottleneck": self.bottleneck,
             "calibration_factor": self.calibration_factor,
+            "flops_basis": self.flops_basis,
         }
         if self.tokens_per_s_band is not None:
             out["tokens_per_s_low"], out["tokens_per_s_high"] = self.tokens_per_s_band

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autopar.calibration.validation import HeldOut, error_table
+from autopar.reports.plotlyjs import RENDER_JS, figure_html, plotly_script
 
 # ------------------------------------------------------------------------------------------ report
 _PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
@@ -137,11 +138,7 @@ def report_html(
 ) -> str:
     """The calibration report page: LOSO tables per source and GPU family, scatter, per-run rows."""
     by_source, by_family = error_table(res, "source"), error_table(res, "family")
-    fig = scatter_figure(res).to_html(
-        full_html=False,
-        include_plotlyjs=True if plotlyjs == "inline" else "cdn",
-        config={"displaylogo": False, "responsive": True},
-    )
+    fig = _figure(scatter_figure(res))
     rows = res.frame()[
         [
             "id",
@@ -168,7 +165,10 @@ h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.15rem; margin-top: 2rem; }}
 .tbl th, .tbl td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; text-align: right; }}
 .tbl th:first-child, .tbl td:first-child {{ text-align: left; }}
 p.note {{ color: #4b5563; font-size: 0.9rem; }}
-</style></head><body>
+.plot-error {{ color: #b91c1c; padding: 1rem; }}
+</style>
+{plotly_script(plotlyjs)}
+</head><body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(description)}</p>
 <p class="note">Each source is predicted by a corrector trained on the other sources only
@@ -189,8 +189,16 @@ held-out source); band width is (high - low) / corrected figure.</p>
 {rows.to_html(index=False, border=0, classes="tbl")}
 {f"<ul>{skipped}</ul>" if skipped else ""}
 </details>
+<script>{RENDER_JS}</script>
 </body></html>
 """
+
+
+def _figure(fig: go.Figure) -> str:
+    """The scatter as an embedded figure drawn by the shared loader: the partial plotly.js bundle inline
+    (scatter with error bars and log axes are in it; tests/test_report_size.py checks the trace types),
+    as in the search and what-if reports."""
+    return figure_html(fig, "fig-calibration", {"displaylogo": False, "responsive": True})
 
 
 def _adaptation_section(curve: pd.DataFrame | None) -> str:
