@@ -235,6 +235,10 @@ def candidate_layers(layers: int) -> list[int]:
     return sorted((n for n in picks if 0 < n < layers), reverse=True)
 
 
+# Every Workload.memory_savers name: the optimizer savers above and layer-wise activation offload.
+MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
+
+
 def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
     """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
     out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
