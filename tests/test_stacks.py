@@ -4,14 +4,18 @@ and the three readers that must agree with it: estimate notes, the completion an
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
-from autopar.layouts import STACKS, strategy_stack_rules
+from autopar.layouts import MEMORY_SAVERS, STACKS, Level, check, strategy_stack_rules
 from autopar.perf import estimate
 from autopar.reports.launch import launch_settings
 from autopar.reports.launch_schema import TT_MULTI_STAGE, TT_SINGLE_STAGE, VERSIONS, load_schema
+from autopar.search.space import build_space
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 MEGATRON = load_schema("megatron", VERSIONS["megatron"][0])["arguments"]
@@ -20,33 +24,33 @@ DEEPSPEED = load_schema("deepspeed", VERSIONS["deepspeed"][0])["sections"]["zero
 
 
 def test_megatron_entry_matches_its_arguments():
-    st = STACKS["megatron"]
+    stack = STACKS["megatron"]
     assert not [a for a in MEGATRON if "zero-bubble" in a or "dualpipe" in a or "zb-" in a]
-    assert set(st.schedules) == {"1f1b", "interleaved"}
+    assert set(stack.schedules) == {"1f1b", "interleaved"}
     assert "--num-layers-per-virtual-pipeline-stage" in MEGATRON and "--use-distributed-optimizer" in MEGATRON
     sharding = set(MEGATRON["--data-parallel-sharding-strategy"]["choices"])
-    assert {"optim_grads", "optim_grads_params"} <= sharding and st.zero == (0, 1, 2, 3)
+    assert {"optim_grads", "optim_grads_params"} <= sharding and stack.zero == (0, 1, 2, 3)
     assert "--cp-comm-type" in MEGATRON and "--hierarchical-context-parallel-sizes" in MEGATRON
-    assert st.hsdp and "--num-distributed-optimizer-instances" in MEGATRON
+    assert stack.hsdp and "--num-distributed-optimizer-instances" in MEGATRON
     dtypes = set(MEGATRON["--exp-avg-dtype"]["choices"])
-    assert "bf16" in dtypes and st.optimizer_states == ("bf16",)  # no 8-bit (bitsandbytes) states
-    assert st.optimizer_offload and "--optimizer-cpu-offload" in MEGATRON
-    assert st.act_offload and "--cpu-offloading-num-layers" in MEGATRON
+    assert "bf16" in dtypes and stack.optimizer_states == ("bf16",)  # no 8-bit (bitsandbytes) states
+    assert stack.optimizer_offload and "--optimizer-cpu-offload" in MEGATRON
+    assert stack.act_offload and "--cpu-offloading-num-layers" in MEGATRON
 
 
 def test_torchtitan_entry_matches_its_job_config():
-    st = STACKS["torchtitan"]
-    assert st.schedules["1f1b"] in TT_SINGLE_STAGE and st.schedules["interleaved"] in TT_MULTI_STAGE
+    stack = STACKS["torchtitan"]
+    assert stack.schedules["1f1b"] in TT_SINGLE_STAGE and stack.schedules["interleaved"] in TT_MULTI_STAGE
     rotate = set(TORCHTITAN["context_parallel_rotate_method"]["choices"])
-    assert rotate == {"allgather", "alltoall"} and set(st.cp_comm) == {"p2p", "allgather"}  # no Ulysses
-    assert "data_parallel_replicate_degree" in TORCHTITAN and st.hsdp
-    assert st.zero == (0, 3) and not st.optimizer_states and not st.act_offload
+    assert rotate == {"allgather", "alltoall"} and set(stack.cp_comm) == {"p2p", "allgather"}  # no Ulysses
+    assert "data_parallel_replicate_degree" in TORCHTITAN and stack.hsdp
+    assert stack.zero == (0, 3) and not stack.optimizer_states and not stack.act_offload
 
 
 def test_deepspeed_entry_matches_its_zero_config():
-    st = STACKS["deepspeed"]
-    assert "offload_optimizer" in DEEPSPEED["fields"] and st.optimizer_offload
-    assert st.zero == (0, 1, 2, 3) and set(st.schedules) == {"1f1b"} and not st.hsdp
+    stack = STACKS["deepspeed"]
+    assert "offload_optimizer" in DEEPSPEED["fields"] and stack.optimizer_offload
+    assert stack.zero == (0, 1, 2, 3) and set(stack.schedules) == {"1f1b"} and not stack.hsdp
 
 
 def _llama8b(framework: str):
@@ -98,3 +102,25 @@ def test_launch_notes_read_the_same_table():
     flat = Strategy(tp=1, pp=1, zero=2, micro_batch=1, recompute="full", optimizer_offload=1.0)
     cfg = json.loads(launch_settings(m, cl, w, flat).deepspeed)
     assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    framework=st.sampled_from(list(STACKS)),
+    savers=st.sets(st.sampled_from(MEMORY_SAVERS)),
+    gpus=st.sampled_from([4, 8, 16]),
+    seed=st.integers(min_value=0, max_value=10**6),
+)
+def test_every_search_point_is_shipped_by_its_stack(framework, savers, gpus, seed):
+    """Invariant: whatever the stack and savers, a sampled search point breaks no rule at SEARCH level and uses
+    nothing its stack does not ship; activation offload only with pp 1 and recompute none."""
+    model = get_model("Llama-3.1-8B").model_copy(update={"name": "small", "layers": 8})
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=16, framework=framework, memory_savers=tuple(sorted(savers)))
+    space = build_space(model, cl, w)
+    rng = random.Random(seed)
+    for _ in range(20):
+        s = space.sample(rng).strategy
+        assert strategy_stack_rules(framework, s) == [] and check(model, cl, w, s, level=Level.SEARCH) == []
+        if s.activation_offload_layers:
+            assert s.pp == 1 and s.recompute == "none" and "act_offload" in savers
