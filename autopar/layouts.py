@@ -52,9 +52,6 @@ class ScheduleRule:
     m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
     p_even: bool
     m_even: bool
-    frameworks: tuple[
-        str, ...
-    ]  # stacks that ship it: the completion picks only these; any is a valid what-if
     source: str
 
 
@@ -66,7 +63,6 @@ SCHEDULES: dict[str, ScheduleRule] = {
         False,
         False,
         False,
-        ("megatron", "megatron-legacy", "torchtitan", "deepspeed"),
         "Narayanan et al. 2021 §2.2.1 (PipeDream-Flush); Megatron-LM default",
     ),
     "interleaved": ScheduleRule(
@@ -75,7 +71,6 @@ SCHEDULES: dict[str, ScheduleRule] = {
         True,
         False,
         False,
-        ("megatron", "megatron-legacy", "torchtitan"),
         "Narayanan et al. 2021 §2.2.2; Megatron --num-layers-per-virtual-pipeline-stage; "
         "torchtitan Interleaved1F1B",
     ),
@@ -85,7 +80,6 @@ SCHEDULES: dict[str, ScheduleRule] = {
         False,
         False,
         False,
-        (),  # not in Megatron-LM/torchtitan mainline as a one-chunk schedule (torchtitan ships ZBV/interleaved ZB)
         "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
     ),
     "dualpipe": ScheduleRule(
@@ -94,18 +88,10 @@ SCHEDULES: dict[str, ScheduleRule] = {
         False,
         True,
         True,
-        (),  # DeepSeek's own stack; torchtitan's DualPipeV is the halved (one parameter copy) variant
         "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
     ),
 }
 SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
-
-
-def schedules_for(framework: str) -> tuple[str, ...]:
-    """Schedules a software stack ships (what the search and the completion may choose for it).
-
-    An explicit schedule is always estimated (a what-if), whatever the stack."""
-    return tuple(n for n, r in SCHEDULES.items() if framework in r.frameworks) or ("1f1b",)
 
 
 def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool = True) -> list[str]:
@@ -236,6 +222,21 @@ MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
     "bf16_states": ("optimizer_states", (None, "bf16")),
     "8bit_states": ("optimizer_states", (None, "8bit")),
 }
+
+
+# Activation offload counts the search offers (and the completion tries): eighths of the stage's layers, plus
+# Megatron's maximum L - 1 (TransformerConfig: cpu_offloading_num_layers must be < num_layers).
+ACT_OFFLOAD_FRACTIONS = tuple(k / 8 for k in range(1, 8))
+
+
+def candidate_layers(layers: int) -> list[int]:
+    """Activation-offload counts N, most memory-frugal first (ACT_OFFLOAD_FRACTIONS and L - 1)."""
+    picks = {round(layers * f) for f in ACT_OFFLOAD_FRACTIONS} | {layers - 1}
+    return sorted((n for n in picks if 0 < n < layers), reverse=True)
+
+
+# Every Workload.memory_savers name: the optimizer savers above and layer-wise activation offload.
+MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
 
 
 def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
@@ -688,23 +689,14 @@ def precision_rules(cluster: ClusterSpec, precision: str) -> Iterator[Violation]
         yield _v(None, Level.HARD, msg)
 
 
-# Stacks with layer-wise activation CPU offload: Megatron-Core with Transformer Engine (--cpu-offloading-num-
-# layers; megatron/core/transformer/transformer_block.py asserts TE is present). torchtitan's
-# enable_cpu_offload and DeepSpeed's offload_param/offload_optimizer move parameters and optimizer states,
-# not activations; legacy Megatron predates it.
-ACT_OFFLOAD_FRAMEWORKS: tuple[str, ...] = ("megatron",)
-
-
 def offload_rules(
     model: ModelSpec, workload: Workload, pp: int, recompute: str, n: int
 ) -> Iterator[Violation]:
     """Activation offload of n layers: Megatron-Core's own checks (TransformerConfig.__post_init__: fewer
-    than num_layers, no pipeline parallelism, no activation recompute) and the stacks that have it."""
+    than num_layers, no pipeline parallelism, no activation recompute); the stacks that have it: stack_rules.
+    The search offers only candidate_layers(layers) and only when Workload.memory_savers has "act_offload"."""
     if not n:
         return
-    if workload.framework not in ACT_OFFLOAD_FRAMEWORKS:
-        msg = f"activation_offload_layers={n}: framework={workload.framework} has no layer-wise activation offload"
-        yield _v(None, Level.HARD, msg)
     if n >= model.layers:
         yield _v(None, Level.HARD, f"activation_offload_layers={n} must be < layers={model.layers}")
     if pp > 1:
@@ -716,6 +708,188 @@ def offload_rules(
     if recompute != "none":
         msg = f"activation_offload_layers={n} needs recompute=none (Megatron: not with recompute={recompute})"
         yield _v(None, Level.HARD, msg)
+    if "act_offload" not in workload.memory_savers:
+        msg = f"activation_offload_layers={n}: act_offload is not among the memory savers allowed (memory_savers)"
+        yield _v(None, Level.SEARCH, msg)
+    elif n not in candidate_layers(model.layers):
+        msg = f"activation_offload_layers={n} is not one of the counts the search offers (candidate_layers)"
+        yield _v(None, Level.SEARCH, msg)
+
+
+# ---------------------------------------------------------------------------------------------- stacks
+# What each software stack ships in the release the launch writers target (autopar/reports/launch_schema.py;
+# the vendored argument/config schemas in autopar/data/launch_schemas/ record each commit). The search
+# offers only these values (stack_rules, level SEARCH), the completion picks among them, and an explicit
+# value outside them is still estimated (a what-if) with a note saying the stack does not ship it.
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """One software stack's parallelism features; each field cites where the stack defines it."""
+
+    name: str
+    schedules: dict[str, str]  # autopar pp_schedule -> the stack's own name for it
+    zero: tuple[int, ...]  # ZeRO stages (3 = FSDP / fully sharded)
+    cp_comm: tuple[str, ...]  # CP variants; () = no context parallelism
+    hsdp: bool  # ZeRO-3 sharded inside groups, replicated across them (dp_shard)
+    optimizer_states: tuple[str, ...]  # reduced-precision optimizer states it can keep
+    optimizer_offload: bool  # optimizer states and step on the CPU
+    act_offload: bool  # layer-wise activation CPU offload (activation_offload_layers)
+    source: str
+
+
+STACKS: dict[str, Stack] = {
+    # Megatron-Core core_v0.19.0 megatron/training/arguments.py (vendored megatron-core_v0.19.0.json): no
+    # zero-bubble or DualPipe schedule argument (1F1B by default, interleaved through
+    # --num-layers-per-virtual-pipeline-stage); --use-distributed-optimizer (ZeRO-1), --use-megatron-fsdp with
+    # --data-parallel-sharding-strategy {optim_grads, optim_grads_params} (ZeRO-2/3) and
+    # --num-distributed-optimizer-instances / --outer-dp-sharding-strategy (HSDP); --cp-comm-type
+    # {p2p, a2a, allgather, a2a+p2p} (Transformer Engine attention, with --hierarchical-context-parallel-sizes);
+    # --exp-avg-dtype/--exp-avg-sq-dtype bf16 with --use-precision-aware-optimizer (no 8-bit states);
+    # --optimizer-cpu-offload; --cpu-offloading-num-layers (Transformer Engine's activation offload).
+    "megatron": Stack(
+        "megatron",
+        {"1f1b": "default 1F1B", "interleaved": "--num-layers-per-virtual-pipeline-stage"},
+        (0, 1, 2, 3),
+        CP_VARIANTS,
+        True,
+        ("bf16",),
+        True,
+        True,
+        "NVIDIA/Megatron-LM core_v0.19.0 megatron/training/arguments.py",
+    ),
+    # Megatron-LM before Megatron-Core (2019-2022; Narayanan et al. 2021): 1F1B and interleaved schedules and
+    # the distributed optimizer (ZeRO-1, 2022); context parallelism, Megatron-FSDP, optimizer offload and
+    # activation offload came later with Megatron-Core and Transformer Engine.
+    "megatron-legacy": Stack(
+        "megatron-legacy",
+        {"1f1b": "default 1F1B", "interleaved": "--num-layers-per-virtual-pipeline-stage"},
+        (0, 1),
+        (),
+        False,
+        (),
+        False,
+        False,
+        "NVIDIA/Megatron-LM 2022 (Narayanan et al. 2021 §2.2; --use-distributed-optimizer)",
+    ),
+    # torchtitan v0.2.2 torchtitan/config/job_config.py (vendored torchtitan-v0.2.2.json): Parallelism.
+    # pipeline_parallel_schedule names a torch.distributed.pipelining schedule class (schedules.py
+    # Schedule1F1B, ScheduleInterleaved1F1B; its ZB schedules, ScheduleInterleavedZeroBubble and
+    # ScheduleZBVZeroBubble, and ScheduleDualPipeV run two or more chunks per rank, not autopar's one-chunk
+    # ZB-H1 or two-copy DualPipe); data_parallel_shard_degree (FSDP2) with data_parallel_replicate_degree
+    # (DDP or HSDP); context_parallel_rotate_method {allgather, alltoall} (ring passing K/V = p2p; no
+    # Ulysses); optimizer-state precision and activation offload are not job-config options.
+    "torchtitan": Stack(
+        "torchtitan",
+        {"1f1b": "1F1B", "interleaved": "Interleaved1F1B"},
+        (0, 3),
+        ("p2p", "allgather"),
+        True,
+        (),
+        False,
+        False,
+        "pytorch/torchtitan v0.2.2 torchtitan/config/job_config.py",
+    ),
+    # PyTorch FSDP (torch/distributed/fsdp ShardingStrategy NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
+    # HYBRID_SHARD) with torch.distributed.pipelining (Schedule1F1B, ScheduleInterleaved1F1B) and
+    # torch.distributed.tensor.experimental.context_parallel (set_rotate_method "alltoall"/"allgather").
+    # Its CPUOffload moves parameters too, not the optimizer alone; no launch writer targets it.
+    "fsdp": Stack(
+        "fsdp",
+        {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"},
+        (0, 2, 3),
+        ("p2p", "allgather"),
+        True,
+        (),
+        False,
+        False,
+        "pytorch/pytorch torch/distributed/fsdp/api.py ShardingStrategy; torch/distributed/pipelining",
+    ),
+    # DeepSpeed v0.19.5 (vendored deepspeed-v0.19.5.json): zero_optimization.stage 0-3 and
+    # zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig); PipelineModule's
+    # TrainSchedule is 1F1B (runtime/pipe/schedule.py); Ulysses (a2a) sequence parallelism and pipelines need
+    # model code, so the config writer runs neither; MiCS/hpZ are not HSDP as autopar models it.
+    "deepspeed": Stack(
+        "deepspeed",
+        {"1f1b": "TrainSchedule"},
+        (0, 1, 2, 3),
+        ("a2a",),
+        False,
+        (),
+        True,
+        False,
+        "deepspeedai/DeepSpeed v0.19.5 deepspeed/runtime/zero/config.py, runtime/pipe/schedule.py",
+    ),
+}
+
+# Stacks with layer-wise activation CPU offload (read by the completion and the record importer).
+ACT_OFFLOAD_FRAMEWORKS: tuple[str, ...] = tuple(n for n, st in STACKS.items() if st.act_offload)
+
+
+def schedules_for(framework: str) -> tuple[str, ...]:
+    """Schedules a software stack ships (what the search and the completion may choose for it).
+
+    An explicit schedule is always estimated (a what-if), whatever the stack."""
+    return tuple(STACKS[framework].schedules)
+
+
+def stack_rules(
+    framework: str,
+    *,
+    pp: int = 1,
+    schedule: str = "1f1b",
+    zero: int = 0,
+    cp: int = 1,
+    cp_comm: str = "p2p",
+    dp_shard: int | None = None,
+    states: str | None = None,
+    offload: float = 0.0,
+    act_offload: int = 0,
+) -> Iterator[Violation]:
+    """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
+    them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
+    st, fw = STACKS[framework], f"framework={framework}"
+    if pp > 1 and schedule in SCHEDULES and schedule not in st.schedules:
+        ships = ", ".join(st.schedules)
+        yield _v(Axis.PP, Level.SEARCH, f"pp_schedule={schedule}: {fw} does not ship it (it runs {ships})")
+    if zero not in st.zero:
+        yield _v(Axis.DP, Level.SEARCH, f"zero={zero}: {fw} ships ZeRO stages {st.zero}")
+    if cp > 1 and not st.cp_comm:
+        yield _v(Axis.CP, Level.SEARCH, f"cp={cp}: {fw} has no context parallelism")
+    elif cp > 1 and cp_comm not in st.cp_comm:
+        yield _v(Axis.CP, Level.SEARCH, f"cp_comm={cp_comm}: {fw} ships {', '.join(st.cp_comm)}")
+    if dp_shard and not st.hsdp:
+        yield _v(Axis.DP, Level.SEARCH, f"dp_shard={dp_shard}: {fw} has no HSDP")
+    if states and states not in st.optimizer_states:
+        yield _v(None, Level.SEARCH, f"optimizer_states={states}: {fw} does not ship it")
+    if offload and not st.optimizer_offload:
+        yield _v(None, Level.SEARCH, f"optimizer_offload={offload:g}: {fw} has no optimizer CPU offload")
+    if act_offload and not st.act_offload:
+        msg = f"activation_offload_layers={act_offload}: {fw} has no layer-wise activation CPU offload"
+        yield _v(None, Level.SEARCH, msg)
+
+
+def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
+    """stack_rules of every knob of a strategy."""
+    return list(
+        stack_rules(
+            framework,
+            pp=s.pp,
+            schedule=s.pp_schedule or "1f1b",
+            zero=s.zero if s.zero is not None else 0,
+            cp=s.cp,
+            cp_comm=s.cp_comm,
+            dp_shard=s.dp_shard,
+            states=s.optimizer_states,
+            offload=s.optimizer_offload,
+            act_offload=s.activation_offload_layers or 0,
+        )
+    )
+
+
+def stack_notes(framework: str, s: Strategy) -> list[str]:
+    """Notes for an estimate or a launch config: what the strategy uses that the stack does not ship."""
+    return [f"not shipped by the stack (a what-if): {v.message}" for v in strategy_stack_rules(framework, s)]
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -757,6 +931,7 @@ def check(
         *batch_rules(workload, dims, s.micro_batch),
         *precision_rules(cluster, workload.precision),
         *offload_rules(model, workload, s.pp, s.recompute, s.activation_offload_layers or 0),
+        *strategy_stack_rules(workload.framework, s),
     ]
     return _keep(rules, level)
 
@@ -804,8 +979,18 @@ def split_values(model: ModelSpec, pp: int) -> tuple[Split, ...]:
 
 
 def cp_degrees(workload: Workload, rest: int) -> list[int]:
-    """CP degrees dividing the GPUs left after TP and PP."""
-    return [c for c in divisors(rest) if _ok(cp_rules(workload, c))]
+    """CP degrees dividing the GPUs left after TP and PP (1 alone where the stack has no CP)."""
+    fw = workload.framework
+    return [
+        c
+        for c in divisors(rest)
+        if _ok(cp_rules(workload, c)) and _ok(stack_rules(fw, cp=c, cp_comm=_first_cp_comm(fw)))
+    ]
+
+
+def _first_cp_comm(framework: str) -> str:
+    """The first CP variant a stack ships (p2p for a stack without CP: no effect with cp=1)."""
+    return (STACKS[framework].cp_comm or ("p2p",))[0]
 
 
 def grid_problems(
@@ -831,6 +1016,8 @@ def grid_problems(
         ep=ep,
         etp=etp,
         sp=tp > 1,
+        cp_comm=_first_cp_comm(workload.framework),
+        zero=STACKS[workload.framework].zero[0],
         pp_first_layers=split.first,
         pp_last_layers=split.last,
         pp_account_embedding=split.account_embedding,
@@ -877,7 +1064,8 @@ def pipe_choices(
     model: ModelSpec, workload: Workload, dims: ParallelDims
 ) -> tuple[tuple[int, int, str], ...]:
     """(micro_batch, vpp, pp_schedule) triples: the (mb, vpp) pairs, each with every schedule whose rules hold
-    (interleaved for vpp > 1; 1F1B, ZB-H1 and DualPipe for one chunk per rank; 1F1B alone without PP)."""
+    and the stack ships (interleaved for vpp > 1; 1F1B, ZB-H1 and DualPipe for one chunk per rank; 1F1B alone
+    without PP)."""
     out = []
     for mb, v in mb_vpp_pairs(model, workload, dims):
         m = workload.global_batch // (mb * dims.dp)
@@ -885,29 +1073,53 @@ def pipe_choices(
             rules = [
                 *vpp_rules(model, dims.pp, v, sched),
                 *schedule_rules(dims.pp, v, m, sched, model.is_moe),
+                *stack_rules(workload.framework, pp=dims.pp, schedule=sched),
             ]
             if _ok(rules):
                 out.append((mb, v, sched))
     return tuple(out)
 
 
-def cp_comm_values(model: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> tuple[str, ...]:
-    """CP variants the search offers (p2p alone without CP)."""
-    return tuple(v for v in CP_VARIANTS if _ok(cp_comm_rules(model, cluster, tp, cp, v)))
+def cp_comm_values(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, tp: int, cp: int
+) -> tuple[str, ...]:
+    """CP variants the search offers (p2p alone without CP), among those the stack ships."""
+    fw = workload.framework
+    return tuple(
+        v
+        for v in CP_VARIANTS
+        if _ok([*cp_comm_rules(model, cluster, tp, cp, v), *stack_rules(fw, cp=cp, cp_comm=v)])
+    )
 
 
-def dp_shard_values(cluster: ClusterSpec, dims: ParallelDims) -> tuple[int, ...]:
+def zero_values(workload: Workload) -> tuple[int, ...]:
+    """ZeRO stages the search offers: those the stack ships."""
+    return tuple(z for z in range(4) if _ok(stack_rules(workload.framework, zero=z)))
+
+
+def dp_shard_values(cluster: ClusterSpec, workload: Workload, dims: ParallelDims) -> tuple[int, ...]:
     """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp)."""
     ds = hsdp_degree(cluster, dims)
-    return () if ds is None else (ds,)
+    ok = ds is not None and _ok(stack_rules(workload.framework, zero=3, dp_shard=ds))
+    return (ds,) if ok and ds is not None else ()
 
 
 def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:
-    """(optimizer_states, optimizer_offload) pairs the workload's memory_savers allow."""
+    """(optimizer_states, optimizer_offload) pairs the workload's memory_savers allow and the stack ships."""
     allowed = saver_choices(workload.memory_savers)
     return tuple(
         (st, off)
         for st in allowed["optimizer_states"]
         for off in allowed["optimizer_offload"]
-        if _ok(saver_rules(workload, st, off))
+        if _ok([*saver_rules(workload, st, off), *stack_rules(workload.framework, states=st, offload=off)])
+    )
+
+
+def act_offload_values(model: ModelSpec, workload: Workload, pp: int) -> tuple[int, ...]:
+    """Activation-offload layer counts the search offers (besides 0), each with recompute "none" only."""
+    fw = workload.framework
+    return tuple(
+        n
+        for n in candidate_layers(model.layers)
+        if _ok([*offload_rules(model, workload, pp, "none", n), *stack_rules(fw, act_offload=n)])
     )

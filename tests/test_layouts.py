@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from autopar.catalog import get_gpu, get_model
 from autopar.layouts import (
     MIN_TOKENS_PER_CP_RANK,
+    STACKS,
     Axis,
     Level,
     ParallelDims,
@@ -71,6 +72,8 @@ def _oracle(model, cluster, wl, tps, pps, cps, eps, etps, vpps, mbs, zero_rc=((1
         tps, pps, cps, eps, etps, vpps, mbs, (False, True), zero_rc
     ):
         s = _strategy(tp, pp, cp, ep, etp, vpp, mb, sp, z, rc)
+        if cp > 1:  # the stack's first CP variant (DeepSpeed ships Ulysses alone)
+            s = s.model_copy(update={"cp_comm": (STACKS[wl.framework].cp_comm or ("p2p",))[0]})
         if not check(model, cluster, wl, s, level=Level.SEARCH):
             ok.add(s.with_dp(cluster.num_gpus))
     return ok
@@ -81,14 +84,14 @@ CP_COMMS = ("p2p", "a2a", "allgather", "a2a+p2p")
 NO_SAVER = ((None, 0.0),)
 
 
-def _extended(model, cluster, wl, cores, shards=(None, 1, 2, 4, 8), savers=NO_SAVER):
+def _extended(model, cluster, wl, cores, shards=(None, 1, 2, 4, 8), savers=NO_SAVER, aos=(0,)):
     """Every core strategy crossed with a superset of the schedule, CP-variant, HSDP and memory-saver values,
     kept when it passes every rule at SEARCH level. These knobs only add rules (1F1B/interleaved, p2p, no
     HSDP and no saver are what `_oracle` checked), so a strategy whose core is invalid cannot become valid."""
     ok = set()
     for core in cores:
-        for sched, cpc, ds, (states, off) in itertools.product(SCHEDS, CP_COMMS, shards, savers):
-            upd = {"pp_schedule": sched, "cp_comm": cpc, "dp_shard": ds}
+        for sched, cpc, ds, (states, off), ao in itertools.product(SCHEDS, CP_COMMS, shards, savers, aos):
+            upd = {"pp_schedule": sched, "cp_comm": cpc, "dp_shard": ds, "activation_offload_layers": ao}
             s = core.model_copy(update={**upd, "optimizer_states": states, "optimizer_offload": off})
             if not check(model, cluster, wl, s, level=Level.SEARCH):
                 ok.add(s)
@@ -117,9 +120,9 @@ def test_oracle_dense_space_including_zero_and_recompute():
     got = _space(DENSE, cl, wl)
     assert got == _extended(DENSE, cl, wl, want)
     # hand count in test_search_space.test_tiny_space_size_by_hand (588 before the schedule/CP-variant knobs)
-    assert len({s for s in got if _old_knobs(s)}) == 588 and len(got) == 1248
+    assert len({s for s in got if _old_knobs(s)}) == 588 and len(got) == 924
     assert all(validate_strategy(DENSE, cl, wl, s) == [] for s in got)
-    assert {s.pp_schedule for s in got} == {"1f1b", "interleaved", "zb-h1"}  # no DualPipe for dense models
+    assert {s.pp_schedule for s in got} == {"1f1b", "interleaved"}  # what Megatron ships (layouts.STACKS)
     assert {s.cp_comm for s in got} == {"p2p", "a2a", "allgather"}  # hierarchical needs two NVLink domains
 
 
@@ -134,8 +137,7 @@ def test_oracle_moe_space_with_parallel_folding():
     got = _space(MOE, cl, wl, project=True)
     assert got == _extended(MOE, cl, wl, want)
     assert all(validate_strategy(MOE, cl, wl, s) == [] for s in got)
-    assert "dualpipe" in {s.pp_schedule for s in got}
-    assert all(s.pp % 2 == 0 for s in got if s.pp_schedule == "dualpipe")
+    assert {s.pp_schedule for s in got} == {"1f1b", "interleaved"}  # Megatron ships no DualPipe/ZB-H1
     got = {s for s in got if _old_knobs(s)}
     pairs = {(s.tp, s.cp, s.dp, s.ep, s.etp) for s in got}
     # folding: ep*etp may exceed tp (here tp=2, dp=4, ep=4, etp=2: expert mesh 2*4*1 = 8 GPUs = tp*cp*dp)
@@ -184,8 +186,39 @@ def test_oracle_memory_savers_only_when_allowed():
         got = _space(DENSE, cl, wl, project=True)
         got = {s for s in got if s.cp == 1 and s.pp <= 2 and s.vpp == 1 and s.micro_batch <= 2}
         assert got == _extended(DENSE, cl, wl, cores, shards=(None,), savers=savers)
-        want = {(None, 0.0)} | ({(None, 1.0), ("8bit", 0.0), ("8bit", 1.0)} if allowed else set())
+        # Megatron (the default stack) has no 8-bit optimizer states (layouts.STACKS)
+        want = {(None, 0.0)} | ({(None, 1.0)} if allowed else set())
         assert {(s.optimizer_states, s.optimizer_offload) for s in got} == want
+
+
+@pytest.mark.parametrize("framework", list(STACKS))
+def test_oracle_per_stack_capabilities(framework):
+    """Each stack's space holds exactly the rule-valid strategies built from what it ships (layouts.STACKS):
+    schedules, ZeRO stages, CP (variants), HSDP, optimizer savers and activation offload (recompute none)."""
+    mha = DENSE.model_copy(update={"name": "mha", "heads": 8, "kv_heads": 8})
+    cl = ClusterSpec(gpu=H100, num_gpus=8, gpus_per_node=4)
+    every = ("offload", "bf16_states", "8bit_states", "act_offload")
+    wl = Workload(seq_len=4096, global_batch=8, framework=framework, memory_savers=every)
+    zr = list(itertools.product([0, 1, 2, 3], ["none", "full"]))
+    cores = _oracle(mha, cl, wl, [1, 2], [1, 2], [1, 4], [1], [None], [1], [1], zr)
+    got = {pt.strategy for pt in build_space(mha, cl, wl)}
+    got = {s for s in got if s.tp <= 2 and s.pp <= 2 and s.cp != 2 and s.vpp == 1 and s.micro_batch == 1}
+    got = {s for s in got if s.recompute in ("none", "full")}
+    savers = [(None, 0.0), (None, 1.0), ("bf16", 0.0), ("8bit", 0.0)]
+    want = _extended(mha, cl, wl, cores, shards=(None, 1, 2, 4), savers=savers, aos=(0, 1, 2, 3))
+    got = {s for s in got if s.optimizer_states is None or not s.optimizer_offload}
+    assert got == {s for s in want if s.optimizer_states is None or not s.optimizer_offload}
+    stack = STACKS[framework]
+    assert {s.zero for s in got} == set(stack.zero)
+    assert {s.pp_schedule for s in got if s.pp > 1} == {"1f1b"}  # 1F1B everywhere; no ZB-H1 in any stack
+    cps = {s.cp_comm for s in got if s.cp > 1}
+    assert cps <= set(stack.cp_comm) and bool(cps) == bool(stack.cp_comm)
+    assert bool({s.dp_shard for s in got} - {None}) == stack.hsdp
+    assert {s.optimizer_states for s in got} == {None, *stack.optimizer_states}
+    assert {s.optimizer_offload for s in got} == ({0.0, 1.0} if stack.optimizer_offload else {0.0})
+    assert all(s.activation_offload_layers in (0, 1, 2, 3) for s in got)  # candidate_layers(4) = [3, 2, 1]
+    offloaded = {(s.pp, s.recompute, s.activation_offload_layers) for s in got if s.activation_offload_layers}
+    assert offloaded == ({(1, "none", n) for n in (1, 2, 3)} if stack.act_offload else set())
 
 
 def test_oracle_uneven_pipeline_splits():

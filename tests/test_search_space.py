@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
+from autopar.layouts import candidate_layers
 from autopar.perf import validate_strategy
 from autopar.search.space import Point, build_space, divisors
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -38,15 +39,15 @@ def test_tiny_space_size_by_hand():
     #  (1,2,2) dp1 mb1,2,4 v{1,2}, mb8 v1: 7      (1,4,1) dp1 mb{1,2,4,8} (4/4 layers: no vpp): 4
     #  (2,1,1) dp2: 3   (2,1,2) dp1: 4   (2,2,1) dp1: 7
     # tp=1: 21 pairs x 1 sp; tp=2: 14 pairs x 2 sp; x 4 zero x 3 recompute -> (21 + 28) x 12 = 588.
-    # Schedules: each vpp=1 pair with pp > 1 also runs ZB-H1 (no DualPipe for a dense model): +3 (1,2,1),
-    # +4 (1,2,2), +4 (1,4,1), +4 (2,2,1). CP variants with cp=2: tp=1 p2p, a2a (4 and 2 heads divide by 2),
-    # allgather; tp=2 p2p, allgather (1 KV head per rank: no a2a); hierarchical needs two NVLink domains.
-    # No HSDP: tp*cp*dp = 4 fits the NVLink domain.
-    # tp=1: 2 + 3x3 + (5+3) + (7+4)x3 + (4+4) = 60; tp=2: (3 + 4x2 + (7+4)) x 2 sp = 44 -> 104 x 12 = 1248.
+    # Schedules: Megatron (the default framework) ships 1F1B and interleaved only (layouts.STACKS), so no
+    # ZB-H1/DualPipe. CP variants with cp=2: tp=1 p2p, a2a (4 and 2 heads divide by 2), allgather; tp=2 p2p,
+    # allgather (1 KV head per rank: no a2a); hierarchical needs two NVLink domains.
+    # No HSDP: tp*cp*dp = 4 fits the NVLink domain. Megatron ships ZeRO 0-3 (Megatron-FSDP for 2 and 3).
+    # tp=1: 2 + 3x3 + 5 + 7x3 + 4 = 41; tp=2: (3 + 4x2 + 7) x 2 sp = 36 -> 77 x 12 = 924.
     space = tiny_space()
     assert len(space.layouts) == 8
-    assert space.size == 1248
-    assert len(list(space)) == 1248
+    assert space.size == 924
+    assert len(list(space)) == 924
 
 
 def test_space_equals_rule_valid_set():
@@ -188,10 +189,10 @@ def test_hardware_dimensions_and_fp8_skip():
 
 
 def _label_spaces():
-    """Spaces that together offer every knob: schedules incl. DualPipe, CP variants incl. hierarchical, HSDP,
-    uneven pipeline splits and memory savers."""
+    """Spaces that together offer every knob Megatron ships: its schedules, CP variants incl. hierarchical,
+    HSDP, uneven pipeline splits, memory savers and activation offload (ZB-H1/DualPipe labels: test_launch)."""
     h100 = get_gpu("H100-SXM")
-    savers = ("offload", "bf16_states")
+    savers = ("offload", "bf16_states", "act_offload")
     moe = get_model("Mixtral-8x7B")
     odd = get_model("Llama-3.1-8B").model_copy(update={"name": "odd", "layers": 61})
     return [
@@ -209,7 +210,7 @@ LABEL_SPACES = _label_spaces()
 
 def test_label_spaces_offer_every_new_knob():
     lays = [lay for sp in LABEL_SPACES for lay in sp.layouts]
-    assert {x for lay in lays for _, _, x in lay.pipe} == {"1f1b", "interleaved", "zb-h1", "dualpipe"}
+    assert {x for lay in lays for _, _, x in lay.pipe} == {"1f1b", "interleaved"}  # Megatron's (STACKS)
     assert {x for lay in lays for x in lay.cp_comm} == {"p2p", "a2a", "allgather", "a2a+p2p"}
     splits = {x for lay in lays for x in lay.split}
     assert (
@@ -219,6 +220,8 @@ def test_label_spaces_offer_every_new_knob():
     )
     savers = {x for lay in lays for x in lay.savers}
     assert savers == {(None, 0.0), (None, 1.0), ("bf16", 0.0), ("bf16", 1.0)}
+    offload = {(lay.pp, x) for lay in lays for x in lay.act_offload}
+    assert offload and {p for p, _ in offload} == {1} and {n for _, n in offload} == set(candidate_layers(61))
 
 
 @settings(max_examples=300, deadline=None)
@@ -256,10 +259,21 @@ def test_why_names_schedule_split_cp_variant_hsdp_and_savers():
         zero=3, dp_shard=4, optimizer_states="bf16", optimizer_offload=1.0,
     )  # fmt: skip
     why = explain_layout(TrialRecord(0, s, 1024, "H100-SXM", "fp8", None, {}, True))
-    assert "DualPipe" in why and "no mainline stack ships it" in why and "first 2, last 3" in why
+    assert "DualPipe" in why and "megatron does not ship it" in why and "first 2, last 3" in why
     assert "CP2 allgather" in why and "HSDP" in why and "bf16 optimizer states" in why and "100%" in why
-    plain = Strategy(pp=4, pp_schedule="1f1b")
-    assert "ships" not in explain_layout(TrialRecord(0, plain, 64, "H100-SXM", "bf16", None, {}, True))
+    assert "megatron runs it as allgather" in why
+    plain = TrialRecord(
+        0, Strategy(pp=4, pp_schedule="interleaved", vpp=2), 64, "H100-SXM", "bf16", None, {}, True
+    )
+    assert "megatron runs it as --num-layers-per-virtual-pipeline-stage" in explain_layout(plain)
+    tt = explain_layout(plain, "torchtitan")
+    assert (
+        "torchtitan runs it as Interleaved1F1B (the search offers torchtitan's schedules: 1f1b, interleaved)"
+        in tt
+    )
+    assert "torchtitan does not ship it" in explain_layout(
+        TrialRecord(0, s, 1024, "H100-SXM", "fp8", None, {}, True), "torchtitan"
+    )
     assert explain_layout(TrialRecord(0, Strategy(), 8, "H100-SXM", "bf16", None, {}, True)) == ""
 
 
@@ -275,7 +289,22 @@ def test_neighbors_move_the_new_knobs():
         if getattr(q.strategy, k) != getattr(pt.strategy, k)
         and q.strategy.model_copy(update={k: getattr(pt.strategy, k)}) == pt.strategy
     }
-    assert {"pp_schedule", "cp_comm"} <= moved
+    # Megatron's one-chunk schedule is 1F1B alone, so pp_schedule moves only together with vpp (interleaved)
+    assert {"cp_comm", "dp_shard"} <= moved
+
+
+def test_neighbors_and_decode_move_activation_offload_with_recompute_none_only():
+    space = LABEL_SPACES[1]  # 61 layers on 32 H100 with act_offload allowed: offered on pp=1 layouts
+    assert "activation_offload_layers" in space.distributions()
+    pt = next(p for p in space if p.strategy.pp == 1 and p.strategy.recompute == "none")
+    moved = {q.strategy.activation_offload_layers for q in space.neighbors(pt)}
+    assert set(candidate_layers(61)) <= moved
+    base = space.encode(pt)
+    with_full = space.decode({**base, "recompute": "full", "activation_offload_layers": 30})
+    assert with_full.strategy.recompute == "full" and with_full.strategy.activation_offload_layers == 0
+    offl = space.decode({**base, "activation_offload_layers": 30})
+    assert offl.strategy.activation_offload_layers == 30 and space.point_of_key(offl.key) == offl
+    assert space.encode(offl)["activation_offload_layers"] == 30
 
 
 def _validated(s: Strategy) -> Strategy:

@@ -81,21 +81,20 @@ MemorySaversOpt = Annotated[
     typer.Option(
         "--memory-savers",
         help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
-        "bf16_states, 8bit_states (optimizer-state precision); empty = none.",
+        "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, "
+        "Megatron, pp=1); only those the --framework ships are offered; empty = none.",
     ),
 ]
 
 
 def parse_memory_savers(value: str) -> tuple[str, ...]:
     """Validate --memory-savers (one-line error naming the allowed values)."""
-    from autopar.perf.memory import MEMORY_SAVER_VALUES
+    from autopar.layouts import MEMORY_SAVERS
 
     names = tuple(dict.fromkeys(x.strip() for x in value.split(",") if x.strip()))
-    bad = [x for x in names if x not in MEMORY_SAVER_VALUES]
+    bad = [x for x in names if x not in MEMORY_SAVERS]
     if bad:
-        raise SpecError(
-            f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVER_VALUES)}"
-        )
+        raise SpecError(f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}")
     return names
 
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.layouts import ACT_OFFLOAD_FRACTIONS as CANDIDATE_FRACTIONS  # noqa: F401
+from autopar.layouts import candidate_layers  # noqa: F401  (the spine owns the search's values)
+
 # Groups still resident while their copy runs: TE frees group i only when window i closes, as it issues the
 # copy of group i+1 (`synchronize_on_group_commit_forward`), so one offloaded layer is always in flight.
 IN_FLIGHT_GROUPS = 1
-# Candidate N the completion tries: eighths of the stage's layers, plus Megatron's maximum L − 1
-# (TransformerConfig: cpu_offloading_num_layers must be < num_layers).
-CANDIDATE_FRACTIONS = tuple(k / 8 for k in range(1, 8))
 
 
 def windows(layers: int, groups: int) -> tuple[int, ...]:
@@ -70,12 +70,6 @@ def offload_cost(
         max(0.0, copy - w * fwd_layer_s) + max(0.0, copy - w * bwd_layer_s) for w in windows(layers, groups)
     )
     return ActOffload(groups * act_bytes, exposed)
-
-
-def candidate_layers(layers: int) -> list[int]:
-    """N values the completion tries, most memory-frugal first (CANDIDATE_FRACTIONS and L − 1)."""
-    picks = {round(layers * f) for f in CANDIDATE_FRACTIONS} | {layers - 1}
-    return sorted((n for n in picks if 0 < n < layers), reverse=True)
 
 
 def host_memory_problems(host_bytes: float | None, gpu_name: str, groups: int, act_bytes: float) -> list[str]:

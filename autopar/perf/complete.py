@@ -17,20 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
-from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, Axis
-from autopar.perf import act_offload, pipeline
+from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, STACKS, Axis, candidate_layers
+from autopar.perf import pipeline
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-# ZeRO stages each stack offers (Megatron: DDP, distributed optimizer, Megatron-FSDP; torchtitan: DDP or
-# FSDP2; PyTorch FSDP: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD; DeepSpeed: stages 0-3).
-ZERO_BY_FRAMEWORK: dict[str, tuple[int, ...]] = {
-    "megatron": (0, 1, 3),
-    "megatron-legacy": (0, 1),
-    "torchtitan": (0, 3),
-    "fsdp": (0, 2, 3),
-    "deepspeed": (0, 1, 2, 3),
-}
 RECOMPUTE_MODES: tuple[str, ...] = ("full", "selective", "none")  # most memory-frugal first
 MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
@@ -70,7 +61,7 @@ def candidate_values(model: ModelSpec, w: Workload, s: Strategy) -> dict[str, li
     if "recompute" in unset:
         out["recompute"] = list(RECOMPUTE_MODES)
     if "zero" in unset:
-        out["zero"] = sorted(ZERO_BY_FRAMEWORK[w.framework], reverse=True)
+        out["zero"] = sorted(STACKS[w.framework].zero, reverse=True)  # the stack capability table
     if Axis.ETP in unset:
         ff = model.moe_ffn_hidden or 1
         out[Axis.ETP] = sorted({k for k in _divisors(s.tp) if ff % k == 0} | {1}, reverse=True)
@@ -87,7 +78,7 @@ def _offload_layers(model: ModelSpec, w: Workload, s: Strategy) -> list[int]:
     Megatron allows it only without PP (layouts.offload_rules). Otherwise off."""
     if "act_offload" not in w.memory_savers or w.framework not in ACT_OFFLOAD_FRAMEWORKS or s.pp > 1:
         return [0]
-    return [*act_offload.candidate_layers(model.layers), 0]
+    return [*candidate_layers(model.layers), 0]
 
 
 def _apply(s: Strategy, choice: dict[str, Any]) -> Strategy:

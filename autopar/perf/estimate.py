@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.errors import InvalidStrategyError
+from autopar.layouts import stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
@@ -351,6 +352,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
 def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
     notes = [st.note] if st.note else []
     model, w, t = ctx.model, ctx.w, s.tp
+    notes += stack_notes(w.framework, s)  # explicit knobs the stack does not ship: estimated as what-ifs
     if model.is_moe and t > 1 and s.expert_tp == 1 and s.ep == 1:
         notes.append("experts replicated across TP ranks (etp=1, ep=1)")
     if t > 1 and not (w.tp_comm_overlap and s.sp):

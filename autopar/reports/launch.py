@@ -201,9 +201,9 @@ def _no_act_offload(s: Strategy, stack: str) -> list[str]:
     if not s.activation_offload_layers:
         return []
     return [
-        f"{stack} has no layer-wise activation CPU offload (Megatron --cpu-offloading-num-layers "
-        f"{s.activation_offload_layers}): this config keeps every layer's activations on the GPU, which "
-        "needs more memory than the estimate (use activation recompute instead if it does not fit)"
+        f"{stack} config without Megatron's --cpu-offloading-num-layers {s.activation_offload_layers}: it "
+        "keeps every layer's activations on the GPU, which needs more memory than the estimate (use "
+        "activation recompute instead if it does not fit)"
     ]
 
 

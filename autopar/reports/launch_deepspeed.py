@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from autopar.layouts import Axis
+from autopar.layouts import Axis, stack_notes
 from autopar.specs import Strategy, Workload
 
 
@@ -25,10 +25,17 @@ def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tupl
             + " need model-side code (PipelineModule, Ulysses, DeepSpeed-MoE)"
         )
         return None, reason, []
-    notes: list[str] = []
+    notes: list[str] = stack_notes("deepspeed", s)  # the capability table (layouts.STACKS)
     zero: dict[str, object] = {"stage": s.zero}
     if s.zero >= 2:
         zero.update(overlap_comm=True, contiguous_gradients=True)
+    if s.optimizer_offload:
+        # ZeRO-Offload: DeepSpeedZeroOffloadOptimizerConfig (runtime/zero/offload_config.py), stages 1-3
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if s.optimizer_offload < 1:
+            notes.append(f"optimizer_offload={s.optimizer_offload:g}: DeepSpeed offloads the whole optimizer")
+        if s.zero == 0:
+            notes.append("offload_optimizer needs ZeRO stage >= 1")
     cfg: dict[str, object] = {
         "train_batch_size": workload.global_batch,
         "train_micro_batch_size_per_gpu": s.micro_batch,

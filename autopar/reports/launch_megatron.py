@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.layouts import STACKS, stack_notes
 from autopar.perf.cp import hierarchical_sizes
 from autopar.perf.pipeline import SCHEDULES
 from autopar.reports.launch_split import strategy_split
@@ -144,7 +145,7 @@ def _hsdp_and_savers(s: Strategy, notes: list[str]) -> list[str]:
     if s.optimizer_states == "bf16":
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     elif s.optimizer_states == "8bit":
-        notes.append("8-bit optimizer states (bitsandbytes) are not in Megatron-LM; its nearest is "
+        notes.append("8-bit optimizer states (bitsandbytes): Megatron-LM's nearest is "
                      "--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8")  # fmt: skip
     if s.optimizer_offload:
         a += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}"]
@@ -168,10 +169,10 @@ def _parallel(
             notes.append(
                 f"uneven pipeline split, layers per rank: {', '.join(map(str, split.layers_per_rank))}"
             )
-    if s.pp > 1 and s.pp_schedule in ("zb-h1", "dualpipe"):
+    notes += stack_notes("megatron", s)  # the capability table (layouts.STACKS) the search also reads
+    if s.pp > 1 and s.pp_schedule not in STACKS["megatron"].schedules:
         notes.append(
-            f"pp_schedule={s.pp_schedule} is not in Megatron-LM (arguments use 1F1B); "
-            f"source: {SCHEDULES[s.pp_schedule].source}"
+            f"these arguments run 1F1B instead of {s.pp_schedule} ({SCHEDULES[s.pp_schedule].source})"
         )
     if s.cp > 1:
         a += _context_parallel(cluster, s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from autopar.layouts import STACKS, stack_notes
 from autopar.reports.launch_schema import load_schema, schema_source
 from autopar.reports.launch_split import torchtitan_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -95,23 +96,21 @@ def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dic
         notes.append("torchtitan always applies sequence parallelism together with TP")
     if workload.tp_comm_overlap and s.tp > 1:
         par["enable_async_tensor_parallel"] = True  # only effective with [compile] enabled (added below)
+    notes += stack_notes("torchtitan", s)  # the capability table (layouts.STACKS) the search also reads
     if s.cp > 1:
         rotate = _CP_ROTATE.get(s.cp_comm)
         if rotate is None:
-            notes.append(
-                f"cp_comm={s.cp_comm} (Ulysses) is not in torchtitan's context parallelism; ring used"
-            )
+            notes.append(f"cp_comm={s.cp_comm}: this config runs the ring (p2p) instead")
         par["context_parallel_rotate_method"] = rotate or "alltoall"
-    if s.pp > 1 and s.pp_schedule in ("zb-h1", "dualpipe"):
-        notes.append(f"pp_schedule={s.pp_schedule} has no one-chunk torchtitan schedule; 1F1B used")
+    ships = STACKS["torchtitan"].schedules
+    if s.pp > 1 and s.pp_schedule not in ships:
+        notes.append(f"pp_schedule={s.pp_schedule}: this config runs 1F1B instead")
     if s.pp > 1 and (s.pp_first_layers is not None or s.pp_last_layers is not None):
         notes.append(
             "torchtitan weighs the first/last stage with *_stage_less_layers, not explicit layer counts"
         )
-    if s.optimizer_states or s.optimizer_offload:
-        notes.append("optimizer-state precision and CPU offload are not torchtitan job-config options")
     if s.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
+        par["pipeline_parallel_schedule"] = ships["interleaved" if s.vpp > 1 else "1f1b"]
         par["pipeline_parallel_microbatch_size"] = s.micro_batch
         par.update(torchtitan_split(model.layers, s.pp, s.vpp))
     if model.is_moe:

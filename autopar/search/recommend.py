@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from autopar.layouts import STACKS
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.types import Estimate
@@ -157,15 +158,27 @@ _CP_WHY = {
 }
 
 
-def explain_layout(r: TrialRecord) -> str:
-    """One sentence on the pipeline schedule and split, CP variant, HSDP and memory savers a point uses."""
+def _ships(framework: str, what: str, name: str | None, offered: Sequence[str]) -> str:
+    """Where the stack runs a chosen value (its own name for it), or that it does not ship it."""
+    if name is not None:
+        return (
+            f"; {framework} runs it as {name} (the search offers {framework}'s {what}: {', '.join(offered)})"
+        )
+    return f"; {framework} does not ship it (a what-if)"
+
+
+def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
+    """One sentence on the pipeline schedule and split, CP variant, HSDP and memory savers a point uses,
+    saying what the stack (layouts.STACKS) calls each choice or that it does not ship it."""
+    stack = STACKS[framework]
     s, e = r.strategy, r.estimate
     step = (e.step_time_s if e is not None else 0.0) or 1.0
     out = []
     if s.pp > 1 and s.pp_schedule:
         bubble = f", bubble {100 * e.time.bubble / step:.0f}% of the step" if e is not None else ""
-        ships = SCHEDULES[s.pp_schedule].frameworks
-        where = "" if ships else f"; no mainline stack ships it ({SCHEDULES[s.pp_schedule].source})"
+        name = stack.schedules.get(s.pp_schedule)
+        where = _ships(framework, "schedules", name, list(stack.schedules))
+        where += "" if name else f" ({SCHEDULES[s.pp_schedule].source})"
         out.append(f"PP{s.pp}: {_SCHEDULE_WHY[s.pp_schedule]}{bubble}{where}")
     if s.pp_first_layers is not None or s.pp_last_layers is not None:
         out.append(f"uneven stages (first {s.pp_first_layers}, last {s.pp_last_layers} layers)")
@@ -176,7 +189,9 @@ def explain_layout(r: TrialRecord) -> str:
         out.append(f"uneven stages ({counted} counted as a layer)")
     if s.cp > 1:
         cp = f", {100 * e.time.cp_comm / step:.0f}% exposed" if e is not None else ""
-        out.append(f"CP{s.cp} {s.cp_comm}: {_CP_WHY[s.cp_comm]}{cp}")
+        ok = s.cp_comm in stack.cp_comm
+        where = _ships(framework, "CP variants", s.cp_comm if ok else None, stack.cp_comm)
+        out.append(f"CP{s.cp} {s.cp_comm}: {_CP_WHY[s.cp_comm]}{cp}{where}")
     if s.dp_shard:
         out.append(
             f"HSDP: ZeRO-3 over groups of {s.dp_shard} data-parallel ranks in one NVLink domain, replicated across"
@@ -204,6 +219,7 @@ def _why(
     key: str | None,
     objectives: Sequence[Objective],
     dist: float | None = None,
+    framework: str = "megatron",
 ) -> str:
     """The paragraph for one recommendation."""
     if role == "balanced":
@@ -221,7 +237,7 @@ def _why(
     text = [lead, _head(r)]
     if r.estimate is not None:
         text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
-    text += [x for x in (explain_layout(r),) if x]
+    text += [x for x in (explain_layout(r, framework),) if x]
     if runner is not None:
         trades = [
             _delta(o.name, r.values[o.name], runner.values[o.name])
@@ -312,7 +328,10 @@ SAFE_SPEED_FRACTION = 0.9  # "most headroom" is chosen among points with >= 90% 
 
 
 def recommend(
-    front: Sequence[TrialRecord], objectives: Sequence[Objective], feasible: Sequence[TrialRecord] = ()
+    front: Sequence[TrialRecord],
+    objectives: Sequence[Objective],
+    feasible: Sequence[TrialRecord] = (),
+    framework: str = "megatron",
 ) -> list[Recommendation]:
     """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons.
 
@@ -335,7 +354,7 @@ def recommend(
             (r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
             ranked[1] if len(ranked) > 1 else None,
         )
-        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives)
+        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework)
         _, tie, note = correction_effect(best, [*pool, *feasible], o)
         if note:
             why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
@@ -344,7 +363,9 @@ def recommend(
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None
     out.append(
-        Recommendation("balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]])))
+        Recommendation(
+            "balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]]), framework)
+        )
     )
     return out
 

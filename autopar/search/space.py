@@ -45,7 +45,7 @@ def _strategy(**knobs: Any) -> Strategy:
 _KNOBS = (
     "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch", "recompute", "pp_schedule",
     "dp_shard", "cp_comm", "pp_first_layers", "pp_last_layers", "pp_account_embedding", "pp_account_loss",
-    "optimizer_states", "optimizer_offload",
+    "optimizer_states", "optimizer_offload", "activation_offload_layers",
 )  # fmt: skip
 _TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in _KNOBS})
 
@@ -84,7 +84,7 @@ def split_code(split: Split) -> str:
 
 def make_strategy(
     lay: Layout, mb: int, vpp: int, sched: str, sp: bool, zero: int, ds: int | None, rc: str, cpc: str,
-    split: Split, saver: Saver,
+    split: Split, saver: Saver, ao: int = 0,
 ) -> Strategy:  # fmt: skip
     """The strategy of a layout with its knob values (the one place search points become Strategies)."""
     return _strategy(
@@ -108,6 +108,7 @@ def make_strategy(
         pp_account_loss=split.account_loss,
         optimizer_states=saver[0],
         optimizer_offload=saver[1],
+        activation_offload_layers=ao,
     )
 
 
@@ -131,6 +132,7 @@ class Layout:
     dp_shard: tuple[int, ...] = ()  # HSDP shard degrees offered with ZeRO-3 (besides sharding over all dp)
     split: tuple[Split, ...] = (EVEN_SPLIT,)
     savers: tuple[Saver, ...] = ((None, 0.0),)
+    act_offload: tuple[int, ...] = ()  # activation-offload layer counts offered (with recompute "none" only)
 
     @cached_property
     def pipe(self) -> tuple[tuple[int, int, str], ...]:
@@ -143,14 +145,21 @@ class Layout:
         hsdp = tuple((3, ds) for ds in self.dp_shard) if 3 in self.zero else ()
         return tuple((z, None) for z in self.zero) + hsdp
 
+    @cached_property
+    def rc_offload(self) -> tuple[tuple[str, int], ...]:
+        """(recompute, activation_offload_layers) pairs: every mode without offload, plus "none" with each
+        offered count (Megatron offloads only without recompute, layouts.offload_rules)."""
+        ao = tuple(("none", n) for n in self.act_offload) if "none" in self.recompute else ()
+        return tuple((rc, 0) for rc in self.recompute) + ao
+
     @property
     def size(self) -> int:
-        per_pipe = len(self.sp) * len(self.zero_shard) * len(self.recompute) * len(self.cp_comm)
+        per_pipe = len(self.sp) * len(self.zero_shard) * len(self.rc_offload) * len(self.cp_comm)
         return len(self.pipe) * per_pipe * len(self.split) * len(self.savers)
 
     def strategy(self, j: int) -> Strategy:
         """The j-th strategy of this layout (0 <= j < size)."""
-        j, r = divmod(j, len(self.recompute))
+        j, r = divmod(j, len(self.rc_offload))
         j, z = divmod(j, len(self.zero_shard))
         j, s = divmod(j, len(self.sp))
         j, c = divmod(j, len(self.cp_comm))
@@ -158,9 +167,9 @@ class Layout:
         j, k = divmod(j, len(self.split))
         mb, vpp, sched = self.pipe[j]
         zero, ds = self.zero_shard[z]
+        rc, ao = self.rc_offload[r]
         return make_strategy(
-            self, mb, vpp, sched, self.sp[s], zero, ds, self.recompute[r], self.cp_comm[c], self.split[k],
-            self.savers[v],
+            self, mb, vpp, sched, self.sp[s], zero, ds, rc, self.cp_comm[c], self.split[k], self.savers[v], ao,
         )  # fmt: skip
 
 
@@ -177,6 +186,7 @@ class Point:
         key = (
             self.hw, s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, s.sp, s.zero, s.micro_batch, s.recompute,
             s.pp_schedule, s.cp_comm, s.dp_shard, split_of(s), s.optimizer_states, s.optimizer_offload,
+            s.activation_offload_layers or 0,
         )  # fmt: skip
         object.__setattr__(self, "key", key)
 
@@ -199,10 +209,12 @@ def _expert_layouts(model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims) 
     out = []
     wl, cl = hw.workload, hw.cluster
     common = {
-        "cp_comm": lay_rules.cp_comm_values(model, cl, dims.tp, dims.cp),
-        "dp_shard": lay_rules.dp_shard_values(cl, dims),
+        "zero": lay_rules.zero_values(wl),
+        "cp_comm": lay_rules.cp_comm_values(model, cl, wl, dims.tp, dims.cp),
+        "dp_shard": lay_rules.dp_shard_values(cl, wl, dims),
         "split": lay_rules.split_values(model, dims.pp),
         "savers": lay_rules.saver_values(wl),
+        "act_offload": lay_rules.act_offload_values(model, wl, dims.pp),
     }
     for ep, etp in lay_rules.expert_degrees(model, cl, dims):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
@@ -279,7 +291,7 @@ class Space:
             "ep": sorted(_uniq(lay.ep for lay in self.layouts)),
             "etp": sorted(_uniq(lay.etp for lay in self.layouts if lay.etp is not None)),
             "sp": sorted(_uniq(s for lay in self.layouts for s in lay.sp)),
-            "zero": list(ZERO_STAGES),
+            "zero": sorted(_uniq(z for lay in self.layouts for z in lay.zero)),
             "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
             "recompute": list(RECOMPUTE),
             "pp_schedule": _uniq(x for lay in self.layouts for _, _, x in lay.pipe),
@@ -288,6 +300,7 @@ class Space:
             "pp_split": _uniq(split_code(x) for lay in self.layouts for x in lay.split),
             "optimizer_states": _uniq(x for lay in self.layouts for x, _ in lay.savers),
             "optimizer_offload": sorted(_uniq(x for lay in self.layouts for _, x in lay.savers)),
+            "activation_offload_layers": sorted(_uniq(x for lay in self.layouts for _, x in lay.rc_offload)),
         }
         self._dists = {k: v for k, v in d.items() if len(v) > 1}
         return self._dists
@@ -338,7 +351,7 @@ class Space:
         vs = [v for m, v in lay.mb_vpp if m == mb and v <= v_want]
         vpp = max(vs) if vs else 1
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
-        zero = params.get("zero", lay.zero[0])
+        zero = _nearest_below(lay.zero, params.get("zero", lay.zero[0]))
         rc = params.get("recompute", lay.recompute[0])
         return Point(h, make_strategy(lay, mb, vpp, _pick_schedule(lay, mb, vpp, params), sp, zero,
                                       *_pick_rest(lay, zero, rc, params)))  # fmt: skip
@@ -367,10 +380,10 @@ class Space:
 
     def _point_of_key(self, key: tuple[Any, ...]) -> Point:
         """`point_of_key` without the memo."""
-        h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc, sched, cpc, ds, split, states, off = key
+        h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc, sched, cpc, ds, split, states, off, ao = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
         lay = Layout(h, tp, pp, cp, ep, dp, etp, (), ())
-        return Point(h, make_strategy(lay, mb, vpp, sched, sp, zero, ds, rc, cpc, split, (states, off)))
+        return Point(h, make_strategy(lay, mb, vpp, sched, sp, zero, ds, rc, cpc, split, (states, off), ao))
 
     def neighbors(self, point: Point, adjacent: bool = False) -> list[Point]:
         """Points that differ from `point` in one knob (after repair), without duplicates.
@@ -424,6 +437,7 @@ class Space:
             "pp_split": split_code(split_of(s)),
             "optimizer_states": s.optimizer_states,
             "optimizer_offload": s.optimizer_offload,
+            "activation_offload_layers": s.activation_offload_layers or 0,
         }
         return {k: full[k] for k in self.distributions()}
 
@@ -435,10 +449,17 @@ def _pick_schedule(lay: Layout, mb: int, vpp: int, params: dict[str, Any]) -> st
     return want if want in offered else offered[0]
 
 
+def _nearest_below(offered: tuple[int, ...], want: int) -> int:
+    """The largest offered value <= the wish, else the smallest offered (ordered knobs such as zero)."""
+    below = [x for x in offered if x <= want]
+    return below[-1] if below else min(offered)
+
+
 def _pick_rest(
     lay: Layout, zero: int, rc: str, params: dict[str, Any]
-) -> tuple[int | None, str, str, Split, Saver]:
-    """(dp_shard, recompute, cp_comm, split, saver): each wish if the layout offers it, else its first value."""
+) -> tuple[int | None, str, str, Split, Saver, int]:
+    """(dp_shard, recompute, cp_comm, split, saver, activation_offload_layers): each wish if the layout offers
+    it, else its first value (an offload count with a recompute mode it cannot run with becomes 0)."""
     ds = params.get("dp_shard")
     ds = ds if zero == 3 and ds in lay.dp_shard else None
     cpc = params.get("cp_comm")
@@ -449,10 +470,15 @@ def _pick_rest(
         params.get("optimizer_states", lay.savers[0][0]),
         params.get("optimizer_offload", lay.savers[0][1]),
     )
-    return ds, rc, cpc, split, want if want in lay.savers else lay.savers[0]
+    ao = params.get("activation_offload_layers", 0)
+    ao = ao if (rc, ao) in lay.rc_offload else 0
+    return ds, rc, cpc, split, want if want in lay.savers else lay.savers[0], ao
 
 
-_ORDERED = {"num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "micro_batch", "recompute"}
+_ORDERED = {
+    "num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "micro_batch", "recompute",
+    "activation_offload_layers",
+}  # fmt: skip
 
 
 def _uniq(items: Any) -> list[Any]:

@@ -293,7 +293,11 @@ def optimize(
         space_size=space.size,
         trials=records,
         pareto=_with_training(pareto_frame(front, objs), workload.token_budget),
-        recommended=recommend(front, objs, [r for r in records if r.feasible]) if front else [],
+        recommended=(
+            recommend(front, objs, [r for r in records if r.feasible], framework=workload.framework)
+            if front
+            else []
+        ),
         seed=seed,
         budget=budget,
         sampler=sampler,

@@ -1,0 +1,126 @@
+"""The per-stack capability table (layouts.STACKS) against the stacks' own vendored argument/config schemas,
+and the three readers that must agree with it: estimate notes, the completion and the launch writers."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.catalog import get_gpu, get_model
+from autopar.layouts import MEMORY_SAVERS, STACKS, Level, check, strategy_stack_rules
+from autopar.perf import estimate
+from autopar.reports.launch import launch_settings
+from autopar.reports.launch_schema import TT_MULTI_STAGE, TT_SINGLE_STAGE, VERSIONS, load_schema
+from autopar.search.space import build_space
+from autopar.specs import ClusterSpec, Strategy, Workload
+
+MEGATRON = load_schema("megatron", VERSIONS["megatron"][0])["arguments"]
+TORCHTITAN = load_schema("torchtitan", VERSIONS["torchtitan"][0])["sections"]["parallelism"]
+DEEPSPEED = load_schema("deepspeed", VERSIONS["deepspeed"][0])["sections"]["zero_optimization"]
+
+
+def test_megatron_entry_matches_its_arguments():
+    stack = STACKS["megatron"]
+    assert not [a for a in MEGATRON if "zero-bubble" in a or "dualpipe" in a or "zb-" in a]
+    assert set(stack.schedules) == {"1f1b", "interleaved"}
+    assert "--num-layers-per-virtual-pipeline-stage" in MEGATRON and "--use-distributed-optimizer" in MEGATRON
+    sharding = set(MEGATRON["--data-parallel-sharding-strategy"]["choices"])
+    assert {"optim_grads", "optim_grads_params"} <= sharding and stack.zero == (0, 1, 2, 3)
+    assert "--cp-comm-type" in MEGATRON and "--hierarchical-context-parallel-sizes" in MEGATRON
+    assert stack.hsdp and "--num-distributed-optimizer-instances" in MEGATRON
+    dtypes = set(MEGATRON["--exp-avg-dtype"]["choices"])
+    assert "bf16" in dtypes and stack.optimizer_states == ("bf16",)  # no 8-bit (bitsandbytes) states
+    assert stack.optimizer_offload and "--optimizer-cpu-offload" in MEGATRON
+    assert stack.act_offload and "--cpu-offloading-num-layers" in MEGATRON
+
+
+def test_torchtitan_entry_matches_its_job_config():
+    stack = STACKS["torchtitan"]
+    assert stack.schedules["1f1b"] in TT_SINGLE_STAGE and stack.schedules["interleaved"] in TT_MULTI_STAGE
+    rotate = set(TORCHTITAN["context_parallel_rotate_method"]["choices"])
+    assert rotate == {"allgather", "alltoall"} and set(stack.cp_comm) == {"p2p", "allgather"}  # no Ulysses
+    assert "data_parallel_replicate_degree" in TORCHTITAN and stack.hsdp
+    assert stack.zero == (0, 3) and not stack.optimizer_states and not stack.act_offload
+
+
+def test_deepspeed_entry_matches_its_zero_config():
+    stack = STACKS["deepspeed"]
+    assert "offload_optimizer" in DEEPSPEED["fields"] and stack.optimizer_offload
+    assert stack.zero == (0, 1, 2, 3) and set(stack.schedules) == {"1f1b"} and not stack.hsdp
+
+
+def _llama8b(framework: str):
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
+    return get_model("Llama-3.1-8B"), cl, Workload(seq_len=8192, global_batch=64, framework=framework)
+
+
+@pytest.mark.parametrize(
+    "framework, knobs, words",
+    [
+        ("torchtitan", {"zero": 1}, "zero=1: framework=torchtitan ships ZeRO stages (0, 3)"),
+        ("deepspeed", {"tp": 2, "zero": 3, "dp_shard": 2}, "dp_shard=2: framework=deepspeed has no HSDP"),
+        (
+            "megatron-legacy",
+            {"cp": 2, "zero": 1},
+            "cp=2: framework=megatron-legacy has no context parallelism",
+        ),
+        ("megatron", {"pp": 2, "pp_schedule": "zb-h1", "zero": 1}, "pp_schedule=zb-h1: framework=megatron"),
+    ],
+)
+def test_estimate_of_an_unshipped_knob_is_a_what_if_with_a_note(framework, knobs, words):
+    m, cl, w = _llama8b(framework)
+    s = Strategy(micro_batch=1, recompute="full", **knobs)
+    e = estimate(m, cl, w, s)
+    assert e.step_time_s > 0 and any(words in n for n in e.notes)
+    shipped = estimate(m, cl, w, s.model_copy(update={"zero": STACKS[framework].zero[-1], "dp_shard": None}))
+    assert not any("not shipped" in n and "zero=" in n for n in shipped.notes)
+
+
+def test_completion_picks_zero_among_the_stack_stages():
+    m, cl, w = _llama8b("torchtitan")
+    e = estimate(m, cl, w, Strategy(micro_batch=1, recompute="full", zero=None))
+    assert e.strategy.zero in (0, 3) and any(a.startswith("zero=") for a in e.assumed)
+    assert strategy_stack_rules("torchtitan", e.strategy) == []
+
+
+def test_launch_notes_read_the_same_table():
+    m, cl, w = _llama8b("megatron")
+    s = Strategy(
+        tp=1, pp=2, pp_schedule="zb-h1", zero=1, micro_batch=1, recompute="full", optimizer_offload=1.0
+    )
+    ls = launch_settings(m, cl, w, s)
+    meg = " ".join(ls.framework_notes["megatron"])
+    assert (
+        "pp_schedule=zb-h1: framework=megatron does not ship it" in meg and "run 1F1B instead of zb-h1" in meg
+    )
+    tt = " ".join(ls.framework_notes["torchtitan"])
+    assert "framework=torchtitan has no optimizer CPU offload" in tt and "1F1B instead" in tt
+    flat = Strategy(tp=1, pp=1, zero=2, micro_batch=1, recompute="full", optimizer_offload=1.0)
+    cfg = json.loads(launch_settings(m, cl, w, flat).deepspeed)
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    framework=st.sampled_from(list(STACKS)),
+    savers=st.sets(st.sampled_from(MEMORY_SAVERS)),
+    gpus=st.sampled_from([4, 8, 16]),
+    seed=st.integers(min_value=0, max_value=10**6),
+)
+def test_every_search_point_is_shipped_by_its_stack(framework, savers, gpus, seed):
+    """Invariant: whatever the stack and savers, a sampled search point breaks no rule at SEARCH level and uses
+    nothing its stack does not ship; activation offload only with pp 1 and recompute none."""
+    model = get_model("Llama-3.1-8B").model_copy(update={"name": "small", "layers": 8})
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=16, framework=framework, memory_savers=tuple(sorted(savers)))
+    space = build_space(model, cl, w)
+    rng = random.Random(seed)
+    for _ in range(20):
+        s = space.sample(rng).strategy
+        assert strategy_stack_rules(framework, s) == [] and check(model, cl, w, s, level=Level.SEARCH) == []
+        if s.activation_offload_layers:
+            assert s.pp == 1 and s.recompute == "none" and "act_offload" in savers
