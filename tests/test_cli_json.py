@@ -64,6 +64,11 @@ def test_api_and_cli_share_min_headroom_default() -> None:
 
     params = inspect.signature(optimize).parameters
     assert (params["budget"].default, params["seed"].default) == (DEFAULT_BUDGET, DEFAULT_SEED)
+    from autopar.cli.whatif import whatif as whatif_cmd
+    from autopar.defaults import DEFAULT_WHATIF_BUDGET
+
+    assert inspect.signature(run_whatif).parameters["budget"].default == DEFAULT_WHATIF_BUDGET
+    assert inspect.signature(whatif_cmd).parameters["budget"].default == DEFAULT_WHATIF_BUDGET
     assert tuple(params["objectives"].default) == DEFAULT_OBJECTIVES
     res = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
     assert f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB" in res.output

@@ -34,7 +34,8 @@ MB = 1_000_000
 def result_300():
     """The README problem (70B, 64..512 H100) with 300 evaluated strategies."""
     clusters = [ap.ClusterSpec(gpu=ap.get_gpu("H100-SXM"), num_gpus=n) for n in (64, 128, 256, 512)]
-    return optimize(ap.get_model("llama-3.1-70b"), clusters, ap.Workload(seq_len=8192, global_batch=512))
+    wl = ap.Workload(seq_len=8192, global_batch=512)
+    return optimize(ap.get_model("llama-3.1-70b"), clusters, wl, budget=300)
 
 
 def _assert_partial_bundle_inlined(page: str) -> None:

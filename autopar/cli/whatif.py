@@ -33,7 +33,7 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET
 from autopar.errors import AutoparError, SpecError
 
 if TYPE_CHECKING:
@@ -223,7 +223,9 @@ def whatif(
     max_spend: Annotated[
         str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")
     ] = None,
-    budget: Annotated[int, typer.Option("--budget", help="Search trials per option.")] = 300,
+    budget: Annotated[
+        int, typer.Option("--budget", help="Search trials per option.")
+    ] = DEFAULT_WHATIF_BUDGET,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same answer).")] = 0,
     goodput: Annotated[
         float,

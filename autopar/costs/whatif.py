@@ -21,7 +21,7 @@ from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET
 from autopar.errors import AutoparError, SpecError
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
 
@@ -186,7 +186,7 @@ def run_whatif(
     goodput: float = 1.0,
     deadline_s: float | None = None,
     max_cost_usd: float | None = None,
-    budget: int = 300,
+    budget: int = DEFAULT_WHATIF_BUDGET,
     seed: int = 0,
     min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
     precisions: list[str] | None = None,

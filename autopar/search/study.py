@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
@@ -150,7 +150,7 @@ def optimize(
     clusters: ClusterSpec | list[ClusterSpec],
     workload: Workload,
     *,
-    budget: int = 300,
+    budget: int = DEFAULT_BUDGET,
     objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
     seed: int = 0,
     sampler: str = "nsga2",
