@@ -7,28 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_report_fixtures import synthetic_training_set as _ts
 
 from autopar.calibration.corrector import ThroughputCorrector, conformal_band, eb_offsets, weighted_quantile
-from autopar.calibration.features import FEATURE_NAMES, TrainingSet
+from autopar.calibration.features import FEATURE_NAMES
 from autopar.calibration.validation import COVERAGE, adaptation, held_out, passes_gate, select_params
-
-
-def _ts(X: np.ndarray, y: np.ndarray, groups: list[str]) -> TrainingSet:
-    n = len(y)
-    return TrainingSet(
-        X=X,
-        y=y,
-        ids=[f"r{i}" for i in range(n)],
-        sources=groups,
-        groups=groups,
-        cohorts=[str(i % 4) for i in range(n)],
-        gpus=["H100-SXM"] * n,
-        families=["hopper"] * n,
-        measured=np.exp(y),
-        predicted=np.ones(n),
-        how=["measured"] * n,
-        skipped=[],
-    )
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")

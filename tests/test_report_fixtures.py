@@ -217,15 +217,13 @@ def make_result(with_number_column: bool = True, num_gpus: int = 16) -> SearchRe
     )
 
 
-def make_held_out(n_sources: int = 4, runs: int = 30) -> HeldOut:
-    """Synthetic held-out predictions: `runs` runs from each of `n_sources` sources (the shipped public
-    set has 106 runs from 8 sources)."""
-    rng = np.random.default_rng(0)
-    n = n_sources * runs
-    groups = [f"src{i % n_sources}" for i in range(n)]
-    X, y = rng.normal(size=(n, 2)), rng.normal(0, 0.2, n)
-    predicted = rng.uniform(1e3, 1e4, n)
-    ts = TrainingSet(
+def synthetic_training_set(
+    X: np.ndarray, y: np.ndarray, groups: list[str], predicted: np.ndarray | None = None
+) -> TrainingSet:
+    """A synthetic training set: log-ratio targets `y` on `predicted` (1 by default), one cohort per i % 4."""
+    n = len(y)
+    predicted = np.ones(n) if predicted is None else predicted
+    return TrainingSet(
         X=X,
         y=y,
         ids=[f"r{i}" for i in range(n)],
@@ -239,6 +237,17 @@ def make_held_out(n_sources: int = 4, runs: int = 30) -> HeldOut:
         how=["measured"] * n,
         skipped=[],
     )
+
+
+def make_held_out(n_sources: int = 4, runs: int = 30) -> HeldOut:
+    """Synthetic held-out predictions: `runs` runs from each of `n_sources` sources (the shipped public
+    set has 106 runs from 8 sources)."""
+    rng = np.random.default_rng(0)
+    n = n_sources * runs
+    groups = [f"src{i % n_sources}" for i in range(n)]
+    X, y = rng.normal(size=(n, 2)), rng.normal(0, 0.2, n)
+    predicted = rng.uniform(1e3, 1e4, n)
+    ts = synthetic_training_set(X, y, groups, predicted)
     return held_out(ts, alpha=1.0, shrink=1.0)
 
 
