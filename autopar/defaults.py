@@ -20,3 +20,5 @@ DEFAULT_OBJECTIVES = ("throughput", "headroom", "cost")
 # Free memory a strategy must leave per GPU to count as fitting: a margin for the memory model's
 # ~13% median error on the published runs that report memory (README, accuracy table: 12.9%).
 DEFAULT_MIN_HEADROOM_GIB = 2.0
+# How an HTML report loads plotly.js (autopar/reports/plotlyjs.py): inlined partial bundle, or the CDN.
+PLOTLY_MODES = ("inline", "cdn")

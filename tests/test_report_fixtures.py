@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from autopar.calibration.features import TrainingSet
@@ -205,7 +204,7 @@ def make_result(with_number_column: bool = True, num_gpus: int = 16) -> SearchRe
         objectives=OBJECTIVES,
         space_size=len(trials),
         trials=trials,
-        pareto=pd.DataFrame(rows),
+        pareto_rows=rows,
         recommended=recs,
         seed=0,
         budget=len(trials),

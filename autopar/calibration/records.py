@@ -13,16 +13,18 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from autopar.errors import AutoparError, DataError
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RECORD_COLUMNS: tuple[str, ...] = (
     "id",
@@ -574,6 +576,8 @@ def batch_estimate(df: pd.DataFrame, strict: bool = False, keep: list | None = N
     """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run.
     Rows repeating a configuration (all cells but the id equal) are evaluated once; `keep` (optional)
     gets each distinct configuration's (specs, estimate) or None, in the order of unique_rows."""
+    import pandas as pd
+
     codes, first = unique_rows(df)
     rows = [estimate_row(r, strict=strict, keep=keep) for r in df.iloc[first].to_dict(orient="records")]
     out = pd.DataFrame(rows)

@@ -100,7 +100,7 @@ def parse_memory_savers(value: str) -> tuple[str, ...]:
 
 def check_plotly(mode: str, out: Path | None) -> str:
     """Validate --plotly: one of the loader modes, and only together with --out."""
-    from autopar.reports.plotlyjs import PLOTLY_MODES
+    from autopar.defaults import PLOTLY_MODES
 
     if mode not in PLOTLY_MODES:
         raise SpecError(f"plotly={mode!r}: expected one of {', '.join(PLOTLY_MODES)}")

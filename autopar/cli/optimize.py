@@ -131,7 +131,7 @@ def result_json(result: Any) -> dict[str, Any]:
             "states": result.stats.get("study_states") or {},
         },
         "objectives": [{"name": o.name, "direction": o.direction, "unit": o.unit} for o in result.objectives],
-        "pareto": [{k: _jsonable(v) for k, v in row.items()} for row in result.pareto.to_dict("records")],
+        "pareto": [{k: _jsonable(v) for k, v in row.items()} for row in result.pareto_rows],
         "recommended": [
             {"role": r.role, **{k: _jsonable(v) for k, v in record_row(r.trial).items()}, "why": r.why}
             for r in result.recommended
@@ -391,7 +391,7 @@ def optimize_cmd(
     )
     result.notes[:0] = skipped
     result.inputs["gpus_arg"] = choice.gpus
-    if result.pareto.empty:
+    if not result.pareto_rows:
         raise NoFeasibleStrategyError(result.notes[-1])
     if as_json:
         sys.stdout.write(json.dumps(result_json(result), default=str) + "\n")

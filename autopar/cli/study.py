@@ -89,7 +89,7 @@ def report_cmd(
     result = load_result(storage, study_name, cal)
     if as_json:
         sys.stdout.write(json.dumps(result_json(result), default=str) + "\n")
-    elif not result.pareto.empty:
+    elif result.pareto_rows:
         print_result(result, top)
     if out is not None:
         from autopar.reports import write_search_report
@@ -97,7 +97,7 @@ def report_cmd(
         path = write_search_report(result, out)
         if not as_json:
             console.print(f"report: {path}", highlight=False)
-    if result.pareto.empty:
+    if not result.pareto_rows:
         raise NoFeasibleStrategyError(
             result.notes[-1] if result.notes else "no feasible trial in the study yet"
         )

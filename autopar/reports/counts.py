@@ -14,6 +14,6 @@ def search_counts(result: SearchResult) -> dict[str, int]:
         "total": len(result.trials),
         "evaluated": evaluated,
         "feasible": int(result.n_feasible),
-        "pareto": len(result.pareto),
+        "pareto": len(result.pareto_rows),
         "rule_violations": len(result.trials) - evaluated,
     }

@@ -25,9 +25,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline as po
 
+from autopar.defaults import PLOTLY_MODES
 from autopar.errors import SpecError
 
-PLOTLY_MODES = ("inline", "cdn")
 # trace types in the partial bundle (plotly.js lib/core has scatter; entry.js registers the others)
 PARTIAL_TRACES = ("scatter", "bar", "parcoords")
 

@@ -1,4 +1,4 @@
-"""Pareto maths and the Pareto table: non-dominated filtering, exact hypervolume, the front as a DataFrame.
+"""Pareto maths and the Pareto table: non-dominated filtering, exact hypervolume, the front as table rows.
 
 Convention inside: objective matrices are *minimised* (maximised objectives are negated first with
 ``to_min_matrix``), one row per point.
@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from autopar.objectives import Objective
 from autopar.search.result import TrialRecord
@@ -209,15 +208,23 @@ def record_row(r: TrialRecord) -> dict[str, Any]:
     return row
 
 
-def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> pd.DataFrame:
-    """The Pareto set as a DataFrame, sorted by the first objective (best first)."""
-    rows = [record_row(r) for r in front]
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
+def pareto_rows(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[dict[str, Any]]:
+    """The Pareto set as table rows, sorted by the first objective (best first, ties by trial number).
+
+    Every row carries every column (first-seen order; None where a row has no value), as a DataFrame
+    built from them would, so JSON written from the rows equals JSON written from that frame."""
     o = objectives[0]
-    df = df.sort_values([o.name, "trial"], ascending=[not o.maximize, True], kind="stable")
-    return df.reset_index(drop=True)
+    sign = -1.0 if o.maximize else 1.0
+    rows = sorted((record_row(r) for r in front), key=lambda row: (sign * row[o.name], row["trial"]))
+    cols = list(dict.fromkeys(k for row in rows for k in row))
+    return [{k: row.get(k) for k in cols} for row in rows]
+
+
+def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> Any:
+    """The Pareto set as a pandas DataFrame (rows of `pareto_rows`)."""
+    import pandas as pd
+
+    return pd.DataFrame(pareto_rows(front, objectives))
 
 
 def pareto_records(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:

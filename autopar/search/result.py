@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from autopar.objectives import ObjectiveInfo
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -47,7 +49,7 @@ class SearchResult:
     objectives: list[ObjectiveInfo]
     space_size: int
     trials: list[TrialRecord]
-    pareto: pd.DataFrame  # one row per Pareto point: strategy columns, objective values, key breakdown
+    pareto_rows: list[dict[str, Any]]  # one row per Pareto point, best first (pareto.pareto_rows)
     recommended: list[Recommendation]
     seed: int
     budget: int
@@ -60,6 +62,13 @@ class SearchResult:
     stats: dict[str, Any] = field(
         default_factory=dict
     )  # search bookkeeping: evaluations, duplicates, HV, prices
+
+    @cached_property
+    def pareto(self) -> pd.DataFrame:
+        """The Pareto table as a DataFrame (built on first use: the JSON path never imports pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.pareto_rows)
 
     @property
     def n_feasible(self) -> int:

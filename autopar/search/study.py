@@ -20,8 +20,8 @@ from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhau
 from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
     normalized_hypervolume,
-    pareto_frame,
     pareto_records,
+    pareto_rows,
     reference_bounds,
     to_min_matrix,
 )
@@ -292,7 +292,7 @@ def optimize(
         objectives=[o.info for o in objs],
         space_size=space.size,
         trials=records,
-        pareto=_with_training(pareto_frame(front, objs), workload.token_budget),
+        pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
         recommended=(
             recommend(front, objs, [r for r in records if r.feasible], framework=workload.framework)
             if front
@@ -349,12 +349,13 @@ def _stored_inputs(
     }
 
 
-def _with_training(df: Any, tokens: float | None) -> Any:
-    """Add days and dollars to train the token budget (when one is given) to the Pareto table."""
-    if tokens and not df.empty:
-        df["train_days"] = tokens / df["throughput"] / SECONDS_PER_DAY
-        df["train_cost_usd"] = df["cost"] * tokens / 1e6
-    return df
+def _with_training(rows: list[dict[str, Any]], tokens: float | None) -> list[dict[str, Any]]:
+    """Add days and dollars to train the token budget (when one is given) to the Pareto rows."""
+    if tokens:
+        for row in rows:
+            row["train_days"] = tokens / row["throughput"] / SECONDS_PER_DAY
+            row["train_cost_usd"] = row["cost"] * tokens / 1e6
+    return rows
 
 
 def _calibration_info(calibration: Any) -> dict[str, Any] | None:
