@@ -137,6 +137,21 @@ def test_sampled_points_are_valid(seed):
     assert pt.strategy.dp * pt.strategy.tp * pt.strategy.pp * pt.strategy.cp == 64
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_decoded_and_neighbour_points_pass_every_rule(data):
+    """Whatever knob choices NSGA-II draws, decode gives a point that passes validate_strategy (or says
+    why not), and so does every neighbour: the search evaluator relies on it to skip re-validation
+    (Evaluator(space_points=True), issue 15)."""
+    model, cluster, wl, space = _mixtral_on_64()
+    params = {k: data.draw(st.sampled_from(v), label=k) for k, v in space.distributions().items()}
+    pt = space.decode(params)
+    if isinstance(pt, str):
+        return
+    for q in [pt, *space.neighbors(pt)]:
+        assert validate_strategy(model, cluster, wl, q.strategy) == [], q.strategy.label()
+
+
 def test_moe_and_dense_expert_parallel():
     dense = build_space(
         get_model("Llama-3.1-8B"),

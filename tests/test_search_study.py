@@ -106,7 +106,10 @@ def test_duplicates_are_not_re_estimated():
         return estimate(m, c, w, s, check=False)
 
     r = optimize(TINY, TINY_CLUSTER, TINY_WL, budget=200, seed=1, estimate_fn=counting)
-    assert len(calls) == len(set(calls)) == r.stats["evaluated"] == 200
+    assert len(calls) == len(set(calls)) and r.stats["evaluated"] == 200
+    # NSGA-II's children are evaluated a generation at a time (population 20 at budget 200): when the
+    # budget ends mid-generation, at most that generation's evaluations go unused
+    assert 200 <= len(calls) <= 200 + 20
     assert r.stats["optuna_trials"] >= 200
     estimated = [t for t in r.trials if t.estimate is not None]
     assert len({t.strategy for t in estimated}) == len(estimated) == 200

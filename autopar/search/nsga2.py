@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ class _Loop:
     complete: int = 0  # COMPLETE trials in the study (this process's only, without storage)
     synced: int = 0  # COMPLETE trials in the study at the last sync
     numbered: int = 0  # trial numbers handed out (NSGA-II proposals, local moves, absorbed trials)
+    ready: dict[tuple[Any, ...], Outcome] = field(default_factory=dict)  # outcomes evaluated ahead
+    pdists: dict[str, Any] = field(default_factory=dict)  # Optuna distributions of the knobs
 
     def note(self, key: tuple[Any, ...], vals: list[float], cons: dict[str, float]) -> None:
         """Remember an evaluated strategy (and put it on the front tracker when feasible)."""
@@ -171,6 +174,7 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
 
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
         generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
+        parents: dict[int, list[Any]]  # parent population per generation
 
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
             return dict(fixed)
@@ -189,10 +193,46 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
             gen = trial.system_attrs.get(self._get_generation_key())
             if gen is not None:
                 return gen
-            top = max(self.generations, default=0)
-            gen = top if self.generations.get(top, 0) < population else top + 1
-            study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
+            gen = self.next_generation()
+            if trial._trial_id < 0:  # a proposal not in the study yet (propose): kept on the stub
+                trial.system_attrs[self._get_generation_key()] = gen
+            else:
+                study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
             return gen
+
+        def next_generation(self) -> int:
+            top = max(self.generations, default=0)
+            return top if self.generations.get(top, 0) < population else top + 1
+
+        def open_slots(self) -> int:
+            """Proposals that all join the generation the next one joins: the places left in it."""
+            top = max(self.generations, default=0)
+            return population - self.generations.get(top, 0) or population
+
+        def get_parent_population(self, study: Any, generation: int) -> list[Any]:
+            # Optuna caches the parents' ids in the study's system attrs and rescans every trial per
+            # proposal to find them again (in study order, while the first call returns them in
+            # selection order); the trials never change once chosen, so keep that rescan's answer.
+            hit = self.parents.get(generation)
+            if hit is not None:
+                return hit
+            first = super().get_parent_population(study, generation)
+            self.parents[generation] = super().get_parent_population(study, generation)
+            return first
+
+        def propose(self, study: Any, dists: dict[str, Any]) -> Proposal:
+            """One child, drawn exactly as `study.ask(dists)` would draw it (same sampler calls in the
+            same order, so the same random numbers), without creating its trial: the trial is added
+            with its outcome (`_tell`), when NSGA-II would have been told it."""
+            study._thread_local.cached_all_trials = None  # as ask() does: see the trials added since
+            stub = _stub_trial()
+            self.before_trial(study, stub)
+            relative = self.sample_relative(study, stub, self.infer_relative_search_space(study, stub))
+            params = {
+                k: relative[k] if k in relative else self.sample_independent(study, stub, k, d)
+                for k, d in dists.items()
+            }
+            return Proposal(params, stub.system_attrs[self._get_generation_key()])
 
     # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
     # (and studies shared with other versions or workers) carry the same system attrs.
@@ -200,8 +240,44 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     _KnownSpaceNSGAII._GENERATION_KEY = base._GENERATION_KEY
     _KnownSpaceNSGAII._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX
     sampler = _KnownSpaceNSGAII(seed=seed, population_size=population)
-    sampler.generations = {}
+    sampler.generations, sampler.parents = {}, {}
     return sampler
+
+
+def _shared_categorical() -> type:
+    """CategoricalDistribution for the private study's added trials: immutable in use, so the deep
+    copy Optuna makes of every added trial shares it, and comparing it with itself is O(1). Never
+    stored: the stored study gets plain CategoricalDistributions (`_complete`)."""
+    from optuna.distributions import CategoricalDistribution
+
+    class SharedCategorical(CategoricalDistribution):
+        def __deepcopy__(self, memo: dict[int, Any]) -> SharedCategorical:
+            return self
+
+        def __eq__(self, other: object) -> bool:
+            return other is self or super().__eq__(other)
+
+        __hash__ = CategoricalDistribution.__hash__
+
+    return SharedCategorical
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """An NSGA-II child not yet in the private study: its parameters and its generation."""
+
+    params: dict[str, Any]
+    generation: int
+
+
+def _stub_trial() -> Any:
+    """A RUNNING trial outside any study, for sampler calls that take a trial (they read its attrs)."""
+    from optuna.trial import FrozenTrial, TrialState
+
+    return FrozenTrial(
+        number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
+        params={}, distributions={}, user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=-1,
+    )  # fmt: skip
 
 
 def _from_storage(e: BaseException) -> bool:
@@ -226,8 +302,11 @@ def _search(
 
     space, run, shared = st.space, st.run, st.shared
     odists = {k: CategoricalDistribution(v) for k, v in space.distributions().items()}
+    shared_cls = _shared_categorical()
+    st.pdists = {k: shared_cls(v) for k, v in space.distributions().items()}
     rng = random.Random(seed)
     move: Point | None = None  # the next proposal when it is a local-search (or replacement) move
+    queue: deque[Proposal] = deque()  # NSGA-II children drawn ahead, handled in order
     t0 = time.perf_counter()
     every = max(1, budget // 100)
     with SearchProgress(budget, progress, "NSGA-II") as bar:
@@ -241,8 +320,13 @@ def _search(
                     break
             if shared is not None and shared.live and not _room(st, budget, t0, timeout):
                 continue
-            if move is None:  # NSGA-II proposes: same suggestion order as suggest_categorical per knob
+            if move is None and REFERENCE_PATH:  # NSGA-II proposes through study.ask, trial by trial
                 trial = st.local.ask(odists)
+                params = trial.params
+            elif move is None:  # NSGA-II proposes: a generation's children drawn together
+                if not queue:
+                    queue.extend(_propose(st, ev, odists, budget))
+                trial = queue.popleft()
                 params = trial.params
             elif REFERENCE_PATH:
                 st.local.enqueue_trial(space.encode(move))
@@ -264,6 +348,28 @@ def _search(
                 bar.update(min(st.complete, budget), st.n_feas, len(st.tracker))
             if shared is not None and (shared.due() or len(shared.buffer) >= _batch(budget - st.synced)):
                 st.sync()
+
+
+def _propose(st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int) -> list[Proposal]:
+    """NSGA-II's next children, as many as join the current generation together, with the new
+    strategies among them evaluated in one call (one corrector prediction for all).
+
+    Children of one generation depend only on the previous generations and the sampler's random
+    numbers, never on their siblings' outcomes, so drawing them together and handling them in order
+    gives what asking and telling them one by one gives (tests/test_search_batched.py). With a stored
+    study another worker's trials can arrive between two proposals, so there it draws one at a time.
+    At most the budget left is evaluated ahead; local moves taking some of it can leave up to one
+    generation of evaluations unused when the budget ends (never a strategy evaluated twice)."""
+    sampler = st.local.sampler
+    n = 1 if st.shared is not None else sampler.open_slots()
+    props = [sampler.propose(st.local, odists) for _ in range(n)]
+    fresh: dict[tuple[Any, ...], Point] = {}
+    for p in props:
+        pt = st.space.decode(p.params)
+        if isinstance(pt, Point) and pt.key not in st.seen and len(fresh) < budget - st.complete:
+            fresh.setdefault(pt.key, pt)
+    st.ready = dict(zip(fresh, ev.evaluate_many(list(fresh.values())), strict=True))
+    return props
 
 
 def _batch(remaining: int) -> int:
@@ -322,7 +428,7 @@ def _handle(
         else:
             _tell(st, trial, cached[0], cached[1])
         return False
-    out = ev(pt)
+    out = st.ready.pop(pt.key, None) or ev(pt)
     run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, number, pt
     if not out.evaluated:  # broke a rule: PRUNED with the reason, never made-up values
         _tell(st, trial, state=TrialState.PRUNED)
@@ -350,14 +456,38 @@ def _tell(
     constraints: dict[str, float] | None = None,
     state: Any = None,
 ) -> Any:
-    """Tell the private study an NSGA-II proposal's outcome (constraints first); None for a local move."""
+    """Tell the private study an NSGA-II proposal's outcome (constraints first); None for a local move.
+    A Proposal enters the study now, finished: the trial `ask` would have made, told the same."""
     if trial is None:
         return None
+    if isinstance(trial, Proposal):
+        return _add_finished(st, trial, values, constraints, state)
     for k, v in (constraints or {}).items():
         trial.set_constraint(k, v)
     if state is not None:
         return st.local.tell(trial, state=state)
     return st.local.tell(trial, values)
+
+
+def _add_finished(
+    st: _Loop, p: Proposal, values: list[float] | None, constraints: dict[str, float] | None, state: Any
+) -> Any:
+    """Add a drawn child to the private study with its outcome; count it in its generation."""
+    from optuna.trial import TrialState, create_trial
+
+    sampler = st.local.sampler
+    frozen = create_trial(
+        state=state or TrialState.COMPLETE,
+        params=p.params,
+        distributions=st.pdists,
+        values=values if state is None else None,
+        constraints=constraints or None,
+        system_attrs={sampler._get_generation_key(): p.generation},
+    )
+    st.local.add_trial(frozen)
+    if state is None:
+        sampler.count_complete(frozen)
+    return frozen
 
 
 def _store(st: _Loop, trial: Any, budget: int) -> bool:

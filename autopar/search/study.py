@@ -38,7 +38,10 @@ VALID_COUNT_SAMPLES = 2_000
 
 
 def count_valid(space: Space, ev: Evaluator, rng: random.Random) -> tuple[int, bool]:
-    """How many points pass validate_strategy: exact up to EXACT_VALID_COUNT_LIMIT, else sampled."""
+    """How many points pass validate_strategy: all of them with the default rules (a Space holds only
+    valid points); with other rules exact up to EXACT_VALID_COUNT_LIMIT, else sampled."""
+    if ev.trusts_space:
+        return space.size, True
     if space.size <= EXACT_VALID_COUNT_LIMIT:
         return sum(not ev.rules(pt) for pt in space), True
     n = VALID_COUNT_SAMPLES
@@ -209,6 +212,7 @@ def optimize(
         max_cost=max_cost,
         calibration=calibration,
         estimate_fn=estimate_fn,
+        space_points=True,
     )
     fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
     t_search = time.perf_counter()
