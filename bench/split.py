@@ -70,7 +70,9 @@ class Split:
         return timed
 
     def patch(self, obj: Any, name: str, phase: str) -> None:
-        setattr(obj, name, self.wrap(getattr(obj, name), phase))
+        """Time obj.name as `phase` (names an older checkout lacks are skipped: --baseline-ref runs)."""
+        if hasattr(obj, name):
+            setattr(obj, name, self.wrap(getattr(obj, name), phase))
 
 
 def child(budget: int) -> dict[str, float]:
@@ -91,11 +93,15 @@ def child(budget: int) -> dict[str, float]:
     sp.patch(cal, "load_default_calibration", "calibration load")
     for name in ("build_space", "count_valid"):
         sp.patch(study, name, "space")
-    for name in ("create_study", "ask", "tell", "enqueue_trial"):
+    for name in ("create_study", "ask", "tell", "enqueue_trial", "add_trial"):
         sp.patch(optuna.study.Study if name != "create_study" else optuna, name, "sampler (Optuna)")
+    sp.patch(
+        nsga2, "_propose", "sampler (Optuna)"
+    )  # a generation's children (their evaluation: inner phases)
     for name in ("set_constraint", "suggest_categorical"):
         sp.patch(optuna.trial.Trial, name, "sampler (Optuna)")
     sp.patch(ev.Evaluator, "_analytical", "estimator")
+    sp.patch(ev.Evaluator, "_finish", "estimator")  # objectives and constraints of an estimate
     sp.patch(ev, "apply_calibration", "corrector")
     sp.patch(ev.Evaluator, "_calibrate_batch", "corrector")
     for name in ("_front_neighbor", "_unvisited"):
@@ -103,7 +109,14 @@ def child(budget: int) -> dict[str, float]:
     for name in ("decode", "neighbors", "encode"):
         sp.patch(Space, name, "local search")
     sp.patch(nsga2, "_search", "bookkeeping")
-    for name in ("pareto_records", "recommend", "pareto_frame", "normalized_hypervolume", "_records"):
+    for name in (
+        "pareto_records",
+        "recommend",
+        "pareto_frame",
+        "pareto_rows",
+        "normalized_hypervolume",
+        "_records",
+    ):
         sp.patch(study, name, "Pareto/recommendation")
     sp.patch(copt, "result_json", "report")
     sys.argv = ["autopar", *ARGS, "--budget", str(budget)]

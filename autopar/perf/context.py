@@ -57,6 +57,7 @@ class PerfContext:
         self.flops = step_flops(model, w)  # model/hardware FLOPs and what they count (LoRA: no wgrad)
         self.layers: dict[tuple, Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
         self.gemms: dict[tuple, float] = {}
+        self.cp_costs: dict[tuple, Any] = {}  # CpCost by variant and layer sharding (perf/estimate.py)
 
     def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
         """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""

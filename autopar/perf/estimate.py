@@ -111,8 +111,18 @@ _NO_CP = cp.CpCost(0.0, 0.0)
 
 
 def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
+    """The CP cost of one layer sharding and variant, memoised on the context (what it reads: the
+    variant, the layer sharding behind `lc`, the micro-batch and whether the layer is recomputed)."""
     if s.cp == 1:
         return _NO_CP
+    key = (s.cp_comm, s.cp, s.tp, s.micro_batch, s.recompute, s.ep, s.expert_tp, s.sp and s.tp > 1)
+    hit = ctx.cp_costs.get(key)
+    if hit is None:
+        hit = ctx.cp_costs[key] = _compute_cp_cost(ctx, s, lc)
+    return hit
+
+
+def _compute_cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
     model, w = ctx.model, ctx.w
     dv = model.v_head_dim if model.is_mla else model.dh
     qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh

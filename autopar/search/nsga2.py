@@ -12,6 +12,7 @@ stored side (batched or live writes, heartbeats, sync between workers) is autopa
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections import deque
@@ -244,6 +245,7 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     return sampler
 
 
+@functools.cache
 def _shared_categorical() -> type:
     """CategoricalDistribution for the private study's added trials: immutable in use, so the deep
     copy Optuna makes of every added trial shares it, and comparing it with itself is O(1). Never
@@ -260,6 +262,30 @@ def _shared_categorical() -> type:
         __hash__ = CategoricalDistribution.__hash__
 
     return SharedCategorical
+
+
+def _kept_as_is(frozen: Any) -> Any:
+    """The trial, as a FrozenTrial whose deep copy is shallow: the in-memory storage deep-copies every
+    added trial (so a caller's later edits cannot reach it), and these trials are built once and never
+    edited (the storage itself copies a trial before changing it)."""
+    cls = _kept_class()
+    kept = cls.__new__(cls)
+    kept.__dict__.update(frozen.__dict__)
+    return kept
+
+
+@functools.cache
+def _kept_class() -> type:
+    """FrozenTrial with a shallow deep copy (built on first use: this module does not import optuna)."""
+    import copy
+
+    from optuna.trial import FrozenTrial
+
+    class Kept(FrozenTrial):
+        def __deepcopy__(self, memo: dict[int, Any]) -> Kept:
+            return copy.copy(self)
+
+    return Kept
 
 
 @dataclass(frozen=True)
@@ -484,7 +510,7 @@ def _add_finished(
         constraints=constraints or None,
         system_attrs={sampler._get_generation_key(): p.generation},
     )
-    st.local.add_trial(frozen)
+    st.local.add_trial(_kept_as_is(frozen))
     if state is None:
         sampler.count_complete(frozen)
     return frozen
