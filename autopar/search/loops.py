@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.pareto import FrontTracker
@@ -111,27 +109,12 @@ def run_exhaustive(
     return run
 
 
-def _crowding(F: np.ndarray) -> np.ndarray:
-    """NSGA-II crowding distance of each row (extremes get infinity)."""
-    n, k = F.shape
-    d = np.zeros(n)
-    if n <= 2:
-        return np.full(n, np.inf)
-    for j in range(k):
-        order = np.argsort(F[:, j], kind="stable")
-        span = F[order[-1], j] - F[order[0], j]
-        d[order[0]] = d[order[-1]] = np.inf
-        if span > 0:
-            d[order[1:-1]] += (F[order[2:], j] - F[order[:-2], j]) / span
-    return d
-
-
 def _front_neighbor(
     space: Space, seen: dict[tuple[Any, ...], Any], tracker: FrontTracker, rng: random.Random
 ) -> Point | None:
     """An unvisited one-knob (adjacent value) neighbour of a front member, least crowded members first."""
     front = list(tracker.keys)
-    cd = _crowding(tracker.matrix)
+    cd = tracker.crowding()
     order = sorted(range(len(front)), key=lambda i: (-cd[i], rng.random()))
     for i in order[:8]:
         nb = [q for q in space.neighbors(space.point_of_key(front[i]), adjacent=True) if q.key not in seen]

@@ -48,12 +48,34 @@ def nondominated_mask(F: np.ndarray) -> np.ndarray:
     return mask
 
 
+def crowding_distance(F: np.ndarray) -> np.ndarray:
+    """NSGA-II crowding distance of each row (extremes get infinity)."""
+    n, k = F.shape
+    d = np.zeros(n)
+    if n <= 2:
+        return np.full(n, np.inf)
+    for j in range(k):
+        order = np.argsort(F[:, j], kind="stable")
+        span = F[order[-1], j] - F[order[0], j]
+        d[order[0]] = d[order[-1]] = np.inf
+        if span > 0:
+            d[order[1:-1]] += (F[order[2:], j] - F[order[:-2], j]) / span
+    return d
+
+
 class FrontTracker:
     """Incrementally maintained non-dominated set of (key, minimised vector) pairs."""
 
     def __init__(self) -> None:
         self.keys: list[Any] = []
         self._F = np.empty((0, 0))
+        self._cd: np.ndarray | None = None  # crowding distances of the current front (None = stale)
+
+    def crowding(self) -> np.ndarray:
+        """NSGA-II crowding distance of each member, computed once per change of the front."""
+        if self._cd is None:
+            self._cd = crowding_distance(self._F)
+        return self._cd
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -71,6 +93,7 @@ class FrontTracker:
         else:
             self._F = v.reshape(1, -1)
         self.keys.append(key)
+        self._cd = None
         return True
 
     @property
