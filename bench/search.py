@@ -10,6 +10,9 @@ Targets (reported, not asserted): estimator >= 20,000 strategies/s; exhaustive 1
 budget 300 on the 70B problem.
 
 Run: .venv/bin/python bench/search.py [--quick] [--seeds 5] [--json out.json]
+Speed: .venv/bin/python bench/search.py --speed [--baseline-ref REF] [--repeat 3] [--json out.json]
+  (issue 15: start-up, trials/s, exhaustive strategies/s, batch rows/s and the time split, before -> after;
+  bench/speed.py)
 Workers: .venv/bin/python bench/search.py --workers-only [--workers-budget 2000] [--postgres auto|URL]
   (trials/s of a calibrated search on memory, journal, SQLite and PostgreSQL with 1, 2 and 4 workers)
 """
@@ -273,6 +276,12 @@ def cli_end_to_end() -> float:
 
 def main() -> None:
     """Run the benchmark and print a table (optionally write JSON)."""
+    if "--speed" in sys.argv[1:]:  # issue 15: the speed table before -> after (bench/speed.py)
+        sys.path.insert(0, str(ROOT / "bench"))
+        import speed
+
+        speed.main([a for a in sys.argv[1:] if a != "--speed"])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 seeds, budgets 100/300, first two problems")

@@ -68,8 +68,8 @@ def make_batch_file(rows: int, path: Path) -> Path:
 
 
 def batch_rate(path: Path, calibrated: bool, repeat: int) -> float:
-    """Rows/s of read_run_records + calibrated_batch (the work of `estimate --batch`), best of `repeat`."""
-    sys.path.insert(0, str(ROOT))
+    """Rows/s of read_run_records + calibrated_batch (the work of `estimate --batch`), best of `repeat`.
+    Imports whatever `autopar` comes first on sys.path (bench/speed.py points PYTHONPATH at a revision)."""
     from autopar.calibration.apply import load_default_calibration
     from autopar.calibration.batch import calibrated_batch
     from autopar.calibration.runs import read_run_records
