@@ -132,6 +132,12 @@ def usd_per_mtoken(
     usd_per_mtoken = num_gpus * usd_per_gpu_hour / 3600 / (tokens_per_s * goodput) * 1e6; inf at zero throughput.
     """
     effective = tokens_per_s * goodput
+    if hasattr(effective, "shape"):  # an array of throughputs (the exhaustive sweep): the same formula
+        import numpy as np
+
+        with np.errstate(divide="ignore"):
+            usd = num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN
+        return np.where(effective > 0, usd, math.inf)
     if effective <= 0:
         return math.inf
     return num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN

@@ -98,6 +98,63 @@ def features(
     )
 
 
+def _time_shares_columns(vest: Any) -> list[np.ndarray]:
+    """`_time_shares` of every row of a VectorEstimates (perf/vector.py): same terms, same order."""
+    t = vest.time
+    total = t["act_offload"] + t["compute"]
+    for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
+        total = total + t[k]  # TimeBreakdown.total's order
+    total = np.where(total != 0, total, np.where(vest.step_time_s != 0, vest.step_time_s, 1.0))
+    comm = sum(v for k, v in t.items() if k.endswith("_comm"))
+    rc = t["recompute"]
+    return [(t["compute"] - rc) / total, rc / total, comm / total, t["bubble"] / total]
+
+
+def features_columns(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cols: Any, vest: Any
+) -> np.ndarray:
+    """`features` of n strategies at once: columns (perf/vector.StrategyColumns, complete) and their
+    VectorEstimates; tests/test_vector_oracle.py checks it row by row against `features`."""
+    n = len(cols)
+    gemm_tokens = cols.micro_batch * workload.seq_len / cols.cp
+    if model.is_moe:
+        dilution = np.maximum(np.log2(model.experts / (max(model.topk, 1) * np.maximum(cols.ep, 1))), 0.0)
+    else:
+        dilution = np.zeros(n)
+    fam = cluster.gpu.family.lower()
+    const = [
+        max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
+        None,
+        1.0 if workload.precision == "fp8" else 0.0,
+        *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES),
+    ]
+    cols_out = [*_time_shares_columns(vest), np.log2(gemm_tokens), np.log2(model.hidden / cols.tp), dilution]
+    cols_out += [np.full(n, const[0]), vest.mfu, *(np.full(n, x) for x in const[2:])]
+    return np.column_stack(cols_out).astype(float)
+
+
+def memory_features_columns(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cols: Any, vest: Any
+) -> np.ndarray:
+    """`memory_features` of n strategies at once (see features_columns)."""
+    m = vest.mem
+    total = vest.peak_memory_bytes
+    total = np.where(total != 0, total, 1.0)
+    states = sum(m[k] for k in ("weights", "grads", "optimizer"))
+    acts = sum(m[k] for k in ("activations", "logits"))
+    n = len(cols)
+    return np.column_stack(
+        [
+            states / total,
+            acts / total,
+            total / vest.capacity_bytes,
+            np.log2(cols.micro_batch * workload.seq_len / cols.cp),
+            _time_shares_columns(vest)[1],
+            np.full(n, max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0)),
+        ]
+    ).astype(float)
+
+
 MEMORY_FEATURE_NAMES: tuple[str, ...] = (
     "mem_share_states",  # weights + grads + optimizer
     "mem_share_activations",  # layer activations + logits

@@ -93,6 +93,7 @@ class Evaluator:
         self.estimate_fn = estimate_fn or _unchecked(estimate)
         self.validate_fn = validate_fn or validate_strategy
         self.trusts_space = space_points and validate_fn is None
+        self.default_model = estimate_fn is None  # the analytical model (search/sweep.py runs it on arrays)
         self.n_estimates = 0
 
     def rules(self, point: Point) -> list[str]:

@@ -28,6 +28,7 @@ from autopar.search.pareto import (
 from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space, make_strategy
+from autopar.search.sweep import can_sweep, run_sweep
 from autopar.search.storage import mask
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
@@ -139,6 +140,12 @@ def _notes(
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
+    if run.sweep is not None:
+        sw = run.sweep
+        notes.append(
+            f"exhaustive: {sw['evaluated']:,} strategies estimated on arrays; the trial list keeps the "
+            f"front and every {sw['stride']}th point ({sw['kept']:,} records)"
+        )
     failed = run.states.get("FAIL", 0)
     if failed:
         notes.append(
@@ -219,7 +226,8 @@ def optimize(
     if sampler == "exhaustive":
         if storage is not None:
             raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
-        run = run_exhaustive(space, ev, objs, timeout, progress)
+        sweep = can_sweep(space, ev)  # large spaces: on arrays, records for the front and a sample
+        run = (run_sweep if sweep else run_exhaustive)(space, ev, objs, timeout, progress)
     else:
         run = run_nsga2(
             space,
@@ -253,7 +261,9 @@ def optimize(
             search=search,
         )
     search_s = time.perf_counter() - t_search
-    if sampler == "exhaustive" and not run.timed_out:
+    if run.sweep is not None:  # the array sweep only runs on trusted space points: all valid
+        valid, exact = space.size, True
+    elif sampler == "exhaustive" and not run.timed_out:
         valid, exact = sum(not o.reason.startswith("rule:") for o in run.outcomes.values()), True
     else:
         valid, exact = count_valid(space, ev, random.Random(seed))
@@ -278,10 +288,14 @@ def optimize(
         },
         "fingerprint": fp,
     }
+    if run.sweep is not None:  # totals over the whole space; `trials` holds the front and a sample
+        stats["evaluated"] = run.sweep["evaluated"]
+        stats["sweep"] = {k: run.sweep[k] for k in ("evaluated", "feasible", "kept", "stride")}
     if front:
         F = to_min_matrix(front, objs)
         all_feas = [r for r in records if r.feasible]
-        ideal, nadir = reference_bounds(to_min_matrix(all_feas, objs))
+        swept = run.sweep["bounds"] if run.sweep else None  # every feasible point's, not the sample's
+        ideal, nadir = swept if swept is not None else reference_bounds(to_min_matrix(all_feas, objs))
         stats["hypervolume"] = normalized_hypervolume(F, ideal, nadir)
         stats["hypervolume_reference"] = (
             "objectives scaled so the best feasible value seen -> 0 and the worst -> 1 (maximised ones "
