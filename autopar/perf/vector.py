@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from autopar.perf import act_offload, comm, memory, offload, pipeline
+from autopar.perf import act_offload, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.estimate import _layer_mean, estimate
 from autopar.perf.layers import OVERLAP_SLOWDOWN
@@ -30,7 +30,16 @@ from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
 from autopar.perf.vector_memory import MEMORY_PARTS, Params, dp_groups, peak_memory, sharding, stage_params
 from autopar.perf.vector_stages import (
-    DUALPIPE, LayerTable, Rows, SlotTimes, cp_costs, layer_table, mean_total, rows_of, slot_times, stage_slots,
+    DUALPIPE,
+    LayerTable,
+    Rows,
+    SlotTimes,
+    cp_costs,
+    layer_table,
+    mean_total,
+    rows_of,
+    slot_times,
+    stage_slots,
 )  # fmt: skip
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 
