@@ -43,7 +43,14 @@ from autopar.perf.vector_stages import (
 )  # fmt: skip
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 
-__all__ = ["TIME_PARTS", "StrategyColumns", "VectorEstimates", "columns_of", "estimate_columns"]
+__all__ = [
+    "BOTTLENECK_PARTS",
+    "TIME_PARTS",
+    "StrategyColumns",
+    "VectorEstimates",
+    "columns_of",
+    "estimate_columns",
+]
 
 # TimeBreakdown fields, in its order; BOTTLENECK_PARTS as Estimate.bottleneck ranks them (no "recompute").
 TIME_PARTS: tuple[str, ...] = (
