@@ -139,22 +139,24 @@ def _time_breakdown(
 ) -> dict[str, np.ndarray]:
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
-    slow = {k: getattr(times, k)[rows, slot] for k in ("comp", "re", "tp", "cp", "ep", "fwd")}
+    slow = SlotTimes(
+        *(x[rows, slot] for x in (times.comp, times.re, times.tp, times.cp, times.ep, times.fwd)), 0
+    )
     st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
     ne0, ex0 = params.ne[:, 0], params.ex[:, 0]
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
     m = r.m
     return {
-        "compute": m * slow["comp"] + OVERLAP_SLOWDOWN * dp_overlapped,
-        "recompute": m * slow["re"],
-        "tp_comm": m * slow["tp"],
-        "cp_comm": m * slow["cp"],
-        "ep_comm": m * slow["ep"],
+        "compute": m * slow.comp + OVERLAP_SLOWDOWN * dp_overlapped,
+        "recompute": m * slow.re,
+        "tp_comm": m * slow.tp,
+        "cp_comm": m * slow.cp,
+        "ep_comm": m * slow.ep,
         "pp_comm": pp_comm,
         "dp_comm": dp_exposed,
         "bubble": bubble,
-        "optimizer": _optimizer(ctx, r, sh, ne0, ex0, slow["comp"] - slow["fwd"]),
+        "optimizer": _optimizer(ctx, r, sh, ne0, ex0, slow.comp - slow.fwd),
         "act_offload": m * _act_offload(ctx, r, lt, st),
     }
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from autopar.layouts import Axis
 from autopar.specs import Strategy
 
 RECOMPUTE_CODES: tuple[str, ...] = ("none", "selective", "full")
@@ -23,8 +24,8 @@ STATES_CODES: tuple[str, ...] = ("fp32", "bf16", "8bit")
 
 # Knob name -> (sentinel for None or None when the knob is never None, codes for categorical knobs).
 _INT_KNOBS: dict[str, int | None] = {
-    "tp": None, "pp": None, "dp": None, "cp": None, "ep": None, "etp": 0, "vpp": 0, "zero": -1,
-    "dp_shard": 0, "micro_batch": 0, "pp_first_layers": -1, "pp_last_layers": -1,
+    Axis.TP: None, Axis.PP: None, Axis.DP: None, Axis.CP: None, Axis.EP: None, Axis.ETP: 0, Axis.VPP: 0,
+    "zero": -1, "dp_shard": 0, "micro_batch": 0, "pp_first_layers": -1, "pp_last_layers": -1,
     "activation_offload_layers": -1,
 }  # fmt: skip
 _CODED_KNOBS: dict[str, tuple[str, ...]] = {
@@ -74,7 +75,7 @@ class StrategyColumns:
         knobs: dict[str, object] = {}
         for name, none in _INT_KNOBS.items():
             v = int(getattr(self, name)[i])
-            knobs[name] = None if none is not None and v == none else v
+            knobs[str(name)] = None if none is not None and v == none else v
         for name, codes in _CODED_KNOBS.items():
             v = int(getattr(self, name)[i])
             knobs[name] = None if v < 0 else codes[v]
@@ -95,7 +96,7 @@ def columns_of(strategies: Sequence[Strategy]) -> StrategyColumns:
     cols: dict[str, np.ndarray] = {}
     for name, none in _INT_KNOBS.items():
         vals = [getattr(s, name) for s in strategies]
-        cols[name] = np.array([none if v is None else v for v in vals], dtype=np.int64)
+        cols[str(name)] = np.array([none if v is None else v for v in vals], dtype=np.int64)
     for name, codes in _CODED_KNOBS.items():
         idx = {c: i for i, c in enumerate(codes)}
         cols[name] = np.array(
