@@ -14,7 +14,7 @@ import numpy as np
 from autopar.perf import comm, fsdp
 from autopar.perf.context import PerfContext
 from autopar.perf.fsdp import DpGroups
-from autopar.perf.vector_keys import per_key_floats
+from autopar.perf.vector_keys import memo, per_key_floats
 from autopar.perf.vector_memory import Shard
 from autopar.perf.vector_stages import Rows
 
@@ -26,8 +26,16 @@ def _collective(
     ctx: PerfContext, kind: int, nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray
 ) -> np.ndarray:
     """One collective per row, computed once per distinct (bytes, size, stride)."""
-    fn = lambda b, n, s: _COLLECTIVES[kind](b, n, s, ctx.links)  # noqa: E731
-    return per_key_floats(fn, (nbytes, size, stride), (float, int, int))
+    cache = memo(ctx, "collective")
+
+    def one(b: float, n: int, s: int) -> float:
+        key = (kind, b, n, s)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = _COLLECTIVES[kind](b, n, s, ctx.links)
+        return hit
+
+    return per_key_floats(one, (nbytes, size, stride), (float, int, int))
 
 
 def _bucketed(
@@ -79,9 +87,15 @@ def ddp_time(
 def _unit(ctx: PerfContext, ne: np.ndarray, ex: np.ndarray, g: DpGroups, n_coll: int) -> np.ndarray:
     """fsdp.zero3_unit per row as an (n, 3) array (ag, rs, ar), once per distinct input."""
 
+    cache = memo(ctx, "zero3_unit")
+
     def one(a: float, b: float, *grp: int) -> tuple[float, float, float]:
-        u = fsdp.zero3_unit(a, b, DpGroups(*grp), ctx.links, ctx.sw.zero3_grad_bytes, n_coll)
-        return u.ag, u.rs, u.ar
+        key = (a, b, grp, n_coll)
+        hit = cache.get(key)
+        if hit is None:
+            u = fsdp.zero3_unit(a, b, DpGroups(*grp), ctx.links, ctx.sw.zero3_grad_bytes, n_coll)
+            hit = cache[key] = (u.ag, u.rs, u.ar)
+        return hit
 
     cols = (ne, ex, g.n_shard, g.shard_stride, g.n_rep, g.rep_stride, g.n_edp, g.edp_stride)
     return per_key_floats(one, cols, (float, float, int, int, int, int, int, int))

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 Cast = Callable[[Any], Any]
 _MAX_CODE = 2**62
+MEMO_LIMIT = 500_000
+_MEMOS: WeakKeyDictionary[Any, dict[str, dict[Any, Any]]] = WeakKeyDictionary()
 
 
 def distinct(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -22,13 +25,28 @@ def distinct(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     code = np.zeros(len(cols[0]), dtype=np.int64)
     span = 1
     for c in cols:
-        u, inv = np.unique(c, return_inverse=True)
-        span *= max(1, len(u))
+        if c.dtype.kind in "biu":  # integers: mixed radix over the value range (no sort per column)
+            lo = int(c.min()) if len(c) else 0
+            n, inv = (int(c.max()) - lo + 1 if len(c) else 1), c.astype(np.int64) - lo
+        else:
+            u, inv = np.unique(c, return_inverse=True)
+            n = max(1, len(u))
+        span *= n
         if span >= _MAX_CODE:  # too many combinations for one int64 code: unique over the stacked rows
             return _distinct_rows(cols)
-        code = code * len(u) + inv.reshape(-1)
+        code = code * n + inv.reshape(-1)
     _, first, inv = np.unique(code, return_index=True, return_inverse=True)
     return first, inv.reshape(-1)
+
+
+def memo(ctx: object, name: str) -> dict[Any, Any]:
+    """A dict of results kept with a PerfContext (one per name), so that blocks after the first reuse the
+    scalar calls of earlier blocks; dropped with the context, emptied past MEMO_LIMIT entries."""
+    store = _MEMOS.setdefault(ctx, {})
+    d = store.setdefault(name, {})
+    if len(d) > MEMO_LIMIT:
+        d.clear()
+    return d
 
 
 def _distinct_rows(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ from autopar.perf.vector_columns import (
     STATES_CODES,
     StrategyColumns,
 )
-from autopar.perf.vector_keys import per_key
+from autopar.perf.vector_keys import memo, per_key
 
 LC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LayerCosts))
 SLOTS = 3  # first, middle, last
@@ -97,11 +97,16 @@ def layer_table(ctx: PerfContext, r: Rows) -> LayerTable:
 
 def cp_costs(ctx: PerfContext, r: Rows, lt: LayerTable) -> tuple[np.ndarray, np.ndarray]:
     """(comm, compute) of the CP cost per layer per micro-batch, once per distinct (layer key, CP variant)."""
+    cache = memo(ctx, "cp_cost")
 
     def one(k: int, variant: int) -> tuple[float, float]:
-        t, c, b, _, _, _, rc = lt.keys[k]
-        x = cp_cost_of(ctx, t, c, b, rc, CP_COMM_CODES[variant], lt.costs[k])
-        return x.comm, x.compute
+        key = (lt.keys[k], variant)
+        hit = cache.get(key)
+        if hit is None:
+            t, c, b, _, _, _, rc = lt.keys[k]
+            x = cp_cost_of(ctx, t, c, b, rc, CP_COMM_CODES[variant], lt.costs[k])
+            hit = cache[key] = (x.comm, x.compute)
+        return hit
 
     out, inv = per_key(one, (lt.inv, r.cpc), (int, int))
     arr = np.asarray(out, dtype=np.float64)[inv]
@@ -132,11 +137,15 @@ def _slot_rows(specs: tuple) -> list[tuple[float, ...]]:
 
 def stage_slots(ctx: PerfContext, r: Rows) -> StageSlots:
     """`stage_specs_of` once per distinct (pp, vpp, schedule, micro-batches, split)."""
-    model = ctx.model
+    model, cache = ctx.model, memo(ctx, "stages")
 
     def one(p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool) -> list:
-        split = (f if f >= 0 else None, la if la >= 0 else None, emb, loss)
-        return _slot_rows(stage_specs_of(model, p, v, SCHEDULE_CODES[sched], m, split)[0])
+        key = (p, v, sched, m, f, la, emb, loss)
+        hit = cache.get(key)
+        if hit is None:
+            split = (f if f >= 0 else None, la if la >= 0 else None, emb, loss)
+            hit = cache[key] = _slot_rows(stage_specs_of(model, p, v, SCHEDULE_CODES[sched], m, split)[0])
+        return hit
 
     cols = (r.p, r.v, r.sched, r.m, *r.split)
     out, inv = per_key(one, cols, (int, int, int, int, int, int, bool, bool))
