@@ -316,3 +316,22 @@ def test_vector_estimate_properties(name: str, picks: list[float]):
     again = estimate_columns(m, c, w, cols.take(rev))
     np.testing.assert_array_equal(again.step_time_s, step[rev])
     np.testing.assert_array_equal(again.peak_memory_bytes, v.peak_memory_bytes[rev])
+
+
+def test_distinct_keys_with_and_without_the_int64_code():
+    # Keys are coded into one int64 when the value ranges allow, else grouped over the stacked rows.
+    from autopar.perf.vector_keys import distinct
+
+    rng = np.random.default_rng(0)
+    small = [
+        rng.integers(0, 3, 500),
+        rng.integers(-1, 2, 500),
+        rng.random(500).round(1),
+        rng.random(500) > 0.5,
+    ]
+    huge = [rng.integers(0, 2**40, 500) * np.int64(i % 3) for i in range(3)]  # ranges multiply past 2^62
+    for cols in (small, huge):
+        first, inv = distinct(cols)
+        rows = list(zip(*(c.tolist() for c in cols), strict=True))
+        assert len(set(rows)) == len(first)
+        assert all(rows[first[k]] == row for k, row in zip(inv, rows, strict=True))

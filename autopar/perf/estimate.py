@@ -265,7 +265,8 @@ def _memory(
     return best, first_params
 
 
-def _layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:
+def layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:
+    """Mean of a per-layer figure over a stage of nd dense and nm MoE layers (shared with perf/vector.py)."""
     nd, nm = mix
     return (nd * dense + nm * moe) / max(1, nd + nm)
 
@@ -276,9 +277,9 @@ def _offload_time(ctx: PerfContext, s: Strategy, lc: LayerCosts, st: Stages) -> 
     if not n:
         return 0.0
     sp = st.specs[0]
-    fwd = _layer_mean(sp.mix, lc.dense_fwd, lc.moe_fwd)
-    bwd = _layer_mean(sp.mix, lc.dense_bwd, lc.moe_bwd)
-    act = _layer_mean(sp.mix, lc.act_dense, lc.act_moe)
+    fwd = layer_mean(sp.mix, lc.dense_fwd, lc.moe_fwd)
+    bwd = layer_mean(sp.mix, lc.dense_bwd, lc.moe_bwd)
+    act = layer_mean(sp.mix, lc.act_dense, lc.act_moe)
     layers = sum(sp.mix)
     return act_offload.offload_cost(layers, n, act, fwd, bwd, offload.host_link_bw(ctx.cluster.gpu)).exposed_s
 

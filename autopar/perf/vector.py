@@ -22,25 +22,35 @@ import numpy as np
 
 from autopar.perf import act_offload, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
-from autopar.perf.estimate import _layer_mean, estimate
+from autopar.perf.estimate import estimate, layer_mean
+from autopar.perf.fsdp import DpGroups
 from autopar.perf.layers import OVERLAP_SLOWDOWN
 from autopar.perf.types import Estimate
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
-from autopar.perf.vector_memory import MEMORY_PARTS, Params, dp_groups, peak_memory, sharding, stage_params
+from autopar.perf.vector_memory import (
+    MEMORY_PARTS,
+    Params,
+    Shard,
+    dp_groups,
+    peak_memory,
+    sharding,
+    stage_params,
+)
 from autopar.perf.vector_stages import (
     DUALPIPE,
     LayerTable,
     Rows,
     SlotTimes,
+    StageSlots,
     cp_costs,
     layer_table,
     mean_total,
     rows_of,
     slot_times,
     stage_slots,
-)  # fmt: skip
+)
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 
 __all__ = [
@@ -54,9 +64,17 @@ __all__ = [
 
 # TimeBreakdown fields, in its order; BOTTLENECK_PARTS as Estimate.bottleneck ranks them (no "recompute").
 TIME_PARTS: tuple[str, ...] = (
-    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
     "act_offload",
-)  # fmt: skip
+)
 BOTTLENECK_PARTS: tuple[str, ...] = tuple(x for x in TIME_PARTS if x != "recompute")
 
 
@@ -135,7 +153,14 @@ def _slowest(times: SlotTimes, valid: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _time_breakdown(
-    ctx: PerfContext, r: Rows, lt: LayerTable, st, times: SlotTimes, g, sh, params: Params
+    ctx: PerfContext,
+    r: Rows,
+    lt: LayerTable,
+    st: StageSlots,
+    times: SlotTimes,
+    g: DpGroups,
+    sh: Shard,
+    params: Params,
 ) -> dict[str, np.ndarray]:
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
@@ -182,7 +207,7 @@ def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tu
 
 
 def _optimizer(
-    ctx: PerfContext, r: Rows, sh, ne0: np.ndarray, ex0: np.ndarray, window: np.ndarray
+    ctx: PerfContext, r: Rows, sh: Shard, ne0: np.ndarray, ex0: np.ndarray, window: np.ndarray
 ) -> np.ndarray:
     """Optimizer step on the GPU (memory.optimizer_step_bytes) plus CPU offload (offload.offload_time)."""
     n_shard, n_eshard = sh.n_shard[:, 0], sh.n_eshard[:, 0]
@@ -195,7 +220,7 @@ def _optimizer(
     return opt + np.where((r.offload > 0) & (local > 0), off, 0.0)
 
 
-def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st) -> np.ndarray:
+def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st: StageSlots) -> np.ndarray:
     """Exposed activation-offload seconds per micro-batch (`_offload_time`), once per distinct input."""
     bw = offload.host_link_bw(ctx.cluster.gpu)
 
@@ -203,9 +228,9 @@ def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st) -> np.ndarray:
         if not n:
             return 0.0
         lc, mix = lt.costs[k], (nd, nm)
-        fwd = _layer_mean(mix, lc.dense_fwd, lc.moe_fwd)
-        bwd = _layer_mean(mix, lc.dense_bwd, lc.moe_bwd)
-        act = _layer_mean(mix, lc.act_dense, lc.act_moe)
+        fwd = layer_mean(mix, lc.dense_fwd, lc.moe_fwd)
+        bwd = layer_mean(mix, lc.dense_bwd, lc.moe_bwd)
+        act = layer_mean(mix, lc.act_dense, lc.act_moe)
         return act_offload.offload_cost(nd + nm, n, act, fwd, bwd, bw).exposed_s
 
     if not (r.ao > 0).any():
