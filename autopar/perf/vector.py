@@ -80,9 +80,10 @@ BOTTLENECK_PARTS: tuple[str, ...] = tuple(x for x in TIME_PARTS if x != "recompu
 
 @dataclass(frozen=True)
 class VectorEstimates:
-    """Estimate figures of n strategies, one array per figure (time_* are TimeBreakdown fields, mem_* the
-    MemoryBreakdown fields of the peak stage); capacity_bytes is the cluster's, n_fallback the rows that
-    went through the scalar estimate."""
+    """Estimate figures of n strategies, one array per figure, named as in Estimate; `time` holds every
+    TimeBreakdown field (TIME_PARTS) and `mem` the MemoryBreakdown fields of the peak stage (MEMORY_PARTS;
+    their sum is peak_memory_bytes). capacity_bytes is the cluster's; n_fallback counts the rows that went
+    through the scalar estimate (unset knobs)."""
 
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
