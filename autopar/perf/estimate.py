@@ -71,17 +71,6 @@ def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s
     return act_offload.host_memory_problems(gpu.host_memory_bytes, gpu.name, n, act)
 
 
-def _layout(model: ModelSpec, s: Strategy) -> pipeline.StageLayout:
-    return pipeline.stage_layers(
-        model.layers,
-        s.pp,
-        first=s.pp_first_layers,
-        last=s.pp_last_layers,
-        account_embedding=s.pp_account_embedding,
-        account_loss=s.pp_account_loss,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class StageTime:
     """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds."""
@@ -118,32 +107,36 @@ def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
     key = (s.cp_comm, s.cp, s.tp, s.micro_batch, s.recompute, s.ep, s.expert_tp, s.sp and s.tp > 1)
     hit = ctx.cp_costs.get(key)
     if hit is None:
-        hit = ctx.cp_costs[key] = _compute_cp_cost(ctx, s, lc)
+        hit = ctx.cp_costs[key] = cp_cost_of(ctx, s.tp, s.cp, s.micro_batch, s.recompute, s.cp_comm, lc)
     return hit
 
 
-def _compute_cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
+def cp_cost_of(ctx: PerfContext, t: int, c: int, b: int, rec: str, variant: str, lc: LayerCosts) -> cp.CpCost:
+    """CP cost per layer per micro-batch of a layer sharding (tp t, cp c, micro-batch b, recompute rec) and
+    CP variant; shared with the vectorized estimator (perf/vector_*.py), which calls it once per distinct key."""
+    if c == 1:
+        return _NO_CP
     model, w = ctx.model, ctx.w
     dv = model.v_head_dim if model.is_mla else model.dh
     qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh
     x = cp.CpInputs(
-        c=s.cp,
-        t=s.tp,
-        tokens=s.micro_batch * w.seq_len / s.cp,
+        c=c,
+        t=t,
+        tokens=b * w.seq_len / c,
         seq_len=w.seq_len,
         kv_bytes_tok=lc.kv_bytes_tok,
         q_bytes_tok=2.0 * model.heads * qk,
-        out_elems_tok=model.heads * dv / s.tp,
+        out_elems_tok=model.heads * dv / t,
         attn_fwd=lc.attn_fwd,
         attn_bwd=lc.attn_bwd,
         mla=model.is_mla,
-        full_recompute=s.recompute == "full",
+        full_recompute=rec == "full",
         kernel_overhead_s=ctx.eff.kernel_overhead_s,
         hbm_bw=ctx.hbm,
         torch_ring=ctx.sw.torch_cp,
-        kv_rep=_torch_kv_rep(model, s.tp, lc.kv_bytes_tok) if ctx.sw.torch_cp else 1.0,
+        kv_rep=_torch_kv_rep(model, t, lc.kv_bytes_tok) if ctx.sw.torch_cp else 1.0,
     )
-    return cp.cp_cost(s.cp_comm, x, ctx.links)
+    return cp.cp_cost(variant, x, ctx.links)
 
 
 def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
@@ -196,10 +189,22 @@ class Stages:
 
 
 def _stage_specs(model: ModelSpec, s: Strategy, m: int) -> tuple[tuple[StageSpec, ...], str]:
-    p, v, sched = s.pp, s.vpp, s.pp_schedule
+    split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
+    return stage_specs_of(model, s.pp, s.vpp, s.pp_schedule, m, split)
+
+
+def stage_specs_of(
+    model: ModelSpec, p: int, v: int, sched: str, m: int, split: tuple[int | None, int | None, bool, bool]
+) -> tuple[tuple[StageSpec, ...], str]:
+    """The distinct stages (first, middle when p > 2, last) of a pipeline of p stages, v virtual stages,
+    schedule `sched`, m micro-batches and split (first, last, account_embedding, account_loss) -- shared
+    with the vectorized estimator, which calls it once per distinct key."""
     if p == 1:
         return (StageSpec(_mix(model, 0, model.layers), True, True, True, 1.0),), ""
-    lay = _layout(model, s)
+    first, last, emb, loss = split
+    lay = pipeline.stage_layers(
+        model.layers, p, first=first, last=last, account_embedding=emb, account_loss=loss
+    )
     dual = sched == "dualpipe"  # rank 0 also holds the mirrored last stage (its output layer and loss)
     specs = [
         StageSpec(
@@ -268,7 +273,8 @@ def _memory(
     return best, first_params
 
 
-def _layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:
+def layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:
+    """Mean of a per-layer figure over a stage of nd dense and nm MoE layers (shared with perf/vector.py)."""
     nd, nm = mix
     return (nd * dense + nm * moe) / max(1, nd + nm)
 
@@ -279,9 +285,9 @@ def _offload_time(ctx: PerfContext, s: Strategy, lc: LayerCosts, st: Stages) -> 
     if not n:
         return 0.0
     sp = st.specs[0]
-    fwd = _layer_mean(sp.mix, lc.dense_fwd, lc.moe_fwd)
-    bwd = _layer_mean(sp.mix, lc.dense_bwd, lc.moe_bwd)
-    act = _layer_mean(sp.mix, lc.act_dense, lc.act_moe)
+    fwd = layer_mean(sp.mix, lc.dense_fwd, lc.moe_fwd)
+    bwd = layer_mean(sp.mix, lc.dense_bwd, lc.moe_bwd)
+    act = layer_mean(sp.mix, lc.act_dense, lc.act_moe)
     layers = sum(sp.mix)
     return act_offload.offload_cost(layers, n, act, fwd, bwd, offload.host_link_bw(ctx.cluster.gpu)).exposed_s
 

@@ -51,7 +51,7 @@ class Run:
     timed_out: bool = False
     study_name: str | None = None
     states: dict[str, int] = field(default_factory=dict)  # stored study: trials per Optuna state
-    sweep: dict[str, Any] | None = None  # array sweep (search/sweep.py): totals when only some records are kept
+    sweep: dict[str, Any] | None = None  # array sweep (search/sweep.py): totals; records are a sample
 
 
 def fingerprint(

@@ -157,6 +157,20 @@ class Layout:
         per_pipe = len(self.sp) * len(self.zero_shard) * len(self.rc_offload) * len(self.cp_comm)
         return len(self.pipe) * per_pipe * len(self.split) * len(self.savers)
 
+    @cached_property
+    def tables(self) -> Any:
+        """The knob tuples as numpy arrays (space_columns.KnobTables), for `columns`."""
+        from autopar.search.space_columns import knob_tables
+
+        return knob_tables(self)
+
+    def columns(self, start: int = 0, stop: int | None = None) -> Any:
+        """Strategies start..stop-1 of this layout as a perf.vector_columns.StrategyColumns block, generated as
+        arrays (row j - start equals `strategy(j)`), for the vectorized estimator (perf/vector.py)."""
+        from autopar.search.space_columns import layout_columns
+
+        return layout_columns(self, self.tables, start, self.size if stop is None else stop)
+
     def strategy(self, j: int) -> Strategy:
         """The j-th strategy of this layout (0 <= j < size)."""
         j, r = divmod(j, len(self.rc_offload))
@@ -269,6 +283,13 @@ class Space:
         for lay in self.layouts:
             for j in range(lay.size):
                 yield Point(lay.hw, lay.strategy(j))
+
+    def column_blocks(self, chunk: int = 8192) -> Iterator[Any]:
+        """Every point in index order as space_columns.ColumnBlock(hw, start, columns) blocks of at most
+        `chunk` rows, one hardware option each (memory bounded by the chunk), for perf.vector.estimate_columns."""
+        from autopar.search.space_columns import column_blocks
+
+        return column_blocks(self, chunk)
 
     def sample(self, rng: random.Random) -> Point:
         """A uniformly random point."""

@@ -28,8 +28,8 @@ from autopar.search.pareto import (
 from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space, make_strategy
-from autopar.search.sweep import can_sweep, run_sweep
 from autopar.search.storage import mask
+from autopar.search.sweep import can_sweep, run_sweep
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
 

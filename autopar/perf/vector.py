@@ -1,0 +1,314 @@
+"""The analytical model over arrays of strategies: `estimate_columns(model, cluster, workload, columns)`.
+
+Why: exhaustive search and the search's batches evaluate tens of thousands of strategies; the scalar
+`estimate` spends most of its time on Python objects, not arithmetic. This path never builds a Strategy or
+an Estimate per row. The heavy per-layer pieces (layer costs, CP cost, stage specs, collective times) are
+the scalar functions called once per distinct key (perf/vector_keys.py); the per-row arithmetic of
+perf/estimate.py `_estimate` (stage times, DualPipe overlap, memory and its peak over stages, DP time,
+bubble and p2p, optimizer step and offload, assembly) runs on numpy arrays in the same order of operations,
+so every field agrees with the scalar model to rounding (tests/test_vector_oracle.py).
+
+Rows with an unset knob (vpp, micro_batch, recompute, pp_schedule, zero, activation_offload_layers, or etp
+of an MoE model) need the completion search of perf/complete.py: they go through the scalar
+`estimate(..., check=False)` and are filled in (VectorEstimates.n_fallback counts them). Like
+`estimate(check=False)`, nothing here checks the rules: the search space only holds valid strategies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from autopar.perf import act_offload, memory, offload, pipeline
+from autopar.perf.context import PerfContext, perf_context
+from autopar.perf.estimate import estimate, layer_mean
+from autopar.perf.fsdp import DpGroups
+from autopar.perf.layers import OVERLAP_SLOWDOWN
+from autopar.perf.types import Estimate
+from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
+from autopar.perf.vector_dp import dp_time
+from autopar.perf.vector_keys import per_key_floats
+from autopar.perf.vector_memory import (
+    MEMORY_PARTS,
+    Params,
+    Shard,
+    dp_groups,
+    peak_memory,
+    sharding,
+    stage_params,
+)
+from autopar.perf.vector_stages import (
+    DUALPIPE,
+    LayerTable,
+    Rows,
+    SlotTimes,
+    StageSlots,
+    cp_costs,
+    layer_table,
+    mean_total,
+    rows_of,
+    slot_times,
+    stage_slots,
+)
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+
+__all__ = [
+    "BOTTLENECK_PARTS",
+    "TIME_PARTS",
+    "StrategyColumns",
+    "VectorEstimates",
+    "columns_of",
+    "estimate_columns",
+]
+
+# TimeBreakdown fields, in its order; BOTTLENECK_PARTS as Estimate.bottleneck ranks them (no "recompute").
+TIME_PARTS: tuple[str, ...] = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
+    "act_offload",
+)
+BOTTLENECK_PARTS: tuple[str, ...] = tuple(x for x in TIME_PARTS if x != "recompute")
+
+
+@dataclass(frozen=True)
+class VectorEstimates:
+    """Estimate figures of n strategies, one array per figure, named as in Estimate; `time` holds every
+    TimeBreakdown field (TIME_PARTS) and `mem` the MemoryBreakdown fields of the peak stage (MEMORY_PARTS;
+    their sum is peak_memory_bytes). capacity_bytes is the cluster's; n_fallback counts the rows that went
+    through the scalar estimate (unset knobs)."""
+
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    peak_memory_bytes: np.ndarray  # Estimate.memory.total
+    headroom_bytes: np.ndarray
+    fits: np.ndarray  # bool
+    mfu: np.ndarray
+    mfu_causal: np.ndarray
+    hfu: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    hw_tflops_per_gpu: np.ndarray
+    bottleneck: np.ndarray  # index into BOTTLENECK_PARTS
+    time: dict[str, np.ndarray]  # TIME_PARTS
+    mem: dict[str, np.ndarray]  # MEMORY_PARTS
+    capacity_bytes: float
+    n_fallback: int = 0
+
+    def __len__(self) -> int:
+        return len(self.step_time_s)
+
+
+def estimate_columns(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cols: StrategyColumns
+) -> VectorEstimates:
+    """Predict memory and step time of every strategy of a block (as `estimate(..., check=False)` would)."""
+    ctx = perf_context(model, cluster, workload)
+    unset = _unset(model, cols)
+    if not unset.any():
+        return _vector(ctx, cols)
+    out = _empty(ctx, len(cols))
+    done = ~unset
+    if done.any():
+        _fill(out, np.nonzero(done)[0], _vector(ctx, cols.take(done)))
+    for i in np.nonzero(unset)[0]:
+        _fill_one(out, int(i), estimate(model, cluster, workload, cols.strategy_at(int(i)), check=False))
+    return _frozen(ctx, out, int(unset.sum()))
+
+
+def _unset(model: ModelSpec, c: StrategyColumns) -> np.ndarray:
+    """Rows with a knob the scalar completion search must fill (Strategy.unset_knobs)."""
+    bad = (c.vpp <= 0) | (c.micro_batch <= 0) | (c.recompute < 0) | (c.pp_schedule < 0) | (c.zero < 0)
+    bad |= c.activation_offload_layers < 0
+    return bad | (c.etp <= 0) if model.is_moe else bad
+
+
+def _vector(ctx: PerfContext, cols: StrategyColumns) -> VectorEstimates:
+    """The whole model on arrays (every knob set)."""
+    if len(cols) == 0:
+        return _frozen(ctx, _empty(ctx, 0), 0)
+    r = rows_of(ctx, cols)
+    lt = layer_table(ctx, r)
+    st = stage_slots(ctx, r)
+    dual = (r.p > 1) & (r.sched == DUALPIPE)
+    times = slot_times(lt, st, cp_costs(ctx, r, lt), dual)
+    g = dp_groups(r)
+    sh = sharding(ctx, r, g)
+    params = stage_params(ctx, r, st)
+    mem = peak_memory(lt, r, st, params, sh)
+    tb = _time_breakdown(ctx, r, lt, st, times, g, sh, params)
+    return _assemble(ctx, r, tb, mem)
+
+
+def _slowest(times: SlotTimes, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, slot) of the first slot with the largest total (max over st.times)."""
+    slot = np.argmax(np.where(valid, times.total, -np.inf), axis=1)
+    return np.arange(len(slot)), slot
+
+
+def _time_breakdown(
+    ctx: PerfContext,
+    r: Rows,
+    lt: LayerTable,
+    st: StageSlots,
+    times: SlotTimes,
+    g: DpGroups,
+    sh: Shard,
+    params: Params,
+) -> dict[str, np.ndarray]:
+    """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
+    rows, slot = _slowest(times, st.valid)
+    slow = SlotTimes(
+        *(x[rows, slot] for x in (times.comp, times.re, times.tp, times.cp, times.ep, times.fwd)), 0
+    )
+    st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
+    ne0, ex0 = params.ne[:, 0], params.ex[:, 0]
+    dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
+    bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
+    m = r.m
+    return {
+        "compute": m * slow.comp + OVERLAP_SLOWDOWN * dp_overlapped,
+        "recompute": m * slow.re,
+        "tp_comm": m * slow.tp,
+        "cp_comm": m * slow.cp,
+        "ep_comm": m * slow.ep,
+        "pp_comm": pp_comm,
+        "dp_comm": dp_exposed,
+        "bubble": bubble,
+        "optimizer": _optimizer(ctx, r, sh, ne0, ex0, slow.comp - slow.fwd),
+        "act_offload": m * _act_offload(ctx, r, lt, st),
+    }
+
+
+def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pipeline.pipeline_time: (bubble, p2p) seconds per step; the p2p send as comm.p2p."""
+    links, G = ctx.links, ctx.G
+    tcd = r.t * r.c * r.d
+    crosses = (tcd >= G) | (tcd * r.p > G)
+    nb = lt.col["pp_bytes"]
+    send = np.where(
+        crosses, links.scaleout_lat + nb / links.scaleout_bw, links.scaleup_lat + nb / links.scaleup_bw
+    )
+    send = np.where(nb <= 0, 0.0, send)
+    v = np.where(r.p > 1, r.v, 1)
+    frac = per_key_floats(
+        lambda s, p, m, vv: pipeline.bubble_fraction(SCHEDULE_CODES[s], p, m, vv),
+        (r.sched, r.p, r.m, v),
+        (int,) * 4,
+    )
+    piped = r.p > 1
+    return np.where(piped, frac * r.m * mean, 0.0), np.where(piped, 2.0 * r.m * v * send, 0.0)
+
+
+def _optimizer(
+    ctx: PerfContext, r: Rows, sh: Shard, ne0: np.ndarray, ex0: np.ndarray, window: np.ndarray
+) -> np.ndarray:
+    """Optimizer step on the GPU (memory.optimizer_step_bytes) plus CPU offload (offload.offload_time)."""
+    n_shard, n_eshard = sh.n_shard[:, 0], sh.n_eshard[:, 0]
+    local = np.where(r.zero >= 1, (ne0 / n_shard + ex0 / n_eshard) * sh.trainable, (ne0 + ex0) * sh.trainable)
+    opt = memory.optimizer_step_bytes(r.state_bytes) * local * (1 - r.offload) / ctx.hbm
+    n = r.offload * local
+    bw = offload.host_link_bw(ctx.cluster.gpu)
+    down = np.maximum(0.0, 4.0 * n / bw - window)
+    off = down + offload.CPU_ADAM_BYTES_PER_PARAM * n / offload.HOST_MEM_BW_PER_GPU + 2.0 * n / bw
+    return opt + np.where((r.offload > 0) & (local > 0), off, 0.0)
+
+
+def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st: StageSlots) -> np.ndarray:
+    """Exposed activation-offload seconds per micro-batch (`_offload_time`), once per distinct input."""
+    bw = offload.host_link_bw(ctx.cluster.gpu)
+
+    def one(k: int, nd: int, nm: int, n: int) -> float:
+        if not n:
+            return 0.0
+        lc, mix = lt.costs[k], (nd, nm)
+        fwd = layer_mean(mix, lc.dense_fwd, lc.moe_fwd)
+        bwd = layer_mean(mix, lc.dense_bwd, lc.moe_bwd)
+        act = layer_mean(mix, lc.act_dense, lc.act_moe)
+        return act_offload.offload_cost(nd + nm, n, act, fwd, bwd, bw).exposed_s
+
+    if not (r.ao > 0).any():
+        return np.zeros(len(r.ao))
+    return per_key_floats(one, (lt.inv, st.nd[:, 0], st.nm[:, 0], r.ao), (int,) * 4)
+
+
+def _assemble(
+    ctx: PerfContext, r: Rows, tb: dict[str, np.ndarray], mem: dict[str, np.ndarray]
+) -> VectorEstimates:
+    """Headline figures from the breakdowns (perf/estimate.py `_assemble`)."""
+    t = tb
+    step = (
+        t["act_offload"] + t["compute"] + t["tp_comm"] + t["cp_comm"] + t["ep_comm"] + t["pp_comm"]
+        + t["dp_comm"] + t["bubble"] + t["optimizer"]
+    )  # fmt: skip
+    W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
+    hw = np.array([fl.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
+    headroom = ctx.capacity - mem["total"]
+    bottleneck = np.argmax(np.stack([t[k] for k in BOTTLENECK_PARTS], axis=1), axis=1)
+    return VectorEstimates(
+        step_time_s=step,
+        tokens_per_s=ctx.tokens / step,
+        tokens_per_s_per_gpu=ctx.tokens / step / W,
+        peak_memory_bytes=mem["total"],
+        headroom_bytes=headroom,
+        fits=headroom >= 0,
+        mfu=fl.model_full / step / W / peak,
+        mfu_causal=fl.model_causal / step / W / peak,
+        hfu=hw / step / W / peak,
+        model_tflops_per_gpu=fl.model_full / step / W / 1e12,
+        hw_tflops_per_gpu=hw / step / W / 1e12,
+        bottleneck=bottleneck,
+        time=tb,
+        mem={k: mem[k] for k in MEMORY_PARTS},
+        capacity_bytes=ctx.capacity,
+    )
+
+
+# ---- filling in scalar results -----------------------------------------------------------------------------
+_HEADLINE = tuple(
+    f.name for f in fields(VectorEstimates) if f.name not in ("time", "mem", "capacity_bytes", "n_fallback")
+)
+
+
+def _empty(ctx: PerfContext, n: int) -> dict:
+    """Mutable arrays for n rows."""
+    out: dict = {k: np.zeros(n) for k in _HEADLINE}
+    out["fits"], out["bottleneck"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    out["time"] = {k: np.zeros(n) for k in TIME_PARTS}
+    out["mem"] = {k: np.zeros(n) for k in MEMORY_PARTS}
+    return out
+
+
+def _fill(out: dict, rows: np.ndarray, part: VectorEstimates) -> None:
+    """Scatter a vector result into `out` at `rows`."""
+    for k in _HEADLINE:
+        out[k][rows] = getattr(part, k)
+    for group in ("time", "mem"):
+        for k, v in getattr(part, group).items():
+            out[group][k][rows] = v
+
+
+def _fill_one(out: dict, i: int, e: Estimate) -> None:
+    """Write one scalar Estimate into row i."""
+    for k in _HEADLINE:
+        if k == "peak_memory_bytes":
+            out[k][i] = e.memory.total
+        elif k == "bottleneck":
+            out[k][i] = BOTTLENECK_PARTS.index(e.bottleneck)
+        else:
+            out[k][i] = getattr(e, k)
+    for k in TIME_PARTS:
+        out["time"][k][i] = getattr(e.time, k)
+    for k in MEMORY_PARTS:
+        out["mem"][k][i] = getattr(e.memory, k)
+
+
+def _frozen(ctx: PerfContext, out: dict, n_fallback: int) -> VectorEstimates:
+    return VectorEstimates(**out, capacity_bytes=ctx.capacity, n_fallback=n_fallback)

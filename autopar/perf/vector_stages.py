@@ -1,0 +1,219 @@
+"""Vectorized estimator, part 1: the block's knobs as rows, per-layer costs, pipeline stages, stage times.
+
+Mirrors perf/estimate.py `_estimate` up to `Stages`: per-layer costs and CP cost are the scalar functions
+called once per distinct key (perf/vector_keys.py); the stage arithmetic runs on (n, 3) arrays, one column
+per distinct stage slot: 0 = first, 1 = middle (pp > 2), 2 = last (pp > 1). Slots a pipeline does not have
+are marked invalid. Operations keep the scalar model's order so results agree to rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from autopar.perf import pipeline
+from autopar.perf.context import PerfContext
+from autopar.perf.estimate import cp_cost_of, stage_specs_of
+from autopar.perf.layers import LayerCosts, layer_costs
+from autopar.perf.memory import OPTIMIZER_STATE_BYTES, OPTIMIZER_STATES_OF
+from autopar.perf.vector_columns import (
+    CP_COMM_CODES,
+    RECOMPUTE_CODES,
+    SCHEDULE_CODES,
+    STATES_CODES,
+    StrategyColumns,
+)
+from autopar.perf.vector_keys import memo, per_key
+
+LC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LayerCosts))
+SLOTS = 3  # first, middle, last
+DUALPIPE = SCHEDULE_CODES.index("dualpipe")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The knobs of a complete block (no unset knob), normalised as the scalar model reads them."""
+
+    t: np.ndarray
+    p: np.ndarray
+    c: np.ndarray
+    d: np.ndarray  # dp filled from the cluster when 0 (Strategy.with_dp)
+    e: np.ndarray
+    te: np.ndarray  # expert TP (etp or tp)
+    v: np.ndarray
+    sp: np.ndarray  # sequence parallelism as the layer costs see it (sp and tp > 1)
+    zero: np.ndarray
+    ds: np.ndarray  # dp_shard, 0 = None
+    mb: np.ndarray
+    rc: np.ndarray
+    sched: np.ndarray
+    cpc: np.ndarray
+    split: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    state_bytes: np.ndarray
+    offload: np.ndarray
+    ao: np.ndarray
+    m: np.ndarray  # micro-batches per step per pipeline
+
+
+def rows_of(ctx: PerfContext, s: StrategyColumns) -> Rows:
+    """Normalised rows of a block whose knobs are all set."""
+    t, p, c = s.tp, s.pp, s.cp
+    d = np.where(s.dp > 0, s.dp, np.maximum(1, ctx.W // (t * p * c)))
+    default = STATES_CODES.index(OPTIMIZER_STATES_OF[ctx.w.optimizer])
+    states = np.where(s.optimizer_states >= 0, s.optimizer_states, default)
+    state_bytes = np.array([OPTIMIZER_STATE_BYTES[x] for x in STATES_CODES])[states]
+    split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
+    return Rows(
+        t, p, c, d, s.ep, np.where(s.etp > 0, s.etp, t), s.vpp, s.sp & (t > 1), s.zero, s.dp_shard,
+        s.micro_batch, s.recompute, s.pp_schedule, s.cp_comm, split, state_bytes, s.optimizer_offload,
+        s.activation_offload_layers, np.maximum(1, ctx.w.global_batch // (s.micro_batch * d)),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """Per-layer costs of every row: the distinct LayerCosts, each row's key, and the fields as columns."""
+
+    costs: list[LayerCosts]
+    keys: list[tuple[int, int, int, int, int, bool, str]]
+    inv: np.ndarray
+    col: dict[str, np.ndarray]
+
+
+def layer_table(ctx: PerfContext, r: Rows) -> LayerTable:
+    """`layer_costs` once per distinct (tp, cp, micro-batch, ep, etp, sp, recompute)."""
+    keys: list[tuple[int, int, int, int, int, bool, str]] = []
+
+    def one(t: int, c: int, b: int, e: int, te: int, sp: bool, rc: int) -> LayerCosts:
+        keys.append((t, c, b, e, te, sp, RECOMPUTE_CODES[rc]))
+        return layer_costs(ctx, *keys[-1])
+
+    cols = (r.t, r.c, r.mb, r.e, r.te, r.sp, r.rc)
+    costs, inv = per_key(one, cols, (int, int, int, int, int, bool, int))
+    table = np.array([[getattr(lc, f) for f in LC_FIELDS] for lc in costs], dtype=np.float64)[inv]
+    return LayerTable(costs, keys, inv, {f: table[:, i] for i, f in enumerate(LC_FIELDS)})
+
+
+def cp_costs(ctx: PerfContext, r: Rows, lt: LayerTable) -> tuple[np.ndarray, np.ndarray]:
+    """(comm, compute) of the CP cost per layer per micro-batch, once per distinct (layer key, CP variant)."""
+    cache = memo(ctx, "cp_cost")
+
+    def one(k: int, variant: int) -> tuple[float, float]:
+        key = (lt.keys[k], variant)
+        hit = cache.get(key)
+        if hit is None:
+            t, c, b, _, _, _, rc = lt.keys[k]
+            x = cp_cost_of(ctx, t, c, b, rc, CP_COMM_CODES[variant], lt.costs[k])
+            hit = cache[key] = (x.comm, x.compute)
+        return hit
+
+    out, inv = per_key(one, (lt.inv, r.cpc), (int, int))
+    arr = np.asarray(out, dtype=np.float64)[inv]
+    return arr[:, 0], arr[:, 1]
+
+
+@dataclass(frozen=True)
+class StageSlots:
+    """The distinct stages of every row as (n, 3) arrays (slot 0 first, 1 middle, 2 last)."""
+
+    nd: np.ndarray
+    nm: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    logits: np.ndarray
+    inflight: np.ndarray
+    valid: np.ndarray
+
+
+def _slot_rows(specs: tuple) -> list[tuple[float, ...]]:
+    """One key's stage specs as 3 slot rows (nd, nm, first, last, logits, inflight, valid)."""
+    rows = [(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)] * SLOTS
+    slots = (0,) if len(specs) == 1 else (0, 2) if len(specs) == 2 else (0, 1, 2)
+    for k, sp in zip(slots, specs, strict=True):
+        rows[k] = (*sp.mix, sp.first, sp.last, sp.logits, sp.inflight, 1.0)
+    return rows
+
+
+def stage_slots(ctx: PerfContext, r: Rows) -> StageSlots:
+    """`stage_specs_of` once per distinct (pp, vpp, schedule, micro-batches, split)."""
+    model, cache = ctx.model, memo(ctx, "stages")
+
+    def one(p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool) -> list:
+        key = (p, v, sched, m, f, la, emb, loss)
+        hit = cache.get(key)
+        if hit is None:
+            split = (f if f >= 0 else None, la if la >= 0 else None, emb, loss)
+            hit = cache[key] = _slot_rows(stage_specs_of(model, p, v, SCHEDULE_CODES[sched], m, split)[0])
+        return hit
+
+    cols = (r.p, r.v, r.sched, r.m, *r.split)
+    out, inv = per_key(one, cols, (int, int, int, int, int, int, bool, bool))
+    a = np.asarray(out, dtype=np.float64)[inv]  # (n, 3, 7)
+    nd, nm = a[:, :, 0].astype(np.int64), a[:, :, 1].astype(np.int64)
+    return StageSlots(nd, nm, a[:, :, 2] > 0, a[:, :, 3] > 0, a[:, :, 4] > 0, a[:, :, 5], a[:, :, 6] > 0)
+
+
+@dataclass(frozen=True)
+class SlotTimes:
+    """One micro-batch on each stage slot, (n, 3) arrays as perf/estimate.py StageTime."""
+
+    comp: np.ndarray
+    re: np.ndarray
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    fwd: np.ndarray
+    n_layers: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.comp + self.tp + self.cp + self.ep
+
+
+def slot_times(
+    lt: LayerTable, st: StageSlots, cpc: tuple[np.ndarray, np.ndarray], dual: np.ndarray
+) -> SlotTimes:
+    """`_stage_time` on every slot, then DualPipe's overlap on the rows that run it (`_dualpipe`)."""
+    L = {k: v[:, None] for k, v in lt.col.items()}
+    nd, nm, lg = st.nd, st.nm, st.logits
+    cp_comm, cp_comp = cpc[0][:, None], cpc[1][:, None]
+    fwd = nd * L["dense_fwd"] + nm * L["moe_fwd"] + np.where(lg, L["logits_time"] / 3, 0.0)
+    comp = nd * (L["dense_fwd"] + L["dense_bwd"] + L["dense_re"]) + nm * (
+        L["moe_fwd"] + L["moe_bwd"] + L["moe_re"]
+    )
+    comp = comp + (np.where(lg, L["logits_time"], 0.0) + (nd + nm) * cp_comp)
+    re = nd * L["dense_re"] + nm * L["moe_re"]
+    x = SlotTimes(
+        comp, re, nd * L["tp_dense"] + nm * L["tp_moe"], (nd + nm) * cp_comm, nm * L["ep_layer"], fwd, nd + nm
+    )
+    return _dualpipe(x, dual[:, None]) if dual.any() else x
+
+
+def _dualpipe(x: SlotTimes, dual: np.ndarray) -> SlotTimes:
+    """pipeline.dualpipe_overlap where `dual`: the expert all-to-all hides under the paired compute."""
+    s = pipeline.DUALPIPE_COMM_SMS
+    slowed = x.comp / (1.0 - s)
+    fits = x.ep <= slowed
+    comp = np.where(fits, x.comp + s * x.ep, slowed)
+    ep = np.where(fits, 0.0, x.ep - slowed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(x.comp != 0, comp / x.comp, 1.0)
+    pick = lambda new, old: np.where(dual, new, old)  # noqa: E731
+    return SlotTimes(
+        pick(comp, x.comp),
+        pick(x.re * scale, x.re),
+        x.tp,
+        x.cp,
+        pick(ep, x.ep),
+        pick(x.fwd * scale, x.fwd),
+        x.n_layers,
+    )
+
+
+def mean_total(p: np.ndarray, tot: np.ndarray) -> np.ndarray:
+    """Mean time of one micro-batch over the p stages (`_stages`): first, p − 2 middles, last."""
+    mid = np.where(p > 2, tot[:, 1], 0.0)
+    with np.errstate(invalid="ignore"):
+        piped = (tot[:, 0] + (p - 2) * mid + tot[:, 2]) / p
+    return np.where(p == 1, tot[:, 0], piped)
