@@ -135,7 +135,7 @@ def usd_per_mtoken(
     if hasattr(effective, "shape"):  # an array of throughputs (the exhaustive sweep): the same formula
         import numpy as np
 
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             usd = num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN
         return np.where(effective > 0, usd, math.inf)
     if effective <= 0:

@@ -122,15 +122,11 @@ def features_columns(
     else:
         dilution = np.zeros(n)
     fam = cluster.gpu.family.lower()
-    const = [
-        max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
-        None,
-        1.0 if workload.precision == "fp8" else 0.0,
-        *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES),
-    ]
-    cols_out = [*_time_shares_columns(vest), np.log2(gemm_tokens), np.log2(model.hidden / cols.tp), dilution]
-    cols_out += [np.full(n, const[0]), vest.mfu, *(np.full(n, x) for x in const[2:])]
-    return np.column_stack(cols_out).astype(float)
+    domains = max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0)
+    flags = [1.0 if workload.precision == "fp8" else 0.0, *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES)]
+    out = [*_time_shares_columns(vest), np.log2(gemm_tokens), np.log2(model.hidden / cols.tp), dilution]
+    out += [np.full(n, domains), vest.mfu, *(np.full(n, x) for x in flags)]
+    return np.column_stack(out).astype(float)
 
 
 def memory_features_columns(

@@ -33,7 +33,7 @@ from autopar.search.space import Space
 
 KEEP_ALL_LIMIT = 20_000  # spaces up to this size keep every point's record (loops.run_exhaustive)
 BLOCK_ROWS = 8192  # points estimated together: bounds the sweep's memory
-SAMPLE_KEPT = 4000  # points besides the front whose records are kept (an even stride over the space)
+SAMPLE_KEPT = 2000  # points besides the front whose records are kept (an even stride over the space)
 
 
 def can_sweep(space: Space, ev: Evaluator) -> bool:
