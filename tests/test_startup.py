@@ -139,6 +139,18 @@ def test_batch_with_repeats_equals_each_row_alone(published, picks):
     pd.testing.assert_frame_equal(batch[alone.columns], alone, check_dtype=False)
 
 
+def test_batch_sharing_completion_candidates_equals_each_row_alone(published):
+    """Rows repeating a run with another recompute or micro-batch share their completions' candidate
+    estimates inside a batch (perf.complete.shared_candidates): each row still gets what it gets alone."""
+    df = _repeated(published, list(range(0, 100, 7)) * 3)
+    n = len(df) // 3
+    df.loc[n : 2 * n - 1, "recompute"] = "full"
+    df.loc[2 * n :, "micro_batch"] = "1"
+    alone = pd.DataFrame([estimate_row(r) for r in df.to_dict(orient="records")])
+    assert (alone["status"] == "ok").sum() > n  # most rows are evaluated (some complete unset knobs)
+    pd.testing.assert_frame_equal(batch_estimate(df)[alone.columns], alone, check_dtype=False)
+
+
 def test_calibrated_batch_of_repeats_matches_the_plain_file(published):
     cal = apply_mod.load_default_calibration()
     plain = calibrated_batch(published, cal).set_index("id")

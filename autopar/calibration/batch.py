@@ -18,37 +18,61 @@ import numpy as np
 import pandas as pd
 
 from autopar.calibration.features import features, group_of, memory_features
-from autopar.calibration.records import batch_estimate, unique_rows
+from autopar.calibration.records import batch_estimate, distinct_records
 from autopar.calibration.verdict import OOM, memory_verdicts
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
 _THROUGHPUT_LIKE = ("pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu")
 
 
-def _row_factors(
-    row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal: Any
-) -> tuple[float, float, float, float, float, float]:
-    """(throughput factor, lo, hi, memory factor, lo, hi) of one record from its specs and analytical
-    estimate (NaNs if it could not be evaluated)."""
+def _row_features(row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal: Any) -> tuple | None:
+    """(throughput features, memory features, group) of one record from its specs and analytical
+    estimate; None if it could not be evaluated."""
     if evaluated is None:
-        return (np.nan,) * 6
+        return None
     sp, est = evaluated
     try:
         args = (sp.model, sp.cluster, sp.workload, sp.strategy, est)
         x, xm = features(*args), memory_features(*args)
     except Exception:  # noqa: BLE001 - the row's status column already says why
-        return (np.nan,) * 6
+        return None
     g = group_of(row)
-    grp = g if g in cal.corrector.offsets_ else cal.meta.group
-    f = cal._one(cal.factors, x, cal.corrector, grp)
-    m = cal._one(cal.memory_factors, xm, cal.memory_corrector, grp)
-    return (*f, *m)
+    return x, xm, g if g in cal.corrector.offsets_ else cal.meta.group
+
+
+def _factors(fn: Any, X: np.ndarray, groups: list, corrector: Any) -> np.ndarray:
+    """(factor, low, high) per row, one prediction for all rows: `Calibration._one` on a matrix (no
+    correction and the analytical band for a row with a non-finite feature; the band holds the factor)."""
+    out = np.ones((len(X), 3))
+    if corrector is None or not len(X):
+        return out
+    ok = np.all(np.isfinite(X), axis=1)
+    out[~ok, 1:] = np.exp(corrector.prior_band_)
+    if ok.any():
+        f, lo, hi = fn(X[ok], [g for g, k in zip(groups, ok, strict=True) if k])
+        out[ok] = np.column_stack([f, np.minimum(lo, f), np.maximum(hi, f)])
+    return out
+
+
+def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
+    """(throughput factor, lo, hi, memory factor, lo, hi) of each distinct record (NaN if unevaluated)."""
+    feats = [_row_features(r, ev, cal) for r, ev in zip(uniq, evaluated, strict=True)]
+    rows = [i for i, x in enumerate(feats) if x is not None]
+    out = np.full((len(feats), 6), np.nan)
+    if rows:
+        X = np.vstack([feats[i][0] for i in rows])
+        Xm = np.vstack([feats[i][1] for i in rows])
+        groups = [feats[i][2] for i in rows]
+        out[rows, :3] = _factors(cal.factors, X, groups, cal.corrector)
+        out[rows, 3:] = _factors(cal.memory_factors, Xm, groups, cal.memory_corrector)
+    return out
 
 
 def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory."""
     evaluated: list[Any] = []  # (specs, estimate) of each distinct configuration, reused for the factors
-    out = batch_estimate(df, keep=evaluated)
+    distinct = distinct_records(df)
+    out = batch_estimate(df, keep=evaluated, distinct=distinct)
     out.insert(out.columns.get_loc(TPS), TPS + "_analytical", out[TPS])
     out.insert(out.columns.get_loc(MEM), MEM + "_analytical", out[MEM])
     if calibration is None:
@@ -58,11 +82,8 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
         out["calibration_factor"] = np.where(out["status"] == "ok", 1.0, np.nan)
         out["memory_factor"] = out["calibration_factor"]
         return _with_verdict(out)
-    codes, first = unique_rows(df)  # the distinct configurations batch_estimate evaluated, in its order
-    uniq = df.iloc[first].to_dict(orient="records")
-    fac = np.array(
-        [_row_factors(r, ev, calibration) for r, ev in zip(uniq, evaluated, strict=True)], dtype=float
-    ).reshape(-1, 6)[codes]
+    codes, uniq = distinct  # the distinct configurations batch_estimate evaluated, in its order
+    fac = _batch_factors(uniq, evaluated, calibration)[codes]
     tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
     out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]

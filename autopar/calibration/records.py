@@ -572,14 +572,26 @@ def unique_rows(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return codes, first
 
 
-def batch_estimate(df: pd.DataFrame, strict: bool = False, keep: list | None = None) -> pd.DataFrame:
+def distinct_records(df: pd.DataFrame) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """(each row's configuration code, the distinct configurations as records), in unique_rows' order."""
+    codes, first = unique_rows(df)
+    return codes, df.iloc[first].to_dict(orient="records")
+
+
+def batch_estimate(
+    df: pd.DataFrame, strict: bool = False, keep: list | None = None, distinct: tuple | None = None
+) -> pd.DataFrame:
     """Evaluate every row of a run-record table; bad rows get status='error: ...' and the rest still run.
     Rows repeating a configuration (all cells but the id equal) are evaluated once; `keep` (optional)
-    gets each distinct configuration's (specs, estimate) or None, in the order of unique_rows."""
+    gets each distinct configuration's (specs, estimate) or None, in the order of unique_rows;
+    `distinct` = (codes, distinct records) when the caller has them already (distinct_records)."""
     import pandas as pd
 
-    codes, first = unique_rows(df)
-    rows = [estimate_row(r, strict=strict, keep=keep) for r in df.iloc[first].to_dict(orient="records")]
+    from autopar.perf.complete import shared_candidates
+
+    codes, uniq = distinct if distinct is not None else distinct_records(df)
+    with shared_candidates():  # rows repeating a run with other knobs share their completions' candidates
+        rows = [estimate_row(r, strict=strict, keep=keep) for r in uniq]
     out = pd.DataFrame(rows)
     for col in PRED_COLUMNS:
         if col not in out.columns:

@@ -11,9 +11,11 @@ from the most memory-frugal point (each move keeps feasibility and never slows t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
@@ -25,6 +27,23 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 RECOMPUTE_MODES: tuple[str, ...] = ("full", "selective", "none")  # most memory-frugal first
 MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
+
+# Candidate estimates shared by the completions of one batch (`shared_candidates`), by problem.
+_SHARED: ContextVar[dict[tuple, dict[Strategy, Estimate | InvalidStrategyError]] | None] = ContextVar(
+    "autopar_shared_candidates", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_candidates() -> Iterator[None]:
+    """Inside the block, completions of the same (model, cluster, workload) share their candidates'
+    estimates: a batch of run records repeats a configuration with other knobs set (estimate --batch),
+    and most candidate strategies recur. The estimator is pure, so results are unchanged."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
@@ -114,15 +133,17 @@ def complete(
     cands = candidate_values(model, w, s)
     cache: dict[tuple, Estimate | None] = {}
     errors: list[InvalidStrategyError] = []
+    shared = _SHARED.get()
+    common = None if shared is None else shared.setdefault((model, cluster, w, strict), {})
 
     def run(choice: dict[str, Any]) -> Estimate | None:
         key = tuple(sorted((k, str(v)) for k, v in choice.items()))
         if key not in cache:
-            try:
-                cache[key] = estimate(model, cluster, w, _apply(s, choice), strict=strict)
-            except InvalidStrategyError as e:
-                errors.append(e)
-                cache[key] = None
+            got = _candidate(model, cluster, w, _apply(s, choice), strict, estimate, common)
+            if isinstance(got, InvalidStrategyError):
+                errors.append(got)
+                got = None
+            cache[key] = got
         return cache[key]
 
     names = list(cands)
@@ -141,6 +162,27 @@ def complete(
     if est is None:  # no completion is valid: the layout itself breaks a rule; say which (first candidate)
         raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(names)}"])
     return _with_assumed(est, best, size, s.unset_knobs(model.is_moe))
+
+
+def _candidate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    cand: Strategy,
+    strict: bool,
+    estimate: Callable[..., Estimate],
+    common: dict[Strategy, Estimate | InvalidStrategyError] | None,
+) -> Estimate | InvalidStrategyError:
+    """One candidate's estimate, or the rules it breaks (looked up in `common` when a batch shares them)."""
+    if common is not None and cand in common:
+        return common[cand]
+    try:
+        got: Estimate | InvalidStrategyError = estimate(model, cluster, w, cand, strict=strict)
+    except InvalidStrategyError as e:
+        got = e
+    if common is not None:
+        common[cand] = got
+    return got
 
 
 def _descend(cands: dict[str, list[Any]], run) -> dict[str, Any]:

@@ -24,6 +24,11 @@ def usable_memory_bytes(memory_bytes: float) -> float:
     return memory_bytes / 1e9 * GiB * 0.99
 
 
+# Contexts kept per process: a batch of run records spans hundreds of (model, cluster, workload) problems
+# (the public runs: ~90), and one evicted too early is rebuilt with its layer costs for every later row.
+PERF_CONTEXTS_KEPT = 512
+
+
 class PerfContext:
     """Quantities fixed by (model, cluster, workload), and a cache of per-layer costs by layer sharding."""
 
@@ -74,7 +79,7 @@ class PerfContext:
         return tm
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=PERF_CONTEXTS_KEPT)
 def perf_context(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> PerfContext:
     """The shared context of one (model, cluster, workload), built once and reused by every strategy."""
     return PerfContext(model, cluster, workload)

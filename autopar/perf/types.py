@@ -7,7 +7,7 @@ Units: bytes and seconds; FLOP/s where named.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class MemoryBreakdown:
         return self.logits + self.buffers + self.overhead
 
     def as_dict(self) -> dict[str, float]:
-        d = asdict(self)
+        d = {k: getattr(self, k) for k in self.__slots__}  # the fields in order (asdict, ~10x faster)
         d["total"] = self.total
         return d
 
@@ -92,7 +92,7 @@ class TimeBreakdown:
         return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
 
     def as_dict(self) -> dict[str, float]:
-        d = asdict(self)
+        d = {k: getattr(self, k) for k in self.__slots__}  # the fields in order (asdict, ~10x faster)
         d["total"] = self.total
         return d
 
