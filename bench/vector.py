@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autopar.catalog import get_gpu, get_model  # noqa: E402
-from autopar.perf.context import perf_context  # noqa: E402
+from autopar.perf.context import clear_perf_contexts  # noqa: E402
 from autopar.perf.vector import estimate_columns  # noqa: E402
 from autopar.search import build_space  # noqa: E402
 from autopar.search.evaluate import Evaluator  # noqa: E402
@@ -61,7 +61,7 @@ def _problem(p: dict[str, Any]) -> tuple[ModelSpec, Space, float]:
 def scalar_rate(m: ModelSpec, space: Space, chunk: int, limit: int | None) -> tuple[float, int]:
     """(strategies/s, points) of Evaluator.evaluate_many over the space's iteration (the first `limit` points
     of an evenly strided walk when limit < size)."""
-    perf_context.cache_clear()
+    clear_perf_contexts()
     ev = Evaluator(m, space.hardware, prices=[2.0] * len(space.hardware))
     step = max(1, space.size // limit) if limit else 1
     points = itertools.islice(space, 0, None, step)
@@ -84,7 +84,7 @@ def vector_pass(m: ModelSpec, space: Space, chunk: int) -> tuple[int, int]:
 
 def vector_rate(m: ModelSpec, space: Space, chunk: int) -> tuple[float, int]:
     """(strategies/s, fallback rows) of the vector path, from a cold per-layer-cost cache."""
-    perf_context.cache_clear()
+    clear_perf_contexts()
     t0 = time.perf_counter()
     rows, fallback = vector_pass(m, space, chunk)
     return rows / (time.perf_counter() - t0), fallback

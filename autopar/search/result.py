@@ -72,4 +72,7 @@ class SearchResult:
 
     @property
     def n_feasible(self) -> int:
-        return sum(t.feasible for t in self.trials)
+        """Feasible strategies found: over the whole space for an array sweep (search/sweep.py), whose
+        `trials` hold only the front and a sample."""
+        sweep = self.stats.get("sweep")
+        return int(sweep["feasible"]) if sweep else sum(t.feasible for t in self.trials)
