@@ -265,9 +265,9 @@ def _shared_categorical() -> type:
 
 
 def _kept_as_is(frozen: Any) -> Any:
-    """The trial, as a FrozenTrial whose deep copy is shallow: the in-memory storage deep-copies every
-    added trial (so a caller's later edits cannot reach it), and these trials are built once and never
-    edited (the storage itself copies a trial before changing it)."""
+    """A copy of the trial that the in-memory storage keeps as it is: the storage deep-copies every added
+    trial (so the caller's later edits cannot reach it) and numbers the copy; this copy is handed over
+    and never touched again (the storage itself copies a trial before changing it)."""
     cls = _kept_class()
     kept = cls.__new__(cls)
     kept.__dict__.update(frozen.__dict__)
@@ -276,14 +276,12 @@ def _kept_as_is(frozen: Any) -> Any:
 
 @functools.cache
 def _kept_class() -> type:
-    """FrozenTrial with a shallow deep copy (built on first use: this module does not import optuna)."""
-    import copy
-
+    """FrozenTrial whose deep copy is itself (built on first use: this module does not import optuna)."""
     from optuna.trial import FrozenTrial
 
     class Kept(FrozenTrial):
         def __deepcopy__(self, memo: dict[int, Any]) -> Kept:
-            return copy.copy(self)
+            return self
 
     return Kept
 
