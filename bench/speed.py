@@ -93,7 +93,11 @@ def _json(root: Path, home: Path, argv: list[str], repeat: int, key: str, high: 
 
 
 def measure(root: Path, repeat: int) -> dict[str, Any]:
-    """Every figure for the revision checked out at `root`."""
+    """Every figure for the revision checked out at `root` (byte-compiled first, as scripts/setup.sh does,
+    so neither side pays for compiling under PYTHONDONTWRITEBYTECODE)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "autopar"], cwd=root, check=True, capture_output=True
+    )
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         _cli(root, home, ["estimate"], 1)  # the first process trains/remembers the default model

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.loops import (
@@ -172,6 +174,7 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     if REFERENCE_PATH:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
     fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
+    unit: dict[int, tuple[Any, Any]] = {}  # (low, high) bounds of an n-choice one-hot draw
 
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
         generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
@@ -200,6 +203,16 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
             else:
                 study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
             return gen
+
+        def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+            # RandomSampler's draw for a categorical (every knob is one), without building a
+            # _SearchSpaceTransform per call: one uniform draw in [0, 1) per choice (the one-hot
+            # columns' bounds), the largest wins. Same random numbers, same choice.
+            n = len(dist.choices)
+            bounds = unit.get(n)
+            if bounds is None:
+                bounds = unit[n] = (np.zeros(n), np.ones(n))
+            return dist.to_external_repr(self._random_sampler._rng.rng.uniform(*bounds).argmax())
 
         def next_generation(self) -> int:
             top = max(self.generations, default=0)
@@ -282,6 +295,13 @@ def _kept_class() -> type:
     class Kept(FrozenTrial):
         def __deepcopy__(self, memo: dict[int, Any]) -> Kept:
             return self
+
+        # Two stored trials are never equal (their ids differ), so identity answers what FrozenTrial's
+        # field-by-field comparison would; NSGA-II's parent selection tests `trial in parents` a lot.
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        __hash__ = object.__hash__
 
     return Kept
 
