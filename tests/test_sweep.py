@@ -83,6 +83,37 @@ def test_sweep_finds_the_classic_front(problem, kw, monkeypatch):
     assert len(swept.trials) <= len(_front(swept)) + sweep.SAMPLE_KEPT + 1 < n
 
 
+def test_sweep_over_several_hardware_options(monkeypatch):
+    """GPU count and type searched: one block per hardware option, each with its own price."""
+    model, _, wl = DENSE
+    clusters = [ClusterSpec(gpu=get_gpu(g), num_gpus=8) for g in ("H100-SXM", "H200")]
+    monkeypatch.setattr(sweep, "KEEP_ALL_LIMIT", 0)
+    swept = optimize(model, clusters, wl, sampler="exhaustive")
+    monkeypatch.setattr(sweep, "KEEP_ALL_LIMIT", 10**9)
+    classic = optimize(model, clusters, wl, sampler="exhaustive")
+    assert {t.gpu for t in swept.trials if not t.dominated} == {"H100-SXM", "H200"}
+    assert _front(swept) == _front(classic) and swept.n_feasible == classic.n_feasible
+
+
+def test_evaluator_trusts_only_space_points_under_the_default_rules():
+    """Evaluator(space_points=True) skips the rule re-check only with the default rules, and the search
+    then counts every point of the space as valid (exactly)."""
+    import random
+
+    from autopar.search.evaluate import Evaluator
+    from autopar.search.study import count_valid
+
+    model, cluster, wl = DENSE
+    space = build_space(model, cluster, wl)
+    trusted = Evaluator(model, space.hardware, prices=[2.0], space_points=True)
+    custom = Evaluator(model, space.hardware, prices=[2.0], space_points=True, validate_fn=lambda *a: ["no"])
+    assert trusted.trusts_space and not custom.trusts_space
+    assert count_valid(space, trusted, random.Random(0)) == (space.size, True)
+    assert count_valid(space, custom, random.Random(0)) == (0, False)
+    pt = space.point(0)
+    assert trusted(pt).evaluated and custom(pt).reason == "rule: no"
+
+
 def test_sweep_counts_reach_the_cli_summary(monkeypatch):
     from autopar.reports.counts import search_counts
 
