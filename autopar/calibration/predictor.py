@@ -61,12 +61,16 @@ class FittedCorrector:
 
     def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
         """Log correction log(measured/predicted) of each row (its group's offset included)."""
-        X = self._check(X)
+        return self._predict(self._check(X), groups)
+
+    def _predict(self, X: np.ndarray, groups: Sequence[Any] | None) -> np.ndarray:
         return self.shrink * (self._z(X) @ self.coef_ + self.intercept_) + self.offset(groups, len(X))
 
     def extrapolating(self, X: np.ndarray) -> np.ndarray:
         """Rows with a feature outside the training range (by more than RANGE_TOLERANCE of it)."""
-        X = self._check(X)
+        return self._extrapolating(self._check(X))
+
+    def _extrapolating(self, X: np.ndarray) -> np.ndarray:
         tol = RANGE_TOLERANCE * (self.hi_ - self.lo_) + 1e-9
         return np.any((self.lo_ - tol > X) | (self.hi_ + tol < X), axis=1)
 
@@ -74,9 +78,10 @@ class FittedCorrector:
         self, X: np.ndarray, groups: Sequence[Any] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(center, low, high) of the log correction; the analytical band is added where extrapolating."""
-        c = self.predict(X, groups)
+        X = self._check(X)  # once: the search predicts one row at a time for its local moves
+        c = self._predict(X, groups)
         lo, hi = c + self.band_[0], c + self.band_[1]
-        far = self.extrapolating(X)
+        far = self._extrapolating(X)
         lo = np.where(far, np.minimum(lo, self.prior_band_[0]), lo)
         hi = np.where(far, np.maximum(hi, self.prior_band_[1]), hi)
         return c, np.minimum(lo, c), np.maximum(hi, c)
