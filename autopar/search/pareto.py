@@ -84,10 +84,10 @@ class FrontTracker:
         """Insert a point; returns True if it joined the front (dropping those it dominates)."""
         v = np.asarray(vec, dtype=float)
         cur = self._F
-        if len(self.keys):
-            if np.any(np.all(cur <= v, axis=1) & np.any(cur < v, axis=1)):
+        if len(self.keys):  # ndarray methods: the np.all/np.any wrappers cost more than the tests here
+            if ((cur <= v).all(axis=1) & (cur < v).any(axis=1)).any():
                 return False
-            keep = ~(np.all(v <= cur, axis=1) & np.any(v < cur, axis=1))
+            keep = ~((v <= cur).all(axis=1) & (v < cur).any(axis=1))
             self.keys = [k for k, m in zip(self.keys, keep, strict=True) if m]
             self._F = np.vstack([cur[keep], v])
         else:
