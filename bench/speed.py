@@ -135,7 +135,13 @@ def measure(root: Path, repeat: int) -> dict[str, Any]:
 
 def _worktree(ref: str, where: Path) -> Path:
     """A detached checkout of `ref` (git worktree) at `where`."""
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(where), ref], cwd=ROOT, check=True)
+    r = subprocess.run(
+        ["git", "worktree", "add", "--detach", "-q", str(where), ref], cwd=ROOT, capture_output=True
+    )
+    if r.returncode:
+        raise SystemExit(
+            f"--baseline-ref {ref!r}: not a revision of this repository (git: {r.stderr.decode().strip()})"
+        )
     return where
 
 

@@ -102,7 +102,8 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
 
 def _with_verdict(out: pd.DataFrame) -> pd.DataFrame:
     """Add `pred_memory_verdict` and set `pred_fits` from it (False only for oom) on evaluated rows."""
-    if "pred_headroom_gib" not in out:
+    if "pred_headroom_gib" not in out:  # no row could be evaluated: the column is still there, empty
+        out["pred_memory_verdict"] = ""
         return out
     mem = pd.to_numeric(out[MEM], errors="coerce").to_numpy(dtype=float)
     usable = pd.to_numeric(out["pred_headroom_gib"], errors="coerce").to_numpy(dtype=float) + mem

@@ -64,7 +64,16 @@ def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -
         _write_table(preds, out)
     if as_json:
         sys.stdout.write(preds.to_json(orient="records") + "\n")
-        return
+    else:
+        _print_batch(preds, n_ok, out, calib)
+    if len(preds) and not n_ok:  # every row reported why; a file with nothing to evaluate is an error
+        raise DataError(
+            f"batch={batch}: none of its {len(preds)} rows could be evaluated (see each row's status)"
+        )
+
+
+def _print_batch(preds: Any, n_ok: int, out: Path | None, calib: Any) -> None:
+    """The batch summary line and, without --out, the per-row table."""
     console.print(
         f"evaluated {len(preds)} rows: {n_ok} ok, {len(preds) - n_ok} not evaluable"
         + (f"; wrote {out}" if out else "")
