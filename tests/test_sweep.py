@@ -152,6 +152,14 @@ def test_cost_on_arrays_is_the_scalar_cost(tps, gpus, price):
     assert list(arr) == [usd_per_mtoken(x, gpus, price) for x in tps]
 
 
+def test_cost_on_arrays_by_hand():
+    """1,024 GPUs at $2/GPU-h cost $2,048/h = $0.5689/s; at 1e6 tokens/s that is $0.5689 per Mtoken;
+    at 2e6 tokens/s half of it; no throughput: infinite."""
+    got = usd_per_mtoken(np.array([1e6, 2e6, 0.0]), 1024, 2.0)
+    assert got[0] == pytest.approx(2048 / 3600) and got[1] == pytest.approx(1024 / 3600)
+    assert got[2] == np.inf
+
+
 @settings(max_examples=15, deadline=None)
 @given(
     st.sampled_from(["dense", "moe"]), st.sampled_from(["none", "default", "memory"]), st.integers(0, 10**6)

@@ -73,12 +73,16 @@ PROBLEMS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
 }  # fmt: skip
 
 
+def _build(spec: tuple) -> tuple[ModelSpec, ClusterSpec, Workload, Space]:
+    model, gpu, n, wl = spec
+    m, c, w = get_model(model), ClusterSpec(gpu=get_gpu(gpu), num_gpus=n), Workload(**wl)
+    return m, c, w, build_space(m, c, w)
+
+
 @cache
 def problem(name: str) -> tuple[ModelSpec, ClusterSpec, Workload, Space]:
     """(model, cluster, workload, space) of a named problem, built once per test session."""
-    model, gpu, n, wl = PROBLEMS[name]
-    m, c, w = get_model(model), ClusterSpec(gpu=get_gpu(gpu), num_gpus=n), Workload(**wl)
-    return m, c, w, build_space(m, c, w)
+    return _build(PROBLEMS[name])
 
 
 def sample(space: Space, k: int, seed: int) -> list[Strategy]:
@@ -230,9 +234,7 @@ SMALL = {
 
 @cache
 def small_space(name: str) -> tuple[ModelSpec, ClusterSpec, Workload, Space]:
-    model, gpu, n, wl = SMALL[name]
-    m, c, w = get_model(model), ClusterSpec(gpu=get_gpu(gpu), num_gpus=n), Workload(**wl)
-    return m, c, w, build_space(m, c, w)
+    return _build(SMALL[name])
 
 
 def _same(a: StrategyColumns, b: StrategyColumns) -> list[str]:

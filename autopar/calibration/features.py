@@ -73,6 +73,15 @@ def _domain_size(cluster: ClusterSpec) -> int:
     return int(getattr(cluster, "nvlink_domain", None) or cluster.node_size)
 
 
+def _domains_spanned(cluster: ClusterSpec) -> float:
+    """log2 of how many NVLink domains the cluster spans (0 inside one)."""
+    return max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0)
+
+
+STATE_PARTS = ("weights", "grads", "optimizer")  # memory terms of the model states
+ACTIVATION_PARTS = ("activations", "logits")  # memory terms of the activations
+
+
 def features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
@@ -89,7 +98,7 @@ def features(
             math.log2(gemm_tokens),
             math.log2(model.hidden / s.tp),
             dilution,
-            max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
+            _domains_spanned(cluster),
             est.mfu,
             1.0 if workload.precision == "fp8" else 0.0,
             *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES),
@@ -122,7 +131,7 @@ def features_columns(
     else:
         dilution = np.zeros(n)
     fam = cluster.gpu.family.lower()
-    domains = max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0)
+    domains = _domains_spanned(cluster)
     flags = [1.0 if workload.precision == "fp8" else 0.0, *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES)]
     out = [*_time_shares_columns(vest), np.log2(gemm_tokens), np.log2(model.hidden / cols.tp), dilution]
     out += [np.full(n, domains), vest.mfu, *(np.full(n, x) for x in flags)]
@@ -136,8 +145,8 @@ def memory_features_columns(
     m = vest.mem
     total = vest.peak_memory_bytes
     total = np.where(total != 0, total, 1.0)
-    states = sum(m[k] for k in ("weights", "grads", "optimizer"))
-    acts = sum(m[k] for k in ("activations", "logits"))
+    states = sum(m[k] for k in STATE_PARTS)
+    acts = sum(m[k] for k in ACTIVATION_PARTS)
     n = len(cols)
     return np.column_stack(
         [
@@ -146,7 +155,7 @@ def memory_features_columns(
             total / vest.capacity_bytes,
             np.log2(cols.micro_batch * workload.seq_len / cols.cp),
             _time_shares_columns(vest)[1],
-            np.full(n, max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0)),
+            np.full(n, _domains_spanned(cluster)),
         ]
     ).astype(float)
 
@@ -167,8 +176,8 @@ def memory_features(
     """Memory-breakdown shares and size features (MEMORY_FEATURE_NAMES order)."""
     m = breakdown(est.memory)
     total = est.memory.total or 1.0
-    states = sum(m.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
-    acts = sum(m.get(k, 0.0) for k in ("activations", "logits"))
+    states = sum(m.get(k, 0.0) for k in STATE_PARTS)
+    acts = sum(m.get(k, 0.0) for k in ACTIVATION_PARTS)
     s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
     return np.array(
         [
@@ -177,7 +186,7 @@ def memory_features(
             total / est.capacity_bytes,
             math.log2(s.micro_batch * workload.seq_len / s.cp),
             _time_shares(est)[1],
-            max(math.log2(cluster.num_gpus / _domain_size(cluster)), 0.0),
+            _domains_spanned(cluster),
         ],
         dtype=float,
     )

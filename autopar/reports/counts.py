@@ -11,8 +11,14 @@ def search_counts(result: SearchResult) -> dict[str, int]:
     PRUNED with their reason, no values); feasible; on the Pareto front."""
     sweep = result.stats.get("sweep")
     if sweep:  # an array sweep (search/sweep.py): totals over the space; trials = front + a sample
-        n = {"total": sweep["evaluated"], "evaluated": sweep["evaluated"], "feasible": sweep["feasible"]}
-        return {**n, "pareto": len(result.pareto_rows), "rule_violations": 0}
+        n = sweep["evaluated"]
+        return {
+            "total": n,
+            "evaluated": n,
+            "feasible": int(result.n_feasible),
+            "pareto": len(result.pareto_rows),
+            "rule_violations": 0,
+        }
     evaluated = sum(t.estimate is not None for t in result.trials)
     return {
         "total": len(result.trials),

@@ -261,9 +261,7 @@ def optimize(
             search=search,
         )
     search_s = time.perf_counter() - t_search
-    if run.sweep is not None:  # the array sweep only runs on trusted space points: all valid
-        valid, exact = space.size, True
-    elif sampler == "exhaustive" and not run.timed_out:
+    if sampler == "exhaustive" and run.sweep is None and not run.timed_out:
         valid, exact = sum(not o.reason.startswith("rule:") for o in run.outcomes.values()), True
     else:
         valid, exact = count_valid(space, ev, random.Random(seed))
