@@ -144,7 +144,7 @@ def _notes(
         sw = run.sweep
         notes.append(
             f"exhaustive: {sw['evaluated']:,} strategies estimated on arrays; the trial list keeps the "
-            f"front and every {sw['stride']}th point ({sw['kept']:,} records)"
+            f"front and one point in {sw['stride']} ({sw['kept']:,} records)"
         )
     failed = run.states.get("FAIL", 0)
     if failed:
