@@ -5,9 +5,11 @@ All quantities are SI inside: bytes, seconds, FLOP, FLOP/s, bytes/s (per GPU, pe
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from autopar.text import escape_char, unsafe_chars
 
 # Default routed-token load of the busiest EP rank relative to the mean (Workload.moe_imbalance).
 # Training recipes budget expert capacity factors of 1.0-1.25 for peak/mean expert load (Switch
@@ -29,6 +31,20 @@ DEFAULT_FP8_RECIPE = "delayed"
 LORA_DIM_DEFAULT = 32
 
 
+def _printable_name(value: str) -> str:
+    """A name is written into scripts, terminals and reports: no control or format characters."""
+    bad = unsafe_chars(value)
+    if bad:
+        shown = ", ".join(escape_char(ch) for ch in bad)
+        raise ValueError(f"name must be printable text (it holds the control character(s) {shown})")
+    if not value.strip():
+        raise ValueError("name must not be empty")
+    return value
+
+
+Name = Annotated[str, Field(max_length=200), AfterValidator(_printable_name)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -36,7 +52,7 @@ class _Frozen(BaseModel):
 class ModelSpec(_Frozen):
     """A decoder-only transformer: dense or MoE, MHA/GQA/MQA or MLA, SwiGLU or GeLU."""
 
-    name: str
+    name: Name
     layers: int = Field(gt=0, le=MAX_LAYERS)
     hidden: int = Field(gt=0, le=MAX_SIZE)
     heads: int = Field(gt=0, le=MAX_SIZE)
@@ -128,7 +144,7 @@ class ModelSpec(_Frozen):
 class GPUSpec(_Frozen):
     """One accelerator type: memory, dense peaks, bandwidths and default packaging."""
 
-    name: str
+    name: Name
     aliases: tuple[str, ...] = ()
     vendor: Literal["nvidia", "amd", "intel", "google", "other"] = "nvidia"
     family: str = Field(description="efficiency family, e.g. ampere, hopper, blackwell, cdna3")

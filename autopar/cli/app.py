@@ -12,9 +12,11 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.errors import AutoparError
+from autopar.text import one_line
 
 app = typer.Typer(
     name="autopar",
@@ -75,7 +77,7 @@ def validation_message(err: ValidationError) -> str:
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error to stderr and exit with `code` (never a traceback)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

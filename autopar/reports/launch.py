@@ -23,6 +23,7 @@ from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_sour
 from autopar.reports.launch_split import strategy_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.text import shell_comment
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "slurm")
 MEGATRON_ENTRYPOINT = "pretrain_gpt.py"
@@ -135,7 +136,7 @@ def _slurm_header(name: str, header: str, nodes: int, gpn: int, versions: Mappin
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={gpn}",
         "#SBATCH --exclusive",
-        f"# autopar: {header}",
+        shell_comment(f"autopar: {header}"),
         f"# Targets Megatron-LM {versions['megatron']} ({schema_source('megatron', versions['megatron'])})",
         "set -euo pipefail",
         "",

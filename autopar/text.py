@@ -1,0 +1,48 @@
+"""Text from inputs, made safe where it is written: one printable line, shell words, terminal output.
+
+One source of truth for what counts as a control character (Unicode categories Cc and Cf, which include
+ESC, newlines, bidi overrides and zero-width characters, plus the line/paragraph separators Zl and Zp)
+and for how such text is shown ("\\x1b", "\\n"): a name from a config file can then never end a shell
+comment, move the terminal's cursor or reorder what a reader sees.
+"""
+
+from __future__ import annotations
+
+import shlex
+import unicodedata
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def is_unsafe_char(ch: str) -> bool:
+    """True for a control, format, separator, surrogate, private-use or unassigned character."""
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def unsafe_chars(text: str) -> list[str]:
+    """The distinct unsafe characters of `text`, in order of first appearance."""
+    return list(dict.fromkeys(ch for ch in text if is_unsafe_char(ch)))
+
+
+def escape_char(ch: str) -> str:
+    """A visible escape for one character: \\n, \\t, \\x1b, \\u202e."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if ch in named:
+        return named[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line: every unsafe character replaced by its visible escape."""
+    return "".join(escape_char(ch) if is_unsafe_char(ch) else ch for ch in str(text))
+
+
+def shell_word(text: str) -> str:
+    """`text` as one shell word that the shell reads as data (single-quoted where needed)."""
+    return shlex.quote(str(text))
+
+
+def shell_comment(text: str) -> str:
+    """A `# ...` shell comment line: the text on one printable line, so nothing after it can run."""
+    return "# " + one_line(text)
