@@ -42,6 +42,10 @@ class DataError(AutoparError):
     """Malformed input data (run records, price files, logs)."""
 
 
+class OutputError(AutoparError):
+    """A file or folder autopar was asked to write cannot be written (the message names it and why)."""
+
+
 class NoPriceError(AutoparError):
     """No price for a GPU in the requested pricing tier (the message names both and how to add one)."""
 

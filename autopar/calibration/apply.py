@@ -14,7 +14,6 @@ import functools
 import hashlib
 import importlib.metadata
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -33,7 +32,8 @@ from autopar.calibration.features import (
 )
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.calibration.predictor import FittedCorrector
-from autopar.errors import DataError
+from autopar.errors import DataError, OutputError
+from autopar.files import write_atomic
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -488,12 +488,8 @@ def _known_fingerprint(digest: str) -> str | None:
 
 
 def _remember_fingerprint(digest: str, fp: str) -> None:
-    with contextlib.suppress(OSError):  # a read-only home only costs recomputing it next time
-        path = _fingerprint_stamp(digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(fp + "\n", encoding="utf-8")
-        tmp.replace(path)
+    with contextlib.suppress(OSError, OutputError):  # an unwritable home only costs recomputing it next time
+        write_atomic(_fingerprint_stamp(digest), fp + "\n")
 
 
 @functools.lru_cache(maxsize=1)
@@ -517,6 +513,6 @@ def load_default_calibration() -> Calibration:
         if cal is not None:
             return cal
     cal = fit_training_set(ts, name=DEFAULT_NAME, memory_ts=mem)
-    with contextlib.suppress(OSError):  # a read-only home only costs a refit next time
+    with contextlib.suppress(OSError, OutputError):  # an unwritable home only costs a refit next time
         cal.save(_user_cache_path(fp))
     return cal

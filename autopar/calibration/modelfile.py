@@ -9,11 +9,11 @@ field by field before any number is used. joblib/pickle files, including the old
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from autopar.errors import DataError
+from autopar.files import write_atomic
 
 FORMAT = "autopar-calibration"
 FORMAT_VERSION = 2
@@ -58,10 +58,7 @@ def read_model_doc(path: str | Path) -> dict[str, Any]:
 
 
 def write_model_doc(path: str | Path, doc: dict[str, Any]) -> Path:
-    """Write a model document as stable, sorted JSON (atomic rename)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, indent=1) + "\n")
-    os.replace(tmp, p)
-    return p
+    """Write a model document as stable, sorted JSON (atomically, autopar.files)."""
+    return write_atomic(
+        path, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, indent=1) + "\n"
+    )

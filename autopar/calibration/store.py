@@ -7,7 +7,6 @@ Every `add` is one transaction: either all of its new records are written or non
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autopar.errors import DataError
+from autopar.files import autopar_home, ensure_dir
 
 SCHEMA_VERSION = "1"
 _DDL = """
@@ -34,12 +34,6 @@ CREATE TABLE IF NOT EXISTS runs (
     record TEXT NOT NULL
 );
 """
-
-
-def autopar_home() -> Path:
-    """autopar's data folder: $AUTOPAR_HOME, else ~/.autopar."""
-    env = os.environ.get("AUTOPAR_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".autopar"
 
 
 def default_store_path() -> Path:
@@ -72,7 +66,7 @@ class RunStore:
                 "(autopar calibrate ingest FILE) or pass --store PATH"
             )
         if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.path.parent)
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         try:
             try:

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autopar.errors import AutoparError
+from autopar.files import describe_os_error
 from autopar.text import one_line
 
 app = typer.Typer(
@@ -92,8 +93,8 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e), e.exit_code)
         except ValidationError as e:
             fail(validation_message(e))
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-            fail(f"{e.strerror}: {e.filename}")
+        except OSError as e:  # any file or device error left: errno's text and the file, one line
+            fail(describe_os_error(e))
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)

@@ -17,6 +17,7 @@ from autopar.calibration.formats import FORMATS
 from autopar.calibration.store import RunStore
 from autopar.cli.app import app, command, console, emit_json, err_console
 from autopar.errors import DataError
+from autopar.files import check_target, write_atomic
 
 if TYPE_CHECKING:
     from autopar.calibration.runs import RowError
@@ -257,8 +258,7 @@ def export_cmd(
         else:
             sys.stdout.write(export_text(records, fmt))
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(export_text(records, fmt))
+    write_atomic(out, export_text(records, fmt))
     if as_json:
         emit_json({"store": str(RunStore(store).path), "count": len(records), "format": fmt, "out": str(out)})
     else:
@@ -364,6 +364,7 @@ def fit_cmd(
 
     if out.suffix.lower() in (".joblib", ".pkl", ".pickle"):
         raise DataError(f"--out {out}: models are saved as JSON (use a .json name), never pickle")
+    check_target(out)  # before fitting
     records = gather_records(store, public, data)
     ts = build_training_set(records)
     grp = group if group is not None else _default_group(store, set(ts.groups))
@@ -428,6 +429,7 @@ def report_cmd(
 
     if plotlyjs not in ("inline", "cdn"):
         raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")
+    check_target(out)  # before the held-out fits
     records = gather_records(store, public, data)
     ts = build_training_set(records)
     sources = sorted(set(ts.groups))

@@ -99,13 +99,17 @@ def parse_memory_savers(value: str) -> tuple[str, ...]:
 
 
 def check_plotly(mode: str, out: Path | None) -> str:
-    """Validate --plotly: one of the loader modes, and only together with --out."""
+    """Validate --plotly: one of the loader modes, and only together with --out; and refuse an --out that
+    can never be written (a device, a directory, a parent that is a file) before the search runs."""
     from autopar.defaults import PLOTLY_MODES
+    from autopar.files import check_target
 
     if mode not in PLOTLY_MODES:
         raise SpecError(f"plotly={mode!r}: expected one of {', '.join(PLOTLY_MODES)}")
     if mode != "inline" and out is None:
         raise SpecError("--plotly applies to the HTML report: add --out FILE.html")
+    if out is not None:
+        check_target(out)
     return mode
 
 

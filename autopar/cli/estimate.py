@@ -32,23 +32,21 @@ from autopar.cli.workload_opts import (
     workload_extras,
 )
 from autopar.errors import DataError, SpecError
+from autopar.files import write_atomic_with
 from autopar.units import GiB, format_duration
 
 
 def _write_table(df: Any, out: Path) -> None:
-    """Write a DataFrame as CSV, JSONL or Parquet, chosen by the file extension (atomic rename)."""
+    """Write a DataFrame as CSV, JSONL or Parquet, chosen by the file extension (atomically, autopar.files)."""
     suffix = out.suffix.lower()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     if suffix in (".jsonl", ".ndjson"):
-        df.to_json(tmp, orient="records", lines=True)
+        write_atomic_with(out, lambda fh: df.to_json(fh, orient="records", lines=True))
     elif suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
+        write_atomic_with(out, lambda fh: df.to_parquet(fh, index=False))
     elif suffix in (".csv", ""):
-        df.to_csv(tmp, index=False)
+        write_atomic_with(out, lambda fh: df.to_csv(fh, index=False))
     else:
         raise DataError(f"--out '{out}': unsupported extension '{suffix}' (use .csv, .jsonl or .parquet)")
-    tmp.replace(out)
 
 
 def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -> None:

@@ -12,6 +12,7 @@ from autopar.cli.app import command, console, err_console
 from autopar.cli.common import TpOverlapOpt, knob_strategy
 from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 from autopar.errors import InvalidStrategyError, SpecError
+from autopar.files import ensure_dir, write_atomic
 
 # Kept literal so `autopar --help` does not import the schemas; a test keeps it equal to VERSIONS.
 DEFAULT_VERSIONS = "megatron=core_v0.19.0, torchtitan=v0.2.2, deepspeed=v0.19.5"
@@ -197,7 +198,7 @@ def launch_cmd(
 
 def _write(out: Path, chosen: list[str], texts: dict[str, str], ls) -> list[str]:
     """Write the expressible files; say which were written and why any were not."""
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     written, skipped = [], []
     for k in chosen:
         reason = {"deepspeed": ls.deepspeed_reason, "torchtitan": ls.torchtitan_reason}.get(k, "")
@@ -205,7 +206,7 @@ def _write(out: Path, chosen: list[str], texts: dict[str, str], ls) -> list[str]
             skipped.append(f"{FILES[k]} not written: {reason}")
             continue
         text = texts[k] if texts[k].endswith("\n") else texts[k] + "\n"
-        (out / FILES[k]).write_text(text, encoding="utf-8")
+        write_atomic(out / FILES[k], text)
         written.append(FILES[k])
     msg = f"wrote {', '.join(written)} to {out}" if written else f"wrote nothing to {out}"
     err_console.print("\n".join([msg, *skipped]), highlight=False, soft_wrap=True)

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autopar.calibration.validation import HeldOut, error_table
+from autopar.files import write_atomic
 from autopar.reports.plotlyjs import RENDER_JS, figure_html, plotly_script
 
 # ------------------------------------------------------------------------------------------ report
@@ -241,9 +242,8 @@ def write_report(
     choice: str = "",
 ) -> Path:
     """Write the calibration report HTML to `path` and return it."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(
+    return write_atomic(
+        path,
         report_html(
             res,
             title=title,
@@ -252,6 +252,5 @@ def write_report(
             memory=memory,
             adaptation=adaptation,
             choice=choice,
-        )
+        ),
     )
-    return p

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from autopar.files import write_atomic
 from autopar.reports.counts import search_counts  # noqa: F401 - re-exported for the report modules
 from autopar.reports.plotlyjs import RENDER_JS, plotly_script
 from autopar.reports.plotlyjs import figure_html as _figure_html
@@ -129,11 +130,8 @@ def render_page(title: str, body: str, plotlyjs: str) -> str:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write the page, creating parent folders; returns the resolved path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
-    return p.resolve()
+    """Write the page atomically (autopar.files), creating parent folders; returns the resolved path."""
+    return write_atomic(path, text).resolve()
 
 
 def base_layout(height: int, **kw: object) -> dict[str, object]:
