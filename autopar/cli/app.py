@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import json
 import shutil
+import string
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,9 +14,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from autopar.errors import AutoparError
-from autopar.text import one_line
+from autopar.text import json_text, one_line
 
 app = typer.Typer(
     name="autopar",
@@ -37,8 +38,33 @@ def _width(stream: Any) -> int | None:
     return shutil.get_terminal_size(fallback=(PIPE_WIDTH, 24)).columns
 
 
-class _FoldingConsole(Console):
-    """A Console whose tables wrap long cells (fold) instead of cutting them with an ellipsis."""
+class _DataFormatter(string.Formatter):
+    """str.format whose every replacement field is data: shown as one printable line, never as markup."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return escape(one_line(super().format_field(value, format_spec)))
+
+
+_DATA = _DataFormatter()
+
+
+def styled(template: str, /, *args: Any, **kwargs: Any) -> Text:
+    """autopar's own rich markup `template` (a constant) with `{}` fields filled by data, which can
+    never open, close or link a style, nor move the cursor: `styled("[bold]{}[/] on {:,}", name, n)`."""
+    return Text.from_markup(_DATA.format(template, *args, **kwargs), emoji=False)
+
+
+class _SafeConsole(Console):
+    """The CLI's console: every plain string it prints (table cells, titles, headers, messages) is
+    data, shown as one printable line (`autopar.text.one_line`) with no markup or emoji codes read;
+    autopar's own styling is a `Text` (`styled`) or a `style=`. Tables wrap long cells (fold)
+    instead of cutting them with an ellipsis."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(one_line(text), **{**kwargs, "markup": False, "emoji": False})
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         for o in objects:
@@ -47,7 +73,7 @@ class _FoldingConsole(Console):
         super().print(*objects, **kwargs)
 
     def _fold(self, table: Table) -> None:
-        heads = [len(c.header) if isinstance(c.header, str) else 1 for c in table.columns]
+        heads = [len(c.header) if isinstance(c.header, str | Text) else 1 for c in table.columns]
         whole = sum(heads) + 3 * len(heads) + 1 <= self.width  # headers fit unbroken: keep them whole
         for col, n in zip(table.columns, heads, strict=True):
             col.overflow = "fold"
@@ -55,13 +81,14 @@ class _FoldingConsole(Console):
                 col.min_width = max(col.min_width or 0, n)
 
 
-console = _FoldingConsole(width=_width(sys.stdout))
-err_console = _FoldingConsole(stderr=True, width=_width(sys.stderr))
+console = _SafeConsole(width=_width(sys.stdout))
+err_console = _SafeConsole(stderr=True, width=_width(sys.stderr))
 
 
-def emit_json(doc: Any) -> None:
-    """Print one JSON document on stdout (the --json output of every command)."""
-    sys.stdout.write(json.dumps(doc, default=str) + "\n")
+def emit_json(doc: Any, indent: int | None = None) -> None:
+    """Print one JSON document on stdout (the --json output of every command): strict JSON,
+    NaN and infinities as null."""
+    sys.stdout.write(json_text(doc, indent) + "\n")
 
 
 def validation_message(err: ValidationError) -> str:
@@ -77,7 +104,7 @@ def validation_message(err: ValidationError) -> str:
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error to stderr and exit with `code` (never a traceback)."""
-    err_console.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False, soft_wrap=True)
+    err_console.print(styled("[bold red]error:[/] {}", message), soft_wrap=True)
     raise typer.Exit(code)
 
 
