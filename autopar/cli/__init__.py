@@ -28,7 +28,7 @@ def main() -> None:
             ctx = getattr(e, "ctx", None)
             where = f"`{ctx.command_path} --help`" if ctx is not None else "`autopar --help`"
             err_console.print(
-                styled("[bold red]error:[/] {} (see {})", e.format_message(), where), soft_wrap=True
+                styled(("error:", "bold red"), f" {e.format_message()} (see {where})"), soft_wrap=True
             )
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":  # Ctrl-C at a prompt

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import string
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -38,26 +36,16 @@ def _width(stream: Any) -> int | None:
     return shutil.get_terminal_size(fallback=(PIPE_WIDTH, 24)).columns
 
 
-class _DataFormatter(string.Formatter):
-    """str.format whose every replacement field is data: shown as one printable line, never as markup."""
-
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return escape(one_line(super().format_field(value, format_spec)))
-
-
-_DATA = _DataFormatter()
-
-
-def styled(template: str, /, *args: Any, **kwargs: Any) -> Text:
-    """autopar's own rich markup `template` (a constant) with `{}` fields filled by data, which can
-    never open, close or link a style, nor move the cursor: `styled("[bold]{}[/] on {:,}", name, n)`."""
-    return Text.from_markup(_DATA.format(template, *args, **kwargs), emoji=False)
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """autopar's styled output: each part a plain string or a (string, style) pair, shown as one
+    printable line of text and never read as markup: `styled((name, "bold"), f" on {gpus} GPUs")`."""
+    return Text.assemble(*((one_line(p[0]), p[1]) if isinstance(p, tuple) else one_line(p) for p in parts))
 
 
 class _SafeConsole(Console):
     """The CLI's console: every plain string it prints (table cells, titles, headers, messages) is
     data, shown as one printable line (`autopar.text.one_line`) with no markup or emoji codes read;
-    autopar's own styling is a `Text` (`styled`) or a `style=`. Tables wrap long cells (fold)
+    autopar's own styling is a `style=` or a `Text` from `styled`. Tables wrap long cells (fold)
     instead of cutting them with an ellipsis."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -104,7 +92,7 @@ def validation_message(err: ValidationError) -> str:
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error to stderr and exit with `code` (never a traceback)."""
-    err_console.print(styled("[bold red]error:[/] {}", message), soft_wrap=True)
+    err_console.print(styled(("error:", "bold red"), " " + message), soft_wrap=True)
     raise typer.Exit(code)
 
 

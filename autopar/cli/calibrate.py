@@ -386,9 +386,8 @@ def fit_cmd(
     if ts.skipped:
         console.print(
             styled(
-                "[yellow]{} run(s) not usable:[/] {}",
-                len(ts.skipped),
-                "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]),
+                (f"{len(ts.skipped)} run(s) not usable:", "yellow"),
+                " " + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]),
             )
         )
     import pandas as pd

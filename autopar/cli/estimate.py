@@ -136,16 +136,16 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     head.add_row(
         "peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}"
     )
-    flag = {AT_RISK: "  [yellow]at risk: over usable memory, the 80% band reaches below it[/]"}
-    flag[OOM] = "  [red]does not fit[/]"
-    head.add_row("headroom", styled("{:+.1f} GiB" + flag.get(verdict, ""), est.headroom_gib))
+    flag = {AT_RISK: ("  at risk: over usable memory, the 80% band reaches below it", "yellow")}
+    flag[OOM] = ("  does not fit", "red")
+    head.add_row("headroom", styled(f"{est.headroom_gib:+.1f} GiB", flag.get(verdict, "")))
     head.add_row("bottleneck", est.bottleneck)
     console.print(head)
     mem = Table("memory", "GiB", "share", title="Memory per GPU", title_justify="left")
     for k, v in est.memory.as_dict().items():
         if k != "total":
             mem.add_row(k, f"{v / GiB:.2f}", f"{100 * v / est.memory.total:.0f}%")
-    mem.add_row(styled("[bold]total[/]"), styled("[bold]{:.2f}[/]", est.memory.total / GiB), "100%")
+    mem.add_row(styled(("total", "bold")), styled((f"{est.memory.total / GiB:.2f}", "bold")), "100%")
     tim = Table("time per step", "s", "share", title="Step time", title_justify="left")
     for k, v in est.time.as_dict().items():
         if k not in ("total", "recompute"):
@@ -155,7 +155,7 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
         f"{est.time.recompute:.3f}",
         f"{100 * est.time.recompute / est.step_time_s:.0f}%",
     )
-    tim.add_row(styled("[bold]total[/]"), styled("[bold]{:.3f}[/]", est.step_time_s), "100%")
+    tim.add_row(styled(("total", "bold")), styled((f"{est.step_time_s:.3f}", "bold")), "100%")
     console.print(mem)
     console.print(tim)
     for n in est.notes:

@@ -221,7 +221,7 @@ def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
     }
     for k in chosen:
         if len(chosen) > 1:
-            console.rule(styled("[bold]{}[/]", titles[k]), align="left")
+            console.rule(styled((titles[k], "bold")), align="left")
         elif k in ("megatron", "deepspeed"):  # on stderr: stdout stays a valid command / JSON file
             err_console.print(f"# {titles[k]}: {ls.sources[k]}", highlight=False, soft_wrap=True)
         typer.echo(texts[k].rstrip("\n"))

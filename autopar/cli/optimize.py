@@ -154,13 +154,9 @@ def print_result(result: Any, top: int) -> None:
     w = result.workload
     console.print(
         styled(
-            "[bold]{}[/] · {} x {} GPUs · {} · seq {} · global batch {}",
-            result.model.name,
-            ", ".join(result.inputs["gpu"]),
-            "/".join(map(str, result.inputs["gpus"])),
-            "/".join(result.inputs["precision"]),
-            w.seq_len,
-            w.global_batch,
+            (result.model.name, "bold"),
+            f" · {', '.join(result.inputs['gpu'])} x {'/'.join(map(str, result.inputs['gpus']))} GPUs · "
+            f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}",
         )
     )
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
@@ -196,8 +192,8 @@ def print_result(result: Any, top: int) -> None:
         low = row.get("throughput_low")
         if "throughput" in names + extra and low is not None and low == low:  # present and not NaN
             k = (names + extra).index("throughput") + len(cells) - len(names + extra)
-            band = (row["throughput_low"] / 1e3, row["throughput_high"] / 1e3)
-            cells[k] = styled("{} [dim]({:,.0f}k–{:,.0f}k)[/]", cells[k], *band)
+            band = f" ({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)"
+            cells[k] = styled(cells[k], (band, "dim"))
         cells.append(str(row.get("bottleneck", "")))
         table.add_row(*cells)
     console.print(table)
@@ -213,7 +209,8 @@ def print_result(result: Any, top: int) -> None:
         )
     tokens = w.token_budget
     for r in result.recommended:
-        console.print(styled("\n[bold green]{}[/]: {}", r.role, r.trial.strategy.label()))
+        console.print()
+        console.print(styled((r.role, "bold green"), f": {r.trial.strategy.label()}"))
         train = ""
         if tokens and r.trial.values.get("throughput"):
             time_s = tokens / r.trial.values["throughput"]
@@ -223,7 +220,7 @@ def print_result(result: Any, top: int) -> None:
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
     for n in result.notes:
-        console.print(styled("[yellow]note:[/] {}", n))
+        console.print(styled(("note:", "yellow"), f" {n}"))
 
 
 @command("optimize")
@@ -359,14 +356,10 @@ def optimize_cmd(
     calib = resolve_calibration(calibration, no_calibration)
     if default_problem and not as_json:
         console.print(
-            styled(
-                "[dim]no --model given: default problem {} on {}x {}, seq {}, global batch {}[/]",
-                m.name,
-                choice.gpus,
-                choice.gpu,
-                seq_len,
-                global_batch,
-            )
+            f"no --model given: default problem {m.name} on {choice.gpus}x {choice.gpu}, seq {seq_len}, "
+            f"global batch {global_batch}",
+            style="dim",
+            highlight=False,
         )
     progress = not as_json and sys.stdout.isatty()
     if study_name is not None and storage is None:

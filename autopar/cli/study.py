@@ -51,12 +51,12 @@ def status_cmd(
         return
     states = ", ".join(f"{k} {v}" for k, v in sorted(st.states.items())) or "no trials"
     budget = f" of budget {st.budget}" if st.budget else ""
-    console.print(styled("[bold]{}[/] · {} on {}", st.name, st.model or "?", ", ".join(st.hardware) or "?"))
+    console.print(styled((st.name, "bold"), f" · {st.model or '?'} on {', '.join(st.hardware) or '?'}"))
     console.print(
         f"{st.complete} COMPLETE{budget} ({st.feasible} feasible) · trials: {states}", highlight=False
     )
     if st.metric_names:
-        console.print(styled("[dim]objectives: {}[/]", ", ".join(st.metric_names)))
+        console.print(f"objectives: {', '.join(st.metric_names)}", style="dim", highlight=False)
 
 
 @_command("report")

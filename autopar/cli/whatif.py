@@ -44,7 +44,7 @@ def _fmt(x: float | None, spec: str, dash: str = "-") -> str:
 
 
 def _yes_no(x: bool | None) -> str | Text:
-    return "-" if x is None else (styled("[green]yes[/]") if x else styled("[red]no[/]"))
+    return "-" if x is None else (styled(("yes", "green")) if x else styled(("no", "red")))
 
 
 def _si(x: float | None) -> str:
@@ -70,7 +70,7 @@ def render_whatif(result: WhatIfResult) -> None:
         head += f"; deadline {format_duration(result.deadline_s)}"
     if result.max_cost_usd is not None:
         head += f"; spending cap {format_usd(result.max_cost_usd)}"
-    console.print(styled("[bold]{}[/]{}", result.model.name, head))
+    console.print(styled((result.model.name, "bold"), head))
 
     t = Table(
         title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
@@ -107,15 +107,9 @@ def render_whatif(result: WhatIfResult) -> None:
     console.print(t)
     for o in order:
         line = (
-            styled(
-                "  {:>16}  {} ({}) at ${:.2f}/GPU-h",
-                o.label,
-                o.strategy_label,
-                o.precision,
-                o.usd_per_gpu_hour,
-            )
+            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h")
             if o.feasible
-            else styled("  {:>16}  [red]no fitting strategy[/]: {}", o.label, o.reason)
+            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
         )
         console.print(line, soft_wrap=True)
     console.print(result.message, style="bold", highlight=False)
@@ -134,7 +128,7 @@ def render_whatif(result: WhatIfResult) -> None:
                 r.scenario,
                 r.winner or "-",
                 r.runner_up or "-",
-                styled("[yellow]yes[/]") if r.winner_changed else "no",
+                styled(("yes", "yellow")) if r.winner_changed else "no",
             )
         console.print(s)
         bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
