@@ -426,3 +426,28 @@ def test_batch_predictions_csv_quotes_formula_ids() -> None:
         assert float(got[0]["pred_step_s"]) > 0  # numbers stay numbers
         js = _strict(_clean(runner.invoke(app, [*args, "--json"]), codes=(0,)).stdout)
         assert [r["id"] for r in js] == ['=HYPERLINK("http://x","y")', "-1", "[/]"]
+
+
+# ----------------------------------------------------------------------------------- launch scripts
+
+
+@given(hostile.filter(lambda s: not unsafe_chars(s)).map(lambda s: "zq" + s))  # zq: in no fixed token
+@settings(max_examples=40, deadline=None)
+def test_launch_scripts_carry_a_name_only_in_comments(name: str) -> None:
+    """Every shell line of the torchrun command and the sbatch script is numbers and fixed tokens: the
+    model name appears only in `# ...` comments and, reduced to [a-z0-9_.-], in the SLURM job name."""
+    from autopar.catalog import get_gpu
+    from autopar.reports.launch import launch_settings
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    model = get_model("llama-3.1-8b").model_copy(update={"name": name})
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+    ls = launch_settings(
+        model, cluster, Workload(seq_len=4096, global_batch=64), Strategy(tp=8, pp=2, sp=True)
+    )
+    for text in (ls.torchrun, ls.slurm):
+        for line in text.splitlines():
+            if line.startswith("#SBATCH --job-name="):
+                assert re.fullmatch(r"#SBATCH --job-name=autopar-[a-z0-9_.-]+", line)
+            elif name in line:
+                assert line.startswith("# "), line
