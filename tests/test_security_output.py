@@ -297,13 +297,13 @@ def test_run_ids_and_sources_list_and_export_safely(ids: list[str], source: str)
 
 # Ids and sources for fit/report (slow commands: one fixed store rather than generated examples).
 FIXED_IDS = ["run[/]1", '=HYPERLINK("http://x","y")', "[link=http://x]y[/link]", "-2+3", "@SUM(A1)", "[bold"]
-FIXED_SOURCES = ["s[/]a", "[link=http://x]b[/link]"]
+FIXED_SOURCES = ["s[/]a", "[link=http://x]b[/link]", "<a href='http://e'>c</a>"]
 
 
 def test_stored_hostile_runs_keep_list_fit_report_working() -> None:
     with _cwd() as d:
         rows = [
-            _run(id=i, source=FIXED_SOURCES[k % 2], global_batch=64 * (k + 1), measured_step_s=12.5 * (k + 1))
+            _run(id=i, source=FIXED_SOURCES[k % 3], global_batch=64 * (k + 1), measured_step_s=12.5 * (k + 1))
             for k, i in enumerate(FIXED_IDS)
         ]
         assert _ingest(_write_runs(d / "runs.csv", rows), "s.db").exit_code == 0
@@ -335,6 +335,11 @@ def test_stored_hostile_runs_keep_list_fit_report_working() -> None:
         assert all(s in rep.stdout for s in FIXED_SOURCES)
         doc = _strict(_clean(runner.invoke(app, [*args, "--json"]), codes=(0,)).stdout)
         assert {r["source"] for r in doc["by_source"]} >= set(FIXED_SOURCES)
+        figure = re.search(r'data-autopar-fig="[^"]*">(.*?)</script>', (d / "r.html").read_text()).group(1)
+        traces = json.loads(figure)["data"]
+        shown = [t.get("name", "") for t in traces] + [h for t in traces for h in t.get("text") or []]
+        assert "&lt;a href='http://e'&gt;c&lt;/a&gt;" in shown  # plotly shows it as typed, not as a link
+        assert not any("<a" in s for s in shown) and not any("<" in t.get("name", "") for t in traces)
 
 
 # ------------------------------------------------------------------------------------------ studies
