@@ -305,7 +305,7 @@ def test_stored_hostile_runs_keep_list_fit_report_working() -> None:
         rows = [
             _run(id=i, source=FIXED_SOURCES[k % 3], global_batch=64 * (k + 1), measured_step_s=12.5 * (k + 1))
             for k, i in enumerate(FIXED_IDS)
-        ]
+        ] + [_run(id="solo-1", source="solo", global_batch=1024)]  # one run: its rank correlation is NaN
         assert _ingest(_write_runs(d / "runs.csv", rows), "s.db").exit_code == 0
         listed = _clean(runner.invoke(app, ["calibrate", "list", "--store", "s.db"]), codes=(0,)).stdout
         assert all(i in listed for i in FIXED_IDS)
@@ -314,12 +314,19 @@ def test_stored_hostile_runs_keep_list_fit_report_working() -> None:
         ids = [r["id"] for r in csv.DictReader((d / "x.csv").open(encoding="utf-8"))]
         assert sorted(ids) == sorted(
             ["run[/]1", '\'=HYPERLINK("http://x","y")', "[link=http://x]y[/link]"]
-            + ["'-2+3", "'@SUM(A1)", "[bold"]
+            + ["'-2+3", "'@SUM(A1)", "[bold", "solo-1"]
         )
         fit = _clean(
             runner.invoke(app, ["calibrate", "fit", "--store", "s.db", "--no-public", "--out", "c.json"])
         )
         assert fit.exit_code == 0 and all(s in fit.stdout for s in FIXED_SOURCES)
+        fit_json = _clean(
+            runner.invoke(
+                app, ["calibrate", "fit", "--store", "s.db", "--no-public", "--out", "c.json", "--json"]
+            )
+        )
+        loso = _strict(fit_json.stdout)["leave_one_source_out"]
+        assert next(r for r in loso if r["source"] == "solo")["spearman_after"] is None  # NaN -> null
         args = [
             "calibrate",
             "report",
