@@ -295,6 +295,20 @@ def test_run_ids_and_sources_list_and_export_safely(ids: list[str], source: str)
         assert sorted(_strict(line)["id"] for line in jsonl.splitlines()) == sorted(ids)
 
 
+def test_non_finite_extra_column_is_null_in_json_outputs() -> None:
+    """An ingested JSONL row may carry Infinity/NaN in a column autopar does not use (Python's json
+    reads them); list --json and the JSONL export still write strict JSON, the value as null."""
+    with _cwd() as d:
+        (d / "runs.jsonl").write_text(json.dumps(_run(loss=float("inf"), grad_norm=float("nan"))) + "\n")
+        assert _ingest(d / "runs.jsonl", "s.db").exit_code == 0
+        listed = _clean(runner.invoke(app, ["calibrate", "list", "--store", "s.db", "--json"]), codes=(0,))
+        run = _strict(listed.stdout)["runs"][0]
+        assert run["loss"] is None and run.get("grad_norm") is None and run["measured_step_s"] == 13.75
+        args = ["calibrate", "export", "--store", "s.db", "--format", "jsonl"]
+        line = _strict(_clean(runner.invoke(app, args), codes=(0,)).stdout)
+        assert line["loss"] is None and line.get("grad_norm") is None
+
+
 # Ids and sources for fit/report (slow commands: one fixed store rather than generated examples).
 FIXED_IDS = ["run[/]1", '=HYPERLINK("http://x","y")', "[link=http://x]y[/link]", "-2+3", "@SUM(A1)", "[bold"]
 FIXED_SOURCES = ["s[/]a", "[link=http://x]b[/link]", "<a href='http://e'>c</a>"]
