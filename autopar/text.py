@@ -1,4 +1,5 @@
-"""Text from inputs, made safe where it is written: one printable line, shell words, terminal output.
+"""Text from inputs, made safe where it is written: one printable line, shell words, terminal output,
+CSV cells a spreadsheet will not run, strict JSON.
 
 One source of truth for what counts as a control character (Unicode categories Cc and Cf, which include
 ESC, newlines, bidi overrides and zero-width characters, plus the line/paragraph separators Zl and Zp)
@@ -8,8 +9,12 @@ comment, move the terminal's cursor or reorder what a reader sees.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import shlex
 import unicodedata
+from typing import Any
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
@@ -46,3 +51,34 @@ def shell_word(text: str) -> str:
 def shell_comment(text: str) -> str:
     """A `# ...` shell comment line: the text on one printable line, so nothing after it can run."""
     return "# " + one_line(text)
+
+
+# A cell a spreadsheet would run as a formula starts with one of these (OWASP "CSV Injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV export writes it: text on one printable line and, when it would start a
+    formula, behind a leading `'` (OWASP's rule); numbers, including negative ones, unchanged."""
+    if not isinstance(value, str):
+        return value
+    shown = one_line(value)
+    return "'" + shown if value.startswith(FORMULA_PREFIXES) and not _NUMBER.fullmatch(value) else shown
+
+
+def finite(doc: Any) -> Any:
+    """`doc` with every NaN or infinite float (also inside dicts, lists, tuples) replaced by None."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [finite(v) for v in doc]
+    return doc
+
+
+def json_text(doc: Any, indent: int | None = None) -> str:
+    """`doc` as strict JSON (RFC 8259): non-finite numbers become null, never bare NaN/Infinity;
+    values JSON has no type for (numpy integers, paths, dates) are written as their str()."""
+    return json.dumps(finite(doc), indent=indent, default=str, allow_nan=False)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
-from autopar.cli.app import _FoldingConsole
+from autopar.cli.app import _SafeConsole
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.specs import Strategy
 
@@ -97,7 +97,7 @@ def test_tables_wrap_instead_of_cutting() -> None:
     from rich.table import Table
 
     buf = io.StringIO()
-    c = _FoldingConsole(file=buf, width=60)
+    c = _SafeConsole(file=buf, width=60)
     t = Table("strategy", "bottleneck")
     t.add_row("TP8+SP PP16v4 CP8 EP64 DP128/Z1 mb1 sel-AC " * 2, "communication-bound-pipeline")
     c.print(t)

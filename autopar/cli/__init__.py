@@ -23,12 +23,12 @@ def main() -> None:
         rv = app(standalone_mode=False)
     except Exception as e:  # click/typer usage errors carry format_message() and exit_code
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
-            from autopar.cli.app import err_console
+            from autopar.cli.app import err_console, styled
 
             ctx = getattr(e, "ctx", None)
             where = f"`{ctx.command_path} --help`" if ctx is not None else "`autopar --help`"
             err_console.print(
-                f"[bold red]error:[/] {e.format_message()} (see {where})", highlight=False, soft_wrap=True
+                styled(("error:", "bold red"), f" {e.format_message()} (see {where})"), soft_wrap=True
             )
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":  # Ctrl-C at a prompt

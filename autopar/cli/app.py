@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -12,12 +11,12 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from autopar.errors import AutoparError
 from autopar.files import describe_os_error
-from autopar.text import one_line
+from autopar.text import json_text, one_line
 
 app = typer.Typer(
     name="autopar",
@@ -38,8 +37,23 @@ def _width(stream: Any) -> int | None:
     return shutil.get_terminal_size(fallback=(PIPE_WIDTH, 24)).columns
 
 
-class _FoldingConsole(Console):
-    """A Console whose tables wrap long cells (fold) instead of cutting them with an ellipsis."""
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """autopar's styled output: each part a plain string or a (string, style) pair, shown as one
+    printable line of text and never read as markup: `styled((name, "bold"), f" on {gpus} GPUs")`."""
+    return Text.assemble(*((one_line(p[0]), p[1]) if isinstance(p, tuple) else one_line(p) for p in parts))
+
+
+class _SafeConsole(Console):
+    """The CLI's console: every plain string it prints (table cells, titles, headers, messages) is
+    data, shown as one printable line (`autopar.text.one_line`) with no markup or emoji codes read;
+    autopar's own styling is a `style=` or a `Text` from `styled`. Tables wrap long cells (fold)
+    instead of cutting them with an ellipsis."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(one_line(text), **{**kwargs, "markup": False, "emoji": False})
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         for o in objects:
@@ -48,7 +62,7 @@ class _FoldingConsole(Console):
         super().print(*objects, **kwargs)
 
     def _fold(self, table: Table) -> None:
-        heads = [len(c.header) if isinstance(c.header, str) else 1 for c in table.columns]
+        heads = [len(c.header) if isinstance(c.header, str | Text) else 1 for c in table.columns]
         whole = sum(heads) + 3 * len(heads) + 1 <= self.width  # headers fit unbroken: keep them whole
         for col, n in zip(table.columns, heads, strict=True):
             col.overflow = "fold"
@@ -56,13 +70,14 @@ class _FoldingConsole(Console):
                 col.min_width = max(col.min_width or 0, n)
 
 
-console = _FoldingConsole(width=_width(sys.stdout))
-err_console = _FoldingConsole(stderr=True, width=_width(sys.stderr))
+console = _SafeConsole(width=_width(sys.stdout))
+err_console = _SafeConsole(stderr=True, width=_width(sys.stderr))
 
 
-def emit_json(doc: Any) -> None:
-    """Print one JSON document on stdout (the --json output of every command)."""
-    sys.stdout.write(json.dumps(doc, default=str) + "\n")
+def emit_json(doc: Any, indent: int | None = None) -> None:
+    """Print one JSON document on stdout (the --json output of every command): strict JSON,
+    NaN and infinities as null."""
+    sys.stdout.write(json_text(doc, indent) + "\n")
 
 
 def validation_message(err: ValidationError) -> str:
@@ -78,7 +93,7 @@ def validation_message(err: ValidationError) -> str:
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error to stderr and exit with `code` (never a traceback)."""
-    err_console.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False, soft_wrap=True)
+    err_console.print(styled(("error:", "bold red"), " " + message), soft_wrap=True)
     raise typer.Exit(code)
 
 

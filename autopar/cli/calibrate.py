@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +14,10 @@ from rich.table import Table
 
 from autopar.calibration.formats import FORMATS
 from autopar.calibration.store import RunStore
-from autopar.cli.app import app, command, console, emit_json, err_console
+from autopar.cli.app import app, command, console, emit_json, err_console, styled
 from autopar.errors import DataError
 from autopar.files import check_target, write_atomic
+from autopar.text import csv_cell, json_text
 
 if TYPE_CHECKING:
     from autopar.calibration.runs import RowError
@@ -229,13 +229,14 @@ def export_text(records: list[dict[str, Any]], fmt: str) -> str:
     from autopar.calibration.runs import SCHEMA_COLUMNS
 
     if fmt == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in records)
+        return "".join(json_text(r) + "\n" for r in records)
     extras = sorted({k for r in records for k in r} - set(SCHEMA_COLUMNS))
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=[*SCHEMA_COLUMNS, *extras], lineterminator="\n")
-    w.writeheader()
+    w = csv.writer(buf, lineterminator="\n")
+    fields = [*SCHEMA_COLUMNS, *extras]
+    w.writerow([csv_cell(f) for f in fields])
     for r in records:
-        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        w.writerow([csv_cell("" if r.get(f) is None else r[f]) for f in fields])
     return buf.getvalue()
 
 
@@ -385,8 +386,10 @@ def fit_cmd(
         return
     if ts.skipped:
         console.print(
-            f"[yellow]{len(ts.skipped)} run(s) not usable:[/] "
-            + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5])
+            styled(
+                (f"{len(ts.skipped)} run(s) not usable:", "yellow"),
+                " " + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]),
+            )
         )
     import pandas as pd
 

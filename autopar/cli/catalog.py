@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from autopar.cli.app import command, console, emit_json
 from autopar.errors import UnknownNameError
@@ -83,7 +83,7 @@ def _table(
     for i, head in enumerate(headers):
         width = max([len(r[i]) for r in rows] + [len(w) for w in head.split()])
         t.add_column(
-            head.replace(" ", "\n"),
+            Text(head.replace(" ", "\n")),  # autopar's header, one word per line
             justify="left" if i < left else "right",
             style="bold" if i == 0 else None,
             no_wrap=True,
@@ -172,7 +172,7 @@ def models(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
     if not chosen:
         raise UnknownNameError("model", query or "", [m.name for m in list_models()])
     if json_out:
-        typer.echo(json.dumps([model_record(m) for m in chosen], indent=2))
+        emit_json([model_record(m) for m in chosen], indent=2)
         return
     console.print(_models_table(chosen))
 
@@ -186,7 +186,7 @@ def gpus(query: str | None = _QUERY, json_out: bool = _JSON) -> None:
     if not chosen:
         raise UnknownNameError("GPU", query or "", [g.name for g in list_gpus()])
     if json_out:
-        typer.echo(json.dumps([gpu_record(g) for g in chosen], indent=2))
+        emit_json([gpu_record(g) for g in chosen], indent=2)
         return
     console.print(_gpus_table(chosen))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +10,7 @@ import typer
 from rich.table import Table
 
 from autopar.calibration.verdict import AT_RISK, OOM, memory_verdict
-from autopar.cli.app import command, console
+from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
@@ -33,6 +32,7 @@ from autopar.cli.workload_opts import (
 )
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
+from autopar.text import csv_cell
 from autopar.units import GiB, format_duration
 
 
@@ -44,7 +44,8 @@ def _write_table(df: Any, out: Path) -> None:
     elif suffix == ".parquet":
         write_atomic_with(out, lambda fh: df.to_parquet(fh, index=False))
     elif suffix in (".csv", ""):
-        write_atomic_with(out, lambda fh: df.to_csv(fh, index=False))
+        # text cells quoted so that a spreadsheet will not run them
+        write_atomic_with(out, lambda fh: df.map(csv_cell).to_csv(fh, index=False))
     else:
         raise DataError(f"--out '{out}': unsupported extension '{suffix}' (use .csv, .jsonl or .parquet)")
 
@@ -134,16 +135,16 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     head.add_row(
         "peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}"
     )
-    flag = {AT_RISK: "  [yellow]at risk: over usable memory, the 80% band reaches below it[/]"}
-    flag[OOM] = "  [red]does not fit[/]"
-    head.add_row("headroom", f"{est.headroom_gib:+.1f} GiB" + flag.get(verdict, ""))
+    flag = {AT_RISK: ("  at risk: over usable memory, the 80% band reaches below it", "yellow")}
+    flag[OOM] = ("  does not fit", "red")
+    head.add_row("headroom", styled(f"{est.headroom_gib:+.1f} GiB", flag.get(verdict, "")))
     head.add_row("bottleneck", est.bottleneck)
     console.print(head)
     mem = Table("memory", "GiB", "share", title="Memory per GPU", title_justify="left")
     for k, v in est.memory.as_dict().items():
         if k != "total":
             mem.add_row(k, f"{v / GiB:.2f}", f"{100 * v / est.memory.total:.0f}%")
-    mem.add_row("[bold]total[/]", f"[bold]{est.memory.total / GiB:.2f}[/]", "100%")
+    mem.add_row(styled(("total", "bold")), styled((f"{est.memory.total / GiB:.2f}", "bold")), "100%")
     tim = Table("time per step", "s", "share", title="Step time", title_justify="left")
     for k, v in est.time.as_dict().items():
         if k not in ("total", "recompute"):
@@ -153,7 +154,7 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
         f"{est.time.recompute:.3f}",
         f"{100 * est.time.recompute / est.step_time_s:.0f}%",
     )
-    tim.add_row("[bold]total[/]", f"[bold]{est.step_time_s:.3f}[/]", "100%")
+    tim.add_row(styled(("total", "bold")), styled((f"{est.step_time_s:.3f}", "bold")), "100%")
     console.print(mem)
     console.print(tim)
     for n in est.notes:
@@ -350,7 +351,7 @@ def estimate_cmd(
                 "mem_gib_band": list(mem_band or ()),
             },
         }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        emit_json(doc, indent=2)
         return
     _print_estimate(m, cluster, workload, strategy, est, verdict)
     if calib is None:

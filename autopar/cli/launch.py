@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from autopar.cli.app import command, console, err_console
+from autopar.cli.app import command, console, emit_json, err_console, styled
 from autopar.cli.common import TpOverlapOpt, knob_strategy
 from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 from autopar.errors import InvalidStrategyError, SpecError
@@ -95,7 +94,7 @@ def _emit_json(ls, s, chosen: list[str], written: list[str]) -> None:
     )
     doc = {"strategy": s.model_dump(), **{f: d[f] for f in dict.fromkeys(fields)}, "written": written}
     doc["notes"] = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
-    typer.echo(json.dumps(doc, indent=2))
+    emit_json(doc, indent=2)
 
 
 @command("launch")
@@ -209,7 +208,8 @@ def _write(out: Path, chosen: list[str], texts: dict[str, str], ls) -> list[str]
         write_atomic(out / FILES[k], text)
         written.append(FILES[k])
     msg = f"wrote {', '.join(written)} to {out}" if written else f"wrote nothing to {out}"
-    err_console.print("\n".join([msg, *skipped]), highlight=False, soft_wrap=True)
+    for line in (msg, *skipped):
+        err_console.print(line, highlight=False, soft_wrap=True)
     return written
 
 
@@ -222,7 +222,7 @@ def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
     }
     for k in chosen:
         if len(chosen) > 1:
-            console.rule(f"[bold]{titles[k]}", align="left")
+            console.rule(styled((titles[k], "bold")), align="left")
         elif k in ("megatron", "deepspeed"):  # on stderr: stdout stays a valid command / JSON file
             err_console.print(f"# {titles[k]}: {ls.sources[k]}", highlight=False, soft_wrap=True)
         typer.echo(texts[k].rstrip("\n"))
@@ -234,7 +234,5 @@ def _print_text(chosen: list[str], texts: dict[str, str], ls) -> None:
             soft_wrap=True,
         )
     notes = list(dict.fromkeys(n for k in chosen for n in ls.framework_notes.get(k, ())))
-    if notes:
-        err_console.print(
-            "\n".join(f"note: {n}" for n in notes), highlight=False, style="yellow", soft_wrap=True
-        )
+    for n in notes:
+        err_console.print(f"note: {n}", highlight=False, style="yellow", soft_wrap=True)

@@ -8,7 +8,6 @@ each prints the union.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autopar.cli.app import command, console
+from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
@@ -154,10 +153,11 @@ def print_result(result: Any, top: int) -> None:
     st = result.stats
     w = result.workload
     console.print(
-        f"[bold]{result.model.name}[/] · {', '.join(result.inputs['gpu'])} x "
-        f"{'/'.join(map(str, result.inputs['gpus']))} GPUs · {'/'.join(result.inputs['precision'])} · "
-        f"seq {w.seq_len} · global batch {w.global_batch}",
-        highlight=False,
+        styled(
+            (result.model.name, "bold"),
+            f" · {', '.join(result.inputs['gpu'])} x {'/'.join(map(str, result.inputs['gpus']))} GPUs · "
+            f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}",
+        )
     )
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
@@ -192,22 +192,25 @@ def print_result(result: Any, top: int) -> None:
         low = row.get("throughput_low")
         if "throughput" in names + extra and low is not None and low == low:  # present and not NaN
             k = (names + extra).index("throughput") + len(cells) - len(names + extra)
-            cells[k] += f" [dim]({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)[/]"
+            band = f" ({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)"
+            cells[k] = styled(cells[k], (band, "dim"))
         cells.append(str(row.get("bottleneck", "")))
         table.add_row(*cells)
     console.print(table)
     if len(result.pareto) > top:
         console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
     if extra:
-        console.print("[dim]· = not an objective, shown for reference[/]")
+        console.print("· = not an objective, shown for reference", style="dim")
     if result.calibration:
         console.print(
-            "[dim]tokens/s calibrated on published runs; (low–high) is the 80% band; "
-            "--no-calibration for the analytical model alone[/]"
+            "tokens/s calibrated on published runs; (low–high) is the 80% band; "
+            "--no-calibration for the analytical model alone",
+            style="dim",
         )
     tokens = w.token_budget
     for r in result.recommended:
-        console.print(f"\n[bold green]{r.role}[/]: {r.trial.strategy.label()}", highlight=False)
+        console.print()
+        console.print(styled((r.role, "bold green"), f": {r.trial.strategy.label()}"))
         train = ""
         if tokens and r.trial.values.get("throughput"):
             time_s = tokens / r.trial.values["throughput"]
@@ -217,7 +220,7 @@ def print_result(result: Any, top: int) -> None:
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
     for n in result.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        console.print(styled(("note:", "yellow"), f" {n}"))
 
 
 @command("optimize")
@@ -353,8 +356,9 @@ def optimize_cmd(
     calib = resolve_calibration(calibration, no_calibration)
     if default_problem and not as_json:
         console.print(
-            f"[dim]no --model given: default problem {m.name} on {choice.gpus}x {choice.gpu}, seq {seq_len}, "
-            f"global batch {global_batch}[/]",
+            f"no --model given: default problem {m.name} on {choice.gpus}x {choice.gpu}, seq {seq_len}, "
+            f"global batch {global_batch}",
+            style="dim",
             highlight=False,
         )
     progress = not as_json and sys.stdout.isatty()
@@ -394,7 +398,7 @@ def optimize_cmd(
     if not result.pareto_rows:
         raise NoFeasibleStrategyError(result.notes[-1])
     if as_json:
-        sys.stdout.write(json.dumps(result_json(result), default=str) + "\n")
+        emit_json(result_json(result))
     else:
         print_result(result, top)
     if out is not None:

@@ -3,15 +3,13 @@ time, from whatever it holds (while workers are still running, or after they are
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from autopar.cli.app import app, command, console
+from autopar.cli.app import app, command, console, emit_json, styled
 from autopar.cli.common import CalibrationOpt, NoCalibrationOpt
 
 study_app = typer.Typer(
@@ -49,18 +47,16 @@ def status_cmd(
 
     st = study_status(storage, study_name)
     if as_json:
-        sys.stdout.write(json.dumps(st.as_dict()) + "\n")
+        emit_json(st.as_dict())
         return
     states = ", ".join(f"{k} {v}" for k, v in sorted(st.states.items())) or "no trials"
     budget = f" of budget {st.budget}" if st.budget else ""
-    console.print(
-        f"[bold]{st.name}[/] · {st.model or '?'} on {', '.join(st.hardware) or '?'}", highlight=False
-    )
+    console.print(styled((st.name, "bold"), f" · {st.model or '?'} on {', '.join(st.hardware) or '?'}"))
     console.print(
         f"{st.complete} COMPLETE{budget} ({st.feasible} feasible) · trials: {states}", highlight=False
     )
     if st.metric_names:
-        console.print(f"[dim]objectives: {', '.join(st.metric_names)}[/]", highlight=False)
+        console.print(f"objectives: {', '.join(st.metric_names)}", style="dim", highlight=False)
 
 
 @_command("report")
@@ -88,7 +84,7 @@ def report_cmd(
         cal = resolve_calibration(calibration, no_calibration)
     result = load_result(storage, study_name, cal)
     if as_json:
-        sys.stdout.write(json.dumps(result_json(result), default=str) + "\n")
+        emit_json(result_json(result))
     elif result.pareto_rows:
         print_result(result, top)
     if out is not None:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
-from autopar.cli.app import command, console, err_console
+from autopar.cli.app import command, console, emit_json, err_console, styled
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
@@ -44,8 +43,8 @@ def _fmt(x: float | None, spec: str, dash: str = "-") -> str:
     return dash if x is None else format(x, spec)
 
 
-def _yes_no(x: bool | None) -> str:
-    return "-" if x is None else ("[green]yes[/]" if x else "[red]no[/]")
+def _yes_no(x: bool | None) -> str | Text:
+    return "-" if x is None else (styled(("yes", "green")) if x else styled(("no", "red")))
 
 
 def _si(x: float | None) -> str:
@@ -62,7 +61,7 @@ def render_whatif(result: WhatIfResult) -> None:
     """Print a what-if result as rich tables (options by rank, strategies, sensitivity, notes)."""
     wl = result.workload
     head = (
-        f"[bold]{result.model.name}[/], {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
+        f", {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
         f"global batch {wl.global_batch}, {wl.precision}; tier {result.tier}; goodput {result.goodput:g}"
     )
     if result.goodput >= 1:
@@ -71,7 +70,7 @@ def render_whatif(result: WhatIfResult) -> None:
         head += f"; deadline {format_duration(result.deadline_s)}"
     if result.max_cost_usd is not None:
         head += f"; spending cap {format_usd(result.max_cost_usd)}"
-    console.print(head, highlight=False)
+    console.print(styled((result.model.name, "bold"), head))
 
     t = Table(
         title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
@@ -107,13 +106,13 @@ def render_whatif(result: WhatIfResult) -> None:
         t.add_row(*row)
     console.print(t)
     for o in order:
-        what = (
-            f"{o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h"
+        line = (
+            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h")
             if o.feasible
-            else f"[red]no fitting strategy[/]: {o.reason}"
+            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
         )
-        console.print(f"  {o.label:>16}  {what}", highlight=False, soft_wrap=True)
-    console.print(f"[bold]{result.message}[/]", highlight=False)
+        console.print(line, soft_wrap=True)
+    console.print(result.message, style="bold", highlight=False)
 
     if result.sensitivity:
         s = Table(
@@ -129,19 +128,20 @@ def render_whatif(result: WhatIfResult) -> None:
                 r.scenario,
                 r.winner or "-",
                 r.runner_up or "-",
-                "[yellow]yes[/]" if r.winner_changed else "no",
+                styled(("yes", "yellow")) if r.winner_changed else "no",
             )
         console.print(s)
         bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
         if bw and bw[0].note:
-            console.print(f"[dim]bandwidth halved: {bw[0].note}[/]", highlight=False, soft_wrap=True)
+            console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
     for n in result.notes:
-        console.print(f"[dim]- {n}[/]", highlight=False, soft_wrap=True)
+        console.print(f"- {n}", style="dim", highlight=False, soft_wrap=True)
     n = len(result.options)
     console.print(
-        f"[dim]{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
+        f"{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
         f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
-        "option)[/]",
+        "option)",
+        style="dim",
         highlight=False,
     )
 
@@ -291,7 +291,7 @@ def whatif(
     if study_name is not None and storage is None:
         raise AutoparError("study-name: names the stored per-option studies; give --storage too")
     write_report = _report_writer(out) if out is not None else None
-    progress = None if json_out else (lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
+    progress = None if json_out else (lambda msg: err_console.print(msg, style="dim", highlight=False))
     result = run_whatif(
         spec,
         option,
@@ -321,7 +321,7 @@ def whatif(
         if not json_out:
             err_console.print(f"report written to {path}", highlight=False)
     if json_out:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        emit_json(result.to_dict(), indent=2)
     else:
         render_whatif(result)
     if not any(o.feasible for o in result.options):
@@ -338,12 +338,10 @@ def render_prices(book: PriceBook, gpu: str | None, tier: str | None, quotes: bo
         if quotes:
             for q in e.quotes:
                 what = q.provider + (f" ({q.note})" if q.note else "")
-                t.add_row(
-                    "", "", f"[dim]{q.usd_per_gpu_hour:.2f}[/]", f"[dim]{what}; {q.date}; {q.source}[/]"
-                )
+                t.add_row("", "", f"{q.usd_per_gpu_hour:.2f}", f"{what}; {q.date}; {q.source}", style="dim")
     console.print(t)
     console.print(
-        "[dim]tiers: " + "; ".join(f"{k} = {v}" for k, v in TIER_HELP.items()) + "[/]", highlight=False
+        "tiers: " + "; ".join(f"{k} = {v}" for k, v in TIER_HELP.items()), style="dim", highlight=False
     )
 
 
@@ -374,6 +372,6 @@ def prices_cmd(
     book = load_price_book(prices)
     if json_out:
         rows = [e.as_dict() for e in _select(book, gpu, tier)]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        emit_json(rows, indent=2)
     else:
         render_prices(book, gpu, tier, quotes)

@@ -21,6 +21,12 @@ from autopar.reports.plotlyjs import RENDER_JS, figure_html, plotly_script
 _PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
 
 
+def _plotly_text(value: object) -> str:
+    """Input text for a plotly label or hover: plotly.js reads <b>, <a href=...> and entities in them,
+    so <, > and & are written as entities (shown as typed, never as markup or a link)."""
+    return html.escape(str(value), quote=False)
+
+
 def scatter_figure(res: HeldOut) -> go.Figure:
     """Predicted vs measured tokens/s per GPU, before (analytical) and after (held-out calibrated)."""
     df = res.frame()
@@ -32,11 +38,12 @@ def scatter_figure(res: HeldOut) -> go.Figure:
         subplot_titles=("analytical (uncalibrated)", "calibrated (leave-one-source-out)"),
     )
     lo, hi = float(df.measured.min()) / 1.5, float(df.measured.max()) * 1.5
-    for i, (src, g) in enumerate(df.groupby("source", sort=True)):
+    for i, (source, g) in enumerate(df.groupby("source", sort=True)):
         color = _PALETTE[i % len(_PALETTE)]
+        src = _plotly_text(source)
         hover = [
-            f"{r.id} ({r.gpu})<br>measured {r.measured:,.0f}<br>predicted {r.predicted:,.0f}<br>"
-            f"calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
+            f"{_plotly_text(r.id)} ({_plotly_text(r.gpu)})<br>measured {r.measured:,.0f}<br>"
+            f"predicted {r.predicted:,.0f}<br>calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
             for r in g.itertuples()
         ]
         fig.add_trace(
