@@ -151,9 +151,10 @@ def parse_yaml(text: str, source: str) -> Any:
             )
         doc = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise InputError(
-            f"{source}: could not be parsed as YAML ({' '.join(str(e).split())})"[:240]
-        ) from None
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        why = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise InputError(f"{source}{where}: not valid YAML ({why})"[:240]) from None
     except InputError as e:
         if str(e).startswith(source):
             raise

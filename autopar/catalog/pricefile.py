@@ -32,6 +32,7 @@ from autopar.catalog.prices import (
 )
 from autopar.errors import AutoparError, DataError, UnknownNameError
 from autopar.inputs import CONFIG_MAX_BYTES, csv_rows, parse_yaml, read_text
+from autopar.units import drop_thousands_commas
 
 BUILTIN_PRICES = Path(__file__).resolve().parent.parent / "data" / "prices.yaml"
 _OWNED_FIELDS = (
@@ -55,9 +56,6 @@ def _date_key(date: str) -> str:
 # Sanity bound on a price per GPU-hour: the dearest rented accelerator lists near $15/h and an owned one
 # amortizes to a few $/h, so $1000/h is a typo (a price per node-month, a missing decimal point).
 MAX_USD_PER_GPU_HOUR = 1000.0
-# A number as a person writes one: optional '$', thousands commas only in groups of three
-# ('1,234.5'), decimals, an exponent. '1,e5' or '1,2' are refused, not read as 100000 or 12.
-_NUMBER_TEXT = re.compile(r"\$?\s*(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 
 def _where(path: str, row: str) -> str:
@@ -78,10 +76,11 @@ def _number(
         raise DataError(f"{where}, field {field}: missing value")
     if isinstance(value, bool):
         raise DataError(f"{where}, field {field}: {value!r} is not a number")
-    if isinstance(value, str) and not _NUMBER_TEXT.fullmatch(value.strip()):
+    plain = drop_thousands_commas(value.strip().lstrip("$")) if isinstance(value, str) else None
+    if isinstance(value, str) and plain is None:  # '1,e5' is not 100000
         raise DataError(f"{where}, field {field}: {value!r} is not a number (e.g. 2.5, $1,234.50, 1e3)")
     try:
-        x = float(value.strip().lstrip("$").replace(",", "")) if isinstance(value, str) else float(value)
+        x = float(plain) if plain is not None else float(value)
     except (TypeError, ValueError, OverflowError):
         raise DataError(f"{where}, field {field}: {value!r} is not a number") from None
     if not math.isfinite(x):
