@@ -92,18 +92,23 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} (only finite numbers are allowed)")
 
 
-def parse_json(text: str, source: str) -> Any:
-    """A JSON document: nesting at most MAX_DEPTH, no NaN/Infinity (nor overflowing literals like 1e999)."""
+def parse_json(text: str, source: str, *, finite: bool = True) -> Any:
+    """A JSON document: nesting at most MAX_DEPTH, no NaN/Infinity (nor overflowing literals like 1e999).
+
+    finite=False keeps non-finite numbers for a caller that validates each field itself (run-record
+    rows: their schema columns refuse them, unused extra columns are stored and written as null).
+    """
     depth = json_depth(text)
     if depth > MAX_DEPTH:
         raise InputError(f"{source}: JSON nested {depth} levels deep (at most {MAX_DEPTH} allowed)")
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
+        doc = json.loads(text, parse_constant=_refuse_constant) if finite else json.loads(text)
     except (ValueError, RecursionError) as e:
         raise InputError(
             f"{source}: could not be parsed as JSON ({' '.join(str(e).split())})"[:240]
         ) from None
-    require_finite(doc, source)
+    if finite:
+        require_finite(doc, source)
     return doc
 
 

@@ -148,7 +148,7 @@ def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[RowError]]:
         if not line.strip():
             continue
         try:
-            obj = parse_json(line, f"line {n}")
+            obj = parse_json(line, f"line {n}", finite=False)
         except InputError as e:
             errors.append(RowError(n, "(line)", line.strip()[:60], str(e).removeprefix(f"line {n}: ")))
             rows.append({})
