@@ -36,6 +36,7 @@ from autopar.inputs import (
     read_bytes,
 )
 from autopar.search.parse import MAX_GPU_COUNT_OPTIONS, MAX_SEED
+from autopar.units import drop_thousands_commas
 
 HF = Path(__file__).parent / "data" / "hf"
 LOGS = Path(__file__).parent / "data" / "logs"
@@ -340,10 +341,8 @@ def test_price_values_are_strict(tmp_path, price, needle):
 
 
 def test_thousands_separators_still_read():
-    p_ok = "1,234.5"
-    from autopar.units import drop_thousands_commas
-
-    assert drop_thousands_commas(p_ok) == "1234.5" and drop_thousands_commas("1,e5") is None
+    assert drop_thousands_commas("1,234.5") == "1234.5" and drop_thousands_commas("$1,500,000") == "$1500000"
+    assert [drop_thousands_commas(t) for t in ("1,e5", "1,2", "12,34", ",100")] == [None] * 4
 
 
 # ---------------------------------------------------------------------------------- properties
