@@ -84,9 +84,11 @@ class ModelSpec(_Frozen):
     # positions and attention details the launch settings spell out (HF config.json field names in
     # parentheses): rope_theta, rope_scaling.rope_type/factor, qk-norm (Qwen3), soft-capping (Gemma-2)
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
-    rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base frequency (rope_theta)")
+    rope_theta: float = Field(
+        default=10000.0, gt=0, allow_inf_nan=False, description="RoPE base frequency (rope_theta)"
+    )
     rope_scaling: Literal["llama3", "yarn", "linear"] | None = None
-    rope_scaling_factor: float | None = Field(default=None, gt=0)
+    rope_scaling_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     qk_norm: bool = Field(default=False, description="RMSNorm on queries and keys per head (Qwen3, Gemma-3)")
     softcapping: bool = Field(default=False, description="attention/final-logit soft-capping (Gemma-2)")
     source: str = ""

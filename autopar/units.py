@@ -30,6 +30,19 @@ TOKENS_PER_MTOKEN = 1e6
 _COUNT_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _COUNT_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]?)\s*$")
+# Thousands separators as people write them: groups of three after 1-3 leading digits ('1,234,567.5').
+_GROUPED = re.compile(r"\s*([+-]?\$?)(\d{1,3}(?:,\d{3})+)([^,]*)")
+
+
+def drop_thousands_commas(text: str) -> str | None:
+    """`text` without its thousands commas ('1,500,000' -> '1500000'); None when a comma is misplaced
+    ('1,e5', '1,2', '12,34'), which must not be read as another number."""
+    if "," not in text:
+        return text
+    m = _GROUPED.fullmatch(text)
+    return None if m is None else m.group(1) + m.group(2).replace(",", "") + m.group(3)
+
+
 _DURATION_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
 _DURATION_UNITS: dict[str, float] = {}
 for _names, _seconds in (
@@ -56,7 +69,8 @@ def parse_count(text: str | float | int, field: str, what: str, suffixes: tuple[
         raise SpecError(f"{field}={text!r} is not a {what}")
     if isinstance(text, int | float):
         return _positive_finite(float(text), field, text, what)
-    m = _COUNT_RE.match(str(text).replace("_", "").replace(",", ""))
+    plain = drop_thousands_commas(str(text).replace("_", ""))
+    m = _COUNT_RE.match(plain) if plain is not None else None
     suffix = m.group(2).upper() if m else ""
     if not m or suffix not in suffixes:
         raise SpecError(

@@ -22,6 +22,7 @@ from autopar.calibration.apply import (
     load_calibration,
     load_default_calibration,
 )
+from autopar.calibration.modelfile import write_model_doc
 from autopar.calibration.runs import check_file
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
@@ -126,18 +127,26 @@ def test_foreign_corrupt_and_incompatible_files(tmp_path, small_cal):
         load_calibration(p)
 
 
-def test_default_calibration_is_built_then_cached(tmp_path, monkeypatch):
+def test_default_calibration_never_reads_a_planted_cache_file(tmp_path, monkeypatch):
+    """A stale packaged model means a refit on the shipped data; a model file planted under
+    $AUTOPAR_HOME/cache with the right training fingerprint is never loaded as the default (issue: it
+    used to replace the default corrector under its "(default)" label)."""
+    shipped = apply_mod.Calibration.load(apply_mod.default_artifact_path())
     monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path))
     monkeypatch.setattr(apply_mod, "default_artifact_path", lambda: tmp_path / "none.json")
+    fp = shipped.meta.training_fingerprint
+    planted = json.loads(json.dumps(shipped.to_doc()))
+    planted["throughput"]["intercept"] = 3.0  # within bounds: a hostile but well-formed model
+    planted["meta"]["name"] = "planted"
+    (tmp_path / "cache").mkdir()
+    write_model_doc(tmp_path / "cache" / f"default_calibration-{fp[:16]}.json", planted)
+    refit = object()
+    monkeypatch.setattr(apply_mod, "fit_training_set", lambda *a, **k: refit)
+    monkeypatch.setattr(apply_mod, "_default_fingerprint", lambda *a: fp)
+    monkeypatch.setattr(apply_mod, "published_training_sets", lambda: (None, None))
     load_default_calibration.cache_clear()
     try:
-        cal = load_default_calibration()
-        assert cal.meta.n_train == 106 and len(cal.meta.sources) == 6 and cal.meta.memory_n_train == 20
-        assert "leave-one-source-out" in cal.describe()
-        assert len(list((tmp_path / "cache").glob("default_calibration-*.json"))) == 1
-        load_default_calibration.cache_clear()
-        monkeypatch.setattr(apply_mod, "fit_training_set", lambda *a, **k: pytest.fail("refit despite cache"))
-        assert load_default_calibration().meta.training_fingerprint == cal.meta.training_fingerprint
+        assert load_default_calibration() is refit
     finally:
         load_default_calibration.cache_clear()
 

@@ -151,6 +151,7 @@ def test_semantic_rules():
                 ffn_hidden=None,
                 kv_heads=None,
                 vocab=None,
+                measured_step_s=1.0,  # ~2000 tokens/s per GPU: an 8B model's speed, not the 175B's 13.75 s
             )
         ]
     )

@@ -276,7 +276,9 @@ def _ingest(path: Path, store: str) -> Any:
 @CLI
 def test_run_ids_and_sources_list_and_export_safely(ids: list[str], source: str) -> None:
     with _cwd() as d:
-        rows = [_run(id=i, source=source, global_batch=64 * (k + 1)) for k, i in enumerate(ids)]
+        # distinct runs by their measured memory: a larger batch in the same step time would imply an
+        # MFU above the GPU's peak, which ingest refuses
+        rows = [_run(id=i, source=source, measured_mem_gb_per_gpu=40 + k) for k, i in enumerate(ids)]
         res = _ingest(_write_runs(d / "runs.csv", rows), "s.db")
         if res.exit_code != 0:  # refused (a control character): nothing stored, one line said why
             return
@@ -319,7 +321,9 @@ def test_stored_hostile_runs_keep_list_fit_report_working() -> None:
         rows = [
             _run(id=i, source=FIXED_SOURCES[k % 3], global_batch=64 * (k + 1), measured_step_s=12.5 * (k + 1))
             for k, i in enumerate(FIXED_IDS)
-        ] + [_run(id="solo-1", source="solo", global_batch=1024)]  # one run: its rank correlation is NaN
+        ] + [  # one run: its rank correlation is NaN (16x the batch, so 16x the step time)
+            _run(id="solo-1", source="solo", global_batch=1024, measured_step_s=16 * 13.75)
+        ]
         assert _ingest(_write_runs(d / "runs.csv", rows), "s.db").exit_code == 0
         listed = _clean(runner.invoke(app, ["calibrate", "list", "--store", "s.db"]), codes=(0,)).stdout
         assert all(i in listed for i in FIXED_IDS)

@@ -34,6 +34,7 @@ from autopar.calibration.modelfile import CalibrationVersionError, read_model_do
 from autopar.calibration.predictor import FittedCorrector
 from autopar.errors import DataError, OutputError
 from autopar.files import write_atomic
+from autopar.inputs import read_text
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -440,14 +441,8 @@ def default_artifact_path() -> Path:
     return data_path(DEFAULT_ARTIFACT)
 
 
-def _user_cache_path(fp: str) -> Path:
-    from autopar.calibration.store import autopar_home
-
-    return autopar_home() / "cache" / f"default_calibration-{fp[:16]}.json"
-
-
 def _try_load(path: Path, fp: str) -> Calibration | None:
-    """A saved default model if it loads and was trained on exactly this training set."""
+    """The packaged default model if it loads and was trained on exactly this training set."""
     try:
         cal = Calibration.load(path)
     except DataError:
@@ -480,9 +475,9 @@ def _fingerprint_stamp(digest: str) -> Path:
 
 def _known_fingerprint(digest: str) -> str | None:
     """The training fingerprint recorded for these inputs by an earlier process, if any."""
-    try:
-        fp = _fingerprint_stamp(digest).read_text(encoding="utf-8").strip()
-    except OSError:
+    try:  # 1 kB: a 64-character hex digest; a planted large file is not read
+        fp = read_text(_fingerprint_stamp(digest), 1024, "fingerprint stamp").strip()
+    except (OSError, DataError):
         return None
     return fp if len(fp) == 64 else None
 
@@ -495,24 +490,25 @@ def _remember_fingerprint(digest: str, fp: str) -> None:
 @functools.lru_cache(maxsize=1)
 def load_default_calibration() -> Calibration:
     """The default model (once per process): the packaged file when it matches the shipped data and the
-    current analytical model, else a user cache, else trained now (~1 s) and cached under
-    $AUTOPAR_HOME/cache. The match is checked by training fingerprint; the fingerprint of unchanged
-    inputs (inputs_digest) is remembered in the cache, so later processes skip recomputing it."""
+    current analytical model (checked by training fingerprint), else trained now on the shipped data.
+
+    Only the packaged file, part of autopar's own code, is ever labelled the default. No model file under
+    $AUTOPAR_HOME is read here: without a secret a cache cannot be told from a planted file, and a planted
+    model would give every plan its numbers under the "(default)" label. A stale packaged model (autopar's
+    analytical model edited, `python -m autopar.calibration.build_default` not run) costs a refit of a few seconds per process. The
+    fingerprint of unchanged inputs (inputs_digest) is remembered under $AUTOPAR_HOME/cache to skip
+    recomputing it; a wrong remembered value can only select the packaged file or cause a refit.
+    """
     digest = inputs_digest()
     fp = _known_fingerprint(digest)
     if fp is not None:
-        for path in (default_artifact_path(), _user_cache_path(fp)):
-            cal = _try_load(path, fp)
-            if cal is not None:
-                return cal
+        cal = _try_load(default_artifact_path(), fp)
+        if cal is not None:
+            return cal
     ts, mem = published_training_sets()
     fp = _default_fingerprint(ts, mem)
     _remember_fingerprint(digest, fp)
-    for path in (default_artifact_path(), _user_cache_path(fp)):
-        cal = _try_load(path, fp)
-        if cal is not None:
-            return cal
-    cal = fit_training_set(ts, name=DEFAULT_NAME, memory_ts=mem)
-    with contextlib.suppress(OSError, OutputError):  # an unwritable home only costs a refit next time
-        cal.save(_user_cache_path(fp))
-    return cal
+    cal = _try_load(default_artifact_path(), fp)
+    if cal is not None:
+        return cal
+    return fit_training_set(ts, name=DEFAULT_NAME, memory_ts=mem)

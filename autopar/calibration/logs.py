@@ -39,7 +39,11 @@ _TT_FIELD = re.compile(rf"\b(loss|grad_norm|tps|wps|tflops|mfu):\s*({_NUM})")
 
 
 def _num(text: str) -> float:
-    return float(text.replace(",", ""))
+    """A logged number ('1,234.5'); a non-finite one is a damaged line (ValueError, reported by parse_log)."""
+    x = float(text.replace(",", ""))
+    if not math.isfinite(x):
+        raise ValueError(f"non-finite value {text!r}")
+    return x
 
 
 @dataclass
@@ -96,6 +100,10 @@ def parse_megatron_log(text: str) -> LogSamples:
             continue
         if int(float(f.get("number of nan iterations", "0") or 0)) > 0:
             continue  # a step that produced NaN is not a timing sample
+        if _num(ms) <= 0:
+            raise DataError(
+                f"megatron-log: iteration {m.group(1)}: elapsed time per iteration (ms)={ms!r}: must be > 0"
+            )
         s.steps.append(int(m.group(1)))
         s.train_iters = int(m.group(2))
         s.step_s.append(_num(ms) / 1000.0)
@@ -202,9 +210,8 @@ def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None
     tps = samples.tokens_per_s_per_gpu[skip:] if len(samples.tokens_per_s_per_gpu) == n else []
     mfu = samples.mfu[skip:] if len(samples.mfu) == n else []
     rec.update(_summary("measured_step_s", step_s))
-    if not tps and step_s and rec.get("seq_len") and rec.get("num_gpus") and rec.get("global_batch"):
-        tokens = float(rec["global_batch"]) * float(rec["seq_len"])
-        tps = [tokens / t / float(rec["num_gpus"]) for t in step_s]
+    if not tps and step_s:
+        tps = _derived_tps(rec, step_s)
     rec.update(_summary("measured_tokens_per_s_per_gpu", tps))
     if tflops:
         rec["measured_tflops_per_gpu"] = statistics.median(tflops)
@@ -228,6 +235,19 @@ def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None
     note = f"parsed from {samples.framework} log: {n - skip} of {n} steps after {skip} warm-up; {how}"
     rec["notes"] = f"{rec['notes']}; {note}" if rec.get("notes") else note
     return rec
+
+
+def _derived_tps(rec: dict[str, Any], step_s: list[float]) -> list[float]:
+    """Tokens/s per GPU from step times and the config (empty when a needed value is missing or not > 0;
+    the row validation then names the field)."""
+    try:
+        tokens = float(rec["global_batch"]) * float(rec["seq_len"])
+        gpus = float(rec["num_gpus"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    if not (tokens > 0 and gpus > 0 and math.isfinite(tokens * gpus)):
+        return []
+    return [tokens / t / gpus for t in step_s]
 
 
 def parse_log(text: str, fmt: str) -> LogSamples:

@@ -14,6 +14,7 @@ from typing import Any
 
 from autopar.errors import DataError
 from autopar.files import write_atomic
+from autopar.inputs import parse_json, read_bytes
 
 FORMAT = "autopar-calibration"
 FORMAT_VERSION = 2
@@ -25,18 +26,12 @@ class CalibrationVersionError(DataError):
     """A saved calibration model in a format or feature schema this autopar cannot use."""
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name}")
-
-
 def read_model_doc(path: str | Path) -> dict[str, Any]:
     """The JSON document of a model file, or a one-line DataError (missing, binary, corrupt, foreign)."""
     p = Path(path)
     if not p.is_file():
         raise DataError(f"calibration model not found: {p}")
-    if p.stat().st_size > MAX_BYTES:
-        raise DataError(f"'{p}' is not an autopar calibration model (larger than {MAX_BYTES // 2**20} MiB)")
-    raw = p.read_bytes()
+    raw = read_bytes(p, MAX_BYTES, "calibration model")
     head = raw.lstrip()[:2]
     if any(head.startswith(m) for m in _PICKLE_MAGIC):
         raise DataError(
@@ -44,9 +39,15 @@ def read_model_doc(path: str | Path) -> dict[str, Any]:
             "refit with `autopar calibrate fit --out model.json`"
         )
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise DataError(f"'{p}' is not an autopar calibration model (not valid JSON: {e})"[:240]) from e
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"'{p}' is not an autopar calibration model (not UTF-8: {e.reason})") from None
+    src = f"calibration model '{p}'"
+    try:
+        doc = parse_json(text, src)
+    except DataError as e:
+        why = str(e).removeprefix(f"{src}: ")
+        raise DataError(f"'{p}' is not an autopar calibration model (not valid JSON: {why})"[:240]) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise DataError(f"'{p}' is not an autopar calibration model (no '{FORMAT}' header)")
     if doc.get("format_version") != FORMAT_VERSION:

@@ -8,6 +8,7 @@ prediction method from it: one implementation of the formula.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,8 +132,37 @@ class FittedCorrector:
         m.prior_band_ = tuple(_vector(p, "prior_band", 2).tolist())
         if not (0 <= m.shrink <= 1 and 0 < m.coverage < 1 and np.all(m.scale_ > 0)):
             raise ValueError("shrink, coverage or scale out of range")
+        if not (m.alpha > 0 and m.tau_ >= 0 and 0 <= m.backfit_iter <= MAX_BACKFIT_ITER):
+            raise ValueError(f"alpha={m.alpha}, tau={m.tau_} or backfit_iter={m.backfit_iter} out of range")
+        _check_log_terms(m)
         m.n_features_in_ = n_features
         return m
+
+
+# A corrector multiplies the analytical prediction by exp(log correction). The shipped model's terms are
+# below 0.3; a term beyond log(100) (a factor of 100 either way) is not a correction of a model that is
+# within 2x of measurements, it is a damaged or hostile file (intercept 700 gives infinite tokens/s).
+MAX_LOG_CORRECTION = math.log(100.0)
+# Backfitting rounds recorded by a fit (4 in the shipped model).
+MAX_BACKFIT_ITER = 1000
+
+
+def _check_log_terms(m: Any) -> None:
+    """Every additive log-correction term (intercept, per-SD coefficients, offsets, bands) within bounds."""
+    terms = {
+        "intercept": [m.intercept_],
+        "coef": list(m.coef_),
+        "band": list(m.band_),
+        "prior_band": list(m.prior_band_),
+        **{f"offsets.{k}": [v] for k, v in m.offsets_.items()},
+    }
+    for key, values in terms.items():
+        bad = next((v for v in values if abs(v) > MAX_LOG_CORRECTION), None)
+        if bad is not None:
+            raise ValueError(
+                f"{key}={bad:g}: a log correction term must be within +-{MAX_LOG_CORRECTION:.2f} "
+                "(a factor of 100)"
+            )
 
 
 def _num(d: dict[str, Any], key: str) -> float:

@@ -19,9 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from autopar.calibration.cells import as_number, blank_to_none, catalog_lookup
 from autopar.calibration.records import ARCH_COLUMNS, RECORD_COLUMNS, row_to_specs
-from autopar.calibration.throughput import TFLOPS_DEFINITIONS, tflops_definition
+from autopar.calibration.throughput import (
+    TFLOPS_DEFINITIONS,
+    measured_tokens_per_s_per_gpu,
+    tflops_definition,
+)
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
+from autopar.perf.estimate import estimate
 
 # The run-record schema (the columns of shared/groundtruth/public.csv, in order) and the arch columns
 # without which a row must name a catalog model: both as the specs builder in records.py reads them.
@@ -34,7 +39,7 @@ LABEL_COLUMNS = frozenset({"id", "source", "source_ref", "notes"})
 class RunRow(BaseModel):
     """One run record as read from a file: types and ranges of every schema column."""
 
-    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="allow", str_strip_whitespace=True, allow_inf_nan=False)
 
     id: str | None = None
     source: str | None = None
@@ -192,6 +197,59 @@ def _specs_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     return None
 
 
+# A measured throughput this many times above or below the analytical model's prediction is a unit or
+# transcription error (a step time in ms as s, tokens/s per node as per GPU), not a measurement: the
+# model's predictions for the 99 estimable published runs are 0.62x to 1.10x of the measurement, while one
+# row off by orders of magnitude widened the corrector's band from 27% to 117%.
+MAX_PREDICTION_FACTOR = 10.0
+# Implied MFU (measured tokens/s x model FLOPs per token with causal attention, over the GPU's dense peak
+# for the precision) above 1 is physically impossible.
+MAX_IMPLIED_MFU = 1.0
+_MEASURED_FIELD = {"measured": "measured_tokens_per_s_per_gpu", "step time": "measured_step_s"}
+
+
+def plausibility_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """Why a record's measured throughput cannot be real (implied MFU above the GPU's peak, or more
+    than MAX_PREDICTION_FACTOR off the model's prediction); None when plausible or not estimable."""
+    measured, how = measured_tokens_per_s_per_gpu(rec)
+    if measured is None:
+        return None
+    field = _MEASURED_FIELD.get(how, "measured_tflops_per_gpu")
+    value = rec.get(field)
+    if not math.isfinite(measured) or measured <= 0:
+        return field, value, f"implies {measured!r} tokens/s per GPU: must be finite and > 0"
+    try:
+        specs = row_to_specs(rec)
+        est = estimate(specs.model, specs.cluster, specs.workload, specs.strategy)
+    except Exception:  # noqa: BLE001 - a row the model cannot evaluate is judged by the other checks
+        return None
+    pred = est.tokens_per_s_per_gpu
+    if not (pred > 0 and math.isfinite(pred)):
+        return None
+    implied_mfu = est.mfu_causal * measured / pred
+    if implied_mfu > MAX_IMPLIED_MFU:
+        return (
+            field,
+            value,
+            (
+                f"implies MFU {100 * implied_mfu:.0f}% of the {specs.cluster.gpu.name} dense "
+                f"{specs.workload.precision} peak (at most {100 * MAX_IMPLIED_MFU:.0f}% is possible)"
+            ),
+        )
+    ratio = measured / pred
+    if not 1 / MAX_PREDICTION_FACTOR <= ratio <= MAX_PREDICTION_FACTOR:
+        return (
+            field,
+            value,
+            (
+                f"{measured:.4g} tokens/s per GPU is {max(ratio, 1 / ratio):.0f}x "
+                f"{'above' if ratio > 1 else 'below'} the model's prediction {pred:.4g} "
+                f"(at most {MAX_PREDICTION_FACTOR:g}x either way is accepted)"
+            ),
+        )
+    return None
+
+
 def normalize_record(r: RunRow) -> dict[str, Any]:
     """A validated row as a plain dict: every schema column (None where empty) then the extras."""
     d = r.model_dump()
@@ -204,6 +262,13 @@ def normalize_record(r: RunRow) -> dict[str, Any]:
             if v is not None:
                 out[k] = v
     return out
+
+
+def stored_record_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a record already in a store would be refused by today's ingest (non-finite or implausible
+    measurements from an older autopar), as one line; None when it is still valid."""
+    _, errors = validate_rows([rec])
+    return str(errors[0]).removeprefix("row 1: ") if errors else None
 
 
 def validate_rows(
@@ -227,7 +292,7 @@ def validate_rows(
             errors.extend(RowError(i, f, v, why) for f, v, why in sem)
             continue
         rec = normalize_record(r)
-        spec_err = _specs_error(rec)
+        spec_err = _specs_error(rec) or plausibility_error(rec)
         if spec_err:
             errors.append(RowError(i, *spec_err))
             continue

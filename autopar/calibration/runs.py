@@ -8,8 +8,6 @@ validation and the fingerprint live in `autopar.calibration.rows`, tokens/s deri
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +33,16 @@ from autopar.calibration.throughput import (
     tflops_definition,
 )
 from autopar.errors import DataError
+from autopar.inputs import (
+    CONFIG_MAX_BYTES,
+    RECORD_MAX_BYTES,
+    InputError,
+    csv_rows,
+    parse_json,
+    parse_yaml,
+    read_bytes,
+    read_text,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,35 +116,19 @@ def detect_format(path: Path) -> str:
 def read_table_rows(path: Path, fmt: str) -> tuple[list[dict[str, Any]], list[RowError]]:
     """Raw rows of a CSV/JSONL/Parquet file (values as written) and errors for unreadable lines."""
     if fmt == "csv":
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            sample = fh.read(4096)
-            fh.seek(0)
-            delim = "\t" if path.suffix.lower() == ".tsv" or ("\t" in sample and "," not in sample) else ","
-            reader = csv.DictReader(fh, delimiter=delim)
-            if not reader.fieldnames:
-                raise DataError(f"'{path}' is empty: expected a header row with the run-record columns")
-            return [dict(r) for r in reader], []
+        text = read_text(path, RECORD_MAX_BYTES, "run-record file")
+        sample = text[:4096]
+        delim = "\t" if path.suffix.lower() == ".tsv" or ("\t" in sample and "," not in sample) else ","
+        header, rows = csv_rows(text, f"run-record file '{path}'", delimiter=delim)
+        if not header:
+            raise DataError(f"'{path}' is empty: expected a header row with the run-record columns")
+        return rows, []
     if fmt == "jsonl":
-        rows: list[dict[str, Any]] = []
-        errors: list[RowError] = []
-        with path.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    errors.append(RowError(n, "(line)", line.strip()[:60], f"not JSON: {e.msg}"))
-                    rows.append({})
-                    continue
-                if not isinstance(obj, dict):
-                    errors.append(RowError(n, "(line)", line.strip()[:60], "not a JSON object"))
-                    obj = {}
-                rows.append(obj)
-        return rows, errors
+        return _jsonl_rows(path)
     if fmt == "parquet":
         import pandas as pd
 
+        read_bytes(path, RECORD_MAX_BYTES, "run-record file")  # size check (pyarrow reads the path)
         try:
             df = pd.read_parquet(path)
         except ImportError as e:
@@ -145,6 +137,27 @@ def read_table_rows(path: Path, fmt: str) -> tuple[list[dict[str, Any]], list[Ro
             raise DataError(f"'{path}' is not a readable Parquet file: {e}") from e
         return [{k: (None if _is_na(v) else v) for k, v in r.items()} for r in df.to_dict("records")], []
     raise DataError(f"unknown table format '{fmt}' (allowed: {', '.join(TABLE_FORMATS)})")
+
+
+def _jsonl_rows(path: Path) -> tuple[list[dict[str, Any]], list[RowError]]:
+    """Rows of a JSON-lines file; a line that is not a (depth-limited, finite) JSON object is an error row."""
+    rows: list[dict[str, Any]] = []
+    errors: list[RowError] = []
+    text = read_text(path, RECORD_MAX_BYTES, "run-record file")
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = parse_json(line, f"line {n}", finite=False)
+        except InputError as e:
+            errors.append(RowError(n, "(line)", line.strip()[:60], str(e).removeprefix(f"line {n}: ")))
+            rows.append({})
+            continue
+        if not isinstance(obj, dict):
+            errors.append(RowError(n, "(line)", line.strip()[:60], "not a JSON object"))
+            obj = {}
+        rows.append(obj)
+    return rows, errors
 
 
 def _is_na(v: Any) -> bool:
@@ -225,15 +238,8 @@ class IngestReport:
 
 def load_sidecar(path: str | Path) -> dict[str, Any]:
     """Run configuration from a YAML sidecar (keys: run-record columns, or flag spellings)."""
-    import yaml
-
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise DataError(f"sidecar '{p}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise DataError(f"sidecar '{p}' is not valid YAML: {e}") from e
+    data = parse_yaml(read_text(p, CONFIG_MAX_BYTES, "sidecar"), f"sidecar '{p}'")
     if not isinstance(data, dict):
         raise DataError(f"sidecar '{p}' must be a mapping of run-record columns (model, gpu, num_gpus, ...)")
     return normalize_config(data)
@@ -259,7 +265,7 @@ def check_log_file(
     default_source: str | None = None,
 ) -> FileCheck:
     """Parse a training log into one record (config from flags/sidecar) and validate it."""
-    text = path.read_text(errors="replace")
+    text = read_text(path, RECORD_MAX_BYTES, "training log", errors="replace")
     samples = parse_log(text, fmt)
     rec = aggregate(samples, dict(config), warmup=warmup)
     good, errors = validate_rows([rec], default_source=default_source or fmt)

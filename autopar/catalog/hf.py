@@ -15,17 +15,33 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import SpecError
+from autopar.inputs import require_finite, shown
 from autopar.specs import ModelSpec
 
 Fields = dict[str, Any]
 _MISSING = object()
 
 
-class _Reader:
-    """Typed access to one HF config with error messages that name the key and the model_type."""
+# rope_theta of real models: 1e4 (Llama-2) to 1e6-1e7 (long-context Qwen/Llama); 1e12 is far above and
+# keeps round(rope_theta) and the launch scripts' integers finite.
+MAX_ROPE_THETA = 1e12
+# rope_scaling.factor of real models: 2 to 64 (YaRN, Llama-3.1 8); a context extension factor beyond
+# 1e6 is not one.
+MAX_ROPE_FACTOR = 1e6
 
-    def __init__(self, cfg: Mapping[str, Any], model_type: str):
-        self.cfg, self.mt = cfg, model_type
+
+class _Reader:
+    """Typed access to one HF config with one-line errors that name the key (dotted path) and value."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str, prefix: str = ""):
+        self.cfg, self.mt, self.prefix = cfg, model_type, prefix
+
+    def name(self, key: str) -> str:
+        """The dotted path of `key` in the config (rope_scaling.factor)."""
+        return f"{self.prefix}{key}"
+
+    def error(self, key: str, value: Any, allowed: str) -> SpecError:
+        return SpecError(f"Hugging Face config key '{self.name(key)}'={shown(value)} must be {allowed}")
 
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
@@ -36,12 +52,22 @@ class _Reader:
         if value is None:
             if default is _MISSING:
                 raise SpecError(
-                    f"Hugging Face config (model_type '{self.mt}') is missing required key '{key}'"
+                    f"Hugging Face config (model_type '{self.mt}') is missing required key '{self.name(key)}'"
                 )
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise SpecError(f"Hugging Face config key '{key}'={value!r} must be an integer >= {minimum}")
+            raise self.error(key, value, f"an integer >= {minimum}")
         return value
+
+    def number(self, key: str, default: float, *, maximum: float) -> float:
+        """A finite number > 0 and <= maximum; `default` when the key is absent."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        ok = not isinstance(value, bool) and isinstance(value, int | float)
+        if not ok or not (0 < float(value) <= maximum):  # NaN and inf fail the comparison
+            raise self.error(key, value, f"a finite number > 0 and <= {maximum:g}")
+        return float(value)
 
     def flag(self, key: str, default: bool) -> bool:
         """A boolean flag with a default for when the key is absent."""
@@ -49,8 +75,37 @@ class _Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise SpecError(f"Hugging Face config key '{key}'={value!r} must be true or false")
+            raise self.error(key, value, "true or false")
         return value
+
+    def text(self, key: str, default: str) -> str:
+        """A string; `default` when the key is absent."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.error(key, value, "a string")
+        return value
+
+    def items(self, key: str, kind: type, what: str) -> list[Any]:
+        """A list whose every item is of `kind` (bool never counts as int); [] when absent."""
+        value = self.cfg.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or any(
+            isinstance(x, bool) != (kind is bool) or not isinstance(x, kind) for x in value
+        ):
+            raise self.error(key, value, f"a list of {what}")
+        return value
+
+    def mapping(self, key: str) -> _Reader | None:
+        """A nested object as a reader whose errors name `key.sub`; None when absent or empty."""
+        value = self.cfg.get(key)
+        if not value:
+            return None
+        if not isinstance(value, Mapping):
+            raise self.error(key, value, "an object")
+        return _Reader(value, self.mt, f"{self.name(key)}.")
 
     def first_int(self, *keys: str) -> int:
         """The first of several alternative keys that is present (e.g. num_experts_per_tok / experts_per_token)."""
@@ -63,7 +118,7 @@ class _Reader:
 def unsupported(r: _Reader, key: str, why: str) -> SpecError:
     """The one-line error for a config field autopar cannot represent."""
     return SpecError(
-        f"unsupported field {key}={r.cfg.get(key)!r} in Hugging Face config (model_type '{r.mt}'): {why}"
+        f"unsupported field {r.name(key)}={shown(r.cfg.get(key))} in Hugging Face config (model_type '{r.mt}'): {why}"
     )
 
 
@@ -72,22 +127,18 @@ _ROPE_TYPES = {"default": None, "llama3": "llama3", "yarn": "yarn", "linear": "l
 
 def _rope(r: _Reader) -> Fields:
     """rope_theta and rope_scaling {rope_type|type, factor} (transformers' RoPE init functions)."""
-    theta = r.cfg.get("rope_theta", 10000.0)
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise SpecError(f"Hugging Face config key 'rope_theta'={theta!r} must be a positive number")
-    scaling = r.cfg.get("rope_scaling")
-    if not scaling:
-        return {"rope_theta": float(theta)}
-    if not isinstance(scaling, Mapping):
-        raise unsupported(r, "rope_scaling", "expected an object with rope_type and factor")
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    theta = r.number("rope_theta", 10000.0, maximum=MAX_ROPE_THETA)
+    scaling = r.mapping("rope_scaling")
+    if scaling is None:
+        return {"rope_theta": theta}
+    kind = scaling.text("rope_type", scaling.text("type", "default"))
     if kind not in _ROPE_TYPES:
         raise unsupported(r, "rope_scaling", f"rope_type {kind!r} (supported: {', '.join(_ROPE_TYPES)})")
-    factor = scaling.get("factor")
+    factor = scaling.number("factor", 0.0, maximum=MAX_ROPE_FACTOR) if scaling.has("factor") else None
     return {
-        "rope_theta": float(theta),
+        "rope_theta": theta,
         "rope_scaling": _ROPE_TYPES[kind],
-        "rope_scaling_factor": float(factor) if _ROPE_TYPES[kind] and factor else None,
+        "rope_scaling_factor": factor if _ROPE_TYPES[kind] and factor else None,
     }
 
 
@@ -113,8 +164,8 @@ def _decoder(r: _Reader, *, tied_default: bool = False, bias_default: bool = Fal
 
 def _window_from_layer_types(r: _Reader, layers: int) -> Fields:
     """Sliding-window size and the fraction of layers that use it, from `layer_types`."""
-    types = r.cfg.get("layer_types")
-    if not isinstance(types, list) or not types:
+    types = r.items("layer_types", str, "strings (full_attention, sliding_attention, ...)")
+    if not types:
         return {}
     sliding = sum(1 for t in types if t == "sliding_attention")
     if not sliding:
@@ -175,8 +226,13 @@ def _qwen3(r: _Reader) -> Fields:
     return f | _window_qwen(r, f["layers"])
 
 
+# A soft-capping value (Gemma-2: 50 attention, 30 final); only whether it is set changes the FLOPs.
+_MAX_SOFTCAP = 1e6
+
+
 def _softcap(r: _Reader) -> bool:
-    return any(r.cfg.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping"))
+    keys = ("attn_logit_softcapping", "final_logit_softcapping")
+    return any(r.number(k, 0.0, maximum=_MAX_SOFTCAP) for k in keys if r.has(k))
 
 
 def _window_every(r: _Reader, layers: int, default_pattern: int) -> Fields:
@@ -221,8 +277,8 @@ def _llama4(r: _Reader) -> Fields:
         "shared_experts": 1,
         "qk_norm": r.flag("use_qk_norm", True),
     }
-    nope = r.cfg.get("no_rope_layers")
-    if r.has("attention_chunk_size") and isinstance(nope, list) and nope:
+    nope = r.items("no_rope_layers", int, "integers (1 = RoPE layer, 0 = NoPE layer)")
+    if r.has("attention_chunk_size") and nope:
         local = sum(1 for x in nope if x) / len(nope)  # 1 = this layer uses RoPE (and chunked attention)
         f |= {"sliding_window": r.integer("attention_chunk_size"), "sliding_window_fraction": local}
     return f
@@ -235,7 +291,7 @@ def _leading_dense_layers(r: _Reader, layers: int) -> int:
         raise SpecError(
             f"Hugging Face config key 'decoder_sparse_step'={step} is not supported (only 1: every layer MoE)"
         )
-    only = r.cfg.get("mlp_only_layers") or []
+    only = r.items("mlp_only_layers", int, "layer indices (integers)")
     if sorted(only) != list(range(len(only))):
         raise SpecError(
             f"Hugging Face config key 'mlp_only_layers'={only!r} is not supported "
@@ -374,10 +430,13 @@ def model_from_hf_config(cfg: Mapping[str, Any], name: str | None = None, source
     """
     if not isinstance(cfg, Mapping):
         raise SpecError(f"a Hugging Face config must be a JSON object, got {type(cfg).__name__}")
+    require_finite(cfg, "Hugging Face config")
     supported = ", ".join(SUPPORTED_MODEL_TYPES)
     mt = cfg.get("model_type")
     if mt is not None and not isinstance(mt, str):  # e.g. a list: would be unhashable below
-        raise SpecError(f"Hugging Face config model_type={mt!r}: expected a string (supported: {supported})")
+        raise SpecError(
+            f"Hugging Face config model_type={shown(mt)}: expected a string (supported: {supported})"
+        )
     if mt not in _BUILDERS and isinstance(cfg.get("text_config"), Mapping):
         return model_from_hf_config(cfg["text_config"], name or _default_name(cfg), source)
     if mt is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from autopar.catalog.hf import canonical_fields, model_from_hf_config
 from autopar.catalog.names import NameIndex
 from autopar.errors import DataError
+from autopar.inputs import CONFIG_MAX_BYTES, parse_document, read_text
 from autopar.specs import GPUSpec, ModelSpec
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -139,14 +139,8 @@ def load_model_file(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     if not p.is_file():
         raise DataError(f"model file '{path}' does not exist")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"model file '{p}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    try:
-        data = yaml.safe_load(text) if p.suffix.lower() in (".yaml", ".yml") else json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise DataError(f"model file '{p}' could not be parsed: {e}") from None
+    text = read_text(p, CONFIG_MAX_BYTES, "model file")
+    data = parse_document(text, f"model file '{p}'", yaml_syntax=p.suffix.lower() in (".yaml", ".yml"))
     if not isinstance(data, dict):
         raise DataError(f"model file '{p}' must hold a JSON/YAML object")
     stem = p.parent.name if p.stem == "config" else p.stem

@@ -8,7 +8,6 @@ columns ``gpu,tier,usd_per_gpu_hour[,source,date,note]`` plus the owned-hardware
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
 import re
@@ -32,6 +31,8 @@ from autopar.catalog.prices import (
     normalize_tier,
 )
 from autopar.errors import AutoparError, DataError, UnknownNameError
+from autopar.inputs import CONFIG_MAX_BYTES, csv_rows, parse_yaml, read_text
+from autopar.units import drop_thousands_commas
 
 BUILTIN_PRICES = Path(__file__).resolve().parent.parent / "data" / "prices.yaml"
 _OWNED_FIELDS = (
@@ -52,6 +53,11 @@ def _date_key(date: str) -> str:
     return f"{m.group(1)}-{3 * int(m.group(2)) - 2:02d}" if m else date
 
 
+# Sanity bound on a price per GPU-hour: the dearest rented accelerator lists near $15/h and an owned one
+# amortizes to a few $/h, so $1000/h is a typo (a price per node-month, a missing decimal point).
+MAX_USD_PER_GPU_HOUR = 1000.0
+
+
 def _where(path: str, row: str) -> str:
     return f"prices file {path}, {row}"
 
@@ -70,9 +76,12 @@ def _number(
         raise DataError(f"{where}, field {field}: missing value")
     if isinstance(value, bool):
         raise DataError(f"{where}, field {field}: {value!r} is not a number")
+    plain = drop_thousands_commas(value.strip().lstrip("$")) if isinstance(value, str) else None
+    if isinstance(value, str) and plain is None:  # '1,e5' is not 100000
+        raise DataError(f"{where}, field {field}: {value!r} is not a number (e.g. 2.5, $1,234.50, 1e3)")
     try:
-        x = float(str(value).strip().lstrip("$").replace(",", "")) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
+        x = float(plain) if plain is not None else float(value)
+    except (TypeError, ValueError, OverflowError):
         raise DataError(f"{where}, field {field}: {value!r} is not a number") from None
     if not math.isfinite(x):
         raise DataError(f"{where}, field {field}: {value!r} must be finite")
@@ -147,7 +156,33 @@ def _sources_text(sources: Mapping[str, Any], ref: Any) -> tuple[str, str]:
     return str(ref or ""), ""
 
 
+def _check_price(entry: PriceEntry, where: str) -> PriceEntry:
+    """An entry whose price per GPU-hour is finite, > 0 (0 makes "cheapest" arbitrary) and sane."""
+    x = entry.usd_per_gpu_hour
+    if not (math.isfinite(x) and 0 < x <= MAX_USD_PER_GPU_HOUR):
+        raise DataError(
+            f"{where}, field usd_per_gpu_hour: {x!r} must be > 0 and <= {MAX_USD_PER_GPU_HOUR:g} "
+            "(a price per GPU-hour)"
+        )
+    return entry
+
+
 def _entry_from_mapping(
+    gpu: str,
+    tier: str,
+    raw: Any,
+    *,
+    where: str,
+    origin: str,
+    sources: Mapping[str, Any],
+    on_demand: float | None,
+) -> PriceEntry:
+    """Build one PriceEntry (see `_entry_unchecked`) and check its price."""
+    entry = _entry_unchecked(gpu, tier, raw, where=where, origin=origin, sources=sources, on_demand=on_demand)
+    return _check_price(entry, where)
+
+
+def _entry_unchecked(
     gpu: str,
     tier: str,
     raw: Any,
@@ -345,8 +380,8 @@ def _book_from_rows(
 def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str] = ()) -> PriceBook:
     """Parse price-file text (fmt 'yaml' or 'csv') into a PriceBook of the user's entries only."""
     if fmt == "csv":
-        reader = csv.DictReader(text.splitlines())
-        header = [h.strip() for h in (reader.fieldnames or [])]
+        fieldnames, records = csv_rows(text, f"prices file {path}")
+        header = [h.strip() for h in fieldnames]
         if not header:
             raise DataError(
                 f"prices file {path}: empty CSV (expected header gpu,tier,usd_per_gpu_hour[,source])"
@@ -365,7 +400,7 @@ def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str]
                 f"{', '.join(sorted(_ENTRY_FIELDS - {'quotes'}))}"
             )
         rows = []
-        for i, rec in enumerate(reader, start=2):
+        for i, rec in enumerate(records, start=2):
             if None in rec:
                 raise DataError(
                     f"prices file {path}, row {i}: more values than header columns: {rec[None]!r}"
@@ -375,12 +410,7 @@ def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str]
                 continue  # blank line
             rows.append((f"row {i}", clean))
         return _book_from_rows(rows, path=path, base_keys=base_keys)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        loc = f"line {mark.line + 1}" if mark is not None else "?"
-        raise DataError(f"prices file {path}, {loc}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    data = parse_yaml(text, f"prices file {path}")
     if data is None:
         raise DataError(f"prices file {path}: empty file")
     if isinstance(data, list):
@@ -425,9 +455,6 @@ def load_price_book(path: str | Path | None = None) -> PriceBook:
     if suffix not in (".yaml", ".yml", ".csv", ".json"):
         raise DataError(f"prices file {p}: unknown extension '{suffix}'; use .yaml, .yml, .json or .csv")
     fmt = "csv" if suffix == ".csv" else "yaml"  # JSON is valid YAML
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"prices file {p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = read_text(p, CONFIG_MAX_BYTES, "prices file")
     user = parse_price_text(text, str(p), fmt, base_keys=base.gpus())
     return base.merged(user)

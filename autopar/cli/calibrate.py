@@ -276,6 +276,29 @@ DataOpt = Annotated[
 ]
 
 
+def _usable_stored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored records that today's ingest would accept; the others (stored by an older autopar: infinite
+    or implausible measurements) are skipped with a note on stderr, so old stores never break fit/report."""
+    from autopar.calibration.rows import stored_record_problem
+
+    usable, skipped = [], []
+    for rec in records:
+        why = stored_record_problem(rec)
+        if why:
+            skipped.append(f"{rec.get('id') or '?'}: {why}")
+        else:
+            usable.append(rec)
+    if skipped:
+        err_console.print(
+            f"note: skipped {len(skipped)} stored run(s) that ingest now refuses: "
+            + "; ".join(skipped[:3])
+            + (" ..." if len(skipped) > 3 else ""),
+            markup=False,
+            highlight=False,
+        )
+    return usable
+
+
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
     """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
     from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
@@ -283,7 +306,7 @@ def gather_records(store: Path | None, public: bool, data: list[Path] | None) ->
 
     if store is not None and not store.exists():
         raise DataError(f"no run store at '{store}': ingest runs first (autopar calibrate ingest FILE)")
-    records: list[dict[str, Any]] = RunStore(store).records()  # [] when the default store does not exist
+    records = _usable_stored(RunStore(store).records())  # [] when the default store does not exist
     if public:
         records.extend(check_file(published_runs_path()).records)
     for f in data or []:

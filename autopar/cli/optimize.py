@@ -316,12 +316,13 @@ def optimize_cmd(
     COMPLETE trials. Re-running with the same storage resumes the study.
     """
     from autopar.catalog import get_model
-    from autopar.search.parse import parse_count, parse_gib, parse_gpu_counts, parse_list
+    from autopar.search.parse import check_seed, parse_count, parse_gib, parse_gpu_counts, parse_list
     from autopar.search.storage import is_server
     from autopar.search.workers import run_workers
     from autopar.specs import Workload
 
     check_plotly(plotly, out)
+    check_seed(seed)
     default_problem = model is None
     m = get_model(model or DEFAULT_MODEL)
     choice = resolve_cluster(

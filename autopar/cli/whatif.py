@@ -271,9 +271,10 @@ def whatif(
     from autopar.catalog import get_model
     from autopar.catalog.pricefile import load_price_book
     from autopar.costs.whatif import run_whatif
-    from autopar.search.parse import parse_gib, parse_list
+    from autopar.search.parse import check_seed, parse_gib, parse_list
     from autopar.specs import Workload
 
+    check_seed(seed)
     option, gpus_per_node, nvlink_domain = _hardware_options(option, cluster, gpus_per_node, nvlink_domain)
     spec = get_model(model)
     book = load_price_book(prices)
