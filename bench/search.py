@@ -74,6 +74,30 @@ PROBLEMS: list[dict[str, Any]] = [
         "batch": 512,
     },
 ]
+PROCUREMENT_GPUS = ["H100-SXM", "H200", "B200", "GB200", "MI300X"]
+PROCUREMENT_COUNTS = [64, 128, 256, 512, 1024, 2048, 4096]
+# Procurement what-ifs: too large for an exhaustive run per benchmark, so they are compared with a front
+# computed once offline (bench/reference.py, stored in bench/data/ with the command that made it).
+PROCUREMENT: list[dict[str, Any]] = [
+    {
+        "name": "Llama-3.1-405B / 64..4096x 5 GPU types (procurement)",
+        "model": "Llama-3.1-405B",
+        "gpu": PROCUREMENT_GPUS,
+        "gpus": PROCUREMENT_COUNTS,
+        "seq": 8192,
+        "batch": 2048,
+        "reference": "reference_llama405b.json",
+    },
+    {
+        "name": "DeepSeek-V3 / 64..4096x 5 GPU types (procurement)",
+        "model": "DeepSeek-V3",
+        "gpu": PROCUREMENT_GPUS,
+        "gpus": PROCUREMENT_COUNTS,
+        "seq": 4096,
+        "batch": 2048,
+        "reference": "reference_deepseek_v3.json",
+    },
+]
 OBJECTIVES = ("throughput", "headroom", "cost")
 
 
