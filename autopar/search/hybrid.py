@@ -23,6 +23,7 @@ again by the scalar evaluator, as the sweep does.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from autopar.search.sweep import BLOCK_ROWS, _Front, block_outcomes, keep_record
 # Points swept exactly: at the vectorized model's ~200-500k strategies/s (calibrated, this 2-core machine)
 # about 2-5 s; every bench problem but the procurement ones (0.1-0.85M points) is below it.
 EXACT_LIMIT = 1_000_000
-AUTO_SAMPLE_KEPT = 300  # records besides the front (the sweep's 2,000 cost ~0.6 s of scalar estimates)
+AUTO_SAMPLE_KEPT = 150  # records besides the front (the sweep keeps 2,000: ~0.6 s of scalar estimates here)
 NEIGHBOUR_POINT_CAP = 2_000_000  # points the neighbourhood pass may estimate (bounds its time)
 # A layout trial estimates a whole layout (~500-5,000 strategies, ~15-30 ms here), so NSGA-II proposes
 # budget / 4 layouts: on the 405B procurement problem 150 layouts plus the neighbourhood pass reach the
@@ -252,7 +253,9 @@ def _outer_nsga2(st: _Outer, budget: int, seed: int, t0: float, timeout: float |
     space, objs = st.space, st.objectives
     sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population_size(outer_budget(budget)))
     study = optuna.create_study(directions=[o.info.direction for o in objs], sampler=sampler)
-    study.set_metric_names([o.name for o in objs])
+    with warnings.catch_warnings():  # experimental in Optuna 3.2+, stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.name for o in objs])
     dists = {
         name: optuna.distributions.CategoricalDistribution(v)
         for name, v in outer_distributions(space).items()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
@@ -171,7 +171,7 @@ def optimize(
     budget: int = DEFAULT_BUDGET,
     objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
     seed: int = 0,
-    sampler: str = "nsga2",
+    sampler: str = DEFAULT_SAMPLER,
     storage: Any = None,
     study_name: str | None = None,
     timeout: float | None = None,
@@ -307,6 +307,9 @@ def optimize(
     if run.sweep is not None:  # totals over the whole space; `trials` holds the front and a sample
         stats["evaluated"] = run.sweep["evaluated"]
         stats["sweep"] = {k: run.sweep[k] for k in ("evaluated", "feasible", "kept", "stride")}
+        stats["sweep"].update(
+            {k: run.sweep[k] for k in ("method", "layouts", "outer_trials") if k in run.sweep}
+        )
     if front:
         F = to_min_matrix(front, objs)
         all_feas = [r for r in records if r.feasible]
