@@ -41,7 +41,8 @@ from autopar.search.sweep import BLOCK_ROWS, _Front, block_outcomes, keep_record
 # about 2-5 s; every bench problem but the procurement ones (0.1-0.85M points) is below it.
 EXACT_LIMIT = 1_000_000
 AUTO_SAMPLE_KEPT = 150  # records besides the front (the sweep keeps 2,000: ~0.6 s of scalar estimates here)
-NEIGHBOUR_POINT_CAP = 2_000_000  # points the neighbourhood pass may estimate (bounds its time)
+NEIGHBOUR_POINT_CAP = 1_000_000  # points the passes after NSGA-II may estimate (bounds their time; at 600k
+# the 405B procurement front fell to 0.989 of the reference hypervolume)
 # A layout trial estimates a whole layout (~500-5,000 strategies, ~15-30 ms here), so NSGA-II proposes
 # budget / 4 layouts: on the 405B procurement problem 150 layouts plus the neighbourhood pass reach the
 # exhaustive front (bench/search.py), while 40-100 leave it 3-35% short in hypervolume.
@@ -300,45 +301,53 @@ def _layout_label(lay: Layout, space: Space) -> str:
 
 def _polish(st: _Outer, t0: float, timeout: float | None) -> bool:
     """The neighbourhood pass, then every layout of the hardware option holding each objective's best
-    point (the extremes: one knob at a time cannot walk far along them), again until those are solved;
-    False on timeout."""
+    point (the extremes: one knob at a time cannot walk far along them), again until those are solved or
+    NEIGHBOUR_POINT_CAP points were estimated by both together; False on timeout."""
+    groups = _neighbour_groups(st.space.layouts)
     seen: set[int] = set()
+    left = [NEIGHBOUR_POINT_CAP]
     while True:
-        if not neighbourhood_pass(st, t0, timeout):
+        if not neighbourhood_pass(st, groups, left, t0, timeout):
             return False
         F, idx = st.front.F, st.front.idx
-        if not len(idx):
-            return True
         hws = {st.space.layouts[st.layout_at(int(idx[j]))].hw for j in F.argmin(axis=0)} - seen
-        if not hws:
+        if not len(idx) or not hws or left[0] <= 0:
             return True
         seen |= hws
-        st.solve([k for k, lay in enumerate(st.space.layouts) if lay.hw in hws])
+        _solve_capped(st, [k for k, lay in enumerate(st.space.layouts) if lay.hw in hws], left)
 
 
-def neighbourhood_pass(st: _Outer, t0: float, timeout: float | None) -> bool:
-    """Solve every layout one outer knob away from a front layout, round by round, until the front's
-    layouts all have solved neighbourhoods (or NEIGHBOUR_POINT_CAP points); False on timeout."""
-    groups = _neighbour_groups(st.space.layouts)
+def _solve_capped(st: _Outer, ks: Sequence[int], left: list[int]) -> None:
+    """Solve the unsolved layouts of `ks` in order while the point allowance `left[0]` lasts."""
+    take = []
+    for j in sorted(set(ks) - set(st.solved)):
+        if left[0] < st.space.layouts[j].size:
+            left[0] = 0
+            break
+        left[0] -= st.space.layouts[j].size
+        take.append(j)
+    st.solve(take)
+
+
+def neighbourhood_pass(
+    st: _Outer,
+    groups: list[dict[tuple[Any, ...], list[int]]],
+    left: list[int],
+    t0: float,
+    timeout: float | None,
+) -> bool:
+    """Solve every layout one outer step from a front layout, round by round, until the front's layouts all
+    have solved neighbourhoods or the point allowance `left[0]` is spent; False on timeout."""
     done: set[int] = set()
-    left = NEIGHBOUR_POINT_CAP
-    while True:
+    while left[0] > 0:
         todo = [k for k in st.front_layouts() if k not in done]
         if not todo:
             return True
         done.update(todo)
-        new = sorted({j for k in todo for j in _neighbours(st.space, k, groups)} - set(st.solved))
-        take = []
-        for j in new:
-            left -= st.space.layouts[j].size
-            if left < 0:
-                break
-            take.append(j)
-        st.solve(take)
-        if left < 0:
-            return True
+        _solve_capped(st, [j for k in todo for j in _neighbours(st.space, k, groups)], left)
         if timeout is not None and time.perf_counter() - t0 > timeout:
             return False
+    return True
 
 
 def _coords(lay: Layout) -> tuple[Any, ...]:
