@@ -155,7 +155,7 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
         ratios, walls, fronts = [], [], []
         for seed in range(seeds):
             t = time.perf_counter()
-            r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES)
+            r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES, sampler="nsga2")
             walls.append(time.perf_counter() - t)
             front = pareto_records(r.trials, objs)
             ratios.append(
@@ -171,7 +171,16 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
     # Ablation: plain NSGA-II (no Pareto local search) at budget 300.
     plain = []
     for seed in range(seeds):
-        r = optimize(model, clusters, wl, budget=300, seed=seed, objectives=OBJECTIVES, local_search=0.0)
+        r = optimize(
+            model,
+            clusters,
+            wl,
+            budget=300,
+            seed=seed,
+            objectives=OBJECTIVES,
+            local_search=0.0,
+            sampler="nsga2",
+        )
         front = pareto_records(r.trials, objs)
         plain.append(
             normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0
@@ -191,7 +200,7 @@ def storage_speed(budget: int = 150) -> dict[str, float]:
             ("sqlite", f"sqlite:///{d}/s.db"),
         ):
             t = time.perf_counter()
-            r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage)
+            r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage, sampler="nsga2")
             out[name] = r.stats["optuna_trials"] / (time.perf_counter() - t)
     return out
 
@@ -202,7 +211,7 @@ def stored_run_overhead(budget: int = 300) -> dict[str, float]:
 
     model, clusters, wl = _problem(PROBLEMS[1])
     cal = load_default_calibration()
-    optimize(model, clusters, wl, budget=20, calibration=cal)  # warm caches and imports
+    optimize(model, clusters, wl, budget=20, calibration=cal, sampler="nsga2")  # warm caches and imports
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for name, storage in (
@@ -218,6 +227,7 @@ def stored_run_overhead(budget: int = 300) -> dict[str, float]:
                 budget=budget,
                 seed=0,
                 storage=storage,
+                sampler="nsga2",
                 calibration=cal,
                 min_headroom_gib=2.0,
             )
@@ -254,7 +264,15 @@ def workers_speed(budget: int, postgres: str | None, kinds: set[str] | None = No
             rows, results = [], []
             configs = [c for c in configs if kinds is None or c[0] in kinds]
             for i, (kind, storage, k) in enumerate(configs):
-                kw = dict(model=model, clusters=clusters, workload=wl, budget=budget, seed=0, calibration=cal)
+                kw = dict(
+                    model=model,
+                    clusters=clusters,
+                    workload=wl,
+                    budget=budget,
+                    seed=0,
+                    calibration=cal,
+                    sampler="nsga2",
+                )
                 kw.update(storage=storage, min_headroom_gib=2.0)
                 if storage is not None:
                     kw["study_name"] = f"bench-{i}"
