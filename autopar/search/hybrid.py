@@ -204,18 +204,36 @@ def outer_distributions(space: Space) -> dict[str, list[Any]]:
     return {k: v for k, v in space.distributions().items() if k in OUTER_KNOBS}
 
 
-def layout_of(space: Space, params: dict[str, Any], index: dict[int, int]) -> int | str:
-    """The layout index an outer proposal names (etp repaired as decode does), or why it is none."""
+def grid_index(space: Space) -> dict[tuple[int, int, int, int, int], list[tuple[int, int]]]:
+    """(hardware, tp, pp, cp, ep) -> its layouts' (etp, index), etp ascending (0 for dense)."""
+    out: dict[tuple[int, int, int, int, int], list[tuple[int, int]]] = {}
+    for k, lay in enumerate(space.layouts):
+        out.setdefault((lay.hw, lay.tp, lay.pp, lay.cp, lay.ep), []).append((lay.etp or 0, k))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def layout_of(space: Space, params: dict[str, Any], index: dict[Any, list[tuple[int, int]]]) -> int | str:
+    """The layout index an outer proposal names (etp repaired to the largest offered value <= the wish, as
+    `Space.decode` does), or why it is none."""
+    from autopar import layouts as lay_rules
+
     h0, first = space.hardware[0], space.layouts[0]
-    gpu, n, prec = (
-        params.get(k, d) for k, d in zip(OUTER_KNOBS[:3], (h0.gpu, h0.num_gpus, h0.precision), strict=True)
-    )
+    defaults = (h0.gpu, h0.num_gpus, h0.precision)
+    gpu, n, prec = (params.get(k, d) for k, d in zip(OUTER_KNOBS[:3], defaults, strict=True))
     h = space.hardware_index(gpu, n, prec)
     if h is None:
         return f"{n}x {gpu} in {prec} is not a usable hardware option"
     tp, pp, cp, ep = (params.get(k, getattr(first, k)) for k in ("tp", "pp", "cp", "ep"))
-    lay = space._grid(h, tp, pp, cp, ep, params.get("etp", first.etp))
-    return lay if isinstance(lay, str) else index[id(lay)]
+    offered = index.get((h, tp, pp, cp, ep))
+    if not offered:
+        hw, etp = space.hardware[h], params.get("etp", first.etp)
+        why = lay_rules.grid_problems(space.model, hw.cluster, hw.workload, tp, pp, cp, ep, etp)
+        return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
+    want = params.get("etp") or 0
+    below = [k for e, k in offered if e <= want]
+    return below[-1] if below else offered[0][1]
 
 
 def run_hybrid(
@@ -261,7 +279,7 @@ def _outer_nsga2(st: _Outer, budget: int, seed: int, t0: float, timeout: float |
         name: optuna.distributions.CategoricalDistribution(v)
         for name, v in outer_distributions(space).items()
     }
-    index = {id(lay): i for i, lay in enumerate(space.layouts)}
+    index = grid_index(space)
     goal = min(outer_budget(budget), len(space.layouts))
     batch = population_size(outer_budget(budget))
     asked = 0
