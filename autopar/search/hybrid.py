@@ -8,14 +8,16 @@ x every knob, 10^6-10^8 points) the search splits the knobs in two:
   `Layout`. Optuna's stock NSGA-II proposes them in an ordinary in-memory study (metric names, named
   constraints, user attrs), one trial per layout;
 - inner (cheap): micro-batch, vpp, schedule, SP, ZeRO/HSDP, recompute, CP variant, split and memory
-  savers, every combination of a layout estimated at once by the vectorized model (`solve_layout`).
+  savers, every combination of a layout estimated at once by the vectorized model (`solve_layouts`,
+  several layouts of one hardware option per call; NSGA-II's proposals are asked a population at a time).
   The trial's values are the layout's best feasible value per objective (the ideal point of its inner
   front), its constraints those of its least-violating point when none is feasible, and the inner Pareto
   set is merged into the result's front.
 
-After NSGA-II, an exact neighbourhood pass solves every unsolved layout that differs from a front layout in
-one outer knob (hardware, tp, pp, cp, ep or etp), until the front's neighbourhoods are all solved (or
-NEIGHBOUR_POINT_CAP points were estimated). Deterministic per seed: NSGA-II is seeded and every other step
+After NSGA-II, an exact neighbourhood pass solves every unsolved layout one outer step from a front layout
+(the next tp/pp/cp/ep/etp degree, a trade between two of tp/pp/cp with dp kept, the same degrees on
+another GPU count or type), then every layout on the hardware of each objective's best point, until
+nothing new reaches the front (or NEIGHBOUR_POINT_CAP points were estimated). Deterministic per seed: NSGA-II is seeded and every other step
 is ordered by layout index. Records (what a user sees) are the front and a stride sample, evaluated
 again by the scalar evaluator, as the sweep does.
 """
@@ -43,7 +45,7 @@ EXACT_LIMIT = 1_000_000
 AUTO_SAMPLE_KEPT = 150  # records besides the front (the sweep keeps 2,000: ~0.6 s of scalar estimates here)
 NEIGHBOUR_POINT_CAP = 1_000_000  # points the passes after NSGA-II may estimate (bounds their time; at 600k
 # the 405B procurement front fell to 0.989 of the reference hypervolume)
-# A layout trial estimates a whole layout (~500-5,000 strategies, ~15-30 ms here), so NSGA-II proposes
+# A layout trial estimates a whole layout (~500-5,000 strategies, 3-9 ms here), so NSGA-II proposes
 # budget / 4 layouts: on the 405B procurement problem 150 layouts plus the neighbourhood pass reach the
 # exhaustive front (bench/search.py), while 40-100 leave it 3-35% short in hypervolume.
 LAYOUTS_PER_TRIAL = 0.25
