@@ -111,3 +111,9 @@ def test_inner_solve_is_the_brute_force_best(name, pick, cap):
         assert value == pytest.approx(want, rel=1e-9)
         assert outs[sol.best[o.name] - start].values[o.name] == pytest.approx(want, rel=1e-9)
     assert all(v <= 0 for v in sol.constraints.values())
+
+
+def test_hybrid_with_nothing_feasible_says_why():
+    r = optimize(*MOE, objectives=OBJECTIVES, sampler="hybrid", budget=40, min_headroom_gib=10_000)
+    assert not r.pareto_rows and r.stats["sweep"]["feasible"] == 0 and r.trials
+    assert all(not t.feasible for t in r.trials)

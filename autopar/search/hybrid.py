@@ -248,8 +248,8 @@ def run_hybrid(
     timeout: float | None,
     progress: bool,
 ) -> Run:
-    """NSGA-II over layouts (`budget` solved layouts at most), exact inner solves, then the exact
-    neighbourhood pass; the run keeps scalar records of the front and a sample."""
+    """NSGA-II over layouts (`outer_budget(budget)` solved layouts at most), exact inner solves, then the
+    exact neighbourhood pass; the run keeps scalar records of the front and a sample."""
     k = len(objectives)
     front = _Front(np.empty((0, k)), np.empty(0, np.int64), np.full(k, np.inf), np.full(k, -np.inf))
     st = _Outer(space, ev, objectives, layout_starts(space), front, {})
@@ -330,8 +330,10 @@ def _polish(st: _Outer, t0: float, timeout: float | None) -> bool:
         if not neighbourhood_pass(st, groups, left, t0, timeout):
             return False
         F, idx = st.front.F, st.front.idx
+        if not len(idx) or left[0] <= 0:  # nothing feasible yet: no extremes to widen around
+            return True
         hws = {st.space.layouts[st.layout_at(int(idx[j]))].hw for j in F.argmin(axis=0)} - seen
-        if not len(idx) or not hws or left[0] <= 0:
+        if not hws:
             return True
         seen |= hws
         _solve_capped(st, [k for k, lay in enumerate(st.space.layouts) if lay.hw in hws], left)
