@@ -54,6 +54,7 @@ def run_case(case: tuple[Any, ...], cal: Any) -> dict[str, Any]:
         calibration=cal if calibrated else None,
         local_search=ls,
         min_headroom_gib=2.0,
+        sampler="nsga2",  # this checks the NSGA-II machinery (the default is now `auto`)
     )
     front = sorted(_trial_row(t) for t in r.trials if not t.dominated)
     return {

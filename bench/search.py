@@ -10,6 +10,10 @@ Targets (reported, not asserted): estimator >= 20,000 strategies/s; exhaustive 1
 budget 300 on the 70B problem.
 
 Run: .venv/bin/python bench/search.py [--quick] [--seeds 5] [--json out.json]
+Quality: .venv/bin/python bench/search.py --quality [--before] [--json out.json]
+  (at default settings, per problem including the two procurement ones: hypervolume ratio to the exact
+  front, or to the stored reference front where exhaustive is infeasible, gap of the best point per
+  objective, wall time and peak memory; --before adds the old default, NSGA-II at budget 600)
 Speed: .venv/bin/python bench/search.py --speed [--baseline-ref REF] [--repeat 3] [--json out.json]
   (issue 15: start-up, trials/s, exhaustive strategies/s, batch rows/s and the time split, before -> after;
   bench/speed.py)
@@ -74,6 +78,30 @@ PROBLEMS: list[dict[str, Any]] = [
         "batch": 512,
     },
 ]
+PROCUREMENT_GPUS = ["H100-SXM", "H200", "B200", "GB200", "MI300X"]
+PROCUREMENT_COUNTS = [64, 128, 256, 512, 1024, 2048, 4096]
+# Procurement what-ifs: too large for an exhaustive run per benchmark, so they are compared with a front
+# computed once offline (bench/reference.py, stored in bench/data/ with the command that made it).
+PROCUREMENT: list[dict[str, Any]] = [
+    {
+        "name": "Llama-3.1-405B / 64..4096x 5 GPU types (procurement)",
+        "model": "Llama-3.1-405B",
+        "gpu": PROCUREMENT_GPUS,
+        "gpus": PROCUREMENT_COUNTS,
+        "seq": 8192,
+        "batch": 2048,
+        "reference": "reference_llama405b.json",
+    },
+    {
+        "name": "DeepSeek-V3 / 64..4096x 5 GPU types (procurement)",
+        "model": "DeepSeek-V3",
+        "gpu": PROCUREMENT_GPUS,
+        "gpus": PROCUREMENT_COUNTS,
+        "seq": 4096,
+        "batch": 2048,
+        "reference": "reference_deepseek_v3.json",
+    },
+]
 OBJECTIVES = ("throughput", "headroom", "cost")
 
 
@@ -127,7 +155,7 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
         ratios, walls, fronts = [], [], []
         for seed in range(seeds):
             t = time.perf_counter()
-            r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES)
+            r = optimize(model, clusters, wl, budget=b, seed=seed, objectives=OBJECTIVES, sampler="nsga2")
             walls.append(time.perf_counter() - t)
             front = pareto_records(r.trials, objs)
             ratios.append(
@@ -143,7 +171,16 @@ def run_problem(p: dict[str, Any], budgets: list[int], seeds: int) -> dict[str, 
     # Ablation: plain NSGA-II (no Pareto local search) at budget 300.
     plain = []
     for seed in range(seeds):
-        r = optimize(model, clusters, wl, budget=300, seed=seed, objectives=OBJECTIVES, local_search=0.0)
+        r = optimize(
+            model,
+            clusters,
+            wl,
+            budget=300,
+            seed=seed,
+            objectives=OBJECTIVES,
+            local_search=0.0,
+            sampler="nsga2",
+        )
         front = pareto_records(r.trials, objs)
         plain.append(
             normalized_hypervolume(to_min_matrix(front, objs), ideal, nadir) / hv_ex if hv_ex else 0.0
@@ -163,7 +200,7 @@ def storage_speed(budget: int = 150) -> dict[str, float]:
             ("sqlite", f"sqlite:///{d}/s.db"),
         ):
             t = time.perf_counter()
-            r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage)
+            r = optimize(model, clusters, wl, budget=budget, seed=0, storage=storage, sampler="nsga2")
             out[name] = r.stats["optuna_trials"] / (time.perf_counter() - t)
     return out
 
@@ -174,7 +211,7 @@ def stored_run_overhead(budget: int = 300) -> dict[str, float]:
 
     model, clusters, wl = _problem(PROBLEMS[1])
     cal = load_default_calibration()
-    optimize(model, clusters, wl, budget=20, calibration=cal)  # warm caches and imports
+    optimize(model, clusters, wl, budget=20, calibration=cal, sampler="nsga2")  # warm caches and imports
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for name, storage in (
@@ -190,6 +227,7 @@ def stored_run_overhead(budget: int = 300) -> dict[str, float]:
                 budget=budget,
                 seed=0,
                 storage=storage,
+                sampler="nsga2",
                 calibration=cal,
                 min_headroom_gib=2.0,
             )
@@ -226,7 +264,15 @@ def workers_speed(budget: int, postgres: str | None, kinds: set[str] | None = No
             rows, results = [], []
             configs = [c for c in configs if kinds is None or c[0] in kinds]
             for i, (kind, storage, k) in enumerate(configs):
-                kw = dict(model=model, clusters=clusters, workload=wl, budget=budget, seed=0, calibration=cal)
+                kw = dict(
+                    model=model,
+                    clusters=clusters,
+                    workload=wl,
+                    budget=budget,
+                    seed=0,
+                    calibration=cal,
+                    sampler="nsga2",
+                )
                 kw.update(storage=storage, min_headroom_gib=2.0)
                 if storage is not None:
                     kw["study_name"] = f"bench-{i}"
@@ -274,6 +320,88 @@ def cli_end_to_end() -> float:
     return time.perf_counter() - t
 
 
+def _one_search(p: dict[str, Any], kw: dict[str, Any], out: Any) -> None:
+    """In a fresh process: one search of a problem; its front (minimised), wall time and peak RSS."""
+    import resource
+
+    model, clusters, wl = _problem(p)
+    objs = parse_objectives(list(OBJECTIVES))
+    t = time.perf_counter()
+    r = optimize(model, clusters, wl, objectives=OBJECTIVES, **kw)
+    wall = time.perf_counter() - t
+    F = to_min_matrix(pareto_records(r.trials, objs), objs)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    out.put({"F": F.tolist(), "wall_s": wall, "peak_mib": rss, "sampler": r.sampler, "size": r.space_size})
+
+
+def _isolated(p: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """`_one_search` in a spawned process, so peak memory is that search's alone (imports included)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_one_search, args=(p, kw, q))
+    proc.start()
+    res = q.get()
+    proc.join()
+    return res
+
+
+def _exact_front(p: dict[str, Any]) -> tuple[Any, str]:
+    """The exact front of a problem (minimised rows): swept now, or the stored offline reference."""
+    import numpy as np
+
+    if "reference" in p:
+        ref = json.loads((ROOT / "bench" / "data" / p["reference"]).read_text())
+        return np.array(ref["front_min"]), f"reference ({ref['command']})"
+    model, clusters, wl = _problem(p)
+    objs = parse_objectives(list(OBJECTIVES))
+    ex = optimize(model, clusters, wl, sampler="exhaustive", objectives=OBJECTIVES)
+    return to_min_matrix(pareto_records(ex.trials, objs), objs), "exhaustive"
+
+
+def quality_row(p: dict[str, Any], kw: dict[str, Any], exact: Any) -> dict[str, Any]:
+    """HV ratio to the exact front, gap of the best point per objective (% worse), wall s, peak MiB."""
+    import numpy as np
+
+    res = _isolated(p, kw)
+    F = np.array(res["F"]).reshape(-1, len(OBJECTIVES))
+    ideal, nadir = reference_bounds(exact)
+    hv = normalized_hypervolume(exact, ideal, nadir)
+    best, got = exact.min(axis=0), F.min(axis=0) if len(F) else np.full(len(OBJECTIVES), np.inf)
+    gaps = {o: float(100 * (g - b) / abs(b)) for o, b, g in zip(OBJECTIVES, best, got, strict=True)}
+    return {"problem": p["name"], "points": res["size"], "method": res["sampler"],
+            "hv_ratio": normalized_hypervolume(F, ideal, nadir) / hv, "gap_pct": gaps,
+            "wall_s": res["wall_s"], "peak_mib": res["peak_mib"]}  # fmt: skip
+
+
+def quality(before: bool) -> list[dict[str, Any]]:
+    """The quality table at default settings (and, with `before`, at the old default NSGA-II/600)."""
+    rows = []
+    print(
+        "| problem | points | search | HV ratio | best gap: throughput / headroom / cost | wall s | peak MiB |"
+    )
+    print("|---|---:|---|---:|---|---:|---:|")
+    for p in [*PROBLEMS, *PROCUREMENT]:
+        if "reference" in p and not (ROOT / "bench" / "data" / p["reference"]).exists():
+            print(f"| {p['name']} | reference front missing: run bench/reference.py |")
+            continue
+        exact, source = _exact_front(p)
+        runs = [("default", {})] + ([("nsga2-600 (old default)", {"sampler": "nsga2"})] if before else [])
+        for label, kw in runs:
+            r = quality_row(p, kw, exact)
+            r.update(setting=label, exact=source)
+            rows.append(r)
+            g = r["gap_pct"]
+            print(
+                f"| {p['name']} | {r['points']:,} | {label}: {r['method']} | {r['hv_ratio']:.4f} | "
+                f"{g['throughput']:.2f}% / {g['headroom']:.2f}% / {g['cost']:.2f}% | {r['wall_s']:.1f} | "
+                f"{r['peak_mib']:.0f} |",
+                flush=True,
+            )
+    return rows
+
+
 def main() -> None:
     """Run the benchmark and print a table (optionally write JSON)."""
     if "--speed" in sys.argv[1:]:  # issue 15: the speed table before -> after (bench/speed.py)
@@ -298,7 +426,14 @@ def main() -> None:
         default=None,
         help="postgresql:// URL for the worker table, or 'auto' to start a throw-away local server",
     )
+    ap.add_argument("--quality", action="store_true", help="only the quality table at default settings")
+    ap.add_argument("--before", action="store_true", help="with --quality: also the old default (NSGA-II)")
     args = ap.parse_args()
+    if args.quality:
+        rows = quality(args.before)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return
     if args.workers_only:
         if not args.storages:
             print(f"stored 300-trial calibrated search (70B, 64 GPUs), seconds: {stored_run_overhead()}")

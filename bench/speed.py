@@ -35,7 +35,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_REF = "e4cd11f"  # main before issue 15 (session 4): the "before" of the closing note
-SEARCH_ARGS = ["optimize", "--gpus", "1024", "--seq-len", "8192", "--global-batch", "1024", "--seed", "0"]
+SEARCH_ARGS = [
+    "optimize",
+    "--gpus",
+    "1024",
+    "--seq-len",
+    "8192",
+    "--global-batch",
+    "1024",
+    "--seed",
+    "0",
+    "--sampler",
+    "nsga2",
+]
 SEARCH_ARGS += ["--json"]
 
 # One measurement, run as `python -c` in a fresh process with the revision's root first on sys.path.

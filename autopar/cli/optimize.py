@@ -46,6 +46,7 @@ from autopar.defaults import (
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
+    DEFAULT_SAMPLER,
     DEFAULT_SEED,
     DEFAULT_SEQ_LEN,
 )
@@ -267,7 +268,13 @@ def optimize_cmd(
     seed: Annotated[
         int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")
     ] = DEFAULT_SEED,
-    sampler: Annotated[str, typer.Option(help="nsga2 or exhaustive.")] = "nsga2",
+    sampler: Annotated[
+        str,
+        typer.Option(
+            help="auto (exact sweep up to 1M points, else NSGA-II over layouts with exact inner knobs; "
+            "nsga2 with --storage), nsga2, exhaustive or hybrid."
+        ),
+    ] = DEFAULT_SAMPLER,
     storage: Annotated[
         str | None,
         typer.Option(

@@ -21,7 +21,7 @@ from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER, DEFAULT_WHATIF_BUDGET
 from autopar.errors import AutoparError, SpecError
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
 
@@ -191,7 +191,7 @@ def run_whatif(
     min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
     precisions: list[str] | None = None,
     calibration: Any = None,
-    sampler: str = "nsga2",
+    sampler: str = DEFAULT_SAMPLER,
     timeout: float | None = None,
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
@@ -255,7 +255,7 @@ def run_whatif(
         timeout=timeout,
     )
 
-    if storage is not None and sampler != "nsga2":
+    if storage is not None and sampler not in ("nsga2", "auto"):
         raise SpecError(f"storage: the {sampler} sampler does not use a study; drop --storage")
     results: list[OptionResult] = []
     for i, (opt, cluster, entry) in enumerate(prepared, 1):

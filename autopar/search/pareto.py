@@ -25,8 +25,10 @@ def to_min_matrix(records: Sequence[TrialRecord], objectives: Sequence[Objective
 def nondominated_mask(F: np.ndarray) -> np.ndarray:
     """Boolean mask of the rows of F (minimised) that no other row dominates; equal rows all survive.
 
-    Rows are visited in lexicographic order, so a row can only be dominated by an earlier one, and by
-    transitivity it suffices to compare it with the non-dominated rows kept so far.
+    Rows are visited in lexicographic order, so a row can only be dominated by an earlier one: the first
+    row still standing is non-dominated, and every later row it dominates is struck out at once (a row
+    struck out dominates nothing that its striker does not, by transitivity). One vectorized pass per
+    front member: O(front x n), with a Python step per front member rather than per row.
     """
     F = np.asarray(F, dtype=float)
     n = F.shape[0]
@@ -34,17 +36,16 @@ def nondominated_mask(F: np.ndarray) -> np.ndarray:
     if n == 0:
         return mask
     order = np.lexsort(F.T[::-1])
-    front = np.empty_like(F)
-    k = 0
-    for i in order:
-        p = F[i]
-        if k:
-            kept = front[:k]
-            if np.any(np.all(kept <= p, axis=1) & np.any(kept < p, axis=1)):
-                continue
-        front[k] = p
-        k += 1
-        mask[i] = True
+    G = F[order]
+    alive = np.ones(n, dtype=bool)
+    i = 0
+    while i < n:
+        mask[order[i]] = True
+        rest = G[i + 1 :]
+        beaten = (G[i] <= rest).all(axis=1) & (G[i] < rest).any(axis=1)
+        alive[i + 1 :] &= ~beaten
+        nxt = np.flatnonzero(alive[i + 1 :])
+        i = i + 1 + int(nxt[0]) if len(nxt) else n
     return mask
 
 

@@ -208,17 +208,33 @@ class Point:
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
     """Every valid (hardware, tp, pp, cp, ep, etp) layout with its allowed micro-batch/vpp/SP values."""
     out: list[Layout] = []
+    memo: dict[tuple[Any, ...], Any] = {}
     for h, hw in enumerate(hardware):
         n, wl = hw.num_gpus, hw.workload
         for tp in lay_rules.tp_degrees(model, hw.cluster):
             for pp in lay_rules.pp_degrees(model, n // tp):
                 for cp in lay_rules.cp_degrees(wl, n // (tp * pp)):
                     dims = ParallelDims(n, tp, cp, pp, n // (tp * pp * cp))
-                    out += _expert_layouts(model, hw, h, dims)
+                    out += _expert_layouts(model, hw, h, dims, memo)
     return out
 
 
-def _expert_layouts(model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims) -> list[Layout]:
+def _pipe_memo(memo: dict[tuple[Any, ...], Any], model: ModelSpec, wl: Workload, d: ParallelDims) -> Any:
+    """(mb_vpp_pairs, pipe_choices) of a grid, shared by every grid with the same precision, pp and dp.
+
+    Why: both read only the model, the workload (which differs between hardware options by precision
+    alone, make_hardware) and the grid's pp and dp (vpp_rules, batch_rules, schedule_rules, stack_rules),
+    and they dominate building a procurement space (5 GPU types x 7 counts: ~70k layouts)."""
+    key = (wl.precision, d.pp, d.dp)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (lay_rules.mb_vpp_pairs(model, wl, d), lay_rules.pipe_choices(model, wl, d))
+    return hit
+
+
+def _expert_layouts(
+    model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims, memo: dict[tuple[Any, ...], Any]
+) -> list[Layout]:
     """The layouts of one dense grid: one per (ep, etp) pair, when some micro-batch splits the batch."""
     out = []
     wl, cl = hw.workload, hw.cluster
@@ -232,10 +248,9 @@ def _expert_layouts(model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims) 
     }
     for ep, etp in lay_rules.expert_degrees(model, cl, dims):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
-        pairs = lay_rules.mb_vpp_pairs(model, wl, d)
+        pairs, pipe = _pipe_memo(memo, model, wl, d)
         if pairs:
             sp = lay_rules.sp_values(model, dims.tp, ep)
-            pipe = lay_rules.pipe_choices(model, wl, d)
             out.append(
                 Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, **common)
             )

@@ -11,11 +11,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
+from autopar.search.hybrid import choose_method, run_auto, run_hybrid
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
 from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
@@ -29,11 +30,11 @@ from autopar.search.recommend import no_fit_message, recommend
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.space import Point, Space, build_space, make_strategy
 from autopar.search.storage import mask
-from autopar.search.sweep import can_sweep, run_sweep
+from autopar.search.sweep import can_sweep, run_sweep, sweepable
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
 
-SAMPLERS = ("nsga2", "exhaustive")
+SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
 EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
 VALID_COUNT_SAMPLES = 2_000
 
@@ -140,7 +141,14 @@ def _notes(
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
-    if run.sweep is not None:
+    if run.sweep is not None and run.sweep.get("method") == "hybrid":
+        sw = run.sweep
+        notes.append(
+            f"hybrid search: NSGA-II over {sw['layouts'][0]:,} of {sw['layouts'][1]:,} layouts (hardware, "
+            f"tp/pp/cp/ep), every other knob solved exactly on arrays ({sw['evaluated']:,} strategies); "
+            f"the trial list keeps the front and a sample ({sw['kept']:,} records)"
+        )
+    elif run.sweep is not None:
         sw = run.sweep
         notes.append(
             f"exhaustive: {sw['evaluated']:,} strategies estimated on arrays; the trial list keeps the "
@@ -163,7 +171,7 @@ def optimize(
     budget: int = DEFAULT_BUDGET,
     objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
     seed: int = 0,
-    sampler: str = "nsga2",
+    sampler: str = DEFAULT_SAMPLER,
     storage: Any = None,
     study_name: str | None = None,
     timeout: float | None = None,
@@ -223,7 +231,17 @@ def optimize(
     )
     fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
     t_search = time.perf_counter()
-    if sampler == "exhaustive":
+    requested = sampler
+    if sampler == "auto":  # the method the space's size calls for (search/hybrid.py)
+        sampler = choose_method(space, ev, storage)
+    if sampler == "hybrid" or (requested == "auto" and sampler == "exhaustive"):
+        if storage is not None:
+            raise AutoparError("storage: --sampler hybrid does not use a study; drop --storage")
+        if not sweepable(space, ev):
+            raise AutoparError("sampler=hybrid: needs the analytical model and rules (use nsga2)")
+        fn = run_auto if requested == "auto" else run_hybrid
+        run = fn(space, ev, objs, budget=budget, seed=seed, timeout=timeout, progress=progress)
+    elif sampler == "exhaustive":
         if storage is not None:
             raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
         sweep = can_sweep(space, ev)  # large spaces: on arrays, records for the front and a sample
@@ -289,6 +307,9 @@ def optimize(
     if run.sweep is not None:  # totals over the whole space; `trials` holds the front and a sample
         stats["evaluated"] = run.sweep["evaluated"]
         stats["sweep"] = {k: run.sweep[k] for k in ("evaluated", "feasible", "kept", "stride")}
+        stats["sweep"].update(
+            {k: run.sweep[k] for k in ("method", "layouts", "outer_trials") if k in run.sweep}
+        )
     if front:
         F = to_min_matrix(front, objs)
         all_feas = [r for r in records if r.feasible]
@@ -329,7 +350,7 @@ def optimize(
             "objectives": [o.name for o in objs],
             "budget": budget,
             "seed": seed,
-            "sampler": sampler,
+            "sampler": requested,
             "storage": None if storage is None else mask(str(storage)),
             "study_name": run.study_name,
             "min_headroom_gib": min_headroom_gib,

@@ -36,16 +36,16 @@ BLOCK_ROWS = 8192  # points estimated together: bounds the sweep's memory
 SAMPLE_KEPT = 2000  # points besides the front whose records are kept (an even stride over the space)
 
 
-def can_sweep(space: Space, ev: Evaluator) -> bool:
-    """Whether the array sweep applies: a large space, the default model and rules, and a corrector
-    (if any) that predicts on feature matrices."""
+def sweepable(space: Space, ev: Evaluator) -> bool:
+    """Whether the space can be estimated on arrays: the default model and rules, and a corrector (if any)
+    that predicts on feature matrices."""
     cal = ev.calibration
-    return (
-        space.size > KEEP_ALL_LIMIT
-        and ev.trusts_space
-        and ev.default_model
-        and (cal is None or hasattr(cal, "factors"))
-    )
+    return ev.trusts_space and ev.default_model and (cal is None or hasattr(cal, "factors"))
+
+
+def can_sweep(space: Space, ev: Evaluator) -> bool:
+    """Whether `--sampler exhaustive` sweeps on arrays: a space above KEEP_ALL_LIMIT that is `sweepable`."""
+    return space.size > KEEP_ALL_LIMIT and sweepable(space, ev)
 
 
 @dataclass
@@ -77,9 +77,15 @@ class _Front:
 
 
 def run_sweep(
-    space: Space, ev: Evaluator, objectives: Sequence[Objective], timeout: float | None, progress: bool
+    space: Space,
+    ev: Evaluator,
+    objectives: Sequence[Objective],
+    timeout: float | None,
+    progress: bool,
+    sample: int = SAMPLE_KEPT,
 ) -> Run:
-    """Estimate every point on arrays; keep the front, the bounds and a sample (then scalar records)."""
+    """Estimate every point on arrays; keep the front, the bounds and `sample` more points (then scalar
+    records)."""
     k = len(objectives)
     front = _Front(np.empty((0, k)), np.empty(0, np.int64), np.full(k, np.inf), np.full(k, -np.inf))
     run, t0, done = Run(), time.perf_counter(), 0
@@ -94,14 +100,15 @@ def run_sweep(
             if timeout is not None and time.perf_counter() - t0 > timeout:
                 run.timed_out = True
                 break
-    _keep_records(run, space, ev, front, done)
+    stride = max(1, math.ceil(done / sample))
+    keep_records(run, space, ev, front, list(range(0, done, stride)), done)
     return run
 
 
-def _keep_records(run: Run, space: Space, ev: Evaluator, front: _Front, swept: int) -> None:
-    """Scalar records of the front and a stride sample of the swept points; the sweep's totals."""
-    stride = max(1, math.ceil(swept / SAMPLE_KEPT))
-    keep = sorted({*map(int, front.idx), *range(0, swept, stride)})
+def keep_records(run: Run, space: Space, ev: Evaluator, front: _Front, sample: list[int], swept: int) -> None:
+    """Scalar records of the front and the sampled point indices; the totals of the points estimated."""
+    stride = max(1, math.ceil(swept / max(1, len(sample))))
+    keep = sorted({*map(int, front.idx), *sample})
     points = [space.point(i) for i in keep]
     for i, pt, out in zip(keep, points, ev.evaluate_many(points), strict=True):
         run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, i, pt
