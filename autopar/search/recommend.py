@@ -220,8 +220,9 @@ def _why(
     objectives: Sequence[Objective],
     dist: float | None = None,
     framework: str = "megatron",
+    tied: int = 0,
 ) -> str:
-    """The paragraph for one recommendation."""
+    """The paragraph for one recommendation (`tied`: other points within NEAR_TIE_FRACTION of it)."""
     if role == "balanced":
         lead = (
             f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
@@ -232,6 +233,8 @@ def _why(
         lead += (
             f" among points within {100 - 100 * SAFE_SPEED_FRACTION:.0f}% of the best throughput."
             if role == "most_headroom" and any(o.name == "throughput" for o in objectives)
+            else f", as a near-tie of {tied + 1} points within {100 * NEAR_TIE_FRACTION:.0f}% of the best."
+            if tied
             else "."
         )
     text = [lead, _head(r)]
@@ -378,7 +381,7 @@ def recommend(
             best, ties = near_tie_choice(ranked, o.name)
         rest = [r for r in ranked if r is not best]
         runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
-        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework)
+        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework, tied=len(ties))
         if ties:
             why += (
                 f" Near-tie: {len(ties)} other point(s) within {100 * NEAR_TIE_FRACTION:.0f}% on this objective "
