@@ -35,8 +35,8 @@ TpOverlapOpt = Annotated[
     typer.Option(
         "--tp-comm-overlap/--no-tp-comm-overlap",
         help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
-        "TP); needs sequence parallelism [default: on for megatron, as its published recipes run it; "
-        "off for the other stacks].",
+        "TP); needs sequence parallelism. Default: on for megatron, as its published recipes run it; "
+        "off for the other stacks.",
         show_default=False,
     ),
 ]
