@@ -27,3 +27,22 @@ DEFAULT_OBJECTIVES = ("throughput", "headroom", "cost")
 DEFAULT_MIN_HEADROOM_GIB = 2.0
 # How an HTML report loads plotly.js (autopar/reports/plotlyjs.py): inlined partial bundle, or the CDN.
 PLOTLY_MODES = ("inline", "cdn")
+# Overlaps a stack turns on in its own published training recipes, used when the user does not say
+# (`--tp-comm-overlap` / `--no-tp-comm-overlap`). Megatron-Core as NVIDIA runs it (Megatron-Bridge
+# performance recipes) overlaps TP collectives with GEMMs through Transformer Engine userbuffers whenever
+# TP > 1: scripts/performance/configs/llama/llama3_llm_pretrain.py (commit 2a0d46e) sets
+# `CommOverlapConfig(tp_comm_overlap=bool(tensor_model_parallel_size > 1))` on every system, and the
+# library recipes (src/megatron/bridge/recipes/llama/llama3.py) carry a CommOverlapConfig with
+# tp_comm_overlap=True for the TP > 1 models; NeMo 2 did the same (MegatronCommOverlapCallback,
+# calibration/records.py _nemo_tp_overlap). Megatron-LM's own argument defaults to off (megatron-legacy),
+# as do torchtitan's async TP (parallelism.enable_async_tensor_parallel = false), FSDP and DeepSpeed.
+# DP grad-reduce / param-gather overlap is on in the model for every stack already (perf/comm.py dp_time);
+# MoE dispatch/combine overlap stays off: the Megatron-Bridge DeepSeek-V3 H100/GB200/B200 BF16 and FP8-CS
+# presets set moe_a2a_overlap=False (scripts/performance/configs/deepseek/deepseek_workload_base_configs.py,
+# commit 0426418); only some MXFP8 Blackwell presets turn it on.
+TP_COMM_OVERLAP_BY_STACK: dict[str, bool] = {"megatron": True}
+
+
+def tp_comm_overlap_default(framework: str, stated: bool | None = None) -> bool:
+    """The TP comm overlap a run on `framework` uses: what the user stated, else the stack's recipe default."""
+    return TP_COMM_OVERLAP_BY_STACK.get(framework, False) if stated is None else stated

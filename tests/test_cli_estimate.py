@@ -43,7 +43,8 @@ def test_estimate_json_matches_library():
     e = estimate(
         get_model("Llama-3.1-70B"),
         ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
-        Workload(seq_len=8192, global_batch=512),
+        # The CLI runs megatron as its recipes do: TP comm overlap on unless --no-tp-comm-overlap.
+        Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True),
         # Options left out are unset: the library completes them the same way.
         Strategy(
             tp=8,
@@ -196,3 +197,35 @@ def test_tp_comm_overlap_hides_tp_time():
         m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), Strategy(tp=8, pp=2)
     )
     assert any("needs sequence parallelism" in n for n in no_sp.notes)
+
+
+@pytest.mark.parametrize(
+    ("framework", "flag", "overlap"),
+    [
+        ("megatron", None, True),  # Megatron-Bridge recipes: CommOverlapConfig(tp_comm_overlap=tp > 1)
+        ("megatron", "--no-tp-comm-overlap", False),
+        ("megatron-legacy", None, False),  # Megatron-LM's own --tp-comm-overlap defaults to off
+        ("torchtitan", None, False),  # enable_async_tensor_parallel defaults to false
+        ("torchtitan", "--tp-comm-overlap", True),
+    ],
+)
+def test_tp_comm_overlap_default_follows_the_stack(framework, flag, overlap):
+    from autopar.catalog import get_gpu, get_model
+    from autopar.perf import estimate
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpus", "8", "--tp", "4", "--framework", framework]
+    args += ["--micro-batch", "1", "--recompute", "none", "--json", "--no-calibration"]
+    r = runner.invoke(app, args + ([flag] if flag else []))
+    assert r.exit_code == 0, r.output
+    wl = Workload(seq_len=8192, global_batch=512, framework=framework, tp_comm_overlap=overlap)
+    s = Strategy(tp=4, sp=True, micro_batch=1, recompute="none", zero=None)
+    e = estimate(get_model("Llama-3.1-8B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8), wl, s)
+    other = estimate(
+        get_model("Llama-3.1-8B"),
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
+        wl.model_copy(update={"tp_comm_overlap": not overlap}),
+        s,
+    )
+    assert e.step_time_s != pytest.approx(other.step_time_s)  # the flag matters for this strategy
+    assert json.loads(r.stdout)["estimate"]["step_s"] == pytest.approx(e.step_time_s)

@@ -31,11 +31,13 @@ FrameworkOpt = Annotated[
 ]
 
 TpOverlapOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--tp-comm-overlap",
+        "--tp-comm-overlap/--no-tp-comm-overlap",
         help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
-        "TP); needs sequence parallelism.",
+        "TP); needs sequence parallelism. Default: on for megatron, as its published recipes run it; "
+        "off for the other stacks.",
+        show_default=False,
     ),
 ]
 

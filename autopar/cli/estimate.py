@@ -30,6 +30,7 @@ from autopar.cli.workload_opts import (
     MoEOverlapOpt,
     workload_extras,
 )
+from autopar.defaults import tp_comm_overlap_default
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
 from autopar.text import csv_cell
@@ -214,7 +215,7 @@ def estimate_cmd(
     global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
     precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
     framework: FrameworkOpt = "megatron",
-    tp_comm_overlap: TpOverlapOpt = False,
+    tp_comm_overlap: TpOverlapOpt = None,
     tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
@@ -296,7 +297,7 @@ def estimate_cmd(
         global_batch=global_batch,
         precision=precision,
         framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
         **workload_extras(m, [precision], locals()),
     )
     strategy = knob_strategy(locals(), pp_schedule=pp_schedule or _schedule_of(vpp, pp)).with_dp(gpus)

@@ -9,7 +9,14 @@ import typer
 
 from autopar.cli.app import command, console, emit_json, err_console, styled
 from autopar.cli.common import TpOverlapOpt, knob_strategy
-from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL, DEFAULT_SEQ_LEN
+from autopar.defaults import (
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPU,
+    DEFAULT_GPUS,
+    DEFAULT_MODEL,
+    DEFAULT_SEQ_LEN,
+    tp_comm_overlap_default,
+)
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.files import ensure_dir, write_atomic
 
@@ -17,6 +24,9 @@ from autopar.files import ensure_dir, write_atomic
 DEFAULT_VERSIONS = "megatron=core_v0.19.0, torchtitan=v0.2.2, deepspeed=v0.19.5"
 
 FRAMEWORK_CHOICES = ("megatron", "torchtitan", "deepspeed", "slurm", "all")
+# The stack whose TP-comm-overlap default a launch target takes (defaults.tp_comm_overlap_default): SLURM runs
+# Megatron-LM; "all" writes every stack's files from one workload, so it keeps the overlap off unless stated.
+_LAUNCH_STACK = {"slurm": "megatron"}
 FILES = {
     "megatron": "megatron_args.sh",
     "torchtitan": "autopar_torchtitan.toml",
@@ -150,7 +160,7 @@ def launch_cmd(
     allow_uneven: Annotated[
         bool, typer.Option(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")
     ] = False,
-    tp_comm_overlap: TpOverlapOpt = False,
+    tp_comm_overlap: TpOverlapOpt = None,
     out: Annotated[Path | None, typer.Option(help="Also write the files into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
@@ -173,7 +183,7 @@ def launch_cmd(
         seq_len=seq_len,
         global_batch=global_batch,
         precision=precision,
-        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap_default(_LAUNCH_STACK.get(framework, framework), tp_comm_overlap),
         token_budget=parse_count(tokens),
     )
     s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)

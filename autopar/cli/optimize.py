@@ -49,6 +49,7 @@ from autopar.defaults import (
     DEFAULT_SAMPLER,
     DEFAULT_SEED,
     DEFAULT_SEQ_LEN,
+    tp_comm_overlap_default,
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 from autopar.search.storage import mask
@@ -306,7 +307,7 @@ def optimize_cmd(
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
-    tp_comm_overlap: TpOverlapOpt = False,
+    tp_comm_overlap: TpOverlapOpt = None,
     memory_savers: MemorySaversOpt = "",
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
@@ -352,7 +353,7 @@ def optimize_cmd(
         precision=precs[0],
         token_budget=parse_count(tokens),
         framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
         memory_savers=parse_memory_savers(memory_savers),
         **workload_extras(m, precs, locals()),
     )

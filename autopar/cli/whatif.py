@@ -32,7 +32,7 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET
+from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET, tp_comm_overlap_default
 from autopar.errors import AutoparError, SpecError
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ def whatif(
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
     framework: FrameworkOpt = "megatron",
-    tp_comm_overlap: TpOverlapOpt = False,
+    tp_comm_overlap: TpOverlapOpt = None,
     no_sensitivity: Annotated[
         bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")
     ] = False,
@@ -286,7 +286,7 @@ def whatif(
         global_batch=global_batch,
         precision=precs[0],  # type: ignore[arg-type]
         framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
     )
     calib = resolve_calibration(calibration, no_calibration)
     if study_name is not None and storage is None:

@@ -220,8 +220,9 @@ def _why(
     objectives: Sequence[Objective],
     dist: float | None = None,
     framework: str = "megatron",
+    tied: int = 0,
 ) -> str:
-    """The paragraph for one recommendation."""
+    """The paragraph for one recommendation (`tied`: other points within NEAR_TIE_FRACTION of it)."""
     if role == "balanced":
         lead = (
             f"Balanced (knee): closest to the ideal point once each objective is scaled to [0, 1] over "
@@ -232,6 +233,8 @@ def _why(
         lead += (
             f" among points within {100 - 100 * SAFE_SPEED_FRACTION:.0f}% of the best throughput."
             if role == "most_headroom" and any(o.name == "throughput" for o in objectives)
+            else f", as a near-tie of {tied + 1} points within {100 * NEAR_TIE_FRACTION:.0f}% of the best."
+            if tied
             else "."
         )
     text = [lead, _head(r)]
@@ -325,6 +328,30 @@ def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) ->
 
 
 SAFE_SPEED_FRACTION = 0.9  # "most headroom" is chosen among points with >= 90% of the best throughput
+# Points within this fraction of the best value of an objective are a near-tie: no measurement we have
+# ranks them. Identical NeMo configurations measured in two container releases (24.07 vs 24.12, the
+# groundtruth README) differ by about ±4%, and the model's median error on the published runs is 5%; 2% is
+# half the release-to-release spread. Which near-tied point an NSGA-II search meets first depends on the
+# seed, so the recommendation is chosen among all of them by what does not: the most free memory (the
+# margin against the memory model's error), then the label.
+NEAR_TIE_FRACTION = 0.02
+
+
+def _free_gib(r: TrialRecord) -> float:
+    """Free GiB per GPU: the headroom objective's value when it is one, else the estimate's."""
+    if "headroom" in r.values:
+        return r.values["headroom"]
+    return r.estimate.headroom_bytes / GiB if r.estimate is not None else -np.inf
+
+
+def near_tie_choice(ranked: Sequence[TrialRecord], name: str) -> tuple[TrialRecord, list[TrialRecord]]:
+    """The recommended point among `ranked` (best first on objective `name`) and the near-ties it stands
+    for: every point within NEAR_TIE_FRACTION of the best value; among them the most free memory, then
+    the label, so the choice depends on the set of points found, not on the order they were found in."""
+    top = ranked[0].values[name]
+    ties = [r for r in ranked if abs(r.values[name] - top) <= NEAR_TIE_FRACTION * abs(top)]
+    choice = min(ties, key=lambda r: (-_free_gib(r), r.strategy.label(), r.gpu, r.num_gpus, r.precision))
+    return choice, [r for r in ties if r is not choice]
 
 
 def recommend(
@@ -349,12 +376,17 @@ def recommend(
             # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
             pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
         ranked = sorted(pool, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
-        best = ranked[0]
-        runner = next(
-            (r for r in ranked[1:] if r.values[o.name] != best.values[o.name]),
-            ranked[1] if len(ranked) > 1 else None,
-        )
-        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework)
+        best, ties = ranked[0], []
+        if o.name != "headroom":  # most headroom is already the tie-break
+            best, ties = near_tie_choice(ranked, o.name)
+        rest = [r for r in ranked if r is not best]
+        runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
+        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework, tied=len(ties))
+        if ties:
+            why += (
+                f" Near-tie: {len(ties)} other point(s) within {100 * NEAR_TIE_FRACTION:.0f}% on this objective "
+                f"(e.g. {ties[0].strategy.label()}); this one is chosen for the most free memory among them."
+            )
         _, tie, note = correction_effect(best, [*pool, *feasible], o)
         if note:
             why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
