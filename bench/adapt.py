@@ -1,0 +1,129 @@
+"""Adaptation benchmark, as a team uses calibration: a source it never saw, then k of its runs ingested.
+
+For each source with at least MIN_RUNS runs (published runs plus --data files, grouped by source),
+fit on every other source plus k random runs of it (DRAWS seeded draws per k; k = 0 is one fit),
+and score its remaining runs: median APE of tokens/s per GPU and coverage of the 80% band. Printed per
+source and k, then the mean over sources, for each method:
+
+- `offsets`: what `calibrate fit --group` did before issue 30 (ridge x shrink chosen by the nested gate
+  on the other sources, empirical-Bayes cluster offset, split-conformal band by group);
+- `hier`: the same global part, then the hierarchical adapter (autopar.calibration.hierarchy: offset +
+  slopes with priors learned from the spread between sources, band calibrated on left-out sources).
+
+Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
+from autopar.calibration.features import FEATURE_NAMES, build_training_set
+from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter
+from autopar.calibration.runs import read_run_records
+from autopar.calibration.validation import COVERAGE, _band_without, select_params
+from autopar.data import published_runs_path
+
+MIN_RUNS = 8  # a source needs this many runs to be scored for k up to 5 with some runs left
+KS = (0, 1, 3, 5, 10)
+DRAWS = 5
+SLOPE_IDX = tuple(FEATURE_NAMES.index(f) for f in SLOPE_FEATURES)
+
+
+def load(paths: list[Path]) -> list[dict]:
+    frames = [read_run_records(published_runs_path())] + [read_run_records(p) for p in paths]
+    df = pd.concat(frames, ignore_index=True).fillna("")
+    return df.to_dict("records")
+
+
+def _global(X: np.ndarray, y: np.ndarray, g: np.ndarray, ch) -> ThroughputCorrector:
+    return ThroughputCorrector(
+        alpha=ch.alpha, shrink=ch.shrink, coverage=COVERAGE, prior_scale=ch.prior_scale
+    ).fit(X, y, groups=g)
+
+
+def predict_offsets(X, y, g, ch, Xt, grp):
+    m = _global(X, y, g, ch)
+    if len(set(g)) >= 2:
+        m.band_ = _band_without(X, y, g, ch.alpha, ch.shrink)
+    return m.predict_interval(Xt, [grp] * len(Xt))
+
+
+def predict_hier(X, y, g, ch, Xt, grp):
+    m = _global(X, y, g, ch)
+    base, base_t = m.predict(X), m.predict(Xt)  # no groups: the global part only
+    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, g, base=base)
+    c, lo, hi = h.predict_interval(Xt, [grp] * len(Xt))
+    return base_t + c, base_t + lo, base_t + hi
+
+
+METHODS = {"offsets": predict_offsets, "hier": predict_hier}
+
+
+def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
+    g = np.asarray(ts.sources)
+    rows = []
+    for src in sorted(set(g)):
+        idx, others = np.flatnonzero(g == src), np.flatnonzero(g != src)
+        if len(idx) < MIN_RUNS:
+            continue
+        ch = select_params(ts.X[others], ts.y[others], g[others])  # what the other sources select
+        for k in ks:
+            if len(idx) - k < 3:
+                continue
+            rng = np.random.default_rng(1000 + k)
+            for d in range(draws if k else 1):
+                pick = rng.choice(idx, size=k, replace=False) if k else np.array([], int)
+                rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
+                y = ts.y[rest]
+                for name, fn in methods.items():
+                    c, lo, hi = fn(ts.X[train], ts.y[train], g[train], ch, ts.X[rest], src)
+                    rows.append(
+                        {
+                            "source": src,
+                            "k": k,
+                            "draw": d,
+                            "method": name,
+                            "ape_ana": float(np.median(ape_of_log_error(-y))),
+                            "ape": float(np.median(ape_of_log_error(c - y))),
+                            "cover": float(((y >= lo) & (y <= hi)).mean()),
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def tables(raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    per = raw.groupby(["source", "method", "k"])[["ape_ana", "ape", "cover"]].mean().reset_index()
+    wide = per.pivot_table(index=["source", "k"], columns="method", values=["ape", "cover"])
+    wide.columns = [f"{a}_{b}" for a, b in wide.columns]
+    wide = wide.join(per[per.method == per.method.iloc[0]].set_index(["source", "k"])["ape_ana"])
+    mean = wide.groupby("k").mean()
+    return wide.reset_index(), mean.reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", action="append", type=Path, default=[])
+    ap.add_argument("--draws", type=int, default=DRAWS)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    ts = build_training_set(load(args.data))
+    wide, mean = tables(run(ts, draws=args.draws))
+    pd.set_option("display.width", 200)
+    fmt = {"float_format": lambda v: f"{100 * v:.1f}"}
+    print("median APE % and 80% band coverage % on a source's remaining runs, k of its runs ingested")
+    print(wide.to_string(index=False, **fmt))
+    print("\nmean over sources")
+    print(mean.to_string(index=False, **fmt))
+    print(f"\n{len(ts)} runs in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
