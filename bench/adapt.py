@@ -11,6 +11,9 @@ source and k, then the mean over sources, for each method:
   slopes with priors learned from the spread between sources, band calibrated on left-out sources).
 
 Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 5]
+       python bench/adapt.py --data bench/data/frontier_runs.csv --curve mbridge_perf_summary
+(--curve: the learning curve of one cluster, runs ingested -> error, with and without gradient boosting
+on what offsets and slopes leave.)
 """
 
 from __future__ import annotations
@@ -98,6 +101,52 @@ def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+CURVE_NS = (5, 10, 20, 40, 60)  # runs of one cluster ingested, for the learning curve
+
+
+def _gbr():
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    # small and slow-learning: tens of runs of one cluster, a handful of physical features
+    return GradientBoostingRegressor(
+        n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
+    )
+
+
+def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataFrame:
+    """Median APE on a cluster's held-out runs after n of its runs: offsets+slopes (the hierarchical
+    adapter) alone, and with gradient boosting fitted on what it leaves in those n runs."""
+    g = np.asarray(ts.sources)
+    idx, others = np.flatnonzero(g == source), np.flatnonzero(g != source)
+    ch = select_params(ts.X[others], ts.y[others], g[others])
+    rows = []
+    for n in ns:
+        if len(idx) - n < 10:
+            continue
+        rng = np.random.default_rng(2000 + n)
+        for d in range(draws):
+            pick = rng.choice(idx, size=n, replace=False)
+            rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
+            m = _global(ts.X[train], ts.y[train], g[train], ch)
+            base = m.predict(ts.X[train])
+            h = HierarchicalAdapter(SLOPE_IDX, COVERAGE, calibrate_band=False).fit(
+                ts.X[train], ts.y[train], g[train], base=base
+            )
+            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], [source] * n)
+            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], [source] * len(rest))
+            gbr = _gbr().fit(ts.X[pick], ts.y[pick] - hier_pick)
+            y = ts.y[rest]
+            for name, c in (
+                ("offsets+slopes", hier_rest),
+                ("+ boosting", hier_rest + gbr.predict(ts.X[rest])),
+            ):
+                rows.append(
+                    {"n": n, "draw": d, "method": name, "ape": float(np.median(ape_of_log_error(c - y)))}
+                )
+    out = pd.DataFrame(rows).groupby(["n", "method"])["ape"].mean().unstack()
+    return out.reset_index()
+
+
 def tables(raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     per = raw.groupby(["source", "method", "k"])[["ape_ana", "ape", "cover"]].mean().reset_index()
     wide = per.pivot_table(index=["source", "k"], columns="method", values=["ape", "cover"])
@@ -111,9 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", type=Path, default=[])
     ap.add_argument("--draws", type=int, default=DRAWS)
+    ap.add_argument(
+        "--curve", metavar="SOURCE", help="only the learning curve (runs ingested -> error) of SOURCE"
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     ts = build_training_set(load(args.data))
+    if args.curve:
+        print(f"learning curve of {args.curve}: median APE % on its held-out runs after n of its runs")
+        print(
+            learning_curve(ts, args.curve, draws=args.draws).to_string(
+                index=False, float_format=lambda v: f"{100 * v:.1f}"
+            )
+        )
+        return 0
     wide, mean = tables(run(ts, draws=args.draws))
     pd.set_option("display.width", 200)
     fmt = {"float_format": lambda v: f"{100 * v:.1f}"}

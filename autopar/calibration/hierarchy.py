@@ -32,6 +32,8 @@ from autopar.calibration.corrector import group_weights, weighted_quantile
 
 SLOPE_FEATURES: tuple[str, ...] = ("share_comm", "log2_domains_spanned", "log2_expert_dilution")
 STUDENT_NU = 4.0  # degrees of freedom of the robust (Student-t) likelihood of a cluster's own runs
+BAND_K = 3  # runs of a left-out source seen when scoring the band of a cluster with its own runs
+NOISE_PRIOR_RUNS = 5.0  # the pooled within-cluster variance counts as this many runs of a new cluster
 ROBUST_ITER = 8  # reweighting steps (EM for the t likelihood as a scale mixture of normals)
 LOG_VAR_BOUNDS = (np.log(1e-8), np.log(4.0))  # variances of log ratios: 1e-8 (none) to (x7.4)^2
 
@@ -62,13 +64,35 @@ def _nll(theta: np.ndarray, ztz: np.ndarray, ztr: np.ndarray, rr: np.ndarray, n:
     return float(0.5 * np.sum(logdet + quad))
 
 
-def fit_priors(parts: list[tuple[np.ndarray, np.ndarray]], p: int) -> tuple[np.ndarray, float]:
-    """(v, s2w): prior variances of (offset, slopes) and the within-cluster variance, by type-II ML."""
+def fit_priors(
+    parts: list[tuple[np.ndarray, np.ndarray]], p: int, start: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
+    """(v, s2w): prior variances of (offset, slopes) and the within-cluster variance, by type-II ML
+    (from `start`, a previous solution's (v, s2w), where given: the left-out-source refits)."""
     pooled = np.concatenate([r for _, r in parts])
     s0 = max(float(np.var(pooled)), 1e-4)
-    theta0 = np.log(np.r_[[s0 / 2], np.full(p, s0 / 20), [s0 / 2]])
+    theta0 = np.log(np.r_[[s0 / 2], np.full(p, s0 / 20), [s0 / 2]] if start is None else start)
     res = minimize(_nll, theta0, args=_stats(parts), method="L-BFGS-B", bounds=[LOG_VAR_BOUNDS] * (p + 2))
     return np.exp(res.x[:-1]), float(np.exp(res.x[-1]))
+
+
+def posterior(
+    Z: np.ndarray, r: np.ndarray, v: np.ndarray, s2w: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior mean and covariance of a cluster's u_g, and its own run variance, from its runs.
+
+    The run variance starts at the pooled s2w (a prior worth NOISE_PRIOR_RUNS runs) and moves toward
+    the cluster's own scatter as its runs arrive (conjugate scaled-inverse-chi-square update), so a
+    noisy cluster trusts each of its runs less and gets a wider band; runs enter with Student-t
+    weights (EM), so one odd run cannot drag its cluster."""
+    w, s2 = np.ones(len(r)), s2w
+    for _ in range(ROBUST_ITER):
+        cov = np.linalg.inv(np.diag(1.0 / v) + (Z.T * w) @ Z / s2)
+        mean = cov @ (Z.T * w) @ r / s2
+        e2 = (r - Z @ mean) ** 2
+        w = (STUDENT_NU + 1) / (STUDENT_NU + e2 / s2)
+        s2 = (NOISE_PRIOR_RUNS * s2w + float(w @ e2)) / (NOISE_PRIOR_RUNS + len(r))
+    return mean, cov, s2
 
 
 class HierarchicalAdapter:
@@ -110,17 +134,14 @@ class HierarchicalAdapter:
         parts = [(Z[g == n], r[g == n]) for n in names]
         self.v_, self.s2w_ = fit_priors(parts, len(self.slope_idx))
         self.posterior_ = {n: self._posterior(Zg, rg) for n, (Zg, rg) in zip(names, parts, strict=True)}
-        self.band_ = self._loso_band(Z, r, g, names) if self.calibrate_band else self._gauss_band()
+        if self.calibrate_band:
+            self._loso_band(Z, r, g, names)
+        else:
+            self.band_ = self.band_seen_ = self._gauss_band()
         return self
 
-    def _posterior(self, Z: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and covariance of u_g from a group's runs (residuals clipped, see ROBUST_Z)."""
-        w = np.ones(len(r))
-        for _ in range(ROBUST_ITER):
-            cov = np.linalg.inv(np.diag(1.0 / self.v_) + (Z.T * w) @ Z / self.s2w_)
-            mean = cov @ (Z.T * w) @ r / self.s2w_
-            w = (STUDENT_NU + 1) / (STUDENT_NU + (r - Z @ mean) ** 2 / self.s2w_)
-        return mean, cov
+    def _posterior(self, Z: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        return posterior(Z, r, self.v_, self.s2w_)
 
     def _gauss_band(self) -> tuple[float, float]:
         from scipy.stats import norm
@@ -128,35 +149,55 @@ class HierarchicalAdapter:
         q = float(norm.ppf((1 + self.coverage) / 2))
         return (-q, q)
 
-    def _loso_band(
-        self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, names: list[str]
-    ) -> tuple[float, float]:
-        """Quantiles of left-out-source scores residual / prior-predictive sd (priors refitted without it)."""
+    def _loso_band(self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, names: list[str]) -> None:
+        """Band quantiles from left-out sources (priors refitted without each): `band_` from scores
+        residual / prior-predictive sd (a cluster never seen), `band_seen_` from the same source after
+        BAND_K of its runs (seeded pick), scored on its other runs against the posterior predictive sd."""
         if len(names) < 3:
-            return self._gauss_band()
-        scores, grp = [], []
+            self.band_ = self.band_seen_ = self._gauss_band()
+            return
+        rng = np.random.default_rng(0)
+        unseen: list[np.ndarray] = []
+        seen: list[np.ndarray] = []
+        g0: list[str] = []
+        g1: list[str] = []
         for n in names:
-            test = g == n
+            idx = np.flatnonzero(g == n)
             parts = [(Z[g == m], r[g == m]) for m in names if m != n]
-            v, s2w = fit_priors(parts, len(self.slope_idx))
-            sd = np.sqrt(np.einsum("ij,j,ij->i", Z[test], v, Z[test]) + s2w)
-            scores.append(r[test] / sd)
-            grp += [n] * int(test.sum())
-        s = np.concatenate(scores)
-        w = group_weights(grp)
-        c = self.coverage
-        return (weighted_quantile(s, w, (1 - c) / 2), weighted_quantile(s, w, (1 + c) / 2))
+            v, s2w = fit_priors(parts, len(self.slope_idx), np.r_[self.v_, self.s2w_])
+            unseen.append(r[idx] / np.sqrt(np.einsum("ij,j,ij->i", Z[idx], v, Z[idx]) + s2w))
+            g0 += [n] * len(idx)
+            if len(idx) >= 2 * BAND_K:
+                pick = rng.choice(len(idx), BAND_K, replace=False)
+                rest = np.delete(idx, pick)
+                mean, cov, s2 = posterior(Z[idx[pick]], r[idx[pick]], v, s2w)
+                sd = np.sqrt(np.einsum("ij,jk,ik->i", Z[rest], cov, Z[rest]) + s2)
+                seen.append((r[rest] - Z[rest] @ mean) / sd)
+                g1 += [n] * len(rest)
+        self.band_ = self._quantiles(np.concatenate(unseen), g0)
+        self.band_seen_ = self._quantiles(np.concatenate(seen), g1) if len(set(g1)) >= 3 else self.band_
+
+    def _quantiles(self, scores: np.ndarray, groups: list[str]) -> tuple[float, float]:
+        w, c = group_weights(groups), self.coverage
+        return (weighted_quantile(scores, w, (1 - c) / 2), weighted_quantile(scores, w, (1 + c) / 2))
 
     # -------------------------------------------------------------------------------- predict
-    def _moments(self, X: np.ndarray, groups: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    def _moments(
+        self, X: np.ndarray, groups: Sequence[Any] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: posterior-mean cluster correction, predictive sd, and whether its cluster was seen."""
         Z = self._zs(X)
+        known = np.zeros(len(Z), dtype=bool)
         mean, var = np.zeros(len(Z)), np.einsum("ij,j,ij->i", Z, self.v_, Z)
+        noise = np.full(len(Z), self.s2w_)
         for i, grp in enumerate(groups if groups is not None else [None] * len(Z)):
             post = self.posterior_.get(str(grp)) if grp is not None else None
             if post is not None:
                 mean[i] = Z[i] @ post[0]
                 var[i] = Z[i] @ post[1] @ Z[i]
-        return mean, np.sqrt(var + self.s2w_)
+                noise[i] = post[2]
+                known[i] = True
+        return mean, np.sqrt(var + noise), known
 
     def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
         """The cluster part of the log correction (0 for a cluster never seen)."""
@@ -166,5 +207,7 @@ class HierarchicalAdapter:
         self, X: np.ndarray, groups: Sequence[Any] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(centre, low, high) of the cluster part of the log correction."""
-        m, sd = self._moments(X, groups)
-        return m, m + self.band_[0] * sd, m + self.band_[1] * sd
+        m, sd, known = self._moments(X, groups)
+        lo = np.where(known, self.band_seen_[0], self.band_[0])
+        hi = np.where(known, self.band_seen_[1], self.band_[1])
+        return m, m + lo * sd, m + hi * sd
