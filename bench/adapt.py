@@ -5,12 +5,12 @@ fit on every other source plus k random runs of it (DRAWS seeded draws per k; k 
 and score its remaining runs: median APE of tokens/s per GPU and coverage of the 80% band. Printed per
 source and k, then the mean over sources, for each method:
 
-- `offsets`: what `calibrate fit --group` did before issue 30 (ridge x shrink chosen by the nested gate
+- `offsets`: what `calibrate fit --group` does (ridge x shrink chosen by the nested gate
   on the other sources, empirical-Bayes cluster offset, split-conformal band by group);
 - `hier`: the same global part, then the hierarchical adapter (autopar.calibration.hierarchy: offset +
   slopes with priors learned from the spread between sources, band calibrated on left-out sources).
 
-Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 5]
+Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 3]
        python bench/adapt.py --data bench/data/frontier_runs.csv --curve mbridge_perf_summary
 (--curve: the learning curve of one cluster, runs ingested -> error, with and without gradient boosting
 on what offsets and slopes leave.)
@@ -35,7 +35,7 @@ from autopar.data import published_runs_path
 
 MIN_RUNS = 8  # a source needs this many runs to be scored for k up to 5 with some runs left
 KS = (0, 1, 3, 5, 10)
-DRAWS = 5
+DRAWS = 3  # seeded draws of the k runs per (source, k); the README figures use 3
 SLOPE_IDX = tuple(FEATURE_NAMES.index(f) for f in SLOPE_FEATURES)
 
 

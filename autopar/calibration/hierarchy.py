@@ -83,15 +83,16 @@ def posterior(
 
     The run variance starts at the pooled s2w (a prior worth NOISE_PRIOR_RUNS runs) and moves toward
     the cluster's own scatter as its runs arrive (conjugate scaled-inverse-chi-square update), so a
-    noisy cluster trusts each of its runs less and gets a wider band; runs enter with Student-t
-    weights (EM), so one odd run cannot drag its cluster."""
+    noisy cluster trusts each of its runs less and gets a wider band (every run counts in it: heavy
+    tails are scatter a band must carry); runs enter the mean with Student-t weights (EM), so one odd
+    run cannot drag its cluster."""
     w, s2 = np.ones(len(r)), s2w
     for _ in range(ROBUST_ITER):
         cov = np.linalg.inv(np.diag(1.0 / v) + (Z.T * w) @ Z / s2)
         mean = cov @ (Z.T * w) @ r / s2
         e2 = (r - Z @ mean) ** 2
         w = (STUDENT_NU + 1) / (STUDENT_NU + e2 / s2)
-        s2 = (NOISE_PRIOR_RUNS * s2w + float(w @ e2)) / (NOISE_PRIOR_RUNS + len(r))
+        s2 = (NOISE_PRIOR_RUNS * s2w + float(e2.sum())) / (NOISE_PRIOR_RUNS + len(r))
     return mean, cov, s2
 
 
@@ -208,6 +209,7 @@ class HierarchicalAdapter:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(centre, low, high) of the cluster part of the log correction."""
         m, sd, known = self._moments(X, groups)
-        lo = np.where(known, self.band_seen_[0], self.band_[0])
-        hi = np.where(known, self.band_seen_[1], self.band_[1])
+        # a seen cluster: the wider of the two calibrations (the seen one rests on fewer, tighter sources)
+        lo = np.where(known, min(self.band_seen_[0], self.band_[0]), self.band_[0])
+        hi = np.where(known, max(self.band_seen_[1], self.band_[1]), self.band_[1])
         return m, m + lo * sd, m + hi * sd
