@@ -100,3 +100,12 @@ def test_band_narrows_as_own_runs_arrive():
     _, lo0, hi0 = m0.predict_interval(x_new[5:], ["new"] * 5)
     _, lo5, hi5 = m5.predict_interval(x_new[5:], ["new"] * 5)
     assert np.all(hi5 - lo5 < 0.6 * (hi0 - lo0))
+
+
+def test_scikit_learn_contract():
+    from sklearn.base import clone
+
+    m = HierarchicalAdapter(slope_idx=(0,), coverage=0.9)
+    assert clone(m).get_params() == {"slope_idx": (0,), "coverage": 0.9, "calibrate_band": True}
+    X, y, g = _clusters(np.random.default_rng(5), 6, 4)
+    assert m.fit(X, y, g) is m and m.predict(X).shape == (len(y),)

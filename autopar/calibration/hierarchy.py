@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
+from sklearn.base import BaseEstimator, RegressorMixin
 
 from autopar.calibration.corrector import group_weights, weighted_quantile
 
@@ -96,7 +97,7 @@ def posterior(
     return mean, cov, s2
 
 
-class HierarchicalAdapter:
+class HierarchicalAdapter(RegressorMixin, BaseEstimator):
     """Per-cluster offset + slopes with learned shrinkage on top of a global log correction.
 
     scikit-learn contract: `fit(X, y, groups)`, `predict(X, groups)`, `predict_interval(X, groups)`;
@@ -107,14 +108,6 @@ class HierarchicalAdapter:
         self.slope_idx = slope_idx
         self.coverage = coverage
         self.calibrate_band = calibrate_band
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {"slope_idx": self.slope_idx, "coverage": self.coverage, "calibrate_band": self.calibrate_band}
-
-    def set_params(self, **params: Any) -> HierarchicalAdapter:
-        for k, v in params.items():
-            setattr(self, k, v)
-        return self
 
     # ------------------------------------------------------------------------------------ fit
     def _zs(self, X: np.ndarray) -> np.ndarray:
