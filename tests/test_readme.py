@@ -8,7 +8,7 @@ budgets are cut to SMALL_BUDGET and `calibrate fit/report` use `--no-public` (th
 make them ~15 s each); everything else runs as written. `bash scripts/*.sh` lines are checked with
 `bash -n` and the autopar/ruff commands inside the script are run — not setup.sh's pip install (the
 test already runs in that environment) nor test.sh's pytest (this very suite). `python bench/search.py`
-(~1.5 min) runs only with AUTOPAR_RUN_SLOW=1. The ```python block is executed with the same budget cut.
+(~1.5 min) and `python bench/adapt.py` (~5 min) run only with AUTOPAR_RUN_SLOW=1. The ```python block is executed with the same budget cut.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from autopar.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SMALL_BUDGET = "40"
+SLOW_BENCHES = {"bench/search.py": "~1.5 min", "bench/adapt.py": "~5 min"}  # run only with AUTOPAR_RUN_SLOW=1
 LOGS = ROOT / "tests" / "data" / "logs"
 
 
@@ -122,8 +123,8 @@ def test_readme_command_runs(words: list[str], workspace) -> None:
     if words[0] == "bash":
         _run_script_commands(ROOT / words[1])
     elif words[0] == "python":
-        if words[1] == "bench/search.py" and not os.environ.get("AUTOPAR_RUN_SLOW"):
-            pytest.skip("bench/search.py takes ~1.5 min: set AUTOPAR_RUN_SLOW=1")
+        if words[1] in SLOW_BENCHES and not os.environ.get("AUTOPAR_RUN_SLOW"):
+            pytest.skip(f"{words[1]} takes {SLOW_BENCHES[words[1]]}: set AUTOPAR_RUN_SLOW=1")
         target = words[1:] if words[1] == "-m" else [str(ROOT / words[1]), *words[2:]]
         subprocess.run([sys.executable, *target], check=True, capture_output=True, cwd=ROOT)
     else:

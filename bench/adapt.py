@@ -1,0 +1,189 @@
+"""Adaptation benchmark, as a team uses calibration: a source it never saw, then k of its runs ingested.
+
+For each source with at least MIN_RUNS runs (published runs plus --data files, grouped by source),
+fit on every other source plus k random runs of it (DRAWS seeded draws per k; k = 0 is one fit),
+and score its remaining runs: median APE of tokens/s per GPU and coverage of the 80% band. Printed per
+source and k, then the mean over sources, for each method:
+
+- `offsets`: what `calibrate fit --group` does (ridge x shrink chosen by the nested gate
+  on the other sources, empirical-Bayes cluster offset, split-conformal band by group);
+- `hier`: the same global part, then the hierarchical adapter (autopar.calibration.hierarchy: offset +
+  slopes with priors learned from the spread between sources, band calibrated on left-out sources).
+
+Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 3]
+       python bench/adapt.py --data bench/data/frontier_runs.csv --curve mbridge_perf_summary
+(--curve: the learning curve of one cluster, runs ingested -> error, with and without gradient boosting
+on what offsets and slopes leave.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
+from autopar.calibration.features import FEATURE_NAMES, build_training_set
+from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter
+from autopar.calibration.runs import read_run_records
+from autopar.calibration.validation import COVERAGE, _band_without, select_params
+from autopar.data import published_runs_path
+
+MIN_RUNS = 8  # a source needs this many runs to be scored for k up to 5 with some runs left
+KS = (0, 1, 3, 5, 10)
+DRAWS = 3  # seeded draws of the k runs per (source, k); the README figures use 3
+SLOPE_IDX = tuple(FEATURE_NAMES.index(f) for f in SLOPE_FEATURES)
+
+
+def load(paths: list[Path]) -> list[dict]:
+    frames = [read_run_records(published_runs_path())] + [read_run_records(p) for p in paths]
+    df = pd.concat(frames, ignore_index=True).fillna("")
+    return df.to_dict("records")
+
+
+def _global(X: np.ndarray, y: np.ndarray, g: np.ndarray, ch) -> ThroughputCorrector:
+    return ThroughputCorrector(
+        alpha=ch.alpha, shrink=ch.shrink, coverage=COVERAGE, prior_scale=ch.prior_scale
+    ).fit(X, y, groups=g)
+
+
+def predict_offsets(X, y, g, ch, Xt, grp):
+    m = _global(X, y, g, ch)
+    if len(set(g)) >= 2:
+        m.band_ = _band_without(X, y, g, ch.alpha, ch.shrink)
+    return m.predict_interval(Xt, [grp] * len(Xt))
+
+
+def predict_hier(X, y, g, ch, Xt, grp):
+    m = _global(X, y, g, ch)
+    base, base_t = m.predict(X), m.predict(Xt)  # no groups: the global part only
+    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, g, base=base)
+    c, lo, hi = h.predict_interval(Xt, [grp] * len(Xt))
+    return base_t + c, base_t + lo, base_t + hi
+
+
+METHODS = {"offsets": predict_offsets, "hier": predict_hier}
+
+
+def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
+    g = np.asarray(ts.sources)
+    rows = []
+    for src in sorted(set(g)):
+        idx, others = np.flatnonzero(g == src), np.flatnonzero(g != src)
+        if len(idx) < MIN_RUNS:
+            continue
+        ch = select_params(ts.X[others], ts.y[others], g[others])  # what the other sources select
+        for k in ks:
+            if len(idx) - k < 3:
+                continue
+            rng = np.random.default_rng(1000 + k)
+            for d in range(draws if k else 1):
+                pick = rng.choice(idx, size=k, replace=False) if k else np.array([], int)
+                rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
+                y = ts.y[rest]
+                for name, fn in methods.items():
+                    c, lo, hi = fn(ts.X[train], ts.y[train], g[train], ch, ts.X[rest], src)
+                    rows.append(
+                        {
+                            "source": src,
+                            "k": k,
+                            "draw": d,
+                            "method": name,
+                            "ape_ana": float(np.median(ape_of_log_error(-y))),
+                            "ape": float(np.median(ape_of_log_error(c - y))),
+                            "cover": float(((y >= lo) & (y <= hi)).mean()),
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+CURVE_NS = (5, 10, 20, 40, 60)  # runs of one cluster ingested, for the learning curve
+
+
+def _gbr():
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    # small and slow-learning: tens of runs of one cluster, a handful of physical features
+    return GradientBoostingRegressor(
+        n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
+    )
+
+
+def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataFrame:
+    """Median APE on a cluster's held-out runs after n of its runs: offsets+slopes (the hierarchical
+    adapter) alone, and with gradient boosting fitted on what it leaves in those n runs."""
+    g = np.asarray(ts.sources)
+    idx, others = np.flatnonzero(g == source), np.flatnonzero(g != source)
+    ch = select_params(ts.X[others], ts.y[others], g[others])
+    rows = []
+    for n in ns:
+        if len(idx) - n < 10:
+            continue
+        rng = np.random.default_rng(2000 + n)
+        for d in range(draws):
+            pick = rng.choice(idx, size=n, replace=False)
+            rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
+            m = _global(ts.X[train], ts.y[train], g[train], ch)
+            base = m.predict(ts.X[train])
+            h = HierarchicalAdapter(SLOPE_IDX, COVERAGE, calibrate_band=False).fit(
+                ts.X[train], ts.y[train], g[train], base=base
+            )
+            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], [source] * n)
+            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], [source] * len(rest))
+            gbr = _gbr().fit(ts.X[pick], ts.y[pick] - hier_pick)
+            y = ts.y[rest]
+            for name, c in (
+                ("offsets+slopes", hier_rest),
+                ("+ boosting", hier_rest + gbr.predict(ts.X[rest])),
+            ):
+                rows.append(
+                    {"n": n, "draw": d, "method": name, "ape": float(np.median(ape_of_log_error(c - y)))}
+                )
+    out = pd.DataFrame(rows).groupby(["n", "method"])["ape"].mean().unstack()
+    return out.reset_index()
+
+
+def tables(raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    per = raw.groupby(["source", "method", "k"])[["ape_ana", "ape", "cover"]].mean().reset_index()
+    wide = per.pivot_table(index=["source", "k"], columns="method", values=["ape", "cover"])
+    wide.columns = [f"{a}_{b}" for a, b in wide.columns]
+    wide = wide.join(per[per.method == per.method.iloc[0]].set_index(["source", "k"])["ape_ana"])
+    mean = wide.groupby("k").mean()
+    return wide.reset_index(), mean.reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", action="append", type=Path, default=[])
+    ap.add_argument("--draws", type=int, default=DRAWS)
+    ap.add_argument(
+        "--curve", metavar="SOURCE", help="only the learning curve (runs ingested -> error) of SOURCE"
+    )
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    ts = build_training_set(load(args.data))
+    if args.curve:
+        print(f"learning curve of {args.curve}: median APE % on its held-out runs after n of its runs")
+        print(
+            learning_curve(ts, args.curve, draws=args.draws).to_string(
+                index=False, float_format=lambda v: f"{100 * v:.1f}"
+            )
+        )
+        return 0
+    wide, mean = tables(run(ts, draws=args.draws))
+    pd.set_option("display.width", 200)
+    fmt = {"float_format": lambda v: f"{100 * v:.1f}"}
+    print("median APE % and 80% band coverage % on a source's remaining runs, k of its runs ingested")
+    print(wide.to_string(index=False, **fmt))
+    print("\nmean over sources")
+    print(mean.to_string(index=False, **fmt))
+    print(f"\n{len(ts)} runs in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

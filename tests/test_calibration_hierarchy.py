@@ -1,0 +1,111 @@
+"""The hierarchical adapter (autopar.calibration.hierarchy) on synthetic clusters with known truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.calibration.hierarchy import HierarchicalAdapter, _nll, _stats
+
+SD_OFFSET, SD_SLOPE, SD_RUN = 0.15, 0.05, 0.03  # between-cluster offset/slope sds, within-cluster sd
+
+
+def _clusters(rng: np.random.Generator, n_groups: int, n_runs: int, slope: bool = True) -> tuple:
+    """Runs of clusters drawn from the model: y = b_g + c_g * x + e, x in [0, 4] (one slope feature)."""
+    X, y, g = [], [], []
+    for i in range(n_groups):
+        b, c = rng.normal(0, SD_OFFSET), rng.normal(0, SD_SLOPE) if slope else 0.0
+        x = rng.uniform(0, 4, n_runs)
+        X.append(x)
+        y.append(b + c * x + rng.normal(0, SD_RUN, n_runs))
+        g += [f"c{i}"] * n_runs
+    return np.concatenate(X)[:, None], np.concatenate(y), np.array(g)
+
+
+def test_woodbury_likelihood_matches_dense_formula():
+    rng = np.random.default_rng(0)
+    parts = []
+    for n in (1, 3, 7):
+        Z = np.column_stack([np.ones(n), rng.normal(size=(n, 2))])
+        parts.append((Z, rng.normal(size=n)))
+    v, s2w = np.array([0.3, 0.1, 0.2]), 0.5
+    dense = sum(
+        0.5
+        * (
+            np.linalg.slogdet((Z * v) @ Z.T + s2w * np.eye(len(r)))[1]
+            + r @ np.linalg.solve((Z * v) @ Z.T + s2w * np.eye(len(r)), r)
+        )
+        for Z, r in parts
+    )
+    assert np.isclose(_nll(np.log(np.r_[v, s2w]), *_stats(parts)), dense)
+
+
+def test_known_offset_and_slope_recovered_from_k_runs():
+    rng = np.random.default_rng(1)
+    X, y, g = _clusters(rng, 30, 10)
+    x_new = np.linspace(0, 4, 10)
+    y_new = 0.20 + 0.08 * x_new  # the new cluster: offset 0.20, slope 0.08, noise-free runs
+    m = HierarchicalAdapter(slope_idx=(0,), calibrate_band=False)
+    m.fit(np.r_[X, x_new[:, None]], np.r_[y, y_new], np.r_[g, ["new"] * 10])
+    b, c = m.posterior_["new"][0]
+    # priors learned from 30 clusters: sd_offset ~ 0.15, sd_run ~ 0.03, so 10 exact runs dominate them
+    assert abs(b - 0.20) < 0.02 and abs(c - 0.08) < 0.01
+    assert np.sqrt(m.v_[0]) == pytest.approx(SD_OFFSET, rel=0.5)
+    assert np.sqrt(m.s2w_) == pytest.approx(SD_RUN, rel=0.2)
+
+
+def test_band_covers_unseen_clusters_near_nominal():
+    """Band calibrated on left-out clusters (between-cluster noise included) covers unseen clusters'
+    runs at 80% +/- 5 points, averaged over training sets (the marginal guarantee of conformal)."""
+    covers = []
+    for seed in range(6):
+        rng = np.random.default_rng(100 + seed)
+        X, y, g = _clusters(rng, 25, 6, slope=False)
+        m = HierarchicalAdapter(slope_idx=(), coverage=0.8).fit(X, y, g)
+        Xt, yt, _ = _clusters(rng, 200, 5, slope=False)
+        _, lo, hi = m.predict_interval(Xt)
+        covers.append(np.mean((yt >= lo) & (yt <= hi)))
+    assert abs(np.mean(covers) - 0.8) <= 0.05
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 6))
+def test_k_runs_never_increase_expected_error(seed, k):
+    """Over many new clusters drawn from the model, the mean squared error on a cluster's other runs
+    after learning from k of its runs is no larger than with none (k = 0: the prior mean)."""
+    rng = np.random.default_rng(seed)
+    X, y, g = _clusters(rng, 20, 8)
+    m = HierarchicalAdapter(slope_idx=(0,), calibrate_band=False).fit(X, y, g)
+    Xn, yn, gn = _clusters(rng, 40, k + 5)
+    err0, errk = [], []
+    for name in np.unique(gn):
+        idx = np.flatnonzero(gn == name)
+        seen, rest = idx[:k], idx[k:]
+        err0.append(np.mean((m.predict(Xn[rest]) - yn[rest]) ** 2))
+        fit = HierarchicalAdapter(slope_idx=(0,), calibrate_band=False)
+        fit.v_, fit.s2w_ = m.v_, m.s2w_
+        fit.posterior_ = {name: fit._posterior(fit._zs(Xn[seen]), yn[seen])}
+        errk.append(np.mean((fit.predict(Xn[rest], [name] * len(rest)) - yn[rest]) ** 2))
+    assert np.mean(errk) <= np.mean(err0)
+
+
+def test_band_narrows_as_own_runs_arrive():
+    rng = np.random.default_rng(3)
+    X, y, g = _clusters(rng, 20, 8, slope=False)
+    x_new = rng.uniform(0, 4, 10)[:, None]
+    m0 = HierarchicalAdapter().fit(X, y, g)
+    m5 = HierarchicalAdapter().fit(np.r_[X, x_new[:5]], np.r_[y, np.full(5, 0.1)], np.r_[g, ["new"] * 5])
+    _, lo0, hi0 = m0.predict_interval(x_new[5:], ["new"] * 5)
+    _, lo5, hi5 = m5.predict_interval(x_new[5:], ["new"] * 5)
+    assert np.all(hi5 - lo5 < 0.6 * (hi0 - lo0))
+
+
+def test_scikit_learn_contract():
+    from sklearn.base import clone
+
+    m = HierarchicalAdapter(slope_idx=(0,), coverage=0.9)
+    assert clone(m).get_params() == {"slope_idx": (0,), "coverage": 0.9, "calibrate_band": True}
+    X, y, g = _clusters(np.random.default_rng(5), 6, 4)
+    assert m.fit(X, y, g) is m and m.predict(X).shape == (len(y),)
