@@ -8,7 +8,7 @@ budgets are cut to SMALL_BUDGET and `calibrate fit/report` use `--no-public` (th
 make them ~15 s each); everything else runs as written. `bash scripts/*.sh` lines are checked with
 `bash -n` and the autopar/ruff commands inside the script are run — not setup.sh's pip install (the
 test already runs in that environment) nor test.sh's pytest (this very suite). `python bench/search.py`
-(~1.5 min) and `python bench/adapt.py` (~5 min) run only with AUTOPAR_RUN_SLOW=1. The ```python block is executed with the same budget cut.
+(~1.5 min), `python bench/adapt.py` (~5 min) and `python bench/recipes.py` (~3 min) run only with AUTOPAR_RUN_SLOW=1. The ```python block is executed with the same budget cut.
 """
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ from autopar.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SMALL_BUDGET = "40"
-SLOW_BENCHES = {"bench/search.py": "~1.5 min", "bench/adapt.py": "~5 min"}  # run only with AUTOPAR_RUN_SLOW=1
+SLOW_BENCHES = {
+    "bench/search.py": "~1.5 min",
+    "bench/adapt.py": "~5 min",
+    "bench/recipes.py": "~3 min",
+}  # run only with AUTOPAR_RUN_SLOW=1
 LOGS = ROOT / "tests" / "data" / "logs"
 
 

@@ -35,7 +35,7 @@ def result_300():
     """The README problem (70B, 64..512 H100) with 300 evaluated strategies."""
     clusters = [ap.ClusterSpec(gpu=ap.get_gpu("H100-SXM"), num_gpus=n) for n in (64, 128, 256, 512)]
     wl = ap.Workload(seq_len=8192, global_batch=512)
-    return optimize(ap.get_model("llama-3.1-70b"), clusters, wl, budget=300)
+    return optimize(ap.get_model("llama-3.1-70b"), clusters, wl, budget=300, sampler="nsga2")
 
 
 def _assert_partial_bundle_inlined(page: str) -> None:
@@ -86,7 +86,9 @@ def test_report_figures_use_only_bundled_trace_types(result_300) -> None:
 
 def test_header_counts_equal_cli(tmp_path) -> None:
     out = tmp_path / "r.html"
-    res = CliRunner().invoke(app, ["optimize", "--budget", "120", "--out", str(out)], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(
+        app, ["optimize", "--sampler", "nsga2", "--budget", "120", "--out", str(out)], env={"COLUMNS": "200"}
+    )
     assert res.exit_code == 0, res.output
     cli = re.search(
         r"([\d,]+) trials = ([\d,]+) evaluated \+ [\d,]+ invalid layouts \(pruned\) · ([\d,]+) feasible, "

@@ -57,18 +57,20 @@ def test_calibrated_estimate_needs_neither_sklearn_nor_pandas(tmp_path):
 
 
 def test_optimize_json_loads_no_table_or_plotting_library(tmp_path):
-    """The JSON path of a calibrated search needs optuna, never pandas, plotly, scikit-learn or scipy
-    (the Pareto table is rows; SearchResult.pareto builds a DataFrame only when a caller asks)."""
+    """The JSON path of a calibrated NSGA-II search needs optuna, never pandas, plotly, scikit-learn or
+    scipy (the Pareto table is rows; SearchResult.pareto builds a DataFrame only when a caller asks); the
+    default problem's exact sweep (auto sampler) needs none of them."""
     home = f"import os\nos.environ['AUTOPAR_HOME'] = {str(tmp_path)!r}\n"
     subprocess.run(
         [sys.executable, "-c", home + "from autopar.calibration.apply import load_default_calibration\n"
          "load_default_calibration()"],
         check=True,
     )  # fmt: skip
-    argv = ["autopar", "optimize", "--gpus", "64", "--budget", "30", "--json"]
-    code = home + f"import sys, io, contextlib\nsys.argv = {argv!r}\nfrom autopar.cli import main\n"
-    code += "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main()\n    except SystemExit:\n        pass"
-    assert _loaded_after(code) == {"optuna"}
+    for sampler, heavy in (("nsga2", {"optuna"}), ("auto", set())):
+        argv = ["autopar", "optimize", "--gpus", "64", "--budget", "30", "--sampler", sampler, "--json"]
+        code = home + f"import sys, io, contextlib\nsys.argv = {argv!r}\nfrom autopar.cli import main\n"
+        code += "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main()\n    except SystemExit:\n        pass"
+        assert _loaded_after(code) == heavy, sampler
 
 
 @settings(max_examples=25, deadline=None)

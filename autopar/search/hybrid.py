@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from autopar.layouts import Axis
 from autopar.objectives import Objective
 from autopar.search.evaluate import COST_CONSTRAINT, MEMORY_CONSTRAINT, Evaluator
 from autopar.search.loops import Run, population_size
@@ -52,7 +53,7 @@ LAYOUTS_PER_TRIAL = 0.25
 # Neighbourhood trades: two of tp/pp/cp each change by at most this factor with dp kept (TP8 CP1 -> TP4
 # CP2): one-knob moves change dp, so without trades a search stalls one such step from the fastest layout.
 TRADE_RATIO = 2.5
-OUTER_KNOBS = ("gpu", "num_gpus", "precision", "tp", "pp", "cp", "ep", "etp")
+OUTER_KNOBS = ("gpu", "num_gpus", "precision", Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.ETP)
 MAX_ASK_FACTOR = 4  # NSGA-II proposals handled per budget trial at most (duplicates end the search)
 
 
@@ -227,13 +228,13 @@ def layout_of(space: Space, params: dict[str, Any], index: dict[Any, list[tuple[
     h = space.hardware_index(gpu, n, prec)
     if h is None:
         return f"{n}x {gpu} in {prec} is not a usable hardware option"
-    tp, pp, cp, ep = (params.get(k, getattr(first, k)) for k in ("tp", "pp", "cp", "ep"))
+    tp, pp, cp, ep = (params.get(k, getattr(first, k)) for k in (Axis.TP, Axis.PP, Axis.CP, Axis.EP))
     offered = index.get((h, tp, pp, cp, ep))
     if not offered:
-        hw, etp = space.hardware[h], params.get("etp", first.etp)
+        hw, etp = space.hardware[h], params.get(Axis.ETP, first.etp)
         why = lay_rules.grid_problems(space.model, hw.cluster, hw.workload, tp, pp, cp, ep, etp)
         return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
-    want = params.get("etp") or 0
+    want = params.get(Axis.ETP) or 0
     below = [k for e, k in offered if e <= want]
     return below[-1] if below else offered[0][1]
 

@@ -16,7 +16,7 @@ from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
-from autopar.search.hybrid import choose_method, run_auto, run_hybrid
+from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
 from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
@@ -286,6 +286,11 @@ def optimize(
     records = _records(run, space)
     front = pareto_records(records, objs)
     notes = _notes(space, objs, prices, budget, sampler, run)
+    if requested == "auto" and sampler == "exhaustive":
+        notes.append(
+            f"auto: the whole space ({space.size:,} points, at most {EXACT_LIMIT:,}) was swept exactly, so "
+            f"the budget ({budget:,}) did not limit it; --sampler nsga2 searches by budget"
+        )
     stats: dict[str, Any] = {
         "space_valid": valid,
         "space_valid_exact": exact,
