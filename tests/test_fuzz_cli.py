@@ -24,6 +24,7 @@ address space (CASE_MEMORY) so a runaway input fails its test instead of hanging
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import csv
 import io
@@ -483,6 +484,7 @@ RECORD_VALUES = st.one_of(
 def _template_store(rows: list[dict[str, Any]]) -> Path:
     """A run store holding `rows` (written directly, as an older tool might have), reused per case."""
     path = Path(tempfile.mkdtemp(prefix="autopar-fuzzcli-store-")) / "runs.db"
+    atexit.register(shutil.rmtree, path.parent, True)
     RunStore(path).add([(f"fp{i}", r, "seed.csv") for i, r in enumerate(rows)])
     return path
 
@@ -871,6 +873,7 @@ def test_fuzz_calibrate_args(sub, store, out, data_file, extra):
 def _template_study() -> Path:
     """A journal storage holding study 's' (a 2-trial optimize run), copied per case."""
     path = Path(tempfile.mkdtemp(prefix="autopar-fuzzcli-study-")) / "study.log"
+    atexit.register(shutil.rmtree, path.parent, True)
     args = ["optimize", "--model", "Llama-3.1-8B", "--gpus", "8", "--budget", "2", "--global-batch", "16"]
     code, _, err = run_cli([*args, "--no-calibration", "--storage", str(path), "--study-name", "s", "--json"])
     assert code == 0, err
