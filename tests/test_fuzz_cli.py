@@ -183,7 +183,7 @@ def check(case: Case) -> tuple[int, str, str]:
     CASES[case.cls] += 1
     skip = frozenset({case.store} if case.store else ())
     files_before, rows_before = tree(case.base, skip), store_rows(case.store)
-    with bounded():
+    with bounded(), contextlib.chdir(case.base):  # relative outputs ('--out ""') land in the scratch folder
         code, out, err = run_cli(case.args)
     shown = f"args={case.args!r}\nstderr={err[-2000:]!r}"
     assert code in ALLOWED_CODES, shown
