@@ -16,6 +16,10 @@ class SpecError(AutoparError):
     """An invalid model/cluster/workload/strategy specification."""
 
 
+# Longest excerpt of an unknown name echoed in its error (a 5000-character --model stays one short line).
+NAME_SHOWN = 60
+
+
 class UnknownNameError(AutoparError):
     """A GPU, model or other catalog name that does not exist."""
 
@@ -26,7 +30,8 @@ class UnknownNameError(AutoparError):
         close_real = [lower_to_real[c] for c in close]
         hint = f"; did you mean {', '.join(close_real)}?" if close_real else ""
         shown = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
-        super().__init__(f"unknown {kind} '{name}'{hint} (known: {shown})")
+        cut = name if len(name) <= NAME_SHOWN else name[: NAME_SHOWN - 3] + "..."
+        super().__init__(f"unknown {kind} '{cut}'{hint} (known: {shown})")
         self.kind, self.name, self.suggestions = kind, name, close_real
 
 

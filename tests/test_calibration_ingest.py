@@ -262,6 +262,14 @@ def test_store_rejects_a_non_store_file(tmp_path):
         RunStore(p).count()
 
 
+def test_store_that_is_a_directory_is_one_error_line(tmp_path):
+    (tmp_path / "runs.db").mkdir()
+    with pytest.raises(DataError, match="cannot open run store .*runs.db"):
+        RunStore(tmp_path / "runs.db").count()
+    r = CliRunner().invoke(app, ["calibrate", "list", "--store", str(tmp_path / "runs.db")])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "cannot open run store" in r.output
+
+
 def test_default_store_under_autopar_home(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / "runs.db"

@@ -222,6 +222,14 @@ def test_unknown_gpu_suggests_close_names():
     assert "H100-SXM" in info.value.suggestions or "H200" in info.value.suggestions
 
 
+def test_unknown_name_echo_is_cut():
+    # a 5000-character name is shown as its first 57 characters + '...' (NAME_SHOWN = 60), the name kept whole
+    with pytest.raises(UnknownNameError) as info:
+        get_model("q" * 5000)
+    assert f"unknown model '{'q' * 57}...'" in str(info.value) and len(str(info.value)) < 400
+    assert info.value.name == "q" * 5000
+
+
 def test_loose_collision_is_ambiguous_not_guessed():
     # 'GPT-3 1.3B' and 'GPT-3 13B' both become 'gpt313b' once '.' and '-' are ignored.
     with pytest.raises(AutoparError, match="ambiguous.*GPT-3-1.3B.*GPT-3-13B"):

@@ -67,7 +67,10 @@ class RunStore:
             )
         if create:
             ensure_dir(self.path.parent)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        try:  # a directory, or a folder without write access, fails here
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except sqlite3.Error as e:
+            raise DataError(f"cannot open run store '{self.path}': {e}") from None
         try:
             try:
                 conn.executescript(_DDL)

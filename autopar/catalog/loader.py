@@ -112,12 +112,13 @@ def get_gpu(name: str) -> GPUSpec:
 
 
 def _looks_like_path(text: str) -> bool:
-    p = Path(text).expanduser()
-    return (
-        p.is_file()
-        or (p.is_dir() and (p / "config.json").is_file())
-        or text.lower().endswith((".json", ".yaml", ".yml"))
-    )
+    if text.lower().endswith((".json", ".yaml", ".yml")):
+        return True
+    try:  # a name longer than the OS allows for a path (ENAMETOOLONG) is a name, not a file
+        p = Path(text).expanduser()
+        return p.is_file() or (p.is_dir() and (p / "config.json").is_file())
+    except (OSError, ValueError):
+        return False
 
 
 def get_model(name_or_path: str) -> ModelSpec:
