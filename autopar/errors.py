@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from autopar.text import excerpt
+
 
 class AutoparError(Exception):
     """A user-facing error; the CLI prints ``str(err)`` on one line and exits 2."""
@@ -14,10 +16,6 @@ class AutoparError(Exception):
 
 class SpecError(AutoparError):
     """An invalid model/cluster/workload/strategy specification."""
-
-
-# Longest excerpt of an unknown name echoed in its error (a 5000-character --model stays one short line).
-NAME_SHOWN = 60
 
 
 class UnknownNameError(AutoparError):
@@ -30,8 +28,7 @@ class UnknownNameError(AutoparError):
         close_real = [lower_to_real[c] for c in close]
         hint = f"; did you mean {', '.join(close_real)}?" if close_real else ""
         shown = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
-        cut = name if len(name) <= NAME_SHOWN else name[: NAME_SHOWN - 3] + "..."
-        super().__init__(f"unknown {kind} '{cut}'{hint} (known: {shown})")
+        super().__init__(f"unknown {kind} '{excerpt(name)}'{hint} (known: {shown})")
         self.kind, self.name, self.suggestions = kind, name, close_real
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from autopar.errors import DataError
+from autopar.text import excerpt
 
 # Model configs, sidecars, price files and calibration models: real ones are kB (a Hugging Face
 # config.json is < 10 kB, the shipped price table < 100 kB); 16 MiB leaves 1000x headroom.
@@ -35,8 +36,6 @@ RECORD_MAX_BYTES = 256 * 2**20
 MAX_DEPTH = 64
 # Columns of a run-record CSV: the schema has 42, extras are allowed; a header of 10^6 names is an attack.
 CSV_MAX_COLUMNS = 1024
-# Longest excerpt of an offending value shown in a message.
-_SHOWN = 60
 
 
 class InputError(DataError):
@@ -45,8 +44,7 @@ class InputError(DataError):
 
 def shown(value: Any) -> str:
     """A value as it appears in a one-line message (repr, cut to a readable length)."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+    return excerpt(repr(value))
 
 
 def read_bytes(path: str | Path, limit: int, what: str) -> bytes:

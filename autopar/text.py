@@ -19,6 +19,17 @@ from typing import Any
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
+# Longest excerpt of an input value echoed in a message (a 5,000-character name stays one short line).
+EXCERPT_CHARS = 60
+# Longest error line the CLI prints; a longer one is cut and says how much was left out.
+MESSAGE_CHARS = 1000
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """`text` cut to `limit` characters, ending in '...' where it was cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def is_unsafe_char(ch: str) -> bool:
     """True for a control, format, separator, surrogate, private-use or unassigned character."""
     return unicodedata.category(ch) in _UNSAFE_CATEGORIES

@@ -223,7 +223,7 @@ def test_unknown_gpu_suggests_close_names():
 
 
 def test_unknown_name_echo_is_cut():
-    # a 5000-character name is shown as its first 57 characters + '...' (NAME_SHOWN = 60), the name kept whole
+    # a 5000-character name is shown as its first 57 characters + '...' (text.EXCERPT_CHARS = 60), the name kept whole
     with pytest.raises(UnknownNameError) as info:
         get_model("q" * 5000)
     assert f"unknown model '{'q' * 57}...'" in str(info.value) and len(str(info.value)) < 400

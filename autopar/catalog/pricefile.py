@@ -31,7 +31,7 @@ from autopar.catalog.prices import (
     normalize_tier,
 )
 from autopar.errors import AutoparError, DataError, UnknownNameError
-from autopar.inputs import CONFIG_MAX_BYTES, csv_rows, parse_yaml, read_text
+from autopar.inputs import CONFIG_MAX_BYTES, csv_rows, parse_yaml, read_text, shown
 from autopar.units import drop_thousands_commas
 
 BUILTIN_PRICES = Path(__file__).resolve().parent.parent / "data" / "prices.yaml"
@@ -129,7 +129,7 @@ def _tier(value: Any, where: str) -> str:
         return normalize_tier(value)
     except AutoparError:
         raise DataError(
-            f"{where}, field tier: {value!r} is not a pricing tier; allowed: {', '.join(TIERS)}"
+            f"{where}, field tier: {shown(value)} is not a pricing tier; allowed: {', '.join(TIERS)}"
         ) from None
 
 

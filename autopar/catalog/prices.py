@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autopar.errors import AutoparError, NoPriceError, UnknownNameError
+from autopar.inputs import shown
 
 if TYPE_CHECKING:
     from autopar.specs import GPUSpec
@@ -43,7 +44,7 @@ def normalize_tier(tier: str) -> str:
         "interruptible": "spot",
     }.get(t, t)
     if t not in TIERS:
-        raise AutoparError(f"tier={tier!r} is not a pricing tier; allowed: {', '.join(TIERS)}")
+        raise AutoparError(f"tier={shown(tier)} is not a pricing tier; allowed: {', '.join(TIERS)}")
     return t
 
 

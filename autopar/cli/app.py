@@ -16,7 +16,7 @@ from rich.text import Text
 
 from autopar.errors import AutoparError
 from autopar.files import describe_os_error
-from autopar.text import json_text, one_line
+from autopar.text import MESSAGE_CHARS, json_text, one_line
 
 app = typer.Typer(
     name="autopar",
@@ -93,7 +93,10 @@ def validation_message(err: ValidationError) -> str:
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error to stderr and exit with `code` (never a traceback)."""
-    err_console.print(styled(("error:", "bold red"), " " + message), soft_wrap=True)
+    text = one_line(message)
+    if len(text) > MESSAGE_CHARS:  # a safety net: messages name input values through text.excerpt
+        text = f"{text[:MESSAGE_CHARS]}... ({len(text) - MESSAGE_CHARS:,} more characters)"
+    err_console.print(styled(("error:", "bold red"), " " + text), soft_wrap=True)
     raise typer.Exit(code)
 
 
