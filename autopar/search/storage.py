@@ -320,10 +320,26 @@ def _journal_backend() -> type:
             try:
                 with get_lock_file(self._lock):
                     _append_whole(self._file_path, data)
-            except OSError as e:
+            except (OSError, RuntimeError) as e:
+                if _interrupted(e):  # Ctrl-C/SIGTERM while Optuna released its lock file
+                    raise KeyboardInterrupt from None
+                if isinstance(e, RuntimeError):
+                    raise
                 raise StorageError(_write_failure(self.shown, e)) from None
 
     return JournalFile
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether `e` was raised while handling a KeyboardInterrupt."""
+    x: BaseException | None = e
+    for _ in range(8):
+        if x is None:
+            return False
+        if isinstance(x, KeyboardInterrupt):
+            return True
+        x = x.__context__
+    return False
 
 
 def _append_whole(path: str, data: bytes) -> None:
