@@ -26,8 +26,9 @@ class PostgresUnavailable(RuntimeError):
 
 
 class ServerUrl(str):
-    """The server's postgresql:// URL, with `stop()` and `start()` (same data, same port) for tests
-    of a server that goes away mid-run."""
+    """The server's postgresql:// URL, with `stop(mode)` and `start()` (same data, same port) for
+    tests of a server that goes away mid-run. Durability is off, so an "immediate" stop may lose the
+    last commits; "fast" closes every session but keeps what was committed."""
 
     stop: Any
     start: Any
@@ -96,8 +97,8 @@ def postgres_server(user: str = "autopar", password: str = "secret") -> Iterator
         url.start = lambda: run(
             pg_ctl, "-D", str(data), "-o", opts, "-l", str(tmp / "log"), "-w", "-t", "30", "start"
         )
-        url.stop = lambda: subprocess.run(
-            [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+        url.stop = lambda mode="immediate": subprocess.run(
+            [*prefix, pg_ctl, "-D", str(data), "-m", mode, "-w", "stop"],
             capture_output=True,
             timeout=60,
         )

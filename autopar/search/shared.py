@@ -240,6 +240,28 @@ class SharedStudy:
                 self._beat.stop()
 
 
+def settle_stale(spec: Any, name: str, heartbeat_s: int | None) -> int:
+    """On a server study, wait until the RUNNING trials left by a dead worker are stale and fail them
+    (at most one grace period and a beat); returns how many RUNNING trials remain (a live client's)."""
+    import optuna
+
+    from autopar.search.storage import GRACE_FACTOR, HEARTBEAT_S
+
+    if not is_server(spec):
+        return 0
+    beat = heartbeat_s or HEARTBEAT_S
+    deadline = time.monotonic() + (GRACE_FACTOR + 1) * beat + 1
+    study = optuna.load_study(study_name=name, storage=open_storage(spec, heartbeat_s))
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
+            optuna.storages.fail_stale_trials(study)
+        running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.25)
+
+
 def _params_key(params: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted(params.items()))
 

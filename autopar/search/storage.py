@@ -181,6 +181,12 @@ def _retrying(fn: Any, url: str) -> Any:
 
 
 def _first_line(e: BaseException) -> str:
+    """The first line of the innermost cause (the driver's words, not Optuna's wrapper)."""
+    for _ in range(8):  # bounded: a chain can loop
+        inner = e.__cause__ or e.__context__
+        if inner is None:
+            break
+        e = inner
     detail = str(getattr(e, "orig", None) or e).strip().splitlines()
     return mask(detail[0]) if detail else type(e).__name__
 

@@ -6,7 +6,8 @@ started with the "spawn" method so no database connection or thread is inherited
 
 Faults: this process searches too, so the study reaches its budget even when a worker dies (its
 unfinished trial is failed as stale on a server; on a file it had written nothing partial). A dead or
-failed worker becomes a note on the result, never an exception in the parent; each worker reports
+failed worker becomes a note on the result, never an exception in the parent (on a server, the
+parent first waits out the grace period of the trial it left RUNNING and fails it); each worker reports
 back through its own one-way pipe (no shared queue whose lock a killed process could hold). SIGTERM
 to the parent stops the workers (SIGTERM, then SIGKILL after STOP_GRACE_S) and exits as interrupted;
 a worker whose parent disappears (SIGKILL) stops within ORPHAN_CHECK_S.
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.search.shared import settle_stale
 
 STOP_GRACE_S = 10.0  # a worker asked to stop gets this long to flush its trials before SIGKILL
 ORPHAN_CHECK_S = 0.5  # how often a worker checks that its parent is alive
@@ -147,6 +149,9 @@ def run_workers(workers: int, kwargs: dict[str, Any]) -> Any:
             _stop(procs)
         problems = _problems(procs, pipes)
         result = optimize(**{**kwargs, "search": False, "progress": False})
+        if problems and result.stats["study_states"].get("RUNNING"):  # a dead worker's unfinished trial
+            settle_stale(kwargs["storage"], result.stats["study_name"], kwargs.get("heartbeat_s"))
+            result = optimize(**{**kwargs, "search": False, "progress": False})
     for _code, line in problems:
         result.notes.append(f"{line}; the other workers finished the study")
     result.wall_s = time.perf_counter() - t0
