@@ -52,6 +52,13 @@ class NoPriceError(AutoparError):
     """No price for a GPU in the requested pricing tier (the message names both and how to add one)."""
 
 
+class StorageError(AutoparError):
+    """The study storage failed at run time: the database server is unreachable (after retrying),
+    the journal's disk is full, a write was refused. Not the user's input: its own exit code."""
+
+    exit_code = 3
+
+
 class NoFeasibleStrategyError(AutoparError):
     """The search found nothing that fits; the message says what to change."""
 

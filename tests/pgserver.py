@@ -18,10 +18,20 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 class PostgresUnavailable(RuntimeError):
     """The server binaries are missing or the server did not start."""
+
+
+class ServerUrl(str):
+    """The server's postgresql:// URL, with `stop(mode)` and `start()` (same data, same port) for
+    tests of a server that goes away mid-run. Durability is off, so an "immediate" stop may lose the
+    last commits; "fast" closes every session but keeps what was committed."""
+
+    stop: Any
+    start: Any
 
 
 def find_bin(name: str) -> str | None:
@@ -56,7 +66,7 @@ def _run_as() -> list[str]:
 
 
 @contextlib.contextmanager
-def postgres_server(user: str = "autopar", password: str = "secret") -> Iterator[str]:
+def postgres_server(user: str = "autopar", password: str = "secret") -> Iterator[ServerUrl]:
     """Start a server, create a database and a password user; yield its postgresql:// URL; stop it."""
     initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
     if not initdb or not pg_ctl:
@@ -83,15 +93,19 @@ def postgres_server(user: str = "autopar", password: str = "secret") -> Iterator
     try:
         run(initdb, "-D", str(data), "-U", user, "--pwfile", str(pwfile), "-A", "md5", "--no-sync")
         opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
-        run(pg_ctl, "-D", str(data), "-o", opts, "-l", str(tmp / "log"), "-w", "-t", "30", "start")
-        url = f"postgresql://{user}:{password}@127.0.0.1:{port}/postgres"
+        url = ServerUrl(f"postgresql://{user}:{password}@127.0.0.1:{port}/postgres")
+        url.start = lambda: run(
+            pg_ctl, "-D", str(data), "-o", opts, "-l", str(tmp / "log"), "-w", "-t", "30", "start"
+        )
+        url.stop = lambda mode="immediate": subprocess.run(
+            [*prefix, pg_ctl, "-D", str(data), "-m", mode, "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
+        url.start()
         try:
             yield url
         finally:
-            subprocess.run(
-                [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
-                capture_output=True,
-                timeout=60,
-            )
+            url.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

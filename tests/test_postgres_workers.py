@@ -157,7 +157,7 @@ def test_status_report_and_connection_errors(pg_url, tmp_path):
     down = pg_url.replace(f":{port}/", f":{_closed_port()}/")
     for url, words in ((bad_pw, "password"), (down, "cannot open")):
         r = runner.invoke(app, ["study", "status", "--storage", url])
-        assert r.exit_code == 2, r.output
+        assert r.exit_code == 3, r.output  # the storage, not the input: StorageError
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
         assert len(lines) <= 3 and "Traceback" not in r.output and words in r.output.lower(), r.output
         assert "wrong" not in r.output  # the password is masked
@@ -167,3 +167,155 @@ def _closed_port() -> int:
     from pgserver import free_port
 
     return free_port()  # bound and released: nothing listens there
+
+
+def _rounds(out: str) -> list[dict]:
+    return [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+
+
+def test_killed_worker_ten_times_journal_and_server(pg_url, tmp_path):
+    """`--workers 2`, the spawned worker SIGKILLed at a random moment of its search, 10 rounds on a
+    journal file and 10 on the server (at once, to keep it short): every study ends at its budget
+    exactly, with no RUNNING trial and no strategy stored twice; the parent returns a result with a
+    note (it used to die with KeyError '/mp-...' or exit 2)."""
+    driver = [sys.executable, str(ROOT / "tests" / "killdriver.py")]
+    runs = {
+        "journal": (str(tmp_path / "k{i}.journal"), 16),
+        "server": (pg_url, 8),
+    }
+    procs = {
+        k: subprocess.Popen(
+            [*driver, spec, "10", str(budget), "7", "0.02"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k, (spec, budget) in runs.items()
+    }
+    for kind, p in procs.items():
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+        rows = _rounds(out)
+        assert len(rows) == 10, out
+        budget = runs[kind][1]
+        for row in rows:
+            assert row["states"].get("COMPLETE") == budget == row["complete_in_result"], row
+            assert not row["states"].get("RUNNING") and not row["states"].get("WAITING"), row
+            assert row["duplicates"] == 0, row
+            assert set(row["states"]) <= {"COMPLETE", "PRUNED", "FAIL"}, row
+            assert len(row["notes"]) == row["killed"], row
+        assert sum(r["killed"] for r in rows) >= 5, rows  # the kills did land mid-search
+
+
+NO_BEAT = """
+import sys
+from autopar.catalog import get_gpu
+from autopar.search import optimize
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+url, budget = sys.argv[1], int(sys.argv[2])
+m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
+r = optimize(m, c, Workload(seq_len=2048, global_batch=2), budget=budget, storage=url, study_name="nobeat",
+             heartbeat_s=1, min_headroom_gib=2.0)
+print(r.stats["study_states"])
+"""
+
+
+def test_running_trial_without_heartbeat_is_failed_on_resume(pg_url):
+    """A RUNNING trial that never recorded a heartbeat (any client's `study.ask()`, or a worker that
+    died right after creating it) is failed once older than the grace period; the resume finishes
+    instead of waiting for ever at budget - 1."""
+    import optuna
+    from optuna.trial import TrialState
+
+    run = [sys.executable, "-c", NO_BEAT, pg_url]
+    first = subprocess.run([*run, "6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    optuna.load_study(study_name="nobeat", storage=pg_url).ask()  # no heartbeat: a plain RDB client
+    t0 = time.monotonic()
+    again = subprocess.run([*run, "10"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert time.monotonic() - t0 < 100
+    study = optuna.load_study(study_name="nobeat", storage=pg_url)
+    states = [t.state for t in study.trials]
+    assert states.count(TrialState.COMPLETE) == 10 and TrialState.RUNNING not in states
+    assert states.count(TrialState.FAIL) == 1
+
+
+def _complete_count(url: str, name: str) -> int:
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        study = optuna.load_study(study_name=name, storage=url)
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
+    return sum(t.state == TrialState.COMPLETE for t in study.trials)
+
+
+RESTART = """
+import json, os, sys
+sys.path.insert(0, "tests")
+os.environ["AUTOPAR_TEST_SLOW_S"] = "0.2"  # long enough a run for the outage to land in it
+from killdriver import slow_estimate
+from autopar.catalog import get_gpu
+from autopar.search import optimize
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+m = ModelSpec(name="tiny", layers=4, hidden=512, heads=4, kv_heads=2, ffn_hidden=1024, vocab=32000)
+c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
+r = optimize(m, c, Workload(seq_len=2048, global_batch=8), budget=30, storage=sys.argv[1], study_name="restart",
+             heartbeat_s=1, min_headroom_gib=2.0, estimate_fn=slow_estimate)
+print(json.dumps(r.stats["study_states"]))
+"""
+
+
+def _optimize_cli(url: str, name: str, budget: int, reconnect_s: float) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "autopar", "optimize", "--model", "Llama-3.1-70B", "--gpus", "64..512"]
+    args += ["--gpu", "H100-SXM,H200", "--budget", str(budget), "--no-calibration"]
+    args += ["--storage", url, "--study-name", name, "--heartbeat", "1", "--json"]
+    env = {**os.environ, "AUTOPAR_RECONNECT_S": str(reconnect_s)}
+    return subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _wait_complete(url: str, name: str, n: int, p: subprocess.Popen[str]) -> None:
+    t0 = time.monotonic()
+    while _complete_count(url, name) < n:
+        assert p.poll() is None, p.communicate()[1][-2000:]
+        assert time.monotonic() - t0 < 60
+        time.sleep(0.2)
+
+
+def test_server_restart_mid_run_is_retried_then_reported(pg_url):
+    """The server stops mid-run: back within the retry window, the run finishes at its budget; gone
+    for longer, one line and exit code 3 (it used to be exit 2 and a message blaming the input)."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", RESTART, pg_url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_complete(pg_url, "restart", 3, p)
+    stopped = pg_url.stop("fast")
+    assert stopped.returncode == 0, stopped.stderr
+    time.sleep(3)
+    pg_url.start()
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err[-2000:]
+    assert json.loads(out)["COMPLETE"] == 30 == _complete_count(pg_url, "restart")
+    assert "Traceback" not in err and "secret" not in err, err
+
+    p = _optimize_cli(pg_url, "gone", 5000, 2)
+    _wait_complete(pg_url, "gone", 3, p)
+    pg_url.stop("fast")
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        pg_url.start()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 3, err[-2000:]
+    assert "Traceback" not in err and "secret" not in err and len(lines) <= 3, err
+    assert "could not reconnect within 2 s" in lines[-1], err

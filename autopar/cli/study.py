@@ -57,6 +57,10 @@ def status_cmd(
     )
     if st.metric_names:
         console.print(f"objectives: {', '.join(st.metric_names)}", style="dim", highlight=False)
+    if st.unreadable:
+        console.print(
+            f"ignored (not written by this autopar): {'; '.join(st.unreadable)}", style="dim", highlight=False
+        )
 
 
 @_command("report")

@@ -15,12 +15,16 @@ Writes: on a database server (``live``) each trial is created RUNNING before it 
 alive by a heartbeat thread and finished in place, so a kill leaves a trial that becomes FAILED.
 On a journal file or SQLite, finished trials are buffered and written in batches (one write per
 trial, `create_new_trial(template_trial=...)`), which is what makes a stored run nearly as fast as
-an in-memory one; a killed file worker loses at most its unflushed batch.
+an in-memory one; a killed file worker loses at most its unflushed batch. A batch is written under
+an exclusive lock on the storage file (`flock`), after re-reading the study: a strategy another
+worker already stored is dropped, and COMPLETE trials beyond the study's budget are dropped, so file
+workers never store a strategy twice nor overshoot the budget.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import warnings
@@ -28,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.search.storage import is_server, open_storage, storage_error
+from autopar.search.storage import is_server, open_storage, scheme, storage_error
 
 FINGERPRINT_ATTR = "autopar_fingerprint"
 INPUTS_ATTR = "autopar_inputs"
@@ -73,6 +77,8 @@ class SharedStudy:
         self.last_counts: dict[str, int] = {}  # trials per state at the last sync
         self._running: dict[tuple[Any, ...], int] = {}  # params -> number of others' RUNNING trials
         self._beat = _Heartbeat(self.storage) if self.live else None
+        self._lock_path = _lock_path(spec)
+        self.dropped = 0  # buffered trials not written: already stored by another worker, or over budget
 
     @property
     def name(self) -> str:
@@ -106,10 +112,36 @@ class SharedStudy:
                 self.flush()
 
     def flush(self) -> None:
-        """Write the buffered trials."""
-        for t in self.buffer:
-            self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=t))
+        """Write the buffered trials, under the storage's file lock, except those whose strategy the
+        study already holds and the COMPLETE ones beyond its budget."""
+        from optuna.trial import TrialState
+
+        if not self.buffer:
+            return
+        with _exclusive(self._lock_path):
+            stored = self.storage.get_all_trials(self.study_id, deepcopy=False)
+            taken = {
+                _params_key(t.params) for t in stored if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            }
+            room = self._budget_left(stored)
+            for t in self.buffer:
+                key, counts = _params_key(t.params), t.state == TrialState.COMPLETE
+                if key in taken or (counts and room <= 0):
+                    self.dropped += 1
+                    continue
+                self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=t))
+                taken.add(key)
+                room -= counts
         self.buffer.clear()
+
+    def _budget_left(self, stored: Sequence[Any]) -> float:
+        """COMPLETE trials the study's budget still allows (no limit when the attr is not a count)."""
+        from optuna.trial import TrialState
+
+        budget = positive_int(self.storage.get_study_user_attrs(self.study_id).get(BUDGET_ATTR))
+        if budget is None:
+            return float("inf")
+        return budget - sum(t.state == TrialState.COMPLETE for t in stored)
 
     def start(self, trial: Any) -> int:
         """Create `trial` (a finished FrozenTrial: params, attrs, constraints) RUNNING in the study and
@@ -208,8 +240,69 @@ class SharedStudy:
                 self._beat.stop()
 
 
+def settle_stale(spec: Any, name: str, heartbeat_s: int | None) -> int:
+    """On a server study, wait until the RUNNING trials left by a dead worker are stale and fail them
+    (at most one grace period and a beat); returns how many RUNNING trials remain (a live client's)."""
+    import optuna
+
+    from autopar.search.storage import GRACE_FACTOR, HEARTBEAT_S
+
+    if not is_server(spec):
+        return 0
+    beat = heartbeat_s or HEARTBEAT_S
+    deadline = time.monotonic() + (GRACE_FACTOR + 1) * beat + 1
+    study = optuna.load_study(study_name=name, storage=open_storage(spec, heartbeat_s))
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
+            optuna.storages.fail_stale_trials(study)
+        running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.25)
+
+
 def _params_key(params: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted(params.items()))
+
+
+def positive_int(value: Any) -> int | None:
+    """A stored attr read as a count: an int >= 1 (not a bool, string or float), else None.
+    Stored attrs are untrusted: any Optuna client can write them."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def _lock_path(spec: Any) -> str | None:
+    """The file whose `flock` serialises batch writes: the journal itself, or a companion of an
+    SQLite file (SQLite's own POSIX locks must not share a file descriptor with ours)."""
+    if not isinstance(spec, str | os.PathLike):
+        return None
+    s = str(spec)
+    kind = scheme(s)
+    if kind == "journal":
+        return os.path.expanduser(s)
+    if kind == "sqlite" and ":///" in s:
+        path = s.split(":///", 1)[1]
+        return None if path in ("", ":memory:") else os.path.expanduser(path) + ".autopar-lock"
+    return None
+
+
+@contextlib.contextmanager
+def _exclusive(path: str | None) -> Any:
+    """Hold an exclusive `flock` on `path` (no-op without a path or without fcntl, e.g. Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        fcntl = None  # type: ignore[assignment]
+    if path is None or fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class _Heartbeat:

@@ -135,9 +135,11 @@ def _notes(
         if src.startswith("flat default"):
             notes.append(f"no price known for {h.gpu}: using the {src}")
     if sampler == "nsga2" and budget > space.size:
+        seen = len(run.outcomes)  # distinct points of the space, as counted, never assumed
+        what = "every point was evaluated" if seen >= space.size else f"{seen:,} of them were evaluated"
         notes.append(
-            f"budget {budget} exceeds the space size {space.size}: every point was evaluated; "
-            "--sampler exhaustive does this faster"
+            f"budget {budget:,} exceeds the space size {space.size:,}: {what}; --sampler exhaustive "
+            "evaluates them all faster"
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
