@@ -136,16 +136,19 @@ def test_batch_writes_predictions_and_survives_bad_rows(tmp_path: Path):
 
 
 def test_batch_with_no_evaluable_row_reports_each_and_exits_2(tmp_path: Path):
-    """Every row malformed: the table still says why per row, the file is still written, exit 2, no traceback."""
+    """Every row malformed: the table still says why per row, the error names the first row's reason,
+    nothing is written (a failed command leaves no file), exit 2, no traceback."""
     df = pd.read_csv(published_runs_path(), dtype=str, keep_default_na=False).head(2)
     df["num_gpus"] = "abc"
     src, out = tmp_path / "runs.csv", tmp_path / "preds.csv"
     df.to_csv(src, index=False)
     r = runner.invoke(app, ["estimate", "--batch", str(src), "--out", str(out)])
     assert r.exit_code == 2 and "none of its 2 rows could be evaluated" in r.output
-    assert "Traceback" not in r.output
-    preds = pd.read_csv(out, keep_default_na=False)
-    assert (preds["status"].str.contains("'num_gpus' = 'abc' is not a number")).all()
+    assert "Traceback" not in r.output and not out.exists()
+    assert r.output.count("'num_gpus' = 'abc' is not a number") == 3  # two table rows and the error line
+    js = runner.invoke(app, ["estimate", "--batch", str(src), "--json"])
+    preds = pd.DataFrame(json.loads(js.stdout.splitlines()[0]))
+    assert js.exit_code == 2 and (preds["status"].str.contains("'num_gpus' = 'abc' is not a number")).all()
     assert (preds["pred_memory_verdict"] == "").all()
 
 

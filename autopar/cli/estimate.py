@@ -60,15 +60,18 @@ def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -
     df = read_run_records(batch)
     preds = calibrated_batch(df, calib)
     n_ok = int((preds["status"] == "ok").sum())
-    if out is not None:
+    failed = bool(len(preds)) and not n_ok  # a file with nothing to evaluate is an error: nothing written
+    if out is not None and not failed:
         _write_table(preds, out)
     if as_json:
         sys.stdout.write(preds.to_json(orient="records") + "\n")
     else:
-        _print_batch(preds, n_ok, out, calib)
-    if len(preds) and not n_ok:  # every row reported why; a file with nothing to evaluate is an error
+        _print_batch(preds, n_ok, None if failed else out, calib)
+    if failed:
+        first = preds.iloc[0]
         raise DataError(
-            f"batch={batch}: none of its {len(preds)} rows could be evaluated (see each row's status)"
+            f"batch={batch}: none of its {len(preds)} rows could be evaluated, so nothing was written "
+            f"(row {first['id']}: {first['status'].removeprefix('error: ')}; each row's reason is above)"
         )
 
 
