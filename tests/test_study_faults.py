@@ -222,3 +222,25 @@ def test_signals_stop_workers_without_orphans(tmp_path):
     while _alive(worker) and time.monotonic() - t0 < 15:
         time.sleep(0.1)
     assert not _alive(worker)
+
+
+def test_wait_on_other_clients_has_a_deadline(monkeypatch) -> None:
+    """Others holding the budget's last trials RUNNING (heartbeats alive) are waited on for OTHERS_WAIT_S
+    with no trial finishing, then the search gives up and says how long it waited; a finished trial
+    restarts the clock."""
+    from types import SimpleNamespace
+
+    from autopar.search import nsga2
+    from autopar.search.loops import Run
+
+    clock = [1000.0]
+    monkeypatch.setattr(nsga2.time, "perf_counter", lambda: clock[0])
+    st = SimpleNamespace(waiting=None, complete=9, run=Run())
+    assert not nsga2._waited_out(st)  # starts the clock
+    clock[0] += nsga2.OTHERS_WAIT_S - 1
+    assert not nsga2._waited_out(st)
+    st.complete = 10  # one of theirs finished: wait anew
+    clock[0] += 2
+    assert not nsga2._waited_out(st)
+    clock[0] += nsga2.OTHERS_WAIT_S
+    assert nsga2._waited_out(st) and st.run.waited_out == nsga2.OTHERS_WAIT_S

@@ -49,6 +49,7 @@ class Run:
     n_evaluated: int = 0  # COMPLETE trials this process added (distinct strategies with an estimate)
     n_duplicates: int = 0
     timed_out: bool = False
+    waited_out: float | None = None  # seconds waited on trials other clients held RUNNING, when it gave up
     study_name: str | None = None
     states: dict[str, int] = field(default_factory=dict)  # stored study: trials per Optuna state
     sweep: dict[str, Any] | None = None  # array sweep (search/sweep.py): totals; records are a sample

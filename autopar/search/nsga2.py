@@ -43,6 +43,11 @@ from autopar.search.storage import storage_error
 REFERENCE_PATH = False
 CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
 WAIT_S = 0.25  # pause while other workers hold the rest of the budget
+# Longest wait, with no trial finishing, on trials other clients hold RUNNING at the end of the budget. An
+# autopar trial takes milliseconds and a dead worker's trial goes stale after the heartbeat grace period
+# (search/storage.py), so a trial still RUNNING, heartbeat alive, after this long belongs to a client that
+# is not finishing it (any Optuna client can `ask` and never `tell`): the search stops and says so.
+OTHERS_WAIT_S = 120.0
 
 
 @dataclass
@@ -62,6 +67,7 @@ class _Loop:
     numbered: int = 0  # trial numbers handed out (NSGA-II proposals, local moves, absorbed trials)
     ready: dict[tuple[Any, ...], Outcome] = field(default_factory=dict)  # outcomes evaluated ahead
     pdists: dict[str, Any] = field(default_factory=dict)  # Optuna distributions of the knobs
+    waiting: tuple[float, int] | None = None  # (since, COMPLETE count) while others hold the budget's end
 
     def note(self, key: tuple[Any, ...], vals: list[float], cons: dict[str, float]) -> None:
         """Remember an evaluated strategy (and put it on the front tracker when feasible)."""
@@ -363,7 +369,10 @@ def _search(
                 if st.complete >= budget:
                     break
             if shared is not None and shared.live and not _room(st, budget, t0, timeout):
+                if _waited_out(st):
+                    break
                 continue
+            st.waiting = None
             if move is None and REFERENCE_PATH:  # NSGA-II proposes through study.ask, trial by trial
                 trial = st.local.ask(odists)
                 params = trial.params
@@ -420,6 +429,18 @@ def _batch(remaining: int) -> int:
     """Trials a file worker buffers before it syncs: 1/16 of the budget left as of its last sync (so
     even 16 workers' unseen trials cannot overshoot it), at most FLUSH_EVERY."""
     return max(1, min(FLUSH_EVERY, remaining // 16))
+
+
+def _waited_out(st: _Loop) -> bool:
+    """True once others have held the budget's last trials RUNNING for OTHERS_WAIT_S with none finishing."""
+    now = time.perf_counter()
+    if st.waiting is None or st.waiting[1] != st.complete:
+        st.waiting = (now, st.complete)
+        return False
+    if now - st.waiting[0] < OTHERS_WAIT_S:
+        return False
+    st.run.waited_out = now - st.waiting[0]
+    return True
 
 
 def _room(st: _Loop, budget: int, t0: float, timeout: float | None) -> bool:

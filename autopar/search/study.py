@@ -143,6 +143,12 @@ def _notes(
         )
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
+    if run.waited_out is not None:
+        notes.append(
+            f"stopped short of the budget: the study's last trials were held RUNNING by other clients and "
+            f"none finished in {run.waited_out:.0f} s (their heartbeats were alive, so they are not stale); "
+            "resume later, or fail them with Optuna"
+        )
     if run.sweep is not None and run.sweep.get("method") == "hybrid":
         sw = run.sweep
         notes.append(
