@@ -385,3 +385,21 @@ def test_memoised_decode_matches_a_fresh_decode(data):
         )
         assert space.point_of_key(got.key) == got
         assert all(q.key != got.key for q in space.neighbors(got))
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron", "torchtitan"])
+def test_every_layout_offers_what_decoding_picks_from(framework: str) -> None:
+    """Each (micro_batch, vpp) pair a layout offers has a schedule the stack runs, and each layout has a CP
+    variant: decoding picks from these, and DeepSpeed's pipeline (no interleaving) once left a pair with no
+    schedule (`optimize --framework deepspeed --sampler nsga2` ended in an IndexError)."""
+    from autopar.search.study import optimize as run_optimize
+
+    model = get_model("llama-3.1-70b")
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    wl = Workload(seq_len=8192, global_batch=512, framework=framework)
+    space = build_space(model, [cluster], wl)
+    for lay in space.layouts:
+        assert lay.cp_comm
+        assert {(mb, v) for mb, v, _ in lay.pipe} == set(lay.mb_vpp)
+    res = run_optimize(model, [cluster], wl, budget=150, sampler="nsga2", seed=0)
+    assert res.stats["evaluated"] == 150

@@ -228,7 +228,10 @@ def _pipe_memo(memo: dict[tuple[Any, ...], Any], model: ModelSpec, wl: Workload,
     key = (wl.precision, d.pp, d.dp)
     hit = memo.get(key)
     if hit is None:
-        hit = memo[key] = (lay_rules.mb_vpp_pairs(model, wl, d), lay_rules.pipe_choices(model, wl, d))
+        pipe = lay_rules.pipe_choices(model, wl, d)
+        # only the (mb, vpp) pairs with a schedule the stack runs: DeepSpeed's pipeline has no interleaving,
+        # so its vpp > 1 pairs have none (a decoded proposal then found no schedule: IndexError)
+        hit = memo[key] = (tuple(dict.fromkeys((mb, v) for mb, v, _ in pipe)), pipe)
     return hit
 
 
@@ -246,6 +249,8 @@ def _expert_layouts(
         "savers": lay_rules.saver_values(wl),
         "act_offload": lay_rules.act_offload_values(model, wl, dims.pp),
     }
+    if not common["cp_comm"]:  # the stack runs no CP variant on this grid (e.g. DeepSpeed: Ulysses alone)
+        return out
     for ep, etp in lay_rules.expert_degrees(model, cl, dims):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
         pairs, pipe = _pipe_memo(memo, model, wl, d)
