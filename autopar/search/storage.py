@@ -23,6 +23,7 @@ import contextlib
 import errno
 import functools
 import json
+import logging
 import os
 import re
 import sys
@@ -191,10 +192,26 @@ def _first_line(e: BaseException) -> str:
     return mask(detail[0]) if detail else type(e).__name__
 
 
+class _LostConnectionNoise(logging.Filter):
+    """Drops Optuna's multi-line "Caught an error from sqlalchemy ... Falling back" warning, which a lost
+    server connection raises inside `get_all_trials`: `_with_reconnect` reports the loss in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Caught an error from sqlalchemy")
+
+
+def _quiet_rdb_fallback_warning() -> None:
+    rdb_logger = logging.getLogger("optuna.storages._rdb.storage")
+    if not any(isinstance(f, _LostConnectionNoise) for f in rdb_logger.filters):
+        rdb_logger.addFilter(_LostConnectionNoise())
+
+
 def _server_storage_class() -> type:
     """RDBStorage whose stale-trial check also fails RUNNING trials that never recorded a heartbeat
     once their datetime_start is older than the grace period (Optuna skips them for ever)."""
     from optuna.storages import RDBStorage
+
+    _quiet_rdb_fallback_warning()
 
     class ServerStorage(RDBStorage):  # type: ignore[misc]
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
