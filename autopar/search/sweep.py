@@ -64,6 +64,8 @@ class _Front:
             return
         self.n_feasible += len(F)
         self.lo, self.hi = np.minimum(self.lo, F.min(axis=0)), np.maximum(self.hi, F.max(axis=0))
+        own = nondominated_mask(F)  # a row another block row dominates is off the union's front too
+        F, idx = F[own], idx[own]
         if len(self.F):
             le = np.all(self.F[None, :, :] <= F[:, None, :], axis=2)
             lt = np.any(self.F[None, :, :] < F[:, None, :], axis=2)
