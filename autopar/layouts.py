@@ -27,7 +27,7 @@ search may choose (perf/memory.py); the perf modules re-export them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import NamedTuple
 
@@ -736,9 +736,10 @@ class Stack:
     optimizer_offload: bool  # optimizer states and step on the CPU
     act_offload: bool  # layer-wise activation CPU offload (activation_offload_layers)
     source: str
-    sp: bool = (
-        True  # Megatron-style sequence parallelism (norm/dropout activations sharded over the TP group)
-    )
+    sp: bool = True  # Megatron-style SP: norm/dropout activations sharded over the TP group
+    # axes the stack runs only through model code that its launch file cannot set (autopar hands over the
+    # file alone, so the search does not offer them and the launch writer refuses them: one rule, stack_rules)
+    model_code: dict[str, str] = field(default_factory=dict)
 
 
 STACKS: dict[str, Stack] = {
@@ -809,9 +810,12 @@ STACKS: dict[str, Stack] = {
         "pytorch/pytorch torch/distributed/fsdp/api.py ShardingStrategy; torch/distributed/pipelining",
     ),
     # DeepSpeed v0.19.5 (vendored deepspeed-v0.19.5.json): zero_optimization.stage 0-3 and
-    # zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig); PipelineModule's
-    # TrainSchedule is 1F1B (runtime/pipe/schedule.py); Ulysses (a2a) sequence parallelism and pipelines need
-    # model code, so the config writer runs neither; MiCS/hpZ are not HSDP as autopar models it.
+    # zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig); tensor_parallel.autotp_size
+    # (AutoTP); PipelineModule's TrainSchedule is 1F1B (runtime/pipe/schedule.py); MiCS/hpZ are not HSDP as
+    # autopar models it. Pipelines (deepspeed.pipe.PipelineModule), Ulysses sequence parallelism
+    # (deepspeed.sequence.layer.DistributedAttention, autopar's cp_comm=a2a) and expert parallelism
+    # (deepspeed.moe.layer.MoE(ep_size=...)) are built in the model code: no ds_config key sets them (the
+    # vendored top-level keys and sections have none), so the search offers none of them (model_code).
     "deepspeed": Stack(
         "deepspeed",
         {"1f1b": "TrainSchedule"},
@@ -825,6 +829,11 @@ STACKS: dict[str, Stack] = {
         # AutoTP (runtime/tensor_parallel) shards the linear layers only: no Megatron-style SP of the
         # norm/dropout activations (DeepSpeed's "sequence parallel" is Ulysses, autopar's cp_comm=a2a)
         sp=False,
+        model_code={
+            Axis.PP: "deepspeed.pipe.PipelineModule",
+            Axis.CP: "deepspeed.sequence.layer.DistributedAttention (Ulysses)",
+            Axis.EP: "deepspeed.moe.layer.MoE(ep_size=...)",
+        },
     ),
 }
 
@@ -852,6 +861,7 @@ def stack_rules(
     offload: float = 0.0,
     act_offload: int = 0,
     sp: bool = False,
+    ep: int = 1,
 ) -> Iterator[Violation]:
     """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
     them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
@@ -877,6 +887,13 @@ def stack_rules(
     if sp and not st.sp:
         msg = f"sp=true: {fw} has no Megatron-style sequence parallelism (its sequence parallelism is CP a2a)"
         yield _v(Axis.TP, Level.SEARCH, msg)
+    for axis, degree in ((Axis.PP, pp), (Axis.CP, cp), (Axis.EP, ep)):
+        if degree > 1 and axis in st.model_code:
+            msg = (
+                f"{axis}={degree}: {fw} runs it only in model code ({st.model_code[axis]}), "
+                "which its launch config cannot set"
+            )
+            yield _v(axis, Level.SEARCH, msg)
 
 
 def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
@@ -894,6 +911,7 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
             offload=s.optimizer_offload,
             act_offload=s.activation_offload_layers or 0,
             sp=s.sp,
+            ep=s.ep,
         )
     )
 
@@ -1037,7 +1055,12 @@ def tp_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
 def pp_degrees(model: ModelSpec, rest: int, framework: str = "megatron") -> list[int]:
     """PP degrees dividing the GPUs left after TP (with an even or a balanced uneven split) that the stack's
     model family runs."""
-    return [p for p in divisors(rest) if split_values(model, p) and _ok(family_rules(framework, model, pp=p))]
+    return [
+        p
+        for p in divisors(rest)
+        if split_values(model, p)
+        and _ok([*family_rules(framework, model, pp=p), *stack_rules(framework, pp=p)])
+    ]
 
 
 def split_values(model: ModelSpec, pp: int) -> tuple[Split, ...]:
@@ -1099,7 +1122,7 @@ def grid_problems(
 
 
 def expert_degrees(
-    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims
+    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims, framework: str = "megatron"
 ) -> list[tuple[int, int | None]]:
     """(ep, etp) pairs on the folded expert mesh; etp explicit (1 included) for MoE, (1, None) for dense."""
     if not model.is_moe:
@@ -1108,7 +1131,11 @@ def expert_degrees(
     for ep in divisors(dims.dense_group):
         for etp in divisors(dims.dense_group // ep):
             d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp)
-            rules = [*expert_rules(model, d, True), *domain_rules(Axis.ETP, etp, cluster, False)]
+            rules = [
+                *expert_rules(model, d, True),
+                *domain_rules(Axis.ETP, etp, cluster, False),
+                *stack_rules(framework, ep=ep),
+            ]
             if _ok(rules):
                 out.append((ep, etp))
     return out

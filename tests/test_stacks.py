@@ -186,3 +186,43 @@ def test_estimate_cli_exits_2_naming_the_family_rule():
         r.exit_code == 2 and "pp=2: framework=torchtitan" in r.stderr and "qwen3/__init__.py:199" in r.stderr
     )
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    model_name=st.sampled_from(["Llama-3.1-8B", "Qwen3-30B-A3B", "DeepSeek-V3"]),
+    gpus=st.sampled_from([8, 16, 64]),
+    seed=st.integers(min_value=0, max_value=10**6),
+)
+def test_every_deepspeed_search_point_gets_a_config_whose_batch_identity_holds(model_name, gpus, seed):
+    """Invariant: the DeepSpeed search offers only what its JSON expresses (no PP, CP or EP: model code), and
+    that JSON's train_batch_size = micro x accumulation x (GPUs / tp), the DP an mpu reports for AutoTP."""
+    from autopar.reports.launch_schema import check_deepspeed
+
+    model = get_model(model_name)
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=256, framework="deepspeed")
+    s = build_space(model, cl, w).sample(random.Random(seed)).strategy
+    ls = launch_settings(model, cl, w, s)
+    assert ls.deepspeed is not None, ls.deepspeed_reason
+    assert (s.pp, s.cp, s.ep, s.sp) == (1, 1, 1, False)
+    cfg = json.loads(ls.deepspeed)
+    dp = gpus // s.tp
+    assert (
+        cfg["train_batch_size"]
+        == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+    )
+    assert check_deepspeed(ls.deepspeed, VERSIONS["deepspeed"][0], gpus, model_parallel=s.tp) == []
+    if s.tp > 1:
+        assert f"get_data_parallel_world_size() returns {dp}" in ls.deepspeed_reason
+
+
+@pytest.mark.parametrize("knobs", [{"pp": 2}, {"cp": 2, "cp_comm": "a2a"}])
+def test_deepspeed_writer_refuses_through_the_search_rule(knobs):
+    """The writer's refusal is the search's stack rule, word for word (one rule for both)."""
+    m, cl, w = _llama8b("deepspeed")
+    s = Strategy(micro_batch=1, recompute="full", zero=1, **knobs)
+    ls = launch_settings(m, cl, w, s)
+    rule = [v.message for v in strategy_stack_rules("deepspeed", s) if v.level == Level.SEARCH]
+    assert ls.deepspeed is None and rule and all(r in ls.deepspeed_reason for r in rule)
+    assert "runs it only in model code" in ls.deepspeed_reason
