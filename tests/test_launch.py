@@ -442,3 +442,26 @@ def test_cli_launch_bad_input_exits_2(args: list[str]) -> None:
     res = runner.invoke(app, ["launch", *[x for kv in base.items() for x in kv]])
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    "first, last, want",
+    [
+        (2, 3, [2] + [4] * 14 + [3]),  # 61 layers: 2 + 14 x 4 + 3 (Megatron's first/last-stage split)
+        (3, 2, [3] + [4] * 14 + [2]),
+    ],
+)
+def test_torchtitan_toml_keeps_the_labels_uneven_split(first, last, want):
+    """DeepSeek-V3 "PP16 first2 last3": torchtitan gets module_fqns_per_model_part with those stage sizes,
+    not its own most-even 4 x 13, 3, 3, 3."""
+    m = get_model("DeepSeek-V3")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=256, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=1024, framework="torchtitan")
+    label = f"TP1 PP16 first{first} last{last} EP8 Z3 mb1 full-AC"
+    s = parse_strategy_label(label)
+    ls = launch_settings(m, cl, w, s)
+    parts = tomllib.loads(ls.torchtitan)["parallelism"]["module_fqns_per_model_part"]
+    assert [sum(p.startswith("layers.") for p in part) for part in parts] == want
+    flat = [x for part in parts for x in part]
+    assert flat == ["tok_embeddings", *(f"layers.{i}" for i in range(61)), "norm", "output"]
+    assert check_torchtitan(ls.torchtitan, "v0.2.2", 256, 61) == []
