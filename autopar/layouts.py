@@ -887,10 +887,17 @@ def stack_rules(
     if sp and not st.sp:
         msg = f"sp=true: {fw} has no Megatron-style sequence parallelism (its sequence parallelism is CP a2a)"
         yield _v(Axis.TP, Level.SEARCH, msg)
+    yield from model_code_rules(framework, pp=pp, cp=cp, ep=ep)
+
+
+def model_code_rules(framework: str, *, pp: int = 1, cp: int = 1, ep: int = 1) -> Iterator[Violation]:
+    """Axes the stack runs only through model code its launch file cannot set (Stack.model_code): the search
+    does not offer them and the launch writer refuses them with these messages."""
+    st = STACKS[framework]
     for axis, degree in ((Axis.PP, pp), (Axis.CP, cp), (Axis.EP, ep)):
         if degree > 1 and axis in st.model_code:
             msg = (
-                f"{axis}={degree}: {fw} runs it only in model code ({st.model_code[axis]}), "
+                f"{axis}={degree}: framework={framework} runs it only in model code ({st.model_code[axis]}), "
                 "which its launch config cannot set"
             )
             yield _v(axis, Level.SEARCH, msg)

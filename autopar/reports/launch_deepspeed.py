@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 
-from autopar.layouts import STACKS, stack_notes, strategy_stack_rules
+from autopar.layouts import model_code_rules, stack_notes
 from autopar.specs import Strategy, Workload
 
 
 def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tuple[str | None, str, list[str]]:
     """(config JSON or None, reason or caveats, notes)."""
     # the rule the DeepSpeed search reads too (layouts.STACKS model_code): axes no ds_config key sets
-    model_code = STACKS["deepspeed"].model_code
-    blocked = [v.message for v in strategy_stack_rules("deepspeed", s) if v.axis in model_code]
+    blocked = [v.message for v in model_code_rules("deepspeed", pp=s.pp, cp=s.cp, ep=s.ep)]
     if blocked:
         return None, "not expressible as a DeepSpeed config: " + "; ".join(blocked), []
     notes: list[str] = stack_notes("deepspeed", s)  # the capability table (layouts.STACKS)
