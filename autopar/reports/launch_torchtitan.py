@@ -123,7 +123,9 @@ def _label_split(layers: int, s: Strategy) -> tuple[int, ...] | None:
     if s.vpp > 1 or not (uneven or s.pp_account_embedding or s.pp_account_loss):
         return None
     split = strategy_split(layers, s)
-    return split.layers_per_rank if split is not None else None
+    counts = split.layers_per_rank if split is not None else ()
+    # a split Megatron rejects (layers left over, --allow-uneven) keeps torchtitan's even one
+    return counts if len(counts) == s.pp and sum(counts) == layers else None
 
 
 def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str | None:
