@@ -27,7 +27,7 @@ search may choose (perf/memory.py); the perf modules re-export them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import NamedTuple
 
@@ -736,6 +736,10 @@ class Stack:
     optimizer_offload: bool  # optimizer states and step on the CPU
     act_offload: bool  # layer-wise activation CPU offload (activation_offload_layers)
     source: str
+    sp: bool = True  # Megatron-style SP: norm/dropout activations sharded over the TP group
+    # axes the stack runs only through model code that its launch file cannot set (autopar hands over the
+    # file alone, so the search does not offer them and the launch writer refuses them: one rule, stack_rules)
+    model_code: dict[str, str] = field(default_factory=dict)
 
 
 STACKS: dict[str, Stack] = {
@@ -806,9 +810,12 @@ STACKS: dict[str, Stack] = {
         "pytorch/pytorch torch/distributed/fsdp/api.py ShardingStrategy; torch/distributed/pipelining",
     ),
     # DeepSpeed v0.19.5 (vendored deepspeed-v0.19.5.json): zero_optimization.stage 0-3 and
-    # zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig); PipelineModule's
-    # TrainSchedule is 1F1B (runtime/pipe/schedule.py); Ulysses (a2a) sequence parallelism and pipelines need
-    # model code, so the config writer runs neither; MiCS/hpZ are not HSDP as autopar models it.
+    # zero_optimization.offload_optimizer (DeepSpeedZeroOffloadOptimizerConfig); tensor_parallel.autotp_size
+    # (AutoTP); PipelineModule's TrainSchedule is 1F1B (runtime/pipe/schedule.py); MiCS/hpZ are not HSDP as
+    # autopar models it. Pipelines (deepspeed.pipe.PipelineModule), Ulysses sequence parallelism
+    # (deepspeed.sequence.layer.DistributedAttention, autopar's cp_comm=a2a) and expert parallelism
+    # (deepspeed.moe.layer.MoE(ep_size=...)) are built in the model code: no ds_config key sets them (the
+    # vendored top-level keys and sections have none), so the search offers none of them (model_code).
     "deepspeed": Stack(
         "deepspeed",
         {"1f1b": "TrainSchedule"},
@@ -819,6 +826,14 @@ STACKS: dict[str, Stack] = {
         True,
         False,
         "deepspeedai/DeepSpeed v0.19.5 deepspeed/runtime/zero/config.py, runtime/pipe/schedule.py",
+        # AutoTP (runtime/tensor_parallel) shards the linear layers only: no Megatron-style SP of the
+        # norm/dropout activations (DeepSpeed's "sequence parallel" is Ulysses, autopar's cp_comm=a2a)
+        sp=False,
+        model_code={
+            Axis.PP: "deepspeed.pipe.PipelineModule",
+            Axis.CP: "deepspeed.sequence.layer.DistributedAttention (Ulysses)",
+            Axis.EP: "deepspeed.moe.layer.MoE(ep_size=...)",
+        },
     ),
 }
 
@@ -845,6 +860,8 @@ def stack_rules(
     states: str | None = None,
     offload: float = 0.0,
     act_offload: int = 0,
+    sp: bool = False,
+    ep: int = 1,
 ) -> Iterator[Violation]:
     """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
     them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
@@ -867,6 +884,23 @@ def stack_rules(
     if act_offload and not st.act_offload:
         msg = f"activation_offload_layers={act_offload}: {fw} has no layer-wise activation CPU offload"
         yield _v(None, Level.SEARCH, msg)
+    if sp and not st.sp:
+        msg = f"sp=true: {fw} has no Megatron-style sequence parallelism (its sequence parallelism is CP a2a)"
+        yield _v(Axis.TP, Level.SEARCH, msg)
+    yield from model_code_rules(framework, pp=pp, cp=cp, ep=ep)
+
+
+def model_code_rules(framework: str, *, pp: int = 1, cp: int = 1, ep: int = 1) -> Iterator[Violation]:
+    """Axes the stack runs only through model code its launch file cannot set (Stack.model_code): the search
+    does not offer them and the launch writer refuses them with these messages."""
+    st = STACKS[framework]
+    for axis, degree in ((Axis.PP, pp), (Axis.CP, cp), (Axis.EP, ep)):
+        if degree > 1 and axis in st.model_code:
+            msg = (
+                f"{axis}={degree}: framework={framework} runs it only in model code ({st.model_code[axis]}), "
+                "which its launch config cannot set"
+            )
+            yield _v(axis, Level.SEARCH, msg)
 
 
 def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
@@ -883,8 +917,66 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
             states=s.optimizer_states,
             offload=s.optimizer_offload,
             act_offload=s.activation_offload_layers or 0,
+            sp=s.sp,
+            ep=s.ep,
         )
     )
+
+
+# Model families a stack runs with fewer axes than its job config offers. torchtitan has no generic model:
+# it runs an architecture as one of its registered models (TrainSpec, torchtitan/models/<name>/__init__.py),
+# and some of those cannot take an axis at all (the trainer raises: level HARD).
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyLimit:
+    """An axis a stack's model family cannot use, with the stack's own words and where it says them."""
+
+    framework: str
+    family: str  # the stack's model name
+    axis: Axis
+    reason: str
+
+
+def torchtitan_family(model: ModelSpec) -> str | None:
+    """The torchtitan v0.2.2 model an architecture runs as, where a family limit depends on it.
+
+    MLA (DeepSeek-V2/V3) is deepseek_v3; per-head q/k norms without local attention or shared experts is
+    qwen3 (Gemma-3 has a sliding window, Llama-4 a shared expert and chunked attention)."""
+    if model.is_mla:
+        return "deepseek_v3"
+    if model.qk_norm and not model.sliding_window and not model.shared_experts:
+        return "qwen3"
+    return None
+
+
+FAMILY_LIMITS: tuple[FamilyLimit, ...] = (
+    FamilyLimit(
+        "torchtitan",
+        "deepseek_v3",
+        Axis.CP,
+        "torchtitan's deepseek_v3 uses flex attention (attn_type='flex', torchtitan v0.2.2 "
+        "torchtitan/models/deepseek_v3/__init__.py:100,127,154) and its CP only supports SDPA "
+        "(model/args.py:101-109: 'Context Parallel only supports SDPA attention')",
+    ),
+    FamilyLimit(
+        "torchtitan",
+        "qwen3",
+        Axis.PP,
+        "torchtitan's qwen3 has no pipelining_fn (torchtitan v0.2.2 torchtitan/models/qwen3/__init__.py:199; "
+        "torchtitan/train.py:218-223 raises 'does not support pipelining')",
+    ),
+)
+
+
+def family_rules(framework: str, model: ModelSpec, *, pp: int = 1, cp: int = 1) -> Iterator[Violation]:
+    """Axes the stack's model family for this architecture cannot use (HARD: the trainer raises)."""
+    family = torchtitan_family(model) if framework == "torchtitan" else None
+    degrees = {Axis.PP: pp, Axis.CP: cp}
+    for lim in FAMILY_LIMITS:
+        if lim.framework == framework and lim.family == family and degrees[lim.axis] > 1:
+            msg = f"{lim.axis}={degrees[lim.axis]}: framework={framework} cannot run it for {model.name}: {lim.reason}"
+            yield _v(lim.axis, Level.HARD, msg)
 
 
 def stack_notes(framework: str, s: Strategy) -> list[str]:
@@ -932,6 +1024,7 @@ def check(
         *precision_rules(cluster, workload.precision),
         *offload_rules(model, workload, s.pp, s.recompute, s.activation_offload_layers or 0),
         *strategy_stack_rules(workload.framework, s),
+        *family_rules(workload.framework, model, pp=s.pp, cp=s.cp),
     ]
     return _keep(rules, level)
 
@@ -966,9 +1059,15 @@ def tp_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
     return [t for t in divisors(cluster.num_gpus) if _ok(tp_rules(model, cluster, t, False))]
 
 
-def pp_degrees(model: ModelSpec, rest: int) -> list[int]:
-    """PP degrees dividing the GPUs left after TP (with an even or a balanced uneven split)."""
-    return [p for p in divisors(rest) if split_values(model, p)]
+def pp_degrees(model: ModelSpec, rest: int, framework: str = "megatron") -> list[int]:
+    """PP degrees dividing the GPUs left after TP (with an even or a balanced uneven split) that the stack's
+    model family runs."""
+    return [
+        p
+        for p in divisors(rest)
+        if split_values(model, p)
+        and _ok([*family_rules(framework, model, pp=p), *stack_rules(framework, pp=p)])
+    ]
 
 
 def split_values(model: ModelSpec, pp: int) -> tuple[Split, ...]:
@@ -978,13 +1077,16 @@ def split_values(model: ModelSpec, pp: int) -> tuple[Split, ...]:
     return tuple(sp for sp in balanced_splits(model.layers, pp) if _ok(pp_rules(model, pp, sp)))
 
 
-def cp_degrees(workload: Workload, rest: int) -> list[int]:
-    """CP degrees dividing the GPUs left after TP and PP (1 alone where the stack has no CP)."""
+def cp_degrees(workload: Workload, rest: int, model: ModelSpec | None = None) -> list[int]:
+    """CP degrees dividing the GPUs left after TP and PP (1 alone where the stack, or its model family for
+    `model`, has no CP)."""
     fw = workload.framework
     return [
         c
         for c in divisors(rest)
-        if _ok(cp_rules(workload, c)) and _ok(stack_rules(fw, cp=c, cp_comm=_first_cp_comm(fw)))
+        if _ok(cp_rules(workload, c))
+        and _ok(stack_rules(fw, cp=c, cp_comm=_first_cp_comm(fw)))
+        and (model is None or _ok(family_rules(fw, model, cp=c)))
     ]
 
 
@@ -1015,7 +1117,7 @@ def grid_problems(
         cp=cp,
         ep=ep,
         etp=etp,
-        sp=tp > 1,
+        sp=tp > 1 and STACKS[workload.framework].sp,
         cp_comm=_first_cp_comm(workload.framework),
         zero=STACKS[workload.framework].zero[0],
         pp_first_layers=split.first,
@@ -1027,7 +1129,7 @@ def grid_problems(
 
 
 def expert_degrees(
-    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims
+    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims, framework: str = "megatron"
 ) -> list[tuple[int, int | None]]:
     """(ep, etp) pairs on the folded expert mesh; etp explicit (1 included) for MoE, (1, None) for dense."""
     if not model.is_moe:
@@ -1036,15 +1138,21 @@ def expert_degrees(
     for ep in divisors(dims.dense_group):
         for etp in divisors(dims.dense_group // ep):
             d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp)
-            rules = [*expert_rules(model, d, True), *domain_rules(Axis.ETP, etp, cluster, False)]
+            rules = [
+                *expert_rules(model, d, True),
+                *domain_rules(Axis.ETP, etp, cluster, False),
+                *stack_rules(framework, ep=ep),
+            ]
             if _ok(rules):
                 out.append((ep, etp))
     return out
 
 
-def sp_values(model: ModelSpec, tp: int, ep: int) -> tuple[bool, ...]:
-    """SP settings the search offers for a layout."""
-    return tuple(sp for sp in (False, True) if _ok(sp_rules(model, tp, ep, sp)))
+def sp_values(model: ModelSpec, tp: int, ep: int, framework: str = "megatron") -> tuple[bool, ...]:
+    """SP settings the search offers for a layout, among those the stack ships."""
+    return tuple(
+        sp for sp in (False, True) if _ok([*sp_rules(model, tp, ep, sp), *stack_rules(framework, sp=sp)])
+    )
 
 
 def mb_vpp_pairs(model: ModelSpec, workload: Workload, dims: ParallelDims) -> tuple[tuple[int, int], ...]:

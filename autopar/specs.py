@@ -91,6 +91,30 @@ class ModelSpec(_Frozen):
     rope_scaling_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     qk_norm: bool = Field(default=False, description="RMSNorm on queries and keys per head (Qwen3, Gemma-3)")
     softcapping: bool = Field(default=False, description="attention/final-logit soft-capping (Gemma-2)")
+    norm_eps: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="RMSNorm/LayerNorm epsilon (rms_norm_eps); None = the stack's default",
+    )
+    # MoE router (HF DeepSeek/Qwen/Mixtral config names in parentheses); only the launch writers read them
+    router_score: Literal["softmax", "sigmoid"] = Field(default="softmax", description="(scoring_func)")
+    router_norm_topk: bool = Field(default=True, description="top-k weights renormalised (norm_topk_prob)")
+    router_expert_bias: bool = Field(
+        default=False, description="aux-loss-free expert bias (topk_method noaux_tc)"
+    )
+    router_groups: int | None = Field(default=None, gt=0, description="expert groups (n_group)")
+    router_group_topk: int | None = Field(
+        default=None, gt=0, description="groups kept per token (topk_group)"
+    )
+    router_scaling: float | None = Field(default=None, gt=0, description="routed_scaling_factor")
+    aux_loss_coeff: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="load-balancing loss weight (aux_loss_alpha, router_aux_loss_coef)",
+    )
+    aux_loss_per_sequence: bool = Field(default=False, description="sequence-wise balancing loss (seq_aux)")
     source: str = ""
     aliases: tuple[str, ...] = ()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -442,3 +443,129 @@ def test_cli_launch_bad_input_exits_2(args: list[str]) -> None:
     res = runner.invoke(app, ["launch", *[x for kv in base.items() for x in kv]])
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    "first, last, want",
+    [
+        (2, 3, [2] + [4] * 14 + [3]),  # 61 layers: 2 + 14 x 4 + 3 (Megatron's first/last-stage split)
+        (3, 2, [3] + [4] * 14 + [2]),
+    ],
+)
+def test_torchtitan_toml_keeps_the_labels_uneven_split(first, last, want):
+    """DeepSeek-V3 "PP16 first2 last3": torchtitan gets module_fqns_per_model_part with those stage sizes,
+    not its own most-even 4 x 13, 3, 3, 3."""
+    m = get_model("DeepSeek-V3")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=256, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=1024, framework="torchtitan")
+    label = f"TP1 PP16 first{first} last{last} EP8 Z3 mb1 full-AC"
+    s = parse_strategy_label(label)
+    ls = launch_settings(m, cl, w, s)
+    parts = tomllib.loads(ls.torchtitan)["parallelism"]["module_fqns_per_model_part"]
+    assert [sum(p.startswith("layers.") for p in part) for part in parts] == want
+    flat = [x for part in parts for x in part]
+    assert flat == ["tok_embeddings", *(f"layers.{i}" for i in range(61)), "norm", "output"]
+    assert check_torchtitan(ls.torchtitan, "v0.2.2", 256, 61) == []
+
+
+HF_DIR = Path(__file__).parent / "data" / "hf"
+
+# Router arguments each HF config implies, read off the JSON by hand (scoring_func, topk_method noaux_tc,
+# n_group/topk_group, routed_scaling_factor, aux_loss_alpha/router_aux_loss_coef with seq_aux, rms_norm_eps).
+ROUTER_ARGS = {
+    "deepseek-v3.json": [
+        "--moe-router-score-function sigmoid",
+        "--moe-router-enable-expert-bias",
+        "--moe-router-num-groups 8",
+        "--moe-router-group-topk 4",
+        "--moe-router-topk-scaling-factor 2.5",
+        "--moe-router-load-balancing-type seq_aux_loss",
+        "--moe-aux-loss-coeff 0.001",
+        "--norm-epsilon 1e-06",
+    ],
+    "qwen3-30b-a3b.json": [
+        "--moe-router-score-function softmax",
+        "--moe-router-load-balancing-type aux_loss",
+        "--moe-aux-loss-coeff 0.001",
+        "--norm-epsilon 1e-06",
+        "--qk-layernorm",
+    ],
+    "qwen3-235b-a22b.json": [
+        "--moe-router-score-function softmax",
+        "--moe-aux-loss-coeff 0.001",
+        "--qk-layernorm",
+    ],
+    "deepseek-v2.json": [
+        "--moe-router-pre-softmax",
+        "--moe-router-group-topk 3",
+        "--moe-router-topk-scaling-factor 16",
+    ],
+    "mixtral-8x7b-v0.1.json": ["--moe-aux-loss-coeff 0.02", "--norm-epsilon 1e-05"],
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(ROUTER_ARGS))
+def test_megatron_router_settings_come_from_the_model_config(fixture):
+    cfg = json.loads((HF_DIR / fixture).read_text())
+    m = get_model(str(HF_DIR / fixture))
+    ls = launch_settings(
+        m, ClusterSpec(gpu=H100, num_gpus=64), Workload(seq_len=4096, global_batch=64), Strategy()
+    )
+    a = ls.megatron_args
+    assert all(x in a for x in ROUTER_ARGS[fixture]), [x for x in ROUTER_ARGS[fixture] if x not in a]
+    assert check_megatron(a, "core_v0.19.0", list(ls.placeholders)) == []
+    sigmoid = cfg.get("scoring_func") == "sigmoid"
+    assert ("--moe-router-enable-expert-bias" in a) is sigmoid and ("--qk-layernorm" in a) is (
+        "qwen3" in fixture
+    )
+    assert not any(x.startswith("--moe-aux-loss-coeff 0") and x.split()[1] in ("0", "0.0") for x in a)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("scoring_func", "relu"),
+        ("aux_loss_alpha", "0.001"),
+        ("routed_scaling_factor", -1),
+        ("n_group", 8.5),
+        ("rms_norm_eps", True),
+        ("seq_aux", "yes"),
+    ],
+)
+def test_wrong_router_field_types_are_one_line_errors(key, value):
+    from autopar.catalog.hf import model_from_hf_config
+
+    cfg = json.loads((HF_DIR / "deepseek-v3.json").read_text()) | {key: value}
+    with pytest.raises(SpecError) as e:
+        model_from_hf_config(cfg)
+    assert f"'{key}'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_router_fields_read_from_the_hf_configs():
+    """Field by field against the fixtures' own values."""
+    from autopar.catalog.hf import model_from_hf_config
+
+    v3 = model_from_hf_config(json.loads((HF_DIR / "deepseek-v3.json").read_text()))
+    assert (v3.router_score, v3.router_expert_bias, v3.router_groups, v3.router_group_topk) == (
+        "sigmoid",
+        True,
+        8,
+        4,
+    )
+    assert (v3.router_scaling, v3.aux_loss_coeff, v3.aux_loss_per_sequence, v3.norm_eps) == (
+        2.5,
+        0.001,
+        True,
+        1e-6,
+    )
+    assert v3.router_norm_topk is True
+    q = model_from_hf_config(json.loads((HF_DIR / "qwen3-30b-a3b.json").read_text()))
+    assert (q.router_score, q.router_norm_topk, q.router_expert_bias, q.router_groups) == (
+        "softmax",
+        True,
+        False,
+        None,
+    )
+    assert (q.aux_loss_coeff, q.aux_loss_per_sequence, q.norm_eps, q.qk_norm) == (0.001, False, 1e-6, True)
+    dense = model_from_hf_config(json.loads((HF_DIR / "qwen3-8b.json").read_text()))
+    assert dense.norm_eps == 1e-6 and dense.aux_loss_coeff is None

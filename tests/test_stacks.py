@@ -124,3 +124,105 @@ def test_every_search_point_is_shipped_by_its_stack(framework, savers, gpus, see
         assert strategy_stack_rules(framework, s) == [] and check(model, cl, w, s, level=Level.SEARCH) == []
         if s.activation_offload_layers:
             assert s.pp == 1 and s.recompute == "none" and "act_offload" in savers
+
+
+def _space_axes(model_name: str, framework: str, gpus: int = 64):
+    """(tp, pp, cp, ep, sp values) of every layout of a (model, stack) search space."""
+    model = get_model(model_name)
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)
+    w = Workload(seq_len=32768, global_batch=256, framework=framework)
+    return [(lay.tp, lay.pp, lay.cp, lay.ep, lay.sp) for lay in build_space(model, cl, w).layouts]
+
+
+def test_torchtitan_search_offers_no_cp_for_deepseek_v3():
+    """torchtitan's deepseek_v3 uses flex attention and its CP runs SDPA only; Megatron's space has CP."""
+    tt, meg = _space_axes("DeepSeek-V3", "torchtitan"), _space_axes("DeepSeek-V3", "megatron")
+    assert tt and all(cp == 1 for _, _, cp, _, _ in tt)
+    assert any(cp > 1 for _, _, cp, _, _ in meg)
+    assert any(pp > 1 for _, pp, _, _, _ in tt)  # deepseek_v3 does pipeline
+
+
+def test_torchtitan_search_offers_no_pp_for_qwen3():
+    """torchtitan's qwen3 TrainSpec has no pipelining_fn; Llama-3 (also torchtitan) keeps its PP layouts."""
+    for name in ("Qwen3-8B", "Qwen3-30B-A3B"):
+        tt = _space_axes(name, "torchtitan", gpus=16)
+        assert tt and all(pp == 1 for _, pp, _, _, _ in tt)
+        assert any(cp > 1 for _, _, cp, _, _ in tt)  # qwen3 runs SDPA: CP stays
+    assert any(pp > 1 for _, pp, _, _, _ in _space_axes("Llama-3.1-8B", "torchtitan", gpus=16))
+
+
+@pytest.mark.parametrize("model_name", ["Llama-3.1-8B", "Qwen3-30B-A3B", "DeepSeek-V3"])
+def test_deepspeed_search_offers_no_megatron_sp(model_name):
+    ds = _space_axes(model_name, "deepspeed")
+    assert ds and all(sp == (False,) for *_, sp in ds)
+    assert any(True in sp for *_, sp in _space_axes(model_name, "megatron"))
+
+
+@pytest.mark.parametrize(
+    "model_name, knobs, words",
+    [
+        ("Qwen3-8B", {"pp": 2}, "pp=2: framework=torchtitan cannot run it for Qwen3-8B: torchtitan's qwen3"),
+        ("DeepSeek-V3", {"cp": 2}, "cp=2: framework=torchtitan cannot run it for DeepSeek-V3"),
+    ],
+)
+def test_family_limit_is_hard_for_a_hand_given_strategy(model_name, knobs, words):
+    m = get_model(model_name)
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+    s = Strategy(micro_batch=1, recompute="full", zero=3, **knobs)
+    for fw, broken in (("torchtitan", True), ("megatron", False)):
+        w = Workload(seq_len=8192, global_batch=64, framework=fw)
+        hard = [v.message for v in check(m, cl, w, s, level=Level.HARD)]
+        assert any(words in h for h in hard) is broken
+
+
+def test_estimate_cli_exits_2_naming_the_family_rule():
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    args = ["estimate", "--framework", "torchtitan", "--model", "qwen3-8b", "--pp", "2", "--gpus", "16"]
+    r = CliRunner().invoke(app, args)
+    assert (
+        r.exit_code == 2 and "pp=2: framework=torchtitan" in r.stderr and "qwen3/__init__.py:199" in r.stderr
+    )
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    model_name=st.sampled_from(["Llama-3.1-8B", "Qwen3-30B-A3B", "DeepSeek-V3"]),
+    gpus=st.sampled_from([8, 16, 64]),
+    seed=st.integers(min_value=0, max_value=10**6),
+)
+def test_every_deepspeed_search_point_gets_a_config_whose_batch_identity_holds(model_name, gpus, seed):
+    """Invariant: the DeepSpeed search offers only what its JSON expresses (no PP, CP or EP: model code), and
+    that JSON's train_batch_size = micro x accumulation x (GPUs / tp), the DP an mpu reports for AutoTP."""
+    from autopar.reports.launch_schema import check_deepspeed
+
+    model = get_model(model_name)
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)
+    w = Workload(seq_len=4096, global_batch=256, framework="deepspeed")
+    s = build_space(model, cl, w).sample(random.Random(seed)).strategy
+    ls = launch_settings(model, cl, w, s)
+    assert ls.deepspeed is not None, ls.deepspeed_reason
+    assert (s.pp, s.cp, s.ep, s.sp) == (1, 1, 1, False)
+    cfg = json.loads(ls.deepspeed)
+    dp = gpus // s.tp
+    assert (
+        cfg["train_batch_size"]
+        == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+    )
+    assert check_deepspeed(ls.deepspeed, VERSIONS["deepspeed"][0], gpus, model_parallel=s.tp) == []
+    if s.tp > 1:
+        assert f"get_data_parallel_world_size() returns {dp}" in ls.deepspeed_reason
+
+
+@pytest.mark.parametrize("knobs", [{"pp": 2}, {"cp": 2, "cp_comm": "a2a"}])
+def test_deepspeed_writer_refuses_through_the_search_rule(knobs):
+    """The writer's refusal is the search's stack rule, word for word (one rule for both)."""
+    m, cl, w = _llama8b("deepspeed")
+    s = Strategy(micro_batch=1, recompute="full", zero=1, **knobs)
+    ls = launch_settings(m, cl, w, s)
+    rule = [v.message for v in strategy_stack_rules("deepspeed", s) if "model code" in v.message]
+    assert ls.deepspeed is None and len(rule) == 1 and ls.deepspeed_reason.endswith(rule[0])
+    assert "runs it only in model code" in ls.deepspeed_reason

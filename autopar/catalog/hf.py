@@ -159,6 +159,35 @@ def _decoder(r: _Reader, *, tied_default: bool = False, bias_default: bool = Fal
         "activation": "swiglu",
         "norm": "rmsnorm",
         "qkv_bias": r.flag("attention_bias", bias_default),
+        "norm_eps": r.number("rms_norm_eps", None, maximum=_MAX_NORM_EPS),
+    }
+
+
+# Largest norm epsilon accepted (configs use 1e-6 .. 1e-5); anything near 1 is a typo for another field.
+_MAX_NORM_EPS = 0.1
+
+
+def _router(r: _Reader, *, norm_default: bool) -> Fields:
+    """MoE router settings (HF Mixtral/Qwen-MoE/DeepSeek names): score function, top-k renormalisation,
+    group-limited routing, routed scaling, aux-loss-free bias and the load-balancing loss weight."""
+    score = r.text("scoring_func", "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise r.error("scoring_func", score, "softmax or sigmoid")
+    alpha = r.cfg.get("aux_loss_alpha", r.cfg.get("router_aux_loss_coef"))
+    key = "aux_loss_alpha" if "aux_loss_alpha" in r.cfg else "router_aux_loss_coef"
+    if alpha is not None and (
+        isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1
+    ):
+        raise r.error(key, alpha, "a number in 0..1")
+    return {
+        "router_score": score,
+        "router_norm_topk": r.flag("norm_topk_prob", norm_default),
+        "router_expert_bias": r.text("topk_method", "") == "noaux_tc",
+        "router_groups": r.integer("n_group", None),
+        "router_group_topk": r.integer("topk_group", None),
+        "router_scaling": r.number("routed_scaling_factor", None, maximum=1e3),
+        "aux_loss_coeff": None if alpha is None else float(alpha),
+        "aux_loss_per_sequence": r.flag("seq_aux", False),
     }
 
 
@@ -209,11 +238,15 @@ def _mistral(r: _Reader) -> Fields:
 
 def _mixtral(r: _Reader) -> Fields:
     f = _mistral(r)
-    return f | {
-        "experts": r.integer("num_local_experts"),
-        "topk": r.integer("num_experts_per_tok"),
-        "moe_ffn_hidden": f["ffn_hidden"],
-    }
+    return (
+        f
+        | {
+            "experts": r.integer("num_local_experts"),
+            "topk": r.integer("num_experts_per_tok"),
+            "moe_ffn_hidden": f["ffn_hidden"],
+        }
+        | _router(r, norm_default=True)
+    )  # Mixtral: softmax over the top-k logits (renormalised)
 
 
 def _qwen2(r: _Reader) -> Fields:
@@ -302,14 +335,18 @@ def _leading_dense_layers(r: _Reader, layers: int) -> int:
 
 def _qwen_moe(r: _Reader, base: Fields) -> Fields:
     shared = r.integer("shared_expert_intermediate_size", 0, minimum=0)
-    return base | {
-        "experts": r.integer("num_experts"),
-        "topk": r.integer("num_experts_per_tok"),
-        "moe_ffn_hidden": r.integer("moe_intermediate_size"),
-        "shared_experts": 1 if shared else 0,
-        "shared_ffn_hidden": shared or None,
-        "dense_layers": _leading_dense_layers(r, base["layers"]),
-    }
+    return (
+        base
+        | {
+            "experts": r.integer("num_experts"),
+            "topk": r.integer("num_experts_per_tok"),
+            "moe_ffn_hidden": r.integer("moe_intermediate_size"),
+            "shared_experts": 1 if shared else 0,
+            "shared_ffn_hidden": shared or None,
+            "dense_layers": _leading_dense_layers(r, base["layers"]),
+        }
+        | _router(r, norm_default=False)
+    )  # Qwen2MoeConfig/Qwen3MoeConfig norm_topk_prob defaults to false
 
 
 def _qwen2_moe(r: _Reader) -> Fields:
@@ -337,13 +374,17 @@ def _deepseek(r: _Reader) -> Fields:
     freq = r.integer("moe_layer_freq", 1)
     if freq != 1:
         raise SpecError(f"Hugging Face config key 'moe_layer_freq'={freq} is not supported (only 1)")
-    return f | {
-        "experts": r.integer("n_routed_experts"),
-        "topk": r.integer("num_experts_per_tok"),
-        "moe_ffn_hidden": r.integer("moe_intermediate_size"),
-        "shared_experts": r.integer("n_shared_experts", 0, minimum=0),
-        "dense_layers": r.integer("first_k_dense_replace", 0, minimum=0),
-    }
+    return (
+        f
+        | {
+            "experts": r.integer("n_routed_experts"),
+            "topk": r.integer("num_experts_per_tok"),
+            "moe_ffn_hidden": r.integer("moe_intermediate_size"),
+            "shared_experts": r.integer("n_shared_experts", 0, minimum=0),
+            "dense_layers": r.integer("first_k_dense_replace", 0, minimum=0),
+        }
+        | _router(r, norm_default=False)
+    )  # DeepseekV2Config: norm_topk_prob false unless set (V3 sets it)
 
 
 def _gpt_oss(r: _Reader) -> Fields:

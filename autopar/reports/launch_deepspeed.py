@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import json
 
-from autopar.layouts import Axis, stack_notes
+from autopar.layouts import model_code_rules, stack_notes
 from autopar.specs import Strategy, Workload
 
 
 def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tuple[str | None, str, list[str]]:
     """(config JSON or None, reason or caveats, notes)."""
-    unsupported = [f"{name}={v}" for name, v in ((Axis.PP, s.pp), (Axis.CP, s.cp), (Axis.EP, s.ep)) if v > 1]
-    if unsupported:
-        reason = (
-            "not expressible as a DeepSpeed config: "
-            + ", ".join(unsupported)
-            + " need model-side code (PipelineModule, Ulysses, DeepSpeed-MoE)"
-        )
-        return None, reason, []
+    # the rule the DeepSpeed search reads too (layouts.STACKS model_code): axes no ds_config key sets
+    blocked = [v.message for v in model_code_rules("deepspeed", pp=s.pp, cp=s.cp, ep=s.ep)]
+    if blocked:
+        return None, "not expressible as a DeepSpeed config: " + "; ".join(blocked), []
     notes: list[str] = stack_notes("deepspeed", s)  # the capability table (layouts.STACKS)
     zero: dict[str, object] = {"stage": s.zero}
     if s.zero >= 2:
@@ -49,6 +45,12 @@ def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tupl
         notes.append(
             "DeepSpeed AutoTP (tensor_parallel.autotp_size) shards linear layers of "
             "Hugging Face style models; it has no Megatron-style sequence parallelism"
+        )
+        notes.append(
+            f"train_batch_size counts data-parallel ranks = GPUs / tp = {s.dp}: the training script must pass "
+            f"deepspeed.initialize an mpu whose get_data_parallel_world_size() returns {s.dp} "
+            "(e.g. the groups of deepspeed.utils.groups with tensor-parallel size "
+            f"{s.tp}), or DeepSpeed counts every GPU as data-parallel and rejects the batch"
         )
     if s.recompute != "none":
         notes.append(

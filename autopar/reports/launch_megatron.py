@@ -86,6 +86,8 @@ def _network(model: ModelSpec, workload: Workload) -> tuple[list[str], list[str]
         a.append("--add-qkv-bias")
     if model.qk_norm:
         a.append("--qk-layernorm")
+    if model.norm_eps is not None:
+        a.append(f"--norm-epsilon {model.norm_eps:g}")  # Megatron's default is 1e-5
     if not model.dropout:  # Megatron defaults both to 0.1 (TransformerConfig)
         a += ["--hidden-dropout 0", "--attention-dropout 0"]
     if model.sliding_window and model.sliding_window_fraction > 0:
@@ -121,7 +123,33 @@ def _experts(model: ModelSpec) -> list[str]:
             a.append(f"--moe-shared-expert-intermediate-size {model.shared_experts * model.shared_ffn}")
         if model.dense_layers:
             a.append(f"--moe-layer-freq '([0]*{model.dense_layers}+[1]*{model.moe_layers})'")
+        a += _router(model)
         a += ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    return a
+
+
+# Load-balancing loss weight when the model config gives none: Megatron's default (0.0) would train without
+# balancing; 1e-2 is the Switch Transformer's alpha (Fedus et al. 2021, section 2.2).
+DEFAULT_AUX_LOSS_COEFF = 1e-2
+
+
+def _router(model: ModelSpec) -> list[str]:
+    """Router arguments from the model config (megatron/training/arguments.py _add_moe_args)."""
+    a = [f"--moe-router-score-function {model.router_score}"]
+    if model.router_score == "softmax" and not model.router_norm_topk:
+        a.append("--moe-router-pre-softmax")  # softmax over all experts, top-k weights not renormalised
+    if model.router_expert_bias:
+        a.append("--moe-router-enable-expert-bias")
+    if model.router_groups and model.router_group_topk:
+        a += [
+            f"--moe-router-num-groups {model.router_groups}",
+            f"--moe-router-group-topk {model.router_group_topk}",
+        ]
+    if model.router_scaling is not None:
+        a.append(f"--moe-router-topk-scaling-factor {model.router_scaling:g}")
+    coeff = DEFAULT_AUX_LOSS_COEFF if model.aux_loss_coeff is None else model.aux_loss_coeff
+    kind = "seq_aux_loss" if model.aux_loss_per_sequence else "aux_loss"
+    a += [f"--moe-router-load-balancing-type {kind}", f"--moe-aux-loss-coeff {coeff:g}"]
     return a
 
 

@@ -20,6 +20,7 @@ as-even-as-possible split. The frameworks need that split spelled out:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autopar.perf.pipeline import stage_layers
@@ -100,21 +101,29 @@ def even_layers(layers: int, stages: int) -> list[int]:
     return [base + (i < extra) for i in range(stages)]
 
 
-def torchtitan_split(layers: int, pp: int, vpp: int) -> dict[str, object]:
-    """[parallelism] keys that make torchtitan build exactly pp*vpp stages with autopar's split."""
+def torchtitan_split(
+    layers: int, pp: int, vpp: int, counts: Sequence[int] | None = None
+) -> dict[str, object]:
+    """[parallelism] keys that make torchtitan build exactly pp*vpp stages with autopar's split: `counts` (the
+    layers per stage of an uneven split, e.g. the label's first/last stages) or the most even one.
+
+    torchtitan v0.2.2 pipeline_parallel.py takes an explicit split only as module_fqns_per_model_part (its
+    *_stage_less_layers weigh the embedding and the output, not a layer count)."""
     if pp == 1:
         return {}
     stages = pp * vpp
+    if counts is not None and (len(counts) != stages or sum(counts) != layers):
+        raise ValueError(f"split {tuple(counts)} is not {stages} stages of {layers} layers")
     keys: dict[str, object] = {
         "pipeline_parallel_first_stage_less_layers": 0,
         "pipeline_parallel_last_stage_less_layers": 0,
     }
-    if layers % stages == 0:
+    if counts is None and layers % stages == 0:
         keys["pipeline_parallel_layers_per_stage"] = layers // stages
         return keys
     parts: list[list[str]] = []
     start = 0
-    for i, n in enumerate(even_layers(layers, stages)):
+    for i, n in enumerate(counts if counts is not None else even_layers(layers, stages)):
         mods = [f"layers.{j}" for j in range(start, start + n)]
         start += n
         if i == 0:

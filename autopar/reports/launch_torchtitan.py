@@ -12,7 +12,7 @@ import json
 
 from autopar.layouts import STACKS, stack_notes
 from autopar.reports.launch_schema import load_schema, schema_source
-from autopar.reports.launch_split import torchtitan_split
+from autopar.reports.launch_split import strategy_split, torchtitan_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.text import one_line
 
@@ -106,18 +106,26 @@ def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dic
     ships = STACKS["torchtitan"].schedules
     if s.pp > 1 and s.pp_schedule not in ships:
         notes.append(f"pp_schedule={s.pp_schedule}: this config runs 1F1B instead")
-    if s.pp > 1 and (s.pp_first_layers is not None or s.pp_last_layers is not None):
-        notes.append(
-            "torchtitan weighs the first/last stage with *_stage_less_layers, not explicit layer counts"
-        )
     if s.pp > 1:
         par["pipeline_parallel_schedule"] = ships["interleaved" if s.vpp > 1 else "1f1b"]
         par["pipeline_parallel_microbatch_size"] = s.micro_batch
-        par.update(torchtitan_split(model.layers, s.pp, s.vpp))
+        par.update(torchtitan_split(model.layers, s.pp, s.vpp, _label_split(model.layers, s)))
     if model.is_moe:
         par["expert_parallel_degree"] = s.ep
         par["expert_tensor_parallel_degree"] = s.expert_tp if s.ep > 1 else 1
     return par, notes
+
+
+def _label_split(layers: int, s: Strategy) -> tuple[int, ...] | None:
+    """Layers per stage of the strategy's own uneven split (first/last stages, account-for options), or None
+    for the most even one (also with virtual stages: Megatron interleaves even chunks only)."""
+    uneven = s.pp_first_layers is not None or s.pp_last_layers is not None
+    if s.vpp > 1 or not (uneven or s.pp_account_embedding or s.pp_account_loss):
+        return None
+    split = strategy_split(layers, s)
+    counts = split.layers_per_rank if split is not None else ()
+    # a split Megatron rejects (layers left over, --allow-uneven) keeps torchtitan's even one
+    return counts if len(counts) == s.pp and sum(counts) == layers else None
 
 
 def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str | None:

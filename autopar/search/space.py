@@ -212,8 +212,8 @@ def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout
     for h, hw in enumerate(hardware):
         n, wl = hw.num_gpus, hw.workload
         for tp in lay_rules.tp_degrees(model, hw.cluster):
-            for pp in lay_rules.pp_degrees(model, n // tp):
-                for cp in lay_rules.cp_degrees(wl, n // (tp * pp)):
+            for pp in lay_rules.pp_degrees(model, n // tp, wl.framework):
+                for cp in lay_rules.cp_degrees(wl, n // (tp * pp), model):
                     dims = ParallelDims(n, tp, cp, pp, n // (tp * pp * cp))
                     out += _expert_layouts(model, hw, h, dims, memo)
     return out
@@ -251,11 +251,13 @@ def _expert_layouts(
     }
     if not common["cp_comm"]:  # the stack runs no CP variant on this grid (e.g. DeepSpeed: Ulysses alone)
         return out
-    for ep, etp in lay_rules.expert_degrees(model, cl, dims):
+    for ep, etp in lay_rules.expert_degrees(model, cl, dims, wl.framework):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
         pairs, pipe = _pipe_memo(memo, model, wl, d)
         if pairs:
-            sp = lay_rules.sp_values(model, dims.tp, ep)
+            sp = lay_rules.sp_values(model, dims.tp, ep, wl.framework)
+            if not sp:  # MoE with tp > 1 and ep > 1 wants SP, which the stack does not ship
+                continue
             out.append(
                 Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, **common)
             )
