@@ -20,7 +20,20 @@ from autopar.cli.common import (
     knob_strategy,
     resolve_calibration,
 )
-from autopar.cli.evaluation import evaluate, label_strategy, problem
+from autopar.cli.evaluation import (
+    AllowUnevenOpt,
+    GlobalBatchOpt,
+    GpuOpt,
+    GpusOpt,
+    GpusPerNodeOpt,
+    InternodeOpt,
+    ModelOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    evaluate,
+    label_strategy,
+    problem,
+)
 from autopar.cli.workload_opts import (
     CudaGraphsOpt,
     FP8RecipeOpt,
@@ -220,14 +233,10 @@ def _reject_knobs_with_label(given: dict[str, Any], label: str) -> None:
 
 @command("estimate")
 def estimate_cmd(
-    model: Annotated[
-        str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")
-    ] = "Llama-3.1-70B",
-    gpu: Annotated[str | None, typer.Option(help="GPU type (see `autopar gpus`) [default: H100-SXM]")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Number of GPUs [default: 64]")] = None,
-    gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
-    ] = None,
+    model: ModelOpt = "Llama-3.1-70B",
+    gpu: GpuOpt = None,
+    gpus: GpusOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
     nvlink_domain: NvlinkDomainOpt = None,
     fp8_recipe: FP8RecipeOpt = None,
     moe_imbalance: MoEImbalanceOpt = None,
@@ -236,12 +245,10 @@ def estimate_cmd(
     moe_ep_overlap: MoEOverlapOpt = False,
     cuda_graphs: CudaGraphsOpt = False,
     cluster_name: ClusterOpt = None,
-    internode_gbps: Annotated[
-        float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
-    ] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens)")] = 8192,
-    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
-    precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
+    internode_gbps: InternodeOpt = None,
+    seq_len: SeqLenOpt = 8192,
+    global_batch: GlobalBatchOpt = 512,
+    precision: PrecisionOpt = "bf16",
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = None,
     strategy: Annotated[
@@ -291,7 +298,7 @@ def estimate_cmd(
             "needs pp=1 and recompute none)"
         ),
     ] = 0,
-    allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
+    allow_uneven: AllowUnevenOpt = False,
     batch: Annotated[
         Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
     ] = None,

@@ -6,16 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from autopar.calibration.verdict import memory_verdict
 from autopar.cli.cluster_opts import resolve_cluster
 from autopar.cli.common import check_framework
 from autopar.cli.workload_opts import workload_extras
 from autopar.defaults import tp_comm_overlap_default
-from autopar.units import GiB
+from autopar.units import GiB, usd_per_mtoken
 
 DEFAULT_GPU, DEFAULT_GPUS = "H100-SXM", 64
+
+# The problem options of `estimate` and `compare` (with cluster_opts and workload_opts).
+ModelOpt = Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")]
+GpuOpt = Annotated[str | None, typer.Option(help=f"GPU type (see `autopar gpus`) [default: {DEFAULT_GPU}]")]
+GpusOpt = Annotated[int | None, typer.Option(help=f"Number of GPUs [default: {DEFAULT_GPUS}]")]
+GpusPerNodeOpt = Annotated[
+    int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
+]
+InternodeOpt = Annotated[float | None, typer.Option(help="Inter-node GB/s per GPU per direction")]
+SeqLenOpt = Annotated[int, typer.Option(help="Sequence length (tokens)")]
+GlobalBatchOpt = Annotated[int, typer.Option(help="Global batch (sequences per step)")]
+PrecisionOpt = Annotated[str, typer.Option(help="bf16 or fp8")]
+AllowUnevenOpt = Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")]
 
 
 def problem(flags: Mapping[str, Any]) -> tuple[Any, Any, Any]:
@@ -76,6 +92,12 @@ class Evaluation:
     calib: Any
     verdict: str
     mem_band: tuple[float, float] | None  # GiB, calibrated only
+    price: tuple[float, str]  # USD per GPU-hour and its source
+
+    @property
+    def usd_per_mtoken(self) -> float:
+        """USD per million trained tokens at `price` (autopar.units.usd_per_mtoken, as optimize's cost)."""
+        return usd_per_mtoken(self.est.tokens_per_s, self.cluster.num_gpus, self.price[0])
 
     def doc(self) -> dict[str, Any]:
         """The `estimate --json` document (also one entry of `compare --json`)."""
@@ -107,6 +129,11 @@ class Evaluation:
             "notes": list(est.notes),
             "assumed": list(est.assumed),
             "calibration": self._calibration_doc(),
+            "cost": {
+                "usd_per_gpu_hour": self.price[0],
+                "price_source": self.price[1],
+                "usd_per_mtoken": self.usd_per_mtoken,
+            },
         }
 
     def _calibration_doc(self) -> dict[str, Any] | None:
@@ -125,8 +152,26 @@ class Evaluation:
         }
 
 
-def evaluate(model: Any, cluster: Any, workload: Any, strategy: Any, calib: Any, strict: bool) -> Evaluation:
-    """Estimate one strategy (dp filled from the cluster), corrected by `calib` when given."""
+def on_demand_price(cluster: Any, prices: Path | None = None) -> tuple[float, str]:
+    """USD per GPU-hour on demand and its source, from the price book at `prices` or the built-in one (the
+    price `optimize` uses for $/Mtoken by default)."""
+    from autopar.costs import load_price_book
+    from autopar.search.evaluate import resolve_price
+
+    return resolve_price(cluster, load_price_book(prices) if prices is not None else None, "on_demand")
+
+
+def evaluate(
+    model: Any,
+    cluster: Any,
+    workload: Any,
+    strategy: Any,
+    calib: Any,
+    strict: bool,
+    price: tuple[float, str] | None = None,
+) -> Evaluation:
+    """Estimate one strategy (dp filled from the cluster), corrected by `calib` when given; $/Mtoken at
+    `price` (default: on demand)."""
     from autopar.perf import estimate
 
     s = strategy.with_dp(cluster.num_gpus)
@@ -140,4 +185,5 @@ def evaluate(model: Any, cluster: Any, workload: Any, strategy: Any, calib: Any,
     verdict = memory_verdict(
         est.memory.total / GiB, mem_band[0] if mem_band else None, est.capacity_bytes / GiB
     )
-    return Evaluation(model, cluster, workload, s, analytical, est, calib, verdict, mem_band)
+    price = price or on_demand_price(cluster)
+    return Evaluation(model, cluster, workload, s, analytical, est, calib, verdict, mem_band, price)
