@@ -302,6 +302,19 @@ def optimize_cmd(
         ),
     ] = HEADROOM_DEFAULT,
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
+    fix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Search only KNOB=VALUE, e.g. tp=8 (repeatable; knobs: tp pp cp ep etp dp vpp ...)"
+        ),
+    ] = None,
+    forbid: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Pin an axis to 1 or turn a feature off (cp, ep, pp, hsdp, ...), or drop one value "
+            "(cp_comm=allgather); repeatable"
+        ),
+    ] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
     calibration: CalibrationOpt = None,
@@ -377,6 +390,9 @@ def optimize_cmd(
         raise AutoparError("heartbeat: only a database-server --storage (postgresql://...) uses heartbeats")
     if heartbeat is not None and heartbeat < 1:
         raise AutoparError(f"heartbeat={heartbeat}: must be at least 1 second")
+    from autopar.search.constraints import parse_constraints
+
+    constraints = parse_constraints(fix or (), forbid or ())
     ref = None if no_calibration else (str(calibration.resolve()) if calibration else "default")
     result = run_workers(
         workers,
@@ -399,6 +415,7 @@ def optimize_cmd(
             calibration=calib,
             progress=progress,
             heartbeat_s=heartbeat,
+            constraints=constraints,
             stored_inputs={"calibration": ref, "gpus_arg": gpus},
         ),
     )
