@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -143,3 +144,28 @@ def test_cp_comm_flag_reaches_the_estimate():
         runner.invoke(app, [*base, "--strategy", a2a["label"], "--json", "--no-calibration"]).stdout
     )
     assert lab["estimate"] == a2a["estimate"]
+
+
+def test_optimize_rows_recheck_with_estimate_and_share_its_mfu_unit():
+    """Every label optimize prints re-estimates to the same tokens/s and MFU: `mfu` is a fraction in both
+    --json documents (`mfu_pct` the percent), and the objective's unit says so."""
+    base = [
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "16",
+        "--no-calibration",
+    ]
+    r = runner.invoke(app, ["optimize", *base, "--objectives", "throughput,mfu", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert {"name": "mfu", "direction": "maximize", "unit": "fraction"} in doc["objectives"]
+    for row in doc["pareto"][:4] + doc["recommended"][:2]:
+        est = json.loads(runner.invoke(app, ["estimate", *base, "--strategy", row["label"], "--json"]).stdout)
+        assert math.isclose(row["throughput"], est["estimate"]["tokens_per_s"], rel_tol=1e-9)
+        assert math.isclose(row["mfu"], est["estimate"]["mfu"], rel_tol=1e-9) and 0 < row["mfu"] < 1
+        assert math.isclose(row["mfu_pct"], 100 * row["mfu"], rel_tol=1e-12)
