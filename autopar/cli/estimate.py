@@ -9,17 +9,30 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autopar.calibration.verdict import AT_RISK, OOM, memory_verdict
+from autopar.calibration.verdict import AT_RISK, OOM
 from autopar.cli.app import command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
+from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt
 from autopar.cli.common import (
     CalibrationOpt,
     FrameworkOpt,
     NoCalibrationOpt,
     TpOverlapOpt,
-    check_framework,
     knob_strategy,
     resolve_calibration,
+)
+from autopar.cli.evaluation import (
+    AllowUnevenOpt,
+    GlobalBatchOpt,
+    GpuOpt,
+    GpusOpt,
+    GpusPerNodeOpt,
+    InternodeOpt,
+    ModelOpt,
+    PrecisionOpt,
+    SeqLenOpt,
+    evaluate,
+    label_strategy,
+    problem,
 )
 from autopar.cli.workload_opts import (
     CudaGraphsOpt,
@@ -28,9 +41,7 @@ from autopar.cli.workload_opts import (
     MoEDispatcherOpt,
     MoEImbalanceOpt,
     MoEOverlapOpt,
-    workload_extras,
 )
-from autopar.defaults import tp_comm_overlap_default
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
 from autopar.text import csv_cell
@@ -182,27 +193,50 @@ _BATCH_OPTIONS = frozenset({"batch", "out", "calibration", "no_calibration", "as
 _FLAG_NAMES = {"cluster_name": "--cluster"}  # parameters whose flag is not their name
 
 
+# The knob flags a --strategy label sets itself (a flag given with the label could not take effect).
+LABEL_KNOBS = (
+    "tp", "pp", "cp", "cp_comm", "ep", "etp", "vpp", "pp_schedule", "sp", "zero", "micro_batch", "recompute",
+    "activation_offload_layers",
+)  # fmt: skip
+
+
+def _changed(given: dict[str, Any], names: Any) -> list[str]:
+    """The flags among `names` set to other than their default (as `--flag-name`)."""
+    import inspect
+
+    defaults = {n: p.default for n, p in inspect.signature(estimate_cmd).parameters.items()}
+    bad = [k for k in names if k in given and given[k] != defaults[k]]
+    return [_FLAG_NAMES.get(k, "--" + k.replace("_", "-")) for k in bad]
+
+
 def _reject_single_options(given: dict[str, Any]) -> None:
     """A single-strategy option given together with --batch cannot take effect: say so (exit 2)."""
     import inspect
 
-    defaults = {n: p.default for n, p in inspect.signature(estimate_cmd).parameters.items()}
-    bad = [k for k, d in defaults.items() if k not in _BATCH_OPTIONS and k in given and given[k] != d]
+    names = [k for k in inspect.signature(estimate_cmd).parameters if k not in _BATCH_OPTIONS]
+    bad = _changed(given, names)
     if bad:
-        flags = ", ".join(_FLAG_NAMES.get(k, "--" + k.replace("_", "-")) for k in bad)
-        raise SpecError(f"{flags} cannot apply with --batch (each row of the file gives its own); drop it")
+        raise SpecError(
+            f"{', '.join(bad)} cannot apply with --batch (each row of the file gives its own); drop it"
+        )
+
+
+def _reject_knobs_with_label(given: dict[str, Any], label: str) -> None:
+    """Knob flags given together with --strategy LABEL cannot take effect: name both (exit 2)."""
+    bad = _changed(given, LABEL_KNOBS)
+    if bad:
+        raise SpecError(
+            f"--strategy {label!r} and {', '.join(bad)} both set the strategy: give the label or the knob "
+            "flags, not both"
+        )
 
 
 @command("estimate")
 def estimate_cmd(
-    model: Annotated[
-        str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")
-    ] = "Llama-3.1-70B",
-    gpu: Annotated[str | None, typer.Option(help="GPU type (see `autopar gpus`) [default: H100-SXM]")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Number of GPUs [default: 64]")] = None,
-    gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
-    ] = None,
+    model: ModelOpt = "Llama-3.1-70B",
+    gpu: GpuOpt = None,
+    gpus: GpusOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
     nvlink_domain: NvlinkDomainOpt = None,
     fp8_recipe: FP8RecipeOpt = None,
     moe_imbalance: MoEImbalanceOpt = None,
@@ -211,17 +245,26 @@ def estimate_cmd(
     moe_ep_overlap: MoEOverlapOpt = False,
     cuda_graphs: CudaGraphsOpt = False,
     cluster_name: ClusterOpt = None,
-    internode_gbps: Annotated[
-        float | None, typer.Option(help="Inter-node GB/s per GPU per direction")
-    ] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens)")] = 8192,
-    global_batch: Annotated[int, typer.Option(help="Global batch (sequences per step)")] = 512,
-    precision: Annotated[str, typer.Option(help="bf16 or fp8")] = "bf16",
+    internode_gbps: InternodeOpt = None,
+    seq_len: SeqLenOpt = 8192,
+    global_batch: GlobalBatchOpt = 512,
+    precision: PrecisionOpt = "bf16",
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help="A strategy label as optimize prints it, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
+            "(instead of the knob flags)",
+        ),
+    ] = None,
     tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
     cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
+    cp_comm: Annotated[
+        str, typer.Option(help="Context-parallel variant: p2p, a2a, allgather or a2a+p2p (with --cp > 1)")
+    ] = "p2p",
     ep: Annotated[int, typer.Option(help="Expert parallel size")] = 1,
     etp: Annotated[
         int | None, typer.Option(help="Expert tensor parallel size (unset: the best feasible, as optimize)")
@@ -255,7 +298,7 @@ def estimate_cmd(
             "needs pp=1 and recompute none)"
         ),
     ] = 0,
-    allow_uneven: Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")] = False,
+    allow_uneven: AllowUnevenOpt = False,
     batch: Annotated[
         Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
     ] = None,
@@ -273,91 +316,20 @@ def estimate_cmd(
         return
     if out is not None:
         raise SpecError("--out goes with --batch (single estimates print to the terminal; use --json)")
-    from autopar.catalog import get_gpu, get_model
-    from autopar.perf import estimate
-    from autopar.specs import ClusterSpec, Workload
-
-    m = get_model(model)
-    choice = resolve_cluster(
-        cluster_name,
-        gpu=gpu,
-        gpus=gpus,
-        gpus_per_node=gpus_per_node,
-        nvlink_domain=nvlink_domain,
-        default_gpu="H100-SXM",
-        default_gpus=64,
-    )
-    gpus = int(choice.gpus)
-    cluster = ClusterSpec(
-        gpu=get_gpu(choice.gpu),
-        num_gpus=gpus,
-        gpus_per_node=choice.gpus_per_node,
-        nvlink_domain=choice.nvlink_domain,
-        internode_bw=internode_gbps * 1e9 if internode_gbps else None,
-    )
-    workload = Workload(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        precision=precision,
-        framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
-        **workload_extras(m, [precision], locals()),
-    )
-    strategy = knob_strategy(locals(), pp_schedule=pp_schedule or _schedule_of(vpp, pp)).with_dp(gpus)
-    analytical = estimate(m, cluster, workload, strategy, strict=not allow_uneven)
-    strategy = analytical.strategy or strategy  # unset knobs as the estimate completed them
+    m, cluster, workload = problem(locals())
+    if strategy is not None:
+        _reject_knobs_with_label(locals(), strategy)
+        s = label_strategy(strategy, m.is_moe)
+    else:
+        s = knob_strategy(locals(), pp_schedule=pp_schedule or _schedule_of(vpp, pp), cp_comm=cp_comm)
     calib = resolve_calibration(calibration, no_calibration)
-    est = analytical
-    mem_band = None
-    if calib is not None:
-        est = calib.apply(m, cluster, workload, strategy, analytical)
-        mf, mlo, mhi = calib.memory_factor(m, cluster, workload, strategy, analytical)
-        mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
-    verdict = memory_verdict(
-        est.memory.total / GiB, mem_band[0] if mem_band else None, est.capacity_bytes / GiB
-    )
+    ev = evaluate(m, cluster, workload, s, calib, strict=not allow_uneven)
     if as_json:
-        doc = {
-            "inputs": {
-                "model": m.name,
-                "gpu": cluster.gpu.name,
-                "num_gpus": gpus,
-                "gpus_per_node": cluster.host_size,
-                "nvlink_domain": cluster.node_size,
-                "seq_len": seq_len,
-                "global_batch": global_batch,
-                "precision": precision,
-                "framework": framework,
-            },
-            "strategy": strategy.model_dump(),
-            "estimate": est.summary(),
-            "memory_gib": {k: v / GiB for k, v in est.memory.as_dict().items()},
-            "time_s": est.time.as_dict(),
-            "flops": {
-                "model_flops_per_step": est.model_flops_per_step,
-                "model_flops_per_step_full_attn": est.model_flops_per_step_full_attn,
-                "hw_flops_per_step": est.hw_flops_per_step,
-                "peak_flops_per_gpu": est.peak_flops,
-            },
-            "memory_verdict": verdict,
-            "notes": list(est.notes),
-            "assumed": list(est.assumed),
-            "calibration": None
-            if calib is None
-            else {
-                "name": calib.meta.name,
-                "description": calib.describe(),
-                "factor": est.calibration_factor,
-                "analytical_tokens_per_s": analytical.tokens_per_s,
-                "tokens_per_s_band": list(est.tokens_per_s_band or ()),
-                "memory_factor": est.memory.total / analytical.memory.total,
-                "analytical_mem_gib": analytical.memory.total / GiB,
-                "mem_gib_band": list(mem_band or ()),
-            },
-        }
-        emit_json(doc, indent=2)
+        emit_json(ev.doc(), indent=2)
         return
-    _print_estimate(m, cluster, workload, strategy, est, verdict)
+    est, analytical, verdict, mem_band = ev.est, ev.analytical, ev.verdict, ev.mem_band
+    strategy_ = ev.strategy
+    _print_estimate(m, cluster, workload, strategy_, est, verdict)
     if calib is None:
         console.print("uncalibrated: analytical model only (--no-calibration)")
     else:

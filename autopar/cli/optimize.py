@@ -108,6 +108,24 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+# --json's one MFU convention, shared with `estimate --json` and `whatif --json`: `mfu` is a fraction of the
+# dense peak (0..1); `mfu_pct` the same in percent. The `mfu` objective (tables, Optuna's stored values) is
+# in percent, so its rows are converted here, at the JSON edge.
+JSON_MFU_UNIT = "fraction"
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A result row for --json: values made JSON-safe, `mfu` as a fraction (JSON_MFU_UNIT)."""
+    out = {k: _jsonable(v) for k, v in row.items()}
+    if "mfu" in out and out["mfu"] is not None:
+        out["mfu"] = out["mfu"] / 100.0
+    return out
+
+
+def _json_objective(o: Any) -> dict[str, Any]:
+    return {"name": o.name, "direction": o.direction, "unit": JSON_MFU_UNIT if o.name == "mfu" else o.unit}
+
+
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
     from autopar.reports.counts import search_counts
@@ -131,11 +149,10 @@ def result_json(result: Any) -> dict[str, Any]:
             "name": result.stats.get("study_name"),
             "states": result.stats.get("study_states") or {},
         },
-        "objectives": [{"name": o.name, "direction": o.direction, "unit": o.unit} for o in result.objectives],
-        "pareto": [{k: _jsonable(v) for k, v in row.items()} for row in result.pareto_rows],
+        "objectives": [_json_objective(o) for o in result.objectives],
+        "pareto": [_json_row(row) for row in result.pareto_rows],
         "recommended": [
-            {"role": r.role, **{k: _jsonable(v) for k, v in record_row(r.trial).items()}, "why": r.why}
-            for r in result.recommended
+            {"role": r.role, **_json_row(record_row(r.trial)), "why": r.why} for r in result.recommended
         ],
         "notes": result.notes,
         "hypervolume": result.stats.get("hypervolume"),
@@ -302,6 +319,19 @@ def optimize_cmd(
         ),
     ] = HEADROOM_DEFAULT,
     max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
+    fix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Search only KNOB=VALUE, e.g. tp=8 (repeatable; knobs: tp pp cp ep etp dp vpp ...)"
+        ),
+    ] = None,
+    forbid: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Pin an axis to 1 or turn a feature off (cp, ep, pp, hsdp, ...), or drop one value "
+            "(cp_comm=allgather); repeatable"
+        ),
+    ] = None,
     prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
     calibration: CalibrationOpt = None,
@@ -377,6 +407,9 @@ def optimize_cmd(
         raise AutoparError("heartbeat: only a database-server --storage (postgresql://...) uses heartbeats")
     if heartbeat is not None and heartbeat < 1:
         raise AutoparError(f"heartbeat={heartbeat}: must be at least 1 second")
+    from autopar.search.constraints import parse_constraints
+
+    constraints = parse_constraints(fix or (), forbid or ())
     ref = None if no_calibration else (str(calibration.resolve()) if calibration else "default")
     result = run_workers(
         workers,
@@ -399,6 +432,7 @@ def optimize_cmd(
             calibration=calib,
             progress=progress,
             heartbeat_s=heartbeat,
+            constraints=constraints,
             stored_inputs={"calibration": ref, "gpus_arg": gpus},
         ),
     )

@@ -22,6 +22,7 @@ from typing import Any
 from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
+from autopar.search.constraints import Constraint, apply_constraints
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
@@ -272,6 +273,7 @@ class Space:
     hardware: list[Hardware]
     layouts: list[Layout]
     skipped: list[str] = field(default_factory=list)  # hardware options dropped, with the reason
+    excluded: str = ""  # the search constraints that filtered the layouts ("--fix tp=8 --forbid cp"), if any
     _cum: list[int] = field(init=False, repr=False)
     _index: dict[tuple[int, int, int, int, int, int | None], Layout] = field(init=False, repr=False)
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
@@ -336,7 +338,7 @@ class Space:
             "sp": sorted(_uniq(s for lay in self.layouts for s in lay.sp)),
             "zero": sorted(_uniq(z for lay in self.layouts for z in lay.zero)),
             "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
-            "recompute": list(RECOMPUTE),
+            "recompute": [r for r in RECOMPUTE if any(r in lay.recompute for lay in self.layouts)],
             "pp_schedule": _uniq(x for lay in self.layouts for _, _, x in lay.pipe),
             "cp_comm": _uniq(x for lay in self.layouts for x in lay.cp_comm),
             "dp_shard": [None, *sorted(_uniq(x for lay in self.layouts for x in lay.dp_shard))],
@@ -396,6 +398,7 @@ class Space:
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
         zero = _nearest_below(lay.zero, params.get("zero", lay.zero[0]))
         rc = params.get("recompute", lay.recompute[0])
+        rc = rc if rc in lay.recompute else lay.recompute[0]  # a mode the search constraints removed
         return Point(h, make_strategy(lay, mb, vpp, _pick_schedule(lay, mb, vpp, params), sp, zero,
                                       *_pick_rest(lay, zero, rc, params)))  # fmt: skip
 
@@ -410,6 +413,8 @@ class Space:
             return self._index[(h, tp, pp, cp, ep, below[-1] if below else offered[0])]
         hw = self.hardware[h]
         why = lay_rules.grid_problems(self.model, hw.cluster, hw.workload, tp, pp, cp, ep, etp)
+        if not why and self.excluded:
+            return f"excluded by {self.excluded}"
         return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
 
     def point_of_key(self, key: tuple[Any, ...]) -> Point:
@@ -555,12 +560,15 @@ def build_space(
     clusters: ClusterSpec | Sequence[ClusterSpec],
     workload: Workload,
     precisions: Sequence[str] | None = None,
+    constraints: Sequence[Constraint] = (),
 ) -> Space:
-    """Build the space for a model over one or several clusters and precisions."""
+    """Build the space for a model over one or several clusters and precisions, keeping only the knob values
+    `constraints` allow (autopar.search.constraints: optimize --fix/--forbid)."""
     cl = [clusters] if isinstance(clusters, ClusterSpec) else list(clusters)
     if not cl:
         raise AutoparError("clusters: expected at least one cluster")
     hardware, skipped = make_hardware(cl, workload, precisions)
     if not hardware:
         raise AutoparError("precision: no hardware option left (" + "; ".join(skipped) + ")")
-    return Space(model, hardware, build_layouts(model, hardware), skipped)
+    layouts = apply_constraints(build_layouts(model, hardware), constraints)
+    return Space(model, hardware, layouts, skipped, excluded=" ".join(c.text for c in constraints))

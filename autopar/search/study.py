@@ -15,6 +15,7 @@ from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB, DEFAULT_S
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
+from autopar.search.constraints import Constraint
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
@@ -122,6 +123,10 @@ def _notes(
 ) -> list[str]:
     names = [o.name for o in objectives]
     notes = list(space.skipped)
+    if space.excluded:
+        notes.append(
+            f"search constrained by {space.excluded}: the space and its front hold only what they allow"
+        )
     clusters = {(h.gpu, h.num_gpus) for h in space.hardware}
     if "cost" in names and len(clusters) == 1 and len({p for p, _ in prices}) == 1:
         gpu, n = next(iter(clusters))
@@ -195,6 +200,7 @@ def optimize(
     heartbeat_s: int | None = None,
     search: bool = True,
     stored_inputs: dict[str, Any] | None = None,
+    constraints: Sequence[Constraint] = (),
 ) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
 
@@ -203,7 +209,8 @@ def optimize(
     post-exploration trials spent on one-knob moves from the front (0 = plain NSGA-II).
     `heartbeat_s` sets the worker heartbeat on a database server; `search=False` only reads a
     stored study; `stored_inputs` (JSON) is kept in the study so `autopar study report` can rebuild
-    the problem. `estimate_fn` replaces the analytical model (tests only).
+    the problem. `constraints` (autopar.search.constraints) filter the space's knob values (--fix/--forbid).
+    `estimate_fn` replaces the analytical model (tests only).
     """
     t0 = time.perf_counter()
     if not search and storage is None:
@@ -219,7 +226,7 @@ def optimize(
     if max_cost is not None and not 0 < max_cost < math.inf:  # also rejects NaN
         raise AutoparError(f"max-cost={max_cost}: must be positive ($/Mtoken)")
     objs = parse_objectives(objectives)
-    space = build_space(model, clusters, workload, precisions)
+    space = build_space(model, clusters, workload, precisions, constraints)
     if space.size == 0:
         raise AutoparError(
             f"no parallel layout of {model.name} fits these GPU counts and global_batch="
