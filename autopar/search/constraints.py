@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autopar.errors import SpecError
-from autopar.layouts import EVEN_SPLIT
+from autopar.layouts import EVEN_SPLIT, Axis
 
 Layout = Any  # autopar.search.space.Layout (which imports this module)
 
@@ -96,10 +96,10 @@ def _no_value(text: str) -> Any:
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
-        *(_axis(a) for a in ("tp", "pp", "cp", "ep", "dp")),
-        Knob("etp", lambda lay: (lay.etp,), lambda lay, ok: lay if ok(lay.etp) else None, off=1),
+        *(_axis(a) for a in (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.DP)),
+        Knob(Axis.ETP, lambda lay: (lay.etp,), lambda lay, ok: lay if ok(lay.etp) else None, off=1),
         _pipe("micro_batch", 0),
-        _pipe("vpp", 1, off=1),
+        _pipe(Axis.VPP, 1, off=1),
         _pipe("pp_schedule", 2, parse=str),
         _tuple("sp", "sp", parse=_bool, off=False),
         _tuple("zero", "zero"),
