@@ -23,7 +23,7 @@ NvlinkDomainOpt = Annotated[
         "--nvlink-domain",
         min=1,
         help="GPUs sharing one NVLink fabric (GB200 NVL72 = 72, NVL36 = 36; DGX H100 = 8) "
-        "[default: the GPU's]. The GPU count need not be a multiple of it.",
+        "\\[default: the GPU's]. The GPU count need not be a multiple of it.",
     ),
 ]
 

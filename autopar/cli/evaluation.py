@@ -22,8 +22,8 @@ DEFAULT_GPU, DEFAULT_GPUS = "H100-SXM", 64
 
 # The problem options of `estimate` and `compare` (with cluster_opts and workload_opts).
 ModelOpt = Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")]
-GpuOpt = Annotated[str | None, typer.Option(help=f"GPU type (see `autopar gpus`) [default: {DEFAULT_GPU}]")]
-GpusOpt = Annotated[int | None, typer.Option(help=f"Number of GPUs [default: {DEFAULT_GPUS}]")]
+GpuOpt = Annotated[str | None, typer.Option(help=f"GPU type (see `autopar gpus`) \\[default: {DEFAULT_GPU}]")]
+GpusOpt = Annotated[int | None, typer.Option(help=f"Number of GPUs \\[default: {DEFAULT_GPUS}]")]
 GpusPerNodeOpt = Annotated[
     int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
 ]

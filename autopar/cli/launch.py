@@ -130,31 +130,31 @@ def launch_cmd(
     dp: Annotated[int, typer.Option(help="Data-parallel size (0 = GPUs / (tp*pp*cp)).")] = 0,
     cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel size (MoE).")] = 1,
-    etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel size [default: tp].")] = None,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel size \\[default: tp].")] = None,
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
     sp: Annotated[
-        bool | None, typer.Option("--sp/--no-sp", help="Sequence parallel [default: on when tp>1].")
+        bool | None, typer.Option("--sp/--no-sp", help="Sequence parallel \\[default: on when tp>1].")
     ] = None,
     zero: Annotated[int, typer.Option(help="0 DDP, 1 distributed optimizer, 2 ZeRO-2, 3 FSDP.")] = 1,
     micro_batch: Annotated[int, typer.Option(help="Micro-batch size (sequences).")] = 1,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
     schedule: Annotated[
         str | None,
-        typer.Option(help="Pipeline schedule: 1f1b or interleaved [default: interleaved when vpp>1]."),
+        typer.Option(help="Pipeline schedule: 1f1b or interleaved \\[default: interleaved when vpp>1]."),
     ] = None,
     precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
     ] = None,
     gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per node [default: the GPU's NVLink domain].")
+        int | None, typer.Option(help="GPUs per node \\[default: the GPU's NVLink domain].")
     ] = None,
     framework: Annotated[str, typer.Option(help="megatron, torchtitan, deepspeed, slurm or all.")] = "all",
     framework_version: Annotated[
         list[str] | None,
         typer.Option(
             help="Release to target, e.g. torchtitan=v0.2.2 (repeatable; a bare version applies to "
-            "--framework) [default: the newest supported: " + DEFAULT_VERSIONS + "]."
+            "--framework) \\[default: the newest supported: " + DEFAULT_VERSIONS + "]."
         ),
     ] = None,
     allow_uneven: Annotated[

@@ -246,21 +246,21 @@ def print_result(result: Any, top: int) -> None:
 def optimize_cmd(
     model: Annotated[
         str | None,
-        typer.Option(help=f"Model name/alias or path to a HF config.json [default: {DEFAULT_MODEL}]."),
+        typer.Option(help=f"Model name/alias or path to a HF config.json \\[default: {DEFAULT_MODEL}]."),
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(help=f"GPU type(s), comma list makes it a search dimension [default: {DEFAULT_GPU}]."),
+        typer.Option(help=f"GPU type(s), comma list makes it a search dimension \\[default: {DEFAULT_GPU}]."),
     ] = None,
     gpus: Annotated[
         str | None,
         typer.Option(
             help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP "
-            f"[default: {DEFAULT_GPUS}]."
+            f"\\[default: {DEFAULT_GPUS}]."
         ),
     ] = None,
     gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per host (server or tray) [default: GPU's].")
+        int | None, typer.Option(help="GPUs per host (server or tray) \\[default: GPU's].")
     ] = None,
     nvlink_domain: NvlinkDomainOpt = None,
     fp8_recipe: FP8RecipeOpt = None,
@@ -308,7 +308,7 @@ def optimize_cmd(
         int | None,
         typer.Option(
             help="Seconds between heartbeats of a database-server worker; a trial silent for 3x this "
-            "is marked FAILED [default: 10]."
+            "is marked FAILED \\[default: 10]."
         ),
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,

@@ -27,7 +27,7 @@ StorageOpt = Annotated[
 ]
 StudyNameOpt = Annotated[
     str | None,
-    typer.Option("--study-name", help="Study name [default: the only study in the storage]."),
+    typer.Option("--study-name", help="Study name \\[default: the only study in the storage]."),
 ]
 
 

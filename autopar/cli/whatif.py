@@ -202,13 +202,13 @@ def whatif(
     ] = 1024,
     precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
     gpus_per_node: Annotated[
-        int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) [default: GPU's].")
+        int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) \\[default: GPU's].")
     ] = None,
     nvlink_domain: NvlinkDomainOpt = None,
     cluster: ClusterOpt = None,
     internode_gbps: Annotated[
         float | None,
-        typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction [default: GPU's]."),
+        typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction \\[default: GPU's]."),
     ] = None,
     tier: Annotated[str, typer.Option("--tier", help=f"Price tier: {', '.join(TIERS)}.")] = "on_demand",
     prices: Annotated[

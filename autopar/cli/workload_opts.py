@@ -14,7 +14,7 @@ FP8RecipeOpt = Annotated[
     typer.Option(
         "--fp8-recipe",
         help="FP8 scaling recipe with --precision fp8: delayed (Transformer Engine default), current, "
-        "rowwise (torchao) or mxfp8 (Blackwell) [default: delayed].",
+        "rowwise (torchao) or mxfp8 (Blackwell) \\[default: delayed].",
     ),
 ]
 MoEImbalanceOpt = Annotated[
@@ -22,7 +22,7 @@ MoEImbalanceOpt = Annotated[
     typer.Option(
         "--moe-imbalance",
         min=1.0,
-        help="Routed tokens on the busiest EP rank / the mean (MoE models) [default: 1.1; 1.0 = "
+        help="Routed tokens on the busiest EP rank / the mean (MoE models) \\[default: 1.1; 1.0 = "
         "force-balanced routing].",
     ),
 ]
@@ -31,7 +31,7 @@ MoECapacityOpt = Annotated[
     typer.Option(
         "--moe-capacity-factor",
         min=0.01,
-        help="Expert capacity factor: tokens beyond it are dropped (MoE models) [default: dropless].",
+        help="Expert capacity factor: tokens beyond it are dropped (MoE models) \\[default: dropless].",
     ),
 ]
 
@@ -40,7 +40,7 @@ MoEDispatcherOpt = Annotated[
     typer.Option(
         "--moe-dispatcher",
         help="MoE token dispatcher: alltoall (one copy per routed expert) or flex (DeepEP/HybridEP: "
-        "one copy per destination rank, hierarchical across NVLink domains) [default: alltoall].",
+        "one copy per destination rank, hierarchical across NVLink domains) \\[default: alltoall].",
     ),
 ]
 MoEOverlapOpt = Annotated[
