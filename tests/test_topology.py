@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from autopar.catalog.topology import (
     RECORDED_FILES,
+    catalog_gpu,
     describe,
     host_topology,
     link_groups,
@@ -93,6 +94,23 @@ def test_pcie_box_with_a_gpu_the_catalog_lacks_names_it_and_the_closest():
     }
     with pytest.raises(DataError, match=r"detected GPU 'NVIDIA L40S' is not in the GPU catalog \(closest: "):
         host_topology(files)
+
+
+@pytest.mark.parametrize(
+    ("product", "name"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA B300 SXM6 AC", "B300"),
+        ("NVIDIA GB200", "GB200"),
+        ("AMD Instinct MI300X OAM", "MI300X"),
+    ],
+)
+def test_product_strings_map_to_catalog_names(product, name):
+    assert catalog_gpu(product) == name
 
 
 def test_mi100_rocm_link_types_are_two_xgmi_hives_of_four():
@@ -241,6 +259,8 @@ def test_parse_detect_forms():
     assert parse_detect("detect@/x:y:3") == ("/x:y", 3)
     assert parse_detect("dgx-h100:4") is None
     assert parse_detect("detectx") is None  # not a detect form: left to the cluster catalog (unknown name)
+    with pytest.raises(SpecError, match="expected detect, detect:COUNT, detect@DIR"):
+        parse_detect("detect:x")
     with pytest.raises(SpecError, match="needs a folder"):
         parse_detect("detect@:2")
 
@@ -309,6 +329,12 @@ def test_estimate_detect_equals_explicit_flags():
         ["estimate", "--gpu", "H100-SXM", "--gpus", "32", "--gpus-per-node", "8", "--nvlink-domain", "8"]
     )
     assert det == flags
+
+
+def test_detect_count_must_be_whole_hosts():
+    for bad, msg in (("0", "must be at least 1 host"), ("x", "hgx-h100:x' does not exist")):
+        r = runner.invoke(app, ["estimate", "--cluster", f"detect@{FIX / 'hgx-h100'}:{bad}"])
+        assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
 
 
 def test_estimate_detect_from_environment_variable(monkeypatch):

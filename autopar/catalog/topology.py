@@ -37,7 +37,7 @@ BITS_PER_BYTE = 8
 # PCIe path kinds of `nvidia-smi topo -m` that put a NIC on a GPU's own PCIe switch: that GPU's rail NIC.
 GPU_NIC_PATHS = frozenset({"PIX", "PXB"})
 _NVLINK_CELL = re.compile(r"^NV\d+$")
-_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx\S*)$")
+_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\S+)$")  # older nvidia-smi names NIC columns mlx5_0 ...
 
 # Product strings as the tools print them -> catalog GPU names, for strings the catalog's aliases miss.
 # Order matters: the first pattern that matches wins (PCIe before the bare H100).
@@ -101,7 +101,7 @@ class HostTopology:
     """One host as detected: what the planner needs, and how each figure was found."""
 
     product: str
-    gpu: str | None
+    gpu: str
     gpus_per_host: int
     nvlink_domain: int
     domain_basis: str
@@ -495,7 +495,6 @@ def describe(host: HostTopology, hosts: int = 1) -> ClusterDescription:
 
     if hosts < 1:
         raise DataError(f"detect:COUNT: COUNT={hosts} must be at least 1 host")
-    assert host.gpu is not None
     num = hosts * host.gpus_per_host
     shorthand = None
     for s in list_systems():

@@ -86,7 +86,7 @@ def read_recorded(folder: str | Path) -> dict[str, str]:
     return files
 
 
-def _no_gpu_message(files: dict[str, str]) -> str:
+def _no_gpu_message() -> str:
     from autopar.catalog.topology import RECORDED_FILES
 
     tools = sorted({argv[0] for n, argv in RECORDED_FILES.items() if argv and n not in NIC_FILES})
@@ -103,7 +103,7 @@ def probed() -> dict[str, str]:
     """This host's tool outputs; a host where no GPU tool answered is a one-line error saying what was tried."""
     files = probe_host()
     if not set(files) - NIC_FILES:
-        raise DataError(_no_gpu_message(files))
+        raise DataError(_no_gpu_message())
     return files
 
 
