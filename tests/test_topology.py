@@ -271,6 +271,7 @@ def test_topology_command_from_folder_text_and_json():
     assert (
         "--gpu H100-SXM --gpus 8 --gpus-per-node 8 --nvlink-domain 8" in r.output and "dgx-h100:1" in r.output
     )
+    assert f"--cluster  dgx-h100:1; or --cluster detect@{FIX / 'hgx-h100'}:1" in r.output
     r = runner.invoke(app, ["topology", "--from", str(FIX / "gb200-nvl72-tray"), "--hosts", "18", "--json"])
     doc = json.loads(r.stdout)
     assert doc["host"]["nvlink_domain"] == 72 and doc["cluster"]["shorthand"] == "gb200-nvl72:1"

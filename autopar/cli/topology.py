@@ -133,8 +133,9 @@ def parse_detect(text: str) -> tuple[str | None, int] | None:
     return folder, int(count)
 
 
-def _emit_text(host: Any, desc: Any) -> None:
+def _emit_text(host: Any, desc: Any, folder: Path | None) -> None:
     from autopar.cli.app import console, styled
+    from autopar.text import shell_word
 
     console.print(styled(("GPU", "bold"), f"  {host.product} -> catalog {host.gpu}"))
     console.print(styled(("host", "bold"), f"  {host.gpus_per_host} GPUs"))
@@ -149,9 +150,9 @@ def _emit_text(host: Any, desc: Any) -> None:
         console.print(f"  {line}")
     console.print(styled(("flags", "bold"), f"  {desc.flags()}"))
     short = desc.shorthand or "none matches (`autopar clusters`)"
-    console.print(
-        styled(("--cluster", "bold"), f"  {short}; or --cluster detect:{desc.num_gpus // host.gpus_per_host}")
-    )
+    where = f"@{folder}" if folder is not None else ""
+    detect = shell_word(f"detect{where}:{desc.num_gpus // host.gpus_per_host}")
+    console.print(styled(("--cluster", "bold"), f"  {short}; or --cluster {detect}"))
 
 
 def _save(folder: Path, files: dict[str, str]) -> None:
@@ -194,7 +195,7 @@ def _register() -> None:
         if as_json:
             emit_json({"host": asdict(host), "cluster": {**asdict(desc), "flags": desc.flags()}})
             return
-        _emit_text(host, desc)
+        _emit_text(host, desc, from_dir if from_dir is not None else save)
 
 
 _register()
