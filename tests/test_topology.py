@@ -249,6 +249,16 @@ def test_arbitrary_text_raises_only_autopar_errors(name, text):
     assert host.gpus_per_host >= 1 and host.nvlink_domain >= 1
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.text(max_size=40))
+def test_detect_forms_never_raise_anything_else(tail):
+    try:
+        parsed = parse_detect("detect" + tail)
+    except AutoparError:
+        return
+    assert parsed is None or (isinstance(parsed[1], int) and parsed[0] != "")
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 

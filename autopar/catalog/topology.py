@@ -151,7 +151,7 @@ def _gpus_from_query(text: str) -> list[tuple[str, int | None]]:
                 f"nvidia-smi-query.csv line {n}: expected 'index, name, memory.total' (MiB), got {excerpt(line)!r}"
             )
         mem = cells[1].split()[0] if cells[1] else ""
-        out.append((cells[0], int(mem) if mem.isdigit() else None))
+        out.append((cells[0], int(mem) if mem.isascii() and mem.isdigit() else None))
     return out
 
 

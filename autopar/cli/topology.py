@@ -122,7 +122,8 @@ def parse_detect(text: str) -> tuple[str | None, int] | None:
     rest = text[len(DETECT) :]
     folder = None
     head, sep, count = rest.rpartition(":")
-    if not sep or not count.strip().lstrip("-").isdigit():
+    digits = count.strip().removeprefix("-")
+    if not sep or not (digits.isascii() and digits.isdigit()):
         head, count = rest, "1"
     if head.startswith("@"):
         folder = head[1:]
