@@ -26,6 +26,7 @@ COMMANDS = [
     ["models"],
     ["gpus"],
     ["prices"],
+    ["topology"],
     ["version"],
     ["calibrate", "ingest"],
     ["calibrate", "list"],

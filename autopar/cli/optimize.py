@@ -374,7 +374,11 @@ def optimize_cmd(
     )
     counts = parse_gpu_counts(choice.gpus, node_size=10**9)
     clusters, skipped = build_clusters(
-        parse_list(choice.gpu, "gpu"), counts, choice.gpus_per_node, internode_gbps, choice.nvlink_domain
+        parse_list(choice.gpu, "gpu"),
+        counts,
+        choice.gpus_per_node,
+        internode_gbps if internode_gbps is not None else choice.internode_gbps,
+        choice.nvlink_domain,
     )
     precs = parse_list(precision, "precision")
     wl = Workload(

@@ -156,13 +156,17 @@ def _report_writer(out: Path):
 
 
 def _hardware_options(
-    option: list[str] | None, cluster: str | None, gpus_per_node: int | None, nvlink_domain: int | None
-) -> tuple[list[str], int | None, int | None]:
+    option: list[str] | None,
+    cluster: str | None,
+    gpus_per_node: int | None,
+    nvlink_domain: int | None,
+    internode_gbps: float | None,
+) -> tuple[list[str], int | None, int | None, float | None]:
     """--option GPU:COUNT (repeatable) or one --cluster NAME:COUNT shorthand, never both."""
     if cluster is None:
         if not option:
             raise SpecError("give --option GPU:COUNT (repeatable) or --cluster NAME:COUNT")
-        return option, gpus_per_node, nvlink_domain
+        return option, gpus_per_node, nvlink_domain, internode_gbps
     if option:
         raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
     c = resolve_cluster(
@@ -174,7 +178,8 @@ def _hardware_options(
         default_gpu="",
         default_gpus="",
     )
-    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain
+    internode = internode_gbps if internode_gbps is not None else c.internode_gbps
+    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, internode
 
 
 @command(
@@ -275,7 +280,9 @@ def whatif(
     from autopar.specs import Workload
 
     check_seed(seed)
-    option, gpus_per_node, nvlink_domain = _hardware_options(option, cluster, gpus_per_node, nvlink_domain)
+    option, gpus_per_node, nvlink_domain, internode_gbps = _hardware_options(
+        option, cluster, gpus_per_node, nvlink_domain, internode_gbps
+    )
     spec = get_model(model)
     book = load_price_book(prices)
     deadline_s = parse_duration(deadline) if deadline is not None else None
