@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from autopar.calibration.records import row_to_specs
+from autopar.calibration.runs import read_run_records
 from autopar.catalog import get_gpu, gpu_notes
 from autopar.catalog.clusters import ClusterShape, parse_cluster
 from autopar.catalog.pricefile import default_price_book
@@ -132,3 +135,16 @@ def test_optimize_on_ascend_910c_end_to_end():
     best = d["recommended"][0]
     assert best["gpu"] == "Ascend-910C" and best["mem_gib"] <= best["capacity_gib"] < 64  # one 64 GB die
     assert best["tp"] * best["pp"] * best["cp"] * best["dp"] == 32
+
+
+def test_ascend_dev_set_records_resolve():
+    # bench/data/ascend_runs.csv: ModelLink's published Atlas 900 A2 runs, a dev set (not in the calibration).
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "ascend_runs.csv"
+    rows = read_run_records(path).fillna("").to_dict("records")
+    assert len(rows) == 7
+    for row in rows:
+        s = row_to_specs(row)
+        assert s.cluster.gpu.name == "Ascend-910B" and s.workload.framework == "megatron", row["id"]
+        st = s.strategy.with_dp(s.cluster.num_gpus)
+        assert st.tp * st.pp * st.cp * st.dp == s.cluster.num_gpus == int(row["num_gpus"]), row["id"]
+        assert s.model.name == row["model"], row["id"]
