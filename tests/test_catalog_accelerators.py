@@ -148,3 +148,13 @@ def test_ascend_dev_set_records_resolve():
         st = s.strategy.with_dp(s.cluster.num_gpus)
         assert st.tp * st.pp * st.cp * st.dp == s.cluster.num_gpus == int(row["num_gpus"]), row["id"]
         assert s.model.name == row["model"], row["id"]
+
+
+def test_fp8_on_ascend_is_refused_in_one_line():
+    r = runner.invoke(
+        app,
+        ["estimate", "--model", "llama-3.1-8b", "--gpu", "Ascend910B3", "--gpus", "8", "--tp", "8"]
+        + ["--seq-len", "8192", "--global-batch", "64", "--precision", "fp8"],
+    )
+    assert r.exit_code == 2
+    assert "precision=fp8" in r.output and "Ascend-910B3 has none" in r.output and "Traceback" not in r.output
