@@ -224,7 +224,7 @@ def _keeps(cur: Evaluation, changed: set[str]) -> str:
 
 def explain(plan: Plan, new: Evaluation, chg: list[Any]) -> str:
     """One line: the problem, the changes, what follows and the predicted memory and throughput, e.g.
-    'OOM at 32k: cp 1→2 a2a (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB, 6,765 →
+    'OOM at 32k: cp 1→2-a2a (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB, 6,765 →
     6,658 tokens/s/GPU (-1.6%)'."""
     cur = plan.current
     what = ", ".join(c.text() for c in chg) or "keep the layout"

@@ -87,7 +87,7 @@ def distance(a: Strategy, b: Strategy) -> int:
 
 
 def _shown(group: str, s: Strategy) -> str:
-    """A knob group's value in a change line, e.g. cp '2 a2a', zero '3 HSDP8'."""
+    """A knob group's value in a change line, e.g. cp '2-a2a', zero '3/HSDP8'."""
     if group == "sp":
         return "on" if s.sp and s.tp > 1 else "off"
     if group == Axis.VPP:
@@ -96,9 +96,9 @@ def _shown(group: str, s: Strategy) -> str:
     if group == "split":
         return split_code(split_of(s)) if s.pp > 1 else "even"
     if group == Axis.CP:
-        return f"{s.cp}" + (f" {s.cp_comm}" if s.cp > 1 else "")
+        return f"{s.cp}" + (f"-{s.cp_comm}" if s.cp > 1 and s.cp_comm != "p2p" else "")  # as in labels
     if group == "zero":
-        return f"{s.zero}" + (f" HSDP{s.dp_shard}" if s.zero == 3 and s.dp_shard else "")
+        return f"{s.zero}" + (f"/HSDP{s.dp_shard}" if s.zero == 3 and s.dp_shard else "")
     if group == "act_offload":
         return f"{s.activation_offload_layers or 0} layers"
     if group == "optimizer_states":
