@@ -22,11 +22,11 @@ from autopar.cli.common import (
     resolve_calibration,
 )
 from autopar.cli.evaluation import (
+    DEFAULT_GPUS,
     AllowUnevenOpt,
     Evaluation,
     GlobalBatchOpt,
     GpuOpt,
-    GpusOpt,
     GpusPerNodeOpt,
     InternodeOpt,
     ModelOpt,
@@ -66,10 +66,6 @@ class Plan:
     cluster: Any  # the target cluster (another GPU count with --goal gpus)
     goal: str
     min_headroom_gib: float
-
-    @property
-    def moves_gpus(self) -> bool:
-        return self.cluster.num_gpus != self.current.cluster.num_gpus
 
 
 def _label_world(label: str) -> int | None:
@@ -391,27 +387,51 @@ def _doc(plan: Plan, nb: Any, found: list[Found], further: Found | None) -> dict
     }
 
 
+# The options of `autopar fix` besides the problem options it shares with `estimate`.
+StrategyOpt = Annotated[
+    str,
+    typer.Option(
+        "--strategy",
+        help="The strategy that runs today, as a label ('TP2+SP DP8/Z1 mb1'); its DP gives the GPU count it runs on",
+    ),
+]
+GoalOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="fit (fit with --min-headroom free), faster (fit and more tokens/s) or gpus (run on --gpus NEW, DP "
+        "adapted first) \\[default: gpus when --gpus differs from the label's count, else fit when it lacks the "
+        "headroom, else faster]"
+    ),
+]
+FixGpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Number of GPUs; with --goal gpus the count to move to \\[default: the label's tp·pp·cp·dp, else "
+        f"{DEFAULT_GPUS}]"
+    ),
+]
+MaxChangesOpt = Annotated[
+    int, typer.Option(min=0, help="Knob groups a fix may change at most (the search is exact up to it)")
+]
+HeadroomOpt = Annotated[str, typer.Option(help="Free memory per GPU a fix must leave, e.g. 4GiB")]
+AllowOpt = Annotated[
+    list[str] | None, typer.Option(help="Also change: precision (bf16 <-> fp8); repeatable or a comma list")
+]
+FixOpt = Annotated[list[str] | None, typer.Option("--fix", help="Keep KNOB=VALUE, e.g. tp=2 (repeatable)")]
+ForbidOpt = Annotated[
+    list[str] | None, typer.Option(help="Pin an axis to 1 or a feature off, e.g. cp (repeatable)")
+]
+TopOpt = Annotated[int, typer.Option(min=1, help="Answers shown at the nearest distance")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
+
+
 @command("fix")
 def fix_cmd(
-    strategy: Annotated[
-        str,
-        typer.Option(
-            "--strategy",
-            help="The strategy that runs today, as a label ('TP2+SP DP8/Z1 mb1'); its DP gives the GPU count "
-            "it runs on",
-        ),
-    ],
-    goal: Annotated[
-        str | None,
-        typer.Option(
-            help="fit (fit with --min-headroom free), faster (fit and more tokens/s) or gpus (run on --gpus "
-            "NEW, DP adapted first) \\[default: gpus when --gpus differs from the label's count, else fit "
-            "when it lacks the headroom, else faster]"
-        ),
-    ] = None,
+    strategy: StrategyOpt,
+    goal: GoalOpt = None,
     model: ModelOpt = "Llama-3.1-70B",
     gpu: GpuOpt = None,
-    gpus: GpusOpt = None,
+    gpus: FixGpusOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
     nvlink_domain: NvlinkDomainOpt = None,
     fp8_recipe: FP8RecipeOpt = None,
@@ -428,27 +448,16 @@ def fix_cmd(
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = None,
     allow_uneven: AllowUnevenOpt = False,
-    max_changes: Annotated[
-        int, typer.Option(min=0, help="Knob groups a fix may change at most (the search is exact up to it)")
-    ] = DEFAULT_MAX_CHANGES,
-    min_headroom: Annotated[
-        str, typer.Option(help="Free memory per GPU a fix must leave, e.g. 4GiB")
-    ] = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
-    allow: Annotated[
-        list[str] | None,
-        typer.Option(help="Also change: precision (bf16 <-> fp8); repeatable or a comma list"),
-    ] = None,
+    max_changes: MaxChangesOpt = DEFAULT_MAX_CHANGES,
+    min_headroom: HeadroomOpt = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
+    allow: AllowOpt = None,
     memory_savers: MemorySaversOpt = "",
-    fix: Annotated[
-        list[str] | None, typer.Option("--fix", help="Keep KNOB=VALUE, e.g. tp=2 (repeatable)")
-    ] = None,
-    forbid: Annotated[
-        list[str] | None, typer.Option(help="Pin an axis to 1 or a feature off, e.g. cp (repeatable)")
-    ] = None,
-    top: Annotated[int, typer.Option(min=1, help="Answers shown at the nearest distance")] = 5,
+    fix: FixOpt = None,
+    forbid: ForbidOpt = None,
+    top: TopOpt = 5,
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Find the nearest strategies to one that runs today that fit in memory, run faster, or run on another
     GPU count: fewest knob changes first, each change explained with its predicted effect."""
