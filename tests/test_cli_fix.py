@@ -158,6 +158,7 @@ def test_text_output_states_the_verdict_first() -> None:
         (["--strategy", OOM_LABEL, "--goal", "fitt"], 2, "did you mean fit?"),
         (["--strategy", "TP1 CP8-a2a DP2/Z1 mb1", "--goal", "fit"], 2, "already fits"),
         (["--strategy", "TP1 CP8-a2a DP2/Z1 mb1", "--goal", "gpus"], 2, "give --gpus NEW"),
+        (["--strategy", "TP1 CP8 Z1 mb1", "--gpus", "16", "--goal", "gpus"], 2, "names no DP"),
         (["--strategy", "TP1 CP8-a2a DP2/Z1 mb1", "--goal", "faster", "--gpus", "32"], 2, "use --goal gpus"),
         (["--strategy", OOM_LABEL, "--allow", "precison"], 2, "did you mean precision?"),
         (["--strategy", "TP1 DP8/Z1 mb1", "--gpu", "A100-SXM-80GB", "--allow", "precision"], 2, "no FP8"),

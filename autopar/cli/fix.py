@@ -126,6 +126,11 @@ def _goal(given: str | None, ev: Evaluation, cluster: Any, label: str, min_headr
         close = difflib.get_close_matches(goal, GOALS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise SpecError(f"--goal {given!r} is not a goal{hint} (goals: {', '.join(GOALS)})")
+    if goal == GPUS and now == there and _label_world(label) is None:
+        raise SpecError(
+            f"--goal gpus: {label!r} names no DP, so the GPU count it runs on today is not known; give its DP "
+            "(e.g. 'TP2 DP8/Z1 mb1' on 16 GPUs) and --gpus NEW"
+        )
     if goal == GPUS and now == there:
         raise SpecError(
             f"--goal gpus: {label!r} runs on {now} GPUs and --gpus is {there}; give --gpus NEW, the count to move to"
