@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.layouts import Axis, split_of
-from autopar.perf.vector_columns import StrategyColumns, columns_of
+from autopar.perf.vector_columns import CP_COMM_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.search.evaluate import Evaluator, resolve_price
 from autopar.search.space import Layout, Space, split_code
 from autopar.search.sweep import BLOCK_ROWS, block_outcomes
@@ -40,6 +40,8 @@ LAYOUT_GROUPS: tuple[str, ...] = (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.ETP)
 # An answer one change further is shown when its throughput beats the nearest answer's by this share: below
 # it, the model's error (~10% median on throughput, README accuracy tables) could reverse the order.
 MUCH_BETTER = 0.10
+# The codes a knob that cannot act is read as (its value on a strategy without that axis).
+_NO_PP_SCHEDULE, _NO_CP_COMM = SCHEDULE_CODES.index("1f1b"), CP_COMM_CODES.index("p2p")
 
 
 def _canonical(c: StrategyColumns) -> dict[str, tuple[np.ndarray, ...]]:
@@ -50,9 +52,9 @@ def _canonical(c: StrategyColumns) -> dict[str, tuple[np.ndarray, ...]]:
         Axis.TP: (c.tp,),
         "sp": (c.sp & on_tp,),
         Axis.PP: (c.pp,),
-        Axis.VPP: (np.where(on_pp, c.vpp, 1), np.where(on_pp, c.pp_schedule, 0)),
+        Axis.VPP: (np.where(on_pp, c.vpp, 1), np.where(on_pp, c.pp_schedule, _NO_PP_SCHEDULE)),
         "split": tuple(np.where(on_pp, x, x.dtype.type(-1) if x.dtype != bool else False) for x in split),
-        Axis.CP: (c.cp, np.where(on_cp, c.cp_comm, 0)),
+        Axis.CP: (c.cp, np.where(on_cp, c.cp_comm, _NO_CP_COMM)),
         Axis.EP: (c.ep,),
         Axis.ETP: (c.etp,),
         "zero": (c.zero, np.where(c.zero == 3, c.dp_shard, 0)),
@@ -168,9 +170,7 @@ def make_evaluator(space: Space, min_headroom_gib: float, calibration: object) -
 
 def _layout_bound(lay: Layout, s: Strategy) -> int:
     """A lower bound of the distance from `s` to any strategy of the layout: the degrees it fixes."""
-    mine = (lay.tp, lay.pp, lay.cp, lay.ep, lay.etp or 0)
-    theirs = (s.tp, s.pp, s.cp, s.ep, s.etp or 0)
-    return sum(x != y for x, y in zip(mine, theirs, strict=True))
+    return sum((getattr(lay, g) or 0) != (getattr(s, g) or 0) for g in LAYOUT_GROUPS)
 
 
 Piece = tuple[int, np.ndarray, np.ndarray, StrategyColumns]  # layout index, rows, distances, their columns
