@@ -22,6 +22,7 @@ COMMANDS = [
     ["optimize"],
     ["whatif"],
     ["estimate"],
+    ["fix"],
     ["launch"],
     ["models"],
     ["gpus"],
