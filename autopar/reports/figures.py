@@ -20,8 +20,8 @@ MAX_PARCOORDS_LINES = 1500
 # The Pareto figure draws every front point but at most this many dominated and infeasible points (each
 # drawn once per objective pair, with its hover text): a 20,000-trial study made a 32 MB page. Beyond the
 # bound an even, deterministic sample by trial number is drawn and the report says how many of how many.
-MAX_DOMINATED_POINTS = 1500
-MAX_INFEASIBLE_POINTS = 500
+MAX_DOMINATED_POINTS = 1000
+MAX_INFEASIBLE_POINTS = 300
 
 
 def even_sample(trials: list[TrialRecord], limit: int) -> list[TrialRecord]:
@@ -49,21 +49,18 @@ def strategy_fields(t: TrialRecord) -> str:
     )
 
 
-def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo], brief: bool = False) -> str:
-    """Description of a trial for a plotly hover box (HTML subset plotly understands). `brief` (the
-    dominated and infeasible cloud, drawn once per objective pair): the label, which names every knob,
-    the hardware and the objective values, without the field list and the estimate line."""
+def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
+    """Full description of a trial for a plotly hover box (HTML subset plotly understands)."""
     lines = [
         f"<b>{t.strategy.label()}</b>  (trial {t.number})",
         f"{cluster_label(t.gpu, t.num_gpus)} · {t.precision}",
+        strategy_fields(t),
     ]
-    if not brief:
-        lines.append(strategy_fields(t))
     for o in objectives:
         if o.name in t.values:
             lines.append(f"{o.label}: {fmt_value(t.values[o.name], o.unit)}")
     e = t.estimate
-    if e is not None and not brief:
+    if e is not None:
         lines.append(
             f"peak memory {e.memory.total / GiB:.1f} / {e.capacity_bytes / GiB:.1f} GiB · "
             f"step {format_duration(e.step_time_s)} · MFU {100 * e.mfu:.1f} % · bottleneck {e.bottleneck}"
@@ -71,6 +68,19 @@ def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo], brief: bool = Fa
     if not t.feasible and t.reason:
         lines.append(f"<i>infeasible: {t.reason}</i>")
     return "<br>".join(lines)
+
+
+def brief_hover(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
+    """Two lines for the dominated and infeasible cloud (drawn once per objective pair, so its hover text
+    is most of the page): the label, which names every knob, the hardware and the objective values."""
+    values = " · ".join(
+        f"{o.name} {fmt_value(t.values[o.name], o.unit)}" for o in objectives if o.name in t.values
+    )
+    reason = f"<br><i>infeasible: {t.reason}</i>" if not t.feasible and t.reason else ""
+    return (
+        f"<b>{t.strategy.label()}</b> (trial {t.number}) · {cluster_label(t.gpu, t.num_gpus)} {t.precision}"
+        f"<br>{values}{reason}"
+    )
 
 
 # --------------------------------------------------------------------------- Pareto scatter
@@ -157,7 +167,7 @@ def _points(
         x=xs,
         y=tuple(float(t.values[yk]) for t in sel),
         numbers=tuple(t.number for t in sel),
-        hover=tuple(hover_text(t, objectives, brief) for t in sel),
+        hover=tuple((brief_hover if brief else hover_text)(t, objectives) for t in sel),
         text=tuple((text or {}).get(t.number, "") for t in sel) if text is not None else (),
         group=tuple(cluster_label(t.gpu, t.num_gpus) for t in sel),
     )
