@@ -104,9 +104,17 @@ def scatter_figure(res: HeldOut) -> go.Figure:
     fig.update_yaxes(title_text="predicted tokens/s per GPU", row=1, col=1)
     fig.update_layout(
         height=520,
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        margin={"l": 60, "r": 20, "t": 90, "b": 50},
         template="plotly_white",
-        legend={"title": {"text": "source"}},
+        # above the panels from the left, like the other reports' legends (the toolbar is in the right margin)
+        legend={
+            "title": {"text": "source"},
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.1,
+            "xanchor": "left",
+            "x": 0,
+        },
     )
     return fig
 
@@ -177,8 +185,8 @@ def report_html(
         theme.header(
             "calibration report", title, description or "held-out errors of the throughput corrector", kpis
         )
+        + (f'<section id="choice">{theme.notes([choice], ok=True)}</section>' if choice else "")
         + theme.section("Per source", _METHOD, _table_html(by_source), "by-source")
-        + (f'<p class="lead">{html.escape(choice)}</p>' if choice else "")
         + theme.section("Per GPU family", "", _table_html(by_family), "by-family")
         + _adaptation_section(adaptation)
         + _memory_section(memory)

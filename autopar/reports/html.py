@@ -86,14 +86,18 @@ def _top(result: SearchResult) -> str:
         ("Search time", format_duration(result.wall_s)),
     ]
     sub = " · ".join(cluster_label(c.gpu.name, c.num_gpus) for c in result.clusters)
-    study = result.inputs.get("study_name")
-    kind = "study report" if result.inputs.get("storage") else "optimize report"
-    return theme.header(
-        kind,
-        f"Parallelism plan for {m.name}" + (f" · study {study}" if study else ""),
-        f"{sub} · seq {w.seq_len:,} · global batch {w.global_batch:,} · {w.precision}",
-        kpis,
-    )
+    sub += f" · seq {w.seq_len:,} · global batch {w.global_batch:,} · {w.precision}"
+    study, storage = result.inputs.get("study_name"), result.inputs.get("storage")
+    if storage:  # a stored study: where it lives and its trials per state
+        sub += f" · storage {mask(str(storage))} · trials {_states(result)}"
+    title = f"Parallelism plan for {m.name}" + (f" · study {study}" if study else "")
+    return theme.header("study report" if storage else "optimize report", title, sub, kpis)
+
+
+def _states(result: SearchResult) -> str:
+    """'COMPLETE 300 · PRUNED 16': a stored study's trials per Optuna state."""
+    states = result.stats.get("study_states") or {}
+    return " · ".join(f"{k} {v:,}" for k, v in sorted(states.items())) or "none"
 
 
 def _inputs(result: SearchResult) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -155,15 +159,13 @@ def _study_box(result: SearchResult) -> list[tuple[str, list[tuple[str, str]]]]:
     storage = result.inputs.get("storage")
     if not storage:
         return []
-    states = result.stats.get("study_states") or {}
-    counts = " · ".join(f"{k} {v:,}" for k, v in sorted(states.items())) or "none"
     return [
         (
             "Study",
             [
                 ("name", esc(result.inputs.get("study_name") or "–")),
                 ("storage", esc(mask(str(storage)))),
-                ("trials", esc(counts)),
+                ("trials", esc(_states(result))),
             ],
         )
     ]
