@@ -84,9 +84,13 @@ def main() -> int:
             for args in commands:
                 run(args, folder)
             png = OUT / f"{name}.png"
-            check = screenshot_report(folder / f"{name}.html", png, width=WIDTH, height=HEIGHT, full_page=False)
+            check = screenshot_report(
+                folder / f"{name}.html", png, width=WIDTH, height=HEIGHT, full_page=False
+            )
             if check.console_errors or check.rendered_ids != check.plot_ids:
-                raise SystemExit(f"{name}: plots {check.rendered_ids} of {check.plot_ids}, {check.console_errors}")
+                raise SystemExit(
+                    f"{name}: plots {check.rendered_ids} of {check.plot_ids}, {check.console_errors}"
+                )
             size = png.stat().st_size
             print(f"{png.relative_to(ROOT)}: {size:,} bytes")
             if size > MAX_BYTES:
