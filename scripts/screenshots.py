@@ -20,9 +20,10 @@ OUT = ROOT / "docs" / "screenshots"
 WIDTH, HEIGHT = 1400, 900  # the first screen of a laptop browser window
 MAX_BYTES = 300_000
 
-# name -> the autopar commands that write `{dir}/{name}.html` (the last one writes the page)
+# name -> the autopar commands that write `{name}.html` (the last one writes the page); they run in a
+# scratch folder, so the study's storage shows as the README's `runs.journal`
 COMMANDS: dict[str, list[list[str]]] = {
-    "optimize": [["optimize", "--budget", "300", "--out", "{dir}/optimize.html"]],
+    "optimize": [["optimize", "--budget", "300", "--out", "optimize.html"]],
     "whatif": [
         [
             "whatif",
@@ -45,7 +46,7 @@ COMMANDS: dict[str, list[list[str]]] = {
             "--goodput",
             "0.9",
             "--out",
-            "{dir}/whatif.html",
+            "whatif.html",
         ]
     ],
     "study": [
@@ -56,20 +57,20 @@ COMMANDS: dict[str, list[list[str]]] = {
             "--budget",
             "300",
             "--storage",
-            "{dir}/runs.journal",
+            "runs.journal",
             "--study-name",
             "llama70b",
         ],
-        ["study", "report", "--storage", "{dir}/runs.journal", "--out", "{dir}/study.html"],
+        ["study", "report", "--storage", "runs.journal", "--out", "study.html"],
     ],
-    "calibration": [["calibrate", "report", "--out", "{dir}/calibration.html"]],
+    "calibration": [["calibrate", "report", "--out", "calibration.html"]],
 }
 
 
 def run(args: list[str], folder: Path) -> None:
-    """One autopar command (this interpreter's autopar), output discarded; stops on failure."""
-    cmd = [sys.executable, "-m", "autopar", *(a.format(dir=folder) for a in args)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    """One autopar command (this interpreter's autopar) run in `folder`, output discarded; stops on failure."""
+    cmd = [sys.executable, "-m", "autopar", *args]
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
 
