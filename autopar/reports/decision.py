@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autopar.reports.common import cluster_label, role_title, trial_cluster
-from autopar.search.recommend import NEAR_TIE_FRACTION, bottleneck_hint
+from autopar.search.recommend import NEAR_TIE_FRACTION, SAFE_SPEED_FRACTION, bottleneck_hint
 from autopar.search.result import ObjectiveInfo, Recommendation, SearchResult, TrialRecord
 from autopar.units import SECONDS_PER_DAY, GiB, usd_per_mtoken
 
@@ -203,11 +203,17 @@ def _front(result: SearchResult) -> list[TrialRecord]:
 
 def objective_leads(result: SearchResult, t: TrialRecord) -> list[str]:
     """For each objective t does not lead materially, the front's best point on it and what it trades,
-    one sentence per point (objectives that share a best point share the sentence)."""
+    one sentence per point (objectives that share a best point share the sentence). Headroom is looked
+    for among points within SAFE_SPEED_FRACTION of the best throughput, as the most-headroom role does."""
     by_point: dict[tuple[str, str, int, str], tuple[TrialRecord, list[ObjectiveInfo]]] = {}
     front = _front(result)
+    best_tps = max((r.values.get("throughput", 0.0) for r in front), default=0.0)
     for o in result.objectives:
         pool = [r for r in front if o.name in r.values]
+        if o.name == "headroom" and best_tps > 0:  # as the most-headroom role: not a uselessly slow point
+            pool = [
+                r for r in pool if r.values.get("throughput", 0.0) >= SAFE_SPEED_FRACTION * best_tps
+            ] or pool
         if not pool:
             continue
         sign = -1.0 if o.direction == "maximize" else 1.0
