@@ -1,0 +1,384 @@
+"""Sizing for a deadline: the fewest GPUs of each type that train the token budget in time.
+
+For each GPU type, candidate counts (whole hosts, or a system's racks/nodes, up to a maximum; or the counts
+the option lists) are searched in increasing order with the what-if's own search (`--sampler auto` sweeps
+small spaces exactly), and the first count whose fastest fitting strategy meets the deadline is the answer.
+Throughput is not monotone in the count (the global batch must split evenly over data-parallel ranks, and
+layouts come and go), so there is no bisection; the one shortcut is a proven lower bound:
+
+    tokens/s at N GPUs  <=  N x peak FLOP/s / model FLOPs per token    (MFU <= 1 at the highest peak searched)
+
+so a count N with  N x peak x goodput x deadline < tokens x FLOPs per token  cannot meet the deadline and is
+not searched. Every estimate is checked against that bound; one above it (a calibration that claims more than
+the peak) turns the shortcut off for that GPU and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.costs.figures import format_duration
+from autopar.costs.options import HardwareOption, parse_counts
+from autopar.costs.whatif_types import OptionResult
+from autopar.defaults import (
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_SAMPLER,
+    DEFAULT_SIZING_MAX_GPUS,
+    DEFAULT_WHATIF_BUDGET,
+)
+from autopar.errors import SpecError
+from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
+
+
+@dataclass(frozen=True)
+class SizingOption:
+    """A GPU type to size: its candidate counts are multiples of `unit` up to the maximum, or `counts`."""
+
+    gpu: str  # catalog name
+    unit: int  # GPUs per candidate step (a host, or a system's rack/node)
+    unit_name: str  # "node", "rack", "host"
+    counts: tuple[int, ...] = ()  # explicit candidates (GPU:256,512 or GPU:64..1024); () = every unit
+
+    def candidates(self, max_gpus: int) -> list[int]:
+        """Counts to try, increasing: the listed ones, else every whole unit up to max_gpus."""
+        if self.counts:
+            return sorted(set(self.counts))
+        return list(range(self.unit, max_gpus + 1, self.unit))
+
+
+def parse_sizing_option(text: str, gpus_per_node: int | None) -> SizingOption:
+    """`GPU` (every whole host) or `GPU:COUNTS` (those counts) for --deadline sizing."""
+    from autopar.catalog import get_gpu
+
+    name, sep, counts = str(text).rpartition(":") if ":" in str(text) else (str(text), "", "")
+    if not name.strip():
+        raise SpecError(f"option={text!r}: missing GPU name")
+    gpu = get_gpu(name.strip())
+    listed = tuple(parse_counts(counts, field=f"option={text!r}")) if sep else ()
+    host = gpus_per_node or gpu.host_size or gpu.scaleup_domain
+    return SizingOption(gpu.name, host, "host", listed)
+
+
+def system_sizing_option(name: str) -> SizingOption:
+    """`--cluster NAME` without a count: every whole unit (rack or node) of that system."""
+    from autopar.catalog.clusters import system_catalog
+
+    sys_ = system_catalog().get(name.strip())
+    return SizingOption(sys_.gpu, sys_.unit_gpus, sys_.unit)
+
+
+def peak_tokens_per_gpu(
+    model: ModelSpec, workload: Workload, gpu: GPUSpec, precisions: Sequence[str]
+) -> float:
+    """Tokens/s one GPU would train at 100% MFU of its highest searched peak (an upper bound, see module doc)."""
+    from autopar.perf.flops import model_flops_per_step, weight_grad_gemms
+
+    per_token = (
+        model_flops_per_step(model, workload.seq_len, 1, True, weight_grad_gemms(workload)) / workload.seq_len
+    )
+    peak = max(gpu.peak_flops(p) for p in (precisions or [workload.precision]))
+    return peak / per_token
+
+
+def lower_bound_count(tokens: float, deadline_s: float, goodput: float, peak_per_gpu: float) -> int:
+    """The fewest GPUs that could meet the deadline even at the peak: ceil(tokens / (deadline x goodput x peak))."""
+    return max(1, math.ceil(tokens / (deadline_s * goodput * peak_per_gpu) * (1 - 1e-12)))
+
+
+@dataclass
+class SizingResult:
+    """The answer for one GPU type: the fewest GPUs that meet the deadline, or why none in range does."""
+
+    gpu: str
+    unit: int
+    unit_name: str
+    max_gpus: int  # the largest candidate count
+    answer: OptionResult | None  # the minimum count that meets the deadline (None: cannot)
+    searched: list[OptionResult] = field(default_factory=list)  # every count searched, increasing
+    lower_bound: int = 1  # fewer GPUs cannot meet the deadline even at 100% MFU
+    reason: str = ""  # why no count meets the deadline
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fastest(self) -> OptionResult | None:
+        """The fastest count searched (for an option that cannot meet the deadline)."""
+        ok = [o for o in self.searched if o.figures is not None]
+        return min(ok, key=lambda o: o.time_to_train_s) if ok else None  # type: ignore[arg-type,return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (one `sizing` entry of `autopar whatif --deadline --json`)."""
+        a = self.answer
+        return {
+            "gpu": self.gpu,
+            "meets_deadline": a is not None,
+            "min_count": a.count if a else None,
+            "unit": self.unit,
+            "unit_name": self.unit_name,
+            "max_count": self.max_gpus,
+            "lower_bound": self.lower_bound,
+            "counts_searched": [o.count for o in self.searched],
+            "answer": a.to_dict() if a else None,
+            "fastest": self.fastest.to_dict() if (a is None and self.fastest) else None,
+            "reason": self.reason or None,
+            "notes": list(self.notes),
+        }
+
+
+def scaled_workload(workload: Workload, count: int, batch_tokens_per_gpu: float | None) -> Workload:
+    """The workload at `count` GPUs: the global batch grows to count x tokens per GPU (whole sequences)."""
+    if batch_tokens_per_gpu is None:
+        return workload
+    gb = int(count * batch_tokens_per_gpu // workload.seq_len)
+    if gb < 1:
+        raise SpecError(
+            f"batch-tokens-per-gpu={batch_tokens_per_gpu:g}: {count} GPUs x {batch_tokens_per_gpu:g} tokens is "
+            f"less than one sequence of {workload.seq_len}; give at least {math.ceil(workload.seq_len / count)}"
+        )
+    return workload.model_copy(update={"global_batch": gb})
+
+
+def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) -> str | None:
+    """A note when a fixed global batch capped the scaling: DP saturated, or counts had no layout."""
+    no_layout = [o.count for o in result.searched if "dp must divide" in o.reason]
+    saturated = [
+        o.count
+        for o in result.searched
+        if o.strategy is not None
+        and (o.strategy.dp or 0) * (o.strategy.micro_batch or 1) >= (o.global_batch or 0)
+    ]
+    if not (no_layout or saturated) or (result.answer is not None and not saturated):
+        return None
+    what = []
+    if saturated:
+        what.append(
+            f"at {saturated[-1]} GPUs every data-parallel rank already takes one micro-batch per step"
+        )
+    if no_layout:
+        what.append(f"{len(no_layout)} count(s) had no layout that splits it evenly (e.g. {no_layout[0]})")
+    return (
+        f"{opt.gpu}: the fixed global batch of {workload.global_batch} sequences caps data parallelism ("
+        + "; ".join(what)
+        + "); --batch-tokens-per-gpu lets it grow with the count"
+    )
+
+
+@dataclass
+class SizingContext:
+    """What every count's search shares (built once by the caller)."""
+
+    model: ModelSpec
+    workload: Workload
+    tokens: float
+    goodput: float
+    deadline_s: float
+    precisions: Sequence[str]
+    batch_tokens_per_gpu: float | None
+    cluster_fn: Callable[[GPUSpec, HardwareOption], ClusterSpec]
+    search_fn: Callable[[ClusterSpec, Workload, HardwareOption], OptionResult]
+    progress: Callable[[str], None] | None = None
+
+
+def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingResult:
+    """Search candidate counts of one GPU type in increasing order; stop at the first that meets the deadline."""
+    from autopar.catalog import get_gpu
+
+    gpu = get_gpu(opt.gpu)
+    peak = peak_tokens_per_gpu(ctx.model, ctx.workload, gpu, ctx.precisions)
+    bound = lower_bound_count(ctx.tokens, ctx.deadline_s, ctx.goodput, peak)
+    cands = opt.candidates(max_gpus)
+    out = SizingResult(
+        opt.gpu, opt.unit, opt.unit_name, max(cands) if cands else max_gpus, None, lower_bound=bound
+    )
+    skip = True
+    for n in cands:
+        if skip and n < bound:
+            continue
+        ho = HardwareOption(opt.gpu, n)
+        wl = scaled_workload(ctx.workload, n, ctx.batch_tokens_per_gpu)
+        if ctx.progress is not None:
+            ctx.progress(f"sizing {opt.gpu}: {n} GPUs")
+        res = ctx.search_fn(ctx.cluster_fn(gpu, ho), wl, ho)
+        res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]
+        out.searched.append(res)
+        if res.tokens_per_s is not None and res.tokens_per_s > n * peak * (1 + 1e-9) and skip:
+            out.notes.append(
+                f"{opt.gpu}:{n}: estimated {res.tokens_per_s:,.0f} tokens/s is above 100% MFU; counts below "
+                f"{bound} were skipped on that bound, so the minimum may be lower than reported"
+            )
+        if res.meets_deadline:
+            out.answer = res
+            return out
+    out.reason = _why_not(opt, out, cands, ctx.deadline_s)
+    return out
+
+
+def _why_not(opt: SizingOption, out: SizingResult, cands: list[int], deadline_s: float) -> str:
+    """One sentence: why no candidate count of this GPU meets the deadline."""
+    top = max(cands) if cands else 0
+    limit = f"{top} GPUs" + ("" if opt.counts else f" (--max-gpus; whole {opt.unit_name}s of {opt.unit})")
+    if out.lower_bound > top:
+        return (
+            f"cannot meet the {format_duration(deadline_s)} deadline within {limit}: even at 100% MFU it "
+            f"needs at least {out.lower_bound} GPUs"
+        )
+    f = out.fastest
+    best = f" (fastest searched: {f.label} in {format_duration(f.time_to_train_s)})" if f else ""  # type: ignore[arg-type]
+    return f"cannot meet the {format_duration(deadline_s)} deadline within {limit}{best}"
+
+
+@dataclass
+class DeadlineResult:
+    """`autopar whatif --deadline` sizing: per GPU type, the fewest GPUs that meet the deadline."""
+
+    model: ModelSpec
+    workload: Workload
+    token_budget: float
+    tier: str
+    goodput: float
+    deadline_s: float
+    rows: list[SizingResult]
+    seed: int
+    search_budget: int
+    wall_s: float
+    batch_tokens_per_gpu: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (`autopar whatif --deadline D --option GPU --json`)."""
+        return {
+            "mode": "sizing",
+            "model": self.model.name,
+            "tokens": self.token_budget,
+            "seq_len": self.workload.seq_len,
+            "global_batch": None if self.batch_tokens_per_gpu else self.workload.global_batch,
+            "batch_tokens_per_gpu": self.batch_tokens_per_gpu,
+            "precision": self.workload.precision,
+            "tier": self.tier,
+            "goodput": self.goodput,
+            "deadline_s": self.deadline_s,
+            "sizing": [r.to_dict() for r in self.rows],
+            "seed": self.seed,
+            "search_budget": self.search_budget,
+            "wall_s": self.wall_s,
+            "notes": list(self.notes),
+        }
+
+
+def run_sizing(
+    model: ModelSpec,
+    options: Sequence[SizingOption],
+    workload: Workload,
+    *,
+    token_budget: float | str,
+    deadline_s: float,
+    max_gpus: int = DEFAULT_SIZING_MAX_GPUS,
+    batch_tokens_per_gpu: float | None = None,
+    tier: str = "on_demand",
+    price_book: Any = None,
+    goodput: float = 1.0,
+    budget: int = DEFAULT_WHATIF_BUDGET,
+    seed: int = 0,
+    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
+    precisions: list[str] | None = None,
+    calibration: Any = None,
+    sampler: str = DEFAULT_SAMPLER,
+    gpus_per_node: int | None = None,
+    internode_bw: float | None = None,
+    nvlink_domain: int | None = None,
+    optimize_fn: Callable[..., Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DeadlineResult:
+    """For each GPU type, the fewest GPUs (candidates in increasing order) whose best fitting strategy trains
+    `token_budget` tokens within `deadline_s` seconds, priced like `run_whatif`; SpecError for bad inputs."""
+    from autopar.catalog import get_gpu
+    from autopar.catalog.pricefile import default_price_book
+    from autopar.catalog.prices import normalize_tier, resolve_price
+    from autopar.costs.figures import check_goodput, parse_tokens
+    from autopar.costs.whatif import _cluster, _search_option, price_notes
+
+    t0 = _time.perf_counter()
+    tokens, goodput, tier = parse_tokens(token_budget), check_goodput(goodput), normalize_tier(tier)
+    if not (deadline_s > 0 and math.isfinite(deadline_s)):
+        raise SpecError(f"deadline={deadline_s!r} must be a positive duration")
+    if not (isinstance(max_gpus, int) and max_gpus >= 1):
+        raise SpecError(f"max-gpus={max_gpus!r} must be a positive whole number of GPUs")
+    if budget < 1:
+        raise SpecError(f"budget={budget!r} must be at least 1 trial per count")
+    book = price_book if price_book is not None else default_price_book()
+    prices = {
+        o.gpu: resolve_price(get_gpu(o.gpu), book, tier) for o in options
+    }  # every price before searching
+    workload = workload.model_copy(update={"token_budget": tokens})
+    if optimize_fn is None:
+        from autopar.search import optimize as optimize_fn
+    kwargs: dict[str, Any] = dict(
+        budget=budget,
+        objectives=("throughput", "headroom", "cost"),
+        seed=seed,
+        sampler=sampler,
+        min_headroom_gib=min_headroom_gib,
+        precisions=precisions,
+        price_book=book,
+        tier=tier,
+        calibration=calibration,
+    )
+
+    def search(cluster: ClusterSpec, wl: Workload, ho: HardwareOption) -> OptionResult:
+        return _search_option(
+            model,
+            cluster,
+            wl,
+            ho,
+            price=prices[ho.gpu],
+            token_budget=tokens,
+            goodput=goodput,
+            deadline_s=deadline_s,
+            max_cost_usd=None,
+            optimize_fn=optimize_fn,
+            search_kwargs=kwargs,
+        )
+
+    def cluster(gpu: GPUSpec, ho: HardwareOption) -> ClusterSpec:
+        return _cluster(gpu, ho, gpus_per_node, internode_bw, nvlink_domain)
+
+    ctx = SizingContext(
+        model,
+        workload,
+        tokens,
+        goodput,
+        deadline_s,
+        precisions or [workload.precision],
+        batch_tokens_per_gpu,
+        cluster,
+        search,
+        progress,
+    )
+    rows = [size_option(o, max_gpus, ctx) for o in options]
+    notes = price_notes([(o.gpu, prices[o.gpu]) for o in options], tier)
+    for o, r in zip(options, rows, strict=True):
+        notes.extend(r.notes)
+        cap = None if batch_tokens_per_gpu is not None else batch_cap_note(o, r, workload)
+        if cap:
+            notes.append(cap)
+    notes.append(
+        f"counts below each GPU's lower bound were not searched: fewer GPUs cannot train {tokens:.3g} tokens "
+        "in time even at 100% MFU of the highest peak searched"
+    )
+    return DeadlineResult(
+        model,
+        workload,
+        tokens,
+        tier,
+        goodput,
+        deadline_s,
+        rows,
+        seed,
+        budget,
+        _time.perf_counter() - t0,
+        batch_tokens_per_gpu,
+        notes,
+    )
