@@ -1,0 +1,189 @@
+"""`whatif --deadline` sizing: the fewest GPUs that meet a deadline, checked against exhaustive enumeration
+of every count and every strategy on a small problem; a looser deadline never needs more GPUs; price
+provenance; the batch flags; CLI errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from autopar.catalog import get_gpu, get_model
+from autopar.catalog.pricefile import default_price_book
+from autopar.catalog.prices import resolve_price
+from autopar.cli import app
+from autopar.costs.sizing import (
+    SizingOption,
+    lower_bound_count,
+    peak_tokens_per_gpu,
+    run_sizing,
+    scaled_workload,
+)
+from autopar.costs.whatif import choose_trial
+from autopar.errors import SpecError
+from autopar.search import optimize
+from autopar.specs import ClusterSpec, Workload
+
+MODEL = get_model("GPT-3-1.3B")
+WL = Workload(seq_len=2048, global_batch=16)
+HOST = 2  # GPUs per host: candidate counts 2, 4, ..., MAX
+MAX = 10
+TOKENS = 1e9
+GPUS = ("H100-SXM", "B200", "A100-80GB")
+
+
+@functools.cache
+def exhaustive_time(gpu: str, count: int) -> float:
+    """Seconds to train TOKENS at the fastest fitting strategy among EVERY strategy of this count (the
+    exhaustive sampler); inf when nothing fits or no layout exists."""
+    cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=count, gpus_per_node=HOST)
+    try:
+        result = optimize(MODEL, cluster, WL, sampler="exhaustive", budget=300, min_headroom_gib=2.0)
+    except SpecError:
+        return float("inf")
+    best = choose_trial(result)
+    return float("inf") if best is None else TOKENS / best.values["throughput"]
+
+
+@functools.cache
+def _auto_search(gpu: str, count: int, gb: int):
+    cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=count, gpus_per_node=HOST)
+    return optimize(MODEL, cluster, WL.model_copy(update={"global_batch": gb}), min_headroom_gib=2.0)
+
+
+def cached_optimize(model, cluster, workload, **kw):
+    """The default (auto) search, memoised per (GPU, count, batch) so property examples reuse it."""
+    assert kw["sampler"] == "auto"
+    return _auto_search(cluster.gpu.name, cluster.num_gpus, workload.global_batch)
+
+
+def size(deadline_s: float, gpus=GPUS, **kw):
+    opts = [SizingOption(g, HOST, "host") for g in gpus]
+    args = dict(token_budget=TOKENS, deadline_s=deadline_s, max_gpus=MAX, gpus_per_node=HOST)
+    args.update(kw)
+    return run_sizing(MODEL, opts, WL, optimize_fn=cached_optimize, **args)
+
+
+def expected_min_count(gpu: str, deadline_s: float) -> int | None:
+    for n in range(HOST, MAX + 1, HOST):
+        if exhaustive_time(gpu, n) <= deadline_s:
+            return n
+    return None
+
+
+def test_throughput_is_not_monotone_in_the_count_here():
+    # The reason sizing does not bisect: 10 H100s (PP5 x DP2; 16 sequences do not split over 10 ranks) train
+    # slower than 8 (DP8).
+    assert exhaustive_time("H100-SXM", 10) > exhaustive_time("H100-SXM", 8)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_min_count_equals_exhaustive_enumeration(gpu):
+    times = sorted({exhaustive_time(gpu, n) for n in range(HOST, MAX + 1, HOST)} - {float("inf")})
+    for deadline in [t * (1 + 1e-9) for t in times] + [times[0] * 0.99]:  # each count's time, and too tight
+        want = expected_min_count(gpu, deadline)
+        row = size(deadline, gpus=(gpu,)).rows[0]
+        got = row.answer.count if row.answer else None
+        assert got == want, (gpu, deadline)
+        if row.answer is not None:
+            assert row.answer.time_to_train_s == pytest.approx(exhaustive_time(gpu, want), rel=1e-9)
+            assert row.answer.total_cost_usd == pytest.approx(
+                row.answer.time_to_train_s / 3600 * want * row.answer.usd_per_gpu_hour, rel=1e-9
+            )
+        else:
+            assert "cannot meet" in row.reason
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_counts_below_the_peak_bound_cannot_meet_the_deadline(gpu):
+    # The one shortcut, checked: no count under the 100%-MFU bound meets the deadline exhaustively.
+    peak = peak_tokens_per_gpu(MODEL, WL, get_gpu(gpu), ["bf16"])
+    for n in range(HOST, MAX + 1, HOST):
+        t = exhaustive_time(gpu, n)
+        assert t >= TOKENS / (n * peak)  # MFU <= 1
+        bound = lower_bound_count(TOKENS, t, 1.0, peak)  # the deadline this count just meets
+        assert n >= bound
+
+
+@settings(max_examples=25, deadline=None)
+@given(d1=st.floats(500, 40_000), d2=st.floats(500, 40_000))
+def test_a_looser_deadline_never_needs_more_gpus(d1, d2):
+    lo, hi = sorted((d1, d2))
+    tight, loose = size(lo), size(hi)
+    for a, b in zip(tight.rows, loose.rows, strict=True):
+        n_tight = a.answer.count if a.answer else MAX + 1
+        n_loose = b.answer.count if b.answer else MAX + 1
+        assert n_loose <= n_tight
+        if a.answer is None:
+            assert "cannot meet" in a.reason
+
+
+def test_infeasible_deadline_says_so_with_the_bound():
+    row = size(1.0, gpus=("H100-SXM",)).rows[0]  # one second: over the peak bound at any count here
+    assert row.answer is None and row.searched == []
+    assert "even at 100% MFU it needs at least" in row.reason
+    assert row.to_dict()["meets_deadline"] is False
+
+
+def test_scaled_batch_grows_with_the_count():
+    assert scaled_workload(WL, 8, 4096).global_batch == 16  # 8 x 4096 / 2048
+    assert scaled_workload(WL, 3, 1000).global_batch == 1  # 3000 tokens: one whole sequence
+    with pytest.raises(SpecError, match="less than one sequence"):
+        scaled_workload(WL, 1, 1000)
+    r = size(1e5, gpus=("H100-SXM",), batch_tokens_per_gpu=4096)
+    assert r.rows[0].answer.global_batch == r.rows[0].answer.count * 4096 // 2048
+
+
+def test_fixed_batch_cap_is_a_note():
+    # 16 sequences over up to 10 GPUs: at the answer DP x micro-batch covers the whole batch -> a note.
+    r = size(exhaustive_time("H100-SXM", 2) * 1.000001, gpus=("H100-SXM",))
+    a = r.rows[0].answer
+    assert a is not None and a.count == 2
+    if a.strategy.dp * a.strategy.micro_batch >= 16:
+        assert any("caps data parallelism" in n for n in r.notes)
+
+
+def test_borrowed_prices_are_labelled():
+    book = default_price_book()
+    b300 = resolve_price(get_gpu("B300"), book, "on_demand")
+    assert b300.borrowed_from == "B200" and b300.usd_per_gpu_hour == book.price("B200")
+    assert b300.source.startswith("borrowed from B200")
+    h100 = resolve_price(get_gpu("H100-SXM"), book, "on_demand")
+    assert h100.borrowed_from == "" and h100.provenance == "built-in price book"
+    assert resolve_price(get_gpu("H100-SXM"), book, override=1.0).source == "cluster override"
+
+
+def test_no_builtin_smaller_memory_sku_priced_above_its_larger_sibling():
+    book = default_price_book()
+    for tier in ("on_demand", "reserved", "spot"):
+        assert book.price("A100-40GB", tier) <= book.price("A100-80GB", tier), tier
+
+
+runner = CliRunner()
+
+
+def test_cli_sizing_json_and_errors():
+    base = ["whatif", "--model", "GPT-3-1.3B", "--tokens", "1B", "--seq-len", "2048", "--global-batch", "16"]
+    res = runner.invoke(
+        app,
+        base + ["--deadline", "2h", "--option", "B300", "--gpus-per-node", "2", "--max-gpus", "4", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    row = doc["sizing"][0]
+    assert doc["mode"] == "sizing" and row["gpu"] == "B300" and row["min_count"] in (2, 4)
+    assert row["answer"]["price_borrowed_from"] == "B200"
+    for args, field in [
+        (["--option", "H100-SXM"], "option='H100-SXM'"),  # no count and no deadline
+        (["--option", "H100-SXM:8", "--max-gpus", "8"], "max-gpus=8"),  # cannot take effect
+        (["--deadline", "2h", "--option", "H100-SXM", "--out", "x.html"], "out=x.html"),
+        (["--deadline", "2x", "--option", "H100-SXM"], "deadline='2x'"),
+        (["--option", "H100-SXM:8", "--batch-tokens-per-gpu", "4K"], "batch-tokens-per-gpu=4K"),
+    ]:
+        res = runner.invoke(app, base + args)
+        assert res.exit_code == 2, (args, res.output)
+        assert field in res.stderr and len(res.stderr.strip().splitlines()) == 1
