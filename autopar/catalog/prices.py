@@ -336,7 +336,7 @@ class ResolvedPrice:
     # "set in code", "override", "gpu spec" or "assumed"; `tier` is the pricing tier it is a price in.
     provenance: str = ""
     tier: str = "on_demand"
-    borrowed_from: str = ""  # the GPU whose price this is, when it is another GPU's (PriceEntry.borrowed_from)
+    borrowed_from: str = ""  # the GPU whose price this is, when another GPU's (PriceEntry.borrowed_from)
 
 
 def resolve_price(

@@ -180,7 +180,9 @@ def price_notes(priced: Sequence[tuple[str, ResolvedPrice]], tier: str) -> list[
         seen.add(gpu)
         kind = entry.provenance or entry.origin
         borrowed = f", BORROWED from {entry.borrowed_from}" if entry.borrowed_from else ""
-        notes.append(f"price {gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({kind}{borrowed}; {entry.source})")
+        notes.append(
+            f"price {gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({kind}{borrowed}; {entry.source})"
+        )
     return notes
 
 

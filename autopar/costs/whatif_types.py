@@ -51,7 +51,7 @@ class OptionResult:
     # Kind of price: "built-in price book", "catalog default", "price file PATH", "override", "assumed", ...
     price_provenance: str = ""
     price_borrowed_from: str = ""  # the GPU whose price this is when another GPU's was used ("" = its own)
-    global_batch: int | None = None  # sequences per step searched at this option (scales with --batch-tokens-per-gpu)
+    global_batch: int | None = None  # sequences per step at this option (--batch-tokens-per-gpu scales it)
 
     @property
     def price_label(self) -> str:
