@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -26,7 +27,8 @@ from autopar.costs.sizing import (
 from autopar.costs.whatif import choose_trial
 from autopar.errors import SpecError
 from autopar.search import optimize
-from autopar.specs import ClusterSpec, Workload
+from autopar.search.result import TrialRecord
+from autopar.specs import ClusterSpec, Strategy, Workload
 
 MODEL = get_model("GPT-3-1.3B")
 WL = Workload(seq_len=2048, global_batch=16)
@@ -187,3 +189,57 @@ def test_cli_sizing_json_and_errors():
         res = runner.invoke(app, base + args)
         assert res.exit_code == 2, (args, res.output)
         assert field in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def _fake_search(mfu_over_peak: float):
+    """A search stub: one fitting strategy at `mfu_over_peak` x the GPU's peak tokens/s per GPU."""
+    peak = peak_tokens_per_gpu(MODEL, WL, get_gpu("H100-SXM"), ["bf16"])
+
+    def fake(model, cluster, workload, **kw):
+        tps = mfu_over_peak * peak * cluster.num_gpus
+        est = SimpleNamespace(tokens_per_s=tps, headroom_bytes=5 * 2**30, mfu=mfu_over_peak)
+        trial = TrialRecord(
+            number=0,
+            strategy=Strategy(tp=1, dp=cluster.num_gpus),
+            num_gpus=cluster.num_gpus,
+            gpu=cluster.gpu.name,
+            precision="bf16",
+            estimate=est,
+            values={"throughput": tps},
+            feasible=True,
+            reason="",
+        )
+        return SimpleNamespace(trials=[trial], clusters=[cluster])
+
+    return fake, peak
+
+
+def test_counts_under_the_bound_are_skipped_and_an_estimate_above_peak_turns_the_skip_off():
+    fake, peak = _fake_search(0.5)  # 50% MFU: count n trains n x 0.5 x peak tokens/s
+    deadline = TOKENS / (8 * peak)  # the bound: 8 GPUs at 100% MFU; at 50% it takes 16
+    opt = [SizingOption("H100-SXM", HOST, "host")]
+    row = run_sizing(
+        MODEL,
+        opt,
+        WL,
+        token_budget=TOKENS,
+        deadline_s=deadline,
+        max_gpus=20,
+        optimize_fn=fake,
+        gpus_per_node=HOST,
+    ).rows[0]
+    assert row.lower_bound == 8
+    assert [o.count for o in row.searched] == [8, 10, 12, 14, 16] and row.answer.count == 16
+    fake, _ = _fake_search(3.0)  # an estimate claiming 300% MFU breaks the bound: every count is searched
+    row = run_sizing(
+        MODEL,
+        opt,
+        WL,
+        token_budget=TOKENS,
+        deadline_s=deadline,
+        max_gpus=20,
+        optimize_fn=fake,
+        gpus_per_node=HOST,
+    ).rows[0]
+    assert [o.count for o in row.searched] == [2, 4] and row.answer.count == 4  # 4 x 3 >= 8
+    assert "does not hold" in row.notes[0]

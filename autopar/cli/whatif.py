@@ -193,10 +193,10 @@ def render_sizing(result: DeadlineResult) -> None:
     for r in result.rows:
         a = r.answer
         if a is None:
-            t.add_row(r.gpu, styled(("cannot", "red")), "-", "-", "-", "-", r.reason)
+            t.add_row(r.option or r.gpu, styled(("cannot", "red")), "-", "-", "-", "-", r.reason)
             continue
         t.add_row(
-            r.gpu,
+            r.option or r.gpu,
             f"{a.count} ({a.count // r.unit} {r.unit_name}{'s' * (a.count // r.unit != 1)})",
             format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]
             format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]

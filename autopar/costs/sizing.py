@@ -42,6 +42,14 @@ class SizingOption:
     unit: int  # GPUs per candidate step (a host, or a system's rack/node)
     unit_name: str  # "node", "rack", "host"
     counts: tuple[int, ...] = ()  # explicit candidates (GPU:256,512 or GPU:64..1024); () = every unit
+    gpus_per_node: int | None = None  # a system's host size (None: the run's --gpus-per-node or the GPU's)
+    nvlink_domain: int | None = None  # a system's NVLink domain (None: the run's or the GPU's)
+    name: str = ""  # the system's name when sized as one (gb200-nvl72); "" = the GPU's
+
+    @property
+    def label(self) -> str:
+        """The option's name in tables and JSON: the system's, else the GPU's."""
+        return self.name or self.gpu
 
     def candidates(self, max_gpus: int) -> list[int]:
         """Counts to try, increasing: the listed ones, else every whole unit up to max_gpus."""
@@ -51,12 +59,20 @@ class SizingOption:
 
 
 def parse_sizing_option(text: str, gpus_per_node: int | None) -> SizingOption:
-    """`GPU` (every whole host) or `GPU:COUNTS` (those counts) for --deadline sizing."""
+    """`GPU` (every whole host), `GPU:COUNTS` (those counts) or a system shorthand such as `gb200-nvl72`
+    (every whole rack or node of it; `autopar clusters`) for --deadline sizing. A name that is both a
+    system and a GPU alias (dgx-h100) is the system; with counts it is the GPU."""
     from autopar.catalog import get_gpu
+    from autopar.catalog.clusters import system_catalog
+    from autopar.catalog.names import exact_key
 
     name, sep, counts = str(text).rpartition(":") if ":" in str(text) else (str(text), "", "")
     if not name.strip():
         raise SpecError(f"option={text!r}: missing GPU name")
+    if not sep and exact_key(name) in system_catalog().exact:  # with counts, a name is read as a GPU's
+        if gpus_per_node is not None:
+            raise SpecError(f"option={text!r}: the system sets GPUs per host; drop --gpus-per-node")
+        return system_sizing_option(name)
     gpu = get_gpu(name.strip())
     listed = tuple(parse_counts(counts, field=f"option={text!r}")) if sep else ()
     host = gpus_per_node or gpu.host_size or gpu.scaleup_domain
@@ -68,7 +84,9 @@ def system_sizing_option(name: str) -> SizingOption:
     from autopar.catalog.clusters import system_catalog
 
     sys_ = system_catalog().get(name.strip())
-    return SizingOption(sys_.gpu, sys_.unit_gpus, sys_.unit)
+    return SizingOption(
+        sys_.gpu, sys_.unit_gpus, sys_.unit, (), sys_.gpus_per_node, sys_.nvlink_domain, sys_.name
+    )
 
 
 def peak_tokens_per_gpu(
@@ -102,6 +120,7 @@ class SizingResult:
     lower_bound: int = 1  # fewer GPUs cannot meet the deadline even at 100% MFU
     reason: str = ""  # why no count meets the deadline
     notes: list[str] = field(default_factory=list)
+    option: str = ""  # the option as named: the GPU, or the system (gb200-nvl72)
 
     @property
     def fastest(self) -> OptionResult | None:
@@ -113,6 +132,7 @@ class SizingResult:
         """JSON-ready dict (one `sizing` entry of `autopar whatif --deadline --json`)."""
         a = self.answer
         return {
+            "option": self.option or self.gpu,
             "gpu": self.gpu,
             "meets_deadline": a is not None,
             "min_count": a.count if a else None,
@@ -150,7 +170,7 @@ def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) 
         if o.strategy is not None
         and (o.strategy.dp or 0) * (o.strategy.micro_batch or 1) >= (o.global_batch or 0)
     ]
-    if not (no_layout or saturated) or (result.answer is not None and not saturated):
+    if not (no_layout or saturated):
         return None
     what = []
     if saturated:
@@ -158,7 +178,9 @@ def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) 
             f"at {saturated[-1]} GPUs every data-parallel rank already takes one micro-batch per step"
         )
     if no_layout:
-        what.append(f"{len(no_layout)} count(s) had no layout that splits it evenly (e.g. {no_layout[0]})")
+        what.append(
+            f"{len(no_layout)} of the counts searched had no layout that splits it (e.g. {no_layout[0]})"
+        )
     return (
         f"{opt.gpu}: the fixed global batch of {workload.global_batch} sequences caps data parallelism ("
         + "; ".join(what)
@@ -177,13 +199,14 @@ class SizingContext:
     deadline_s: float
     precisions: Sequence[str]
     batch_tokens_per_gpu: float | None
-    cluster_fn: Callable[[GPUSpec, HardwareOption], ClusterSpec]
+    cluster_fn: Callable[[GPUSpec, HardwareOption, SizingOption], ClusterSpec]
     search_fn: Callable[[ClusterSpec, Workload, HardwareOption], OptionResult]
     progress: Callable[[str], None] | None = None
 
 
 def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingResult:
-    """Search candidate counts of one GPU type in increasing order; stop at the first that meets the deadline."""
+    """Search candidate counts of one GPU type in increasing order; stop at the first that meets the deadline.
+    Counts under the peak bound are skipped, unless an estimate breaks the bound: then every count is searched."""
     from autopar.catalog import get_gpu
 
     gpu = get_gpu(opt.gpu)
@@ -191,29 +214,46 @@ def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingR
     bound = lower_bound_count(ctx.tokens, ctx.deadline_s, ctx.goodput, peak)
     cands = opt.candidates(max_gpus)
     out = SizingResult(
-        opt.gpu, opt.unit, opt.unit_name, max(cands) if cands else max_gpus, None, lower_bound=bound
+        opt.gpu,
+        opt.unit,
+        opt.unit_name,
+        max(cands) if cands else max_gpus,
+        None,
+        lower_bound=bound,
+        option=opt.label,
     )
-    skip = True
-    for n in cands:
-        if skip and n < bound:
-            continue
+    out.searched = _scan(opt, gpu, [n for n in cands if n >= bound], ctx)
+    above = [
+        o for o in out.searched if o.tokens_per_s is not None and o.tokens_per_s > o.count * peak * (1 + 1e-9)
+    ]
+    if above and any(n < bound for n in cands):
+        out.notes.append(
+            f"{opt.label}: {above[0].label} is estimated above 100% MFU of its peak, so the lower bound of "
+            f"{bound} GPUs does not hold for these estimates: every count was searched"
+        )
+        out.searched = _scan(opt, gpu, cands, ctx)
+    last = out.searched[-1] if out.searched else None
+    if last is not None and last.meets_deadline:
+        out.answer = last
+    else:
+        out.reason = _why_not(opt, out, cands, ctx.deadline_s)
+    return out
+
+
+def _scan(opt: SizingOption, gpu: GPUSpec, counts: list[int], ctx: SizingContext) -> list[OptionResult]:
+    """Search `counts` in increasing order until one meets the deadline; every result, in order."""
+    done: list[OptionResult] = []
+    for n in counts:
         ho = HardwareOption(opt.gpu, n)
         wl = scaled_workload(ctx.workload, n, ctx.batch_tokens_per_gpu)
         if ctx.progress is not None:
-            ctx.progress(f"sizing {opt.gpu}: {n} GPUs")
-        res = ctx.search_fn(ctx.cluster_fn(gpu, ho), wl, ho)
+            ctx.progress(f"sizing {opt.label}: {n} GPUs")
+        res = ctx.search_fn(ctx.cluster_fn(gpu, ho, opt), wl, ho)
         res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]
-        out.searched.append(res)
-        if res.tokens_per_s is not None and res.tokens_per_s > n * peak * (1 + 1e-9) and skip:
-            out.notes.append(
-                f"{opt.gpu}:{n}: estimated {res.tokens_per_s:,.0f} tokens/s is above 100% MFU; counts below "
-                f"{bound} were skipped on that bound, so the minimum may be lower than reported"
-            )
+        done.append(res)
         if res.meets_deadline:
-            out.answer = res
-            return out
-    out.reason = _why_not(opt, out, cands, ctx.deadline_s)
-    return out
+            break
+    return done
 
 
 def _why_not(opt: SizingOption, out: SizingResult, cands: list[int], deadline_s: float) -> str:
@@ -342,8 +382,9 @@ def run_sizing(
             search_kwargs=kwargs,
         )
 
-    def cluster(gpu: GPUSpec, ho: HardwareOption) -> ClusterSpec:
-        return _cluster(gpu, ho, gpus_per_node, internode_bw, nvlink_domain)
+    def cluster(gpu: GPUSpec, ho: HardwareOption, opt: SizingOption) -> ClusterSpec:
+        per_node = opt.gpus_per_node or gpus_per_node
+        return _cluster(gpu, ho, per_node, internode_bw, opt.nvlink_domain or nvlink_domain)
 
     ctx = SizingContext(
         model,

@@ -178,11 +178,8 @@ def price_notes(priced: Sequence[tuple[str, ResolvedPrice]], tier: str) -> list[
         if gpu in seen:
             continue
         seen.add(gpu)
-        kind = entry.provenance or entry.origin
-        borrowed = f", BORROWED from {entry.borrowed_from}" if entry.borrowed_from else ""
-        notes.append(
-            f"price {gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({kind}{borrowed}; {entry.source})"
-        )
+        kind = entry.provenance or entry.origin  # a borrowed price's source starts "borrowed from GPU"
+        notes.append(f"price {gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({kind}; {entry.source})")
     return notes
 
 

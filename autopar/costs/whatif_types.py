@@ -57,7 +57,7 @@ class OptionResult:
     def price_label(self) -> str:
         """'$6.00/GPU-h' and, for a price borrowed from another GPU, ' (B200's price)'."""
         own = f"${self.usd_per_gpu_hour:.2f}/GPU-h"
-        return own + (f" (borrowed: {self.price_borrowed_from}'s price)" if self.price_borrowed_from else "")
+        return own + (f" ({self.price_borrowed_from}'s price)" if self.price_borrowed_from else "")
 
     @property
     def time_to_train_s(self) -> float | None:
