@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from autopar.catalog.prices import resolve_price
 from autopar.cli import app
 from autopar.costs.sizing import (
     SizingOption,
+    batch_cap_note,
     lower_bound_count,
     peak_tokens_per_gpu,
     run_sizing,
@@ -141,12 +143,28 @@ def test_scaled_batch_grows_with_the_count():
 
 
 def test_fixed_batch_cap_is_a_note():
-    # 16 sequences over up to 10 GPUs: at the answer DP x micro-batch covers the whole batch -> a note.
-    r = size(exhaustive_time("H100-SXM", 2) * 1.000001, gpus=("H100-SXM",))
+    # 58 = 2 x 29 GPUs: no tp x pp x cp x dp layout with dp dividing 16 sequences (pp 29 > 24 layers) -> a note
+    r = size(exhaustive_time("H100-SXM", 8) * (1 + 1e-9), gpus=("H100-SXM",))
+    opt = SizingOption("H100-SXM", HOST, "host", counts=(58,))
+    row = run_sizing(
+        MODEL, [opt], WL, token_budget=TOKENS, deadline_s=1e9, gpus_per_node=HOST, optimize_fn=optimize
+    ).rows[0]
+    assert row.answer is None and "dp must divide" in row.searched[0].reason
+    note = batch_cap_note(opt, row, WL)
+    assert (
+        note.startswith("H100-SXM: the fixed global batch of 16 sequences limits scaling")
+        and "58 GPUs" in note
+    )
+    # DP x micro-batch covering the whole batch (one micro-batch per rank) is the other cap; neither -> None
     a = r.rows[0].answer
-    assert a is not None and a.count == 2
-    if a.strategy.dp * a.strategy.micro_batch >= 16:
-        assert any("caps data parallelism" in n for n in r.notes)
+    assert a is not None
+    assert a.strategy.dp * a.strategy.micro_batch == 16  # 8 GPUs: DP8 x mb2 takes the whole batch
+    assert "one micro-batch per step" in batch_cap_note(opt, r.rows[0], WL)
+    assert (
+        batch_cap_note(opt, replace(r.rows[0], searched=r.rows[0].searched[:1]), WL) is None
+    )  # 4 GPUs: room
+    with_batch = size(1e9, gpus=("H100-SXM",), batch_tokens_per_gpu=4096)
+    assert not any("limits scaling" in n for n in with_batch.notes)  # the flag took effect: no cap note
 
 
 def test_borrowed_prices_are_labelled():

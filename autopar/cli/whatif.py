@@ -201,7 +201,7 @@ def render_sizing(result: DeadlineResult) -> None:
             format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]
             format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]
             _fmt(a.usd_per_mtoken, ".3f"),
-            a.price_label,
+            f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
             f"{a.strategy_label} ({a.precision})",
         )
     console.print(t)

@@ -179,12 +179,13 @@ def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) 
         )
     if no_layout:
         what.append(
-            f"{len(no_layout)} of the counts searched had no layout that splits it (e.g. {no_layout[0]})"
+            f"{len(no_layout)} of the counts searched had no layout whose data-parallel size divides it "
+            f"(e.g. {no_layout[0]} GPUs)"
         )
     return (
-        f"{opt.gpu}: the fixed global batch of {workload.global_batch} sequences caps data parallelism ("
+        f"{opt.label}: the fixed global batch of {workload.global_batch} sequences limits scaling: "
         + "; ".join(what)
-        + "); --batch-tokens-per-gpu lets it grow with the count"
+        + "; --batch-tokens-per-gpu lets it grow with the count"
     )
 
 
