@@ -307,14 +307,18 @@ def _borrowed(entry: PriceEntry, asked: str) -> PriceEntry:
 
 
 def provenance(entry: PriceEntry) -> str:
-    """What kind of price an entry is: built-in price book, catalog default, a user price file, or code."""
-    if entry.origin == "built-in":
+    """What kind of price an entry is: built-in price book, catalog default, a user price file, or code.
+    A book-like object whose entries carry no origin (a stored study's prices) is "price book"."""
+    origin = getattr(entry, "origin", None)
+    if origin is None:
+        return "price book"
+    if origin == "built-in":
         return "built-in price book"
-    if entry.origin == "catalog":
+    if origin == "catalog":
         return "catalog default"
-    if entry.origin == "code":
+    if origin == "code":
         return "set in code"
-    return f"price file {entry.origin}"
+    return f"price file {origin}"
 
 
 # Where the catalog's flat `price_usd_per_hour` of a GPU comes from (autopar/catalog/data/gpus.yaml header).
@@ -371,5 +375,10 @@ def resolve_price(
             flat, f"flat default ${flat:.2f}/GPU-h (assumed; set one with --prices)", "assumed", "assumed", t
         )
     return ResolvedPrice(
-        entry.usd_per_gpu_hour, entry.source, "price book", provenance(entry), t, entry.borrowed_from
+        entry.usd_per_gpu_hour,
+        entry.source,
+        "price book",
+        provenance(entry),
+        t,
+        getattr(entry, "borrowed_from", ""),  # a stored study's prices are plain (price, source) pairs
     )

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autopar.costs.figures import format_duration
+from autopar.costs.figures import format_duration, format_tokens
 from autopar.costs.options import HardwareOption, parse_counts
 from autopar.costs.whatif_types import OptionResult
 from autopar.defaults import (
@@ -407,7 +407,7 @@ def run_sizing(
         if cap:
             notes.append(cap)
     notes.append(
-        f"counts below each GPU's lower bound were not searched: fewer GPUs cannot train {tokens:.3g} tokens "
+        f"counts below each GPU's lower bound were not searched: fewer GPUs cannot train {format_tokens(tokens)} tokens "
         "in time even at 100% MFU of the highest peak searched"
     )
     return DeadlineResult(
