@@ -18,13 +18,13 @@ from autopar.catalog import get_gpu, get_model
 from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import resolve_price
 from autopar.cli import app
+from autopar.costs.options import scaled_workload
 from autopar.costs.sizing import (
     SizingOption,
     batch_cap_note,
     lower_bound_count,
     peak_tokens_per_gpu,
     run_sizing,
-    scaled_workload,
 )
 from autopar.costs.whatif import choose_trial
 from autopar.errors import SpecError

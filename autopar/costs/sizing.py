@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.costs.figures import format_duration, format_tokens
-from autopar.costs.options import HardwareOption, parse_counts
+from autopar.costs.options import HardwareOption, parse_counts, scaled_workload
 from autopar.costs.whatif_types import OptionResult
 from autopar.defaults import (
     DEFAULT_MIN_HEADROOM_GIB,
@@ -146,19 +146,6 @@ class SizingResult:
             "reason": self.reason or None,
             "notes": list(self.notes),
         }
-
-
-def scaled_workload(workload: Workload, count: int, batch_tokens_per_gpu: float | None) -> Workload:
-    """The workload at `count` GPUs: the global batch grows to count x tokens per GPU (whole sequences)."""
-    if batch_tokens_per_gpu is None:
-        return workload
-    gb = int(count * batch_tokens_per_gpu // workload.seq_len)
-    if gb < 1:
-        raise SpecError(
-            f"batch-tokens-per-gpu={batch_tokens_per_gpu:g}: {count} GPUs x {batch_tokens_per_gpu:g} tokens is "
-            f"less than one sequence of {workload.seq_len}; give at least {math.ceil(workload.seq_len / count)}"
-        )
-    return workload.model_copy(update={"global_batch": gb})
 
 
 def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) -> str | None:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import PriceBook, ResolvedPrice, normalize_tier, resolve_price
 from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
-from autopar.costs.options import HardwareOption, parse_options
+from autopar.costs.options import HardwareOption, parse_options, scaled_workload
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER, DEFAULT_WHATIF_BUDGET
@@ -224,7 +224,6 @@ def run_whatif(
     Raises SpecError/AutoparError for bad inputs (before any search runs); an option on which nothing
     fits is reported as infeasible, not raised.
     """
-    from autopar.costs.sizing import scaled_workload
 
     t_start = _time.perf_counter()
     tokens = token_budget if token_budget is not None else workload.token_budget
