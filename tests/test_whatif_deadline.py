@@ -202,6 +202,9 @@ def test_cli_sizing_json_and_errors():
         (["--deadline", "2h", "--option", "H100-SXM", "--out", "x.html"], "out=x.html"),
         (["--deadline", "2x", "--option", "H100-SXM"], "deadline='2x'"),
         (["--option", "H100-SXM:8", "--batch-tokens-per-gpu", "4K"], "batch-tokens-per-gpu=4K"),
+        (["--deadline", "2h", "--option", "H100-SXM:8", "--option", "B200", "--max-gpus", "0"], "max-gpus=0"),
+        (["--deadline", "2h", "--option", "H100-SXM", "--max-spend", "1M"], "max-spend=1M"),
+        (["--deadline", "2h", "--option", "NoSuchGPU"], "NoSuchGPU"),
     ]:
         res = runner.invoke(app, base + args)
         assert res.exit_code == 2, (args, res.output)
@@ -260,3 +263,17 @@ def test_counts_under_the_bound_are_skipped_and_an_estimate_above_peak_turns_the
     ).rows[0]
     assert [o.count for o in row.searched] == [2, 4] and row.answer.count == 4  # 4 x 3 >= 8
     assert "does not hold" in row.notes[0]
+
+
+def test_whatif_takes_optimize_defaults():
+    import inspect
+
+    from autopar.cli.optimize import optimize_cmd
+    from autopar.cli.whatif import _batch
+    from autopar.cli.whatif import whatif as whatif_cmd
+    from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, DEFAULT_SEQ_LEN
+
+    w, o = inspect.signature(whatif_cmd).parameters, inspect.signature(optimize_cmd).parameters
+    assert w["seq_len"].default == o["seq_len"].default == DEFAULT_SEQ_LEN == 8192
+    assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"].default == 512
+    assert w["model"].default == DEFAULT_MODEL  # --model is optional, as for optimize

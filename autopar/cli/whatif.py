@@ -513,8 +513,18 @@ def _run_sizing(spec, sizing, wl, deadline_s: float, max_gpus, common: dict, jso
     """Size each GPU type for the deadline; print the table or JSON; exit 1 when no type meets it."""
     from autopar.costs.sizing import run_sizing
 
+    if max_gpus is not None and all(o.counts for o in sizing):
+        raise SpecError(
+            f"max-gpus={max_gpus}: every option lists its counts, so it cannot take effect; drop it or give an "
+            "option without counts"
+        )
     result = run_sizing(
-        spec, sizing, wl, deadline_s=deadline_s, max_gpus=max_gpus or DEFAULT_SIZING_MAX_GPUS, **common
+        spec,
+        sizing,
+        wl,
+        deadline_s=deadline_s,
+        max_gpus=DEFAULT_SIZING_MAX_GPUS if max_gpus is None else max_gpus,
+        **common,
     )
     if json_out:
         emit_json(result.to_dict(), indent=2)
