@@ -469,7 +469,7 @@ def _sizing_options(
     """The GPU types to size when --deadline comes with an --option GPU (or --cluster NAME) without a
     count; None for a ranked what-if. A count-less option without --deadline is an error."""
     bare = [o for o in option or [] if ":" not in o]
-    bare_cluster = cluster is not None and ":" not in cluster
+    bare_cluster = cluster is not None and ":" not in cluster and _is_system(cluster)
     if not bare and not (bare_cluster and deadline_s is not None):
         return None
     if deadline_s is None:
@@ -487,6 +487,14 @@ def _sizing_options(
             )
         return [system_sizing_option(cluster)]
     return [parse_sizing_option(o, gpus_per_node) for o in option or []]
+
+
+def _is_system(cluster: str) -> bool:
+    """Whether --cluster names a catalog system (not `detect`, which reads this host's topology)."""
+    from autopar.catalog.clusters import system_catalog
+    from autopar.catalog.names import exact_key
+
+    return exact_key(cluster) in system_catalog().exact
 
 
 def _system_shape(cluster: str) -> tuple[int, int]:
