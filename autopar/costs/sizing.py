@@ -178,18 +178,47 @@ def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) 
 
 @dataclass
 class SizingContext:
-    """What every count's search shares (built once by the caller)."""
+    """What every count's search shares: the problem, the prices, the search settings, the host shape."""
 
     model: ModelSpec
-    workload: Workload
+    workload: Workload  # token_budget set
     tokens: float
     goodput: float
     deadline_s: float
     precisions: Sequence[str]
     batch_tokens_per_gpu: float | None
-    cluster_fn: Callable[[GPUSpec, HardwareOption, SizingOption], ClusterSpec]
-    search_fn: Callable[[ClusterSpec, Workload, HardwareOption], OptionResult]
+    prices: dict[str, Any]  # GPU -> ResolvedPrice, resolved before any search
+    search_kwargs: dict[str, Any]  # for optimize_fn (budget, seed, sampler, price book, tier, ...)
+    optimize_fn: Callable[..., Any]
+    gpus_per_node: int | None = None  # the run's --gpus-per-node (a system's own wins)
+    internode_bw: float | None = None
+    nvlink_domain: int | None = None
     progress: Callable[[str], None] | None = None
+
+    def cluster(self, gpu: GPUSpec, ho: HardwareOption, opt: SizingOption) -> ClusterSpec:
+        """The cluster of one candidate count (a system's host and NVLink domain, else the run's)."""
+        from autopar.costs.whatif import _cluster
+
+        per_node = opt.gpus_per_node or self.gpus_per_node
+        return _cluster(gpu, ho, per_node, self.internode_bw, opt.nvlink_domain or self.nvlink_domain)
+
+    def search(self, cluster: ClusterSpec, wl: Workload, ho: HardwareOption) -> OptionResult:
+        """The what-if's search of one count: its fastest fitting strategy, priced."""
+        from autopar.costs.whatif import _search_option
+
+        return _search_option(
+            self.model,
+            cluster,
+            wl,
+            ho,
+            price=self.prices[ho.gpu],
+            token_budget=self.tokens,
+            goodput=self.goodput,
+            deadline_s=self.deadline_s,
+            max_cost_usd=None,
+            optimize_fn=self.optimize_fn,
+            search_kwargs=self.search_kwargs,
+        )
 
 
 def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingResult:
@@ -236,7 +265,7 @@ def _scan(opt: SizingOption, gpu: GPUSpec, counts: list[int], ctx: SizingContext
         wl = scaled_workload(ctx.workload, n, ctx.batch_tokens_per_gpu)
         if ctx.progress is not None:
             ctx.progress(f"sizing {opt.label}: {n} GPUs")
-        res = ctx.search_fn(ctx.cluster_fn(gpu, ho, opt), wl, ho)
+        res = ctx.search(ctx.cluster(gpu, ho, opt), wl, ho)
         res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]
         done.append(res)
         if res.meets_deadline:
@@ -326,88 +355,55 @@ def run_sizing(
     from autopar.catalog.pricefile import default_price_book
     from autopar.catalog.prices import normalize_tier, resolve_price
     from autopar.costs.figures import check_goodput, parse_tokens
-    from autopar.costs.whatif import _cluster, _search_option, price_notes
 
     t0 = _time.perf_counter()
     tokens, goodput, tier = parse_tokens(token_budget), check_goodput(goodput), normalize_tier(tier)
+    _check(deadline_s, max_gpus, budget)
+    book = price_book if price_book is not None else default_price_book()
+    prices = {o.gpu: resolve_price(get_gpu(o.gpu), book, tier) for o in options}  # all before any search
+    if optimize_fn is None:
+        from autopar.search import optimize as optimize_fn
+    search_kwargs: dict[str, Any] = dict(
+        budget=budget, objectives=("throughput", "headroom", "cost"), seed=seed, sampler=sampler,
+        min_headroom_gib=min_headroom_gib, precisions=precisions, price_book=book, tier=tier,
+        calibration=calibration,
+    )  # fmt: skip
+    wl = workload.model_copy(update={"token_budget": tokens})
+    ctx = SizingContext(
+        model, wl, tokens, goodput, deadline_s, precisions or [wl.precision], batch_tokens_per_gpu, prices,
+        search_kwargs, optimize_fn, gpus_per_node, internode_bw, nvlink_domain, progress,
+    )  # fmt: skip
+    rows = [size_option(o, max_gpus, ctx) for o in options]
+    return DeadlineResult(
+        model, wl, tokens, tier, goodput, deadline_s, rows, seed, budget, _time.perf_counter() - t0,
+        batch_tokens_per_gpu, _sizing_notes(options, rows, ctx, tier),
+    )  # fmt: skip
+
+
+def _check(deadline_s: float, max_gpus: int, budget: int) -> None:
+    """SpecError naming the field for a deadline, maximum count or budget out of range."""
     if not (deadline_s > 0 and math.isfinite(deadline_s)):
         raise SpecError(f"deadline={deadline_s!r} must be a positive duration")
     if not (isinstance(max_gpus, int) and max_gpus >= 1):
         raise SpecError(f"max-gpus={max_gpus!r} must be a positive whole number of GPUs")
     if budget < 1:
         raise SpecError(f"budget={budget!r} must be at least 1 trial per count")
-    book = price_book if price_book is not None else default_price_book()
-    prices = {
-        o.gpu: resolve_price(get_gpu(o.gpu), book, tier) for o in options
-    }  # every price before searching
-    workload = workload.model_copy(update={"token_budget": tokens})
-    if optimize_fn is None:
-        from autopar.search import optimize as optimize_fn
-    kwargs: dict[str, Any] = dict(
-        budget=budget,
-        objectives=("throughput", "headroom", "cost"),
-        seed=seed,
-        sampler=sampler,
-        min_headroom_gib=min_headroom_gib,
-        precisions=precisions,
-        price_book=book,
-        tier=tier,
-        calibration=calibration,
-    )
 
-    def search(cluster: ClusterSpec, wl: Workload, ho: HardwareOption) -> OptionResult:
-        return _search_option(
-            model,
-            cluster,
-            wl,
-            ho,
-            price=prices[ho.gpu],
-            token_budget=tokens,
-            goodput=goodput,
-            deadline_s=deadline_s,
-            max_cost_usd=None,
-            optimize_fn=optimize_fn,
-            search_kwargs=kwargs,
-        )
 
-    def cluster(gpu: GPUSpec, ho: HardwareOption, opt: SizingOption) -> ClusterSpec:
-        per_node = opt.gpus_per_node or gpus_per_node
-        return _cluster(gpu, ho, per_node, internode_bw, opt.nvlink_domain or nvlink_domain)
+def _sizing_notes(
+    options: Sequence[SizingOption], rows: Sequence[SizingResult], ctx: SizingContext, tier: str
+) -> list[str]:
+    """Prices and their sources, each GPU's own notes, the batch cap (fixed batch only), the bound."""
+    from autopar.costs.whatif import price_notes
 
-    ctx = SizingContext(
-        model,
-        workload,
-        tokens,
-        goodput,
-        deadline_s,
-        precisions or [workload.precision],
-        batch_tokens_per_gpu,
-        cluster,
-        search,
-        progress,
-    )
-    rows = [size_option(o, max_gpus, ctx) for o in options]
-    notes = price_notes([(o.gpu, prices[o.gpu]) for o in options], tier)
+    notes = price_notes([(o.gpu, ctx.prices[o.gpu]) for o in options], tier)
     for o, r in zip(options, rows, strict=True):
         notes.extend(r.notes)
-        cap = None if batch_tokens_per_gpu is not None else batch_cap_note(o, r, workload)
+        cap = None if ctx.batch_tokens_per_gpu is not None else batch_cap_note(o, r, ctx.workload)
         if cap:
             notes.append(cap)
     notes.append(
-        f"counts below each GPU's lower bound were not searched: fewer GPUs cannot train {format_tokens(tokens)} tokens "
-        "in time even at 100% MFU of the highest peak searched"
+        f"counts below each GPU's lower bound were not searched: fewer GPUs cannot train "
+        f"{format_tokens(ctx.tokens)} tokens in time even at 100% MFU of the highest peak searched"
     )
-    return DeadlineResult(
-        model,
-        workload,
-        tokens,
-        tier,
-        goodput,
-        deadline_s,
-        rows,
-        seed,
-        budget,
-        _time.perf_counter() - t0,
-        batch_tokens_per_gpu,
-        notes,
-    )
+    return notes
