@@ -176,6 +176,23 @@ def test_borrowed_prices_are_labelled():
     assert resolve_price(get_gpu("H100-SXM"), book, override=1.0).source == "cluster override"
 
 
+def test_every_price_taken_from_another_gpu_says_so(tmp_path):
+    from autopar.catalog.loader import list_gpus
+    from autopar.catalog.pricefile import load_price_book
+
+    book = default_price_book()
+    for gpu in list_gpus():
+        r = resolve_price(gpu, book, "on_demand")
+        own = book.resolve(gpu.name) == gpu.name
+        assert (r.borrowed_from == "") == own, gpu.name
+        assert own or r.source.startswith(f"borrowed from {r.borrowed_from} (no {gpu.name} price")
+    # a user's own B300 price is not borrowed, and says which file it came from
+    f = tmp_path / "p.csv"
+    f.write_text("gpu,tier,usd_per_gpu_hour\nB300,on_demand,5.5\n")
+    r = resolve_price(get_gpu("B300"), load_price_book(f), "on_demand")
+    assert (r.usd_per_gpu_hour, r.borrowed_from, r.provenance) == (5.5, "", f"price file {f}")
+
+
 def test_no_builtin_smaller_memory_sku_priced_above_its_larger_sibling():
     book = default_price_book()
     for tier in ("on_demand", "reserved", "spot"):

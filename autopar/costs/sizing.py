@@ -33,6 +33,8 @@ from autopar.defaults import (
 from autopar.errors import SpecError
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
 
+PROGRESS_EVERY = 10  # a progress line every this many counts searched (a sizing can search hundreds)
+
 
 @dataclass(frozen=True)
 class SizingOption:
@@ -260,11 +262,11 @@ def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingR
 def _scan(opt: SizingOption, gpu: GPUSpec, counts: list[int], ctx: SizingContext) -> list[OptionResult]:
     """Search `counts` in increasing order until one meets the deadline; every result, in order."""
     done: list[OptionResult] = []
-    for n in counts:
+    for i, n in enumerate(counts):
         ho = HardwareOption(opt.gpu, n)
         wl = scaled_workload(ctx.workload, n, ctx.batch_tokens_per_gpu)
-        if ctx.progress is not None:
-            ctx.progress(f"sizing {opt.label}: {n} GPUs")
+        if ctx.progress is not None and i % PROGRESS_EVERY == 0:
+            ctx.progress(f"sizing {opt.label}: {n} GPUs ({i + 1} of at most {len(counts)} counts)")
         res = ctx.search(ctx.cluster(gpu, ho, opt), wl, ho)
         res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]
         done.append(res)
