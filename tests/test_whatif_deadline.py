@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -21,12 +20,11 @@ from autopar.cli import app
 from autopar.costs.options import scaled_workload
 from autopar.costs.sizing import (
     SizingOption,
-    batch_cap_note,
     lower_bound_count,
     peak_tokens_per_gpu,
     run_sizing,
 )
-from autopar.costs.whatif import choose_trial
+from autopar.costs.whatif import batch_cap_note, choose_trial
 from autopar.errors import SpecError
 from autopar.search import optimize
 from autopar.search.result import TrialRecord
@@ -150,7 +148,7 @@ def test_fixed_batch_cap_is_a_note():
         MODEL, [opt], WL, token_budget=TOKENS, deadline_s=1e9, gpus_per_node=HOST, optimize_fn=optimize
     ).rows[0]
     assert row.answer is None and "dp must divide" in row.searched[0].reason
-    note = batch_cap_note(opt, row, WL)
+    note = batch_cap_note(opt.label, row.searched, 16)
     assert (
         note.startswith("H100-SXM: the fixed global batch of 16 sequences limits scaling")
         and "58 GPUs" in note
@@ -159,9 +157,9 @@ def test_fixed_batch_cap_is_a_note():
     a = r.rows[0].answer
     assert a is not None
     assert a.strategy.dp * a.strategy.micro_batch == 16  # 8 GPUs: DP8 x mb2 takes the whole batch
-    assert "one micro-batch per step" in batch_cap_note(opt, r.rows[0], WL)
-    six = replace(r.rows[0], searched=[o for o in r.rows[0].searched if o.count == 6])
-    assert batch_cap_note(opt, six, WL) is None  # 6 GPUs: PP3 x DP2 x mb1 leaves room for DP
+    assert "one micro-batch per step" in batch_cap_note("H100-SXM", r.rows[0].searched, 16)
+    six = [o for o in r.rows[0].searched if o.count == 6]
+    assert batch_cap_note("H100-SXM", six, 16) is None  # 6 GPUs: PP3 x DP2 x mb1 leaves room for DP
     with_batch = size(1e9, gpus=("H100-SXM",), batch_tokens_per_gpu=4096)
     assert not any("limits scaling" in n for n in with_batch.notes)  # the flag took effect: no cap note
 
@@ -294,3 +292,16 @@ def test_whatif_takes_optimize_defaults():
     assert w["seq_len"].default == o["seq_len"].default == DEFAULT_SEQ_LEN == 8192
     assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"].default == 512
     assert w["model"].default == DEFAULT_MODEL  # --model is optional, as for optimize
+
+
+def test_ranked_whatif_notes_the_batch_cap_too():
+    from autopar.costs.whatif import run_whatif
+
+    args = dict(token_budget=TOKENS, gpus_per_node=HOST, optimize_fn=cached_optimize, sensitivity=False)
+    fixed = run_whatif(MODEL, ["H100-SXM:8"], WL, **args)
+    o = fixed.options[0]
+    assert o.strategy.dp * o.strategy.micro_batch == 16  # DP8 x mb2: the whole batch
+    assert any(n.startswith("H100-SXM: the fixed global batch of 16") for n in fixed.notes)
+    grown = run_whatif(MODEL, ["H100-SXM:8"], WL, batch_tokens_per_gpu=8192, **args)
+    assert grown.options[0].global_batch == 32 and not any("limits scaling" in n for n in grown.notes)
+    assert grown.to_dict()["global_batch"] is None and grown.to_dict()["batch_tokens_per_gpu"] == 8192

@@ -150,34 +150,6 @@ class SizingResult:
         }
 
 
-def batch_cap_note(opt: SizingOption, result: SizingResult, workload: Workload) -> str | None:
-    """A note when a fixed global batch capped the scaling: DP saturated, or counts had no layout."""
-    no_layout = [o.count for o in result.searched if "dp must divide" in o.reason]
-    saturated = [
-        o.count
-        for o in result.searched
-        if o.strategy is not None
-        and (o.strategy.dp or 0) * (o.strategy.micro_batch or 1) >= (o.global_batch or 0)
-    ]
-    if not (no_layout or saturated):
-        return None
-    what = []
-    if saturated:
-        what.append(
-            f"at {saturated[-1]} GPUs every data-parallel rank already takes one micro-batch per step"
-        )
-    if no_layout:
-        what.append(
-            f"{len(no_layout)} of the counts searched had no layout whose data-parallel size divides it "
-            f"(e.g. {no_layout[0]} GPUs)"
-        )
-    return (
-        f"{opt.label}: the fixed global batch of {workload.global_batch} sequences limits scaling: "
-        + "; ".join(what)
-        + "; --batch-tokens-per-gpu lets it grow with the count"
-    )
-
-
 @dataclass
 class SizingContext:
     """What every count's search shares: the problem, the prices, the search settings, the host shape."""
@@ -396,12 +368,13 @@ def _sizing_notes(
     options: Sequence[SizingOption], rows: Sequence[SizingResult], ctx: SizingContext, tier: str
 ) -> list[str]:
     """Prices and their sources, each GPU's own notes, the batch cap (fixed batch only), the bound."""
-    from autopar.costs.whatif import price_notes
+    from autopar.costs.whatif import batch_cap_note, price_notes
 
     notes = price_notes([(o.gpu, ctx.prices[o.gpu]) for o in options], tier)
     for o, r in zip(options, rows, strict=True):
         notes.extend(r.notes)
-        cap = None if ctx.batch_tokens_per_gpu is not None else batch_cap_note(o, r, ctx.workload)
+        fixed = ctx.batch_tokens_per_gpu is None
+        cap = batch_cap_note(o.label, r.searched, ctx.workload.global_batch) if fixed else None
         if cap:
             notes.append(cap)
     notes.append(

@@ -183,6 +183,36 @@ def price_notes(priced: Sequence[tuple[str, ResolvedPrice]], tier: str) -> list[
     return notes
 
 
+def batch_cap_note(label: str, results: Sequence[OptionResult], global_batch: int) -> str | None:
+    """A note when a fixed global batch limited the scaling of these counts of one GPU: a strategy whose
+    data-parallel ranks already take one micro-batch each (DP x micro-batch = the batch), or counts with
+    no layout because no data-parallel size divides the batch (the search's "dp must divide" refusal)."""
+    no_layout = [o.count for o in results if "dp must divide" in o.reason]
+    saturated = [
+        o.count
+        for o in results
+        if o.strategy is not None
+        and (o.strategy.dp or 0) * (o.strategy.micro_batch or 1) >= (o.global_batch or global_batch)
+    ]
+    what = []
+    if saturated:
+        what.append(
+            f"at {saturated[-1]} GPUs every data-parallel rank already takes one micro-batch per step"
+        )
+    if no_layout:
+        what.append(
+            f"{len(no_layout)} of the counts searched had no layout whose data-parallel size divides it "
+            f"(e.g. {no_layout[0]} GPUs)"
+        )
+    if not what:
+        return None
+    return (
+        f"{label}: the fixed global batch of {global_batch} sequences limits scaling: "
+        + "; ".join(what)
+        + "; --batch-tokens-per-gpu lets it grow with the count"
+    )
+
+
 def run_whatif(
     model: ModelSpec,
     options: Sequence[str | HardwareOption | tuple[str, int]],
@@ -314,6 +344,10 @@ def run_whatif(
         rows = run_sensitivity(model, workload, results, ranking, deadline_s, max_cost_usd, estimate_fn)
 
     notes = _notes(prepared, results, tier, goodput, calibration)
+    if batch_tokens_per_gpu is None:
+        for gpu in dict.fromkeys(o.gpu for o in results):
+            cap = batch_cap_note(gpu, [o for o in results if o.gpu == gpu], workload.global_batch)
+            notes.extend([cap] if cap else [])
     return WhatIfResult(
         model=model,
         workload=workload,
