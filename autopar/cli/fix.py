@@ -46,6 +46,7 @@ from autopar.cli.workload_opts import (
 )
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
 from autopar.errors import NoFeasibleStrategyError, SpecError
+from autopar.layouts import Axis
 from autopar.units import GiB
 
 FIT, FASTER, GPUS = "fit", "faster", "gpus"
@@ -217,7 +218,7 @@ def _keeps(cur: Evaluation, changed: set[str]) -> str:
     s = cur.strategy
     kept = [
         f"{a.upper()}{getattr(s, a)}"
-        for a in ("tp", "pp", "cp", "ep")
+        for a in (Axis.TP, Axis.PP, Axis.CP, Axis.EP)
         if a not in changed and getattr(s, a) > 1
     ]
     return f"; keeps {' '.join(kept)}" if kept else ""
