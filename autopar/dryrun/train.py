@@ -1,0 +1,176 @@
+"""Training steps of a slice on every rank: mixed-precision AdamW (ZeRO-0/1), timing, peak memory, and the
+numerical check of the parallel layers against the unsharded model.
+
+Model states are what autopar's memory model counts (perf/memory.py): bf16 weights (2 B), fp32 main
+gradients accumulated from each bf16 gradient as soon as it is produced (4 B; the bf16 gradient is freed),
+and an fp32 master copy with Adam's two moments (12 B), sharded over dp x cp (experts: over edp) from ZeRO-1.
+Each kind of parameter lives in one flat buffer per gradient-sum group, so each group's gradients are summed
+with one all-reduce and the updated weights all-gathered with one collective.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from autopar.dryrun.comm import _ALL_GATHER, Group, Groups, all_reduce_, build_groups
+from autopar.dryrun.layers import Ctx, Factory
+from autopar.dryrun.model import SliceModel
+from autopar.dryrun.plan import SlicePlan
+
+LEARNING_RATE = 1e-4  # any small value: a dry-run measures time and memory, not convergence
+SEED = 1234
+
+
+@dataclass
+class Bucket:
+    """Parameters whose gradients are summed over the same group: flat weights, fp32 gradients, optimizer."""
+
+    flat: torch.Tensor  # the weights (model dtype), each parameter a view into it
+    main: torch.Tensor  # fp32 gradients, same layout
+    group: Group  # gradient sum over dp x cp (dense) or edp (experts)
+    tp_partial: bool  # also summed over TP
+    shard: slice  # the part this rank updates (all of it under ZeRO-0)
+    master: torch.Tensor  # fp32 master weights of `shard`
+    opt: torch.optim.Optimizer
+
+
+def _accumulate(p: torch.Tensor) -> None:
+    """Move a fresh bf16 gradient into the fp32 main gradient and free it (Megatron's main_grad)."""
+    p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+    p.grad = None
+
+
+def _bucket(params: list[nn.Parameter], group: Group, tp_partial: bool, zero: int) -> Bucket:
+    n = sum(p.numel() for p in params)
+    padded = -(-n // group.size) * group.size
+    p0 = params[0]
+    flat = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
+    main = torch.zeros(padded, dtype=torch.float32, device=p0.device)
+    off = 0
+    for p in params:
+        k = p.numel()
+        flat[off : off + k].copy_(p.data.flatten())
+        p.data = flat[off : off + k].view_as(p)
+        p.main_grad = main[off : off + k].view_as(p)  # type: ignore[attr-defined]
+        p.register_post_accumulate_grad_hook(_accumulate)
+        off += k
+    part = padded // group.size if zero else padded
+    shard = slice(group.rank * part, (group.rank + 1) * part) if zero else slice(0, padded)
+    master = flat[shard].float().clone().requires_grad_(True)
+    opt = torch.optim.AdamW([master], lr=LEARNING_RATE)
+    return Bucket(flat, main, group, tp_partial, shard, master, opt)
+
+
+def build_buckets(model: nn.Module, g: Groups, zero: int) -> list[Bucket]:
+    """One bucket per (expert?, summed over TP?) kind present in the model."""
+    kinds: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    for p in model.parameters():
+        kinds.setdefault((p.expert, p.tp_partial), []).append(p)  # type: ignore[attr-defined]
+    return [_bucket(ps, g.edp if ex else g.dpcp, tpp, zero) for (ex, tpp), ps in sorted(kinds.items())]
+
+
+def sync_grads(buckets: list[Bucket], g: Groups) -> None:
+    for b in buckets:
+        all_reduce_(b.main, b.group)
+        if b.tp_partial:
+            all_reduce_(b.main, g.tp)
+
+
+def optimizer_step(buckets: list[Bucket]) -> None:
+    """AdamW on this rank's fp32 shard, then the bf16 weights rebuilt from every rank's shard."""
+    for b in buckets:
+        b.master.grad = b.main[b.shard]
+        b.opt.step()
+        b.master.grad = None
+        if b.shard.stop - b.shard.start == b.flat.numel():
+            b.flat.copy_(b.master)
+        else:
+            mine = b.master.detach().to(b.flat.dtype)
+            _ALL_GATHER(b.flat, mine, group=b.group.pg)
+
+
+def batch(
+    plan: SlicePlan, g: Groups, step: int, micro: int, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """This rank's synthetic tokens and targets: its data-parallel samples, its CP chunk of the sequence."""
+    d = plan.degrees
+    gen = torch.Generator().manual_seed(SEED + 1000 * step + micro)
+    shape = (d.dp * plan.micro_batch, plan.seq_len)
+    ids, targets = (torch.randint(plan.model.vocab, shape, generator=gen) for _ in range(2))
+    dp_rank, chunk = g.dpcp.rank // d.cp, plan.seq_len // d.cp
+    rows = slice(dp_rank * plan.micro_batch, (dp_rank + 1) * plan.micro_batch)
+    cols = slice(g.cp.rank * chunk, (g.cp.rank + 1) * chunk)
+    return ids[rows, cols].to(device), targets[rows, cols].to(device)
+
+
+def train_step(model: SliceModel, buckets: list[Bucket], plan: SlicePlan, g: Groups, step: int) -> float:
+    """One optimizer step (gradient accumulation over the plan's micro-batches); the step's mean loss."""
+    device = next(model.parameters()).device
+    for b in buckets:
+        b.main.zero_()
+    loss = torch.zeros((), device=device)
+    for micro in range(plan.degrees.micro_batches):
+        ids, targets = batch(plan, g, step, micro, device)
+        part = model(ids, targets, plan.tokens_per_step)
+        part.backward()
+        loss += part.detach()
+    sync_grads(buckets, g)
+    optimizer_step(buckets)
+    return float(all_reduce_(loss, g.dpcp))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory(device: torch.device) -> dict[str, float | None]:
+    """GPU: torch's peak allocated and reserved bytes. CPU: the process's peak resident set (whole process:
+    interpreter and torch included), labelled as such."""
+    if device.type == "cuda":
+        return {
+            "max_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+            "max_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
+            "cpu_peak_rss_gib": None,
+        }
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"max_allocated_gib": None, "max_reserved_gib": None, "cpu_peak_rss_gib": rss_kib / 2**20}
+
+
+def measure(plan: SlicePlan, g: Groups, device: torch.device, steps: int, warmup: int) -> dict[str, Any]:
+    """Warm-up steps, then `steps` timed steps: their times, the last loss and the peak memory."""
+    dtype = torch.bfloat16
+    model = SliceModel(Factory(SEED + g.world.rank, dtype, device, False), plan.model, _ctx(plan, g))
+    buckets = build_buckets(model, g, plan.degrees.zero)
+    times, loss = [], float("nan")
+    for step in range(warmup + steps):
+        if step == warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = train_step(model, buckets, plan, g, step)
+        _sync(device)
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {
+        "step_times_s": times,
+        "median_step_s": statistics.median(times),
+        "loss": loss,
+        **peak_memory(device),
+    }
+
+
+def _ctx(plan: SlicePlan, g: Groups) -> Ctx:
+    return Ctx(g, plan.degrees.sp, plan.degrees.recompute)
+
+
+def rank_groups(rank: int, world: int, plan: SlicePlan) -> Groups:
+    d = plan.degrees
+    return build_groups(rank, world, d.tp, d.cp, d.ep)
