@@ -1,0 +1,203 @@
+"""`autopar dryrun`: the slice plan, the parallel layers against the unsharded model, the CPU run end to end,
+its run record through `calibrate ingest`, and the errors (bad label, no torch).
+
+Two launches of gloo processes (~10 s each on two shared cores): one runs the numerical check of seven
+layouts, one runs the CLI end to end. Everything else is pure and fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.calibration.rows import learnable, validate_rows
+from autopar.catalog import get_gpu, get_model
+from autopar.cli import app
+from autopar.dryrun.errors import INSTALL_HINT, TorchMissing, require_torch
+from autopar.dryrun.plan import fit_degrees, plan_slice
+from autopar.dryrun.record import Measured, predict_slice, run_record
+from autopar.reports.launch import parse_strategy_label
+from autopar.specs import ModelSpec, Workload
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent / "autopar"
+WORKLOAD = Workload(seq_len=4096, global_batch=64)
+# An MoE model with a leading dense layer and a shared expert (no catalog model has both without MLA).
+MOE = ModelSpec(
+    name="moe-test",
+    layers=4,
+    hidden=1024,
+    heads=16,
+    kv_heads=4,
+    ffn_hidden=2816,
+    vocab=32000,
+    experts=8,
+    topk=2,
+    shared_experts=1,
+    moe_ffn_hidden=704,
+    dense_layers=1,
+)
+
+
+def _plan(model: ModelSpec | str, label: str, ranks: int = 2, device: str = "cpu"):
+    m = get_model(model) if isinstance(model, str) else model
+    s = parse_strategy_label(label)
+    if m.is_moe and s.etp is None:
+        s = s.model_copy(update={"etp": s.tp})
+    return plan_slice(m, WORKLOAD, s.with_dp(8), ranks, device)
+
+
+# ------------------------------------------------------------------------------------------- the plan
+def test_the_slice_is_the_busiest_stage_with_the_degrees_that_fit():
+    plan = _plan("llama-3.1-70b", "TP8+SP PP2 CP2 DP2/Z1 mb1 sel-AC", ranks=8, device="cuda")
+    assert plan.stage_model.layers == 40  # 80 layers over PP2
+    d = plan.degrees
+    assert (d.tp, d.sp, d.cp, d.dp, d.world) == (8, True, 1, 1, 8)  # TP8 fills the host: CP2 -> CP1
+    assert any(n.startswith("CP2 reduced to CP1") for n in plan.notes)
+    assert any(n.startswith("PP2 not run") for n in plan.notes)
+    assert d.zero == 0  # ZeRO-1 over one rank is ZeRO-0
+
+
+def test_degrees_fold_ep_over_what_is_left_and_zero3_is_said_to_be_unsliced():
+    m = get_model("mixtral-8x7b")
+    deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP32/Z3 mb1"), 8)
+    assert (deg.tp, deg.dp, deg.ep, deg.zero) == (2, 4, 8, 1)  # EP8 folds over TP2 x DP4
+    assert any("ZeRO-3 not sliced" in n for n in notes)
+
+
+def test_the_tiny_rule():
+    # Llama-3.1-70B (64 heads, 8 KV heads, hidden 8192, FFN 28672) on TP2: 2 KV heads x group 4 x 16 = 128
+    m = _plan("llama-3.1-70b", "TP2 DP4/Z1 mb1").model
+    assert (m.kv_heads, m.heads, m.head_dim, m.hidden) == (2, 8, 16, 128)
+    assert m.ffn_hidden == 28672 * 128 // 8192 == 448
+    assert (m.layers, m.vocab) == (2, 512)
+
+
+# --------------------------------------------------------------------- the layers against the reference
+CHECKED = [
+    ("llama-3.1-8b", "TP2 mb2 sel-AC"),  # TP without SP, GQA, two sequences, selective recompute
+    ("llama-3.1-8b", "TP2+SP mb1 full-AC"),  # SP: reduce-scatter / all-gather over the sequence
+    ("llama-3.1-8b", "TP1 CP2 mb1"),  # K/V all-gathered over CP, causal across chunks
+    ("llama-3.1-8b", "TP1 DP2/Z1 mb1"),  # gradients summed over DP
+    ("mixtral-8x7b", "TP1 EP2 DP2 mb1"),  # tokens of two DP ranks exchanged over EP
+    (MOE, "TP2 EP2 mb1"),  # MoE without SP: each TP rank routes its share; shared expert TP-parallel
+    (MOE, "TP2+SP EP2 mb1 sel-AC"),
+]
+
+
+def test_parallel_layers_compute_the_unsharded_loss_and_gradients():
+    from autopar.dryrun.launch import run_ranks
+
+    plans = [_plan(m, label) for m, label in CHECKED]
+    out = run_ranks([("check", p) for p in plans], timeout_s=120)
+    for i, (m, label) in enumerate(CHECKED):
+        for rank in out:
+            r = rank[i]
+            assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5), label
+            assert r["max_rel_grad_err"] < 1e-4, (label, r)
+        # the untrained model's loss is close to ln(vocab): an independent sanity check of the loss itself
+        assert abs(out[0][i]["ref_loss"] - math.log(512)) < 0.5
+
+
+# -------------------------------------------------------------------------- the CLI on CPU, end to end
+def test_cpu_dryrun_end_to_end_and_its_record_ingests_once(tmp_path, monkeypatch):
+    record = tmp_path / "dryrun.csv"
+    args = ["dryrun", "--model", "llama-3.1-8b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    args += ["--strategy", "TP2+SP DP4/Z1 mb1", "--steps", "2", "--warmup", "1", "--micro-batches", "2"]
+    res = runner.invoke(app, [*args, "--check", "--record", str(record), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["device"] == "cpu" and doc["check"]["passed"]
+    s = doc["slice"]
+    assert s["degrees"]["world"] == 2 and s["global_batch"] == 1 * 1 * 2  # mb x dp x micro-batches
+    m = doc["measured"]
+    assert m["tokens_per_s_per_rank"] == pytest.approx(s["global_batch"] * s["seq_len"] / m["step_s"] / 2)
+    assert m["max_allocated_gib"] is None and m["cpu_peak_rss_gib"] > 0  # no GPU figure made up on CPU
+    assert all(r["ratio"] is None for r in doc["rows"])  # a tiny CPU model is compared with nothing
+    monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path / "home"))
+    first = runner.invoke(app, ["calibrate", "ingest", str(record), "--json"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["added"] == 1
+    again = json.loads(runner.invoke(app, ["calibrate", "ingest", str(record), "--json"]).stdout)
+    assert (again["added"], again["duplicates"]) == (0, 1)
+
+
+# ------------------------------------------------------------------------------------------ the records
+def _gpu_record(scale: float = 1.0) -> dict:
+    plan = _plan("llama-3.1-8b", "TP2+SP DP4/Z1 mb1", ranks=8, device="cuda")
+    pred = predict_slice(plan, get_gpu("H100-SXM"), "megatron")
+    step = pred.step_time_s / scale
+    m = Measured(step, plan.tokens_per_step / step / 8, 60.0, 62.0, None, 10.4)
+    return run_record(
+        plan, m, catalog_name="Llama-3.1-8B", gpu="H100-SXM", framework="megatron", label="x", torch="2.13"
+    )
+
+
+def test_a_gpu_record_of_a_slice_ingests_as_is():
+    good, errors = validate_rows([_gpu_record(0.8)])
+    assert errors == [] and len(good) == 1
+
+
+def test_the_gates_still_hold_for_gpu_records():
+    _, errors = validate_rows([_gpu_record(0.05)])  # 20x below the prediction: a unit error, refused
+    assert errors and "at most 10x" in errors[0].reason
+    _, errors = validate_rows([_gpu_record(100.0)])  # above the GPU's peak
+    assert errors and "MFU" in errors[0].reason
+    _, errors = validate_rows([{**_gpu_record(), "device": "cpu"}])  # a smoke mark on a GPU record
+    assert errors and errors[0].field == "gpu"
+
+
+def test_smoke_records_need_the_cpu_and_never_train_the_corrector():
+    rec = {**_gpu_record(), "gpu": "cpu", "device": "cpu", "measured_mem_gb_per_gpu": None}
+    good, errors = validate_rows([rec])
+    assert errors == [] and learnable(good) == ([], 1)
+    _, errors = validate_rows([{**rec, "device": None}])  # without the mark, gpu=cpu is an unknown GPU
+    assert errors and errors[0].field == "gpu"
+    _, errors = validate_rows([{**rec, "measured_mem_gb_per_gpu": 3.0}])  # no GPU memory on a CPU
+    assert errors and errors[0].field == "measured_mem_gb_per_gpu"
+
+
+# ----------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--strategy", "TP2 XX9 mb1"], "XX9"),
+        (["--strategy", "TP2 mb1", "--device", "tpu"], "--device"),
+        (["--strategy", "TP2 mb1", "--device", "cpu", "--ranks", "8"], "--ranks 8"),
+        (["--strategy", "TP2 mb1", "--record", "r.txt"], "--record"),
+    ],
+)
+def test_bad_input_is_one_line(extra, named):
+    res = runner.invoke(app, ["dryrun", "--model", "llama-3.1-8b", *extra])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], res.output
+
+
+def test_without_torch_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    with pytest.raises(TorchMissing, match=r"autopar\[dryrun\]"):
+        require_torch()
+    res = runner.invoke(app, ["dryrun", "--strategy", "TP2 mb1"])
+    assert res.exit_code == 2
+    assert INSTALL_HINT in res.output and len(res.output.strip().splitlines()) == 1
+
+
+TORCH_MODULES = {"comm", "layers", "model", "train", "check", "launch", "worker"}
+
+
+def test_only_the_dryrun_runtime_imports_torch():
+    importers = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "torch" or n.startswith("torch.") for n in names):
+                importers.add(path.relative_to(ROOT).as_posix())
+    assert importers == {f"dryrun/{m}.py" for m in TORCH_MODULES}
