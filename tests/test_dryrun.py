@@ -96,7 +96,7 @@ def test_parallel_layers_compute_the_unsharded_loss_and_gradients():
 
     plans = [_plan(m, label) for m, label in CHECKED]
     out = run_ranks([("check", p) for p in plans], timeout_s=120)
-    for i, (m, label) in enumerate(CHECKED):
+    for i, (_, label) in enumerate(CHECKED):
         for rank in out:
             r = rank[i]
             assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5), label
