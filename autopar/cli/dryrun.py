@@ -102,7 +102,7 @@ def _slice_doc(plan: Any) -> dict[str, Any]:
 def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     """Plan, (check,) measure, predict; the --json document."""
     from autopar.dryrun.launch import pick_device, run_ranks
-    from autopar.dryrun.plan import plan_slice
+    from autopar.dryrun.plan import plan_slice, tiny_plan
     from autopar.dryrun.record import comparison, predict_slice, run_record, summarize
     from autopar.perf.estimate import estimate
 
@@ -111,7 +111,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     full = estimate(model, cluster, workload, strategy, strict=False)
     device, ranks, host = pick_device(flags["device"], flags["ranks"])
     plan = plan_slice(model, workload, full.strategy or strategy, ranks, device, flags["micro_batches"])
-    tasks = [("check", plan)] if flags["check"] else []
+    tasks = [("check", tiny_plan(plan))] if flags["check"] else []
     out = run_ranks(
         [*tasks, ("measure", plan)], steps=flags["steps"], warmup=flags["warmup"], timeout_s=flags["timeout"]
     )

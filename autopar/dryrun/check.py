@@ -32,6 +32,8 @@ def _reference(plan: SlicePlan, device: torch.device) -> tuple[float, dict[str, 
 
 def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, Any]:
     """This rank's loss and worst relative gradient error against the reference."""
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 on GPUs too
+    torch.backends.cudnn.allow_tf32 = False
     f = Factory(SEED, torch.float32, device, True)
     model = SliceModel(f, plan.model, Ctx(g, plan.degrees.sp, plan.degrees.recompute))
     buckets = build_buckets(model, g, 0)

@@ -8,7 +8,7 @@ named in `notes`); DP takes what is left of the host. On CPU the shapes are shru
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autopar.errors import SpecError
@@ -233,13 +233,21 @@ def plan_slice(
     deg, notes = fit_degrees(model, strategy, ranks)
     deg = Degrees(**{**deg.__dict__, "micro_batches": micro_batches})
     notes = [*notes, *unsupported_notes(model, strategy, workload)]
-    seq, mb, built = workload.seq_len, strategy.micro_batch or 1, stage
-    if device == "cpu":
-        built = tiny_model(stage, deg)
-        seq = TINY_SEQ_PER_RANK * deg.tp * deg.cp
-        mb = min(mb, TINY_MAX_MICRO_BATCH)
-    if seq % (deg.cp * deg.tp) or (seq // deg.cp * mb) % deg.tp:
-        raise SpecError(f"seq_len={seq} must divide into cp x tp = {deg.cp} x {deg.tp} chunks for the slice")
-    return SlicePlan(
-        built, stage, deg, seq, mb, device, index, tuple(notes), workload.seq_len, strategy.micro_batch or 1
+    mb = strategy.micro_batch or 1
+    plan = SlicePlan(
+        stage, stage, deg, workload.seq_len, mb, device, index, tuple(notes), workload.seq_len, mb
     )
+    plan = tiny_plan(plan) if device == "cpu" else plan
+    d = plan.degrees
+    if plan.seq_len % (d.cp * d.tp) or (plan.seq_len // d.cp * plan.micro_batch) % d.tp:
+        raise SpecError(
+            f"seq_len={plan.seq_len} must divide into cp x tp = {d.cp} x {d.tp} chunks for the slice"
+        )
+    return plan
+
+
+def tiny_plan(plan: SlicePlan) -> SlicePlan:
+    """The plan on the tiny model (CPU runs, and the numerical check: shapes do not change the collectives)."""
+    d = plan.degrees
+    seq, mb = TINY_SEQ_PER_RANK * d.tp * d.cp, min(plan.micro_batch, TINY_MAX_MICRO_BATCH)
+    return replace(plan, model=tiny_model(plan.stage_model, d), seq_len=seq, micro_batch=mb)
