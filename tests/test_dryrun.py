@@ -1,7 +1,7 @@
 """`autopar dryrun`: the slice plan, the parallel layers against the unsharded model, the CPU run end to end,
 its run record through `calibrate ingest`, and the errors (bad label, no torch).
 
-Two launches of gloo processes (~10 s each on two shared cores): one runs the numerical check of seven
+Two launches of gloo processes (~10 s each on two shared cores): one runs the numerical check of ten
 layouts, one runs the CLI end to end. Everything else is pure and fast.
 """
 
@@ -64,11 +64,13 @@ def test_the_slice_is_the_busiest_stage_with_the_degrees_that_fit():
     assert d.zero == 0  # ZeRO-1 over one rank is ZeRO-0
 
 
-def test_degrees_fold_ep_over_what_is_left_and_zero3_is_said_to_be_unsliced():
+def test_degrees_fold_ep_over_what_is_left_and_zero2_is_said_to_be_unsliced():
     m = get_model("mixtral-8x7b")
     deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP32/Z3 mb1"), 8)
-    assert (deg.tp, deg.dp, deg.ep, deg.zero) == (2, 4, 8, 1)  # EP8 folds over TP2 x DP4
-    assert any("ZeRO-3 not sliced" in n for n in notes)
+    assert (deg.tp, deg.dp, deg.ep, deg.zero) == (2, 4, 8, 3)  # EP8 folds over TP2 x DP4
+    assert any("ZeRO-3 run as FSDP2" in n for n in notes)
+    deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP32/Z2 mb1"), 8)
+    assert deg.zero == 1 and any("ZeRO-2 not sliced" in n for n in notes)
 
 
 def test_the_tiny_rule():
@@ -88,6 +90,9 @@ CHECKED = [
     ("mixtral-8x7b", "TP1 EP2 DP2 mb1"),  # tokens of two DP ranks exchanged over EP
     (MOE, "TP2 EP2 mb1"),  # MoE without SP: each TP rank routes its share; shared expert TP-parallel
     (MOE, "TP2+SP EP2 mb1 sel-AC"),
+    ("llama-3.1-8b", "TP1 DP2/Z3 mb1"),  # FSDP2: gradients reduce-scattered over DP
+    (MOE, "TP1 DP2/Z3 mb1"),  # experts sharded over their 2 replicas
+    (MOE, "TP1 EP2 DP2/Z3 mb1"),  # experts on one replica each: a one-rank mesh
 ]
 
 

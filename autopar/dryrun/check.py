@@ -12,7 +12,7 @@ from autopar.dryrun.comm import Group, Groups, all_reduce_
 from autopar.dryrun.layers import Ctx, Factory
 from autopar.dryrun.model import SliceModel
 from autopar.dryrun.plan import SlicePlan
-from autopar.dryrun.train import SEED, batch, build_buckets, sync_grads
+from autopar.dryrun.train import SEED, batch, stepper
 
 ALONE = Group(None, 1, 0)
 
@@ -36,21 +36,21 @@ def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, 
     torch.backends.cudnn.allow_tf32 = False
     f = Factory(SEED, torch.float32, device, True)
     model = SliceModel(f, plan.model, Ctx(g, plan.degrees.sp, plan.degrees.recompute))
-    buckets = build_buckets(model, g, 0)
-    for b in buckets:
-        b.main.zero_()
+    names = {n: p.full_name for n, p in model.named_parameters()}  # type: ignore[attr-defined]
+    st = stepper(model, g, plan.degrees.zero, torch.float32)
+    st.zero_grad()
     ids, targets = batch(plan, g, 0, 0, device)
     loss = model(ids, targets, plan.tokens_per_step)
     loss.backward()
-    sync_grads(buckets, g)
+    st.sync()
     total = float(all_reduce_(loss.detach().clone(), g.dpcp))
     ref_loss, ref_grads = _reference(plan, device)
     worst, where = 0.0, ""
-    for p in model.parameters():
-        _, dim, parts, idx = f.shards[p.full_name]  # type: ignore[attr-defined]
-        ref = ref_grads[p.full_name]  # type: ignore[attr-defined]
+    for n, p in model.named_parameters():
+        _, dim, parts, idx = f.shards[names[n]]
+        ref = ref_grads[names[n]]
         ref = ref if dim is None else ref.chunk(parts, dim=dim)[idx]
-        err = float((p.main_grad - ref).abs().max() / ref.abs().max().clamp_min(1e-30))  # type: ignore[attr-defined]
+        err = float((st.grad(p) - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
         if err > worst:
-            worst, where = err, p.full_name  # type: ignore[attr-defined]
+            worst, where = err, names[n]
     return {"loss": total, "ref_loss": ref_loss, "max_rel_grad_err": worst, "worst_param": where}

@@ -41,10 +41,12 @@ class Groups:
 
 
 def _make(members_of: list[list[int]], rank: int) -> Group:
-    """Create every group of one kind (all ranks must create all of them, in the same order); return ours."""
+    """Create every group of one kind (all ranks must create all of them, in the same order); return ours.
+    A one-rank group gets a process group too (FSDP2 shards over a mesh built from it); the collectives
+    below skip it."""
     mine = Group(None, 1, 0)
     for members in members_of:
-        pg = dist.new_group(members) if len(members) > 1 else None
+        pg = dist.new_group(members)
         if rank in members:
             mine = Group(pg, len(members), members.index(rank))
     return mine

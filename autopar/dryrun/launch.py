@@ -74,9 +74,8 @@ def _wait(procs: list[subprocess.Popen], folder: str, timeout_s: float) -> None:
     while True:
         codes = [p.poll() for p in procs]
         bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-        if (
-            bad
-        ):  # the first rank to fail, by its error file when several did (the others often only timed out)
+        # the first rank to fail, by its error file when several did (the others often only timed out)
+        if bad:
             with_error = [rc for rc in bad if Path(folder, f"rank{rc[0]}.error").exists()]
             raise DryrunFailed(_failure(folder, *(with_error or bad)[0]))
         if all(c == 0 for c in codes):

@@ -138,14 +138,16 @@ def fit_degrees(model: ModelSpec, s: Strategy, ranks: int) -> tuple[Degrees, lis
     if (s.dp or 1) > dp:
         notes.append(f"DP{s.dp} reduced to DP{dp} (what is left of the host after TP{tp} x CP{cp})")
     zero = s.zero or 0
-    if zero >= 2:
+    if zero == 2:
         notes.append(
-            f"ZeRO-{zero} not sliced: run as ZeRO-1 (optimizer states sharded over DP; gradients and "
-            "parameters whole), and predicted as such"
+            "ZeRO-2 not sliced: run as ZeRO-1 (optimizer states sharded over DP x CP; gradients whole), "
+            "and predicted as such"
         )
         zero = 1
-    if dp == 1 and zero:
-        zero = 0
+    if dp * cp == 1 and zero:
+        zero = 0  # nothing to shard over
+    elif zero == 3:
+        notes.append("ZeRO-3 run as FSDP2 (torch fully_shard) over DP x CP, experts over their EP replicas")
     sp = s.sp and tp > 1
     deg = Degrees(tp, sp, cp, ep, dp, zero, s.recompute or "none")
     return deg, notes

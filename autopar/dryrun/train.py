@@ -21,7 +21,7 @@ from torch import nn
 
 from autopar.dryrun.comm import _ALL_GATHER, Group, Groups, all_reduce_, build_groups
 from autopar.dryrun.layers import Ctx, Factory
-from autopar.dryrun.model import SliceModel
+from autopar.dryrun.model import Moe, SliceModel
 from autopar.dryrun.plan import SlicePlan
 
 LEARNING_RATE = 1e-4  # any small value: a dry-run measures time and memory, not convergence
@@ -110,20 +110,100 @@ def batch(
     return ids[rows, cols].to(device), targets[rows, cols].to(device)
 
 
-def train_step(model: SliceModel, buckets: list[Bucket], plan: SlicePlan, g: Groups, step: int) -> float:
+class BucketStepper:
+    """ZeRO-0/1: the flat buckets above (bf16 weights, fp32 main gradients, sharded fp32 AdamW states)."""
+
+    def __init__(self, model: SliceModel, g: Groups, zero: int):
+        self.buckets, self.g = build_buckets(model, g, zero), g
+
+    def zero_grad(self) -> None:
+        for b in self.buckets:
+            b.main.zero_()
+
+    def sync(self) -> None:
+        sync_grads(self.buckets, self.g)
+
+    def step(self) -> None:
+        optimizer_step(self.buckets)
+
+    @staticmethod
+    def grad(p: nn.Parameter) -> torch.Tensor:
+        return p.main_grad  # type: ignore[attr-defined]
+
+
+def shard_model(model: SliceModel, g: Groups, param_dtype: torch.dtype) -> None:
+    """FSDP2 over dp x cp for every block and the root, experts over their EP replicas (edp); parameters sharded
+    in fp32 and gathered in `param_dtype`, gradients reduce-scattered in fp32 (FSDP averages them over the mesh;
+    FsdpStepper.sync makes that a sum: the loss is already divided by the step's tokens)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dev = next(model.parameters()).device.type
+    dense, experts = (DeviceMesh.from_group(x.pg, dev) for x in (g.dpcp, g.edp))
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        if isinstance(block.mlp, Moe):
+            fully_shard(block.mlp.experts, mesh=experts, mp_policy=mp)
+        fully_shard(block, mesh=dense, mp_policy=mp)
+    fully_shard(model, mesh=dense, mp_policy=mp)
+
+
+class FsdpStepper:
+    """ZeRO-3: torch FSDP2 (fully_shard); fp32 sharded weights are the master copy, AdamW steps on the shards."""
+
+    def __init__(self, model: SliceModel, g: Groups, param_dtype: torch.dtype):
+        partial = {n for n, p in model.named_parameters() if p.tp_partial}  # type: ignore[attr-defined]
+        shard_model(model, g, param_dtype)
+        self.params = list(model.parameters())
+        self.tp_partial = [p for n, p in model.named_parameters() if n in partial]
+        self.opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        self.g = g
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+
+    def sync(self) -> None:
+        """FSDP averaged the gradients over its mesh (dp x cp, or edp): make that a sum (set_gradient_divide_factor
+        would, with a PREMUL_SUM gloo lacks); those of TP-partial parameters are summed over TP too."""
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.to_local().mul_(p.grad.device_mesh.size())
+        for p in self.tp_partial:
+            if p.grad is not None:
+                all_reduce_(p.grad.to_local(), self.g.tp)
+
+    def step(self) -> None:
+        self.opt.step()
+
+    @staticmethod
+    def grad(p: nn.Parameter) -> torch.Tensor:
+        return p.grad.full_tensor()  # type: ignore[union-attr]
+
+
+def stepper(model: SliceModel, g: Groups, zero: int, param_dtype: torch.dtype) -> BucketStepper | FsdpStepper:
+    return FsdpStepper(model, g, param_dtype) if zero == 3 else BucketStepper(model, g, zero)
+
+
+def train_step(
+    model: SliceModel, st: BucketStepper | FsdpStepper, plan: SlicePlan, g: Groups, step: int
+) -> float:
     """One optimizer step (gradient accumulation over the plan's micro-batches); the step's mean loss."""
-    device = next(model.parameters()).device
-    for b in buckets:
-        b.main.zero_()
+    device = plan_device(plan, g)
+    st.zero_grad()
     loss = torch.zeros((), device=device)
     for micro in range(plan.degrees.micro_batches):
         ids, targets = batch(plan, g, step, micro, device)
         part = model(ids, targets, plan.tokens_per_step)
         part.backward()
         loss += part.detach()
-    sync_grads(buckets, g)
-    optimizer_step(buckets)
+    st.sync()
+    st.step()
     return float(all_reduce_(loss, g.dpcp))
+
+
+def plan_device(plan: SlicePlan, g: Groups) -> torch.device:
+    """This rank's device (rank r of a GPU run uses GPU r: one host)."""
+    return torch.device("cuda", g.world.rank) if plan.device == "cuda" else torch.device("cpu")
 
 
 def _sync(device: torch.device) -> None:
@@ -146,16 +226,17 @@ def peak_memory(device: torch.device) -> dict[str, float | None]:
 
 def measure(plan: SlicePlan, g: Groups, device: torch.device, steps: int, warmup: int) -> dict[str, Any]:
     """Warm-up steps, then `steps` timed steps: their times, the last loss and the peak memory."""
-    dtype = torch.bfloat16
+    zero = plan.degrees.zero
+    dtype = torch.float32 if zero == 3 else torch.bfloat16  # FSDP2 keeps fp32 shards, gathers bf16
     model = SliceModel(Factory(SEED + g.world.rank, dtype, device, False), plan.model, _ctx(plan, g))
-    buckets = build_buckets(model, g, plan.degrees.zero)
+    st = stepper(model, g, zero, torch.bfloat16)
     times, loss = [], float("nan")
     for step in range(warmup + steps):
         if step == warmup and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         _sync(device)
         t0 = time.perf_counter()
-        loss = train_step(model, buckets, plan, g, step)
+        loss = train_step(model, st, plan, g, step)
         _sync(device)
         if step >= warmup:
             times.append(time.perf_counter() - t0)
