@@ -5,6 +5,7 @@ PyTorch is an optional extra: it is imported here only inside the command, after
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,6 +82,22 @@ def _check(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _host(device: str, name: str, gpu: str, world: int) -> str:
+    if device == "cpu":
+        return f"CPU ({os.cpu_count()} cores), {world} gloo processes"
+    return f"{world} x {name}"
+
+
+def _gpu_mismatch(device: str, name: str, gpu: str) -> list[str]:
+    """A note when the host's GPU does not look like --gpu (whose figures the prediction and record use)."""
+    family = gpu.split("-")[0].lower()
+    if device == "cpu" or family in name.lower():
+        return []
+    return [
+        f"the host's GPU is '{name}' but predictions and the record are for --gpu {gpu}: name the host's GPU"
+    ]
+
+
 def _slice_doc(plan: Any) -> dict[str, Any]:
     m = plan.model
     return {
@@ -109,7 +126,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     model, cluster, workload = problem(flags)
     strategy = label_strategy(flags["strategy"], model.is_moe).with_dp(cluster.num_gpus)
     full = estimate(model, cluster, workload, strategy, strict=False)
-    device, ranks, host = pick_device(flags["device"], flags["ranks"])
+    device, ranks = pick_device(flags["device"], flags["ranks"])
     plan = plan_slice(model, workload, full.strategy or strategy, ranks, device, flags["micro_batches"])
     tasks = [("check", tiny_plan(plan))] if flags["check"] else []
     out = run_ranks(
@@ -118,6 +135,8 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     checked = _check([r[0] for r in out]) if flags["check"] else None
     results = [r[-1] for r in out]
     measured = summarize(plan, results)
+    host = _host(device, results[0]["device_name"], cluster.gpu.name, plan.degrees.world)
+    notes = list(plan.notes) + _gpu_mismatch(device, results[0]["device_name"], cluster.gpu.name)
     pred = predict_slice(plan, cluster.gpu, workload.framework)
     rec = run_record(
         plan,
@@ -136,7 +155,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
         "gpu": cluster.gpu.name,
         "label": flags["strategy"],
         "slice": _slice_doc(plan),
-        "notes": list(plan.notes),
+        "notes": notes,
         "measured": {**measured.__dict__, "step_times_s": [r["step_times_s"] for r in results]},
         "rows": comparison(plan, measured, pred, full),
         "check": checked,

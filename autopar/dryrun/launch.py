@@ -112,8 +112,9 @@ def run_ranks(
         return [json.loads(Path(folder, f"rank{r}.json").read_text(encoding="utf-8")) for r in range(world)]
 
 
-def pick_device(device: str, ranks: int | None) -> tuple[str, int, str]:
-    """(cuda or cpu, ranks to run, what the host is) for --device auto|cuda|cpu and --ranks."""
+def pick_device(device: str, ranks: int | None) -> tuple[str, int]:
+    """(cuda or cpu, ranks to run) for --device auto|cuda|cpu and --ranks. The parent creates no CUDA context
+    (that would take memory from GPU 0): the ranks report the GPU's name."""
     from autopar.dryrun.plan import DEFAULT_CPU_RANKS, MAX_CPU_RANKS
     from autopar.errors import SpecError
 
@@ -124,8 +125,8 @@ def pick_device(device: str, ranks: int | None) -> tuple[str, int, str]:
         n = ranks or gpus
         if n > gpus:
             raise SpecError(f"--ranks {n}: this host has {gpus} GPU(s)")
-        return "cuda", n, torch.cuda.get_device_name(0)
+        return "cuda", n
     n = ranks or DEFAULT_CPU_RANKS
     if n > MAX_CPU_RANKS:
         raise SpecError(f"--ranks {n}: a CPU run takes at most {MAX_CPU_RANKS} ranks (gloo processes)")
-    return "cpu", n, f"CPU ({os.cpu_count()} cores), gloo"
+    return "cpu", n

@@ -216,12 +216,18 @@ def peak_memory(device: torch.device) -> dict[str, float | None]:
     interpreter and torch included), labelled as such."""
     if device.type == "cuda":
         return {
+            "device_name": torch.cuda.get_device_name(device),
             "max_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30,
             "max_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
             "cpu_peak_rss_gib": None,
         }
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"max_allocated_gib": None, "max_reserved_gib": None, "cpu_peak_rss_gib": rss_kib / 2**20}
+    return {
+        "device_name": "cpu",
+        "max_allocated_gib": None,
+        "max_reserved_gib": None,
+        "cpu_peak_rss_gib": rss_kib / 2**20,
+    }
 
 
 def measure(plan: SlicePlan, g: Groups, device: torch.device, steps: int, warmup: int) -> dict[str, Any]:
