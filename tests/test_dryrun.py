@@ -131,6 +131,12 @@ def test_cpu_dryrun_end_to_end_and_its_record_ingests_once(tmp_path, monkeypatch
     assert json.loads(first.stdout)["added"] == 1
     again = json.loads(runner.invoke(app, ["calibrate", "ingest", str(record), "--json"]).stdout)
     assert (again["added"], again["duplicates"]) == (0, 1)
+    # stored, listed, but never learned from: a store holding only it has nothing to fit
+    listed = json.loads(runner.invoke(app, ["calibrate", "list", "--json"]).stdout)
+    assert listed["count"] == 1 and listed["runs"][0]["gpu"] == "cpu"
+    fit = runner.invoke(app, ["calibrate", "fit", "--no-public", "--out", str(tmp_path / "m.json")])
+    assert fit.exit_code == 2 and "left out 1 CPU smoke record" in fit.output
+    assert "no runs to learn from" in fit.output
 
 
 # ------------------------------------------------------------------------------------------ the records

@@ -55,7 +55,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     d, s = doc["slice"], doc["slice"]["degrees"]
     lines = [
         f"{doc['model']} · {doc['label']} · {doc['host']}",
-        f"slice: stage {d['stage']} ({d['layers']} layers), TP{s['tp']}{'+SP' if s['sp'] else ''} CP{s['cp']} "
+        f"slice: stage {d['stage']} ({d['stage_layers']} layers), TP{s['tp']}{'+SP' if s['sp'] else ''} CP{s['cp']} "
         f"EP{s['ep']} DP{s['dp']}/Z{s['zero']} mb{d['micro_batch']} {s['recompute']} recompute, "
         f"{s['world']} {doc['device']} rank(s), seq {d['seq_len']}",
     ]
@@ -102,6 +102,7 @@ def _slice_doc(plan: Any) -> dict[str, Any]:
     m = plan.model
     return {
         "stage": plan.stage,
+        "stage_layers": plan.stage_model.layers,
         "layers": m.layers,
         "hidden": m.hidden,
         "heads": m.heads,
