@@ -1,8 +1,8 @@
 """`autopar dryrun`: the slice plan, the parallel layers against the unsharded model, the CPU run end to end,
 its run record through `calibrate ingest`, and the errors (bad label, no torch).
 
-Two launches of gloo processes (~10 s each on two shared cores): one runs the numerical check of ten
-layouts, one runs the CLI end to end. Everything else is pure and fast.
+Two launches of gloo processes (on two shared cores: ~15 s for four ranks, ~8 s for two): one runs the
+numerical check of nine layouts, one runs the CLI end to end. Everything else is pure and fast.
 """
 
 from __future__ import annotations
@@ -82,25 +82,29 @@ def test_the_tiny_rule():
 
 
 # --------------------------------------------------------------------- the layers against the reference
+# Four ranks (MAX_CPU_RANKS), so that TP, CP, EP and DP combine: every parallel layer and gradient sum.
 CHECKED = [
-    ("llama-3.1-8b", "TP2 mb2 sel-AC"),  # TP without SP, GQA, two sequences, selective recompute
-    ("llama-3.1-8b", "TP2+SP mb1 full-AC"),  # SP: reduce-scatter / all-gather over the sequence
-    ("llama-3.1-8b", "TP1 CP2 mb1"),  # K/V all-gathered over CP, causal across chunks
-    ("llama-3.1-8b", "TP1 DP2/Z1 mb1"),  # gradients summed over DP
-    ("mixtral-8x7b", "TP1 EP2 DP2 mb1"),  # tokens of two DP ranks exchanged over EP
-    (MOE, "TP2 EP2 mb1"),  # MoE without SP: each TP rank routes its share; shared expert TP-parallel
-    (MOE, "TP2+SP EP2 mb1 sel-AC"),
-    ("llama-3.1-8b", "TP1 DP2/Z3 mb1"),  # FSDP2: gradients reduce-scattered over DP
-    (MOE, "TP1 DP2/Z3 mb1"),  # experts sharded over their 2 replicas
-    (MOE, "TP1 EP2 DP2/Z3 mb1"),  # experts on one replica each: a one-rank mesh
+    (
+        "llama-3.1-8b",
+        "TP2 DP2/Z1 mb2 sel-AC",
+    ),  # TP without SP, GQA, two sequences, selective recompute; DP sum
+    ("llama-3.1-8b", "TP2+SP CP2 mb1 full-AC"),  # SP reduce-scatter/all-gather; K/V all-gathered over CP
+    ("llama-3.1-8b", "TP1 CP2 DP2/Z1 mb1"),  # causal attention across CP chunks; sum over DP x CP
+    ("mixtral-8x7b", "TP1 EP4 DP4 mb1"),  # tokens of four DP ranks exchanged over EP
+    (MOE, "TP2 EP2 DP2 mb1"),  # MoE without SP: each TP rank routes its share; shared expert TP-parallel
+    (MOE, "TP2+SP CP2 EP4 mb1 sel-AC"),  # EP over TP x CP ranks (parallel folding)
+    ("llama-3.1-8b", "TP2 DP2/Z3 mb1"),  # FSDP2: gradients reduce-scattered over DP, TP inside
+    (MOE, "TP1 CP2 EP2 DP2/Z3 mb1"),  # experts sharded over their 2 replicas (edp)
+    (MOE, "TP1 EP4 DP4/Z3 mb1"),  # experts on one replica each: a one-rank mesh
 ]
 
 
 def test_parallel_layers_compute_the_unsharded_loss_and_gradients():
     from autopar.dryrun.launch import run_ranks
 
-    plans = [_plan(m, label) for m, label in CHECKED]
-    out = run_ranks([("check", p) for p in plans], timeout_s=120)
+    plans = [_plan(m, label, ranks=4) for m, label in CHECKED]
+    assert all(p.degrees.world == 4 for p in plans)
+    out = run_ranks([("check", p) for p in plans], timeout_s=180)
     for i, (_, label) in enumerate(CHECKED):
         for rank in out:
             r = rank[i]
