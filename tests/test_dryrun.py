@@ -22,6 +22,7 @@ from autopar.cli import app
 from autopar.dryrun.errors import INSTALL_HINT, TorchMissing, require_torch
 from autopar.dryrun.plan import fit_degrees, plan_slice
 from autopar.dryrun.record import Measured, predict_slice, run_record
+from autopar.errors import SpecError
 from autopar.reports.launch import parse_strategy_label
 from autopar.specs import ModelSpec, Workload
 
@@ -71,6 +72,18 @@ def test_degrees_fold_ep_over_what_is_left_and_zero2_is_said_to_be_unsliced():
     assert any("ZeRO-3 run as FSDP2" in n for n in notes)
     deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP32/Z2 mb1"), 8)
     assert deg.zero == 1 and any("ZeRO-2 not sliced" in n for n in notes)
+
+
+def test_vocabulary_padded_for_tp_and_widths_that_do_not_split_refused():
+    gpt2 = MOE.model_copy(
+        update={"vocab": 50257, "experts": 0, "topk": 0, "shared_experts": 0, "dense_layers": 0}
+    )
+    plan = plan_slice(gpt2, WORKLOAD, parse_strategy_label("TP2 mb1").with_dp(8), 8, "cuda")
+    assert plan.stage_model.vocab == 50432  # ceil(50257 / 256) x 256
+    assert any("padded from 50257 to 50432" in n for n in plan.notes)
+    mqa = gpt2.model_copy(update={"kv_heads": 1})
+    with pytest.raises(SpecError, match=r"kv_heads=1 not divisible by TP2"):
+        plan_slice(mqa, WORKLOAD, parse_strategy_label("TP2 mb1").with_dp(8), 8, "cuda")
 
 
 def test_the_tiny_rule():

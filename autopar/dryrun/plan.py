@@ -189,6 +189,33 @@ def stage_model(model: ModelSpec, mix: tuple[int, int]) -> ModelSpec:
     )
 
 
+# Megatron-LM pads the vocabulary to a multiple of 128 x TP (--make-vocab-size-divisible-by, default 128) so that
+# every TP rank holds an equal slice of the embedding and the output layer; the slice does the same.
+VOCAB_MULTIPLE = 128
+
+
+def split_over_tp(model: ModelSpec, tp: int) -> tuple[ModelSpec, list[str]]:
+    """The stage with its vocabulary padded for `tp`; a SpecError when a width does not split over TP."""
+    widths = {
+        "heads": model.heads,
+        "kv_heads": model.kv_heads or model.heads,
+        "ffn_hidden": model.ffn_hidden,
+        "shared expert width": model.shared_experts * model.shared_ffn,
+    }
+    bad = [f"{k}={v}" for k, v in widths.items() if v % tp]
+    if bad:
+        raise SpecError(
+            f"model '{model.name}': {', '.join(bad)} not divisible by TP{tp}; the slice gives each TP rank whole "
+            "heads and equal shares (Megatron's rule)"
+        )
+    step = VOCAB_MULTIPLE * tp
+    vocab = -(-model.vocab // step) * step
+    if vocab == model.vocab:
+        return model, []
+    note = f"vocabulary padded from {model.vocab} to {vocab} (a multiple of {VOCAB_MULTIPLE} x TP, as Megatron does)"
+    return model.model_copy(update={"vocab": vocab}), [note]
+
+
 def _scaled(width: int | None, factor: float, multiple: int) -> int | None:
     if not width:
         return width
@@ -231,10 +258,10 @@ def plan_slice(
 ) -> SlicePlan:
     """The slice of `strategy` that `ranks` ranks of one host run (tiny shapes when device is cpu)."""
     index, mix = busiest_stage(model, strategy, workload)
-    stage = stage_model(model, mix)
     deg, notes = fit_degrees(model, strategy, ranks)
     deg = Degrees(**{**deg.__dict__, "micro_batches": micro_batches})
-    notes = [*notes, *unsupported_notes(model, strategy, workload)]
+    stage, padded = split_over_tp(stage_model(model, mix), deg.tp)
+    notes = [*notes, *unsupported_notes(model, strategy, workload), *padded]
     mb = strategy.micro_batch or 1
     plan = SlicePlan(
         stage, stage, deg, workload.seq_len, mb, device, index, tuple(notes), workload.seq_len, mb
