@@ -82,7 +82,7 @@ def _check(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _host(device: str, name: str, gpu: str, world: int) -> str:
+def _host(device: str, name: str, world: int) -> str:
     if device == "cpu":
         return f"CPU ({os.cpu_count()} cores), {world} gloo processes"
     return f"{world} x {name}"
@@ -129,6 +129,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     full = estimate(model, cluster, workload, strategy, strict=False)
     device, ranks = pick_device(flags["device"], flags["ranks"])
     plan = plan_slice(model, workload, full.strategy or strategy, ranks, device, flags["micro_batches"])
+    pred = predict_slice(plan, cluster.gpu, workload.framework)  # before the run: a bad slice fails fast
     tasks = [("check", tiny_plan(plan))] if flags["check"] else []
     out = run_ranks(
         [*tasks, ("measure", plan)], steps=flags["steps"], warmup=flags["warmup"], timeout_s=flags["timeout"]
@@ -136,9 +137,8 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     checked = _check([r[0] for r in out]) if flags["check"] else None
     results = [r[-1] for r in out]
     measured = summarize(plan, results)
-    host = _host(device, results[0]["device_name"], cluster.gpu.name, plan.degrees.world)
+    host = _host(device, results[0]["device_name"], plan.degrees.world)
     notes = list(plan.notes) + _gpu_mismatch(device, results[0]["device_name"], cluster.gpu.name)
-    pred = predict_slice(plan, cluster.gpu, workload.framework)
     rec = run_record(
         plan,
         measured,

@@ -81,6 +81,11 @@ def all_reduce_(t: torch.Tensor, g: Group, op: Any = None) -> torch.Tensor:
     return t
 
 
+def all_gather_flat(out: torch.Tensor, mine: torch.Tensor, g: Group) -> None:
+    """Fill `out` with every rank's `mine`, in rank order (the ZeRO-1 weight gather)."""
+    _ALL_GATHER(out, mine, group=g.pg)
+
+
 def gather_dim(t: torch.Tensor, g: Group, dim: int) -> torch.Tensor:
     """Concatenate every rank's `t` along `dim` (no autograd)."""
     if g.size == 1:

@@ -62,9 +62,8 @@ class SlicePlan:
     device: str  # "cuda" or "cpu"
     stage: int  # index of the pipeline stage sliced
     notes: tuple[str, ...]
-    stage_seq_len: (
-        int  # the workload's sequence and the strategy's micro-batch (a GPU run's seq_len, micro_batch)
-    )
+    # the workload's sequence and the strategy's micro-batch (what a GPU run uses; a CPU run shrinks them)
+    stage_seq_len: int
     stage_micro_batch: int
 
     @property

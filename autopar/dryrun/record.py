@@ -49,18 +49,16 @@ def summarize(plan: SlicePlan, ranks: list[dict[str, Any]]) -> Measured:
 
 
 def slice_problem(
-    plan: SlicePlan, gpu: GPUSpec, framework: str, real: bool = True
+    plan: SlicePlan, gpu: GPUSpec, framework: str
 ) -> tuple[ModelSpec, ClusterSpec, Workload, Strategy]:
-    """The slice as autopar's estimate sees it: one host of `world` GPUs, bf16, no TP overlap. `real`: the
-    stage at the model's shapes (a GPU run builds exactly that; a CPU run's tiny model has no GPU figure)."""
-    world = plan.degrees.world
-    model = plan.stage_model if real else plan.model
-    seq, mb = (plan.stage_seq_len, plan.stage_micro_batch) if real else (plan.seq_len, plan.micro_batch)
+    """The slice at the model's real shapes as autopar's estimate sees it: one host of `world` GPUs, bf16, no
+    TP overlap (what a GPU run builds; a CPU run's tiny model has no GPU figure to compare with)."""
+    seq, mb = plan.stage_seq_len, plan.stage_micro_batch
     gb = mb * plan.degrees.dp * plan.degrees.micro_batches
-    cluster = ClusterSpec(gpu=gpu, num_gpus=world, gpus_per_node=world)
+    cluster = ClusterSpec(gpu=gpu, num_gpus=plan.degrees.world, gpus_per_node=plan.degrees.world)
     workload = Workload(seq_len=seq, global_batch=gb, precision="bf16", framework=framework)
     strategy = plan.strategy().model_copy(update={"micro_batch": mb})
-    return model, cluster, workload, strategy
+    return plan.stage_model, cluster, workload, strategy
 
 
 def predict_slice(plan: SlicePlan, gpu: GPUSpec, framework: str) -> Estimate:

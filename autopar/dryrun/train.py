@@ -1,11 +1,12 @@
-"""Training steps of a slice on every rank: mixed-precision AdamW (ZeRO-0/1), timing, peak memory, and the
-numerical check of the parallel layers against the unsharded model.
+"""Training steps of a slice on every rank: mixed-precision AdamW (ZeRO-0/1 here, ZeRO-3 through FSDP2),
+timing and peak memory.
 
-Model states are what autopar's memory model counts (perf/memory.py): bf16 weights (2 B), fp32 main
+Model states are what autopar's memory model counts (perf/memory.py). ZeRO-0/1: bf16 weights (2 B), fp32 main
 gradients accumulated from each bf16 gradient as soon as it is produced (4 B; the bf16 gradient is freed),
 and an fp32 master copy with Adam's two moments (12 B), sharded over dp x cp (experts: over edp) from ZeRO-1.
 Each kind of parameter lives in one flat buffer per gradient-sum group, so each group's gradients are summed
-with one all-reduce and the updated weights all-gathered with one collective.
+with one all-reduce and the updated weights all-gathered with one collective. ZeRO-3: fp32 weights, gradients
+and moments all sharded (16 B / shard group), bf16 weights gathered per layer (FsdpStepper).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autopar.dryrun.comm import _ALL_GATHER, Group, Groups, all_reduce_, build_groups
+from autopar.dryrun.comm import Group, Groups, all_gather_flat, all_reduce_, build_groups
 from autopar.dryrun.layers import Ctx, Factory
 from autopar.dryrun.model import Moe, SliceModel
 from autopar.dryrun.plan import SlicePlan
@@ -93,7 +94,7 @@ def optimizer_step(buckets: list[Bucket]) -> None:
             b.flat.copy_(b.master)
         else:
             mine = b.master.detach().to(b.flat.dtype)
-            _ALL_GATHER(b.flat, mine, group=b.group.pg)
+            all_gather_flat(b.flat, mine, b.group)
 
 
 def batch(
