@@ -229,3 +229,21 @@ def test_only_the_dryrun_runtime_imports_torch():
             if any(n == "torch" or n.startswith("torch.") for n in names):
                 importers.add(path.relative_to(ROOT).as_posix())
     assert importers == {f"dryrun/{m}.py" for m in TORCH_MODULES}
+
+
+def test_a_failing_rank_is_one_line_and_the_others_are_stopped():
+    from autopar.dryrun.errors import DryrunFailed
+    from autopar.dryrun.launch import run_ranks
+
+    gpu_plan = _plan("llama-3.1-8b", "TP2 mb1", ranks=2, device="cuda")  # this host has no GPU: ranks fail
+    with pytest.raises(DryrunFailed) as e:
+        run_ranks([("measure", gpu_plan)], steps=1, warmup=1, timeout_s=60)
+    msg = str(e.value)
+    assert msg.startswith("rank ") and " failed: " in msg and "\n" not in msg
+    assert e.value.exit_code == 4
+
+
+def test_a_run_past_its_timeout_is_stopped(monkeypatch):
+    res = runner.invoke(app, ["dryrun", "--model", "llama-3.1-8b", "--strategy", "TP2 mb1", "--timeout", "1"])
+    assert res.exit_code == 4
+    assert "did not finish within 1 s" in res.output and len(res.output.strip().splitlines()) == 1
