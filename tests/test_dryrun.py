@@ -163,7 +163,13 @@ def _gpu_record(scale: float = 1.0) -> dict:
     step = pred.step_time_s / scale
     m = Measured(step, plan.tokens_per_step / step / 8, 60.0, 62.0, None, 10.4)
     return run_record(
-        plan, m, catalog_name="Llama-3.1-8B", gpu="H100-SXM", framework="megatron", label="x", torch="2.13"
+        plan,
+        m,
+        model=get_model("llama-3.1-8b"),
+        gpu="H100-SXM",
+        framework="megatron",
+        label="x",
+        torch="2.13",
     )
 
 
@@ -247,3 +253,16 @@ def test_a_run_past_its_timeout_is_stopped(monkeypatch):
     res = runner.invoke(app, ["dryrun", "--model", "llama-3.1-8b", "--strategy", "TP2 mb1", "--timeout", "1"])
     assert res.exit_code == 4
     assert "did not finish within 1 s" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_record_names_its_model_so_that_ingest_reads_the_stage_it_ran():
+    from autopar.dryrun.record import record_model_name
+
+    # 4 layers, the first dense. PP2 split evenly: stage 0 = dense + MoE (the model's own mix; first on ties)
+    even = _plan(MOE, "TP1 PP2 DP4 mb1", ranks=8, device="cuda")
+    assert (even.stage, even.stage_model.layers, even.stage_model.dense_layers) == (0, 2, 1)
+    assert record_model_name(even, MOE) == "moe-test"
+    # first stage 1 layer: the busiest is stage 1, three MoE layers, no dense one: a name of its own
+    skewed = _plan(MOE, "TP1 PP2 first1 DP4 mb1", ranks=8, device="cuda")
+    assert (skewed.stage, skewed.stage_model.layers, skewed.stage_model.dense_layers) == (1, 3, 0)
+    assert record_model_name(skewed, MOE) == "moe-test dryrun-slice"

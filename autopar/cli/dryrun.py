@@ -142,7 +142,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     rec = run_record(
         plan,
         measured,
-        catalog_name=model.name,
+        model=model,
         gpu=cluster.gpu.name,
         framework=workload.framework,
         label=flags["strategy"],

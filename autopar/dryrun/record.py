@@ -99,20 +99,20 @@ def _arch(model: ModelSpec) -> dict[str, Any]:
     }
 
 
-def record_model_name(plan: SlicePlan, catalog_name: str) -> str:
-    """The record's model name. Ingest takes activation, norm and tied embeddings from a catalog model of that
-    name and layers from the record; a stage whose dense/MoE mix differs from the catalog model's leading
-    dense layers (or a tiny model) gets a name of its own, so its architecture is read from the columns."""
-    m = plan.model
-    full_mix = m.dense_layers == 0 and not plan.tiny
-    return catalog_name if full_mix else f"{catalog_name} dryrun-slice"
+def record_model_name(plan: SlicePlan, model: ModelSpec) -> str:
+    """The record's model name. Ingest takes activation, norm, tied embeddings and (MoE) the leading dense layers
+    from a catalog model of that name, and layers and widths from the record; a stage whose leading dense layers
+    differ from the model's (or a tiny model) gets a name of its own, so its architecture is read from the
+    columns alone."""
+    same_mix = plan.stage_model.dense_layers == model.dense_layers
+    return model.name if same_mix and not plan.tiny else f"{model.name} dryrun-slice"
 
 
 def run_record(
     plan: SlicePlan,
     m: Measured,
     *,
-    catalog_name: str,
+    model: ModelSpec,
     gpu: str | None,
     framework: str,
     label: str,
@@ -122,7 +122,7 @@ def run_record(
     d, world = plan.degrees, plan.degrees.world
     rec: dict[str, Any] = {
         "source": SOURCE,
-        "model": record_model_name(plan, catalog_name),
+        "model": record_model_name(plan, model),
         **_arch(plan.model),
         "seq_len": plan.seq_len,
         "gpu": gpu if not plan.tiny else SMOKE_DEVICE,
