@@ -69,17 +69,28 @@ def _headline(doc: dict[str, Any]) -> list[str]:
 
 
 def _check(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The numerical check's verdict from every rank's result (the worst rank)."""
+    """The numerical check's verdict from every rank's result (the worst rank, gradients then weights)."""
     from autopar.dryrun.errors import DryrunFailed
 
-    worst = max(ranks, key=lambda r: r["max_rel_grad_err"])
-    out = {**worst, "tolerance": CHECK_TOLERANCE, "passed": worst["max_rel_grad_err"] <= CHECK_TOLERANCE}
-    if not out["passed"]:
-        raise DryrunFailed(
-            f"numerical check failed: gradient of '{worst['worst_param']}' off the unsharded model's by "
-            f"{worst['max_rel_grad_err']:.2e} (relative; at most {CHECK_TOLERANCE:g})"
-        )
-    return out
+    grad = max(ranks, key=lambda r: r["max_rel_grad_err"])
+    weight = max(ranks, key=lambda r: r["max_rel_weight_err"])
+    out = {
+        "max_rel_grad_err": grad["max_rel_grad_err"],
+        "worst_param": grad["worst_param"],
+        "max_rel_weight_err": weight["max_rel_weight_err"],
+        "worst_weight": weight["worst_weight"],
+        "tolerance": CHECK_TOLERANCE,
+    }
+    for what, key, at in (
+        ("gradient", "max_rel_grad_err", "worst_param"),
+        ("weight", "max_rel_weight_err", "worst_weight"),
+    ):
+        if out[key] > CHECK_TOLERANCE:
+            raise DryrunFailed(
+                f"numerical check failed: {what} of '{out[at]}' off the unsharded model's by {out[key]:.2e} "
+                f"(relative; at most {CHECK_TOLERANCE:g})"
+            )
+    return {**out, "passed": True}
 
 
 def _host(device: str, name: str, world: int) -> str:
@@ -223,7 +234,8 @@ def dryrun_cmd(
     console.print(_table(doc["rows"], measured_title))
     if doc["check"]:
         console.print(
-            f"numerical check: passed (largest relative gradient error {doc['check']['max_rel_grad_err']:.1e})"
+            f"numerical check: passed (largest relative error: gradients {doc['check']['max_rel_grad_err']:.1e}, "
+            f"weights after one AdamW step {doc['check']['max_rel_weight_err']:.1e})"
         )
     if record is not None:
         console.print(styled(("record: ", "bold"), f"{record} (autopar calibrate ingest {record})"))

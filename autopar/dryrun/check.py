@@ -12,13 +12,13 @@ from autopar.dryrun.comm import Group, Groups, all_reduce_
 from autopar.dryrun.layers import Ctx, Factory
 from autopar.dryrun.model import SliceModel
 from autopar.dryrun.plan import SlicePlan
-from autopar.dryrun.train import SEED, batch, stepper
+from autopar.dryrun.train import LEARNING_RATE, SEED, batch, full_weight, stepper
 
 ALONE = Group(None, 1, 0)
 
 
-def _reference(plan: SlicePlan, device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:
-    """Loss and gradients (by parameter name) of the unsharded model on the whole step's tokens."""
+def _reference(plan: SlicePlan, device: torch.device) -> tuple[float, SliceModel]:
+    """Loss of the unsharded model on the whole step's tokens, and the model (gradients filled)."""
     alone = Groups(*(ALONE,) * 6)
     f = Factory(SEED, torch.float32, device, True)
     model = SliceModel(f, plan.model, Ctx(alone, False, plan.degrees.recompute))
@@ -27,11 +27,20 @@ def _reference(plan: SlicePlan, device: torch.device) -> tuple[float, dict[str, 
     ids, targets = (torch.randint(plan.model.vocab, shape, generator=gen).to(device) for _ in range(2))
     loss = model(ids, targets, plan.tokens_per_step)
     loss.backward()
-    return float(loss.detach()), {p.full_name: p.grad for p in model.parameters()}  # type: ignore[attr-defined]
+    return float(loss.detach()), model
+
+
+def _worst(pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> tuple[float, str]:
+    """Largest |got - want| relative to max |want| over (name, got, want) triples, and where."""
+    errs = [
+        (float((got - want).abs().max() / want.abs().max().clamp_min(1e-30)), n) for n, got, want in pairs
+    ]
+    return max(errs)
 
 
 def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, Any]:
-    """This rank's loss and worst relative gradient error against the reference."""
+    """This rank's loss, and its worst relative gradient error and (after one AdamW step on each side, which
+    checks the ZeRO shards and the weight gathers) weight error against the reference."""
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 on GPUs too
     torch.backends.cudnn.allow_tf32 = False
     f = Factory(SEED, torch.float32, device, True)
@@ -44,13 +53,24 @@ def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, 
     loss.backward()
     st.sync()
     total = float(all_reduce_(loss.detach().clone(), g.dpcp))
-    ref_loss, ref_grads = _reference(plan, device)
-    worst, where = 0.0, ""
-    for n, p in model.named_parameters():
+    ref_loss, ref = _reference(plan, device)
+    refs = {p.full_name: p for p in ref.parameters()}  # type: ignore[attr-defined]
+
+    def mine(n: str, t: torch.Tensor) -> torch.Tensor:
         _, dim, parts, idx = f.shards[names[n]]
-        ref = ref_grads[names[n]]
-        ref = ref if dim is None else ref.chunk(parts, dim=dim)[idx]
-        err = float((st.grad(p) - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-        if err > worst:
-            worst, where = err, names[n]
-    return {"loss": total, "ref_loss": ref_loss, "max_rel_grad_err": worst, "worst_param": where}
+        return t if dim is None else t.chunk(parts, dim=dim)[idx]
+
+    params = list(model.named_parameters())
+    grad_err, grad_at = _worst([(names[n], st.grad(p), mine(n, refs[names[n]].grad)) for n, p in params])
+    st.step()
+    torch.optim.AdamW(ref.parameters(), lr=LEARNING_RATE).step()
+    weights = [(names[n], full_weight(p), mine(n, refs[names[n]].detach())) for n, p in params]
+    weight_err, weight_at = _worst(weights)
+    return {
+        "loss": total,
+        "ref_loss": ref_loss,
+        "max_rel_grad_err": grad_err,
+        "worst_param": grad_at,
+        "max_rel_weight_err": weight_err,
+        "worst_weight": weight_at,
+    }

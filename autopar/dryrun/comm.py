@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# torch 2.13 renamed the tensor forms of all-gather / reduce-scatter (*_single); 2.4 has only the old names.
+# torch 2.13 renamed the tensor forms of all-gather / reduce-scatter (*_single); 2.6 has only the old names.
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 

@@ -36,7 +36,8 @@ INIT_STD = 0.02  # normal init of every weight matrix (GPT-2/Megatron's default 
 class Factory:
     """Creates the rank's parameters. `consistent`: each is a slice of a full-size tensor drawn from a
     generator keyed by its name (every layout gets the same model: the equivalence check); else drawn
-    directly at shard size on the device (a measured run; a full-size draw would be slow and large)."""
+    directly at shard size on the device, keyed by name and shard index (a measured run; a full-size draw
+    would be slow and large)."""
 
     seed: int
     dtype: torch.dtype
@@ -73,9 +74,11 @@ class Factory:
     ) -> torch.Tensor:
         if ones:
             return torch.ones(shape, dtype=self.dtype, device=self.device)
-        if not self.consistent:
-            return torch.randn(shape, dtype=self.dtype, device=self.device) * INIT_STD
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(name.encode()))
+        key = self.seed * 1_000_003 + zlib.crc32(name.encode())
+        if not self.consistent:  # drawn at shard size, keyed by name and shard: replicas hold equal weights
+            gen = torch.Generator(device=self.device).manual_seed(key + 7919 * idx)
+            return torch.randn(shape, generator=gen, dtype=self.dtype, device=self.device) * INIT_STD
+        gen = torch.Generator().manual_seed(key)
         w = torch.randn(full, generator=gen) * INIT_STD
         if dim is not None:
             w = w.chunk(parts, dim=dim)[idx]

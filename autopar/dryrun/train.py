@@ -181,6 +181,11 @@ class FsdpStepper:
         return p.grad.full_tensor()  # type: ignore[union-attr]
 
 
+def full_weight(p: nn.Parameter) -> torch.Tensor:
+    """A parameter's weights on this rank (gathered from its FSDP shards under ZeRO-3)."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+
+
 def stepper(model: SliceModel, g: Groups, zero: int, param_dtype: torch.dtype) -> BucketStepper | FsdpStepper:
     return FsdpStepper(model, g, param_dtype) if zero == 3 else BucketStepper(model, g, zero)
 
@@ -235,7 +240,7 @@ def measure(plan: SlicePlan, g: Groups, device: torch.device, steps: int, warmup
     """Warm-up steps, then `steps` timed steps: their times, the last loss and the peak memory."""
     zero = plan.degrees.zero
     dtype = torch.float32 if zero == 3 else torch.bfloat16  # FSDP2 keeps fp32 shards, gathers bf16
-    model = SliceModel(Factory(SEED + g.world.rank, dtype, device, False), plan.model, _ctx(plan, g))
+    model = SliceModel(Factory(SEED, dtype, device, False), plan.model, _ctx(plan, g))
     st = stepper(model, g, zero, torch.bfloat16)
     times, loss = [], float("nan")
     for step in range(warmup + steps):
