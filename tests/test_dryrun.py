@@ -72,6 +72,8 @@ def test_degrees_fold_ep_over_what_is_left_and_zero2_is_said_to_be_unsliced():
     assert any("ZeRO-3 run as FSDP2" in n for n in notes)
     deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP32/Z2 mb1"), 8)
     assert deg.zero == 1 and any("ZeRO-2 not sliced" in n for n in notes)
+    deg, notes = fit_degrees(m, parse_strategy_label("TP2 EP8 DP3 mb1"), 8)  # 6 ranks: EP must divide 6 too
+    assert (deg.dp, deg.ep) == (3, 2) and any(n.startswith("EP8 reduced to EP2") for n in notes)
 
 
 def test_vocabulary_padded_for_tp_and_widths_that_do_not_split_refused():

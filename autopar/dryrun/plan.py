@@ -130,10 +130,16 @@ def fit_degrees(model: ModelSpec, s: Strategy, ranks: int) -> tuple[Degrees, lis
     tp = _largest_divisor(s.tp, ranks)
     cp = _largest_divisor(s.cp, ranks // tp)
     dp = max(1, min(s.dp or 1, ranks // (tp * cp)))
-    ep = _largest_divisor(s.ep, tp * cp * dp) if model.is_moe else 1
+    world = tp * cp * dp  # experts fold over these ranks: ep must divide both the label's EP and the world
+    ep = max(e for e in range(1, s.ep + 1) if s.ep % e == 0 and world % e == 0) if model.is_moe else 1
+    why = {
+        "TP": f"the host has {ranks} rank(s) for the slice",
+        "CP": f"the host has {ranks} rank(s) for the slice, TP{tp} first",
+        "EP": f"experts fold over the slice's {world} rank(s): EP must divide {world}",
+    }
     for name, want, got in (("TP", s.tp, tp), ("CP", s.cp, cp), ("EP", s.ep, ep)):
         if got != want:
-            notes.append(f"{name}{want} reduced to {name}{got}: the host has {ranks} rank(s) for the slice")
+            notes.append(f"{name}{want} reduced to {name}{got}: {why[name]}")
     if (s.dp or 1) > dp:
         notes.append(f"DP{s.dp} reduced to DP{dp} (what is left of the host after TP{tp} x CP{cp})")
     zero = s.zero or 0

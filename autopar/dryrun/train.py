@@ -11,8 +11,8 @@ and moments all sharded (16 B / shard group), bf16 weights gathered per layer (F
 
 from __future__ import annotations
 
-import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -227,12 +227,14 @@ def peak_memory(device: torch.device) -> dict[str, float | None]:
             "max_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
             "cpu_peak_rss_gib": None,
         }
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    import resource  # POSIX; ru_maxrss is in KiB on Linux, in bytes on macOS
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     return {
         "device_name": "cpu",
         "max_allocated_gib": None,
         "max_reserved_gib": None,
-        "cpu_peak_rss_gib": rss_kib / 2**20,
+        "cpu_peak_rss_gib": rss / 2**30,
     }
 
 
