@@ -23,6 +23,7 @@ COMMANDS = [
     ["whatif"],
     ["estimate"],
     ["launch"],
+    ["dryrun"],
     ["models"],
     ["gpus"],
     ["prices"],
