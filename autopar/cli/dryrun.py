@@ -191,14 +191,17 @@ def dryrun_cmd(
     framework: FrameworkOpt = "megatron",
     device: Annotated[str, typer.Option(help="auto (GPUs when PyTorch sees any), cuda or cpu")] = "auto",
     ranks: Annotated[
-        int | None, typer.Option(help="ranks on this host (default: every GPU; CPU: 2, at most 4)")
+        int | None, typer.Option(min=1, help="ranks on this host (default: every GPU; CPU: 2, at most 4)")
     ] = None,
     steps: Annotated[int, typer.Option(min=1, help="timed steps (the median is reported)")] = 5,
     warmup: Annotated[int, typer.Option(min=1, help="untimed steps first")] = 2,
     micro_batches: Annotated[int, typer.Option(min=1, help="micro-batches per optimizer step")] = 1,
     check: Annotated[
         bool,
-        typer.Option("--check", help="first compare the slice's gradients with the unsharded model's (fp32)"),
+        typer.Option(
+            "--check",
+            help="first check the slice's gradients and one AdamW step against the unsharded model (fp32, tiny model)",
+        ),
     ] = False,
     timeout: Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")] = 600,
     record: Annotated[
