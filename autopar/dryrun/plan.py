@@ -162,7 +162,10 @@ def unsupported_notes(model: ModelSpec, s: Strategy, workload: Workload) -> list
     """What the slice leaves out of the strategy and model, one sentence each."""
     out = []
     if s.pp > 1:
-        out.append(f"PP{s.pp} not run: the busiest stage's layers run on every rank (no pipeline, no bubble)")
+        out.append(
+            f"PP{s.pp} not run: the busiest stage's layers run on every rank (no pipeline, no bubble; the "
+            "activations of one micro-batch in flight, not the schedule's several)"
+        )
     if model.is_moe and s.expert_tp > 1:
         out.append(f"expert TP{s.expert_tp} not sliced: experts run whole on their EP rank (ETP1)")
     if s.cp > 1 and s.cp_comm != "allgather":
