@@ -2,7 +2,7 @@
 # Set up and run the test suite (unit, property, CLI and, when Debian's chromium is present, browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
 .venv/bin/ruff check autopar tests bench
 .venv/bin/ruff format --check autopar tests bench
 .venv/bin/python -m pytest "$@"

@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from autopar.calibration.rows import learnable, validate_rows
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
-from autopar.dryrun.errors import INSTALL_HINT, TorchMissing, require_torch
+from autopar.dryrun.errors import INSTALL_HINT, require_torch
 from autopar.dryrun.plan import fit_degrees, plan_slice
 from autopar.dryrun.record import Measured, predict_slice, run_record
-from autopar.errors import SpecError
+from autopar.errors import MissingExtraError, SpecError
 from autopar.reports.launch import parse_strategy_label
 from autopar.specs import ModelSpec, Workload
 
@@ -219,7 +219,7 @@ def test_bad_input_is_one_line(extra, named):
 
 def test_without_torch_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    with pytest.raises(TorchMissing, match=r"autopar\[dryrun\]"):
+    with pytest.raises(MissingExtraError, match=r"autopar\[dryrun\]"):
         require_torch()
     res = runner.invoke(app, ["dryrun", "--strategy", "TP2 mb1"])
     assert res.exit_code == 2

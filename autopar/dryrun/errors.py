@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, MissingExtraError
 
-INSTALL_HINT = "pip install 'autopar[dryrun]'"
+DRYRUN_EXTRA = "dryrun"  # pyproject.toml [project.optional-dependencies]
+INSTALL_HINT = f"pip install 'autopar[{DRYRUN_EXTRA}]'"
 
 
 class DryrunFailed(AutoparError):
@@ -15,14 +16,10 @@ class DryrunFailed(AutoparError):
     exit_code = 4
 
 
-class TorchMissing(AutoparError):
-    """`autopar dryrun` needs PyTorch, which autopar does not install by default."""
-
-
 def require_torch() -> str:
-    """PyTorch's version, or a one-line error saying how to install the extra."""
+    """PyTorch's version, or the one-line error of the missing extra (MissingExtraError names how to install)."""
     try:
         torch = importlib.import_module("torch")
-    except ImportError as e:
-        raise TorchMissing(f"autopar dryrun needs PyTorch ({e.msg}): {INSTALL_HINT}") from None
+    except ImportError as err:
+        raise MissingExtraError("PyTorch", DRYRUN_EXTRA, "autopar dryrun") from err
     return str(torch.__version__)
