@@ -88,6 +88,19 @@ def test_vocabulary_padded_for_tp_and_widths_that_do_not_split_refused():
         plan_slice(mqa, WORKLOAD, parse_strategy_label("TP2 mb1").with_dp(8), 8, "cuda")
 
 
+def test_layers_cuts_the_stage_and_the_prediction_follows():
+    s = parse_strategy_label("TP2 EP8 DP32/Z1 mb1").model_copy(update={"etp": 2}).with_dp(64)
+    m = get_model("mixtral-8x7b")
+    whole = plan_slice(m, WORKLOAD, s, 8, "cuda")
+    cut = plan_slice(m, WORKLOAD, s, 8, "cuda", layers=4)
+    assert (whole.stage_model.layers, cut.stage_model.layers, cut.stage_model.dense_layers) == (32, 4, 0)
+    assert any("stage cut to 4 of its 32 layers" in n for n in cut.notes)
+    gpu = get_gpu("H100-SXM")
+    w, c = predict_slice(whole, gpu, "megatron"), predict_slice(cut, gpu, "megatron")
+    # eight times fewer layers: weights, gradients and optimizer states drop 8x less the embedding/output layers
+    assert c.memory.weights < w.memory.weights / 6 and c.step_time_s < w.step_time_s / 4
+
+
 def test_the_tiny_rule():
     # Llama-3.1-70B (64 heads, 8 KV heads, hidden 8192, FFN 28672) on TP2: 2 KV heads x group 4 x 16 = 128
     m = _plan("llama-3.1-70b", "TP2 DP4/Z1 mb1").model

@@ -139,7 +139,9 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     strategy = label_strategy(flags["strategy"], model.is_moe).with_dp(cluster.num_gpus)
     full = estimate(model, cluster, workload, strategy, strict=False)
     device, ranks = pick_device(flags["device"], flags["ranks"])
-    plan = plan_slice(model, workload, full.strategy or strategy, ranks, device, flags["micro_batches"])
+    plan = plan_slice(
+        model, workload, full.strategy or strategy, ranks, device, flags["micro_batches"], flags["layers"]
+    )
     pred = predict_slice(plan, cluster.gpu, workload.framework)  # before the run: a bad slice fails fast
     tasks = [("check", tiny_plan(plan))] if flags["check"] else []
     out = run_ranks(
@@ -196,6 +198,10 @@ def dryrun_cmd(
     steps: Annotated[int, typer.Option(min=1, help="timed steps (the median is reported)")] = 5,
     warmup: Annotated[int, typer.Option(min=1, help="untimed steps first")] = 2,
     micro_batches: Annotated[int, typer.Option(min=1, help="micro-batches per optimizer step")] = 1,
+    layers: Annotated[
+        int | None,
+        typer.Option(min=1, help="run only this many of the stage's layers (when the slice does not fit)"),
+    ] = None,
     check: Annotated[
         bool,
         typer.Option(

@@ -261,12 +261,33 @@ def tiny_model(model: ModelSpec, deg: Degrees) -> ModelSpec:
     return model.model_copy(update=upd)
 
 
+def cut_layers(mix: tuple[int, int], layers: int | None) -> tuple[tuple[int, int], list[str]]:
+    """The stage's (dense, MoE) layers cut to `layers` (--layers: a slice that fits where the whole stage, with
+    its optimizer states sharded over fewer DP ranks than the real run, would not); MoE layers kept first."""
+    dense, moe = mix
+    if layers is None or layers >= dense + moe:
+        return mix, []
+    if layers < 1:
+        raise SpecError(f"--layers {layers}: at least 1")
+    kept_moe = min(moe, layers)
+    cut = (layers - kept_moe, kept_moe)
+    return cut, [f"stage cut to {layers} of its {dense + moe} layers (--layers); predicted as cut"]
+
+
 def plan_slice(
-    model: ModelSpec, workload: Workload, strategy: Strategy, ranks: int, device: str, micro_batches: int = 1
+    model: ModelSpec,
+    workload: Workload,
+    strategy: Strategy,
+    ranks: int,
+    device: str,
+    micro_batches: int = 1,
+    layers: int | None = None,
 ) -> SlicePlan:
     """The slice of `strategy` that `ranks` ranks of one host run (tiny shapes when device is cpu)."""
     index, mix = busiest_stage(model, strategy, workload)
+    mix, cut = cut_layers(mix, layers)
     deg, notes = fit_degrees(model, strategy, ranks)
+    notes += cut
     deg = Degrees(**{**deg.__dict__, "micro_batches": micro_batches})
     stage, padded = split_over_tp(stage_model(model, mix), deg.tp)
     notes = [*notes, *unsupported_notes(model, strategy, workload), *padded]
