@@ -24,6 +24,7 @@ COMMANDS = [
     ["estimate"],
     ["fix"],
     ["launch"],
+    ["dryrun"],
     ["models"],
     ["gpus"],
     ["prices"],

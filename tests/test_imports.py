@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"search"},
     {"costs"},
     {"reports"},
+    {"dryrun"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
@@ -154,6 +155,8 @@ def test_spine_modules_import_only_the_bottom_layer(module):
 
 def test_readme_states_these_layers():
     readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
-    order = " → ".join(["catalog", "perf", "calibration", "objectives", "search", "costs", "reports", "cli"])
+    order = " → ".join(
+        ["catalog", "perf", "calibration", "objectives", "search", "costs", "reports", "dryrun", "cli"]
+    )
     assert order in " ".join(readme.split()), "README 'Layout' must list the import layers of LAYERS"
     assert [next(iter(layer)) for layer in LAYERS[1:-1]] == order.split(" → ")[:-1]

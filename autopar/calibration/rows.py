@@ -183,6 +183,58 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
     return errs
 
 
+# A smoke record: `autopar dryrun` run on CPU (a tiny model on gloo processes; autopar/dryrun/record.py). It
+# shows that the command ran end to end, not how any GPU performs, so it says so twice (`device` = cpu and
+# `gpu` = cpu). Ingest stores it after the checks that need no GPU (types, finite positive measurements,
+# architecture columns, degrees, a throughput) — the GPU catalog, the implied-MFU and the prediction-factor
+# gates compare with a GPU and do not apply — and `calibrate fit`/`report` never learn from it. Any other
+# record goes through every gate; a smoke mark on a record naming a GPU is refused.
+SMOKE_DEVICE = "cpu"
+_NO_GPU_FIELDS = ("measured_mem_gb_per_gpu", "measured_tflops_per_gpu", "measured_mfu")
+
+
+def is_smoke_record(rec: Mapping[str, Any]) -> bool:
+    """A CPU smoke record (SMOKE_DEVICE above), by its `device` cell."""
+    return str(rec.get("device") or "").strip().lower() == SMOKE_DEVICE
+
+
+def _smoke_errors(r: RunRow) -> list[tuple[str, Any, str]]:
+    """What a smoke record must satisfy instead of the GPU checks of _semantic_errors."""
+    errs: list[tuple[str, Any, str]] = []
+    if r.gpu.lower() != SMOKE_DEVICE:
+        errs.append(
+            (
+                "gpu",
+                r.gpu,
+                f"a smoke record (device={SMOKE_DEVICE}) is a CPU run: gpu must be '{SMOKE_DEVICE}'",
+            )
+        )
+    missing = [c for c in CORE_ARCH_COLUMNS if getattr(r, c) is None]
+    if missing:
+        errs.append(
+            (missing[0], None, "a smoke record must give its architecture (" + "/".join(missing) + ")")
+        )
+    errs += [
+        (f, getattr(r, f), "a smoke record is a CPU run: no GPU memory or GPU FLOP rate")
+        for f in _NO_GPU_FIELDS
+        if getattr(r, f) is not None
+    ]
+    if r.measured_step_s is None and r.measured_tokens_per_s_per_gpu is None:
+        errs.append(
+            ("measured_step_s", None, "no throughput: give measured_step_s or measured_tokens_per_s_per_gpu")
+        )
+    degrees = [getattr(r, k) or 1 for k in (Axis.TP, Axis.PP, Axis.CP, Axis.DP)]
+    if math.prod(degrees) != r.num_gpus:
+        errs.append(("num_gpus", r.num_gpus, f"tp*pp*cp*dp = {math.prod(degrees)} != num_gpus"))
+    return errs
+
+
+def learnable(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """(the records a corrector may learn from, how many smoke records were left out)."""
+    kept = [r for r in records if not is_smoke_record(r)]
+    return kept, len(records) - len(kept)
+
+
 def _specs_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     """Why the specs builder cannot turn a record into model/cluster/workload/strategy, if it cannot."""
     try:
@@ -287,12 +339,13 @@ def validate_rows(
                 val = raw.get(loc, err.get("input")) if loc != "row" else None
                 errors.append(RowError(i, loc, val, err.get("msg", "invalid")))
             continue
-        sem = _semantic_errors(r)
+        smoke = is_smoke_record(raw)
+        sem = _smoke_errors(r) if smoke else _semantic_errors(r)
         if sem:
             errors.extend(RowError(i, f, v, why) for f, v, why in sem)
             continue
         rec = normalize_record(r)
-        spec_err = _specs_error(rec) or plausibility_error(rec)
+        spec_err = None if smoke else (_specs_error(rec) or plausibility_error(rec))
         if spec_err:
             errors.append(RowError(i, *spec_err))
             continue

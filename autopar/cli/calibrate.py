@@ -299,6 +299,20 @@ def _usable_stored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return usable
 
 
+def _without_smoke(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Leave out CPU smoke records (autopar dryrun on CPU: not GPU measurements), with a note on stderr."""
+    from autopar.calibration.rows import learnable
+
+    kept, smoke = learnable(records)
+    if smoke:
+        err_console.print(
+            f"note: left out {smoke} CPU smoke record(s) (autopar dryrun on CPU; not GPU measurements)",
+            markup=False,
+            highlight=False,
+        )
+    return kept
+
+
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
     """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
     from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
@@ -314,6 +328,7 @@ def gather_records(store: Path | None, public: bool, data: list[Path] | None) ->
         if chk.errors:
             raise InvalidRowsError([chk])
         records.extend(chk.records)
+    records = _without_smoke(records)
     seen: set[str] = set()
     unique = []
     for r in records:
@@ -368,8 +383,9 @@ GroupOpt = Annotated[
 def _default_group(store: Path | None, groups: set[str]) -> str | None:
     """The store's single group (a team's own cluster), if its runs all share one."""
     from autopar.calibration.features import group_of
+    from autopar.calibration.rows import learnable
 
-    mine = {group_of(r) for r in RunStore(store).records()}
+    mine = {group_of(r) for r in learnable(RunStore(store).records())[0]}
     return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
 
 
