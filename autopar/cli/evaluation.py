@@ -140,7 +140,7 @@ class Evaluation:
             return None
         est, analytical = self.est, self.analytical
         return {
-            "name": self.calib.meta.name,
+            **self.calib.info(),  # name, n_runs, sources
             "description": self.calib.describe(),
             "factor": est.calibration_factor,
             "analytical_tokens_per_s": analytical.tokens_per_s,

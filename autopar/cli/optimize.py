@@ -221,10 +221,15 @@ def print_result(result: Any, top: int) -> None:
     if extra:
         console.print("· = not an objective, shown for reference", style="dim")
     if result.calibration:
+        from autopar.calibration.apply import provenance
+
+        cal = result.calibration
+        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
         console.print(
-            "tokens/s calibrated on published runs; (low–high) is the 80% band; "
+            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
             "--no-calibration for the analytical model alone",
             style="dim",
+            highlight=False,
         )
     tokens = w.token_budget
     for r in result.recommended:
