@@ -112,13 +112,19 @@ def _jsonable(v: Any) -> Any:
 # dense peak (0..1); `mfu_pct` the same in percent. The `mfu` objective (tables, Optuna's stored values) is
 # in percent, so its rows are converted here, at the JSON edge.
 JSON_MFU_UNIT = "fraction"
+# --json's one memory convention, shared by every command: GiB (2**30 bytes) in a field whose name says
+# `_gib` (or inside an object named `memory_gib`); catalogs (`models`, `gpus`, ...) keep SI bytes.
+JSON_MEMORY_UNIT = "GiB"
 
 
 def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A result row for --json: values made JSON-safe, `mfu` as a fraction (JSON_MFU_UNIT)."""
+    """A result row for --json: values made JSON-safe, `mfu` as a fraction (JSON_MFU_UNIT), the `headroom`
+    objective also as `headroom_gib` (JSON_MEMORY_UNIT)."""
     out = {k: _jsonable(v) for k, v in row.items()}
     if "mfu" in out and out["mfu"] is not None:
         out["mfu"] = out["mfu"] / 100.0
+    if "headroom" in out:  # the objective's name carries no unit; JSON memory fields say theirs
+        out.setdefault("headroom_gib", out["headroom"])
     return out
 
 
