@@ -131,7 +131,7 @@ def compare_cmd(
 def _write_report(info: ComparisonInfo, out: Path, plotly: str) -> Path:
     """Write the HTML comparison (autopar.reports.compare_html, which needs plotly)."""
     try:
-        from autopar.reports.compare_html import write_compare_report
-    except ImportError as e:
+        from autopar.reports import write_compare_report
+    except (ImportError, AttributeError) as e:
         raise AutoparError(f"out={out}: the HTML report writer is not available in this build") from e
     return write_compare_report(info, out, plotlyjs=plotly)
