@@ -153,3 +153,29 @@ def test_calibration_report_renders_offline_in_chromium(tmp_path) -> None:
     assert check.blocked_requests == []
     assert seen["error_bars"] > 0
     assert [name for name, overlap in seen["overlaps"] if overlap] == []
+
+
+def test_compare_page_answer_on_the_first_screen(tmp_path) -> None:
+    """`autopar compare --out`: the three answer cards lie wholly on the first 1400x900 screen, the
+    step-split chart renders offline, no console errors, the toolbar clears the legend."""
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    labels = ["TP8+SP PP4 DP2/Z1 mb1", "TP4+SP PP4v5 DP4/Z1 mb1 full-AC", "TP8+SP PP8 DP1 mb1"]
+    path = tmp_path / "compare.html"
+    r = CliRunner().invoke(app, ["compare", *labels, "--no-calibration", "--out", str(path)])
+    assert r.exit_code == 0, r.output
+    seen: dict[str, object] = {}
+
+    def interact(page) -> None:
+        seen["cards"] = [first_screen(page, f"#best-{o}") for o in ("throughput", "memory", "cost")]
+        seen["fastest"] = page.locator("#best-throughput").inner_text()
+        seen["overlaps"] = page.evaluate(MODEBAR_OVER_LEGEND)
+
+    check = screenshot_report(path, tmp_path / "compare.png", actions=interact, **FIRST_SCREEN)
+    assert check.plot_ids == ["fig-step-split"] and check.rendered_ids == check.plot_ids
+    assert check.console_errors == [] and check.blocked_requests == []
+    assert all(c["inside"] for c in seen["cards"]), seen["cards"]
+    assert seen["fastest"] == labels[0]  # 72.3k tokens/s against 56.7k and 68.4k (compare --json)
+    assert [name for name, overlap in seen["overlaps"] if overlap] == []

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
-from autopar.cli.compare import BEST_MARK, best_columns
+from autopar.cli.compare import BEST_MARK
+from autopar.reports.comparison import best_columns
 
 runner = CliRunner()
 
@@ -82,3 +87,84 @@ def test_invalid_label_names_the_label_and_token():
     r = runner.invoke(app, ["compare", "TP8 mb1", "TP4 PQ2 mb1"])
     err = r.stderr.strip()
     assert r.exit_code == 2 and "\n" not in err and "label 2 'TP4 PQ2 mb1'" in err and "'PQ2'" in err
+
+
+# --------------------------------------------------------------------------- --out FILE.html
+
+LLAMA_OOM = "TP1 DP64/Z1 mb1"  # 70B without model parallelism: faster on paper, ~590 GiB per GPU
+LLAMA_A, LLAMA_B = "TP8+SP PP4 DP2/Z1 mb1", "TP4+SP PP4v5 DP4/Z1 mb1 full-AC"
+
+
+def _card(page: str, objective: str) -> str:
+    m = re.search(rf'id="best-{objective}">(.*?)</div>', page)
+    assert m, objective
+    return html.unescape(m.group(1))
+
+
+def _best_row_cells(page: str, row: str) -> list[int]:
+    """Columns (0-based, labels only) marked best in the table row named `row`."""
+    tr = re.search(rf"<tr><td[^>]*>{re.escape(html.escape(row))}</td>(.*?)</tr>", page)
+    assert tr, row
+    return [i for i, td in enumerate(re.findall(r"<td[^>]*>.*?</td>", tr.group(1))) if 'class="best"' in td]
+
+
+def test_html_answer_and_best_marks_from_the_json(tmp_path: Path):
+    labels = [LLAMA_OOM, LLAMA_A, LLAMA_B]
+    docs = _json(["compare", *labels, "--json", "--no-calibration"])
+    out = tmp_path / "cmp.html"
+    r = runner.invoke(app, ["compare", *labels, "--no-calibration", "--out", str(out), "--plotly", "cdn"])
+    assert r.exit_code == 0, r.output
+    assert f"report: {out.resolve()}" in r.stdout.replace("\n", "")
+    page = out.read_text()
+    for label in labels:
+        assert html.escape(label) in page
+    tps = [d["estimate"]["tokens_per_s"] for d in docs]
+    mem = [d["estimate"]["mem_gib"] for d in docs]
+    usd = [d["cost"]["usd_per_mtoken"] for d in docs]
+    fits = [i for i, d in enumerate(docs) if d["memory_verdict"] != "oom"]
+    assert docs[0]["memory_verdict"] == "oom" and tps[0] == max(tps)  # the case this test is about
+    fastest = max(fits, key=lambda i: tps[i])
+    assert _card(page, "throughput") == labels[fastest]  # the OOM label is not the answer
+    assert _card(page, "cost") == labels[min(fits, key=lambda i: usd[i])]
+    assert _card(page, "memory") == labels[mem.index(min(mem))]
+    # the table marks the best of every row over all labels, as the terminal table does
+    assert _best_row_cells(page, "tokens/s (cluster)") == [tps.index(max(tps))]
+    assert _best_row_cells(page, "peak memory (GiB)") == [mem.index(min(mem))]
+    assert _best_row_cells(page, "$/Mtoken") == [usd.index(min(usd))]
+    assert 'id="fig-step-split"' in page and "cdn.plot.ly" in page
+
+
+def test_split_chart_stacks_to_the_step_time():
+    docs = _json(["compare", LLAMA_A, LLAMA_B, "--json", "--no-calibration"])
+    from autopar.cli.evaluation import evaluate, label_strategy, problem
+    from autopar.reports.compare_html import split_figure
+    from autopar.reports.comparison import STEP_SPLIT, comparison_info
+
+    flags = {
+        "model": "Llama-3.1-70B", "gpu": None, "gpus": None, "gpus_per_node": None, "nvlink_domain": None,
+        "cluster_name": None, "internode_gbps": None, "framework": "megatron", "seq_len": 8192,
+        "global_batch": 512, "precision": "bf16", "tp_comm_overlap": None, "fp8_recipe": None,
+        "moe_imbalance": None, "moe_capacity_factor": None, "moe_dispatcher": None,
+        "moe_ep_overlap": False, "cuda_graphs": False,
+    }  # fmt: skip
+    m, c, w = problem(flags)
+    evs = [evaluate(m, c, w, label_strategy(x, False), None, strict=True) for x in (LLAMA_A, LLAMA_B)]
+    fig = split_figure(comparison_info(evs, "t"))
+    assert fig.layout.barmode == "stack"
+    for i, d in enumerate(docs):
+        assert abs(sum(t.y[i] for t in fig.data) - d["estimate"]["step_s"]) < 1e-9
+    parts = {name for f, name in STEP_SPLIT if any(d["time_s"][f] for d in docs)}
+    assert {t.name for t in fig.data} == {p.strip() for p in parts}  # every non-zero part, no other
+
+
+@pytest.mark.parametrize("target", ["dir", "/dev/null"])
+def test_out_that_is_not_a_regular_file_is_one_line(tmp_path: Path, target: str):
+    out = tmp_path if target == "dir" else Path(target)
+    r = runner.invoke(app, ["compare", LLAMA_A, "--no-calibration", "--out", str(out)])
+    err = r.stderr.strip()
+    assert r.exit_code == 2 and "\n" not in err and str(out) in err and "Traceback" not in r.output
+
+
+def test_plotly_mode_needs_out():
+    r = runner.invoke(app, ["compare", LLAMA_A, "--plotly", "cdn"])
+    assert r.exit_code == 2 and "--out" in r.stderr

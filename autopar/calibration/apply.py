@@ -52,6 +52,19 @@ DEFAULT_ARTIFACT = "default_calibration.json"
 DEFAULT_NAME = "published runs (default)"
 REGENERATE = "python -m autopar.calibration.build_default"
 MIN_MEMORY_RUNS = 8
+# Sources a description names before "+N more": the published runs have 6; a user's store may have many.
+SOURCES_NAMED = 6
+
+
+def provenance(name: str, n_runs: int | None, sources: list[str] | tuple[str, ...] | None) -> str:
+    """ "calibration 'NAME' (N runs from K sources: a, b, ...)": which model corrected a figure and on what
+    evidence, for every place that says so (a user's model is never "the published runs")."""
+    if n_runs is None or sources is None:
+        return f"calibration '{name}'"
+    shown = ", ".join(sources[:SOURCES_NAMED])
+    more = f", +{len(sources) - SOURCES_NAMED} more" if len(sources) > SOURCES_NAMED else ""
+    noun = "source" if len(sources) == 1 else "sources"
+    return f"calibration '{name}' ({n_runs} runs from {len(sources)} {noun}: {shown}{more})"
 
 
 def sklearn_version() -> str:
@@ -210,6 +223,14 @@ class Calibration:
     def __repr__(self) -> str:
         return f"Calibration({self.describe()!r})"
 
+    def provenance(self) -> str:
+        """Which model this is and its evidence, on one short line (`provenance`)."""
+        return provenance(self.meta.name, self.meta.n_train, self.meta.sources)
+
+    def info(self) -> dict[str, Any]:
+        """The model's name and evidence as JSON fields (search results and `--json` carry them)."""
+        return {"name": self.meta.name, "n_runs": self.meta.n_train, "sources": list(self.meta.sources)}
+
     def describe(self) -> str:
         """One line naming the corrector and its evidence, for reports and CLI output."""
         m = self.meta
@@ -219,7 +240,7 @@ class Calibration:
             if shrink == 0
             else f"ridge correction x{shrink:.1f} + cluster offsets"
         )
-        text = f"calibration '{m.name}': {what}, fitted on {m.n_train} runs from {len(m.sources)} source(s)"
+        text = f"{provenance(m.name, m.n_train, m.sources)}: {what}"
         overall = next((r for r in m.loso if r.get("source") == "all"), None)
         if overall:
             text += (

@@ -42,6 +42,7 @@ from autopar.cli.workload_opts import (
     MoEImbalanceOpt,
     MoEOverlapOpt,
 )
+from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
 from autopar.text import csv_cell
@@ -233,7 +234,7 @@ def _reject_knobs_with_label(given: dict[str, Any], label: str) -> None:
 
 @command("estimate")
 def estimate_cmd(
-    model: ModelOpt = "Llama-3.1-70B",
+    model: ModelOpt = DEFAULT_MODEL,
     gpu: GpuOpt = None,
     gpus: GpusOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -246,8 +247,8 @@ def estimate_cmd(
     cuda_graphs: CudaGraphsOpt = False,
     cluster_name: ClusterOpt = None,
     internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = 8192,
-    global_batch: GlobalBatchOpt = 512,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
     precision: PrecisionOpt = "bf16",
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = None,

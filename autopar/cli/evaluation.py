@@ -15,10 +15,8 @@ from autopar.calibration.verdict import memory_verdict
 from autopar.cli.cluster_opts import resolve_cluster
 from autopar.cli.common import check_framework
 from autopar.cli.workload_opts import workload_extras
-from autopar.defaults import tp_comm_overlap_default
+from autopar.defaults import DEFAULT_GPU, DEFAULT_GPUS, tp_comm_overlap_default
 from autopar.units import GiB, usd_per_mtoken
-
-DEFAULT_GPU, DEFAULT_GPUS = "H100-SXM", 64
 
 # The problem options of `estimate` and `compare` (with cluster_opts and workload_opts).
 ModelOpt = Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")]
@@ -142,7 +140,7 @@ class Evaluation:
             return None
         est, analytical = self.est, self.analytical
         return {
-            "name": self.calib.meta.name,
+            **self.calib.info(),  # name, n_runs, sources
             "description": self.calib.describe(),
             "factor": est.calibration_factor,
             "analytical_tokens_per_s": analytical.tokens_per_s,

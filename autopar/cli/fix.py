@@ -22,7 +22,6 @@ from autopar.cli.common import (
     resolve_calibration,
 )
 from autopar.cli.evaluation import (
-    DEFAULT_GPUS,
     AllowUnevenOpt,
     Evaluation,
     GlobalBatchOpt,
@@ -44,7 +43,13 @@ from autopar.cli.workload_opts import (
     MoEImbalanceOpt,
     MoEOverlapOpt,
 )
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
+from autopar.defaults import (
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPUS,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_SEQ_LEN,
+)
 from autopar.errors import NoFeasibleStrategyError, SpecError
 from autopar.layouts import Axis
 from autopar.units import GiB
@@ -435,7 +440,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tab
 def fix_cmd(
     strategy: StrategyOpt,
     goal: GoalOpt = None,
-    model: ModelOpt = "Llama-3.1-70B",
+    model: ModelOpt = DEFAULT_MODEL,
     gpu: GpuOpt = None,
     gpus: FixGpusOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -448,8 +453,8 @@ def fix_cmd(
     cuda_graphs: CudaGraphsOpt = False,
     cluster_name: ClusterOpt = None,
     internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = 8192,
-    global_batch: GlobalBatchOpt = 512,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
     precision: PrecisionOpt = "bf16",
     framework: FrameworkOpt = "megatron",
     tp_comm_overlap: TpOverlapOpt = None,

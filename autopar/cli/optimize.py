@@ -112,13 +112,19 @@ def _jsonable(v: Any) -> Any:
 # dense peak (0..1); `mfu_pct` the same in percent. The `mfu` objective (tables, Optuna's stored values) is
 # in percent, so its rows are converted here, at the JSON edge.
 JSON_MFU_UNIT = "fraction"
+# --json's one memory convention, shared by every command: GiB (2**30 bytes) in a field whose name says
+# `_gib` (or inside an object named `memory_gib`); catalogs (`models`, `gpus`, ...) keep SI bytes.
+JSON_MEMORY_UNIT = "GiB"
 
 
 def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A result row for --json: values made JSON-safe, `mfu` as a fraction (JSON_MFU_UNIT)."""
+    """A result row for --json: values made JSON-safe, `mfu` as a fraction (JSON_MFU_UNIT), the `headroom`
+    objective also as `headroom_gib` (JSON_MEMORY_UNIT)."""
     out = {k: _jsonable(v) for k, v in row.items()}
     if "mfu" in out and out["mfu"] is not None:
         out["mfu"] = out["mfu"] / 100.0
+    if "headroom" in out:  # the objective's name carries no unit; JSON memory fields say theirs
+        out.setdefault("headroom_gib", out["headroom"])
     return out
 
 
@@ -221,10 +227,15 @@ def print_result(result: Any, top: int) -> None:
     if extra:
         console.print("· = not an objective, shown for reference", style="dim")
     if result.calibration:
+        from autopar.calibration.apply import provenance
+
+        cal = result.calibration
+        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
         console.print(
-            "tokens/s calibrated on published runs; (low–high) is the 80% band; "
+            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
             "--no-calibration for the analytical model alone",
             style="dim",
+            highlight=False,
         )
     tokens = w.token_budget
     for r in result.recommended:

@@ -148,6 +148,12 @@ def _search_option(
     return base
 
 
+def _calibrated_by(calibration: Any) -> str:
+    """'corrected by calibration 'NAME' (N runs from ...)', naming the model actually used."""
+    named = getattr(calibration, "provenance", None)
+    return f"corrected by {named()}" if callable(named) else "calibrated"
+
+
 def _notes(
     prepared: list[tuple[HardwareOption, ClusterSpec, Any]],
     results: list[OptionResult],
@@ -164,7 +170,8 @@ def _notes(
         )
     notes.append(
         "time and cost assume the whole token budget runs at the chosen strategy's estimated "
-        "throughput" + (" (calibrated)" if calibration is not None else " (analytical, uncalibrated)")
+        "throughput"
+        + (f" ({_calibrated_by(calibration)})" if calibration is not None else " (analytical, uncalibrated)")
     )
     notes.extend(f"{o.label}: {o.reason}" for o in results if not o.feasible)
     return notes

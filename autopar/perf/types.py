@@ -139,7 +139,8 @@ class Estimate:
         t = self.time
         inv = 1.0 / factor
         time = TimeBreakdown(*(getattr(t, f) * inv for f in t.__slots__))
-        note = f"calibrated throughput x{factor:.3f} (80% band x{low:.3f}-x{high:.3f}){' by ' + label if label else ''}"
+        by = f" by calibration '{label}'" if label else ""
+        note = f"calibrated throughput x{factor:.3f} (80% band x{low:.3f}-x{high:.3f}){by}"
         return replace(
             self,
             time=time,

@@ -1,4 +1,4 @@
-"""HTML reports (search Pareto report, what-if report) and launch settings for strategies.
+"""HTML reports (search Pareto report, what-if report, compare page) and launch settings for strategies.
 
 Imports are lazy so that `autopar launch` does not pay for plotly.
 """
@@ -11,11 +11,13 @@ __all__ = [
     "LaunchSettings",
     "launch_settings",
     "screenshot_report",
+    "write_compare_report",
     "write_search_report",
     "write_whatif_report",
 ]
 
 _WHERE = {
+    "write_compare_report": "autopar.reports.compare_html",
     "write_search_report": "autopar.reports.html",
     "write_whatif_report": "autopar.reports.whatif_html",
     "launch_settings": "autopar.reports.launch",

@@ -69,6 +69,7 @@ def calibration_text(result: SearchResult) -> str:
         f"{k}={v}"
         for k, v in cal.items()
         if k not in {"name", "corrector", "version", "description", "summary", *err_keys}
+        and not (described and k == "n_runs")  # the description names the runs already
         and isinstance(v, (str, int, float))
     ]
     return ", ".join(parts + described + extra[:4])
