@@ -740,6 +740,8 @@ class Stack:
     # axes the stack runs only through model code that its launch file cannot set (autopar hands over the
     # file alone, so the search does not offer them and the launch writer refuses them: one rule, stack_rules)
     model_code: dict[str, str] = field(default_factory=dict)
+    # expert TP of any degree; False: only 1 or the dense TP degree (torchtitan's ParallelDims asserts it)
+    expert_tp_any: bool = True
 
 
 STACKS: dict[str, Stack] = {
@@ -793,6 +795,9 @@ STACKS: dict[str, Stack] = {
         False,
         False,
         "pytorch/torchtitan v0.2.2 torchtitan/config/job_config.py",
+        # torchtitan/distributed/parallel_dims.py ParallelDims._validate: "Currently we only support ETP=TP
+        # or ETP=1" (asserted when ep > 1)
+        expert_tp_any=False,
     ),
     # PyTorch FSDP (torch/distributed/fsdp ShardingStrategy NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
     # HYBRID_SHARD) with torch.distributed.pipelining (Schedule1F1B, ScheduleInterleaved1F1B) and
@@ -862,6 +867,8 @@ def stack_rules(
     act_offload: int = 0,
     sp: bool = False,
     ep: int = 1,
+    etp: int | None = None,
+    tp: int = 1,
 ) -> Iterator[Violation]:
     """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
     them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
@@ -887,6 +894,9 @@ def stack_rules(
     if sp and not st.sp:
         msg = f"sp=true: {fw} has no Megatron-style sequence parallelism (its sequence parallelism is CP a2a)"
         yield _v(Axis.TP, Level.SEARCH, msg)
+    if ep > 1 and etp not in (None, 1, tp) and not st.expert_tp_any:
+        msg = f"etp={etp}: {fw} supports expert TP = 1 or = TP only (tp={tp})"
+        yield _v(Axis.ETP, Level.SEARCH, msg)
     yield from model_code_rules(framework, pp=pp, cp=cp, ep=ep)
 
 
@@ -919,6 +929,8 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
             act_offload=s.activation_offload_layers or 0,
             sp=s.sp,
             ep=s.ep,
+            etp=s.etp,
+            tp=s.tp,
         )
     )
 
@@ -1141,7 +1153,7 @@ def expert_degrees(
             rules = [
                 *expert_rules(model, d, True),
                 *domain_rules(Axis.ETP, etp, cluster, False),
-                *stack_rules(framework, ep=ep),
+                *stack_rules(framework, ep=ep, etp=etp, tp=dims.tp),
             ]
             if _ok(rules):
                 out.append((ep, etp))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from autopar.layouts import STACKS, stack_notes
+from autopar.layouts import STACKS, family_rules, stack_notes, stack_rules
 from autopar.reports.launch_schema import load_schema, schema_source
 from autopar.reports.launch_split import strategy_split, torchtitan_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -137,9 +137,10 @@ def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str |
             f"torchtitan {version} has no built-in model matching {model.name} (models: {listed}); "
             "register a TrainSpec for it and set [model] name/flavor"
         )
-    if model.is_moe and s.ep > 1 and s.expert_tp not in (1, s.tp):
-        return f"torchtitan supports expert TP = 1 or = TP only (got etp={s.expert_tp}, tp={s.tp})"
-    return None
+    # the limits the torchtitan search reads too (layouts.FAMILY_LIMITS, Stack.expert_tp_any)
+    etp = [] if not model.is_moe else stack_rules("torchtitan", ep=s.ep, etp=s.expert_tp, tp=s.tp)
+    refused = [v.message for v in (*family_rules("torchtitan", model, pp=s.pp, cp=s.cp), *etp)]
+    return "; ".join(refused) or None
 
 
 def torchtitan_toml(

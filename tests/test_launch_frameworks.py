@@ -1,0 +1,145 @@
+"""The launch files of Pareto points, fed to the frameworks' own code (issue 25).
+
+torchtitan 0.2.2 and DeepSpeed 0.19.5 are installed by the `test` extra (pyproject.toml) on the CPU
+build of PyTorch; tests/frameworks.py runs their parsers and validators. Megatron-LM has no installable
+release for this interpreter (megatron-core >= 0.17 needs Python 3.12), so its files stay checked against
+the vendored schema (tests/test_launch_schema.py). Outside CI a machine without the frameworks skips;
+under CI=true the module fails instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from autopar.catalog import get_gpu, get_model
+from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
+from autopar.reports.launch import launch_settings
+from autopar.search.study import optimize
+from autopar.specs import ClusterSpec, Strategy, Workload
+
+_MISSING = [m for m in ("torchtitan", "deepspeed") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{', '.join(_MISSING)} not installed (the test extra installs them)", pytrace=False)
+    pytest.skip(f"{', '.join(_MISSING)} not installed", allow_module_level=True)
+
+from frameworks import deepspeed_problems, fake_world, torchtitan_problems  # noqa: E402
+
+# (model, H100 GPUs, seq_len, global batch, precision, stack the search targets): dense 8B/70B, FP8,
+# long context, two MoE models; each searched for the stack whose files it should produce.
+PROBLEMS = [
+    ("llama-3.1-8b", 64, 8192, 256, "bf16", "megatron"),
+    ("llama-3.1-70b", 256, 8192, 512, "bf16", "torchtitan"),
+    ("llama-3.1-70b", 128, 8192, 512, "fp8", "megatron"),
+    ("llama-3.1-8b", 64, 131072, 64, "bf16", "torchtitan"),
+    ("llama-3.1-8b", 32, 4096, 256, "bf16", "deepspeed"),
+    ("llama-3.1-70b", 64, 4096, 256, "bf16", "deepspeed"),
+    ("qwen3-30b-a3b", 64, 4096, 512, "bf16", "torchtitan"),
+    ("deepseek-v3", 1024, 4096, 2048, "bf16", "megatron"),
+]
+BUDGET = 16  # complete trials per search: a front of 5-25 points per problem
+
+
+@pytest.fixture(scope="module")
+def launches():
+    """(problem, strategy label, GPUs, LaunchSettings) for every Pareto point of every problem."""
+    out = []
+    for name, n, seq, gbs, prec, stack in PROBLEMS:
+        m = get_model(name)
+        w = Workload(seq_len=seq, global_batch=gbs, precision=prec, framework=stack)
+        r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=BUDGET, seed=1)
+        for t in pareto_trials(r):
+            ls = launch_settings(m, trial_cluster(r, t), trial_workload(r, t), t.strategy)
+            out.append((f"{name}/{n}/{stack}/{prec}", t.strategy.label(), n, ls))
+    return out
+
+
+def test_torchtitan_accepts_every_generated_toml(launches, tmp_path) -> None:
+    rejected, checked = [], 0
+    for problem, label, n, ls in launches:
+        if ls.torchtitan is None:
+            continue
+        checked += 1
+        problems = torchtitan_problems(ls.torchtitan, n, tmp_path)
+        rejected += [f"{problem} {label}: {p}" for p in problems]
+    assert rejected == []
+    assert checked >= 40  # the torchtitan searches alone give most of these
+
+
+def test_deepspeed_accepts_every_generated_config(launches) -> None:
+    rejected, checked = [], 0
+    for problem, label, n, ls in launches:
+        if ls.deepspeed is None:
+            continue
+        checked += 1
+        with fake_world(n):
+            rejected += [f"{problem} {label}: {p}" for p in deepspeed_problems(ls.deepspeed, n)]
+    assert rejected == []
+    assert checked >= 10
+
+
+def test_every_stack_search_point_has_its_file(launches) -> None:
+    """A point the torchtitan/DeepSpeed search offers is one that stack's file expresses."""
+    for problem, label, _, ls in launches:
+        stack = problem.split("/")[2]
+        if stack == "torchtitan":
+            assert ls.torchtitan is not None, (problem, label, ls.torchtitan_reason)
+        if stack == "deepspeed":
+            assert ls.deepspeed is not None, (problem, label, ls.deepspeed_reason)
+
+
+# --------------------------------------------------------------------------- the checkers can fail
+
+
+def _ls(model: str, gpus: int, s: Strategy, **wl):
+    w = Workload(**{"seq_len": 4096, "global_batch": 512, **wl})
+    return launch_settings(get_model(model), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus), w, s)
+
+
+def test_torchtitan_checker_rejects_what_torchtitan_rejects(tmp_path) -> None:
+    toml = _ls("llama-3.1-70b", 64, Strategy(tp=8, pp=4, vpp=2, sp=True, pp_schedule="interleaved")).torchtitan
+    assert torchtitan_problems(toml, 64, tmp_path) == []
+    assert torchtitan_problems(toml, 128, tmp_path)[0].startswith("AssertionError: Invalid parallel dims")
+    bad = toml.replace('flavor = "70B"', 'flavor = "71B"')
+    assert torchtitan_problems(bad, 64, tmp_path) == ["KeyError: '71B'"]
+    unknown = toml + "\n[training2]\nx = 1\n"
+    assert "Invalid field names" in torchtitan_problems(unknown, 64, tmp_path)[0]
+    typed = toml.replace("seq_len = 4096", 'seq_len = "4096"')
+    assert any(p.startswith("training.seq_len = '4096'") for p in torchtitan_problems(typed, 64, tmp_path))
+    # the defect the issue reported: torchtitan's default first/last-stage weights (1 each) make
+    # ceil((80 + 2) / 10) = 9 stages, not a multiple of pp=4; pipeline_llm itself raises
+    staged = toml.replace("pipeline_parallel_first_stage_less_layers = 0\n", "")
+    staged = staged.replace("pipeline_parallel_last_stage_less_layers = 0\n", "")
+    problems = torchtitan_problems(staged, 64, tmp_path)
+    assert problems[0].startswith("pipeline_llm: Number of virtual stages (9) must be divisible by pipeline")
+
+
+def test_torchtitan_family_limits_are_what_torchtitan_raises(tmp_path) -> None:
+    """The writer refuses DeepSeek-V3 with CP and Qwen3 with PP; torchtitan itself rejects both TOMLs."""
+    ds = _ls("deepseek-v3", 1024, Strategy(pp=16, ep=64, zero=1, cp=2))
+    assert ds.torchtitan is None and "flex attention" in ds.torchtitan_reason
+    cp1 = _ls("deepseek-v3", 512, Strategy(pp=16, ep=64, zero=1)).torchtitan
+    forced = cp1.replace("context_parallel_degree = 1", "context_parallel_degree = 2")
+    assert "Context Parallel only supports SDPA" in torchtitan_problems(forced, 1024, tmp_path)[0]
+    qw = _ls("qwen3-30b-a3b", 64, Strategy(pp=2, ep=8, zero=1))
+    assert qw.torchtitan is None and "pipelining_fn" in qw.torchtitan_reason
+    pp1 = _ls("qwen3-30b-a3b", 32, Strategy(ep=8, zero=1)).torchtitan
+    forced = pp1.replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
+    assert torchtitan_problems(forced, 64, tmp_path) == ["qwen3 does not support pipelining"]
+
+
+def test_deepspeed_autotp_batch_needs_the_mpu() -> None:
+    """DeepSpeed counts every GPU as data-parallel unless the mpu says GPUs/TP: 512 = 1 x 8 x 64, not x 128."""
+    cfg = _ls("llama-3.1-8b", 128, Strategy(tp=2, zero=1), framework="deepspeed").deepspeed
+    doc = json.loads(cfg)
+    assert (doc["train_micro_batch_size_per_gpu"], doc["gradient_accumulation_steps"]) == (1, 8)
+    with fake_world(128):
+        assert deepspeed_problems(cfg, 128) == []
+        doc["tensor_parallel"]["autotp_size"] = 1  # no mpu: DeepSpeed counts 128 data-parallel ranks
+        assert "512 != 1 * 8 * 128" in deepspeed_problems(json.dumps(doc), 128)[0]
+        doc["zero_optimization"]["stage3_typo"] = 1
+        assert "stage3_typo" in deepspeed_problems(json.dumps(doc), 128)[0]
