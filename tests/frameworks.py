@@ -83,18 +83,41 @@ def _pipeline_problems(cfg, parallel_dims, spec, model_args) -> list[str]:
     return out
 
 
+def _converter_problems(cfg) -> list[str]:
+    """Converters torchtitan has registered (ModelConvertersContainer looks each name up), and the check
+    MXLinearConverter.__init__ makes before it needs a Blackwell GPU (components/quantization/mx.py)."""
+    import torchtitan.components.quantization  # noqa: F401  (registers the converters)
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls as registry
+
+    out = [f"model converter {c!r} is not registered" for c in cfg.model.converters if c not in registry]
+    compiled = cfg.compile.enable and "model" in cfg.compile.components
+    if (
+        "quantize.linear.mx" in cfg.model.converters
+        and compiled
+        and cfg.parallelism.tensor_parallel_degree > 1
+    ):
+        out.append("TP not yet supported with torch.compile for mxfp8")
+    return out
+
+
+def torchtitan_config(toml_text: str, tmp: Path, *cli: str):
+    """torchtitan's JobConfig for the TOML, parsed by its ConfigManager with the values the user sets."""
+    from torchtitan.config import ConfigManager
+
+    path = tmp / "job.toml"
+    path.write_text(toml_text)
+    return ConfigManager().parse_args(["--job.config_file", str(path), *TORCHTITAN_CLI, *cli])
+
+
 def torchtitan_problems(toml_text: str, world: int, tmp: Path) -> list[str]:
     """What torchtitan's own code rejects in this job config for `world` ranks."""
     import torch
-    from torchtitan.config import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed.tensor_parallel import maybe_enable_async_tp
     from torchtitan.protocols.train_spec import get_train_spec
 
-    path = tmp / "job.toml"
-    path.write_text(toml_text)
     try:
-        cfg = ConfigManager().parse_args(["--job.config_file", str(path), *TORCHTITAN_CLI])
+        cfg = torchtitan_config(toml_text, tmp)
         typed = _type_problems(cfg)
         if typed:
             return typed
@@ -117,9 +140,17 @@ def torchtitan_problems(toml_text: str, world: int, tmp: Path) -> list[str]:
             maybe_enable_async_tp(cfg, None)
         finally:
             torch._inductor.config._micro_pipeline_tp = flag
-    except (ValueError, KeyError, TypeError, AssertionError, NotImplementedError, RuntimeError, SystemExit) as e:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AssertionError,
+        NotImplementedError,
+        RuntimeError,
+        SystemExit,
+    ) as e:
         return [f"{type(e).__name__}: {e}"]
-    out = []
+    out = _converter_problems(cfg)
     batch = dims.dp_replicate * dims.dp_shard  # the "batch" mesh (ParallelDims.build_mesh)
     if cfg.training.global_batch_size % (cfg.training.local_batch_size * batch):  # train.py, Trainer.__init__
         out.append(f"global batch {cfg.training.global_batch_size} % (local x {batch} data-parallel) != 0")

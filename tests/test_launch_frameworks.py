@@ -27,7 +27,12 @@ if _MISSING:
         pytest.fail(f"{', '.join(_MISSING)} not installed (the test extra installs them)", pytrace=False)
     pytest.skip(f"{', '.join(_MISSING)} not installed", allow_module_level=True)
 
-from frameworks import deepspeed_problems, fake_world, torchtitan_problems  # noqa: E402
+from frameworks import (  # noqa: E402
+    deepspeed_problems,
+    fake_world,
+    torchtitan_config,
+    torchtitan_problems,
+)
 
 # (model, H100 GPUs, seq_len, global batch, precision, stack the search targets): dense 8B/70B, FP8,
 # long context, two MoE models; each searched for the stack whose files it should produce.
@@ -101,7 +106,9 @@ def _ls(model: str, gpus: int, s: Strategy, **wl):
 
 
 def test_torchtitan_checker_rejects_what_torchtitan_rejects(tmp_path) -> None:
-    toml = _ls("llama-3.1-70b", 64, Strategy(tp=8, pp=4, vpp=2, sp=True, pp_schedule="interleaved")).torchtitan
+    toml = _ls(
+        "llama-3.1-70b", 64, Strategy(tp=8, pp=4, vpp=2, sp=True, pp_schedule="interleaved")
+    ).torchtitan
     assert torchtitan_problems(toml, 64, tmp_path) == []
     assert torchtitan_problems(toml, 128, tmp_path)[0].startswith("AssertionError: Invalid parallel dims")
     bad = toml.replace('flavor = "70B"', 'flavor = "71B"')
@@ -110,6 +117,10 @@ def test_torchtitan_checker_rejects_what_torchtitan_rejects(tmp_path) -> None:
     assert "Invalid field names" in torchtitan_problems(unknown, 64, tmp_path)[0]
     typed = toml.replace("seq_len = 4096", 'seq_len = "4096"')
     assert any(p.startswith("training.seq_len = '4096'") for p in torchtitan_problems(typed, 64, tmp_path))
+    fp8 = _ls("llama-3.1-8b", 8, Strategy(tp=2, sp=True), precision="fp8").torchtitan
+    assert torchtitan_problems(fp8, 8, tmp_path) == []
+    renamed = fp8.replace('converters = ["quantize.linear.float8"]', 'converters = ["float8"]')
+    assert torchtitan_problems(renamed, 8, tmp_path) == ["model converter 'float8' is not registered"]
     # the defect the issue reported: torchtitan's default first/last-stage weights (1 each) make
     # ceil((80 + 2) / 10) = 9 stages, not a multiple of pp=4; pipeline_llm itself raises
     staged = toml.replace("pipeline_parallel_first_stage_less_layers = 0\n", "")
@@ -143,3 +154,74 @@ def test_deepspeed_autotp_batch_needs_the_mpu() -> None:
         assert "512 != 1 * 8 * 128" in deepspeed_problems(json.dumps(doc), 128)[0]
         doc["zero_optimization"]["stage3_typo"] = 1
         assert "stage3_typo" in deepspeed_problems(json.dumps(doc), 128)[0]
+
+
+# --------------------------------------------------------------------------- complete, faithful files
+
+
+def test_torchtitan_data_and_tokenizer_stop_the_run_until_set(tmp_path) -> None:
+    """No silent c4_test / test tokenizer: torchtitan's own dataset and tokenizer loaders stop with what to
+    set, and accept the values given on the command line; checkpoints every 500 steps like Megatron's."""
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    from torchtitan.hf_datasets.text_datasets import _validate_dataset
+
+    ls = _ls("llama-3.1-8b", 8, Strategy(tp=2, sp=True))
+    cfg = torchtitan_config(ls.torchtitan, tmp_path)
+    with pytest.raises(ValueError, match=r"Dataset SET --training.dataset .* is not supported"):
+        _validate_dataset(cfg.training.dataset, cfg.training.dataset_path)
+    with pytest.raises(FileNotFoundError, match=r"Tokenizer path 'SET --model.hf_assets_path"):
+        HuggingFaceTokenizer(cfg.model.hf_assets_path)
+    set_cfg = torchtitan_config(
+        ls.torchtitan, tmp_path, "--training.dataset", "c4", "--training.dataset_path", "/data/c4"
+    )
+    assert _validate_dataset(set_cfg.training.dataset, set_cfg.training.dataset_path)[0] == "/data/c4"
+    assert (cfg.checkpoint.enable, cfg.checkpoint.folder, cfg.checkpoint.interval) == (
+        True,
+        "checkpoint",
+        500,
+    )
+    args = " ".join(ls.megatron_args) + " " + ls.torchrun
+    assert "--save-interval 500" in args and '--save "${CHECKPOINT_DIR:?' in args
+    assert '--load "${CHECKPOINT_DIR:?' in args
+
+
+@pytest.mark.parametrize(
+    ("gpu", "recipe", "megatron", "converter", "torchtitan"),
+    [
+        # Transformer Engine recipe by Megatron's name (megatron/core/fp8_utils.py); torchao's by torchtitan's
+        ("H100-SXM", "delayed", "delayed", "quantize.linear.float8", "tensorwise"),
+        ("H100-SXM", "current", "tensorwise", "quantize.linear.float8", "tensorwise"),
+        ("H100-SXM", "rowwise", "blockwise", "quantize.linear.float8", "rowwise"),
+        ("B200", "mxfp8", "mxfp8", "quantize.linear.mx", "mxfp8_cublas"),
+    ],
+)
+def test_fp8_recipe_the_estimate_assumed_reaches_both_files(
+    tmp_path, gpu, recipe, megatron, converter, torchtitan
+) -> None:
+    m, s = get_model("llama-3.1-70b"), Strategy(tp=4, sp=True, zero=1)
+    w = Workload(seq_len=4096, global_batch=512, precision="fp8", fp8_recipe=recipe, tp_comm_overlap=True)
+    ls = launch_settings(m, ClusterSpec(gpu=get_gpu(gpu), num_gpus=64), w, s)
+    assert f"--fp8-recipe {megatron}" in ls.megatron_args
+    assert torchtitan_problems(ls.torchtitan, 64, tmp_path) == []
+    cfg = torchtitan_config(ls.torchtitan, tmp_path)
+    assert cfg.model.converters == [converter]
+    section = cfg.quantize.linear.mx if converter.endswith(".mx") else cfg.quantize.linear.float8
+    assert section.recipe_name == torchtitan
+    # mxfp8 with TP: no torch.compile (MXLinearConverter asserts it), hence no async TP either
+    assert cfg.compile.enable == (recipe != "mxfp8")
+    assert cfg.parallelism.enable_async_tensor_parallel == (recipe != "mxfp8")
+
+
+def test_unset_master_addr_stops_the_multinode_command(tmp_path) -> None:
+    import subprocess
+
+    ls = _ls("llama-3.1-8b", 16, Strategy(tp=2, sp=True))  # 2 nodes: a rendezvous host is needed
+    assert "MASTER_ADDR" in ls.placeholders
+    cmd = tmp_path / "run.sh"
+    cmd.write_text("set -u\n" + ls.torchrun.replace("torchrun", "echo torchrun", 1) + "\n")
+    env = {"PATH": "/usr/bin:/bin", "TRAIN_ITERS": "10", "LR": "1e-4", "MIN_LR": "1e-5", "WARMUP_ITERS": "1"}
+    env |= {"DATA_PATH": "/d", "TOKENIZER": "/t", "CHECKPOINT_DIR": "/c"}
+    res = subprocess.run(["bash", str(cmd)], capture_output=True, text=True, env=env)
+    assert res.returncode != 0 and "set MASTER_ADDR: address of the first node" in res.stderr
+    ok = subprocess.run(["bash", str(cmd)], capture_output=True, text=True, env={**env, "MASTER_ADDR": "n0"})
+    assert ok.returncode == 0 and "--rdzv-endpoint n0:29500" in ok.stdout

@@ -9,6 +9,7 @@ import typer
 
 from autopar.cli.app import command, console, emit_json, err_console, styled
 from autopar.cli.common import TpOverlapOpt, knob_strategy
+from autopar.cli.workload_opts import FP8RecipeOpt, workload_extras
 from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
@@ -143,6 +144,7 @@ def launch_cmd(
         typer.Option(help="Pipeline schedule: 1f1b or interleaved \\[default: interleaved when vpp>1]."),
     ] = None,
     precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
+    fp8_recipe: FP8RecipeOpt = None,
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
     ] = None,
@@ -185,6 +187,7 @@ def launch_cmd(
         precision=precision,
         tp_comm_overlap=tp_comm_overlap_default(_LAUNCH_STACK.get(framework, framework), tp_comm_overlap),
         token_budget=parse_count(tokens),
+        **workload_extras(m, [precision], {"fp8_recipe": fp8_recipe}),
     )
     s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)
     _check(m, cluster, workload, s, strict=not allow_uneven)

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.layouts import Axis, mesh_problems
 from autopar.reports.launch_deepspeed import deepspeed_config
-from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
+from autopar.reports.launch_megatron import (
+    CHECKPOINT_INTERVAL,
+    PLACEHOLDERS,
+    megatron_args,
+    megatron_env,
+    placeholder,
+)
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
 from autopar.reports.launch_split import strategy_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
@@ -31,12 +37,16 @@ TORCHTITAN_MODULE = "torchtitan.train"
 TORCHTITAN_CONFIG = "autopar_torchtitan.toml"
 DEEPSPEED_CONFIG = "ds_config.json"
 MASTER_PORT = 29500
-DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER")  # the data arguments every Megatron launch needs
+# the data and checkpoint arguments every Megatron launch needs
+DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR")
 DATA_ARGS = [
     f"--data-path {placeholder('DATA_PATH')}",
     "--split 99,1,0",
     "--tokenizer-type HuggingFaceTokenizer",
     f"--tokenizer-model {placeholder('TOKENIZER')}",
+    f"--save {placeholder('CHECKPOINT_DIR')}",
+    f"--load {placeholder('CHECKPOINT_DIR')}",
+    f"--save-interval {CHECKPOINT_INTERVAL}",
 ]
 
 
@@ -123,7 +133,7 @@ def _torchrun_prefix(nodes: int, gpn: int) -> list[str]:
         f"--nproc-per-node {gpn}",
         "--rdzv-id autopar",
         "--rdzv-backend c10d",
-        f"--rdzv-endpoint $MASTER_ADDR:{MASTER_PORT}",
+        f'--rdzv-endpoint {placeholder("MASTER_ADDR")[:-1]}:{MASTER_PORT}"',
     ]
 
 
@@ -162,7 +172,7 @@ def _slurm(
     lines += [f"export {k}={v}" for k, v in env.items()]
     lines += ["", "MEGATRON_ARGS=("] + [f"  {x}" for x in args] + [")"]
     lines += [
-        "# Your data (Megatron .bin/.idx prefix) and Hugging Face tokenizer folder:",
+        "# Your data (Megatron .bin/.idx prefix), Hugging Face tokenizer folder and checkpoint folder:",
         "DATA_ARGS=(",
         *[f"  {x}" for x in DATA_ARGS],
         ")",
@@ -254,7 +264,10 @@ def launch_settings(
         gpus_per_node=_gpus_per_node(cluster),
         versions=vers,
         sources={fw: schema_source(fw, v) for fw, v in vers.items()},
-        placeholders={k: PLACEHOLDERS[k] for k in (*meg.placeholders, *DATA_PLACEHOLDERS)},
+        placeholders={
+            k: PLACEHOLDERS[k]
+            for k in (*meg.placeholders, *DATA_PLACEHOLDERS, *(("MASTER_ADDR",) if cluster.nodes > 1 else ()))
+        },
         framework_notes={
             "megatron": tuple(meg.notes),
             "slurm": tuple(meg.notes),
