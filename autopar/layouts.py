@@ -954,9 +954,12 @@ def torchtitan_family(model: ModelSpec) -> str | None:
     """The torchtitan v0.2.2 model an architecture runs as, where a family limit depends on it.
 
     MLA (DeepSeek-V2/V3) is deepseek_v3; per-head q/k norms without local attention or shared experts is
-    qwen3 (Gemma-3 has a sliding window, Llama-4 a shared expert and chunked attention)."""
+    qwen3 (Gemma-3 has a sliding window, Llama-4 a shared expert and chunked attention); experts with
+    sliding-window attention and attention biases is gpt_oss."""
     if model.is_mla:
         return "deepseek_v3"
+    if model.is_moe and model.sliding_window and model.qkv_bias:
+        return "gpt_oss"
     if model.qk_norm and not model.sliding_window and not model.shared_experts:
         return "qwen3"
     return None
@@ -977,6 +980,20 @@ FAMILY_LIMITS: tuple[FamilyLimit, ...] = (
         Axis.PP,
         "torchtitan's qwen3 has no pipelining_fn (torchtitan v0.2.2 torchtitan/models/qwen3/__init__.py:199; "
         "torchtitan/train.py:218-223 raises 'does not support pipelining')",
+    ),
+    FamilyLimit(
+        "torchtitan",
+        "gpt_oss",
+        Axis.PP,
+        "torchtitan's gpt_oss has no pipelining_fn (torchtitan v0.2.2 torchtitan/models/gpt_oss/__init__.py:85; "
+        "torchtitan/train.py:218-223 raises 'does not support pipelining')",
+    ),
+    FamilyLimit(
+        "torchtitan",
+        "gpt_oss",
+        Axis.CP,
+        "torchtitan's gpt_oss raises 'CP support for gpt-oss model is still in progress' (torchtitan v0.2.2 "
+        "torchtitan/models/gpt_oss/model/args.py:89-92)",
     ),
 )
 

@@ -141,6 +141,16 @@ def test_torchtitan_family_limits_are_what_torchtitan_raises(tmp_path) -> None:
     pp1 = _ls("qwen3-30b-a3b", 32, Strategy(ep=8, zero=1)).torchtitan
     forced = pp1.replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
     assert torchtitan_problems(forced, 64, tmp_path) == ["qwen3 does not support pipelining"]
+    # GPT-OSS: neither PP nor CP in torchtitan 0.2.2 (found by feeding its search's points to torchtitan)
+    base = _ls("gpt-oss-120b", 32, Strategy(ep=8, zero=3)).torchtitan
+    for knob, axis, raised in (
+        ("pp", "pipeline", "gpt_oss does not support pipelining"),
+        ("cp", "context", "NotImplementedError: CP support for gpt-oss"),
+    ):
+        oss = _ls("gpt-oss-120b", 64, Strategy(ep=8, zero=3, **{knob: 2}))
+        assert oss.torchtitan is None and "framework=torchtitan cannot run it" in oss.torchtitan_reason
+        forced = base.replace(f"{axis}_parallel_degree = 1", f"{axis}_parallel_degree = 2")
+        assert torchtitan_problems(forced, 64, tmp_path)[0].startswith(raised)
 
 
 def test_deepspeed_autotp_batch_needs_the_mpu() -> None:
