@@ -235,3 +235,38 @@ def test_unset_master_addr_stops_the_multinode_command(tmp_path) -> None:
     assert res.returncode != 0 and "set MASTER_ADDR: address of the first node" in res.stderr
     ok = subprocess.run(["bash", str(cmd)], capture_output=True, text=True, env={**env, "MASTER_ADDR": "n0"})
     assert ok.returncode == 0 and "--rdzv-endpoint n0:29500" in ok.stdout
+
+
+def test_sbatch_torchtitan_alternative_parses_and_its_toml_is_written(tmp_path) -> None:
+    """The sbatch script's commented torchtitan command: torchtitan's ConfigManager takes its flags with the
+    TOML, and `launch --framework slurm --out` writes the TOML it names (none, and no command, without one)."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    ls = _ls("llama-3.1-8b", 16, Strategy(tp=2, sp=True))
+    block = ls.slurm[ls.slurm.index("# srun torchrun") :]
+    words = shlex.split(" ".join(x.lstrip("# ").rstrip("\\") for x in block.splitlines()))
+    flags = words[words.index("--job.config_file") + 2 :]
+    values = {
+        "$TOKENIZER": "/t",
+        "$CHECKPOINT_DIR": "/c",
+        "$LR": "1e-4",
+        "$WARMUP_ITERS": "5",
+        "$TRAIN_ITERS": "9",
+    }
+    cfg = torchtitan_config(ls.torchtitan, tmp_path, *(values.get(w, w) for w in flags))
+    assert (cfg.model.hf_assets_path, cfg.checkpoint.folder, cfg.optimizer.lr) == ("/t", "/c", 1e-4)
+    base = ["launch", "--gpus", "16", "--tp", "2", "--framework", "slurm"]
+    res = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0 and sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "autopar.sbatch",
+        "autopar_torchtitan.toml",
+    ]
+    res = CliRunner().invoke(
+        app, [*base, "--model", "mixtral-8x7b", "--ep", "2", "--out", str(tmp_path / "b")]
+    )
+    assert res.exit_code == 0 and [p.name for p in (tmp_path / "b").iterdir()] == ["autopar.sbatch"]
+    assert "torchtitan" not in (tmp_path / "b" / "autopar.sbatch").read_text().split("set -euo")[1]

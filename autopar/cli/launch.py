@@ -201,7 +201,9 @@ def launch_cmd(
     chosen = list(FILES) if framework == "all" else [framework]
     written: list[str] = []
     if out is not None:
-        written = _write(out, chosen, texts, ls)
+        # the sbatch script's torchtitan alternative reads the TOML: written beside it when there is one
+        extra = ["torchtitan"] if chosen == ["slurm"] and ls.torchtitan is not None else []
+        written = _write(out, chosen + extra, texts, ls)
     if as_json:
         _emit_json(ls, s.with_dp(gpus), chosen, [str(out / f) for f in written] if out else [])
         return

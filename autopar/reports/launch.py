@@ -161,8 +161,10 @@ def _slurm(
     args: list[str],
     versions: Mapping[str, str],
     placeholders: Mapping[str, str],
+    torchtitan: bool,
 ) -> str:
-    """An sbatch script that starts one torchrun per node running Megatron's pretrain_gpt.py."""
+    """An sbatch script that starts one torchrun per node running Megatron's pretrain_gpt.py (and, commented,
+    torchtitan's trainer on the TOML when there is one)."""
     nodes, gpn = cluster.nodes, _gpus_per_node(cluster)
     lines = _slurm_header(name, header, nodes, gpn, versions)
     lines += [
@@ -184,15 +186,25 @@ def _slurm(
         "  --rdzv-backend c10d \\",
         '  --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f'  {MEGATRON_ENTRYPOINT} "${{MEGATRON_ARGS[@]}}" "${{DATA_ARGS[@]}}"',
+    ]
+    if torchtitan:
+        lines += _slurm_torchtitan(versions["torchtitan"], gpn, placeholders)
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_torchtitan(version: str, gpn: int, placeholders: Mapping[str, str]) -> list[str]:
+    """The commented torchtitan alternative (written next to the script as TORCHTITAN_CONFIG)."""
+    return [
         "",
-        f"# torchtitan {versions['torchtitan']} instead of Megatron-LM (same allocation):",
+        f"# torchtitan {version} instead of Megatron-LM (same allocation; {TORCHTITAN_CONFIG} is written beside",
+        "# this script; set its dataset on the command line too: --training.dataset --training.dataset_path):",
         f'# srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {gpn} --rdzv-id "$SLURM_JOB_ID" \\',
         '#   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f"#   -m {TORCHTITAN_MODULE} --job.config_file {TORCHTITAN_CONFIG} \\",
+        '#   --model.hf_assets_path "$TOKENIZER" --checkpoint.folder "$CHECKPOINT_DIR" \\',
         '#   --optimizer.lr "$LR" --lr_scheduler.warmup_steps "$WARMUP_ITERS"'
         + (' --training.steps "$TRAIN_ITERS"' if "TRAIN_ITERS" in placeholders else ""),
     ]
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- public API
@@ -257,7 +269,7 @@ def launch_settings(
         deepspeed=ds,
         deepspeed_reason=ds_reason,
         torchrun=torchrun,
-        slurm=_slurm(model.name, header, cluster, env, meg.args, vers, meg.placeholders),
+        slurm=_slurm(model.name, header, cluster, env, meg.args, vers, meg.placeholders, tt is not None),
         env=env,
         notes=tuple(meg.notes + tt_notes + ds_notes),
         nodes=cluster.nodes,
