@@ -14,6 +14,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
 from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
@@ -270,3 +272,41 @@ def test_sbatch_torchtitan_alternative_parses_and_its_toml_is_written(tmp_path) 
     )
     assert res.exit_code == 0 and [p.name for p in (tmp_path / "b").iterdir()] == ["autopar.sbatch"]
     assert "torchtitan" not in (tmp_path / "b" / "autopar.sbatch").read_text().split("set -euo")[1]
+
+
+def _stack_spaces():
+    """Search spaces of the torchtitan and DeepSpeed stacks with every knob they offer (FP8 recipes, savers)."""
+    from autopar.search.space import build_space
+
+    h100 = get_gpu("H100-SXM")
+    out = []
+    for name, n, stack, extra in (
+        ("gpt-oss-120b", 64, "torchtitan", {"precision": "fp8", "fp8_recipe": "rowwise"}),
+        ("deepseek-v3", 256, "torchtitan", {"tp_comm_overlap": True}),
+        ("llama-3.1-8b", 64, "torchtitan", {"seq_len": 32768, "precision": "fp8", "tp_comm_overlap": True}),
+        ("llama-3.1-70b", 64, "deepspeed", {"memory_savers": ("offload",)}),
+    ):
+        m = get_model(name)
+        w = Workload(**{"seq_len": 4096, "global_batch": 256, "framework": stack, **extra})
+        out.append((m, stack, build_space(m, ClusterSpec(gpu=h100, num_gpus=n), w)))
+    return out
+
+
+STACK_SPACES = _stack_spaces()
+
+
+@settings(max_examples=20, deadline=None)
+@given(which=st.integers(0, len(STACK_SPACES) - 1), seed=st.integers(0, 10**9))
+def test_any_stack_search_point_is_accepted_by_its_framework(which, seed, tmp_path_factory) -> None:
+    """Property: a point the torchtitan/DeepSpeed search may offer has a file that framework accepts."""
+    m, stack, space = STACK_SPACES[which]
+    pt = space.point(seed % space.size)
+    hw = space.hardware[pt.hw]
+    ls = launch_settings(m, hw.cluster, hw.workload, pt.strategy)
+    if stack == "torchtitan":
+        assert ls.torchtitan is not None, (pt.strategy.label(), ls.torchtitan_reason)
+        assert torchtitan_problems(ls.torchtitan, hw.num_gpus, tmp_path_factory.mktemp("tt")) == []
+    else:
+        assert ls.deepspeed is not None, (pt.strategy.label(), ls.deepspeed_reason)
+        with fake_world(hw.num_gpus):
+            assert deepspeed_problems(ls.deepspeed, hw.num_gpus) == []
