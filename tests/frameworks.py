@@ -49,6 +49,7 @@ def _type_problems(obj: object, path: str = "") -> list[str]:
 def _pipeline_problems(cfg, parallel_dims, spec, model_args) -> list[str]:
     """torchtitan's own pipeline checks: pipelining support, pipeline_llm's stage-count validation
     (run up to the module split), the schedule's micro-batch divisibility and the stage FQNs."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
     from torchtitan.distributed import pipeline_parallel as ttpp
 
     if spec.pipelining_fn is None:  # Trainer.__init__ raises the same
@@ -72,6 +73,14 @@ def _pipeline_problems(cfg, parallel_dims, spec, model_args) -> list[str]:
     stages = len(names)
     if stages % parallel_dims.pp:  # pipeline_module_split._get_stage_indices
         out.append(f"{stages} stages not divisible by pp={parallel_dims.pp}")
+    # pipeline_llm checks stages per rank against the schedule only for layers_per_stage; the same rule for
+    # explicit module lists (a single-stage schedule runs the first of its stages only)
+    single = issubclass(
+        ttpp.get_schedule_class(cfg.parallelism.pipeline_parallel_schedule), PipelineScheduleSingle
+    )
+    per_rank = stages // parallel_dims.pp
+    if (single and per_rank != 1) or (not single and per_rank < 2):
+        out.append(f"{per_rank} stages per rank with schedule {cfg.parallelism.pipeline_parallel_schedule}")
     # build_pipeline_schedule: local batch must split into pipeline micro-batches
     if cfg.training.local_batch_size % cfg.parallelism.pipeline_parallel_microbatch_size:
         out.append("local_batch_size not divisible by pipeline_parallel_microbatch_size")

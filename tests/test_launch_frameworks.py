@@ -123,6 +123,14 @@ def test_torchtitan_checker_rejects_what_torchtitan_rejects(tmp_path) -> None:
     assert torchtitan_problems(fp8, 8, tmp_path) == []
     renamed = fp8.replace('converters = ["quantize.linear.float8"]', 'converters = ["float8"]')
     assert torchtitan_problems(renamed, 8, tmp_path) == ["model converter 'float8' is not registered"]
+    # an explicit 5-stage split for pp=4 with 1F1B: torchtitan would build uneven stages per rank
+    uneven = _ls("llama-3.1-70b", 64, Strategy(tp=8, pp=4, sp=True, pp_first_layers=17, pp_last_layers=21))
+    assert 'module_fqns_per_model_part = [["tok_embeddings"' in uneven.torchtitan
+    assert torchtitan_problems(uneven.torchtitan, 64, tmp_path) == []
+    line = next(x for x in uneven.torchtitan.splitlines() if x.startswith("module_fqns_per_model_part"))
+    five = line.replace('"layers.79", "norm", "output"]', '"layers.79"], ["norm", "output"]')
+    problems = torchtitan_problems(uneven.torchtitan.replace(line, five), 64, tmp_path)
+    assert "5 stages not divisible by pp=4" in problems
     # the defect the issue reported: torchtitan's default first/last-stage weights (1 each) make
     # ceil((80 + 2) / 10) = 9 stages, not a multiple of pp=4; pipeline_llm itself raises
     staged = toml.replace("pipeline_parallel_first_stage_less_layers = 0\n", "")
