@@ -584,3 +584,20 @@ def test_router_fields_read_from_the_hf_configs():
     assert (q.aux_loss_coeff, q.aux_loss_per_sequence, q.norm_eps, q.qk_norm) == (0.001, False, 1e-6, True)
     dense = model_from_hf_config(json.loads((HF_DIR / "qwen3-8b.json").read_text()))
     assert dense.norm_eps == 1e-6 and dense.aux_loss_coeff is None
+
+
+def test_cli_fp8_recipe_reaches_the_files_and_is_checked_against_the_gpu() -> None:
+    """--fp8-recipe current is Transformer Engine's Float8CurrentScaling: Megatron's 'tensorwise'; mxfp8 needs
+    Blackwell (refused on the default H100 like the estimate refuses it); without --precision fp8 it is an error."""
+    run = CliRunner().invoke
+    base = ["launch", "--framework", "megatron", "--tp", "2"]
+    res = run(app, [*base, "--precision", "fp8", "--fp8-recipe", "current"])
+    assert res.exit_code == 0 and "--fp8-recipe tensorwise" in res.stdout
+    res = run(app, [*base, "--precision", "fp8", "--gpu", "B200", "--fp8-recipe", "mxfp8"])
+    assert res.exit_code == 0 and "--fp8-recipe mxfp8" in res.stdout
+    res = run(app, [*base, "--precision", "fp8", "--fp8-recipe", "mxfp8"])
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        "error: fp8_recipe='mxfp8' needs a Blackwell GPU (block-scaled FP8), not hopper"
+    ]
+    res = run(app, [*base, "--fp8-recipe", "rowwise"])
+    assert res.exit_code == 2 and "--fp8-recipe rowwise needs --precision fp8" in res.stderr

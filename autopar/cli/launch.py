@@ -65,8 +65,16 @@ def _strategy(
 
 
 def _check(model, cluster, workload, strategy, strict: bool = True) -> None:
-    """Refuse strategies the performance model's rules reject (strict=False: uneven stages allowed)."""
+    """Refuse strategies the performance model's rules reject (strict=False: uneven stages allowed), and an FP8
+    recipe the GPU cannot run (the estimate refuses it the same way: perf.context)."""
     from autopar.perf import validate_strategy
+    from autopar.perf.fp8 import check_recipe
+
+    if workload.precision == "fp8" and cluster.gpu.fp8_flops is not None:
+        try:
+            check_recipe(workload.fp8_recipe, cluster.gpu.family)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
 
     problems = validate_strategy(model, cluster, workload, strategy, strict=strict)
     if problems:
