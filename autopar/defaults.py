@@ -20,6 +20,9 @@ DEFAULT_BUDGET = 600
 # best on the benchmark problems (hypervolume ratio 0.88-0.96 at budget 300).
 DEFAULT_SAMPLER = "auto"
 DEFAULT_WHATIF_BUDGET = 300  # per hardware option of a what-if (each option is a search of its own)
+# Largest GPU count `whatif --deadline` sizing tries for a GPU type given without counts (`--max-gpus`):
+# 16,384 GPUs, the scale of the largest published dense runs (Llama 3 405B trained on 16K H100s).
+DEFAULT_SIZING_MAX_GPUS = 16384
 DEFAULT_SEED = 0
 DEFAULT_OBJECTIVES = ("throughput", "headroom", "cost")
 # Free memory a strategy must leave per GPU to count as fitting: a margin for the memory model's

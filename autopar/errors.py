@@ -52,6 +52,21 @@ class NoPriceError(AutoparError):
     """No price for a GPU in the requested pricing tier (the message names both and how to add one)."""
 
 
+# The optional extra (pyproject.toml) that brings scikit-learn and SciPy: fitting a calibration model needs
+# them; applying one (calibration/predictor.py) and everything else autopar does needs neither.
+CALIBRATE_EXTRA = "calibrate"
+
+
+class MissingExtraError(AutoparError):
+    """A command needs a package autopar installs only with one of its optional extras."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs {package}, an optional part of autopar: pip install 'autopar[{extra}]'"
+        )
+        self.package, self.extra = package, extra
+
+
 class StorageError(AutoparError):
     """The study storage failed at run time: the database server is unreachable (after retrying),
     the journal's disk is full, a write was refused. Not the user's input: its own exit code."""

@@ -172,8 +172,10 @@ class GPUSpec(_Frozen):
 
     name: Name
     aliases: tuple[str, ...] = ()
-    vendor: Literal["nvidia", "amd", "intel", "google", "other"] = "nvidia"
-    family: str = Field(description="efficiency family, e.g. ampere, hopper, blackwell, cdna3")
+    vendor: Literal["nvidia", "amd", "intel", "google", "huawei", "other"] = "nvidia"
+    family: str = Field(
+        description="efficiency family, e.g. ampere, hopper, blackwell, cdna3, cdna4, davinci"
+    )
     memory_bytes: float = Field(gt=0, description="HBM capacity in bytes as sold (GB = 1e9)")
     bf16_flops: float = Field(gt=0, description="dense BF16 peak, FLOP/s")
     fp8_flops: float | None = Field(default=None, gt=0, description="dense FP8 peak, FLOP/s; None = no FP8")

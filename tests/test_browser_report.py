@@ -24,6 +24,24 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package"),
 ]
 
+FIRST_SCREEN = {"width": 1400, "height": 900}
+# The element's box at scroll 0, and whether it lies wholly inside the first screen.
+IN_FIRST_SCREEN = """sel => { window.scrollTo(0, 0); const r = document.querySelector(sel).getBoundingClientRect();
+  return {box: [r.left, r.top, r.right, r.bottom], inside: r.width > 0 && r.height > 0 && r.left >= 0
+    && r.top >= 0 && r.right <= window.innerWidth && r.bottom <= window.innerHeight}; }"""
+# Per plot: does the plotly toolbar's box overlap the legend's box?
+MODEBAR_OVER_LEGEND = """() => Array.from(document.querySelectorAll('.plotly-graph-div')).map(d => {
+  const m = d.querySelector('.modebar'), l = d.querySelector('g.legend');
+  if (!m || !l) { return [d.id, false]; }
+  const a = m.getBoundingClientRect(), b = l.getBoundingClientRect();
+  return [d.id, a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom]; })"""
+
+
+def first_screen(page, selector: str) -> dict:
+    """Where `selector` is before any scrolling, and whether it is wholly visible."""
+    return page.evaluate(IN_FIRST_SCREEN, selector)
+
+
 INFEASIBLE_VISIBILITY = (
     "() => document.getElementById('fig-pareto').data"
     ".filter(t => t.name.startsWith('Infeasible')).map(t => t.visible)"
@@ -50,14 +68,21 @@ def test_report_renders_offline_in_chromium(tmp_path) -> None:
         # plotly waits out its double-click delay before toggling
         page.wait_for_function(f"() => ({INFEASIBLE_VISIBILITY})().every(v => v === true)")
         seen["more_points"] = page.locator("#fig-pareto .scatterlayer .point").count() > n_points
+        seen["answer"] = first_screen(page, "#recommended-strategy")
+        seen["answer_text"] = page.locator("#recommended-strategy").inner_text()
+        seen["overlaps"] = page.evaluate(MODEBAR_OVER_LEGEND)
         card = page.locator(".card").first
-        card.locator("summary").click()
+        card.locator("details.launch > summary").click()
         card.locator(".tabs button[data-tab=slurm]").click()
         seen["slurm"] = card.locator(".tabpanel.on pre").inner_text()
 
     png = tmp_path / "report.png"
     check = screenshot_report(
-        path, png, expect_texts=("Fastest · Cheapest", "Most headroom", "Balanced"), actions=interact
+        path,
+        png,
+        expect_texts=("Fastest · Cheapest", "Most headroom", "Balanced"),
+        actions=interact,
+        **FIRST_SCREEN,
     )
     assert check.plot_ids == ["fig-pareto", "fig-memory", "fig-time", "fig-parcoords"]
     assert check.rendered_ids == check.plot_ids  # plotly .main-svg inside every plot div
@@ -69,6 +94,10 @@ def test_report_renders_offline_in_chromium(tmp_path) -> None:
     assert seen["before"] == {"legendonly"} and seen["more_points"] is True
     assert str(seen["slurm"]).startswith("#!/bin/bash")
     assert png.stat().st_size > 50_000
+    # the answer is on the first screen (1400x900) without scrolling
+    assert seen["answer"]["inside"], seen["answer"]
+    assert seen["answer_text"] == result.recommended[0].trial.strategy.label()
+    assert [name for name, overlap in seen["overlaps"] if overlap] == []  # toolbar never over a legend
 
 
 def test_whatif_report_renders_offline_in_chromium(tmp_path) -> None:
@@ -88,12 +117,22 @@ def test_whatif_report_renders_offline_in_chromium(tmp_path) -> None:
         seed=0,
     )
     path = write_whatif_report(r, tmp_path / "whatif.html")
-    check = screenshot_report(path, tmp_path / "whatif.png")
+    seen: dict[str, object] = {}
+
+    def interact(page) -> None:
+        seen["answer"] = first_screen(page, "#recommended-option")
+        seen["answer_text"] = page.locator("#recommended-option").inner_text()
+        seen["overlaps"] = page.evaluate(MODEBAR_OVER_LEGEND)
+
+    check = screenshot_report(path, tmp_path / "whatif.png", actions=interact, **FIRST_SCREEN)
     assert check.plot_ids and check.rendered_ids == check.plot_ids
     assert check.console_errors == []
     assert check.blocked_requests == []
     assert check.table_rows >= len(r.options)
     assert (tmp_path / "whatif.png").stat().st_size > 20_000
+    assert seen["answer"]["inside"], seen["answer"]  # the best option is on the first screen
+    assert seen["answer_text"] == r.winner.label
+    assert [name for name, overlap in seen["overlaps"] if overlap] == []
 
 
 def test_calibration_report_renders_offline_in_chromium(tmp_path) -> None:
@@ -106,9 +145,11 @@ def test_calibration_report_renders_offline_in_chromium(tmp_path) -> None:
 
     def interact(page) -> None:
         seen["error_bars"] = page.locator("#fig-calibration path.yerror").count()
+        seen["overlaps"] = page.evaluate(MODEBAR_OVER_LEGEND)
 
     check = screenshot_report(path, tmp_path / "calibration.png", actions=interact)
     assert check.plot_ids == ["fig-calibration"] and check.rendered_ids == check.plot_ids
     assert check.console_errors == []
     assert check.blocked_requests == []
     assert seen["error_bars"] > 0
+    assert [name for name, overlap in seen["overlaps"] if overlap] == []

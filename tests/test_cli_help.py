@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from autopar.cli.app import app
 
 COMMANDS = [
-    ["optimize"], ["estimate"], ["whatif"], ["compare"], ["launch"], ["study", "report"],
+    ["optimize"], ["estimate"], ["whatif"], ["compare"], ["fix"], ["launch"], ["study", "report"],
     ["calibrate", "ingest"], ["calibrate", "fit"],
 ]  # fmt: skip
 

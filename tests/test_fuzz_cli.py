@@ -785,6 +785,38 @@ def test_fuzz_estimate_args(data, out, batch, out_ext):
         check(Case("estimate_args", args, base, outs=outs))
 
 
+FIX_OPTS = {
+    **{k: v for k, v in COMMON.items() if k != "--seed"},
+    "--gpu": pick("H100-SXM", "A100-SXM-80GB", "nope", "", "[/]"),
+    "--gpus": ints("8", "16", "4"),
+    "--strategy": pick("TP2 DP4/Z1 mb1", "TP1 CP8-a2a DP1 mb1", "TP3 mb1", "TP2 PP2v9 DP2 mb1", "TP8 EP8 mb1",
+                       "", "[/]", "\x1b[31m", "TP99999999999999999999 mb1", "TP0 mb1"),
+    "--goal": pick("fit", "faster", "gpus", "x", "", "[/]"),
+    "--max-changes": ints("0", "2"),
+    "--min-headroom": pick("4GiB", "-3GiB", "NaN GiB", "1e309GiB", "80GiB", "x"),
+    "--allow": pick("precision", "precision,precision", "x", "", ",", "\x1b[2J"),
+    "--memory-savers": pick("offload", "act_offload,bf16_states", "", "nope"),
+    "--fix": pick("tp=8", "tp=3", "x=1", "tp", ""),
+    "--forbid": pick("cp", "cp_comm=allgather", "x", ""),
+    "--top": ints("2"),
+    "--allow-uneven": FLAG,
+    "--model": pick("Llama-3.1-8B", "Mixtral-8x7B", "nope", "[/]"),
+}  # fmt: skip
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_fuzz_fix_args(data):
+    with scratch() as base:
+        args = ["fix", "--model", "Llama-3.1-8B", "--strategy", "TP8+SP DP1/Z1 mb1", "--global-batch", "16"]
+        args += [
+            "--no-calibration",
+            *options(data.draw, FIX_OPTS),
+            *data.draw(st.sampled_from([["--json"], []])),
+        ]
+        check(Case("fix_args", args, base))
+
+
 LAUNCH_OPTS = {
     **{f"--{k}": ints("1", "2", "4", "8") for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro-batch")},
     "--gpus": ints("8", "64"),

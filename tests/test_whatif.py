@@ -12,6 +12,7 @@ from autopar.costs import default_price_book, load_price_book, run_whatif
 from autopar.costs.figures import cost_figures
 from autopar.costs.options import HardwareOption, parse_counts, parse_option
 from autopar.errors import AutoparError, SpecError
+from autopar.search.evaluate import resolve_price as resolve_search_price
 from autopar.search.result import TrialRecord
 from autopar.specs import Strategy, Workload
 
@@ -262,10 +263,13 @@ def test_cluster_overrides_reach_the_search():
     seen = []
 
     def spy(model, cluster, workload, **kw):
+        # the search prices the cluster from the same book and tier (no price set on the cluster, so its
+        # source stays the book's, not "cluster override")
+        price, source = resolve_search_price(cluster, kw["price_book"], kw["tier"])
         seen.append(
-            (cluster.node_size, cluster.nic_bw, cluster.price_usd_per_gpu_hour, kw["tier"], kw["budget"])
+            (cluster.node_size, cluster.nic_bw, cluster.price_usd_per_gpu_hour, price, source, kw["budget"])
         )
         return fake_optimize(model, cluster, workload)
 
     run(optimize_fn=spy, internode_bw=25e9, gpus_per_node=4, budget=7, tier="on-demand", sensitivity=False)
-    assert seen == [(4, 25e9, 2.5, "on_demand", 7), (4, 25e9, 5.0, "on_demand", 7)]
+    assert seen == [(4, 25e9, None, 2.5, "set in code", 7), (4, 25e9, None, 5.0, "set in code", 7)]

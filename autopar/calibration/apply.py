@@ -32,7 +32,7 @@ from autopar.calibration.features import (
 )
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.calibration.predictor import FittedCorrector
-from autopar.errors import DataError, OutputError
+from autopar.errors import CALIBRATE_EXTRA, DataError, MissingExtraError, OutputError
 from autopar.files import write_atomic
 from autopar.inputs import read_text
 from autopar.perf.types import Estimate
@@ -56,7 +56,10 @@ MIN_MEMORY_RUNS = 8
 
 def sklearn_version() -> str:
     """The scikit-learn version (imported only when a model is fitted, never to apply one)."""
-    import sklearn
+    try:
+        import sklearn
+    except ModuleNotFoundError as err:
+        raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "fitting a calibration model") from err
 
     return sklearn.__version__
 

@@ -28,8 +28,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+
+from autopar.errors import CALIBRATE_EXTRA, MissingExtraError
+
+try:
+    from sklearn.base import BaseEstimator, RegressorMixin
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ModuleNotFoundError as err:  # fitting only: a fitted model is applied by predictor.py without it
+    raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "fitting a calibration model") from err
 
 from autopar.calibration.predictor import FittedCorrector
 

@@ -26,8 +26,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, RegressorMixin
+
+from autopar.errors import CALIBRATE_EXTRA, MissingExtraError
+
+try:
+    from scipy.optimize import minimize
+    from sklearn.base import BaseEstimator, RegressorMixin
+except ModuleNotFoundError as err:
+    raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "fitting a calibration model") from err
 
 from autopar.calibration.corrector import group_weights, weighted_quantile
 

@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
+
+from autopar.errors import CALIBRATE_EXTRA, MissingExtraError
+
+try:
+    from scipy.stats import spearmanr
+except ModuleNotFoundError as err:
+    raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "validating a calibration model") from err
 
 from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error, conformal_band, group_medians
 from autopar.calibration.features import TrainingSet

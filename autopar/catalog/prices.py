@@ -128,6 +128,9 @@ class PriceEntry:
     quotes: tuple[Quote, ...] = ()
     owned: OwnedCost | None = None
     note: str = ""
+    # The GPU whose price this is when it was asked for another one through a price-book alias (H800 is
+    # priced as H100-SXM, B300 as B200): never silent, `source` says so too. "" = the GPU's own price.
+    borrowed_from: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (quotes included)."""
@@ -137,6 +140,7 @@ class PriceEntry:
             "usd_per_gpu_hour": self.usd_per_gpu_hour,
             "source": self.source,
             "origin": self.origin,
+            "borrowed_from": self.borrowed_from or None,
             "note": self.note or None,
             "owned": None if self.owned is None else self.owned.__dict__.copy(),
             "quotes": [q.__dict__.copy() for q in self.quotes],
@@ -208,7 +212,7 @@ class PriceBook:
         key = self.resolve(gpu_name)
         hit = self.entries.get((key, t))
         if hit is not None:
-            return hit
+            return _borrowed(hit, catalog_canonical(gpu_name) or gpu_name)
         if t == "on_demand":
             spec = catalog_gpu(gpu_name)
             if spec is not None and spec.price_usd_per_hour is not None:
@@ -216,7 +220,7 @@ class PriceBook:
                     gpu=key,
                     tier=t,
                     usd_per_gpu_hour=float(spec.price_usd_per_hour),
-                    source=f"catalog default price for {spec.name}",
+                    source=f"catalog default price for {spec.name} ({CATALOG_PRICE_SOURCE})",
                     origin="catalog",
                 )
         have = self.tiers(gpu_name)
@@ -291,6 +295,35 @@ class PriceBook:
         return PriceBook(entries=entries, aliases=dict(self.aliases), files=self.files)
 
 
+def _borrowed(entry: PriceEntry, asked: str) -> PriceEntry:
+    """`entry` as the price of `asked`: labelled borrowed when it is another GPU's (a price-book alias)."""
+    if norm_name(asked) == norm_name(entry.gpu):
+        return entry
+    return replace(
+        entry,
+        borrowed_from=entry.gpu,
+        source=f"borrowed from {entry.gpu} (no {asked} price in the book): {entry.source}",
+    )
+
+
+def provenance(entry: PriceEntry) -> str:
+    """What kind of price an entry is: built-in price book, catalog default, a user price file, or code.
+    A book-like object whose entries carry no origin (a stored study's prices) is "price book"."""
+    origin = getattr(entry, "origin", None)
+    if origin is None:
+        return "price book"
+    if origin == "built-in":
+        return "built-in price book"
+    if origin == "catalog":
+        return "catalog default"
+    if origin == "code":
+        return "set in code"
+    return f"price file {origin}"
+
+
+# Where the catalog's flat `price_usd_per_hour` of a GPU comes from (autopar/catalog/data/gpus.yaml header).
+CATALOG_PRICE_SOURCE = "gpus.yaml flat default: a mid-range specialist-cloud quote, early 2026"
+
 # Last resort for a GPU nobody priced (a custom GPUSpec without price_usd_per_hour): an assumption the
 # search says out loud in its notes ("flat default ..."), never silently. Roughly an A100/H100 spot price.
 FLAT_DEFAULT_USD_PER_GPU_HOUR = 2.0
@@ -303,10 +336,19 @@ class ResolvedPrice:
     usd_per_gpu_hour: float
     source: str  # one line: the quote/file/override behind the number
     origin: str  # "override", "price book", "gpu spec" or "assumed"
+    # Kind of source, for tables and JSON: "built-in price book", "catalog default", "price file PATH",
+    # "set in code", "override", "gpu spec" or "assumed"; `tier` is the pricing tier it is a price in.
+    provenance: str = ""
+    tier: str = "on_demand"
+    borrowed_from: str = ""  # the GPU whose price this is, when another GPU's (PriceEntry.borrowed_from)
 
 
 def resolve_price(
-    gpu: GPUSpec, book: PriceBook, tier: str = "on_demand", override: float | None = None
+    gpu: GPUSpec,
+    book: PriceBook,
+    tier: str = "on_demand",
+    override: float | None = None,
+    override_source: str = "cluster override",
 ) -> ResolvedPrice:
     """USD per GPU-hour for a GPU: override > price book (catalog default on demand) > spec > flat default.
 
@@ -314,20 +356,29 @@ def resolve_price(
     fall-back to another tier); an unknown GPU uses its spec's price, else `FLAT_DEFAULT_USD_PER_GPU_HOUR`,
     with origin "assumed" so callers can say so.
     """
-    if override is not None:
-        return ResolvedPrice(float(override), "cluster override", "override")
     t = normalize_tier(tier)
+    if override is not None:
+        return ResolvedPrice(float(override), override_source, "override", "override", t)
     try:
         entry = book.entry(gpu.name, t)
     except UnknownNameError:
         if gpu.price_usd_per_hour is not None and t == "on_demand":
-            return ResolvedPrice(gpu.price_usd_per_hour, f"default price of the {gpu.name} spec", "gpu spec")
+            return ResolvedPrice(
+                gpu.price_usd_per_hour, f"default price of the {gpu.name} spec", "gpu spec", "gpu spec", t
+            )
         if t != "on_demand":
             raise NoPriceError(
                 f"no {t} price for GPU '{gpu.name}' (not in the price book); add one with --prices FILE"
             ) from None
         flat = FLAT_DEFAULT_USD_PER_GPU_HOUR
         return ResolvedPrice(
-            flat, f"flat default ${flat:.2f}/GPU-h (assumed; set one with --prices)", "assumed"
+            flat, f"flat default ${flat:.2f}/GPU-h (assumed; set one with --prices)", "assumed", "assumed", t
         )
-    return ResolvedPrice(entry.usd_per_gpu_hour, entry.source, "price book")
+    return ResolvedPrice(
+        entry.usd_per_gpu_hour,
+        entry.source,
+        "price book",
+        provenance(entry),
+        t,
+        getattr(entry, "borrowed_from", ""),  # a stored study's prices are plain (price, source) pairs
+    )

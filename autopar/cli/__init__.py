@@ -1,4 +1,4 @@
-"""autopar's command line: `autopar estimate|compare|optimize|whatif|study|calibrate|launch|models|gpus`."""
+"""autopar's command line: `autopar estimate|compare|fix|optimize|whatif|study|calibrate|launch|models|gpus`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from autopar.cli import catalog as _catalog  # noqa: F401,E402
 from autopar.cli import cluster_opts as _cluster_opts  # noqa: F401,E402
 from autopar.cli import compare as _compare  # noqa: F401,E402
 from autopar.cli import estimate as _estimate  # noqa: F401,E402
+from autopar.cli import fix as _fix  # noqa: F401,E402
 from autopar.cli import launch as _launch  # noqa: F401,E402
 from autopar.cli import optimize as _optimize  # noqa: F401,E402
 from autopar.cli import study as _study  # noqa: F401,E402
+from autopar.cli import topology as _topology  # noqa: F401,E402
 from autopar.cli import whatif as _whatif  # noqa: F401,E402
 from autopar.cli.app import app
 

@@ -43,6 +43,22 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*((one_line(p[0]), p[1]) if isinstance(p, tuple) else one_line(p) for p in parts))
 
 
+# Informational notes (assumptions, what a search did, where a price came from) are dim; the warning colour is
+# kept for what asks the reader to act or doubt a result (an at-risk memory verdict, a winner that changes).
+NOTE_STYLE = "dim"
+WARNING_STYLE = "yellow"
+
+
+def note_text(text: str) -> Text:
+    """An informational note line: '- text', dim, never in the warning colour."""
+    return styled((f"- {text}", NOTE_STYLE))
+
+
+def warning_text(text: str) -> Text:
+    """A real warning, in the warning colour."""
+    return styled((text, WARNING_STYLE))
+
+
 class _SafeConsole(Console):
     """The CLI's console: every plain string it prints (table cells, titles, headers, messages) is
     data, shown as one printable line (`autopar.text.one_line`) with no markup or emoji codes read;

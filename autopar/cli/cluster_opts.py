@@ -14,7 +14,9 @@ ClusterOpt = Annotated[
     typer.Option(
         "--cluster",
         help="System shorthand NAME:COUNT, e.g. gb200-nvl72:4 (4 racks = 288 GPUs) or dgx-h100:32 "
-        "(32 nodes); sets the GPU, the count, GPUs per host and the NVLink domain (`autopar clusters`).",
+        "(32 nodes); sets the GPU, the count, GPUs per host and the NVLink domain (`autopar clusters`). "
+        "detect:COUNT = COUNT hosts like this one (`autopar topology`); detect@DIR:COUNT reads a folder "
+        "recorded with `autopar topology --save DIR` (also: $AUTOPAR_TOPOLOGY_DIR).",
     ),
 ]
 NvlinkDomainOpt = Annotated[
@@ -36,6 +38,7 @@ class ClusterChoice:
     gpus: str
     gpus_per_node: int | None
     nvlink_domain: int | None
+    internode_gbps: float | None = None  # set by --cluster detect (the NICs found); None: the GPU's default
 
 
 def resolve_cluster(
@@ -65,10 +68,27 @@ def resolve_cluster(
         raise SpecError(
             f"--cluster {cluster} already sets the GPU, count, host and NVLink domain; drop {', '.join(given)}"
         )
+    detected = _detected(cluster)
+    if detected is not None:
+        return detected
     from autopar.catalog.clusters import parse_cluster
 
     shape = parse_cluster(cluster)
     return ClusterChoice(shape.gpu, str(shape.num_gpus), shape.gpus_per_node, shape.nvlink_domain)
+
+
+def _detected(cluster: str) -> ClusterChoice | None:
+    """`--cluster detect[@DIR][:COUNT]`: COUNT hosts like this one (or like the one recorded in DIR)."""
+    from autopar.cli.topology import detect_host, parse_detect
+
+    parsed = parse_detect(cluster.strip())
+    if parsed is None:
+        return None
+    from autopar.catalog.topology import describe
+
+    folder, hosts = parsed
+    d = describe(detect_host(folder), hosts)
+    return ClusterChoice(d.gpu, str(d.num_gpus), d.gpus_per_node, d.nvlink_domain, d.internode_gbps)
 
 
 def _register() -> None:

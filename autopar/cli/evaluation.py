@@ -49,7 +49,7 @@ def problem(flags: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         default_gpu=DEFAULT_GPU,
         default_gpus=DEFAULT_GPUS,
     )
-    internode = flags["internode_gbps"]
+    internode = flags["internode_gbps"] if flags["internode_gbps"] is not None else choice.internode_gbps
     cluster = ClusterSpec(
         gpu=get_gpu(choice.gpu),
         num_gpus=int(choice.gpus),

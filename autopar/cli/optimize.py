@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autopar.cli.app import command, console, emit_json, styled
+from autopar.cli.app import NOTE_STYLE, command, console, emit_json, styled
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
@@ -238,8 +238,8 @@ def print_result(result: Any, top: int) -> None:
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
-    for n in result.notes:
-        console.print(styled(("note:", "yellow"), f" {n}"))
+    for n in result.notes:  # informational: dim, not the warning colour
+        console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
 
 
 @command("optimize")
@@ -374,7 +374,11 @@ def optimize_cmd(
     )
     counts = parse_gpu_counts(choice.gpus, node_size=10**9)
     clusters, skipped = build_clusters(
-        parse_list(choice.gpu, "gpu"), counts, choice.gpus_per_node, internode_gbps, choice.nvlink_domain
+        parse_list(choice.gpu, "gpu"),
+        counts,
+        choice.gpus_per_node,
+        internode_gbps if internode_gbps is not None else choice.internode_gbps,
+        choice.nvlink_domain,
     )
     precs = parse_list(precision, "precision")
     wl = Workload(

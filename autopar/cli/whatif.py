@@ -11,7 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
-from autopar.cli.app import command, console, emit_json, err_console, styled
+from autopar.cli.app import (
+    NOTE_STYLE,
+    command,
+    console,
+    emit_json,
+    err_console,
+    note_text,
+    styled,
+    warning_text,
+)
 from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
 from autopar.cli.common import (
     CalibrationOpt,
@@ -32,10 +41,19 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_WHATIF_BUDGET, tp_comm_overlap_default
+from autopar.defaults import (
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_SEQ_LEN,
+    DEFAULT_SIZING_MAX_GPUS,
+    DEFAULT_WHATIF_BUDGET,
+    tp_comm_overlap_default,
+)
 from autopar.errors import AutoparError, SpecError
 
 if TYPE_CHECKING:
+    from autopar.costs.sizing import DeadlineResult
     from autopar.costs.whatif import WhatIfResult
 
 
@@ -107,7 +125,7 @@ def render_whatif(result: WhatIfResult) -> None:
     console.print(t)
     for o in order:
         line = (
-            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at ${o.usd_per_gpu_hour:.2f}/GPU-h")
+            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at {o.price_label}")
             if o.feasible
             else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
         )
@@ -128,20 +146,72 @@ def render_whatif(result: WhatIfResult) -> None:
                 r.scenario,
                 r.winner or "-",
                 r.runner_up or "-",
-                styled(("yes", "yellow")) if r.winner_changed else "no",
+                warning_text("yes") if r.winner_changed else "no",
             )
         console.print(s)
         bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
         if bw and bw[0].note:
             console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
     for n in result.notes:
-        console.print(f"- {n}", style="dim", highlight=False, soft_wrap=True)
+        console.print(note_text(n), soft_wrap=True)
     n = len(result.options)
     console.print(
         f"{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
         f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
         "option)",
         style="dim",
+        highlight=False,
+    )
+
+
+def _sizing_head(result: DeadlineResult) -> Text:
+    wl = result.workload
+    batch = (
+        f"global batch {format_tokens(result.batch_tokens_per_gpu)} tokens per GPU"
+        if result.batch_tokens_per_gpu
+        else f"global batch {wl.global_batch}"
+    )
+    return styled(
+        (result.model.name, "bold"),
+        f", {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, {batch}, {wl.precision}; tier "
+        f"{result.tier}; goodput {result.goodput:g}; deadline {format_duration(result.deadline_s)}",
+    )
+
+
+def render_sizing(result: DeadlineResult) -> None:
+    """Print a --deadline sizing: per GPU type the fewest GPUs that meet it, time, cost, $/Mtoken, strategy."""
+    console.print(_sizing_head(result))
+    t = Table(
+        title=f"Fewest GPUs that train in {format_duration(result.deadline_s)} (counts searched in increasing order)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("option", "min GPUs", "time", "cost", "$/Mtok", "$/GPU-h", "strategy"):
+        t.add_column(col, justify="left" if col in ("option", "strategy") else "right")
+    for r in result.rows:
+        a = r.answer
+        if a is None:
+            t.add_row(r.option or r.gpu, styled(("cannot", "red")), "-", "-", "-", "-", r.reason)
+            continue
+        t.add_row(
+            r.option or r.gpu,
+            f"{a.count} ({a.count // r.unit} {r.unit_name}{'s' * (a.count // r.unit != 1)})",
+            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]
+            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]
+            _fmt(a.usd_per_mtoken, ".3f"),
+            f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
+            f"{a.strategy_label} ({a.precision})",
+        )
+    console.print(t)
+    for n in result.notes:
+        console.print(note_text(n), soft_wrap=True)
+    n = sum(len(r.searched) for r in result.rows)
+    console.print(
+        f"{n} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
+        f"{result.search_budget} trials per count)",
+        style=NOTE_STYLE,
         highlight=False,
     )
 
@@ -156,13 +226,17 @@ def _report_writer(out: Path):
 
 
 def _hardware_options(
-    option: list[str] | None, cluster: str | None, gpus_per_node: int | None, nvlink_domain: int | None
-) -> tuple[list[str], int | None, int | None]:
+    option: list[str] | None,
+    cluster: str | None,
+    gpus_per_node: int | None,
+    nvlink_domain: int | None,
+    internode_gbps: float | None,
+) -> tuple[list[str], int | None, int | None, float | None]:
     """--option GPU:COUNT (repeatable) or one --cluster NAME:COUNT shorthand, never both."""
     if cluster is None:
         if not option:
             raise SpecError("give --option GPU:COUNT (repeatable) or --cluster NAME:COUNT")
-        return option, gpus_per_node, nvlink_domain
+        return option, gpus_per_node, nvlink_domain, internode_gbps
     if option:
         raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
     c = resolve_cluster(
@@ -174,7 +248,8 @@ def _hardware_options(
         default_gpu="",
         default_gpus="",
     )
-    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain
+    internode = internode_gbps if internode_gbps is not None else c.internode_gbps
+    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, internode
 
 
 @command(
@@ -182,24 +257,49 @@ def _hardware_options(
     help="Compare hardware options for a training run: best strategy, time and cost to train, ranked.",
 )
 def whatif(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Model name/alias or path to a HF config.json.")
-    ],
     tokens: Annotated[
         str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")
     ],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Model name/alias or path to a HF config.json.",
+        ),
+    ] = DEFAULT_MODEL,
     option: Annotated[
         list[str] | None,
         typer.Option(
             "--option",
             "-o",
-            help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048.",
+            help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048. "
+            "With --deadline, a GPU without a count (H100-SXM) is sized: the fewest GPUs that meet it.",
         ),
     ] = None,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")] = 4096,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
     global_batch: Annotated[
-        int, typer.Option("--global-batch", help="Global batch (sequences per step).")
-    ] = 1024,
+        int | None,
+        typer.Option(
+            "--global-batch", help=f"Global batch (sequences per step) \\[default: {DEFAULT_GLOBAL_BATCH}]."
+        ),
+    ] = None,
+    batch_tokens_per_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-tokens-per-gpu",
+            help="Let the global batch grow with the GPU count: count x this many tokens per step "
+            "(e.g. 16K; whole sequences). Replaces --global-batch.",
+        ),
+    ] = None,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            help=f"Largest count --deadline sizing tries for a GPU given without counts "
+            f"\\[default: {DEFAULT_SIZING_MAX_GPUS}].",
+        ),
+    ] = None,
     precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
     gpus_per_node: Annotated[
         int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) \\[default: GPU's].")
@@ -218,7 +318,11 @@ def whatif(
         ),
     ] = None,
     deadline: Annotated[
-        str | None, typer.Option("--deadline", help="Wall-clock deadline, e.g. 30d, 720h, 6w.")
+        str | None,
+        typer.Option(
+            "--deadline",
+            help="Wall-clock deadline, e.g. 30d, 720h, 2w; with --option GPU (no count): the fewest GPUs that meet it.",
+        ),
     ] = None,
     max_spend: Annotated[
         str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")
@@ -270,20 +374,32 @@ def whatif(
     check_plotly(plotly, out)
     from autopar.catalog import get_model
     from autopar.catalog.pricefile import load_price_book
-    from autopar.costs.whatif import run_whatif
     from autopar.search.parse import check_seed, parse_gib, parse_list
     from autopar.specs import Workload
 
     check_seed(seed)
-    option, gpus_per_node, nvlink_domain = _hardware_options(option, cluster, gpus_per_node, nvlink_domain)
+    deadline_s = parse_duration(deadline) if deadline is not None else None
+    gb, per_gpu = _batch(global_batch, batch_tokens_per_gpu)
+    sizing = _sizing_options(option, cluster, gpus_per_node, nvlink_domain, deadline_s)
+    if sizing is None and max_gpus is not None:
+        raise SpecError(
+            f"max-gpus={max_gpus}: only --deadline sizing uses it (an --option GPU without a count); drop it"
+        )
+    if sizing is None:
+        option, gpus_per_node, nvlink_domain, internode_gbps = _hardware_options(
+            option, cluster, gpus_per_node, nvlink_domain, internode_gbps
+        )
+    else:
+        _check_sizing_flags(out, max_spend, storage, no_sensitivity)
+        if cluster is not None:
+            gpus_per_node, nvlink_domain = _system_shape(cluster)
     spec = get_model(model)
     book = load_price_book(prices)
-    deadline_s = parse_duration(deadline) if deadline is not None else None
     cap = parse_usd(max_spend, "max-spend") if max_spend is not None else None
     precs = parse_list(precision, "precision")
     wl = Workload(
         seq_len=seq_len,
-        global_batch=global_batch,
+        global_batch=gb,
         precision=precs[0],  # type: ignore[arg-type]
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
@@ -291,18 +407,12 @@ def whatif(
     calib = resolve_calibration(calibration, no_calibration)
     if study_name is not None and storage is None:
         raise AutoparError("study-name: names the stored per-option studies; give --storage too")
-    write_report = _report_writer(out) if out is not None else None
     progress = None if json_out else (lambda msg: err_console.print(msg, style="dim", highlight=False))
-    result = run_whatif(
-        spec,
-        option,
-        wl,
+    common = dict(
         token_budget=tokens,
         tier=tier,
         price_book=book,
         goodput=goodput,
-        deadline_s=deadline_s,
-        max_cost_usd=cap,
         budget=budget,
         seed=seed,
         min_headroom_gib=parse_gib(min_headroom),
@@ -311,11 +421,157 @@ def whatif(
         gpus_per_node=gpus_per_node,
         internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
         nvlink_domain=nvlink_domain,
-        sensitivity=not no_sensitivity,
-        prices_file=str(prices) if prices else None,
         progress=progress,
+        batch_tokens_per_gpu=per_gpu,
+    )
+    if sizing is not None:
+        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]
+        return
+    _run_ranking(
+        spec,
+        option,
+        wl,
+        deadline_s,
+        cap,
+        common,
+        json_out,
+        out,
+        plotly,
+        prices,
+        storage,
+        study_name,
+        not no_sensitivity,
+    )
+
+
+def _batch(global_batch: int | None, batch_tokens_per_gpu: str | None) -> tuple[int, float | None]:
+    """(global batch in sequences, tokens per GPU per step or None): one of the two, never both."""
+    if batch_tokens_per_gpu is None:
+        return (global_batch if global_batch is not None else DEFAULT_GLOBAL_BATCH), None
+    if global_batch is not None:
+        raise SpecError(
+            f"batch-tokens-per-gpu={batch_tokens_per_gpu}: sets the global batch at each count; "
+            f"drop --global-batch {global_batch} (or drop --batch-tokens-per-gpu to keep it fixed)"
+        )
+    from autopar.costs.figures import parse_tokens
+
+    per_gpu = parse_tokens(batch_tokens_per_gpu)
+    return DEFAULT_GLOBAL_BATCH, float(per_gpu)
+
+
+def _sizing_options(
+    option: list[str] | None,
+    cluster: str | None,
+    gpus_per_node: int | None,
+    nvlink_domain: int | None,
+    deadline_s: float | None,
+) -> list | None:
+    """The GPU types to size when --deadline comes with an --option GPU (or --cluster NAME) without a
+    count; None for a ranked what-if. A count-less option without --deadline is an error."""
+    bare = [o for o in option or [] if ":" not in o]
+    bare_cluster = cluster is not None and ":" not in cluster and _is_system(cluster)
+    if not bare and not (bare_cluster and deadline_s is not None):
+        return None
+    if deadline_s is None:
+        raise SpecError(
+            f"option={bare[0]!r}: give a count ({bare[0]}:512) or --deadline to find the fewest GPUs that meet it"
+        )
+    from autopar.costs.sizing import parse_sizing_option, system_sizing_option
+
+    if cluster is not None:
+        if option:
+            raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
+        if gpus_per_node is not None or nvlink_domain is not None:
+            raise SpecError(
+                f"--cluster {cluster} already sets GPUs per host and the NVLink domain; drop them"
+            )
+        return [system_sizing_option(cluster)]
+    return [parse_sizing_option(o, gpus_per_node) for o in option or []]
+
+
+def _is_system(cluster: str) -> bool:
+    """Whether --cluster names a catalog system (not `detect`, which reads this host's topology)."""
+    from autopar.catalog.clusters import system_catalog
+    from autopar.catalog.names import exact_key
+
+    return exact_key(cluster) in system_catalog().exact
+
+
+def _system_shape(cluster: str) -> tuple[int, int]:
+    """(GPUs per host, NVLink domain) of a --cluster system shorthand."""
+    from autopar.catalog.clusters import system_catalog
+
+    sys_ = system_catalog().get(cluster.strip())
+    return sys_.gpus_per_node, sys_.nvlink_domain
+
+
+def _check_sizing_flags(out: Path | None, max_spend: str | None, storage: str | None, no_sens: bool) -> None:
+    """Flags a --deadline sizing cannot use are errors, never silently ignored."""
+    for flag, given in (("--out", out), ("--max-spend", max_spend), ("--storage", storage)):
+        if given is not None:
+            raise SpecError(
+                f"{flag.lstrip('-')}={given}: --deadline sizing (an --option GPU without a count) does not use "
+                f"it; give counts (GPU:COUNT) for a ranked what-if, or drop {flag}"
+            )
+    if no_sens:
+        raise SpecError("no-sensitivity: --deadline sizing runs no sensitivity analysis; drop it")
+
+
+def _run_sizing(spec, sizing, wl, deadline_s: float, max_gpus, common: dict, json_out: bool) -> None:
+    """Size each GPU type for the deadline; print the table or JSON; exit 1 when no type meets it."""
+    from autopar.costs.sizing import run_sizing
+
+    if max_gpus is not None and all(o.counts for o in sizing):
+        raise SpecError(
+            f"max-gpus={max_gpus}: every option lists its counts, so it cannot take effect; drop it or give an "
+            "option without counts"
+        )
+    result = run_sizing(
+        spec,
+        sizing,
+        wl,
+        deadline_s=deadline_s,
+        max_gpus=DEFAULT_SIZING_MAX_GPUS if max_gpus is None else max_gpus,
+        **common,
+    )
+    if json_out:
+        emit_json(result.to_dict(), indent=2)
+    else:
+        render_sizing(result)
+    if not any(r.answer for r in result.rows):
+        raise typer.Exit(1)
+
+
+def _run_ranking(
+    spec,
+    option,
+    wl,
+    deadline_s,
+    cap,
+    common: dict,
+    json_out: bool,
+    out,
+    plotly,
+    prices,
+    storage,
+    study_name,
+    sensitivity: bool,
+) -> None:
+    """The ranked what-if over the options' counts; exit 1 when nothing fits on any option."""
+    from autopar.costs.whatif import run_whatif
+
+    write_report = _report_writer(out) if out is not None else None
+    result = run_whatif(
+        spec,
+        option,
+        wl,
+        deadline_s=deadline_s,
+        max_cost_usd=cap,
+        sensitivity=sensitivity,
+        prices_file=str(prices) if prices else None,
         storage=storage,
         study_name=study_name,
+        **common,
     )
     if write_report is not None:
         path = write_report(result, out, plotlyjs=plotly)

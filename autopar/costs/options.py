@@ -1,12 +1,14 @@
-"""Hardware options for what-ifs: `GPU:COUNT`, with count lists and doubling ranges."""
+"""Hardware options for what-ifs: `GPU:COUNT`, with count lists and doubling ranges; the workload at a count."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autopar.errors import SpecError
+from autopar.specs import Workload
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,16 @@ def parse_options(texts: Sequence[str | HardwareOption | tuple[str, int]]) -> li
     if not out:
         raise SpecError("option: give at least one hardware option, e.g. --option H100-SXM:512")
     return out
+
+
+def scaled_workload(workload: Workload, count: int, batch_tokens_per_gpu: float | None) -> Workload:
+    """The workload at `count` GPUs: the global batch grows to count x tokens per GPU (whole sequences)."""
+    if batch_tokens_per_gpu is None:
+        return workload
+    gb = int(count * batch_tokens_per_gpu // workload.seq_len)
+    if gb < 1:
+        raise SpecError(
+            f"batch-tokens-per-gpu={batch_tokens_per_gpu:g}: {count} GPUs x {batch_tokens_per_gpu:g} tokens is "
+            f"less than one sequence of {workload.seq_len}; give at least {math.ceil(workload.seq_len / count)}"
+        )
+    return workload.model_copy(update={"global_batch": gb})

@@ -78,7 +78,10 @@ def bandwidth_ratio(
         return 1.0
     if cluster.num_gpus <= cluster.node_size:
         return 1.0  # one node: no inter-node traffic
-    wl = workload.model_copy(update={"precision": opt.precision}) if opt.precision else workload
+    update: dict = {"precision": opt.precision} if opt.precision else {}
+    if opt.global_batch is not None:  # the batch searched at this count (--batch-tokens-per-gpu scales it)
+        update["global_batch"] = opt.global_batch
+    wl = workload.model_copy(update=update) if update else workload
     base = estimate_fn(model, cluster, wl, opt.strategy)
     slow = estimate_fn(
         model, cluster.model_copy(update={"internode_bw": cluster.nic_bw * factor}), wl, opt.strategy

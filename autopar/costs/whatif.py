@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.catalog.pricefile import default_price_book
-from autopar.catalog.prices import PriceBook, normalize_tier, resolve_price
+from autopar.catalog.prices import PriceBook, ResolvedPrice, normalize_tier, resolve_price
 from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
-from autopar.costs.options import HardwareOption, parse_options
+from autopar.costs.options import HardwareOption, parse_options, scaled_workload
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER, DEFAULT_WHATIF_BUDGET
@@ -45,17 +45,16 @@ from autopar.units import GiB
 def _cluster(
     gpu: GPUSpec,
     opt: HardwareOption,
-    price: float,
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
     nvlink_domain: int | None = None,
 ) -> ClusterSpec:
-    """The cluster for one option, with its price set; SpecError naming the option if invalid."""
+    """The cluster for one option; SpecError naming the option if invalid. Its price is not set on it: the
+    search resolves the same price from the same book and tier, keeping the price's source (not "override")."""
     try:
         return ClusterSpec(
             gpu=gpu,
             num_gpus=opt.count,
-            price_usd_per_gpu_hour=price,
             gpus_per_node=gpus_per_node,
             nvlink_domain=nvlink_domain,
             internode_bw=internode_bw,
@@ -93,9 +92,7 @@ def _search_option(
     workload: Workload,
     opt: HardwareOption,
     *,
-    tier: str,
-    price: float,
-    source: str,
+    price: ResolvedPrice,
     token_budget: float,
     goodput: float,
     deadline_s: float | None,
@@ -108,11 +105,14 @@ def _search_option(
         label=opt.label,
         gpu=opt.gpu,
         count=opt.count,
-        tier=tier,
-        usd_per_gpu_hour=price,
-        price_source=source,
+        tier=price.tier,
+        usd_per_gpu_hour=price.usd_per_gpu_hour,
+        price_source=price.source,
         feasible=False,
         cluster=cluster,
+        price_provenance=price.provenance,
+        price_borrowed_from=price.borrowed_from,
+        global_batch=workload.global_batch,
     )
     t0 = _time.perf_counter()
     try:
@@ -131,7 +131,7 @@ def _search_option(
         return base
     est = trial.estimate
     tps = float(trial.values.get("throughput", est.tokens_per_s))
-    figs = cost_figures(tps, opt.count, price, token_budget, goodput)
+    figs = cost_figures(tps, opt.count, price.usd_per_gpu_hour, token_budget, goodput)
     base.feasible = True
     base.strategy = trial.strategy
     base.strategy_label = trial.strategy.label()
@@ -156,12 +156,7 @@ def _notes(
     calibration: Any,
 ) -> list[str]:
     """Plain-language notes: the price used per GPU and its source, goodput, assumptions, failures."""
-    notes = []
-    seen = set()
-    for opt, _, entry in prepared:
-        if opt.gpu not in seen:
-            seen.add(opt.gpu)
-            notes.append(f"price {opt.gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({entry.source})")
+    notes = price_notes([(opt.gpu, entry) for opt, _, entry in prepared], tier)
     if goodput < 1:
         notes.append(
             f"goodput {goodput:g}: times and costs include {100 * (1 - goodput):.0f}% of wall-clock "
@@ -173,6 +168,49 @@ def _notes(
     )
     notes.extend(f"{o.label}: {o.reason}" for o in results if not o.feasible)
     return notes
+
+
+def price_notes(priced: Sequence[tuple[str, ResolvedPrice]], tier: str) -> list[str]:
+    """One note per GPU: the price used, its kind (built-in book, catalog default, price file, override),
+    its source, and, for a price borrowed from another GPU, whose it is."""
+    notes, seen = [], set()
+    for gpu, entry in priced:
+        if gpu in seen:
+            continue
+        seen.add(gpu)
+        kind = entry.provenance or entry.origin  # a borrowed price's source starts "borrowed from GPU"
+        notes.append(f"price {gpu} {tier}: ${entry.usd_per_gpu_hour:.2f}/GPU-h ({kind}; {entry.source})")
+    return notes
+
+
+def batch_cap_note(label: str, results: Sequence[OptionResult], global_batch: int) -> str | None:
+    """A note when a fixed global batch limited the scaling of these counts of one GPU: a strategy whose
+    data-parallel ranks already take one micro-batch each (DP x micro-batch = the batch), or counts with
+    no layout because no data-parallel size divides the batch (the search's "dp must divide" refusal)."""
+    no_layout = [o.count for o in results if "dp must divide" in o.reason]
+    saturated = [
+        o.count
+        for o in results
+        if o.strategy is not None
+        and (o.strategy.dp or 0) * (o.strategy.micro_batch or 1) >= (o.global_batch or global_batch)
+    ]
+    what = []
+    if saturated:
+        what.append(
+            f"at {saturated[-1]} GPUs every data-parallel rank already takes one micro-batch per step"
+        )
+    if no_layout:
+        what.append(
+            f"{len(no_layout)} of the counts searched had no layout whose data-parallel size divides it "
+            f"(e.g. {no_layout[0]} GPUs)"
+        )
+    if not what:
+        return None
+    return (
+        f"{label}: the fixed global batch of {global_batch} sequences limits scaling: "
+        + "; ".join(what)
+        + "; --batch-tokens-per-gpu lets it grow with the count"
+    )
 
 
 def run_whatif(
@@ -203,6 +241,7 @@ def run_whatif(
     progress: Callable[[str], None] | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    batch_tokens_per_gpu: float | None = None,
 ) -> WhatIfResult:
     """Optimize every hardware option, price the fastest fitting strategy, rank, and test sensitivity.
 
@@ -211,9 +250,11 @@ def run_whatif(
     With `storage`, each option is its own stored study (named `study_name`-OPTION, or after its
     inputs' fingerprint), so workers running the same what-if share the options and a re-run resumes:
     an option whose study already holds `budget` COMPLETE trials is only read back.
+    With `batch_tokens_per_gpu`, each option's global batch is its count x that many tokens (whole sequences).
     Raises SpecError/AutoparError for bad inputs (before any search runs); an option on which nothing
     fits is reported as infeasible, not raised.
     """
+
     t_start = _time.perf_counter()
     tokens = token_budget if token_budget is not None else workload.token_budget
     if tokens is None:
@@ -237,7 +278,8 @@ def run_whatif(
     for opt in opts:
         gpu = get_gpu(opt.gpu)
         entry = resolve_price(gpu, book, tier)
-        cluster = _cluster(gpu, opt, entry.usd_per_gpu_hour, gpus_per_node, internode_bw, nvlink_domain)
+        cluster = _cluster(gpu, opt, gpus_per_node, internode_bw, nvlink_domain)
+        scaled_workload(workload, opt.count, batch_tokens_per_gpu)  # a batch under one sequence: error now
         prepared.append((opt, cluster, entry))
 
     if optimize_fn is None:
@@ -268,11 +310,9 @@ def run_whatif(
             _search_option(
                 model,
                 cluster,
-                workload,
+                scaled_workload(workload, opt.count, batch_tokens_per_gpu),
                 opt,
-                tier=tier,
-                price=entry.usd_per_gpu_hour,
-                source=entry.source,
+                price=entry,
                 token_budget=tokens,
                 goodput=goodput,
                 deadline_s=deadline_s,
@@ -304,6 +344,10 @@ def run_whatif(
         rows = run_sensitivity(model, workload, results, ranking, deadline_s, max_cost_usd, estimate_fn)
 
     notes = _notes(prepared, results, tier, goodput, calibration)
+    if batch_tokens_per_gpu is None:
+        for gpu in dict.fromkeys(o.gpu for o in results):
+            cap = batch_cap_note(gpu, [o for o in results if o.gpu == gpu], workload.global_batch)
+            notes.extend([cap] if cap else [])
     return WhatIfResult(
         model=model,
         workload=workload,
@@ -322,4 +366,5 @@ def run_whatif(
         wall_s=_time.perf_counter() - t_start,
         prices_file=prices_file,
         notes=notes,
+        batch_tokens_per_gpu=batch_tokens_per_gpu,
     )

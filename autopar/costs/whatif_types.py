@@ -47,7 +47,17 @@ class OptionResult:
     search_wall_s: float = 0.0  # search time for this option
     reason: str = ""  # why infeasible, or other caveat
     search: Any = None  # the SearchResult (kept for the report; not serialised)
-    cluster: ClusterSpec | None = None  # the cluster searched (price set on it)
+    cluster: ClusterSpec | None = None  # the cluster searched (its price is usd_per_gpu_hour, not set on it)
+    # Kind of price: "built-in price book", "catalog default", "price file PATH", "override", "assumed", ...
+    price_provenance: str = ""
+    price_borrowed_from: str = ""  # the GPU whose price this is when another GPU's was used ("" = its own)
+    global_batch: int | None = None  # sequences per step at this option (--batch-tokens-per-gpu scales it)
+
+    @property
+    def price_label(self) -> str:
+        """'$6.00/GPU-h' and, for a price borrowed from another GPU, ' (B200's price)'."""
+        own = f"${self.usd_per_gpu_hour:.2f}/GPU-h"
+        return own + (f" ({self.price_borrowed_from}'s price)" if self.price_borrowed_from else "")
 
     @property
     def time_to_train_s(self) -> float | None:
@@ -83,6 +93,9 @@ class OptionResult:
             "tier": self.tier,
             "usd_per_gpu_hour": self.usd_per_gpu_hour,
             "price_source": self.price_source,
+            "price_provenance": self.price_provenance or None,
+            "price_borrowed_from": self.price_borrowed_from or None,
+            "global_batch": self.global_batch,
             "feasible": self.feasible,
             "strategy": self.strategy_label or None,
             "strategy_params": self.strategy.model_dump() if self.strategy else None,
@@ -169,6 +182,7 @@ class WhatIfResult:
     wall_s: float
     prices_file: str | None = None
     notes: list[str] = field(default_factory=list)
+    batch_tokens_per_gpu: float | None = None  # global batch = count x this (per option); None = fixed batch
 
     @property
     def winner(self) -> OptionResult | None:
@@ -206,7 +220,8 @@ class WhatIfResult:
             "model": self.model.name,
             "tokens": self.token_budget,
             "seq_len": self.workload.seq_len,
-            "global_batch": self.workload.global_batch,
+            "global_batch": None if self.batch_tokens_per_gpu else self.workload.global_batch,
+            "batch_tokens_per_gpu": self.batch_tokens_per_gpu,
             "precision": self.workload.precision,
             "tier": self.tier,
             "goodput": self.goodput,

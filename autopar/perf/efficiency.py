@@ -6,7 +6,7 @@ published measurement (formulas.md §6 and §4.1); none is fitted to one source 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from autopar.perf.fp8 import BF16_K_DEPTH, FP8_K_DEPTH
@@ -99,6 +99,19 @@ _FAMILIES: dict[str, Efficiency] = {
         0.48, 0.40, 0.35, 0.30, 0.35, 0.30, 0.75, 0.65, 0.80, 4e-6, 8e-6, 8e-6, 128, 304, "MAMF MI300X 51%"
     ),
 }
+# Families with no published achievable-fraction measurement of their own inherit a measured family's
+# fractions; only hardware facts (the wave size) are their own. Never fitted to a training run.
+# - cdna4 (MI350X/MI355X): AMD publishes max-achievable FLOPS for MI300X/MI325X only ("Measuring
+#   Max-Achievable FLOPs - Part 2", ROCm blogs); same ROCm stack (hipBLASLt, CK attention, RCCL) and the
+#   same 8-GPU xGMI full mesh -> cdna3's fractions. Wave: 256 CUs (ROCm GPU specifications table, gfx950).
+# - davinci (Ascend 910B/910C, Da Vinci cube cores, CANN): no published MAMF, attention or HCCL bus-bandwidth
+#   fractions -> the default (Hopper) fractions. Wave: 24 cube cores per 910B2/910C die (CANN migration guide
+#   / platform config; 910B3 has 20). Sanity check, not a fit: Pangu Ultra (arXiv 2504.07866) reports over
+#   50% MFU for a 135B dense model on 8,192 Ascend NPUs, in line with Hopper-class fractions.
+_FAMILIES["cdna4"] = replace(_FAMILIES["cdna3"], sms=256, source="cdna3 fractions (no MI355X MAMF); 256 CUs")
+_FAMILIES["davinci"] = replace(
+    _FAMILIES["hopper"], sms=24, source="Hopper fractions (no Ascend MAMF published); 24 cube cores"
+)
 _DEFAULT = "hopper"
 
 

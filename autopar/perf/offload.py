@@ -16,7 +16,15 @@ from autopar.specs import GPUSpec
 # B200) ~50 GB/s of the 32/64 GB/s wire rates (nvbandwidth host-to-device on DGX, ml-engineering
 # network/README.md PCIe table); NVLink-C2C on Grace Hopper/Blackwell 450 GB/s per direction (NVIDIA
 # GH200/GB200 data sheets: 900 GB/s bidirectional).
-HOST_LINK_BW: dict[str, float] = {"ampere": 25e9, "hopper": 50e9, "blackwell": 50e9, "cdna3": 50e9}
+# MI355X hosts attach over PCIe Gen5 x16 too (MLPerf Inference v6.0 AMD system descriptions); Ascend hosts
+# are not documented here and take the Gen5 fallback below.
+HOST_LINK_BW: dict[str, float] = {
+    "ampere": 25e9,
+    "hopper": 50e9,
+    "blackwell": 50e9,
+    "cdna3": 50e9,
+    "cdna4": 50e9,
+}
 C2C_BW = 450e9
 # Host DRAM bandwidth available to one GPU's CPU-Adam share: a 2-socket DDR5 host streams ~0.5 TB/s
 # (8 channels × 4800 MT/s × 8 B ≈ 307 GB/s per socket nominal, ~80% achievable), shared by 8 GPUs.

@@ -15,7 +15,9 @@ from plotly.subplots import make_subplots
 
 from autopar.calibration.validation import HeldOut, error_table
 from autopar.files import write_atomic
-from autopar.reports.plotlyjs import RENDER_JS, figure_html, plotly_script
+from autopar.reports import theme
+from autopar.reports.common import MODEBAR_MARGIN, PLOT_CONFIG, render_page
+from autopar.reports.plotlyjs import figure_html
 
 # ------------------------------------------------------------------------------------------ report
 _PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
@@ -102,9 +104,17 @@ def scatter_figure(res: HeldOut) -> go.Figure:
     fig.update_yaxes(title_text="predicted tokens/s per GPU", row=1, col=1)
     fig.update_layout(
         height=520,
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        margin={"l": 60, "r": 20, "t": 90, "b": 50},
         template="plotly_white",
-        legend={"title": {"text": "source"}},
+        # above the panels from the left, like the other reports' legends (the toolbar is in the right margin)
+        legend={
+            "title": {"text": "source"},
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.1,
+            "xanchor": "left",
+            "x": 0,
+        },
     )
     return fig
 
@@ -163,60 +173,64 @@ def report_html(
         ]
     ].round(1)
     skipped = "".join(f"<li>{html.escape(i)}: {html.escape(r)}</li>" for i, r in res.ts.skipped)
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif; margin: 24px auto;
-       max-width: 1200px; color: #111827; padding: 0 16px; }}
-h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.15rem; margin-top: 2rem; }}
-.tbl {{ border-collapse: collapse; font-size: 0.85rem; }}
-.tbl th, .tbl td {{ padding: 4px 10px; border-bottom: 1px solid #e5e7eb; text-align: right; }}
-.tbl th:first-child, .tbl td:first-child {{ text-align: left; }}
-p.note {{ color: #4b5563; font-size: 0.9rem; }}
-.plot-error {{ color: #b91c1c; padding: 1rem; }}
-</style>
-{plotly_script(plotlyjs)}
-</head><body>
-<h1>{html.escape(title)}</h1>
-<p>{html.escape(description)}</p>
-<p class="note">Each source is predicted by a corrector trained on the other sources only
-(leave-one-source-out). APE = |predicted / measured - 1| of tokens/s per GPU; Spearman's rho is
-computed within each source over runs of the same model and GPU count; band coverage is the share
-of runs whose measurement falls inside the 80% band (split-conformal by source, scored without the
-held-out source); band width is (high - low) / corrected figure.</p>
-<p class="note">{html.escape(choice)}</p>
-<h2>Per source</h2>{_table_html(by_source)}
-<h2>Per GPU family</h2>{_table_html(by_family)}
-{_adaptation_section(adaptation)}
-{_memory_section(memory)}
-<h2>Predicted vs measured</h2>
-<p class="note">Solid line: exact; dotted: ±10%. Error bars: the calibrated band.</p>
-{fig}
-<h2>Runs</h2>
-<details><summary>{len(rows)} runs used{f", {len(res.ts.skipped)} skipped" if res.ts.skipped else ""}</summary>
-{rows.to_html(index=False, border=0, classes="tbl")}
-{f"<ul>{skipped}</ul>" if skipped else ""}
-</details>
-<script>{RENDER_JS}</script>
-</body></html>
-"""
+    n_sources = len(set(res.ts.sources))
+    kpis = [("Runs", f"{len(rows):,}"), ("Sources", str(n_sources)), ("Skipped", str(len(res.ts.skipped)))]
+    runs = (
+        f"<details><summary>{len(rows)} runs used"
+        f"{f', {len(res.ts.skipped)} skipped' if res.ts.skipped else ''}</summary>"
+        f"{rows.to_html(index=False, border=0, classes='tbl')}"
+        f"{f'<ul>{skipped}</ul>' if skipped else ''}</details>"
+    )
+    body = (
+        theme.header(
+            "calibration report", title, description or "held-out errors of the throughput corrector", kpis
+        )
+        + (f'<section id="choice">{theme.notes([choice], ok=True)}</section>' if choice else "")
+        + theme.section("Per source", _METHOD, _table_html(by_source), "by-source")
+        + theme.section("Per GPU family", "", _table_html(by_family), "by-family")
+        + _adaptation_section(adaptation)
+        + _memory_section(memory)
+        + theme.section(
+            "Predicted vs measured",
+            "Solid line: exact; dotted: ±10%. Error bars: the calibrated band.",
+            f'<div class="panel">{fig}</div>',
+            "scatter",
+        )
+        + theme.section("Runs", "", runs, "runs")
+        + theme.footer(
+            "Every figure is leave-one-source-out: a source is scored by a corrector fitted without it."
+        )
+    )
+    return render_page(title, body, plotlyjs)
+
+
+_METHOD = (
+    "Each source is predicted by a corrector trained on the other sources only (leave-one-source-out). "
+    "APE = |predicted / measured - 1| of tokens/s per GPU; Spearman's rho is computed within each source "
+    "over runs of the same model and GPU count; band coverage is the share of runs whose measurement falls "
+    "inside the 80% band (split-conformal by source, scored without the held-out source); band width is "
+    "(high - low) / corrected figure."
+)
 
 
 def _figure(fig: go.Figure) -> str:
     """The scatter as an embedded figure drawn by the shared loader: the partial plotly.js bundle inline
     (scatter with error bars and log axes are in it; tests/test_report_size.py checks the trace types),
     as in the search and what-if reports."""
-    return figure_html(fig, "fig-calibration", {"displaylogo": False, "responsive": True})
+    fig.update_layout(modebar={"orientation": "v"}, margin={"r": MODEBAR_MARGIN})
+    return figure_html(fig, "fig-calibration", PLOT_CONFIG)
 
 
 def _adaptation_section(curve: pd.DataFrame | None) -> str:
     """The adaptation curve: each source fitted on the others plus k of its runs, scored on the rest."""
     if curve is None or curve.empty:
         return ""
-    return (
-        "<h2>Adapting to a cluster (k of its runs ingested)</h2><p class='note'>For each source: fit on "
-        "the other sources plus k of its runs (10 random draws), score its remaining runs; its learned "
-        "offset is what moves the prediction.</p>" + _table_html(curve)
+    return theme.section(
+        "Adapting to a cluster (k of its runs ingested)",
+        "For each source: fit on the other sources plus k of its runs (10 random draws), score its "
+        "remaining runs; its learned offset is what moves the prediction.",
+        _table_html(curve),
+        "adaptation",
     )
 
 
@@ -231,9 +245,11 @@ def _memory_section(memory: HeldOut | None) -> str:
         if memory.scheme.startswith("leave-one-run-out")
         else "validated leave-one-source-out like throughput"
     )
-    return (
-        f"<h2>Peak memory ({html.escape(memory.scheme)})</h2><p class='note'>{len(memory.ts)} runs with "
-        f"measured memory, from {html.escape(srcs)}: {caveat}.</p>{_table_html(error_table(memory, 'source'))}"
+    return theme.section(
+        f"Peak memory ({memory.scheme})",
+        f"{len(memory.ts)} runs with measured memory, from {srcs}: {caveat}.",
+        _table_html(error_table(memory, "source")),
+        "memory",
     )
 
 

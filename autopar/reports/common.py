@@ -26,7 +26,16 @@ ROLE_TITLES = {
 }
 # One colour per category, reused across figures so a segment means the same thing everywhere.
 PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
-PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+# The plotly toolbar appears only while the pointer is over a plot, stacked vertically in the right
+# margin (base_layout: modebar orientation "v", margin r >= MODEBAR_MARGIN), so it never covers a legend
+# drawn above the plot area.
+PLOT_CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "displayModeBar": "hover",
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+}
+MODEBAR_MARGIN = 44  # px: a vertical modebar's width
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
@@ -146,4 +155,8 @@ def base_layout(height: int, **kw: object) -> dict[str, object]:
         "plot_bgcolor": "white",
     }
     layout.update(kw)
+    margin = dict(layout["margin"])  # type: ignore[arg-type]
+    margin["r"] = max(int(margin.get("r", 0)), MODEBAR_MARGIN)
+    layout["margin"] = margin
+    layout["modebar"] = {"orientation": "v"}
     return layout

@@ -11,11 +11,29 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from autopar.reports.common import cluster_label, fmt_value, pareto_trials, role_title
+from autopar.reports.common import cluster_label, fmt_value, pareto_trials
+from autopar.reports.decision import recommendation_cards
 from autopar.search.result import ObjectiveInfo, SearchResult, TrialRecord
 from autopar.units import GiB, format_duration
 
 MAX_PARCOORDS_LINES = 1500
+# The Pareto figure draws every front point but at most this many dominated and infeasible points (each
+# drawn once per objective pair, with its hover text): a 20,000-trial study made a 32 MB page. Beyond the
+# bound an even, deterministic sample by trial number is drawn and the report says how many of how many.
+MAX_DOMINATED_POINTS = 1000
+MAX_INFEASIBLE_POINTS = 300
+
+
+def even_sample(trials: list[TrialRecord], limit: int) -> list[TrialRecord]:
+    """At most `limit` trials, evenly spaced in trial-number order (first and last kept): the same input
+    gives the same sample, and a thinned cloud keeps the shape of the whole."""
+    ordered = sorted(trials, key=lambda t: t.number)
+    n = len(ordered)
+    if n <= limit:
+        return ordered
+    if limit <= 1:
+        return ordered[:limit]
+    return [ordered[round(i * (n - 1) / (limit - 1))] for i in range(limit)]
 
 
 # --------------------------------------------------------------------------- hover text
@@ -50,6 +68,19 @@ def hover_text(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
     if not t.feasible and t.reason:
         lines.append(f"<i>infeasible: {t.reason}</i>")
     return "<br>".join(lines)
+
+
+def brief_hover(t: TrialRecord, objectives: list[ObjectiveInfo]) -> str:
+    """Two lines for the dominated and infeasible cloud (drawn once per objective pair, so its hover text
+    is most of the page): the label, which names every knob, the hardware and the objective values."""
+    values = " · ".join(
+        f"{o.name} {fmt_value(t.values[o.name], o.unit)}" for o in objectives if o.name in t.values
+    )
+    reason = f"<br><i>infeasible: {t.reason}</i>" if not t.feasible and t.reason else ""
+    return (
+        f"<b>{t.strategy.label()}</b> (trial {t.number}) · {cluster_label(t.gpu, t.num_gpus)} {t.precision}"
+        f"<br>{values}{reason}"
+    )
 
 
 # --------------------------------------------------------------------------- Pareto scatter
@@ -105,8 +136,15 @@ class ParetoPlotInfo:
     panels: tuple[ParetoPanel, ...]
     pareto_numbers: tuple[int, ...]
     groups: tuple[str, ...]  # cluster labels among Pareto points (legend entries)
-    n_dominated: int
+    n_dominated: int  # all of them, drawn or not
     n_infeasible: int
+    n_dominated_drawn: int = 0
+    n_infeasible_drawn: int = 0
+
+    @property
+    def thinned(self) -> bool:
+        """Whether only a sample of the dominated or infeasible points is drawn."""
+        return self.n_dominated_drawn < self.n_dominated or self.n_infeasible_drawn < self.n_infeasible
 
 
 def axis_title(o: ObjectiveInfo) -> str:
@@ -121,6 +159,7 @@ def _points(
     yk: str,
     objectives: list[ObjectiveInfo],
     text: dict[int, str] | None = None,
+    brief: bool = False,
 ) -> PointSet:
     sel = [t for t in trials if (xk == "trial" or xk in t.values) and yk in t.values]
     xs = tuple(float(t.number) if xk == "trial" else float(t.values[xk]) for t in sel)
@@ -128,14 +167,14 @@ def _points(
         x=xs,
         y=tuple(float(t.values[yk]) for t in sel),
         numbers=tuple(t.number for t in sel),
-        hover=tuple(hover_text(t, objectives) for t in sel),
+        hover=tuple((brief_hover if brief else hover_text)(t, objectives) for t in sel),
         text=tuple((text or {}).get(t.number, "") for t in sel) if text is not None else (),
         group=tuple(cluster_label(t.gpu, t.num_gpus) for t in sel),
     )
 
 
 def _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_labels) -> ParetoPanel:  # noqa: ANN001
-    pareto, dom = _points(front, xk, yk, objs), _points(dominated, xk, yk, objs)
+    pareto, dom = _points(front, xk, yk, objs), _points(dominated, xk, yk, objs, brief=True)
     rec = _points(rec_trials, xk, yk, objs, rec_labels)
     return ParetoPanel(
         x_title=xt,
@@ -144,7 +183,7 @@ def _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_l
         y_name=yk,
         pareto=pareto,
         dominated=dom,
-        infeasible=_points(infeasible, xk, yk, objs),
+        infeasible=_points(infeasible, xk, yk, objs, brief=True),
         recommended=rec,
         x_log=log_scale(pareto, dom, rec, axis="x", name=xk),
         y_log=log_scale(pareto, dom, rec, axis="y", name=yk),
@@ -159,23 +198,18 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     dominated = [t for t in result.trials if t.feasible and t.number not in front_ids]
     # evaluated but infeasible (out of memory, over a constraint); rule violations have no values
     infeasible = [t for t in result.trials if not t.feasible and t.estimate is not None]
-    rec_labels: dict[int, str] = {}
-    for r in result.recommended:
-        prev = rec_labels.get(r.trial.number)
-        rec_labels[r.trial.number] = f"{prev} · {role_title(r.role)}" if prev else role_title(r.role)
-    seen: set[int] = set()
-    rec_trials = []
-    for r in result.recommended:
-        if r.trial.number not in seen:
-            seen.add(r.trial.number)
-            rec_trials.append(r.trial)
+    cards = recommendation_cards(result.recommended, objs)
+    rec_labels = {c.trial.number: c.title for c in cards}
+    rec_trials = [c.trial for c in cards]
+    drawn_dom = even_sample(dominated, MAX_DOMINATED_POINTS)
+    drawn_inf = even_sample(infeasible, MAX_INFEASIBLE_POINTS)
     if len(objs) >= 2:
         pairs = [(objs[i], objs[j]) for i, j in itertools.combinations(range(len(objs)), 2)]
         keyed = [(a.name, b.name, axis_title(a), axis_title(b)) for a, b in pairs]
     else:
         keyed = [("trial", objs[0].name, "Trial number", axis_title(objs[0]))]
     panels = tuple(
-        _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_labels)
+        _panel(xk, yk, xt, yt, front, drawn_dom, drawn_inf, rec_trials, objs, rec_labels)
         for xk, yk, xt, yt in keyed
     )
     groups = tuple(dict.fromkeys(cluster_label(t.gpu, t.num_gpus) for t in front))
@@ -185,6 +219,8 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
         groups=groups,
         n_dominated=len(dominated),
         n_infeasible=len(infeasible),
+        n_dominated_drawn=len(drawn_dom),
+        n_infeasible_drawn=len(drawn_inf),
     )
 
 
@@ -308,18 +344,9 @@ class StackedBarInfo:
 
 
 def highlighted_trials(result: SearchResult) -> list[tuple[str, TrialRecord]]:
-    """(title, trial) of each distinct recommended point with an estimate; Pareto points if none."""
-    out: list[tuple[str, TrialRecord]] = []
-    by_num: dict[int, int] = {}
-    for r in result.recommended:
-        if r.trial.estimate is None:
-            continue
-        if r.trial.number in by_num:
-            i = by_num[r.trial.number]
-            out[i] = (f"{out[i][0]} · {role_title(r.role)}", out[i][1])
-        else:
-            by_num[r.trial.number] = len(out)
-            out.append((role_title(r.role), r.trial))
+    """(title, trial) of each recommendation card's point with an estimate; Pareto points if none."""
+    cards = recommendation_cards(result.recommended, result.objectives)
+    out = [(c.title, c.trial) for c in cards if c.trial.estimate is not None]
     if not out:
         out = [(f"Pareto #{t.number}", t) for t in pareto_trials(result)[:4] if t.estimate is not None]
     return out

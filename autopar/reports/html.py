@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from autopar.costs.figures import format_usd
 from autopar.errors import AutoparError
 from autopar.perf.params import count_params
 from autopar.perf.types import Estimate
+from autopar.reports import theme
 from autopar.reports.common import (
     autopar_version,
     cluster_label,
@@ -15,15 +17,14 @@ from autopar.reports.common import (
     figure_html,
     fmt_num,
     fmt_value,
-    now_utc,
     pareto_trials,
     render_page,
-    role_title,
     search_counts,
     trial_cluster,
     trial_workload,
     write_text,
 )
+from autopar.reports.decision import Card, Decision, decision_info, recommendation_cards
 from autopar.reports.figures import (
     memory_bar_info,
     parallel_coords_info,
@@ -34,13 +35,10 @@ from autopar.reports.figures import (
 from autopar.reports.launch import launch_settings
 from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacked_bars
 from autopar.reports.table import pareto_table_info, table_html
-from autopar.search.result import Recommendation, SearchResult, TrialRecord
+from autopar.search.result import SearchResult, TrialRecord
+from autopar.search.storage import mask
 from autopar.specs import ClusterSpec
-from autopar.units import GiB, format_duration
-
-
-def _kv(pairs: list[tuple[str, str]]) -> str:
-    return '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+from autopar.units import SECONDS_PER_DAY, GiB, format_duration, format_tokens
 
 
 def _cluster_text(c: ClusterSpec) -> str:
@@ -76,7 +74,34 @@ def calibration_text(result: SearchResult) -> str:
     return ", ".join(parts + described + extra[:4])
 
 
-def _header(result: SearchResult) -> str:
+def _top(result: SearchResult) -> str:
+    """The page header: model, hardware, workload on one line; the search counts as KPI tiles."""
+    m, w = result.model, result.workload
+    n = search_counts(result)
+    kpis = [
+        ("Pareto points", f"{n['pareto']:,}"),
+        ("Evaluated", f"{n['evaluated']:,}"),
+        ("Feasible", f"{n['feasible']:,}"),
+        ("Search space", fmt_num(result.space_size)),
+        ("Search time", format_duration(result.wall_s)),
+    ]
+    sub = " · ".join(cluster_label(c.gpu.name, c.num_gpus) for c in result.clusters)
+    sub += f" · seq {w.seq_len:,} · global batch {w.global_batch:,} · {w.precision}"
+    study, storage = result.inputs.get("study_name"), result.inputs.get("storage")
+    if storage:  # a stored study: where it lives and its trials per state
+        sub += f" · storage {mask(str(storage))} · trials {_states(result)}"
+    title = f"Parallelism plan for {m.name}" + (f" · study {study}" if study else "")
+    return theme.header("study report" if storage else "optimize report", title, sub, kpis)
+
+
+def _states(result: SearchResult) -> str:
+    """'COMPLETE 300 · PRUNED 16': a stored study's trials per Optuna state."""
+    states = result.stats.get("study_states") or {}
+    return " · ".join(f"{k} {v:,}" for k, v in sorted(states.items())) or "none"
+
+
+def _inputs(result: SearchResult) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The input panels (model, clusters, workload, search, and the study when one is stored)."""
     m, w = result.model, result.workload
     inp = result.inputs
     counts = count_params(m)
@@ -88,26 +113,9 @@ def _header(result: SearchResult) -> str:
     objectives = ", ".join(
         f"{o.name} ({'max' if o.direction == 'maximize' else 'min'}, {o.unit})" for o in result.objectives
     )
-    n = search_counts(result)
-    kpis = [
-        ("Pareto points", f"{n['pareto']:,}"),
-        ("Evaluated", f"{n['evaluated']:,}"),
-        ("Feasible", f"{n['feasible']:,}"),
-        ("Search space", fmt_num(result.space_size)),
-        ("Search time", format_duration(result.wall_s)),
-    ]
-    kpi_html = "".join(
-        f'<div class="kpi"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in kpis
-    )
-    title = f"Parallelism plan for {m.name}"
-    sub = " · ".join(cluster_label(c.gpu.name, c.num_gpus) for c in result.clusters)
-    top = (
-        f'<header class="top"><div class="wrap"><div class="brand">autopar report</div>'
-        f'<h1>{esc(title)}</h1><div class="subtitle">{esc(sub)} · seq {w.seq_len:,} · '
-        f"global batch {w.global_batch:,} · {esc(w.precision)} · generated {esc(now_utc())}</div>"
-        f'<div class="kpis">{kpi_html}</div></div></header>'
-    )
     tier = inp.get("tier") or inp.get("price_tier") or "on_demand"
+    cal = result.calibration
+    cal_short = "uncalibrated (analytical model only)" if not cal else str(cal.get("name") or "corrector")
     boxes = [
         (
             "Model",
@@ -138,23 +146,45 @@ def _header(result: SearchResult) -> str:
                 ("objectives", esc(objectives)),
                 ("sampler / budget", esc(f"{result.sampler} / {result.budget} trials")),
                 ("seed", esc(result.seed)),
-                ("calibration", esc(calibration_text(result))),
+                ("calibration", theme.collapsed(cal_short, f"<p>{esc(calibration_text(result))}</p>")),
                 ("autopar", esc(autopar_version())),
             ],
         ),
     ]
-    inputs = "".join(f'<div class="panel"><h3>{esc(t)}</h3>{_kv(kv)}</div>' for t, kv in boxes)
-    notes = "".join(f'<div class="note">{esc(n)}</div>' for n in result.notes)
-    if result.calibration is None:
-        notes += (
-            '<div class="note ok">Predictions come from the analytical model alone (no calibration '
-            "against measured runs); treat absolute throughput as ±15–25 %.</div>"
+    return boxes + _study_box(result)
+
+
+def _study_box(result: SearchResult) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The stored study: name, storage (credentials masked) and trials per Optuna state."""
+    storage = result.inputs.get("storage")
+    if not storage:
+        return []
+    return [
+        (
+            "Study",
+            [
+                ("name", esc(result.inputs.get("study_name") or "–")),
+                ("storage", esc(mask(str(storage)))),
+                ("trials", esc(_states(result))),
+            ],
         )
-    return (
-        top
-        + '<div class="wrap">'
-        + f'<section class="inputs">{inputs}</section>'
-        + (f'<section class="notes">{notes}</section>' if notes else "")
+    ]
+
+
+def _about(result: SearchResult) -> str:
+    """What the answer rests on, below the figures: inputs, notes, how far to trust the numbers."""
+    notes = theme.notes(result.notes)
+    if result.calibration is None:
+        notes += theme.notes(
+            [
+                "Predictions come from the analytical model alone (no calibration against measured runs); "
+                "treat absolute throughput as ±15–25 %."
+            ],
+            ok=True,
+        )
+    inner = theme.panels(_inputs(result)) + (f'<div class="notes">{notes}</div>' if notes else "")
+    return theme.section(
+        "Inputs and notes", "What the search was given and what it noticed.", inner, "inputs"
     )
 
 
@@ -254,29 +284,69 @@ def launch_html(result: SearchResult, t: TrialRecord, key: str) -> str:
     )
 
 
-def _cards(result: SearchResult) -> str:
-    groups: dict[int, list[Recommendation]] = {}
-    for r in result.recommended:
-        groups.setdefault(r.trial.number, []).append(r)
-    if not groups:
-        return '<p class="muted">No recommendation: the search found no feasible strategy.</p>'
-    cards = []
-    for num, recs in groups.items():
-        t = recs[0].trial
-        roles = " · ".join(role_title(r.role) for r in recs)
-        why = "".join(_why(r.why) for r in recs if r.why)
+def _cards(result: SearchResult, cards: list[Card]) -> str:
+    """The alternatives: one card per other distinct recommended point, saying what it buys."""
+    out = []
+    for c in cards:
+        t = c.trial
+        why = "".join(_why(w) for w in c.whys)
         mem = _memory_bar(t.estimate) if t.estimate is not None else ""
         bottleneck = (
             f" · bottleneck: {esc(t.estimate.bottleneck.replace('_', ' '))}" if t.estimate is not None else ""
         )
-        cards.append(
-            f'<div class="card" data-trial="{num}"><div class="role">{esc(roles)}</div>'
+        out.append(
+            f'<div class="card" data-trial="{t.number}"><div class="role">{esc(c.title)}</div>'
             f'<div class="strategy" title="{esc(strategy_fields(t))}">{esc(t.strategy.label())}</div>'
+            f'<p class="buys">{esc(c.buys)}</p>'
             f'<div class="where">{esc(cluster_label(t.gpu, t.num_gpus))} · {esc(t.precision)}'
             f"{bottleneck}<br>{esc(_knobs(t))}</div>{_metrics(t, result)}{mem}{why}"
-            f"{launch_html(result, t, f'launch-{num}')}</div>"
+            f"{launch_html(result, t, f'launch-{t.number}')}</div>"
         )
-    return '<div class="cards">' + "".join(cards) + "</div>"
+    return '<div class="cards">' + "".join(out) + "</div>"
+
+
+def _decision(result: SearchResult, d: Decision | None) -> str:
+    """The answer, first on the page: the recommended strategy, its figures, what would do better."""
+    if d is None:
+        return theme.section(
+            "Recommendation",
+            "",
+            '<p class="muted">No recommendation: the search found no feasible strategy.</p>',
+            "decision",
+        )
+    t = d.card.trial
+    tokens = f"{format_tokens(d.tokens)} tokens"
+    tiles = [("Throughput (cluster)", f"{fmt_num(d.tokens_per_s)} tokens/s")]
+    if d.band is not None:
+        tiles.append(("80% band (calibrated)", f"{fmt_num(d.band[0])}–{fmt_num(d.band[1])} tokens/s"))
+    if d.train_days is not None:
+        tiles.append((f"Time to train {tokens}", format_duration(d.train_days * SECONDS_PER_DAY)))
+    if d.train_usd is not None:
+        tiles.append((f"Cost to train {tokens}", format_usd(d.train_usd)))
+    if d.mfu is not None:
+        tiles.append(("MFU", f"{100 * d.mfu:.1f} %"))
+    if d.headroom_gib is not None and d.capacity_gib is not None:
+        tiles.append(("Memory free per GPU", f"{d.headroom_gib:.1f} of {d.capacity_gib:.1f} GiB"))
+    better = "".join(f"<li>{esc(b)}</li>" for b in d.better)
+    why = "".join(_why(w) for w in d.card.whys)
+    main = (
+        f'<div class="hero-main"><div class="role">Recommended · {esc(d.card.title)}</div>'
+        f'<div class="strategy" id="recommended-strategy" title="{esc(strategy_fields(t))}">'
+        f"{esc(t.strategy.label())}</div>"
+        f'<div class="where">{esc(d.where)} · {esc(_knobs(t))}</div>'
+        f"{theme.metrics(tiles, 'metrics hero-metrics')}"
+        + (
+            ""
+            if d.budget_given
+            else f'<div class="small muted">No --token-budget was given: time and cost are for {esc(tokens)}.</div>'
+        )
+        + f"{theme.collapsed('Why this strategy', why, 'more') if why else ''}"
+        f"{launch_html(result, t, 'launch-recommended')}</div>"
+    )
+    side = f'<div class="hero-side"><h3>What it would take to do better</h3><ul class="better">{better}</ul></div>'
+    return (
+        f'<section id="decision"><div class="card hero" data-trial="{t.number}">{main}{side}</div></section>'
+    )
 
 
 def _why(text: str, keep: int = 2) -> str:
@@ -291,72 +361,88 @@ def _why(text: str, keep: int = 2) -> str:
     )
 
 
-def _section(title: str, lead: str, inner: str, sid: str) -> str:
-    return f'<section id="{sid}"><h2>{esc(title)}</h2><p class="lead">{esc(lead)}</p>{inner}</section>'
-
-
 def search_report_html(result: SearchResult, plotlyjs: str = "inline") -> str:
-    """The complete report page as a string (see `write_search_report`)."""
+    """The complete report page as a string (see `write_search_report`): the decision first, then the
+    front, the breakdowns and the table, then the inputs."""
     front = pareto_trials(result)
-    parts = [_header(result)]
-    parts.append(
-        _section(
-            "Recommendations",
-            "Each card is one point of the Pareto front chosen for a role; "
-            "the launch settings reproduce it in Megatron-LM, torchtitan, DeepSpeed or SLURM.",
-            _cards(result),
-            "recommendations",
-        )
-    )
-    if front:
-        pinfo = pareto_plot_info(result)
+    cards = recommendation_cards(result.recommended, result.objectives)
+    parts = [_top(result), _decision(result, decision_info(result, cards))]
+    figures = _figures(result, front) if front else []
+    parts += figures[:1]  # the front, right below the answer
+    if len(cards) > 1:
         parts.append(
-            _section(
-                "Pareto front",
-                f"{len(front)} non-dominated strategies (coloured) among "
-                f"{result.n_feasible} feasible ones (grey). Stars mark the recommendations; "
-                f"{pinfo.n_infeasible} evaluated strategies that do not fit (memory or a constraint) are "
-                "hidden — click “Infeasible” in the legend to show them. Hover a point for its full strategy.",
-                f'<div class="panel">{figure_html(plot_pareto(pinfo), "fig-pareto")}</div>',
-                "pareto",
+            theme.section(
+                "Alternatives",
+                "Other points of the Pareto front a role chose (the stars), each with what it buys against "
+                "the recommendation; the launch settings reproduce it in Megatron-LM, torchtitan, DeepSpeed "
+                "or SLURM.",
+                _cards(result, cards[1:]),
+                "recommendations",
             )
         )
-        mem, tim = memory_bar_info(result), time_bar_info(result)
-        if mem.categories:
-            parts.append(
-                _section(
-                    "Where the memory and the time go",
-                    "Per-GPU peak memory of the most loaded GPU "
-                    "(dashed line: usable capacity) and the optimizer-step time split into compute, the "
-                    "communication that is not hidden behind compute, the pipeline bubble and the optimizer.",
-                    f'<div class="grid-2"><div class="panel">{figure_html(plot_stacked_bars(mem), "fig-memory")}'
-                    f'</div><div class="panel">{figure_html(plot_stacked_bars(tim), "fig-time")}</div></div>',
-                    "breakdown",
-                )
-            )
-        parts.append(
-            _section(
-                "Knobs vs objectives",
-                "Each line is a feasible strategy (blue: Pareto front). Drag along an axis to filter.",
-                f'<div class="panel">{figure_html(plot_parallel_coords(parallel_coords_info(result)), "fig-parcoords")}</div>',
-                "parcoords",
-            )
-        )
+    parts += figures[1:]
     parts.append(
-        _section(
+        theme.section(
             "Pareto set",
             "Click a column header to sort. Highlighted rows are recommended.",
             table_html(pareto_table_info(result)),
             "table",
         )
     )
+    parts.append(_about(result))
     parts.append(
-        f"<footer>Generated by autopar {esc(autopar_version())} on {esc(now_utc())}. Predictions "
-        "come from autopar's analytical performance model"
-        + (" with calibration" if result.calibration else "")
-        + "; measure before committing a large run.</footer></div>"
+        theme.footer(
+            "Predictions come from autopar's analytical performance model"
+            + (" with calibration" if result.calibration else "")
+            + "; measure before committing a large run."
+        )
     )
     return render_page(f"autopar · {result.model.name}", "".join(parts), plotlyjs)
+
+
+def _figures(result: SearchResult, front: list[TrialRecord]) -> list[str]:
+    """The Pareto front, the memory/time breakdowns and the parallel coordinates."""
+    pinfo = pareto_plot_info(result)
+    drawn = (
+        f" Drawn: every front point and {pinfo.n_dominated_drawn:,} of {pinfo.n_dominated:,} dominated and "
+        f"{pinfo.n_infeasible_drawn:,} of {pinfo.n_infeasible:,} infeasible points (an even sample by trial number)."
+        if pinfo.thinned
+        else ""
+    )
+    parts = [
+        theme.section(
+            "Pareto front",
+            f"{len(front)} non-dominated strategies (coloured) among "
+            f"{result.n_feasible:,} feasible ones (grey). Stars mark the recommendations; "
+            f"{pinfo.n_infeasible:,} evaluated strategies that do not fit (memory or a constraint) are "
+            "hidden — click “Infeasible” in the legend to show them. Hover a point for its full strategy."
+            + drawn,
+            f'<div class="panel">{figure_html(plot_pareto(pinfo), "fig-pareto")}</div>',
+            "pareto",
+        )
+    ]
+    mem, tim = memory_bar_info(result), time_bar_info(result)
+    if mem.categories:
+        parts.append(
+            theme.section(
+                "Where the memory and the time go",
+                "Per-GPU peak memory of the most loaded GPU "
+                "(dashed line: usable capacity) and the optimizer-step time split into compute, the "
+                "communication that is not hidden behind compute, the pipeline bubble and the optimizer.",
+                f'<div class="grid-2"><div class="panel">{figure_html(plot_stacked_bars(mem), "fig-memory")}'
+                f'</div><div class="panel">{figure_html(plot_stacked_bars(tim), "fig-time")}</div></div>',
+                "breakdown",
+            )
+        )
+    parts.append(
+        theme.section(
+            "Knobs vs objectives",
+            "Each line is a feasible strategy (blue: Pareto front). Drag along an axis to filter.",
+            f'<div class="panel">{figure_html(plot_parallel_coords(parallel_coords_info(result)), "fig-parcoords")}</div>',
+            "parcoords",
+        )
+    )
+    return parts
 
 
 def write_search_report(result: SearchResult, path: str | Path, *, plotlyjs: str = "inline") -> Path:

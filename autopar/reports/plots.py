@@ -16,6 +16,15 @@ PANEL_HEIGHT = 440
 ASSUMED_WIDTH = 1260  # px: the report's content width (template .wrap), for label placement
 
 
+# The dominated and infeasible cloud is drawn with this many significant digits (the page stores every
+# coordinate as JSON text; a plot resolves far less than 1e-6 of an axis), hover texts keep the values.
+CLOUD_DIGITS = 6
+
+
+def _round(values: tuple[float, ...]) -> list[float]:
+    return [float(f"{v:.{CLOUD_DIGITS}g}") for v in values]
+
+
 def focus_range(
     front: list[float], everything: list[float], pad: float = 0.18, log: bool = False
 ) -> list[float] | None:
@@ -85,8 +94,8 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
         first = i == 0
         fig.add_trace(
             go.Scatter(
-                x=p.dominated.x,
-                y=p.dominated.y,
+                x=_round(p.dominated.x),
+                y=_round(p.dominated.y),
                 hovertext=p.dominated.hover,
                 hovertemplate=HOVER,
                 mode="markers",
@@ -100,8 +109,8 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
         )
         fig.add_trace(
             go.Scatter(
-                x=p.infeasible.x,
-                y=p.infeasible.y,
+                x=_round(p.infeasible.x),
+                y=_round(p.infeasible.y),
                 hovertext=p.infeasible.hover,
                 hovertemplate=HOVER,
                 mode="markers",

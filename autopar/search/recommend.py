@@ -100,6 +100,12 @@ def _compute_hint(r: TrialRecord | None) -> str:
     return "only " + ", ".join(opts[:-1]) + (" or " if len(opts) > 1 else "") + opts[-1] + " would help"
 
 
+def bottleneck_hint(e: Estimate, r: TrialRecord | None = None) -> tuple[str, str]:
+    """(what limits the step, what would help) for an estimate's bottleneck, in words."""
+    what, hint = _BOTTLENECK.get(e.bottleneck, (f"limited by {e.bottleneck}", ""))
+    return what, (_compute_hint(r) if e.bottleneck == "compute" else hint)
+
+
 def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
     """One sentence on where the step time goes and what limits it."""
     t = e.time
@@ -115,9 +121,7 @@ def explain_time(e: Estimate, r: TrialRecord | None = None) -> str:
         "optimizer": t.optimizer,
     }
     shown = ", ".join(f"{k} {100 * v / step:.0f}%" for k, v in parts.items() if v / step >= 0.01)
-    what, hint = _BOTTLENECK.get(e.bottleneck, (f"limited by {e.bottleneck}", ""))
-    if e.bottleneck == "compute":
-        hint = _compute_hint(r)
+    what, hint = bottleneck_hint(e, r)
     rc = f"; recompute is {100 * t.recompute / step:.0f}% of it" if t.recompute / step >= 0.01 else ""
     return f"Its {format_duration(e.step_time_s)} step is {what} ({shown}{rc}){'; ' + hint if hint else ''}."
 

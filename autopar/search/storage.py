@@ -55,8 +55,10 @@ CONNECTION_LOST = ("OperationalError", "InterfaceError", "DisconnectionError")
 
 
 def mask(url: str) -> str:
-    """The URL with its password replaced by ***."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """The URL with its password replaced by ***: in user:password@ and in a password= query parameter
+    (libpq and SQLAlchemy accept both)."""
+    url = re.sub(r"(://[^:/@]+:)[^/?#]*@", r"\1***@", url)  # up to the last @ of the authority
+    return re.sub(r"([?&](?:password|passwd|pwd)=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def scheme(spec: str) -> str:
