@@ -1,7 +1,7 @@
 """The launch files of Pareto points, fed to the frameworks' own code (issue 25).
 
-torchtitan 0.2.2 and DeepSpeed 0.19.5 are installed by the `test` extra (pyproject.toml) on the CPU
-build of PyTorch; tests/frameworks.py runs their parsers and validators. Megatron-LM has no installable
+torchtitan 0.2.2 and DeepSpeed 0.19.5 are the `launch-check` extra (pyproject.toml; scripts/setup.sh test
+installs it) on the test extra's CPU build of PyTorch; tests/frameworks.py runs their parsers and validators. Megatron-LM has no installable
 release for this interpreter (megatron-core >= 0.17 needs Python 3.12), so its files stay checked against
 the vendored schema (tests/test_launch_schema.py). Outside CI a machine without the frameworks skips;
 under CI=true the module fails instead.
@@ -26,8 +26,12 @@ from autopar.specs import ClusterSpec, Strategy, Workload
 _MISSING = [m for m in ("torchtitan", "deepspeed") if importlib.util.find_spec(m) is None]
 if _MISSING:
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{', '.join(_MISSING)} not installed (the test extra installs them)", pytrace=False)
-    pytest.skip(f"{', '.join(_MISSING)} not installed", allow_module_level=True)
+        pytest.fail(
+            f"{', '.join(_MISSING)} not installed (scripts/setup.sh test installs them)", pytrace=False
+        )
+    pytest.skip(
+        f"{', '.join(_MISSING)} not installed (pip install -e '.[launch-check]')", allow_module_level=True
+    )
 
 from frameworks import (  # noqa: E402
     deepspeed_problems,
