@@ -740,6 +740,8 @@ class Stack:
     # axes the stack runs only through model code that its launch file cannot set (autopar hands over the
     # file alone, so the search does not offer them and the launch writer refuses them: one rule, stack_rules)
     model_code: dict[str, str] = field(default_factory=dict)
+    # expert TP of any degree; False: only 1 or the dense TP degree (torchtitan's ParallelDims asserts it)
+    expert_tp_any: bool = True
 
 
 STACKS: dict[str, Stack] = {
@@ -793,6 +795,9 @@ STACKS: dict[str, Stack] = {
         False,
         False,
         "pytorch/torchtitan v0.2.2 torchtitan/config/job_config.py",
+        # torchtitan/distributed/parallel_dims.py ParallelDims._validate: "Currently we only support ETP=TP
+        # or ETP=1" (asserted when ep > 1)
+        expert_tp_any=False,
     ),
     # PyTorch FSDP (torch/distributed/fsdp ShardingStrategy NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
     # HYBRID_SHARD) with torch.distributed.pipelining (Schedule1F1B, ScheduleInterleaved1F1B) and
@@ -862,6 +867,8 @@ def stack_rules(
     act_offload: int = 0,
     sp: bool = False,
     ep: int = 1,
+    etp: int | None = None,
+    tp: int = 1,
 ) -> Iterator[Violation]:
     """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
     them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
@@ -887,6 +894,9 @@ def stack_rules(
     if sp and not st.sp:
         msg = f"sp=true: {fw} has no Megatron-style sequence parallelism (its sequence parallelism is CP a2a)"
         yield _v(Axis.TP, Level.SEARCH, msg)
+    if ep > 1 and etp not in (None, 1, tp) and not st.expert_tp_any:
+        msg = f"etp={etp}: {fw} supports expert TP = 1 or = TP only (tp={tp})"
+        yield _v(Axis.ETP, Level.SEARCH, msg)
     yield from model_code_rules(framework, pp=pp, cp=cp, ep=ep)
 
 
@@ -919,6 +929,8 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
             act_offload=s.activation_offload_layers or 0,
             sp=s.sp,
             ep=s.ep,
+            etp=s.etp,
+            tp=s.tp,
         )
     )
 
@@ -942,9 +954,12 @@ def torchtitan_family(model: ModelSpec) -> str | None:
     """The torchtitan v0.2.2 model an architecture runs as, where a family limit depends on it.
 
     MLA (DeepSeek-V2/V3) is deepseek_v3; per-head q/k norms without local attention or shared experts is
-    qwen3 (Gemma-3 has a sliding window, Llama-4 a shared expert and chunked attention)."""
+    qwen3 (Gemma-3 has a sliding window, Llama-4 a shared expert and chunked attention); experts with
+    sliding-window attention and attention biases is gpt_oss."""
     if model.is_mla:
         return "deepseek_v3"
+    if model.is_moe and model.sliding_window and model.qkv_bias:
+        return "gpt_oss"
     if model.qk_norm and not model.sliding_window and not model.shared_experts:
         return "qwen3"
     return None
@@ -965,6 +980,20 @@ FAMILY_LIMITS: tuple[FamilyLimit, ...] = (
         Axis.PP,
         "torchtitan's qwen3 has no pipelining_fn (torchtitan v0.2.2 torchtitan/models/qwen3/__init__.py:199; "
         "torchtitan/train.py:218-223 raises 'does not support pipelining')",
+    ),
+    FamilyLimit(
+        "torchtitan",
+        "gpt_oss",
+        Axis.PP,
+        "torchtitan's gpt_oss has no pipelining_fn (torchtitan v0.2.2 torchtitan/models/gpt_oss/__init__.py:85; "
+        "torchtitan/train.py:218-223 raises 'does not support pipelining')",
+    ),
+    FamilyLimit(
+        "torchtitan",
+        "gpt_oss",
+        Axis.CP,
+        "torchtitan's gpt_oss raises 'CP support for gpt-oss model is still in progress' (torchtitan v0.2.2 "
+        "torchtitan/models/gpt_oss/model/args.py:89-92)",
     ),
 )
 
@@ -1141,7 +1170,7 @@ def expert_degrees(
             rules = [
                 *expert_rules(model, d, True),
                 *domain_rules(Axis.ETP, etp, cluster, False),
-                *stack_rules(framework, ep=ep),
+                *stack_rules(framework, ep=ep, etp=etp, tp=dims.tp),
             ]
             if _ok(rules):
                 out.append((ep, etp))

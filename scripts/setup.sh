@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install autopar. Idempotent.
 #   bash scripts/setup.sh          runtime dependencies only (what `autopar` needs; the quick start)
-#   bash scripts/setup.sh test     plus the test extras (pytest, hypothesis, playwright, ruff, psycopg, ...)
+#   bash scripts/setup.sh test     plus the test extras (pytest, hypothesis, playwright, ruff, psycopg, ...) and
+#                                  the frameworks that check the launch files (launch-check: torchtitan, DeepSpeed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 case "${1:-runtime}" in
   runtime) TARGET="." ;;
-  test) TARGET=".[test]" ;;
+  test) TARGET=".[test,launch-check]" ;;
   *) echo "error: scripts/setup.sh takes 'runtime' or 'test', not '$1'" >&2; exit 2 ;;
 esac
 if [ ! -x .venv/bin/python ]; then

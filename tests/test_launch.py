@@ -118,14 +118,18 @@ def test_megatron_args_llama70b_interleaved() -> None:
         "--bf16",
     ]
     assert list(ls.megatron_args) == expected
-    assert set(ls.placeholders) == {"TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS", "DATA_PATH", "TOKENIZER"}
+    assert set(ls.placeholders) == {
+        *("TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS", "DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR"),
+        "MASTER_ADDR",  # 8 nodes: torchrun's rendezvous host
+    }
     assert ls.versions == {"megatron": "core_v0.19.0", "torchtitan": "v0.2.2", "deepspeed": "v0.19.5"}
     assert ls.megatron == " \\\n".join(expected)
     assert ls.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # TP>1 before Blackwell (validate_args)
     assert ls.nodes == 8 and ls.gpus_per_node == 8
     assert ls.torchrun.startswith(
         "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun \\\n--nnodes 8 \\\n--nproc-per-node 8 \\\n--rdzv-id autopar"
-        " \\\n--rdzv-backend c10d \\\n--rdzv-endpoint $MASTER_ADDR:29500 \\\npretrain_gpt.py \\\n--num-layers 80"
+        ' \\\n--rdzv-backend c10d \\\n--rdzv-endpoint "${MASTER_ADDR:?set MASTER_ADDR: address of the first node (the rendezvous host)}'
+        ':29500" \\\npretrain_gpt.py \\\n--num-layers 80'
     )
     # DeepSpeed has no pipeline engine config for a plain model: None with the reason.
     assert ls.deepspeed is None and "pp=2" in ls.deepspeed_reason
@@ -144,6 +148,7 @@ def test_torchtitan_toml_llama70b() -> None:
 # Targets torchtitan v0.2.2: pytorch/torchtitan v0.2.2 (commit 73a0e6979dd1),
 # torchtitan/config/job_config.py. Set on the command line (no default is assumed):
 #   --optimizer.lr LR --lr_scheduler.warmup_steps N --training.steps N
+#   --training.dataset NAME --training.dataset_path PATH --model.hf_assets_path TOKENIZER_DIR
 
 [job]
 description = "{header}"
@@ -151,6 +156,7 @@ description = "{header}"
 [model]
 name = "llama3"
 flavor = "70B"
+hf_assets_path = "SET --model.hf_assets_path (your Hugging Face tokenizer folder)"
 
 [lr_scheduler]
 decay_type = "cosine"
@@ -160,6 +166,7 @@ local_batch_size = 16
 global_batch_size = 128
 seq_len = 8192
 mixed_precision_param = "bfloat16"
+dataset = "SET --training.dataset (a torchtitan.hf_datasets name) and --training.dataset_path"
 
 [parallelism]
 data_parallel_replicate_degree = 1
@@ -173,6 +180,11 @@ pipeline_parallel_microbatch_size = 1
 pipeline_parallel_first_stage_less_layers = 0
 pipeline_parallel_last_stage_less_layers = 0
 pipeline_parallel_layers_per_stage = 20
+
+[checkpoint]
+enable = true
+folder = "checkpoint"
+interval = 500
 
 [activation_checkpoint]
 mode = "full"
@@ -264,7 +276,10 @@ def test_moe_and_fp8() -> None:
     assert 'converters = ["quantize.linear.float8"]' in q.torchtitan
     assert '[quantize.linear.float8]\nrecipe_name = "tensorwise"' in q.torchtitan
     assert "expert_parallel_degree = 4\nexpert_tensor_parallel_degree = 2\n" in q.torchtitan
-    assert "--fp8-recipe tensorwise" in a  # Hopper; Blackwell gets mxfp8
+    # the estimate's default recipe (Workload.fp8_recipe = delayed): Transformer Engine's DelayedScaling in
+    # Megatron-LM; torchao has no delayed scaling, so torchtitan runs tensorwise and says so
+    assert "--fp8-recipe delayed" in a
+    assert any("no delayed FP8 scaling" in n for n in q.framework_notes["torchtitan"])
     assert ls.deepspeed is None and "ep=4" in ls.deepspeed_reason
 
 
@@ -569,3 +584,20 @@ def test_router_fields_read_from_the_hf_configs():
     assert (q.aux_loss_coeff, q.aux_loss_per_sequence, q.norm_eps, q.qk_norm) == (0.001, False, 1e-6, True)
     dense = model_from_hf_config(json.loads((HF_DIR / "qwen3-8b.json").read_text()))
     assert dense.norm_eps == 1e-6 and dense.aux_loss_coeff is None
+
+
+def test_cli_fp8_recipe_reaches_the_files_and_is_checked_against_the_gpu() -> None:
+    """--fp8-recipe current is Transformer Engine's Float8CurrentScaling: Megatron's 'tensorwise'; mxfp8 needs
+    Blackwell (refused on the default H100 like the estimate refuses it); without --precision fp8 it is an error."""
+    run = CliRunner().invoke
+    base = ["launch", "--framework", "megatron", "--tp", "2"]
+    res = run(app, [*base, "--precision", "fp8", "--fp8-recipe", "current"])
+    assert res.exit_code == 0 and "--fp8-recipe tensorwise" in res.stdout
+    res = run(app, [*base, "--precision", "fp8", "--gpu", "B200", "--fp8-recipe", "mxfp8"])
+    assert res.exit_code == 0 and "--fp8-recipe mxfp8" in res.stdout
+    res = run(app, [*base, "--precision", "fp8", "--fp8-recipe", "mxfp8"])
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        "error: fp8_recipe='mxfp8' needs a Blackwell GPU (block-scaled FP8), not hopper"
+    ]
+    res = run(app, [*base, "--fp8-recipe", "rowwise"])
+    assert res.exit_code == 2 and "--fp8-recipe rowwise needs --precision fp8" in res.stderr

@@ -9,6 +9,7 @@ import typer
 
 from autopar.cli.app import command, console, emit_json, err_console, styled
 from autopar.cli.common import TpOverlapOpt, knob_strategy
+from autopar.cli.workload_opts import FP8RecipeOpt, workload_extras
 from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
@@ -64,8 +65,16 @@ def _strategy(
 
 
 def _check(model, cluster, workload, strategy, strict: bool = True) -> None:
-    """Refuse strategies the performance model's rules reject (strict=False: uneven stages allowed)."""
+    """Refuse strategies the performance model's rules reject (strict=False: uneven stages allowed), and an FP8
+    recipe the GPU cannot run (the estimate refuses it the same way: perf.context)."""
     from autopar.perf import validate_strategy
+    from autopar.perf.fp8 import check_recipe
+
+    if workload.precision == "fp8" and cluster.gpu.fp8_flops is not None:
+        try:
+            check_recipe(workload.fp8_recipe, cluster.gpu.family)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
 
     problems = validate_strategy(model, cluster, workload, strategy, strict=strict)
     if problems:
@@ -143,6 +152,7 @@ def launch_cmd(
         typer.Option(help="Pipeline schedule: 1f1b or interleaved \\[default: interleaved when vpp>1]."),
     ] = None,
     precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
+    fp8_recipe: FP8RecipeOpt = None,
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
     ] = None,
@@ -185,6 +195,7 @@ def launch_cmd(
         precision=precision,
         tp_comm_overlap=tp_comm_overlap_default(_LAUNCH_STACK.get(framework, framework), tp_comm_overlap),
         token_budget=parse_count(tokens),
+        **workload_extras(m, [precision], {"fp8_recipe": fp8_recipe}),
     )
     s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)
     _check(m, cluster, workload, s, strict=not allow_uneven)
@@ -198,7 +209,9 @@ def launch_cmd(
     chosen = list(FILES) if framework == "all" else [framework]
     written: list[str] = []
     if out is not None:
-        written = _write(out, chosen, texts, ls)
+        # the sbatch script's torchtitan alternative reads the TOML: written beside it when there is one
+        extra = ["torchtitan"] if chosen == ["slurm"] and ls.torchtitan is not None else []
+        written = _write(out, chosen + extra, texts, ls)
     if as_json:
         _emit_json(ls, s.with_dp(gpus), chosen, [str(out / f) for f in written] if out else [])
         return

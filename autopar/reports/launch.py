@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.layouts import Axis, mesh_problems
 from autopar.reports.launch_deepspeed import deepspeed_config
-from autopar.reports.launch_megatron import PLACEHOLDERS, megatron_args, megatron_env, placeholder
+from autopar.reports.launch_megatron import (
+    CHECKPOINT_INTERVAL,
+    PLACEHOLDERS,
+    megatron_args,
+    megatron_env,
+    placeholder,
+)
 from autopar.reports.launch_schema import VERSIONS, resolve_version, schema_source
 from autopar.reports.launch_split import strategy_split
 from autopar.reports.launch_torchtitan import torchtitan_toml, torchtitan_unsupported
@@ -31,12 +37,16 @@ TORCHTITAN_MODULE = "torchtitan.train"
 TORCHTITAN_CONFIG = "autopar_torchtitan.toml"
 DEEPSPEED_CONFIG = "ds_config.json"
 MASTER_PORT = 29500
-DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER")  # the data arguments every Megatron launch needs
+# the data and checkpoint arguments every Megatron launch needs
+DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR")
 DATA_ARGS = [
     f"--data-path {placeholder('DATA_PATH')}",
     "--split 99,1,0",
     "--tokenizer-type HuggingFaceTokenizer",
     f"--tokenizer-model {placeholder('TOKENIZER')}",
+    f"--save {placeholder('CHECKPOINT_DIR')}",
+    f"--load {placeholder('CHECKPOINT_DIR')}",
+    f"--save-interval {CHECKPOINT_INTERVAL}",
 ]
 
 
@@ -123,7 +133,7 @@ def _torchrun_prefix(nodes: int, gpn: int) -> list[str]:
         f"--nproc-per-node {gpn}",
         "--rdzv-id autopar",
         "--rdzv-backend c10d",
-        f"--rdzv-endpoint $MASTER_ADDR:{MASTER_PORT}",
+        f'--rdzv-endpoint {placeholder("MASTER_ADDR")[:-1]}:{MASTER_PORT}"',
     ]
 
 
@@ -151,8 +161,10 @@ def _slurm(
     args: list[str],
     versions: Mapping[str, str],
     placeholders: Mapping[str, str],
+    torchtitan: bool,
 ) -> str:
-    """An sbatch script that starts one torchrun per node running Megatron's pretrain_gpt.py."""
+    """An sbatch script that starts one torchrun per node running Megatron's pretrain_gpt.py (and, commented,
+    torchtitan's trainer on the TOML when there is one)."""
     nodes, gpn = cluster.nodes, _gpus_per_node(cluster)
     lines = _slurm_header(name, header, nodes, gpn, versions)
     lines += [
@@ -162,7 +174,7 @@ def _slurm(
     lines += [f"export {k}={v}" for k, v in env.items()]
     lines += ["", "MEGATRON_ARGS=("] + [f"  {x}" for x in args] + [")"]
     lines += [
-        "# Your data (Megatron .bin/.idx prefix) and Hugging Face tokenizer folder:",
+        "# Your data (Megatron .bin/.idx prefix), Hugging Face tokenizer folder and checkpoint folder:",
         "DATA_ARGS=(",
         *[f"  {x}" for x in DATA_ARGS],
         ")",
@@ -174,15 +186,25 @@ def _slurm(
         "  --rdzv-backend c10d \\",
         '  --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f'  {MEGATRON_ENTRYPOINT} "${{MEGATRON_ARGS[@]}}" "${{DATA_ARGS[@]}}"',
+    ]
+    if torchtitan:
+        lines += _slurm_torchtitan(versions["torchtitan"], gpn, placeholders)
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_torchtitan(version: str, gpn: int, placeholders: Mapping[str, str]) -> list[str]:
+    """The commented torchtitan alternative (written next to the script as TORCHTITAN_CONFIG)."""
+    return [
         "",
-        f"# torchtitan {versions['torchtitan']} instead of Megatron-LM (same allocation):",
+        f"# torchtitan {version} instead of Megatron-LM (same allocation; {TORCHTITAN_CONFIG} is written beside",
+        "# this script; set its dataset on the command line too: --training.dataset --training.dataset_path):",
         f'# srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {gpn} --rdzv-id "$SLURM_JOB_ID" \\',
         '#   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f"#   -m {TORCHTITAN_MODULE} --job.config_file {TORCHTITAN_CONFIG} \\",
+        '#   --model.hf_assets_path "$TOKENIZER" --checkpoint.folder "$CHECKPOINT_DIR" \\',
         '#   --optimizer.lr "$LR" --lr_scheduler.warmup_steps "$WARMUP_ITERS"'
         + (' --training.steps "$TRAIN_ITERS"' if "TRAIN_ITERS" in placeholders else ""),
     ]
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- public API
@@ -247,14 +269,17 @@ def launch_settings(
         deepspeed=ds,
         deepspeed_reason=ds_reason,
         torchrun=torchrun,
-        slurm=_slurm(model.name, header, cluster, env, meg.args, vers, meg.placeholders),
+        slurm=_slurm(model.name, header, cluster, env, meg.args, vers, meg.placeholders, tt is not None),
         env=env,
         notes=tuple(meg.notes + tt_notes + ds_notes),
         nodes=cluster.nodes,
         gpus_per_node=_gpus_per_node(cluster),
         versions=vers,
         sources={fw: schema_source(fw, v) for fw, v in vers.items()},
-        placeholders={k: PLACEHOLDERS[k] for k in (*meg.placeholders, *DATA_PLACEHOLDERS)},
+        placeholders={
+            k: PLACEHOLDERS[k]
+            for k in (*meg.placeholders, *DATA_PLACEHOLDERS, *(("MASTER_ADDR",) if cluster.nodes > 1 else ()))
+        },
         framework_notes={
             "megatron": tuple(meg.notes),
             "slurm": tuple(meg.notes),

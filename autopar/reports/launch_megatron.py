@@ -18,6 +18,10 @@ from autopar.perf.pipeline import SCHEDULES
 from autopar.reports.launch_split import strategy_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
+# Steps between checkpoints in every launch file: torchtitan's own default (job_config.py Checkpoint.interval),
+# so Megatron-LM (--save-interval, no default) and torchtitan save on the same steps.
+CHECKPOINT_INTERVAL = 500
+
 # Values the user must choose: name -> what it is. A token budget fixes TRAIN_ITERS.
 PLACEHOLDERS = {
     "TRAIN_ITERS": "optimizer steps to train (tokens / (seq_len x global batch))",
@@ -26,6 +30,20 @@ PLACEHOLDERS = {
     "WARMUP_ITERS": "linear warm-up steps",
     "DATA_PATH": "dataset prefix written by Megatron tools/preprocess_data.py (path/to/name_text_document)",
     "TOKENIZER": "Hugging Face tokenizer folder or name",
+    "CHECKPOINT_DIR": f"folder for checkpoints (saved every {CHECKPOINT_INTERVAL} steps, the latest loaded on restart)",
+    "MASTER_ADDR": "address of the first node (the rendezvous host)",
+}
+
+
+# Workload.fp8_recipe (the recipe the estimate assumed) -> Megatron-LM core_v0.19.0 --fp8-recipe
+# (megatron/core/enums.py Fp8Recipe; megatron/core/fp8_utils.py builds Transformer Engine's DelayedScaling for
+# delayed, Float8CurrentScaling for tensorwise, MXFP8BlockScaling for mxfp8, Float8BlockScaling for blockwise).
+# Megatron has no per-row recipe: rowwise runs as blockwise (1x128 / 128x128 scales), the nearest finer scaling.
+MEGATRON_FP8_RECIPE = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "rowwise": "blockwise",
+    "mxfp8": "mxfp8",
 }
 
 
@@ -234,7 +252,9 @@ def _parallel(
     return a, notes
 
 
-def _training(workload: Workload, cluster: ClusterSpec, s: Strategy) -> tuple[list[str], dict[str, str]]:
+def _training(
+    workload: Workload, cluster: ClusterSpec, s: Strategy, notes: list[str]
+) -> tuple[list[str], dict[str, str]]:
     """Batch, length, learning-rate schedule and precision; placeholders for what the user sets."""
     used = {k: v for k, v in PLACEHOLDERS.items() if k in ("TRAIN_ITERS", "LR", "MIN_LR", "WARMUP_ITERS")}
     if workload.token_budget:
@@ -254,9 +274,10 @@ def _training(workload: Workload, cluster: ClusterSpec, s: Strategy) -> tuple[li
         "--bf16",
     ]
     if workload.precision == "fp8":
-        # autopar models one tensor-wise-like FP8 recipe; Blackwell runs MXFP8 (block scales)
-        recipe = "mxfp8" if cluster.gpu.family == "blackwell" else "tensorwise"
+        recipe = MEGATRON_FP8_RECIPE[workload.fp8_recipe]
         a += ["--fp8-format hybrid", f"--fp8-recipe {recipe}"]
+        if workload.fp8_recipe == "rowwise":
+            notes.append("Megatron-LM has no row-wise FP8 recipe: --fp8-recipe blockwise is the nearest")
     return a, used
 
 
@@ -264,7 +285,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, workload: Workload, s:
     """All Megatron-LM arguments for the strategy, the notes, and the placeholders they use."""
     net, notes = _network(model, workload)
     par, pnotes = _parallel(model, cluster, workload, s)
-    train, used = _training(workload, cluster, s)
+    train, used = _training(workload, cluster, s, pnotes)
     return MegatronArgs(net + _experts(model) + par + train, notes + pnotes, used)
 
 

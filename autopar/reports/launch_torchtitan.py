@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from autopar.layouts import STACKS, stack_notes
+from autopar.layouts import STACKS, family_rules, stack_notes, stack_rules
+from autopar.reports.launch_megatron import CHECKPOINT_INTERVAL
 from autopar.reports.launch_schema import load_schema, schema_source
 from autopar.reports.launch_split import strategy_split, torchtitan_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -128,6 +129,53 @@ def _label_split(layers: int, s: Strategy) -> tuple[int, ...] | None:
     return counts if len(counts) == s.pp and sum(counts) == layers else None
 
 
+# Workload.fp8_recipe (what the estimate assumed) -> torchtitan v0.2.2 (converter, its config section, recipe
+# name): torchtitan/components/quantization/float8.py registers quantize.linear.float8 (torchao Float8Linear
+# recipes tensorwise, rowwise, rowwise_with_gw_hp: config/job_config.py Float8Linear.recipe_name) and mx.py
+# quantize.linear.mx (MXLinear, recipe mxfp8_cublas). torchao has no delayed scaling: tensorwise (dynamic, i.e.
+# current scaling) runs instead, with a note.
+TORCHTITAN_FP8: dict[str, tuple[str, str, str]] = {
+    "delayed": ("quantize.linear.float8", "quantize.linear.float8", "tensorwise"),
+    "current": ("quantize.linear.float8", "quantize.linear.float8", "tensorwise"),
+    "rowwise": ("quantize.linear.float8", "quantize.linear.float8", "rowwise"),
+    "mxfp8": ("quantize.linear.mx", "quantize.linear.mx", "mxfp8_cublas"),
+}
+
+
+# torchtitan's defaults train on its bundled test data and tokenizer (job_config.py Training.dataset "c4_test",
+# Model.hf_assets_path "./tests/assets/tokenizer"), silently. The TOML names values that stop the run saying
+# what to set: hf_datasets/text_datasets.py _validate_dataset raises "Dataset <name> is not supported" and
+# components/tokenizer.py HuggingFaceTokenizer "Tokenizer path '<path>' does not exist".
+UNSET_DATASET = "SET --training.dataset (a torchtitan.hf_datasets name) and --training.dataset_path"
+UNSET_TOKENIZER = "SET --model.hf_assets_path (your Hugging Face tokenizer folder)"
+
+
+def _data_and_checkpoint() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+    """([model], [training], [checkpoint]) entries: data and tokenizer to set, checkpoints every
+    CHECKPOINT_INTERVAL steps into dump_folder/checkpoint (torchtitan loads the latest one on restart)."""
+    return (
+        {"hf_assets_path": UNSET_TOKENIZER},
+        {"dataset": UNSET_DATASET},
+        {"enable": True, "folder": "checkpoint", "interval": CHECKPOINT_INTERVAL},
+    )
+
+
+def _fp8(
+    workload: Workload, s: Strategy, notes: list[str]
+) -> tuple[list[str], dict[str, dict[str, object]], bool]:
+    """(converters, {section: body}, compile the model?) for the workload's FP8 recipe."""
+    if workload.precision != "fp8":
+        return [], {}, False
+    converter, section, recipe = TORCHTITAN_FP8[workload.fp8_recipe]
+    if workload.fp8_recipe == "delayed":
+        notes.append(
+            "torchtitan (torchao) has no delayed FP8 scaling: the config runs tensorwise current scaling"
+        )
+    # quantize.linear.mx: "TP not yet supported with torch.compile for mxfp8" (mx.py MXLinearConverter)
+    compile_ok = not (converter == "quantize.linear.mx" and s.tp > 1)
+    return [converter], {section: {"recipe_name": recipe}}, compile_ok
+
+
 def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str | None:
     """Why torchtitan cannot run this model/strategy as configured, or None."""
     if torchtitan_model(model, version) is None:
@@ -137,9 +185,10 @@ def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str |
             f"torchtitan {version} has no built-in model matching {model.name} (models: {listed}); "
             "register a TrainSpec for it and set [model] name/flavor"
         )
-    if model.is_moe and s.ep > 1 and s.expert_tp not in (1, s.tp):
-        return f"torchtitan supports expert TP = 1 or = TP only (got etp={s.expert_tp}, tp={s.tp})"
-    return None
+    # the limits the torchtitan search reads too (layouts.FAMILY_LIMITS, Stack.expert_tp_any)
+    etp = [] if not model.is_moe else stack_rules("torchtitan", ep=s.ep, etp=s.expert_tp, tp=s.tp)
+    refused = [v.message for v in (*family_rules("torchtitan", model, pp=s.pp, cp=s.cp), *etp)]
+    return "; ".join(refused) or None
 
 
 def torchtitan_toml(
@@ -157,17 +206,26 @@ def torchtitan_toml(
     }
     if workload.token_budget:
         training["steps"] = -(-int(workload.token_budget) // workload.tokens_per_step)
-    model_sec: dict[str, object] = {"name": name, "flavor": flavor}
+    data_model, data_training, checkpoint = _data_and_checkpoint()
+    training.update(data_training)
+    model_sec: dict[str, object] = {"name": name, "flavor": flavor, **data_model}
     sections: list[tuple[str, dict[str, object]]] = [("job", {"description": header}), ("model", model_sec)]
     sections += [("lr_scheduler", {"decay_type": "cosine"}), ("training", training), ("parallelism", par)]
+    sections.append(("checkpoint", checkpoint))
     ac: dict[str, object] = {"mode": s.recompute}
     if s.recompute == "selective":
         ac["selective_ac_option"] = "op"
     sections.append(("activation_checkpoint", ac))
-    if workload.precision == "fp8":
-        model_sec["converters"] = ["quantize.linear.float8"]
-        sections.append(("quantize.linear.float8", {"recipe_name": "tensorwise"}))
-    if workload.precision == "fp8" or (workload.tp_comm_overlap and s.tp > 1):
+    converters, quant, fp8_compile = _fp8(workload, s, notes)
+    if converters:
+        model_sec["converters"] = converters
+        sections += list(quant.items())
+    async_tp = bool(par.get("enable_async_tensor_parallel"))
+    if async_tp and workload.precision == "fp8" and not fp8_compile:
+        del par["enable_async_tensor_parallel"]  # async TP needs compile, which mxfp8 with TP cannot take
+        notes.append("mxfp8 with TP runs without torch.compile in torchtitan, so without async TP")
+        async_tp = False
+    if fp8_compile or async_tp:
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     out = [
         "# " + one_line(f"torchtitan job config generated by autopar: {header}"),
@@ -175,6 +233,7 @@ def torchtitan_toml(
         "# torchtitan/config/job_config.py. Set on the command line (no default is assumed):",
         "#   --optimizer.lr LR --lr_scheduler.warmup_steps N"
         + ("" if workload.token_budget else " --training.steps N"),
+        "#   --training.dataset NAME --training.dataset_path PATH --model.hf_assets_path TOKENIZER_DIR",
     ]
     for sec, body in sections:
         out.append(f"\n[{sec}]")
