@@ -95,7 +95,8 @@ def peak_tokens_per_gpu(
     model: ModelSpec, workload: Workload, gpu: GPUSpec, precisions: Sequence[str]
 ) -> float:
     """Tokens/s one GPU would train at 100% MFU of its highest searched peak (an upper bound, see module doc)."""
-    from autopar.perf.flops import model_flops_per_step, weight_grad_gemms
+    from autopar.perf.finetune import weight_grad_gemms
+    from autopar.perf.flops import model_flops_per_step
 
     per_token = (
         model_flops_per_step(model, workload.seq_len, 1, True, weight_grad_gemms(workload)) / workload.seq_len
@@ -336,7 +337,9 @@ def run_sizing(
     book = price_book if price_book is not None else default_price_book()
     prices = {o.gpu: resolve_price(get_gpu(o.gpu), book, tier) for o in options}  # all before any search
     if optimize_fn is None:
-        from autopar.search import optimize as optimize_fn
+        from autopar.search import optimize
+
+        optimize_fn = optimize
     search_kwargs: dict[str, Any] = dict(
         budget=budget, objectives=("throughput", "headroom", "cost"), seed=seed, sampler=sampler,
         min_headroom_gib=min_headroom_gib, precisions=precisions, price_book=book, tier=tier,

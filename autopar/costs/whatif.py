@@ -290,7 +290,9 @@ def run_whatif(
         prepared.append((opt, cluster, entry))
 
     if optimize_fn is None:
-        from autopar.search import optimize as optimize_fn
+        from autopar.search import optimize
+
+        optimize_fn = optimize
     search_kwargs: dict[str, Any] = dict(
         budget=budget,
         objectives=("throughput", "headroom", "cost"),

@@ -168,10 +168,10 @@ class FsdpStepper:
         would, with a PREMUL_SUM gloo lacks); those of TP-partial parameters are summed over TP too."""
         for p in self.params:
             if p.grad is not None:
-                p.grad.to_local().mul_(p.grad.device_mesh.size())
+                p.grad.to_local().mul_(p.grad.device_mesh.size())  # type: ignore[attr-defined]  # a DTensor under FSDP2
         for p in self.tp_partial:
             if p.grad is not None:
-                all_reduce_(p.grad.to_local(), self.g.tp)
+                all_reduce_(p.grad.to_local(), self.g.tp)  # type: ignore[attr-defined]  # a DTensor under FSDP2
 
     def step(self) -> None:
         self.opt.step()
