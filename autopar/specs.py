@@ -25,7 +25,7 @@ MAX_LAYERS = 2**16
 # Transformer Engine's default FP8 recipe (`DelayedScaling`), what Megatron-LM uses unless told otherwise;
 # NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
 # 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
-DEFAULT_FP8_RECIPE = "delayed"
+DEFAULT_FP8_RECIPE: Literal["delayed"] = "delayed"
 # LoRA adapter rank when a LoRA run does not state it: Megatron-Bridge LoRA(dim=32) on linear_qkv, linear_proj,
 # linear_fc1, linear_fc2 (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/peft/lora.py, commit 067f987).
 LORA_DIM_DEFAULT = 32
@@ -457,7 +457,7 @@ class Strategy(_Frozen):
         if self.dp_shard is not None:
             parts.append(f"HSDP{self.dp_shard}")
         parts.append(f"mb{self.micro_batch}")
-        if self.recompute != "none":
+        if self.recompute is not None and self.recompute != "none":  # unset (None): nothing to show
             parts.append({"selective": "sel-AC", "full": "full-AC"}[self.recompute])
         if self.optimizer_states is not None:
             parts.append(f"{self.optimizer_states}-states")
