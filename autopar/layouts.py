@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -217,7 +217,7 @@ def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> li
 
 
 # What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
-MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "offload": ("optimizer_offload", (0.0, 1.0)),
     "bf16_states": ("optimizer_states", (None, "bf16")),
     "8bit_states": ("optimizer_states", (None, "8bit")),
@@ -239,9 +239,9 @@ def candidate_layers(layers: int) -> list[int]:
 MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
 
 
-def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
     """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
-    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    out: dict[str, tuple[Any, ...]] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
     for saver in memory_savers:
         if (
             saver not in MEMORY_SAVER_VALUES

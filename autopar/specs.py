@@ -5,7 +5,7 @@ All quantities are SI inside: bytes, seconds, FLOP, FLOP/s, bytes/s (per GPU, pe
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -47,6 +47,16 @@ Name = Annotated[str, Field(max_length=200), AfterValidator(_printable_name)]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MlaDims(NamedTuple):
+    """Multi-head latent attention's dimensions (DeepSeek-V2/V3), ModelSpec.mla."""
+
+    q_lora_rank: int  # 0 = queries not compressed
+    kv_lora_rank: int
+    qk_nope: int  # per-head query/key dimension without RoPE
+    qk_rope: int  # the shared RoPE key's dimension
+    v: int  # per-head value dimension
 
 
 class ModelSpec(_Frozen):
@@ -148,6 +158,15 @@ class ModelSpec(_Frozen):
     def dh(self) -> int:
         """Attention head dimension."""
         return self.head_dim or self.hidden // self.heads
+
+    @property
+    def mla(self) -> MlaDims:
+        """The MLA dimensions, as ints (the validator requires them on an MLA model); ValueError otherwise."""
+        dims = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        rkv, dn, dr, dv = dims
+        if rkv is None or dn is None or dr is None or dv is None:
+            raise ValueError(f"{self.name} is not an MLA model")
+        return MlaDims(self.q_lora_rank or 0, rkv, dn, dr, dv)
 
     @property
     def is_moe(self) -> bool:

@@ -117,8 +117,8 @@ def cp_cost_of(ctx: PerfContext, t: int, c: int, b: int, rec: str, variant: str,
     if c == 1:
         return _NO_CP
     model, w = ctx.model, ctx.w
-    dv = model.v_head_dim if model.is_mla else model.dh
-    qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh
+    dv = model.mla.v if model.is_mla else model.dh
+    qk = (model.mla.qk_nope + model.mla.qk_rope) if model.is_mla else model.dh
     x = cp.CpInputs(
         c=c,
         t=t,
@@ -144,8 +144,12 @@ def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
     GQA heads repeated to the query heads (torchtitan `repeat_kv`); MLA's K and V decompressed to every
     head (qk_nope + qk_rope and v_head_dim per head), bf16, a/t heads on this TP rank."""
     if model.is_mla:
-        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-        return 2.0 * model.heads * (qk + model.v_head_dim) / (t * kv_bytes_tok) if kv_bytes_tok else 1.0
+        mla = model.mla
+        return (
+            2.0 * model.heads * (mla.qk_nope + mla.qk_rope + mla.v) / (t * kv_bytes_tok)
+            if kv_bytes_tok
+            else 1.0
+        )
     return model.heads / max(model.kv, t)
 
 
