@@ -381,6 +381,16 @@ COMPLETABLE_KNOBS: tuple[str, ...] = (
 )
 
 
+class Knobs(NamedTuple):
+    """A complete strategy's completable knobs without their unset case (Strategy.knobs; etp: expert_tp)."""
+
+    vpp: int
+    micro_batch: int
+    recompute: Recompute
+    pp_schedule: Schedule
+    zero: int
+
+
 class Strategy(_Frozen):
     """A parallelism strategy. dp=0 means 'derive from the cluster' (num_gpus / (tp*pp*cp)).
 
@@ -432,6 +442,15 @@ class Strategy(_Frozen):
     def unset_knobs(self, moe: bool) -> tuple[str, ...]:
         """Completable knobs left unset (etp only matters for MoE models)."""
         return tuple(k for k in COMPLETABLE_KNOBS if getattr(self, k) is None and (k != "etp" or moe))
+
+    def knobs(self) -> Knobs:
+        """The completable knobs of a complete strategy (what the performance model and the layout rules
+        read); ValueError naming the unset ones otherwise (`autopar.perf.estimate` completes them first)."""
+        vpp, mb, rec, sched, zero = self.vpp, self.micro_batch, self.recompute, self.pp_schedule, self.zero
+        if vpp is None or mb is None or rec is None or sched is None or zero is None:
+            unset = [k for k in Knobs._fields if getattr(self, k) is None]
+            raise ValueError(f"strategy {self.label()} has unset knobs: {', '.join(unset)}")
+        return Knobs(vpp, mb, rec, sched, zero)
 
     def with_dp(self, num_gpus: int) -> Strategy:
         """Return a copy with dp filled from the world size (if unset)."""

@@ -593,7 +593,7 @@ def activation_bytes_per_layer(
 ) -> float:
     """Activation bytes one dense layer keeps for backward per micro-batch (Korthikanti Table 2 form)."""
     s = strategy.with_dp(cluster.num_gpus)
-    ctx = perf_context(model, cluster, workload)
+    ctx, k = perf_context(model, cluster, workload), s.knobs()
     return layer_costs(
-        ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute
+        ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute
     ).act_dense
