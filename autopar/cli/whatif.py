@@ -106,7 +106,7 @@ def render_whatif(result: WhatIfResult) -> None:
     t.add_column("●", justify="center", no_wrap=True)
     order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     for o in order:
-        row = [
+        row: list[str | Text] = [
             str(o.rank) if o.rank else "-",
             o.label,
             _si(o.tokens_per_s),
@@ -154,9 +154,9 @@ def render_whatif(result: WhatIfResult) -> None:
             console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
     for n in result.notes:
         console.print(note_text(n), soft_wrap=True)
-    n = len(result.options)
+    n_options = len(result.options)
     console.print(
-        f"{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
+        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
         f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
         "option)",
         style="dim",
@@ -207,9 +207,9 @@ def render_sizing(result: DeadlineResult) -> None:
     console.print(t)
     for n in result.notes:
         console.print(note_text(n), soft_wrap=True)
-    n = sum(len(r.searched) for r in result.rows)
+    n_searched = sum(len(r.searched) for r in result.rows)
     console.print(
-        f"{n} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
+        f"{n_searched} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
         f"{result.search_budget} trials per count)",
         style=NOTE_STYLE,
         highlight=False,

@@ -217,7 +217,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def peak_memory(device: torch.device) -> dict[str, float | None]:
+def peak_memory(device: torch.device) -> dict[str, str | float | None]:
     """GPU: torch's peak allocated and reserved bytes. CPU: the process's peak resident set (whole process:
     interpreter and torch included), labelled as such."""
     if device.type == "cuda":

@@ -193,7 +193,8 @@ class SharedStudy:
                 warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
                 optuna.storages.fail_stale_trials(self.study)
         self.last_sync = time.monotonic()
-        new, counts = [], {}
+        new: list[Any] = []
+        counts: dict[str, int] = {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
             counts[t.state.name] = counts.get(t.state.name, 0) + 1
             tid = t._trial_id
