@@ -215,7 +215,7 @@ def _server_storage_class() -> type:
 
     _quiet_rdb_fallback_warning()
 
-    class ServerStorage(RDBStorage):  # type: ignore[misc]
+    class ServerStorage(RDBStorage):
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             stale = list(super()._get_stale_trial_ids(study_id))
             return stale + [t for t in self._beatless_trial_ids(study_id) if t not in stale]
@@ -323,7 +323,7 @@ def _journal_backend() -> type:
     from optuna.storages.journal import JournalFileBackend
     from optuna.storages.journal._file import get_lock_file
 
-    class JournalFile(JournalFileBackend):  # type: ignore[misc]
+    class JournalFile(JournalFileBackend):
         def __init__(self, file_path: str, shown: str):
             super().__init__(file_path)
             self.shown = shown
