@@ -198,8 +198,8 @@ def render_sizing(result: DeadlineResult) -> None:
         t.add_row(
             r.option or r.gpu,
             f"{a.count} ({a.count // r.unit} {r.unit_name}{'s' * (a.count // r.unit != 1)})",
-            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]
-            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]
+            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]  # sizing rows are timed and priced options
+            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]  # sizing rows are timed and priced options
             _fmt(a.usd_per_mtoken, ".3f"),
             f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
             f"{a.strategy_label} ({a.precision})",
@@ -400,7 +400,7 @@ def whatif(
     wl = Workload(
         seq_len=seq_len,
         global_batch=gb,
-        precision=precs[0],  # type: ignore[arg-type]
+        precision=precs[0],  # type: ignore[arg-type]  # a str, checked against the Literal by pydantic
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
     )
@@ -425,7 +425,7 @@ def whatif(
         batch_tokens_per_gpu=per_gpu,
     )
     if sizing is not None:
-        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]
+        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
         return
     _run_ranking(
         spec,
@@ -589,7 +589,7 @@ def render_prices(book: PriceBook, gpu: str | None, tier: str | None, quotes: bo
     """Print the price book as a table (optionally every quote behind each price)."""
     t = Table(title="Price book (USD per GPU-hour)", title_justify="left")
     for col, just in (("GPU", "left"), ("tier", "left"), ("$/GPU-h", "right"), ("source", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just)  # type: ignore[arg-type]  # justify is one of rich's literals, held as str
     for e in _select(book, gpu, tier):
         t.add_row(e.gpu, e.tier, f"{e.usd_per_gpu_hour:.2f}", e.source)
         if quotes:

@@ -294,7 +294,7 @@ def _exclusive(path: str | None) -> Any:
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX
-        fcntl = None  # type: ignore[assignment]
+        fcntl = None  # type: ignore[assignment]  # no fcntl (not POSIX): None marks its absence
     if path is None or fcntl is None:
         yield
         return
