@@ -20,6 +20,7 @@ from autopar.search.optuna_compat import (
     GENERATION_KEY,
     PARENT_CACHE_KEY_PREFIX,
     RDB_LOGGER,
+    STALE_TRIAL_IDS_HOOK,
     keep_stock_keys,
     running_without_heartbeat,
     stale_trial_ids_extended,
@@ -113,6 +114,7 @@ def test_extended_stale_trials_are_failed_by_optunas_stale_check(tmp_path):
         optuna.storages.fail_stale_trials(study)
     assert storage.get_trial(failed).state == TrialState.FAIL
     assert storage.get_trial(kept).state == TrialState.RUNNING
+    assert STALE_TRIAL_IDS_HOOK in vars(cls)  # the method overridden is the one named for the retry wrapper
 
 
 def test_rdb_logger_name_is_the_rdb_storage_modules():

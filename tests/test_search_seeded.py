@@ -70,7 +70,7 @@ def _problem_b(tmp: Path) -> dict[str, Any]:
     )
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
     stored = [
-        [t.number, t.state.name, t.params, t.values, t.constraints, t.system_attrs]
+        [t.number, t.state.name, t.params, t.values, t.constraints, t.user_attrs, t.system_attrs]
         for t in optuna.load_study(study_name="b", storage=storage).trials
     ]
     return {"trials": _rows(r), "stored": stored}

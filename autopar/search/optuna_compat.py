@@ -28,6 +28,11 @@ PARENT_CACHE_KEY_PREFIX = "NSGAIISampler:parent:"
 # multi-line "Caught an error from sqlalchemy" warning search/storage.py filters out.
 RDB_LOGGER = "optuna.storages._rdb.storage"
 
+# The RDBStorage method (BaseHeartbeat's, private) through which `optuna.storages.fail_stale_trials`
+# asks which trials are stale: extended by `stale_trial_ids_extended`, and wrapped with the public
+# methods by search/storage.py's reconnect-retry.
+STALE_TRIAL_IDS_HOOK = "_get_stale_trial_ids"
+
 
 def keep_stock_keys(cls: type) -> type:
     """Make a subclass of NSGAIISampler record generations and parent caches under NSGAIISampler's
@@ -41,7 +46,7 @@ def keep_stock_keys(cls: type) -> type:
 def trial_id(trial: Any) -> int:
     """The storage id of a stored FrozenTrial. Optuna's storage API (BaseStorage) is public and keyed
     by trial id, but FrozenTrial keeps the id only as `_trial_id` (no public accessor)."""
-    return trial._trial_id  # type: ignore[no-any-return]
+    return int(trial._trial_id)
 
 
 def stale_trial_ids_extended(base: type, extra: Callable[[Any, int], list[int]]) -> type:

@@ -35,7 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from autopar.errors import AutoparError, StorageError
-from autopar.search.optuna_compat import RDB_LOGGER, running_without_heartbeat, stale_trial_ids_extended
+from autopar.search.optuna_compat import (
+    RDB_LOGGER,
+    STALE_TRIAL_IDS_HOOK,
+    running_without_heartbeat,
+    stale_trial_ids_extended,
+)
 
 HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBStorage heartbeat_interval)
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
@@ -149,7 +154,7 @@ def _with_reconnect(storage: Any, url: str) -> Any:
     (at worst one extra RUNNING trial, which then has no heartbeat and is failed as stale)."""
     names = [n for n in dir(type(storage)) if not n.startswith("__")]
     for name in names:
-        if name.startswith("_") and name != "_get_stale_trial_ids":
+        if name.startswith("_") and name != STALE_TRIAL_IDS_HOOK:
             continue
         fn = getattr(storage, name, None)
         if callable(fn):
