@@ -42,7 +42,8 @@ _LAZY: dict[str, str] = {
     # reports
     "write_search_report": "autopar.reports",
     "write_whatif_report": "autopar.reports",
-    "launch_settings": "autopar.reports.launch",
+    # launch
+    "launch_settings": "autopar.launch",
     # run records and calibration
     "read_run_records": "autopar.calibration.runs",
     "batch_estimate": "autopar.calibration.records",

@@ -717,7 +717,7 @@ def offload_rules(
 
 
 # ---------------------------------------------------------------------------------------------- stacks
-# What each software stack ships in the release the launch writers target (autopar/reports/launch_schema.py;
+# What each software stack ships in the release the launch writers target (autopar/launch/schema.py;
 # the vendored argument/config schemas in autopar/data/launch_schemas/ record each commit). The search
 # offers only these values (stack_rules, level SEARCH), the completion picks among them, and an explicit
 # value outside them is still estimated (a what-if) with a note saying the stack does not ship it.

@@ -472,7 +472,7 @@ class Strategy(_Frozen):
         ('first3', 'last2', 'emb-split', 'loss-split'), the CP variant ('CP4-a2a', 'CP4-allgather'), HSDP
         ('HSDP8'), optimizer states and offload ('bf16-states', 'offload', 'offload0.5'). 'AO20' = activations of 20
         layers offloaded to the CPU.
-        autopar.reports.launch.parse_strategy_label reads it back.
+        autopar.launch.labels.parse_strategy_label reads it back.
         """
         parts = [f"TP{self.tp}"]
         if self.sp and self.tp > 1:

@@ -27,9 +27,7 @@ VECTOR = (
 WHY = {
     **{f"autopar.perf.{m}": VECTOR for m in ("vector", "vector_columns", "vector_dp", "vector_keys")},
     **{f"autopar.perf.{m}": VECTOR for m in ("vector_memory", "vector_stages")},
-    "autopar.search.nsga2": "also changed on the optuna-hooks branch: fixed after that merge",
 }
-LAUNCH = "moving to autopar/launch/ on the launch-pkg branch: fixed after that merge"
 
 
 def without_block(text: str) -> str:
@@ -57,7 +55,7 @@ def block(codes: dict[str, collections.Counter[str]]) -> list[str]:
     ]
     for mod in sorted(codes):
         c = codes[mod]
-        why = WHY.get(mod) or (LAUNCH if mod.startswith("autopar.reports.launch") else None)
+        why = WHY.get(mod)
         out += ["", "[[tool.mypy.overrides]]", *([f"# {why}"] if why else [])]
         out.append(f'module = "{mod}"  # ' + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
         out.append("disable_error_code = [" + ", ".join(f'"{k}"' for k in sorted(c)) + "]")

@@ -11,11 +11,12 @@ from autopar.calibration.records import row_to_specs
 from autopar.calibration.runs import read_run_records
 from autopar.catalog import get_gpu, get_model
 from autopar.errors import InvalidStrategyError
+from autopar.launch.labels import parse_strategy_label
+from autopar.launch.schema import check_megatron
+from autopar.launch.settings import launch_settings
 from autopar.perf import estimate
 from autopar.perf.act_offload import candidate_layers, offload_cost, resident_saving_layers, windows
 from autopar.perf.offload import host_link_bw
-from autopar.reports.launch import launch_settings, parse_strategy_label
-from autopar.reports.launch_schema import check_megatron
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 FRONTIER = "bench/data/frontier_runs.csv"

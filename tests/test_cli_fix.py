@@ -14,8 +14,8 @@ from autopar import estimate
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB
+from autopar.launch.labels import parse_strategy_label
 from autopar.perf.vector_columns import columns_of
-from autopar.reports.launch import parse_strategy_label
 from autopar.search.neighbourhood import distance, distances
 from autopar.search.space import build_space
 from autopar.specs import ClusterSpec, Workload

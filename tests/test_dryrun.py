@@ -23,7 +23,7 @@ from autopar.dryrun.errors import INSTALL_HINT, require_torch
 from autopar.dryrun.plan import fit_degrees, plan_slice
 from autopar.dryrun.record import Measured, predict_slice, run_record
 from autopar.errors import MissingExtraError, SpecError
-from autopar.reports.launch import parse_strategy_label
+from autopar.launch.labels import parse_strategy_label
 from autopar.specs import ModelSpec, Workload
 
 runner = CliRunner()

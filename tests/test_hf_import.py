@@ -17,8 +17,8 @@ from autopar.catalog import get_gpu
 from autopar.catalog.hf import model_from_hf_config
 from autopar.cli import app
 from autopar.errors import SpecError
+from autopar.launch.settings import launch_settings
 from autopar.perf.params import count_params
-from autopar.reports.launch import launch_settings
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 # model_type values these tests cover (tests/test_catalog.py covers the others with full fixtures)

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"autopar", "errors", "text", "inputs", "units", "specs", "layouts", "defaults", "lazy", "data", "files"},
     {"catalog"},
     {"perf"},
+    {"launch"},
     {"calibration"},
     {"objectives"},
     {"search"},
@@ -156,7 +157,18 @@ def test_spine_modules_import_only_the_bottom_layer(module):
 def test_readme_states_these_layers():
     readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
     order = " → ".join(
-        ["catalog", "perf", "calibration", "objectives", "search", "costs", "reports", "dryrun", "cli"]
+        [
+            "catalog",
+            "perf",
+            "launch",
+            "calibration",
+            "objectives",
+            "search",
+            "costs",
+            "reports",
+            "dryrun",
+            "cli",
+        ]
     )
     assert order in " ".join(readme.split()), "README 'Layout' must list the import layers of LAYERS"
     assert [next(iter(layer)) for layer in LAYERS[1:-1]] == order.split(" → ")[:-1]

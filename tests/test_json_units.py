@@ -71,7 +71,7 @@ def test_the_checker_flags_an_unnamed_memory_field():
 
 def test_gib_are_bytes_over_2_to_the_30():
     import autopar as ap
-    from autopar.reports.launch import parse_strategy_label
+    from autopar.launch.labels import parse_strategy_label
 
     doc = _doc(["estimate", "--strategy", LABEL])
     est = ap.estimate(

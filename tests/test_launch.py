@@ -1,7 +1,7 @@
 """Launch settings: exact Megatron-LM args, torchtitan TOML, DeepSpeed JSON and SLURM for known strategies.
 
 Expected strings are written by hand from the frameworks' argument definitions (see the citations in
-autopar/reports/launch.py), not produced by the code under test.
+autopar/launch/settings.py), not produced by the code under test.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.errors import InvalidStrategyError, SpecError
-from autopar.reports.launch import launch_settings, parse_strategy_label
-from autopar.reports.launch_schema import check_megatron, check_torchtitan
+from autopar.launch.labels import parse_strategy_label
+from autopar.launch.schema import check_megatron, check_torchtitan
+from autopar.launch.settings import launch_settings
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 
 H100 = GPUSpec(

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
+from autopar.launch.settings import launch_settings
 from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
-from autopar.reports.launch import launch_settings
 from autopar.search.study import optimize
 from autopar.specs import ClusterSpec, Strategy, Workload
 

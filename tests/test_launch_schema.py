@@ -20,16 +20,16 @@ import autopar as ap
 from autopar.catalog import get_gpu, get_model
 from autopar.cli.launch import DEFAULT_VERSIONS
 from autopar.errors import InvalidStrategyError, SpecError
-from autopar.perf import validate_strategy
-from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
-from autopar.reports.launch import LaunchSettings, launch_settings, target_versions
-from autopar.reports.launch_schema import (
+from autopar.launch.schema import (
     VERSIONS,
     check_deepspeed,
     check_megatron,
     check_torchtitan,
     load_schema,
 )
+from autopar.launch.settings import LaunchSettings, launch_settings, target_versions
+from autopar.perf import validate_strategy
+from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
 from autopar.search.study import optimize
 from autopar.specs import ClusterSpec, Strategy, Workload
 

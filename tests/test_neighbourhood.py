@@ -138,7 +138,7 @@ def llama_space():
 def test_nearest_matches_a_scalar_brute_force(label: str, headroom: float, want_d: int) -> None:
     """The distance, the best answers, the count meeting the goal and the one-further answer are those a
     scalar evaluation of every point within three changes (the oracle's distance) gives."""
-    from autopar.reports.launch import parse_strategy_label
+    from autopar.launch.labels import parse_strategy_label
 
     space, current = llama_space(), parse_strategy_label(label)
     ev = make_evaluator(space, headroom, None)

@@ -243,7 +243,7 @@ def test_label_spaces_offer_every_new_knob():
 @given(st.integers(min_value=0, max_value=1), st.integers(min_value=0, max_value=10**9))
 def test_labels_round_trip_and_encode_decode_over_space_points(which, seed):
     """label -> parse_strategy_label -> the same strategy; encode/decode and the cache key carry every knob."""
-    from autopar.reports.launch import parse_strategy_label
+    from autopar.launch.labels import parse_strategy_label
 
     space = LABEL_SPACES[which]
     pt = space.point(seed % space.size)

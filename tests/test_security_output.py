@@ -467,7 +467,7 @@ def test_launch_scripts_carry_a_name_only_in_comments(name: str) -> None:
     """Every shell line of the torchrun command and the sbatch script is numbers and fixed tokens: the
     model name appears only in `# ...` comments and, reduced to [a-z0-9_.-], in the SLURM job name."""
     from autopar.catalog import get_gpu
-    from autopar.reports.launch import launch_settings
+    from autopar.launch.settings import launch_settings
     from autopar.specs import ClusterSpec, Strategy, Workload
 
     model = get_model("llama-3.1-8b").model_copy(update={"name": name})

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from autopar.catalog import get_model
 from autopar.cli import app
-from autopar.reports.launch_megatron import PLACEHOLDERS
+from autopar.launch.megatron import PLACEHOLDERS
 from autopar.text import one_line, shell_comment
 
 runner = CliRunner()

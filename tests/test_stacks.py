@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
+from autopar.launch.schema import TT_MULTI_STAGE, TT_SINGLE_STAGE, VERSIONS, load_schema
+from autopar.launch.settings import launch_settings
 from autopar.layouts import MEMORY_SAVERS, STACKS, Level, check, strategy_stack_rules
 from autopar.perf import estimate
-from autopar.reports.launch import launch_settings
-from autopar.reports.launch_schema import TT_MULTI_STAGE, TT_SINGLE_STAGE, VERSIONS, load_schema
 from autopar.search.space import build_space
 from autopar.specs import ClusterSpec, Strategy, Workload
 
@@ -197,7 +197,7 @@ def test_estimate_cli_exits_2_naming_the_family_rule():
 def test_every_deepspeed_search_point_gets_a_config_whose_batch_identity_holds(model_name, gpus, seed):
     """Invariant: the DeepSpeed search offers only what its JSON expresses (no PP, CP or EP: model code), and
     that JSON's train_batch_size = micro x accumulation x (GPUs / tp), the DP an mpu reports for AutoTP."""
-    from autopar.reports.launch_schema import check_deepspeed
+    from autopar.launch.schema import check_deepspeed
 
     model = get_model(model_name)
     cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus, gpus_per_node=8)

@@ -24,7 +24,7 @@ S = TypeVar("S", bound=BaseModel)
 
 
 # libyaml's C parser when PyYAML was built with it (same safe subset, ~10x faster: catalog load at start-up).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Catalog(Generic[S]):
 def _read_entries(path: Path, key: str) -> list[dict[str, Any]]:
     """The list under `key` in a catalog YAML file, each item a mapping."""
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except yaml.YAMLError as e:
         raise DataError(f"{path.name}: not valid YAML ({e})") from None
     items = data.get(key) if isinstance(data, dict) else None

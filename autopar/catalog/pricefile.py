@@ -434,10 +434,10 @@ def parse_price_text(text: str, path: str, fmt: str, *, base_keys: Iterable[str]
 @functools.lru_cache(maxsize=1)
 def default_price_book() -> PriceBook:
     """The built-in price book (autopar/data/prices.yaml), parsed once per process."""
-    from autopar.catalog.loader import _SAFE_LOADER  # libyaml when available: ~10x faster start-up
+    from autopar.catalog.loader import SAFE_LOADER  # libyaml when available: ~10x faster start-up
 
     text = BUILTIN_PRICES.read_text(encoding="utf-8")
-    data = yaml.load(text, Loader=_SAFE_LOADER)
+    data = yaml.load(text, Loader=SAFE_LOADER)
     return _book_from_nested(data, path="autopar/data/prices.yaml", origin="built-in", base_keys=())
 
 

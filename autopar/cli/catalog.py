@@ -199,7 +199,7 @@ def version(as_json: bool = _JSON) -> None:
     from importlib.metadata import version as pkg_version
 
     import autopar
-    from autopar.reports.launch_schema import VERSIONS
+    from autopar.launch.schema import VERSIONS
 
     libs: dict[str, str | None] = {}
     for dep in ("optuna", "scikit-learn", "pandas", "plotly", "pydantic", "typer"):

@@ -68,11 +68,11 @@ def problem(flags: Mapping[str, Any]) -> tuple[Any, Any, Any]:
 
 
 def label_strategy(label: str, moe: bool) -> Any:
-    """The Strategy a `Strategy.label()` string names (autopar.reports.launch.parse_strategy_label). The label
+    """The Strategy a `Strategy.label()` string names (autopar.launch.labels.parse_strategy_label). The label
     omits ETP when it equals TP, so an MoE label without an ETP token means etp = tp (a search point never
     leaves etp unset; unset would let the estimate pick another)."""
+    from autopar.launch.labels import parse_strategy_label
     from autopar.layouts import Axis
-    from autopar.reports.launch import parse_strategy_label
 
     s = parse_strategy_label(label)
     return s.model_copy(update={Axis.ETP.value: s.tp}) if moe and s.etp is None else s

@@ -76,7 +76,7 @@ class Plan:
 
 def _label_world(label: str) -> int | None:
     """The GPU count a label runs on (tp·pp·cp·dp), or None when it leaves dp out."""
-    from autopar.reports.launch import parse_strategy_label
+    from autopar.launch.labels import parse_strategy_label
 
     s = parse_strategy_label(label)
     return s.tp * s.pp * s.cp * s.dp if s.dp else None

@@ -52,7 +52,7 @@ def _strategy(
     schedule: str | None,
 ):
     """The Strategy from --strategy LABEL or from the individual knobs (validated by pydantic)."""
-    from autopar.reports.launch import parse_strategy_label
+    from autopar.launch.labels import parse_strategy_label
 
     if label:
         return parse_strategy_label(label)
@@ -83,7 +83,7 @@ def _check(model, cluster, workload, strategy, strict: bool = True) -> None:
 
 def parse_framework_versions(values: list[str] | None, framework: str) -> dict[str, str]:
     """--framework-version VALUE(s): 'megatron=core_v0.19.0' or a bare version for the one --framework."""
-    from autopar.reports.launch_schema import VERSIONS
+    from autopar.launch.schema import VERSIONS
 
     out: dict[str, str] = {}
     for v in values or []:
@@ -180,7 +180,7 @@ def launch_cmd(
     against the argument parser / config classes of that release.
     """
     from autopar.catalog import get_gpu, get_model
-    from autopar.reports.launch import launch_settings
+    from autopar.launch.settings import launch_settings
     from autopar.search.parse import parse_count
     from autopar.specs import ClusterSpec, Workload
 

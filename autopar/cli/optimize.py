@@ -357,7 +357,7 @@ def optimize_cmd(
     ] = None,
     plotly: PlotlyOpt = "inline",
 ) -> None:
-    """Search parallelism strategies with NSGA-II and print the Pareto set and recommended points.
+    """Search parallelism strategies (an exact sweep; NSGA-II over layouts for large spaces), print the Pareto set.
 
     Budget = COMPLETE trials in the study (distinct strategies with an estimate). To share one
     search, start the same command with the same --storage and --study-name on several hosts (a

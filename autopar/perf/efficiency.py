@@ -1,14 +1,18 @@
 """Kernel and link efficiency as data, per GPU family (Calculon's model/system/efficiency split).
 
 Each number is a physical property of a GPU generation and its software stack, anchored to a
-published measurement (formulas.md §6 and §4.1); none is fitted to one source or one run.
+published measurement (formulas.md §6 and §4.1); none is fitted to one source or one run. The numbers and
+their citations live in autopar/data/efficiency.yaml, read once and validated into `Efficiency`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import lru_cache
+import math
+from dataclasses import dataclass, fields, replace
+from functools import cache, lru_cache
+from pathlib import Path
 
+from autopar.errors import DataError
 from autopar.perf.fp8 import BF16_K_DEPTH, FP8_K_DEPTH
 
 
@@ -33,97 +37,96 @@ class Efficiency:
     source: str
 
 
-# Anchors:
-# - gemm_max: Maximum Achievable Matmul FLOPS, stas00/ml-engineering compute/accelerator (A100 271/312 = 87%,
-#   H100 795/989 = 80%, B200 1745/2250 = 78%, MI300X 668/1307 = 51%); FP8 GH200 1535/1979 = 78%, B200 76%.
-#   Training stacks reach less than the best single shape: ~0.92 of MAMF for A100 bf16; H100 bf16 kernels
-#   in training sustain ~650 TF (0.83 of MAMF: power/clock throttling under full load); fp8 ~0.8 of the
-#   best case (scaling, amax bookkeeping, TE kernel choices).
-# - attention: FA2 50-73% of A100 peak (Dao 2023); FA2 only ~35-40% of H100 peak, FA3 / cuDNN fused
-#   attention 55-75% forward (Shah et al. 2024). Training sees less than the forward-only best case.
-# - links: Calculon NVLink 0.65-0.75 / IB 0.9; nccl-tests busbw on 8xH100 ~360 of 450 GB/s.
-_FAMILIES: dict[str, Efficiency] = {
-    "ampere": Efficiency(
-        0.80,
-        0.80,
-        0.62,
-        0.52,
-        0.62,
-        0.52,
-        0.80,
-        0.78,
-        0.85,
-        3e-6,
-        8e-6,
-        6e-6,
-        128,
-        108,
-        "MAMF A100 87%; FA2 on A100 (Dao 2023)",
-    ),
-    "hopper": Efficiency(
-        0.66,
-        0.62,
-        0.40,
-        0.33,
-        0.55,
-        0.45,
-        0.80,
-        0.78,
-        0.85,
-        3e-6,
-        8e-6,
-        5e-6,
-        128,
-        132,
-        "MAMF H100 80%; FA2 ~35-40% of H100 peak, FA3/cuDNN higher (Shah et al. 2024)",
-    ),
-    "blackwell": Efficiency(
-        0.65,
-        0.60,
-        0.40,
-        0.33,
-        0.55,
-        0.45,
-        0.80,
-        0.78,
-        0.85,
-        3e-6,
-        8e-6,
-        5e-6,
-        128,
-        148,
-        "MAMF B200 78%, fp8 76%; sustained bf16 taken at 0.83 of MAMF as for H100; "
-        "attention assumed as Hopper",
-    ),
-    "cdna3": Efficiency(
-        0.48, 0.40, 0.35, 0.30, 0.35, 0.30, 0.75, 0.65, 0.80, 4e-6, 8e-6, 8e-6, 128, 304, "MAMF MI300X 51%"
-    ),
-}
-# Families with no published achievable-fraction measurement of their own inherit a measured family's
-# fractions; only hardware facts (the wave size) are their own. Never fitted to a training run.
-# - cdna4 (MI350X/MI355X): AMD publishes max-achievable FLOPS for MI300X/MI325X only ("Measuring
-#   Max-Achievable FLOPs - Part 2", ROCm blogs); same ROCm stack (hipBLASLt, CK attention, RCCL) and the
-#   same 8-GPU xGMI full mesh -> cdna3's fractions. Wave: 256 CUs (ROCm GPU specifications table, gfx950).
-# - davinci (Ascend 910B/910C, Da Vinci cube cores, CANN): no published MAMF, attention or HCCL bus-bandwidth
-#   fractions -> the default (Hopper) fractions. Wave: 24 cube cores per 910B2/910C die (CANN migration guide
-#   / platform config; 910B3 has 20). Sanity check, not a fit: Pangu Ultra (arXiv 2504.07866) reports over
-#   50% MFU for a 135B dense model on 8,192 Ascend NPUs, in line with Hopper-class fractions.
-_FAMILIES["cdna4"] = replace(_FAMILIES["cdna3"], sms=256, source="cdna3 fractions (no MI355X MAMF); 256 CUs")
-_FAMILIES["davinci"] = replace(
-    _FAMILIES["hopper"], sms=24, source="Hopper fractions (no Ascend MAMF published); 24 cube cores"
-)
-_DEFAULT = "hopper"
+# The per-family numbers, their anchors and citations: autopar/data/efficiency.yaml.
+EFFICIENCY_FILE = Path(__file__).resolve().parent.parent / "data" / "efficiency.yaml"
+_DEFAULT = "hopper"  # the profile of families the file does not name (efficiency_for)
+_FIELDS = {f.name: f.type for f in fields(Efficiency)}
+_INT_FIELDS = frozenset(k for k, t in _FIELDS.items() if t == "int")
+
+
+def _field_value(where: str, key: str, v: object) -> float | int | str:
+    """One field's value, checked: a string for `source`, an integer for tile/sms, seconds (`*_s`) > 0, and
+    fractions of peak in (0, 1] for the rest."""
+    if key == "source":
+        if isinstance(v, str) and v.strip():
+            return v
+        raise DataError(f"{where}: field 'source' must be a non-empty string, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise DataError(f"{where}: field '{key}' must be a number, got {v!r}")
+    if key in _INT_FIELDS:
+        if not isinstance(v, int):
+            raise DataError(f"{where}: field '{key}' must be an integer, got {v!r}")
+        return v
+    if key.endswith("_s"):  # seconds
+        if not math.isfinite(v) or v <= 0:
+            raise DataError(f"{where}: field '{key}' must be a positive number of seconds, got {v!r}")
+    elif not 0 < v <= 1:  # a fraction of peak
+        raise DataError(f"{where}: field '{key}' must be a fraction of peak in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _family(where: str, raw: object, base: Efficiency | None) -> Efficiency:
+    """One family's Efficiency: every field given, or those of `base` (its `inherits:`) overridden."""
+    if not isinstance(raw, dict):
+        raise DataError(f"{where}: expected a mapping of fields, got {raw!r}")
+    given = {k: v for k, v in raw.items() if k != "inherits"}
+    unknown = sorted(str(k) for k in given if k not in _FIELDS)
+    if unknown:
+        raise DataError(f"{where}: unknown field '{unknown[0]}' (allowed: {', '.join(_FIELDS)}, inherits)")
+    values = {k: _field_value(where, k, v) for k, v in given.items()}
+    if base is not None:
+        return replace(base, **values)
+    missing = [k for k in _FIELDS if k not in values]
+    if missing:
+        raise DataError(
+            f"{where}: missing field '{missing[0]}' (every field is required without `inherits:`)"
+        )
+    return Efficiency(**values)
+
+
+def parse_efficiency(doc: object, name: str) -> dict[str, Efficiency]:
+    """family -> Efficiency from a parsed efficiency.yaml document (`name` prefixes every error)."""
+    raw = doc.get("families") if isinstance(doc, dict) else None
+    if not isinstance(raw, dict) or not raw:
+        raise DataError(f"{name}: expected a top-level 'families:' mapping")
+    extra = sorted(str(k) for k in doc if k != "families")
+    if extra:
+        raise DataError(f"{name}: unknown top-level key '{extra[0]}' (allowed: families)")
+    out: dict[str, Efficiency] = {}
+    for fam, entry in raw.items():  # a family inherits from one defined above it
+        parent = entry.get("inherits") if isinstance(entry, dict) else None
+        if parent is not None and (not isinstance(parent, str) or parent not in out):
+            raise DataError(f"{name}: family '{fam}': inherits {parent!r}, not a family defined above it")
+        out[str(fam)] = _family(f"{name}: family '{fam}'", entry, out.get(parent) if parent else None)
+    if _DEFAULT not in out:
+        raise DataError(f"{name}: missing family '{_DEFAULT}' (the profile of unknown families)")
+    return out
+
+
+@cache
+def _families() -> dict[str, Efficiency]:
+    """The built-in efficiency table, read and validated once per process (libyaml's loader, as the catalog)."""
+    import yaml
+
+    from autopar.catalog.loader import SAFE_LOADER
+
+    try:
+        doc = yaml.load(EFFICIENCY_FILE.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+    except yaml.YAMLError as e:
+        raise DataError(f"{EFFICIENCY_FILE.name}: not valid YAML ({e})") from None
+    return parse_efficiency(doc, EFFICIENCY_FILE.name)
 
 
 @lru_cache(maxsize=64)
 def efficiency_for(family: str) -> Efficiency:
     """Efficiency profile of a GPU family (unknown families use the Hopper profile)."""
-    return _FAMILIES.get(family.lower(), _FAMILIES[_DEFAULT])
+    table = _families()
+    return table.get(family.lower(), table[_DEFAULT])
 
 
 def families() -> list[str]:
     """Known GPU families with an efficiency profile."""
-    return sorted(_FAMILIES)
+    return sorted(_families())
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""HTML reports (search Pareto report, what-if report, compare page) and launch settings for strategies.
+"""HTML reports (search Pareto report, what-if report, compare page).
 
-Imports are lazy so that `autopar launch` does not pay for plotly.
+Imports are lazy so that a command that writes no report does not pay for plotly. `launch_settings` and
+`LaunchSettings` live in autopar.launch; they are re-exported here for callers of the older path.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ _WHERE = {
     "write_compare_report": "autopar.reports.compare_html",
     "write_search_report": "autopar.reports.html",
     "write_whatif_report": "autopar.reports.whatif_html",
-    "launch_settings": "autopar.reports.launch",
-    "LaunchSettings": "autopar.reports.launch",
+    "launch_settings": "autopar.launch",
+    "LaunchSettings": "autopar.launch",
     "screenshot_report": "autopar.reports.screenshot",
 }
 

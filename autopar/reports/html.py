@@ -7,6 +7,7 @@ from pathlib import Path
 
 from autopar.costs.figures import format_usd
 from autopar.errors import AutoparError
+from autopar.launch.settings import launch_settings
 from autopar.perf.params import count_params
 from autopar.perf.types import Estimate
 from autopar.reports import theme
@@ -32,7 +33,6 @@ from autopar.reports.figures import (
     strategy_fields,
     time_bar_info,
 )
-from autopar.reports.launch import launch_settings
 from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacked_bars
 from autopar.reports.table import pareto_table_info, table_html
 from autopar.search.result import SearchResult, TrialRecord

@@ -14,6 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from autopar.errors import AutoparError
+from autopar.launch.settings import launch_settings
 from autopar.reports import theme
 from autopar.reports.common import (
     FONT,
@@ -27,7 +28,6 @@ from autopar.reports.common import (
 )
 from autopar.reports.figures import LOG_RATIO
 from autopar.reports.labels import place_labels
-from autopar.reports.launch import launch_settings
 from autopar.reports.plots import ASSUMED_WIDTH
 from autopar.reports.table import Column, TableInfo, table_html
 from autopar.units import SECONDS_PER_DAY, format_duration, format_duration_short

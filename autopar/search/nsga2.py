@@ -32,6 +32,7 @@ from autopar.search.loops import (
     _unvisited,
     population_size,
 )
+from autopar.search.optuna_compat import GENERATION_KEY, keep_stock_keys
 from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedStudy
@@ -172,6 +173,9 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
        counted by `_Loop.absorb`), so a running count per generation gives the same answer.
     Both keep the proposals identical (tests/test_search_batched.py) and make the cost per trial
     independent of the study's size.
+
+    Only NSGAIISampler's public methods are overridden (issue 23); the one private name involved, the
+    generation key, is search/optuna_compat.py's.
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -182,15 +186,21 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
     unit: dict[int, tuple[Any, Any]] = {}  # (low, high) bounds of an n-choice one-hot draw
 
+    # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
+    # (and studies shared with other versions or workers) carry the same system attrs.
+    @keep_stock_keys
     class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
         generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
         parents: dict[int, list[Any]]  # parent population per generation
+        # The draws of NSGAIISampler's own RandomSampler(seed) (which it keeps private): the same
+        # numpy RandomState, seeded alike; sample_independent below is the only one drawing from it.
+        independent: np.random.RandomState
 
         def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
             return dict(fixed)
 
         def count_complete(self, trial: Any) -> None:
-            gen = trial.system_attrs.get(self._get_generation_key())
+            gen = trial.system_attrs.get(GENERATION_KEY)
             if gen is not None and gen >= 0:
                 self.generations[gen] = self.generations.get(gen, 0) + 1
 
@@ -200,15 +210,22 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
                 self.count_complete(trial)
 
         def get_trial_generation(self, study: Any, trial: Any) -> int:
-            gen = trial.system_attrs.get(self._get_generation_key())
-            if gen is not None:
-                return gen
-            gen = self.next_generation()
-            if trial._trial_id < 0:  # a proposal not in the study yet (propose): kept on the stub
-                trial.system_attrs[self._get_generation_key()] = gen
-            else:
-                study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), gen)
-            return gen
+            gen = trial.system_attrs.get(GENERATION_KEY)
+            if gen is not None:  # a proposal's stub carries it (propose)
+                return int(gen)
+            # A trial asked from the study (not done by this loop): Optuna's scan records the same
+            # generation next_generation() gives, in the trial's system attrs.
+            return int(super().get_trial_generation(study, trial))
+
+        def get_population(self, study: Any, generation: int) -> list[Any]:
+            # Optuna filters a per-thread cache of the study's trials that only `ask` refreshes; this
+            # study gains its trials through `add_trial`, so read them as they are now.
+            done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            return [t for t in done if t.system_attrs.get(GENERATION_KEY) == generation]
+
+        def reseed_rng(self) -> None:
+            super().reseed_rng()
+            self.independent.seed()
 
         def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
             # RandomSampler's draw for a categorical (every knob is one), without building a
@@ -218,7 +235,7 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
             bounds = unit.get(n)
             if bounds is None:
                 bounds = unit[n] = (np.zeros(n), np.ones(n))
-            return dist.to_external_repr(self._random_sampler._rng.rng.uniform(*bounds).argmax())
+            return dist.to_external_repr(self.independent.uniform(*bounds).argmax())
 
         def next_generation(self) -> int:
             top = max(self.generations, default=0)
@@ -243,24 +260,20 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
         def propose(self, study: Any, dists: dict[str, Any]) -> Proposal:
             """One child, drawn exactly as `study.ask(dists)` would draw it (same sampler calls in the
             same order, so the same random numbers), without creating its trial: the trial is added
-            with its outcome (`_tell`), when NSGA-II would have been told it."""
-            study._thread_local.cached_all_trials = None  # as ask() does: see the trials added since
-            stub = _stub_trial()
+            with its outcome (`_tell`), when NSGA-II would have been told it. The stub carries the
+            generation get_trial_generation would give (sample_relative's first call reads it)."""
+            stub = _stub_trial({GENERATION_KEY: self.next_generation()})
             self.before_trial(study, stub)
             relative = self.sample_relative(study, stub, self.infer_relative_search_space(study, stub))
             params = {
                 k: relative[k] if k in relative else self.sample_independent(study, stub, k, d)
                 for k, d in dists.items()
             }
-            return Proposal(params, stub.system_attrs[self._get_generation_key()])
+            return Proposal(params, stub.system_attrs[GENERATION_KEY])
 
-    # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
-    # (and studies shared with other versions or workers) carry the same system attrs.
-    base = optuna.samplers.NSGAIISampler
-    _KnownSpaceNSGAII._GENERATION_KEY = base._GENERATION_KEY
-    _KnownSpaceNSGAII._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX
     sampler = _KnownSpaceNSGAII(seed=seed, population_size=population)
     sampler.generations, sampler.parents = {}, {}
+    sampler.independent = np.random.RandomState(seed)
     return sampler
 
 
@@ -320,13 +333,14 @@ class Proposal:
     generation: int
 
 
-def _stub_trial() -> Any:
+def _stub_trial(system_attrs: dict[str, Any]) -> Any:
     """A RUNNING trial outside any study, for sampler calls that take a trial (they read its attrs)."""
     from optuna.trial import FrozenTrial, TrialState
 
     return FrozenTrial(
         number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
-        params={}, distributions={}, user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=-1,
+        params={}, distributions={}, user_attrs={}, system_attrs=system_attrs, intermediate_values={},
+        trial_id=-1,
     )  # fmt: skip
 
 
@@ -547,7 +561,7 @@ def _add_finished(
         distributions=st.pdists,
         values=values if state is None else None,
         constraints=constraints or None,
-        system_attrs={sampler._get_generation_key(): p.generation},
+        system_attrs={GENERATION_KEY: p.generation},
     )
     st.local.add_trial(_kept_as_is(frozen))
     if state is None:

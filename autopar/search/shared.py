@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.search.optuna_compat import trial_id
 from autopar.search.storage import is_server, open_storage, scheme, storage_error
 
 FINGERPRINT_ATTR = "autopar_fingerprint"
@@ -197,7 +198,7 @@ class SharedStudy:
         counts: dict[str, int] = {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
             counts[t.state.name] = counts.get(t.state.name, 0) + 1
-            tid = t._trial_id
+            tid = trial_id(t)
             if t.state.is_finished() and tid not in self.pulled:
                 self.pulled.add(tid)
                 if tid not in self.mine:
@@ -210,7 +211,7 @@ class SharedStudy:
         new = []
         self._running = {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
-            tid = t._trial_id
+            tid = trial_id(t)
             if t.state.is_finished():
                 if tid not in self.pulled:
                     self.pulled.add(tid)

@@ -29,11 +29,18 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from autopar.errors import AutoparError, StorageError
+from autopar.search.optuna_compat import (
+    RDB_LOGGER,
+    STALE_TRIAL_IDS_HOOK,
+    running_without_heartbeat,
+    stale_trial_ids_extended,
+)
 
 HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBStorage heartbeat_interval)
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
@@ -147,7 +154,7 @@ def _with_reconnect(storage: Any, url: str) -> Any:
     (at worst one extra RUNNING trial, which then has no heartbeat and is failed as stale)."""
     names = [n for n in dir(type(storage)) if not n.startswith("__")]
     for name in names:
-        if name.startswith("_") and name != "_get_stale_trial_ids":
+        if name.startswith("_") and name != STALE_TRIAL_IDS_HOOK:
             continue
         fn = getattr(storage, name, None)
         if callable(fn):
@@ -203,7 +210,7 @@ class _LostConnectionNoise(logging.Filter):
 
 
 def _quiet_rdb_fallback_warning() -> None:
-    rdb_logger = logging.getLogger("optuna.storages._rdb.storage")
+    rdb_logger = logging.getLogger(RDB_LOGGER)
     if not any(isinstance(f, _LostConnectionNoise) for f in rdb_logger.filters):
         rdb_logger.addFilter(_LostConnectionNoise())
 
@@ -214,32 +221,15 @@ def _server_storage_class() -> type:
     from optuna.storages import RDBStorage
 
     _quiet_rdb_fallback_warning()
+    return stale_trial_ids_extended(RDBStorage, _beatless_trial_ids)
 
-    class ServerStorage(RDBStorage):
-        def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-            stale = list(super()._get_stale_trial_ids(study_id))
-            return stale + [t for t in self._beatless_trial_ids(study_id) if t not in stale]
 
-        def _beatless_trial_ids(self, study_id: int) -> list[int]:
-            from optuna.storages._rdb import models
-            from optuna.storages._rdb.storage import _create_scoped_session
-            from optuna.trial import TrialState
-
-            grace = timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or HEARTBEAT_S))
-            trial, beat = models.TrialModel, models.TrialHeartbeatModel
-            with _create_scoped_session(self.scoped_session) as session:
-                rows = (
-                    session.query(trial)
-                    .outerjoin(beat, beat.trial_id == trial.trial_id)
-                    .filter(trial.study_id == study_id, trial.state == TrialState.RUNNING)
-                    .filter(beat.trial_id.is_(None))
-                    .all()
-                )
-                starts = [(t.trial_id, t.datetime_start) for t in rows]
-            now = datetime.now()  # datetime_start reads as naive local time
-            return [tid for tid, start in starts if start is None or now - start > grace]
-
-    return ServerStorage
+def _beatless_trial_ids(storage: Any, study_id: int) -> list[int]:
+    """RUNNING trials without a heartbeat that started longer than the grace period ago."""
+    grace = timedelta(seconds=storage.grace_period or 2 * (storage.heartbeat_interval or HEARTBEAT_S))
+    now = datetime.now()  # datetime_start reads as naive local time
+    starts = running_without_heartbeat(storage, study_id)
+    return [tid for tid, start in starts if start is None or now - start > grace]
 
 
 def storage_error(url: str, e: BaseException) -> AutoparError:
@@ -320,13 +310,13 @@ def _check_sqlite_file(url: str, create: bool) -> None:
 
 def _journal_backend() -> type:
     """JournalFileBackend whose appends are all-or-nothing and which repairs a torn last line."""
-    from optuna.storages.journal import JournalFileBackend
-    from optuna.storages.journal._file import get_lock_file
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     class JournalFile(JournalFileBackend):
         def __init__(self, file_path: str, shown: str):
-            super().__init__(file_path)
-            self.shown = shown
+            # the lock JournalFileBackend makes by default, made here to hold it in append_logs
+            self.lock, self.path, self.shown = JournalFileSymlinkLock(file_path), file_path, shown
+            super().__init__(file_path, lock_obj=self.lock)
 
         def read_logs(self, log_number_from: int) -> Any:
             n = log_number_from
@@ -343,8 +333,8 @@ def _journal_backend() -> type:
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
             data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
             try:
-                with get_lock_file(self._lock):
-                    _append_whole(self._file_path, data)
+                with _holding(self.lock):
+                    _append_whole(self.path, data)
             except (OSError, RuntimeError) as e:
                 if _interrupted(e):  # Ctrl-C/SIGTERM while Optuna released its lock file
                     raise KeyboardInterrupt from None
@@ -353,6 +343,16 @@ def _journal_backend() -> type:
                 raise StorageError(_write_failure(self.shown, e)) from None
 
     return JournalFile
+
+
+@contextlib.contextmanager
+def _holding(lock: Any) -> Iterator[None]:
+    """Hold a journal file lock (BaseJournalFileLock's public acquire/release) for a block."""
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _interrupted(e: BaseException) -> bool:

@@ -2,7 +2,7 @@
 
 Every flag is checked in tests against the argument schema extracted from NVIDIA/Megatron-LM
 megatron/training/arguments.py at the targeted tag (autopar/data/launch_schemas/, see
-autopar.reports.launch_schema): `_add_network_size_args`, `_add_training_args`,
+autopar.launch.schema): `_add_network_size_args`, `_add_training_args`,
 `_add_learning_rate_args`, `_add_distributed_args`, `_add_mixed_precision_args`, `_add_moe_args`,
 `_add_mla_args` and the groups generated from TransformerConfig/ModelParallelConfig.
 Megatron-FSDP flags: docs/user-guide/features/megatron_fsdp.md.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.launch.split import strategy_split
 from autopar.layouts import STACKS, stack_notes
 from autopar.perf.cp import hierarchical_sizes
 from autopar.perf.pipeline import SCHEDULES
-from autopar.reports.launch_split import strategy_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 # Steps between checkpoints in every launch file: torchtitan's own default (job_config.py Checkpoint.interval),
@@ -50,6 +50,20 @@ MEGATRON_FP8_RECIPE = {
 def placeholder(name: str) -> str:
     """A shell word that stops with a message when the variable is unset."""
     return f'"${{{name}:?set {name}: {PLACEHOLDERS[name]}}}"'
+
+
+MEGATRON_ENTRYPOINT = "pretrain_gpt.py"
+# the data and checkpoint arguments every Megatron launch needs
+DATA_PLACEHOLDERS = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR")
+DATA_ARGS = [
+    f"--data-path {placeholder('DATA_PATH')}",
+    "--split 99,1,0",
+    "--tokenizer-type HuggingFaceTokenizer",
+    f"--tokenizer-model {placeholder('TOKENIZER')}",
+    f"--save {placeholder('CHECKPOINT_DIR')}",
+    f"--load {placeholder('CHECKPOINT_DIR')}",
+    f"--save-interval {CHECKPOINT_INTERVAL}",
+]
 
 
 @dataclass(frozen=True)

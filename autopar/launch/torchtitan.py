@@ -3,17 +3,17 @@
 Sections and keys: pytorch/torchtitan torchtitan/config/job_config.py at the targeted tag (the
 schema in autopar/data/launch_schemas/ records the commit); model names and flavors:
 torchtitan/models/<name>/__init__.py. Tests parse every generated file with tomllib and check it
-against that schema and the trainer's own layout rules (autopar.reports.launch_schema).
+against that schema and the trainer's own layout rules (autopar.launch.schema).
 """
 
 from __future__ import annotations
 
 import json
 
+from autopar.launch.megatron import CHECKPOINT_INTERVAL
+from autopar.launch.schema import load_schema, schema_source
+from autopar.launch.split import strategy_split, torchtitan_split
 from autopar.layouts import STACKS, family_rules, stack_notes, stack_rules
-from autopar.reports.launch_megatron import CHECKPOINT_INTERVAL
-from autopar.reports.launch_schema import load_schema, schema_source
-from autopar.reports.launch_split import strategy_split, torchtitan_split
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.text import one_line
 

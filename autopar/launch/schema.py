@@ -4,7 +4,7 @@ The schemas in autopar/data/launch_schemas/ were extracted from each framework's
 recorded tag and commit by scripts/extract_launch_schemas.py (key names, types, choices; no code
 copied). The validators check a generated file the way the framework would read it: every key or
 flag known, every value of the right type and among the choices, plus the framework's own layout
-rules that decide whether a run starts (restated, with their source, in autopar.reports.launch_split
+rules that decide whether a run starts (restated, with their source, in autopar.launch.split
 and below).
 """
 
@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from autopar.errors import SpecError
-from autopar.reports.launch_split import torchtitan_stage_count
+from autopar.launch.split import torchtitan_stage_count
 
 # framework -> supported versions, the default (the newest release in the stored sources) first.
 VERSIONS: dict[str, tuple[str, ...]] = {
