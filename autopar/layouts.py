@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
@@ -217,7 +217,7 @@ def cp_violations(variant: str, heads: int, kv_heads: int, t: int, c: int) -> li
 
 
 # What each Workload.memory_savers entry lets the search try (the first value of each knob is the default).
-MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple]] = {
+MEMORY_SAVER_VALUES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "offload": ("optimizer_offload", (0.0, 1.0)),
     "bf16_states": ("optimizer_states", (None, "bf16")),
     "8bit_states": ("optimizer_states", (None, "8bit")),
@@ -239,9 +239,9 @@ def candidate_layers(layers: int) -> list[int]:
 MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
 
 
-def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple]:
+def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
     """Values of Strategy.optimizer_offload / optimizer_states the search may choose for these savers."""
-    out: dict[str, tuple] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
+    out: dict[str, tuple[Any, ...]] = {"optimizer_offload": (0.0,), "optimizer_states": (None,)}
     for saver in memory_savers:
         if (
             saver not in MEMORY_SAVER_VALUES
@@ -324,7 +324,7 @@ def dims_of(cluster: ClusterSpec, strategy: Strategy) -> ParallelDims:
     """The degrees a strategy asks for on a cluster (dp derived from the world when unset)."""
     s = strategy
     dp = s.dp or derived_dp(cluster.num_gpus, s.tp, s.pp, s.cp)
-    return ParallelDims(cluster.num_gpus, s.tp, s.cp, s.pp, dp, s.vpp, s.ep, s.expert_tp)
+    return ParallelDims(cluster.num_gpus, s.tp, s.cp, s.pp, dp, s.knobs().vpp, s.ep, s.expert_tp)
 
 
 @dataclass(frozen=True)
@@ -1030,17 +1030,17 @@ def check(
     allow_cross_node_tp: bool = False,
 ) -> list[Violation]:
     """Every rule a (model, cluster, workload, strategy) breaks at `level` or below ([] = valid)."""
-    s, dims, split = strategy, dims_of(cluster, strategy), split_of(strategy)
-    m = max(1, workload.global_batch // ((s.micro_batch or 1) * dims.dp))
+    s, dims, split, k = strategy, dims_of(cluster, strategy), split_of(strategy), strategy.knobs()
+    m = max(1, workload.global_batch // (k.micro_batch * dims.dp))
     rules = [
         *world_rules(cluster.num_gpus, s.tp, s.pp, s.cp, s.dp),
         *tp_rules(model, cluster, s.tp, allow_cross_node_tp),
-        *pp_rules(model, s.pp, split, s.vpp),
-        *vpp_rules(split_model(model, s.pp, split), s.pp, s.vpp, s.pp_schedule),
-        *schedule_rules(s.pp, s.vpp, m, s.pp_schedule, model.is_moe),
+        *pp_rules(model, s.pp, split, k.vpp),
+        *vpp_rules(split_model(model, s.pp, split), s.pp, k.vpp, k.pp_schedule),
+        *schedule_rules(s.pp, k.vpp, m, k.pp_schedule, model.is_moe),
         *cp_rules(workload, s.cp),
         *cp_comm_rules(model, cluster, s.tp, s.cp, s.cp_comm),
-        *dp_shard_rules(cluster, dims, s.zero, s.dp_shard),
+        *dp_shard_rules(cluster, dims, k.zero, s.dp_shard),
         *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
         *(
@@ -1049,9 +1049,9 @@ def check(
             else ()
         ),
         *sp_rules(model, s.tp, s.ep, s.sp),
-        *batch_rules(workload, dims, s.micro_batch),
+        *batch_rules(workload, dims, k.micro_batch),
         *precision_rules(cluster, workload.precision),
-        *offload_rules(model, workload, s.pp, s.recompute, s.activation_offload_layers or 0),
+        *offload_rules(model, workload, s.pp, k.recompute, s.activation_offload_layers or 0),
         *strategy_stack_rules(workload.framework, s),
         *family_rules(workload.framework, model, pp=s.pp, cp=s.cp),
     ]
@@ -1065,13 +1065,13 @@ def explain(violations: list[Violation] | list[str]) -> str:
 
 def mesh_problems(cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> list[str]:
     """The model-independent HARD rules (world size, batch split, virtual stages need pp > 1)."""
-    s, dims = strategy, dims_of(cluster, strategy)
+    s, dims, k = strategy, dims_of(cluster, strategy), strategy.knobs()
     rules = [
         *world_rules(cluster.num_gpus, s.tp, s.pp, s.cp, s.dp),
-        *batch_rules(workload, dims, s.micro_batch),
+        *batch_rules(workload, dims, k.micro_batch),
     ]
-    if s.vpp > 1 and s.pp == 1:
-        rules.append(_v(Axis.VPP, Level.HARD, f"vpp={s.vpp} needs pp > 1"))
+    if k.vpp > 1 and s.pp == 1:
+        rules.append(_v(Axis.VPP, Level.HARD, f"vpp={k.vpp} needs pp > 1"))
     return [v.message for v in _keep(rules, Level.HARD)]
 
 

@@ -5,7 +5,7 @@ All quantities are SI inside: bytes, seconds, FLOP, FLOP/s, bytes/s (per GPU, pe
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -25,7 +25,7 @@ MAX_LAYERS = 2**16
 # Transformer Engine's default FP8 recipe (`DelayedScaling`), what Megatron-LM uses unless told otherwise;
 # NeMo's performance scripts default to it too (NVIDIA/NeMo scripts/performance/README.md: --fp8_recipe
 # 'ds' per-tensor delayed scaling (default), 'cs' current scaling, 'mxfp8' 32-value blocks).
-DEFAULT_FP8_RECIPE = "delayed"
+DEFAULT_FP8_RECIPE: Literal["delayed"] = "delayed"
 # LoRA adapter rank when a LoRA run does not state it: Megatron-Bridge LoRA(dim=32) on linear_qkv, linear_proj,
 # linear_fc1, linear_fc2 (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/peft/lora.py, commit 067f987).
 LORA_DIM_DEFAULT = 32
@@ -47,6 +47,16 @@ Name = Annotated[str, Field(max_length=200), AfterValidator(_printable_name)]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MlaDims(NamedTuple):
+    """Multi-head latent attention's dimensions (DeepSeek-V2/V3), ModelSpec.mla."""
+
+    q_lora_rank: int  # 0 = queries not compressed
+    kv_lora_rank: int
+    qk_nope: int  # per-head query/key dimension without RoPE
+    qk_rope: int  # the shared RoPE key's dimension
+    v: int  # per-head value dimension
 
 
 class ModelSpec(_Frozen):
@@ -148,6 +158,15 @@ class ModelSpec(_Frozen):
     def dh(self) -> int:
         """Attention head dimension."""
         return self.head_dim or self.hidden // self.heads
+
+    @property
+    def mla(self) -> MlaDims:
+        """The MLA dimensions, as ints (the validator requires them on an MLA model); ValueError otherwise."""
+        dims = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        rkv, dn, dr, dv = dims
+        if rkv is None or dn is None or dr is None or dv is None:
+            raise ValueError(f"{self.name} is not an MLA model")
+        return MlaDims(self.q_lora_rank or 0, rkv, dn, dr, dv)
 
     @property
     def is_moe(self) -> bool:
@@ -362,6 +381,16 @@ COMPLETABLE_KNOBS: tuple[str, ...] = (
 )
 
 
+class Knobs(NamedTuple):
+    """A complete strategy's completable knobs without their unset case (Strategy.knobs; etp: expert_tp)."""
+
+    vpp: int
+    micro_batch: int
+    recompute: Recompute
+    pp_schedule: Schedule
+    zero: int
+
+
 class Strategy(_Frozen):
     """A parallelism strategy. dp=0 means 'derive from the cluster' (num_gpus / (tp*pp*cp)).
 
@@ -414,6 +443,15 @@ class Strategy(_Frozen):
         """Completable knobs left unset (etp only matters for MoE models)."""
         return tuple(k for k in COMPLETABLE_KNOBS if getattr(self, k) is None and (k != "etp" or moe))
 
+    def knobs(self) -> Knobs:
+        """The completable knobs of a complete strategy (what the performance model and the layout rules
+        read); ValueError naming the unset ones otherwise (`autopar.perf.estimate` completes them first)."""
+        vpp, mb, rec, sched, zero = self.vpp, self.micro_batch, self.recompute, self.pp_schedule, self.zero
+        if vpp is None or mb is None or rec is None or sched is None or zero is None:
+            unset = [k for k in Knobs._fields if getattr(self, k) is None]
+            raise ValueError(f"strategy {self.label()} has unset knobs: {', '.join(unset)}")
+        return Knobs(vpp, mb, rec, sched, zero)
+
     def with_dp(self, num_gpus: int) -> Strategy:
         """Return a copy with dp filled from the world size (if unset)."""
         if self.dp:
@@ -457,7 +495,7 @@ class Strategy(_Frozen):
         if self.dp_shard is not None:
             parts.append(f"HSDP{self.dp_shard}")
         parts.append(f"mb{self.micro_batch}")
-        if self.recompute != "none":
+        if self.recompute is not None and self.recompute != "none":  # unset (None): nothing to show
             parts.append({"selective": "sel-AC", "full": "full-AC"}[self.recompute])
         if self.optimizer_states is not None:
             parts.append(f"{self.optimizer_states}-states")

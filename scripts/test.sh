@@ -5,4 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 .venv/bin/ruff check autopar tests bench
 .venv/bin/ruff format --check autopar tests bench
+# Type check (settings: [tool.mypy] in pyproject.toml): the package at baseline, strict on perf/, layouts, specs.
+.venv/bin/mypy autopar
 .venv/bin/python -m pytest "$@"

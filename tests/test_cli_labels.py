@@ -169,3 +169,13 @@ def test_optimize_rows_recheck_with_estimate_and_share_its_mfu_unit():
         assert math.isclose(row["throughput"], est["estimate"]["tokens_per_s"], rel_tol=1e-9)
         assert math.isclose(row["mfu"], est["estimate"]["mfu"], rel_tol=1e-9) and 0 < row["mfu"] < 1
         assert math.isclose(row["mfu_pct"], 100 * row["mfu"], rel_tol=1e-12)
+
+
+def test_label_of_a_strategy_with_unset_recompute_omits_it():
+    """An unset recompute (None, completed by `estimate`) has no AC token; it used to raise KeyError(None)
+    (found by mypy: the token table is indexed by the knob's value)."""
+    from autopar.specs import Strategy
+
+    unset = Strategy(tp=2, recompute=None).label()
+    assert unset == Strategy(tp=2, recompute="none").label() == "TP2 Z1 mb1"
+    assert Strategy(tp=2, recompute="selective").label() == "TP2 Z1 mb1 sel-AC"

@@ -374,3 +374,23 @@ def test_offered_grids_are_exactly_those_without_problems(heads, kv_div, layers,
     assert offered == want
     for pt in itertools.islice(space, 0, None, max(1, space.size // 40)):
         assert check(model, cl, wl, pt.strategy, level=Level.SEARCH) == []
+
+
+def test_knobs_of_a_complete_strategy_and_the_unset_ones_named():
+    """Strategy.knobs(): what the rules and the model read, typed without None; an unset knob (left for
+    `estimate` to complete) is named in a ValueError instead of failing later as a TypeError."""
+    s = Strategy(tp=2, pp=4, vpp=2, micro_batch=2, recompute="full", pp_schedule="interleaved", zero=3)
+    assert tuple(s.knobs()) == (2, 2, "full", "interleaved", 3)
+    with pytest.raises(ValueError, match=r"unset knobs: vpp, recompute$"):
+        Strategy(vpp=None, recompute=None).knobs()
+    cl, wl = ClusterSpec(gpu=get_gpu("h100-sxm"), num_gpus=8), Workload(seq_len=2048, global_batch=8)
+    with pytest.raises(ValueError, match="micro_batch"):
+        mesh_problems(cl, wl, Strategy(micro_batch=None))
+
+
+def test_mla_dims_are_the_spec_fields_and_refused_on_a_dense_model():
+    mla = get_model("deepseek-v3").mla
+    m = get_model("deepseek-v3")
+    assert mla == (m.q_lora_rank or 0, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
+    with pytest.raises(ValueError, match="not an MLA model"):
+        _ = get_model("llama3-8b").mla

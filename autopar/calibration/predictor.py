@@ -20,6 +20,20 @@ RANGE_TOLERANCE = 0.05  # a feature this fraction of its training range outside 
 class FittedCorrector:
     """Prediction half of ThroughputCorrector: ridge x shrink + group offset, band, extrapolation."""
 
+    # Fitted attributes (scikit-learn's trailing-underscore convention): declared for the type checker
+    # only, never assigned here, so `hasattr(self, "coef_")` still tells a fitted model from a fresh one.
+    lo_: np.ndarray
+    hi_: np.ndarray
+    mean_: np.ndarray
+    scale_: np.ndarray
+    coef_: np.ndarray
+    intercept_: float
+    offsets_: dict[str, float]
+    tau_: float
+    band_: tuple[float, float]
+    prior_band_: tuple[float, float]
+    n_features_in_: int
+
     def __init__(
         self,
         alpha: float = 10.0,

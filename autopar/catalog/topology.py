@@ -376,7 +376,7 @@ def _domain(topo: Topo | None, gpus: int, source: str) -> tuple[int, str, tuple[
         return 1, "no link matrix recorded (nvidia-smi topo -m / rocm-smi --showtopo): taken as 1", ()
     groups = link_groups(topo)
     size = len(groups[0]) if groups else 1
-    notes = ()
+    notes: tuple[str, ...] = ()
     if groups and len(groups) > 1 and size > 1:
         alone = sorted(g for grp in groups[1:] for g in grp)
         notes = (f"{', '.join(alone)} not NVLinked to the largest group of {size} in {source}",)

@@ -106,7 +106,7 @@ def render_whatif(result: WhatIfResult) -> None:
     t.add_column("●", justify="center", no_wrap=True)
     order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     for o in order:
-        row = [
+        row: list[str | Text] = [
             str(o.rank) if o.rank else "-",
             o.label,
             _si(o.tokens_per_s),
@@ -154,9 +154,9 @@ def render_whatif(result: WhatIfResult) -> None:
             console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
     for n in result.notes:
         console.print(note_text(n), soft_wrap=True)
-    n = len(result.options)
+    n_options = len(result.options)
     console.print(
-        f"{sum(o.n_trials for o in result.options)} trials over {n} option{'s' * (n != 1)} "
+        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
         f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
         "option)",
         style="dim",
@@ -198,8 +198,8 @@ def render_sizing(result: DeadlineResult) -> None:
         t.add_row(
             r.option or r.gpu,
             f"{a.count} ({a.count // r.unit} {r.unit_name}{'s' * (a.count // r.unit != 1)})",
-            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]
-            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]
+            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]  # sizing rows are timed and priced options
+            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]  # sizing rows are timed and priced options
             _fmt(a.usd_per_mtoken, ".3f"),
             f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
             f"{a.strategy_label} ({a.precision})",
@@ -207,9 +207,9 @@ def render_sizing(result: DeadlineResult) -> None:
     console.print(t)
     for n in result.notes:
         console.print(note_text(n), soft_wrap=True)
-    n = sum(len(r.searched) for r in result.rows)
+    n_searched = sum(len(r.searched) for r in result.rows)
     console.print(
-        f"{n} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
+        f"{n_searched} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
         f"{result.search_budget} trials per count)",
         style=NOTE_STYLE,
         highlight=False,
@@ -400,7 +400,7 @@ def whatif(
     wl = Workload(
         seq_len=seq_len,
         global_batch=gb,
-        precision=precs[0],  # type: ignore[arg-type]
+        precision=precs[0],  # type: ignore[arg-type]  # a str, checked against the Literal by pydantic
         framework=check_framework(framework),
         tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
     )
@@ -425,7 +425,7 @@ def whatif(
         batch_tokens_per_gpu=per_gpu,
     )
     if sizing is not None:
-        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]
+        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
         return
     _run_ranking(
         spec,
@@ -589,7 +589,7 @@ def render_prices(book: PriceBook, gpu: str | None, tier: str | None, quotes: bo
     """Print the price book as a table (optionally every quote behind each price)."""
     t = Table(title="Price book (USD per GPU-hour)", title_justify="left")
     for col, just in (("GPU", "left"), ("tier", "left"), ("$/GPU-h", "right"), ("source", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just)  # type: ignore[arg-type]  # justify is one of rich's literals, held as str
     for e in _select(book, gpu, tier):
         t.add_row(e.gpu, e.tier, f"{e.usd_per_gpu_hour:.2f}", e.source)
         if quotes:

@@ -25,6 +25,14 @@ PRICE_FACTORS = (1.2, 0.8)
 BANDWIDTH_FACTOR = 0.5
 
 
+def _time_cost(o: OptionResult) -> tuple[float, float]:
+    """(time to train, total cost) of a feasible option: one with figures under a token budget (so priced)."""
+    f = o.figures
+    if f is None or f.time_to_train_s is None or f.total_cost_usd is None:
+        raise ValueError(f"option {o.label} has no time to train or cost")
+    return f.time_to_train_s, f.total_cost_usd
+
+
 def _row(
     scenario: str,
     kind: str,
@@ -120,11 +128,7 @@ def run_sensitivity(
     for gpu in gpus:
         for f in PRICE_FACTORS:
             cands = [
-                Candidate(
-                    o.label,
-                    o.figures.time_to_train_s,  # type: ignore[union-attr,arg-type]
-                    o.figures.total_cost_usd * (f if o.gpu == gpu else 1.0),
-                )  # type: ignore[union-attr,operator]
+                Candidate(o.label, _time_cost(o)[0], _time_cost(o)[1] * (f if o.gpu == gpu else 1.0))
                 for o in feasible
             ]
             rows.append(
@@ -140,7 +144,9 @@ def run_sensitivity(
                 )
             )
     if estimate_fn is None:
-        from autopar.perf import estimate as estimate_fn
+        from autopar.perf import estimate
+
+        estimate_fn = estimate
     cands = []
     slowdowns = []
     for o in feasible:
@@ -148,13 +154,8 @@ def run_sensitivity(
         r = r if r > 0 else 1.0
         slowdowns.append(f"{o.label} x{1 / r:.2f} time")
         # time scales by 1/r; cost is proportional to time at a fixed cluster price
-        cands.append(
-            Candidate(
-                o.label,
-                o.figures.time_to_train_s / r,  # type: ignore[union-attr,operator]
-                o.figures.total_cost_usd / r,
-            )
-        )  # type: ignore[union-attr,operator]
+        time_s, cost = _time_cost(o)
+        cands.append(Candidate(o.label, time_s / r, cost / r))
     rows.append(
         _row(
             "inter-node bandwidth halved",

@@ -95,7 +95,8 @@ def peak_tokens_per_gpu(
     model: ModelSpec, workload: Workload, gpu: GPUSpec, precisions: Sequence[str]
 ) -> float:
     """Tokens/s one GPU would train at 100% MFU of its highest searched peak (an upper bound, see module doc)."""
-    from autopar.perf.flops import model_flops_per_step, weight_grad_gemms
+    from autopar.perf.finetune import weight_grad_gemms
+    from autopar.perf.flops import model_flops_per_step
 
     per_token = (
         model_flops_per_step(model, workload.seq_len, 1, True, weight_grad_gemms(workload)) / workload.seq_len
@@ -128,7 +129,7 @@ class SizingResult:
     def fastest(self) -> OptionResult | None:
         """The fastest count searched (for an option that cannot meet the deadline)."""
         ok = [o for o in self.searched if o.figures is not None]
-        return min(ok, key=lambda o: o.time_to_train_s) if ok else None  # type: ignore[arg-type,return-value]
+        return min(ok, key=lambda o: o.time_to_train_s) if ok else None  # type: ignore[arg-type,return-value]  # ok: searched with figures under the token budget, so timed
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (one `sizing` entry of `autopar whatif --deadline --json`)."""
@@ -240,7 +241,7 @@ def _scan(opt: SizingOption, gpu: GPUSpec, counts: list[int], ctx: SizingContext
         if ctx.progress is not None and i % PROGRESS_EVERY == 0:
             ctx.progress(f"sizing {opt.label}: {n} GPUs ({i + 1} of at most {len(counts)} counts)")
         res = ctx.search(ctx.cluster(gpu, ho, opt), wl, ho)
-        res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]
+        res.meets_deadline = None if res.figures is None else res.time_to_train_s <= ctx.deadline_s  # type: ignore[operator]  # figures under the token budget: time is set
         done.append(res)
         if res.meets_deadline:
             break
@@ -257,7 +258,7 @@ def _why_not(opt: SizingOption, out: SizingResult, cands: list[int], deadline_s:
             f"needs at least {out.lower_bound} GPUs"
         )
     f = out.fastest
-    best = f" (fastest searched: {f.label} in {format_duration(f.time_to_train_s)})" if f else ""  # type: ignore[arg-type]
+    best = f" (fastest searched: {f.label} in {format_duration(f.time_to_train_s)})" if f else ""  # type: ignore[arg-type]  # fastest is one of the timed options
     return f"cannot meet the {format_duration(deadline_s)} deadline within {limit}{best}"
 
 
@@ -336,7 +337,9 @@ def run_sizing(
     book = price_book if price_book is not None else default_price_book()
     prices = {o.gpu: resolve_price(get_gpu(o.gpu), book, tier) for o in options}  # all before any search
     if optimize_fn is None:
-        from autopar.search import optimize as optimize_fn
+        from autopar.search import optimize
+
+        optimize_fn = optimize
     search_kwargs: dict[str, Any] = dict(
         budget=budget, objectives=("throughput", "headroom", "cost"), seed=seed, sampler=sampler,
         min_headroom_gib=min_headroom_gib, precisions=precisions, price_book=book, tier=tier,

@@ -142,9 +142,9 @@ def _search_option(
     base.headroom_gib = est.headroom_bytes / GiB
     base.figures = figs
     if deadline_s is not None:
-        base.meets_deadline = figs.time_to_train_s <= deadline_s  # type: ignore[operator]
+        base.meets_deadline = figs.time_to_train_s <= deadline_s  # type: ignore[operator]  # a what-if always has a token budget: time is set
     if max_cost_usd is not None:
-        base.within_cost_cap = figs.total_cost_usd <= max_cost_usd  # type: ignore[operator]
+        base.within_cost_cap = figs.total_cost_usd <= max_cost_usd  # type: ignore[operator]  # a what-if always has a token budget: cost is set
     return base
 
 
@@ -290,7 +290,9 @@ def run_whatif(
         prepared.append((opt, cluster, entry))
 
     if optimize_fn is None:
-        from autopar.search import optimize as optimize_fn
+        from autopar.search import optimize
+
+        optimize_fn = optimize
     search_kwargs: dict[str, Any] = dict(
         budget=budget,
         objectives=("throughput", "headroom", "cost"),
@@ -330,7 +332,7 @@ def run_whatif(
         )
 
     cands = [
-        Candidate(o.label, o.time_to_train_s, o.total_cost_usd)  # type: ignore[arg-type]
+        Candidate(o.label, o.time_to_train_s, o.total_cost_usd)  # type: ignore[arg-type]  # options with figures under the token budget: time and cost set
         for o in results
         if o.figures is not None
     ]

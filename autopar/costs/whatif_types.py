@@ -198,7 +198,7 @@ class WhatIfResult:
     def fastest(self) -> OptionResult | None:
         """The feasible option with the shortest time to train."""
         ok = [o for o in self.options if o.figures]
-        return min(ok, key=lambda o: o.figures.time_to_train_s) if ok else None  # type: ignore[union-attr]
+        return min(ok, key=lambda o: o.figures.time_to_train_s) if ok else None  # type: ignore[union-attr]  # ok keeps options with figures only
 
     @property
     def deadline_met(self) -> bool | None:

@@ -45,7 +45,7 @@ def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, 
     torch.backends.cudnn.allow_tf32 = False
     f = Factory(SEED, torch.float32, device, True)
     model = SliceModel(f, plan.model, Ctx(g, plan.degrees.sp, plan.degrees.recompute))
-    names = {n: p.full_name for n, p in model.named_parameters()}  # type: ignore[attr-defined]
+    names = {n: p.full_name for n, p in model.named_parameters()}  # type: ignore[attr-defined]  # full_name: the dry run's own Parameter attribute (dryrun/layers.py)
     st = stepper(model, g, plan.degrees.zero, torch.float32)
     st.zero_grad()
     ids, targets = batch(plan, g, 0, 0, device)
@@ -54,7 +54,7 @@ def check_layers(plan: SlicePlan, g: Groups, device: torch.device) -> dict[str, 
     st.sync()
     total = float(all_reduce_(loss.detach().clone(), g.dpcp))
     ref_loss, ref = _reference(plan, device)
-    refs = {p.full_name: p for p in ref.parameters()}  # type: ignore[attr-defined]
+    refs = {p.full_name: p for p in ref.parameters()}  # type: ignore[attr-defined]  # full_name: the dry run's own Parameter attribute (dryrun/layers.py)
 
     def mine(n: str, t: torch.Tensor) -> torch.Tensor:
         _, dim, parts, idx = f.shards[names[n]]

@@ -59,7 +59,7 @@ class Factory:
         if dim is not None:
             shape[dim] //= parts
         p = nn.Parameter(self._draw(name, full, tuple(shape), dim, parts, idx, ones))
-        p.full_name = name  # type: ignore[attr-defined]
+        p.full_name = name  # type: ignore[attr-defined]  # the dry run's own Parameter attribute
         return p
 
     def _draw(
@@ -97,7 +97,7 @@ class Ctx:
 def tag(p: nn.Parameter, expert: bool = False, tp_partial: bool = False) -> nn.Parameter:
     """Mark how a parameter's gradient is summed: over dp x cp (dense) or edp (expert), and over TP too when
     the TP ranks saw different tokens (norms under SP, the router)."""
-    p.expert, p.tp_partial = expert, tp_partial  # type: ignore[attr-defined]
+    p.expert, p.tp_partial = expert, tp_partial  # type: ignore[attr-defined]  # the dry run's own Parameter attributes
     return p
 
 

@@ -44,7 +44,7 @@ class Bucket:
 
 def _accumulate(p: torch.Tensor) -> None:
     """Move a fresh bf16 gradient into the fp32 main gradient and free it (Megatron's main_grad)."""
-    p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+    p.main_grad.add_(p.grad)  # type: ignore[attr-defined]  # main_grad: the dry run's fp32 grad buffer view, set below
     p.grad = None
 
 
@@ -59,7 +59,7 @@ def _bucket(params: list[nn.Parameter], group: Group, tp_partial: bool, zero: in
         k = p.numel()
         flat[off : off + k].copy_(p.data.flatten())
         p.data = flat[off : off + k].view_as(p)
-        p.main_grad = main[off : off + k].view_as(p)  # type: ignore[attr-defined]
+        p.main_grad = main[off : off + k].view_as(p)  # type: ignore[attr-defined]  # main_grad: the dry run's fp32 grad buffer view
         p.register_post_accumulate_grad_hook(_accumulate)
         off += k
     part = padded // group.size if zero else padded
@@ -73,7 +73,7 @@ def build_buckets(model: nn.Module, g: Groups, zero: int) -> list[Bucket]:
     """One bucket per (expert?, summed over TP?) kind present in the model."""
     kinds: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for p in model.parameters():
-        kinds.setdefault((p.expert, p.tp_partial), []).append(p)  # type: ignore[attr-defined]
+        kinds.setdefault((p.expert, p.tp_partial), []).append(p)  # type: ignore[attr-defined]  # expert, tp_partial: set in dryrun/layers.py
     return [_bucket(ps, g.edp if ex else g.dpcp, tpp, zero) for (ex, tpp), ps in sorted(kinds.items())]
 
 
@@ -129,7 +129,7 @@ class BucketStepper:
 
     @staticmethod
     def grad(p: nn.Parameter) -> torch.Tensor:
-        return p.main_grad  # type: ignore[attr-defined]
+        return p.main_grad  # type: ignore[attr-defined]  # main_grad: the dry run's fp32 grad buffer view
 
 
 def shard_model(model: SliceModel, g: Groups, param_dtype: torch.dtype) -> None:
@@ -153,7 +153,7 @@ class FsdpStepper:
     """ZeRO-3: torch FSDP2 (fully_shard); fp32 sharded weights are the master copy, AdamW steps on the shards."""
 
     def __init__(self, model: SliceModel, g: Groups, param_dtype: torch.dtype):
-        partial = {n for n, p in model.named_parameters() if p.tp_partial}  # type: ignore[attr-defined]
+        partial = {n for n, p in model.named_parameters() if p.tp_partial}  # type: ignore[attr-defined]  # tp_partial: set in dryrun/layers.py
         shard_model(model, g, param_dtype)
         self.params = list(model.parameters())
         self.tp_partial = [p for n, p in model.named_parameters() if n in partial]
@@ -168,17 +168,17 @@ class FsdpStepper:
         would, with a PREMUL_SUM gloo lacks); those of TP-partial parameters are summed over TP too."""
         for p in self.params:
             if p.grad is not None:
-                p.grad.to_local().mul_(p.grad.device_mesh.size())
+                p.grad.to_local().mul_(p.grad.device_mesh.size())  # type: ignore[attr-defined]  # a DTensor under FSDP2
         for p in self.tp_partial:
             if p.grad is not None:
-                all_reduce_(p.grad.to_local(), self.g.tp)
+                all_reduce_(p.grad.to_local(), self.g.tp)  # type: ignore[attr-defined]  # a DTensor under FSDP2
 
     def step(self) -> None:
         self.opt.step()
 
     @staticmethod
     def grad(p: nn.Parameter) -> torch.Tensor:
-        return p.grad.full_tensor()  # type: ignore[union-attr]
+        return p.grad.full_tensor()  # type: ignore[union-attr]  # after backward p.grad is a DTensor
 
 
 def full_weight(p: nn.Parameter) -> torch.Tensor:
@@ -217,7 +217,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def peak_memory(device: torch.device) -> dict[str, float | None]:
+def peak_memory(device: torch.device) -> dict[str, str | float | None]:
     """GPU: torch's peak allocated and reserved bytes. CPU: the process's peak resident set (whole process:
     interpreter and torch included), labelled as such."""
     if device.type == "cuda":

@@ -138,13 +138,13 @@ def torchtitan_stage_count(layers: int, pp: int, single_stage: bool, par: dict[s
     """Stages torchtitan v0.2.2 builds from [parallelism] (restated from pipeline_parallel.py)."""
     fqns = par.get("module_fqns_per_model_part")
     if fqns is not None:
-        return len(fqns)  # type: ignore[arg-type]
+        return len(fqns)  # type: ignore[arg-type]  # [parallelism] values: the TOML table the writer built, typed object
     lps = par.get("pipeline_parallel_layers_per_stage")
-    first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))  # type: ignore[call-overload]
-    last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))  # type: ignore[call-overload]
+    first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))  # type: ignore[call-overload]  # as above
+    last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))  # type: ignore[call-overload]  # as above
     if lps is None:
         return pp * (1 if single_stage else 2)
-    return -(-(layers + first + last) // int(lps))  # type: ignore[call-overload]
+    return -(-(layers + first + last) // int(lps))  # type: ignore[call-overload]  # as above
 
 
 def strategy_split(layers: int, s: Strategy) -> MegatronSplit | None:

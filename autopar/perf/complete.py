@@ -29,8 +29,8 @@ MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
 
 # Candidate estimates shared by the completions of one batch (`shared_candidates`), by problem.
-_SHARED: ContextVar[dict[tuple, dict[Strategy, Estimate | InvalidStrategyError]] | None] = ContextVar(
-    "autopar_shared_candidates", default=None
+_SHARED: ContextVar[dict[tuple[Any, ...], dict[Strategy, Estimate | InvalidStrategyError]] | None] = (
+    ContextVar("autopar_shared_candidates", default=None)
 )
 
 
@@ -131,7 +131,7 @@ def complete(
     Candidates that break a rule are skipped. If none is valid: with check, the first candidate's violations
     are raised; without (the caller validated the layout), the most frugal candidate is estimated unchecked."""
     cands = candidate_values(model, w, s)
-    cache: dict[tuple, Estimate | None] = {}
+    cache: dict[tuple[Any, ...], Estimate | None] = {}
     errors: list[InvalidStrategyError] = []
     shared = _SHARED.get()
     common = None if shared is None else shared.setdefault((model, cluster, w, strict), {})
@@ -142,8 +142,7 @@ def complete(
             got = _candidate(model, cluster, w, _apply(s, choice), strict, estimate, common)
             if isinstance(got, InvalidStrategyError):
                 errors.append(got)
-                got = None
-            cache[key] = got
+            cache[key] = None if isinstance(got, InvalidStrategyError) else got
         return cache[key]
 
     names = list(cands)
@@ -185,7 +184,7 @@ def _candidate(
     return got
 
 
-def _descend(cands: dict[str, list[Any]], run) -> dict[str, Any]:
+def _descend(cands: dict[str, list[Any]], run: Callable[[dict[str, Any]], Estimate | None]) -> dict[str, Any]:
     """Coordinate descent from the most frugal point: best value of one knob at a time, until stable."""
     cur = {k: v[0] for k, v in cands.items()}
     for _ in range(4):

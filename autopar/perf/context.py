@@ -60,9 +60,11 @@ class PerfContext:
         tokens = w.global_batch * w.seq_len
         self.tokens = tokens
         self.flops = step_flops(model, w)  # model/hardware FLOPs and what they count (LoRA: no wgrad)
-        self.layers: dict[tuple, Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
-        self.gemms: dict[tuple, float] = {}
-        self.cp_costs: dict[tuple, Any] = {}  # CpCost by variant and layer sharding (perf/estimate.py)
+        self.layers: dict[tuple[Any, ...], Any] = {}  # LayerCosts by layer sharding (perf/layers.py)
+        self.gemms: dict[tuple[float, float, float, bool], float] = {}
+        self.cp_costs: dict[
+            tuple[Any, ...], Any
+        ] = {}  # CpCost by variant and layer sharding (perf/estimate.py)
 
     def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
         """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""
@@ -85,14 +87,14 @@ def perf_context(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> 
     A search passes the same three (frozen) spec objects for every strategy: the last context is
     returned on identity, before hashing three pydantic models (~10 us of a ~50 us estimate)."""
     last = _LAST
-    if last and last[0] is model and last[1] is cluster and last[2] is workload:
-        return last[3]
+    if last and last[0][0] is model and last[0][1] is cluster and last[0][2] is workload:
+        return last[0][3]
     ctx = _perf_context(model, cluster, workload)
-    _LAST[:] = (model, cluster, workload, ctx)
+    _LAST[:] = [(model, cluster, workload, ctx)]
     return ctx
 
 
-_LAST: list = []  # (model, cluster, workload, context) of the last call
+_LAST: list[tuple[ModelSpec, ClusterSpec, Workload, PerfContext]] = []  # the last call's specs and context
 
 
 def clear_perf_contexts() -> None:

@@ -18,7 +18,7 @@ from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
-from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.specs import ClusterSpec, Knobs, ModelSpec, Strategy, Workload
 
 __all__ = ["activation_bytes_per_layer", "estimate", "strategy_violations", "usable_memory_bytes"]
 
@@ -62,8 +62,8 @@ def strategy_violations(
 
 def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> list[str]:
     """Host (CPU) memory the offloaded layers' activations need, against the GPU's share of it (perf/act_offload)."""
-    ctx = perf_context(model, cluster, w)
-    lc = layer_costs(ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute)
+    ctx, k = perf_context(model, cluster, w), s.knobs()
+    lc = layer_costs(ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute)
     act = (model.dense_layers * lc.act_dense + model.moe_layers * lc.act_moe) / model.layers
     if not model.is_moe:
         act = lc.act_dense
@@ -99,15 +99,15 @@ def _mix(model: ModelSpec, start: int, n: int) -> tuple[int, int]:
 _NO_CP = cp.CpCost(0.0, 0.0)
 
 
-def _cp_cost(ctx: PerfContext, s: Strategy, lc: LayerCosts) -> cp.CpCost:
+def _cp_cost(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts) -> cp.CpCost:
     """The CP cost of one layer sharding and variant, memoised on the context (what it reads: the
     variant, the layer sharding behind `lc`, the micro-batch and whether the layer is recomputed)."""
     if s.cp == 1:
         return _NO_CP
-    key = (s.cp_comm, s.cp, s.tp, s.micro_batch, s.recompute, s.ep, s.expert_tp, s.sp and s.tp > 1)
+    key = (s.cp_comm, s.cp, s.tp, k.micro_batch, k.recompute, s.ep, s.expert_tp, s.sp and s.tp > 1)
     hit = ctx.cp_costs.get(key)
     if hit is None:
-        hit = ctx.cp_costs[key] = cp_cost_of(ctx, s.tp, s.cp, s.micro_batch, s.recompute, s.cp_comm, lc)
+        hit = ctx.cp_costs[key] = cp_cost_of(ctx, s.tp, s.cp, k.micro_batch, k.recompute, s.cp_comm, lc)
     return hit
 
 
@@ -117,8 +117,8 @@ def cp_cost_of(ctx: PerfContext, t: int, c: int, b: int, rec: str, variant: str,
     if c == 1:
         return _NO_CP
     model, w = ctx.model, ctx.w
-    dv = model.v_head_dim if model.is_mla else model.dh
-    qk = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.dh
+    dv = model.mla.v if model.is_mla else model.dh
+    qk = (model.mla.qk_nope + model.mla.qk_rope) if model.is_mla else model.dh
     x = cp.CpInputs(
         c=c,
         t=t,
@@ -144,8 +144,12 @@ def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
     GQA heads repeated to the query heads (torchtitan `repeat_kv`); MLA's K and V decompressed to every
     head (qk_nope + qk_rope and v_head_dim per head), bf16, a/t heads on this TP rank."""
     if model.is_mla:
-        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-        return 2.0 * model.heads * (qk + model.v_head_dim) / (t * kv_bytes_tok) if kv_bytes_tok else 1.0
+        mla = model.mla
+        return (
+            2.0 * model.heads * (mla.qk_nope + mla.qk_rope + mla.v) / (t * kv_bytes_tok)
+            if kv_bytes_tok
+            else 1.0
+        )
     return model.heads / max(model.kv, t)
 
 
@@ -188,9 +192,9 @@ class Stages:
     note: str
 
 
-def _stage_specs(model: ModelSpec, s: Strategy, m: int) -> tuple[tuple[StageSpec, ...], str]:
+def _stage_specs(model: ModelSpec, s: Strategy, k: Knobs, m: int) -> tuple[tuple[StageSpec, ...], str]:
     split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
-    return stage_specs_of(model, s.pp, s.vpp, s.pp_schedule, m, split)
+    return stage_specs_of(model, s.pp, k.vpp, k.pp_schedule, m, split)
 
 
 def stage_specs_of(
@@ -218,11 +222,11 @@ def stage_specs_of(
     return tuple(specs), lay.note
 
 
-def _stages(ctx: PerfContext, s: Strategy, lc: LayerCosts, m: int) -> Stages:
-    specs, note = _stage_specs(ctx.model, s, m)
-    cpc = _cp_cost(ctx, s, lc)
+def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> Stages:
+    specs, note = _stage_specs(ctx.model, s, k, m)
+    cpc = _cp_cost(ctx, s, k, lc)
     times = tuple(_stage_time(lc, sp.mix, sp.logits, cpc) for sp in specs)
-    if s.pp > 1 and s.pp_schedule == "dualpipe":
+    if s.pp > 1 and k.pp_schedule == "dualpipe":
         times = tuple(_dualpipe(x) for x in times)
     p = s.pp
     if p == 1:
@@ -233,11 +237,11 @@ def _stages(ctx: PerfContext, s: Strategy, lc: LayerCosts, m: int) -> Stages:
     return Stages(specs, times, mean, note)
 
 
-def _sharding(ctx: PerfContext, s: Strategy, g: fsdp.DpGroups) -> memory.Sharding:
+def _sharding(ctx: PerfContext, s: Strategy, k: Knobs, g: fsdp.DpGroups) -> memory.Sharding:
     states = s.optimizer_states or memory.OPTIMIZER_STATES_OF[ctx.w.optimizer]
     n_coll = ctx.sw.zero3_collectives_per_layer
     return memory.Sharding(
-        zero=s.zero,
+        zero=k.zero,
         n_shard=g.n_shard,
         n_eshard=g.n_edp,
         state_bytes=memory.OPTIMIZER_STATE_BYTES[states],
@@ -252,10 +256,10 @@ def _sharding(ctx: PerfContext, s: Strategy, g: fsdp.DpGroups) -> memory.Shardin
 
 
 def _memory(
-    ctx: PerfContext, s: Strategy, lc: LayerCosts, st: Stages, sh: memory.Sharding
+    ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, st: Stages, sh: memory.Sharding
 ) -> tuple[MemoryBreakdown, memory.StageParams]:
     """Peak memory over the distinct stages, and the parameters of the first stage."""
-    copies = pipeline.parameter_copies(s.pp_schedule) if s.pp > 1 else 1
+    copies = pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1
     best: MemoryBreakdown | None = None
     first_params: memory.StageParams | None = None
     for sp in st.specs:
@@ -265,7 +269,7 @@ def _memory(
         first_params = first_params or params
         off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
         mb = memory.stage_memory(
-            params, sh, lc, sp.mix, sp.inflight, s.recompute, sp.first, sp.last, copies, off
+            params, sh, lc, sp.mix, sp.inflight, k.recompute, sp.first, sp.last, copies, off
         )
         if best is None or mb.total > best.total:
             best = mb
@@ -298,13 +302,19 @@ ZERO3_PREFETCH_DEPTH = 1
 
 
 def _dp_time(
-    ctx: PerfContext, s: Strategy, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: int
+    ctx: PerfContext,
+    s: Strategy,
+    k: Knobs,
+    g: fsdp.DpGroups,
+    params: memory.StageParams,
+    st0: StageTime,
+    m: int,
 ) -> fsdp.DpTime:
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
-    if s.zero != 3:  # only trainable parameters' gradients are reduced (LoRA: the adapters)
+    if k.zero != 3:  # only trainable parameters' gradients are reduced (LoRA: the adapters)
         f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
         return fsdp.ddp_time(
-            s.zero, f * params.non_expert, f * params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
+            k.zero, f * params.non_expert, f * params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
         )
     if g.n_shard <= 1 and g.n_edp <= 1:
         return fsdp.DpTime(0.0, 0.0)
@@ -334,18 +344,18 @@ def _root_params(ctx: PerfContext, s: Strategy) -> float:
 
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
     ctx = perf_context(model, cluster, w)
-    t, p, c, d = s.tp, s.pp, s.cp, s.dp
-    m = max(1, w.global_batch // (s.micro_batch * d))  # micro-batches per step per pipeline
-    lc = layer_costs(ctx, t, c, s.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, s.recompute)
-    st = _stages(ctx, s, lc, m)
+    t, p, c, d, k = s.tp, s.pp, s.cp, s.dp, s.knobs()
+    m = max(1, w.global_batch // (k.micro_batch * d))  # micro-batches per step per pipeline
+    lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
+    st = _stages(ctx, s, k, lc, m)
     g = fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard)
-    sh = _sharding(ctx, s, g)
-    mem, params = _memory(ctx, s, lc, st, sh)
+    sh = _sharding(ctx, s, k, g)
+    mem, params = _memory(ctx, s, k, lc, st, sh)
     slowest = max(st.times, key=lambda x: x.total)
-    dpt = _dp_time(ctx, s, g, params, st.times[0], m)
+    dpt = _dp_time(ctx, s, k, g, params, st.times[0], m)
     crosses = t * c * d >= ctx.G or t * c * d * p > ctx.G
     bubble, pp_comm = pipeline.pipeline_time(
-        s.pp_schedule, p, m, s.vpp if p > 1 else 1, st.mean_total, comm.p2p(lc.pp_bytes, crosses, ctx.links)
+        k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, comm.p2p(lc.pp_bytes, crosses, ctx.links)
     )
     local = memory.local_optimizer_params(params, sh)
     opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
@@ -362,7 +372,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         optimizer=opt,
         act_offload=m * _offload_time(ctx, s, lc, st),
     )
-    return _assemble(ctx, s, tb, mem, _notes(ctx, s, st))
+    return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
 
 
 def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
@@ -384,10 +394,10 @@ def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
 
 
 def _assemble(
-    ctx: PerfContext, s: Strategy, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
+    ctx: PerfContext, s: Strategy, k: Knobs, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
 ) -> Estimate:
     step, W, peak = tb.total, ctx.W, ctx.peak_gemm
-    hw = ctx.flops.hardware[s.recompute]
+    hw = ctx.flops.hardware[k.recompute]
     parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
     return Estimate(

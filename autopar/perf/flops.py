@@ -63,10 +63,8 @@ def attn_proj_flops_per_layer(m: ModelSpec) -> float:
 def attn_core_flops_per_layer(m: ModelSpec, s_eff: float) -> float:
     """Forward QK^T + PV FLOPs per token per layer for a mean context of s_eff keys."""
     if m.is_mla:
-        return (
-            2.0 * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) * s_eff
-            + 2.0 * m.heads * m.v_head_dim * s_eff
-        )
+        mla = m.mla
+        return 2.0 * m.heads * (mla.qk_nope + mla.qk_rope) * s_eff + 2.0 * m.heads * mla.v * s_eff
     return 4.0 * m.heads * m.dh * s_eff
 
 

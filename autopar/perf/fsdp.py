@@ -8,6 +8,7 @@ stride tp; the expert group is the expert data-parallel group at stride etp·ep.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from autopar.perf import comm
@@ -60,7 +61,7 @@ class DpTime:
 
 
 def _bucketed(
-    coll,
+    coll: Callable[[float, int, int, comm.Links], float],
     total_params: float,
     bucket: float,
     bytes_per: float,

@@ -271,8 +271,7 @@ def _attention(ctx: PerfContext, g: _Shard) -> _Attention:
 def _mla_projections(ctx: PerfContext, g: _Shard) -> tuple[float, int, int, float]:
     """MLA (DeepSeek-V2/V3): q down/up (or direct q), compressed KV down, K/V up, output projection."""
     model, gemm, T, t, h, a, fp8 = ctx.model, ctx.gemm, g.T, g.t, g.h, g.a, g.fp8
-    dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
-    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
+    rq, rkv, dn, dr, dv = model.mla
     attn_gemm = gemm(T, rq, h, fp8) if rq else 0.0
     attn_gemm += gemm(T, a * (dn + dr) / t, rq or h, fp8)
     attn_gemm += gemm(T, rkv + dr, h, fp8) + gemm(T, a * (dn + dv) / t, rkv, fp8)
@@ -568,11 +567,8 @@ def _attention_activations(ctx: PerfContext, g: _Shard) -> tuple[float, float]:
     """Q/K/V and attention-output bytes per token in bf16 (MLA: also the compressed latents, replicated)."""
     model, a = ctx.model, g.a
     if model.is_mla:
-        dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
-        qkv = (
-            BF16_BYTES * (a * (dn + dr) * 2 + a * dv)
-            + BF16_BYTES * ((model.q_lora_rank or 0) + model.kv_lora_rank) * g.t
-        )
+        rq, rkv, dn, dr, dv = model.mla
+        qkv = BF16_BYTES * (a * (dn + dr) * 2 + a * dv) + BF16_BYTES * (rq + rkv) * g.t
         return qkv, BF16_BYTES * a * dv
     return BF16_BYTES * g.dh * (a + 2 * g.k), BF16_BYTES * a * g.dh
 
@@ -597,7 +593,7 @@ def activation_bytes_per_layer(
 ) -> float:
     """Activation bytes one dense layer keeps for backward per micro-batch (Korthikanti Table 2 form)."""
     s = strategy.with_dp(cluster.num_gpus)
-    ctx = perf_context(model, cluster, workload)
+    ctx, k = perf_context(model, cluster, workload), s.knobs()
     return layer_costs(
-        ctx, s.tp, s.cp, s.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, s.recompute
+        ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute
     ).act_dense

@@ -41,11 +41,9 @@ def attention_params(m: ModelSpec) -> tuple[float, float]:
     """Attention weights per layer and the part replicated across TP (MLA latents, norms, biases)."""
     h = m.hidden
     if m.is_mla:
-        a, dn, dr, dv = m.heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-        rkv = m.kv_lora_rank
-        if m.q_lora_rank:
-            rq = m.q_lora_rank
-            q_down, q_norm, q_up = h * rq, rq, rq * a * (dn + dr)
+        a, (rq, rkv, dn, dr, dv) = m.heads, m.mla
+        if rq:
+            q_down, q_norm, q_up = float(h * rq), float(rq), float(rq * a * (dn + dr))
         else:
             q_down, q_norm, q_up = 0.0, 0.0, h * a * (dn + dr)
         kv_down = h * (rkv + dr)  # latent + shared RoPE key

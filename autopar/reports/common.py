@@ -155,7 +155,7 @@ def base_layout(height: int, **kw: object) -> dict[str, object]:
         "plot_bgcolor": "white",
     }
     layout.update(kw)
-    margin = dict(layout["margin"])  # type: ignore[arg-type]
+    margin = dict(layout["margin"])  # type: ignore[call-overload]  # the dict set above (or by kw): values are typed object
     margin["r"] = max(int(margin.get("r", 0)), MODEBAR_MARGIN)
     layout["margin"] = margin
     layout["modebar"] = {"orientation": "v"}

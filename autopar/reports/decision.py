@@ -86,7 +86,8 @@ class Trade:
 
 def trade(objectives: Sequence[ObjectiveInfo], a: TrialRecord, b: TrialRecord) -> Trade:
     """The material changes from a to b, in words."""
-    gains, losses = [], []
+    gains: list[str] = []
+    losses: list[str] = []
     for o in objectives:
         m = material(o, a, b)
         if m:

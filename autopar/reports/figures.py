@@ -379,7 +379,7 @@ MEMORY_COLORS = {
 def memory_bar_info(result: SearchResult) -> StackedBarInfo:
     """Per-GPU peak memory of each recommended point by category (GiB), with the GPU capacity."""
     items = highlighted_trials(result)
-    ests = [t.estimate for _, t in items]
+    ests = [t.estimate for _, t in items if t.estimate is not None]  # all of them (highlighted_trials)
     parts = {
         "weights": [e.memory.weights for e in ests],
         "grads": [e.memory.grads for e in ests],
@@ -425,7 +425,7 @@ TIME_PARTS = [  # (label, function of TimeBreakdown, colour)
 def time_bar_info(result: SearchResult) -> StackedBarInfo:
     """Step time of each recommended point split into compute, exposed comm, bubble, optimizer (s)."""
     items = highlighted_trials(result)
-    ests = [t.estimate for _, t in items]
+    ests = [t.estimate for _, t in items if t.estimate is not None]  # all of them (highlighted_trials)
     segs = []
     for label, fn, color in TIME_PARTS:
         vals = tuple(float(fn(e.time)) for e in ests)

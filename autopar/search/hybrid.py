@@ -417,7 +417,8 @@ def _sample(st: _Outer, n: int) -> list[int]:
     """About n point indices at an even stride over the solved layouts' points (layout order)."""
     total = sum(st.space.layouts[k].size for k in st.solved)
     stride = max(1, -(-total // n))
-    out, pos = [], 0
+    out: list[int] = []
+    pos = 0
     for k in sorted(st.solved):
         size, start = st.space.layouts[k].size, st.starts[k]
         first = (-pos) % stride

@@ -594,7 +594,7 @@ def _claim(st: _Loop, trial: Any, budget: int) -> int | None:
 
     shared = st.shared
     assert shared is not None
-    key = st.space.decode(trial.params).key  # type: ignore[union-attr]
+    key = st.space.decode(trial.params).key  # type: ignore[union-attr]  # the study space is set before trials are read
     st.absorb(shared.poll())  # the others' newest trials: skip what they finished meanwhile
     if key in st.seen or shared.running_same(trial.params) is not None:
         st.run.n_duplicates += 1

@@ -38,8 +38,8 @@ def keep_stock_keys(cls: type) -> type:
     """Make a subclass of NSGAIISampler record generations and parent caches under NSGAIISampler's
     own names (GENERATION_KEY, PARENT_CACHE_KEY_PREFIX): the class attributes its private
     classmethods read, which `__init_subclass__` sets from the subclass's name."""
-    cls._GENERATION_KEY = GENERATION_KEY  # type: ignore[attr-defined]
-    cls._PARENT_CACHE_KEY_PREFIX = PARENT_CACHE_KEY_PREFIX  # type: ignore[attr-defined]
+    cls._GENERATION_KEY = GENERATION_KEY  # type: ignore[attr-defined]  # cls: an NSGAIISampler subclass
+    cls._PARENT_CACHE_KEY_PREFIX = PARENT_CACHE_KEY_PREFIX  # type: ignore[attr-defined]  # as above
     return cls
 
 
@@ -54,7 +54,7 @@ def stale_trial_ids_extended(base: type, extra: Callable[[Any, int], list[int]])
     turns FAILED, also include `extra(storage, study_id)`. Optuna asks the storage for them through
     BaseHeartbeat's private `_get_stale_trial_ids`, the only hook for which trials count as stale."""
 
-    class Extended(base):  # type: ignore[valid-type,misc]
+    class Extended(base):
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             stale = list(super()._get_stale_trial_ids(study_id))
             return stale + [t for t in extra(self, study_id) if t not in stale]

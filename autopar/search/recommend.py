@@ -380,7 +380,8 @@ def recommend(
             # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
             pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
         ranked = sorted(pool, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
-        best, ties = ranked[0], []
+        best = ranked[0]
+        ties: list[TrialRecord] = []
         if o.name != "headroom":  # most headroom is already the tie-break
             best, ties = near_tie_choice(ranked, o.name)
         rest = [r for r in ranked if r is not best]
@@ -408,7 +409,7 @@ def recommend(
 
 def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord]) -> str:
     """Why nothing is feasible: the smallest memory need found and what to change."""
-    ests = [r for r in records if r.estimate is not None]
+    ests = [(r, r.estimate) for r in records if r.estimate is not None]
     if not ests:
         reasons = sorted({r.reason for r in records if r.reason})[:3]
         return (
@@ -416,8 +417,8 @@ def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord
             + (f" (e.g. {'; '.join(reasons)})" if reasons else "")
             + "; change --gpus, --global-batch or --seq-len"
         )
-    best = min(ests, key=lambda r: r.estimate.peak_memory_bytes - r.estimate.capacity_bytes)
-    e, s = best.estimate, best.strategy
+    best, e = min(ests, key=lambda re: re[1].peak_memory_bytes - re[1].capacity_bytes)
+    s = best.strategy
     if e.fits:
         return (
             "strategies fit in memory but none meets the constraints (--min-headroom / --max-cost); "

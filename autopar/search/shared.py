@@ -194,7 +194,8 @@ class SharedStudy:
                 warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
                 optuna.storages.fail_stale_trials(self.study)
         self.last_sync = time.monotonic()
-        new, counts = [], {}
+        new: list[Any] = []
+        counts: dict[str, int] = {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
             counts[t.state.name] = counts.get(t.state.name, 0) + 1
             tid = trial_id(t)
@@ -294,7 +295,7 @@ def _exclusive(path: str | None) -> Any:
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX
-        fcntl = None  # type: ignore[assignment]
+        fcntl = None  # type: ignore[assignment]  # no fcntl (not POSIX): None marks its absence
     if path is None or fcntl is None:
         yield
         return

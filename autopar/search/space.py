@@ -240,7 +240,7 @@ def _expert_layouts(
     model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims, memo: dict[tuple[Any, ...], Any]
 ) -> list[Layout]:
     """The layouts of one dense grid: one per (ep, etp) pair, when some micro-batch splits the batch."""
-    out = []
+    out: list[Layout] = []
     wl, cl = hw.workload, hw.cluster
     common = {
         "zero": lay_rules.zero_values(wl),

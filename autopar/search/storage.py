@@ -312,7 +312,7 @@ def _journal_backend() -> type:
     """JournalFileBackend whose appends are all-or-nothing and which repairs a torn last line."""
     from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
-    class JournalFile(JournalFileBackend):  # type: ignore[misc]
+    class JournalFile(JournalFileBackend):
         def __init__(self, file_path: str, shown: str):
             # the lock JournalFileBackend makes by default, made here to hold it in append_logs
             self.lock, self.path, self.shown = JournalFileSymlinkLock(file_path), file_path, shown
