@@ -345,3 +345,44 @@ def test_batched_calibration_equals_per_point_calibration():
             factors.append(out.estimate.calibration_factor)
     # the comparison means something only if the corrector did correct: some factors differ from 1 and vary
     assert factors and any(abs(f - 1.0) > 1e-3 for f in factors) and len({round(f, 6) for f in factors}) > 1
+
+
+def test_workers_never_store_one_strategy_twice_under_different_choices(tmp_path):
+    # Decoding repairs vpp, the schedule, the CP variant and the micro-batch, so two workers' samplers can
+    # propose different choices for one strategy (found as a rare 59-of-60 failure of the two-process test
+    # above). The batch write dedups by the decoded strategy, not by the raw choices.
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from autopar.search.nsga2 import _strategy_key
+    from autopar.search.shared import SharedStudy
+    from autopar.search.space import build_space
+
+    space = build_space(TINY, TINY_CLUSTER, TINY_WL)
+    a = {
+        "tp": 1,
+        "pp": 1,
+        "vpp": 2,
+        "cp": 1,
+        "sp": False,
+        "zero": 3,
+        "micro_batch": 4,
+        "recompute": "selective",
+    }
+    b = {**a, "vpp": 1}
+    assert a != b and space.decode(a).key == space.decode(b).key  # one strategy, two sets of choices
+    dists = {k: CategoricalDistribution(v) for k, v in space.distributions().items() if k in a}
+
+    def stored_after_two_workers(key) -> int:
+        path = str(tmp_path / f"{key is None}.journal")
+        workers = [SharedStudy(path, "s", ["maximize"], ["throughput"], "fp", key=key) for _ in range(2)]
+        for w, params in zip(workers, (a, b), strict=True):
+            w.add(create_trial(state=TrialState.COMPLETE, params=params, distributions=dists, values=[1.0]))
+        for w in workers:
+            w.flush()
+        study = optuna.load_study(study_name="s", storage=workers[0].storage)
+        return len(study.get_trials(states=[TrialState.COMPLETE]))
+
+    assert stored_after_two_workers(None) == 2  # raw choices: the duplicate gets in
+    assert stored_after_two_workers(_strategy_key(space)) == 1

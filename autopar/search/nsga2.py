@@ -137,7 +137,9 @@ def run_nsga2(
     if storage is not None:
         name = study_name or f"autopar-{space.model.name}-{fp}"
         names = [o.name for o in objectives]
-        shared = SharedStudy(storage, name, directions, names, fp, inputs, heartbeat_s)
+        shared = SharedStudy(
+            storage, name, directions, names, fp, inputs, heartbeat_s, key=_strategy_key(space)
+        )
     st = _Loop(space, objectives, local, shared, Run(study_name=shared.name if shared else None))
     try:
         if shared is not None and search:
@@ -158,6 +160,17 @@ def run_nsga2(
             with contextlib.suppress(Exception):  # already reporting the first failure
                 shared.close()
     return st.run
+
+
+def _strategy_key(space: Any) -> Any:
+    """Two stored trials are the same strategy when their choices decode to one point (decoding repairs vpp,
+    sp and micro-batch, so different choices can); choices that decode to no point compare as choices."""
+
+    def key(params: dict[str, Any]) -> Any:
+        pt = space.decode(params)
+        return pt.key if isinstance(pt, Point) else tuple(sorted(params.items()))
+
+    return key
 
 
 def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:

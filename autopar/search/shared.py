@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from autopar.errors import AutoparError
@@ -55,10 +55,14 @@ class SharedStudy:
         fingerprint: str,
         inputs: dict[str, Any] | None = None,
         heartbeat_s: int | None = None,
+        key: Callable[[dict[str, Any]], Hashable] | None = None,
     ):
         import optuna
 
         self.spec = spec
+        # What makes two trials the same strategy: the search's decoded strategy key (a repaired vpp, sp or
+        # micro-batch maps different choices onto one strategy), else the choices themselves.
+        self.key = key or _params_key
         self.live = is_server(spec)
         self.storage = open_storage(spec, heartbeat_s)
         try:
@@ -76,7 +80,7 @@ class SharedStudy:
         self.buffer: list[Any] = []
         self.last_sync = 0.0
         self.last_counts: dict[str, int] = {}  # trials per state at the last sync
-        self._running: dict[tuple[Any, ...], int] = {}  # params -> number of others' RUNNING trials
+        self._running: dict[Hashable, int] = {}  # strategy key -> number of others' RUNNING trials
         self._beat = _Heartbeat(self.storage) if self.live else None
         self._lock_path = _lock_path(spec)
         self.dropped = 0  # buffered trials not written: already stored by another worker, or over budget
@@ -122,11 +126,11 @@ class SharedStudy:
         with _exclusive(self._lock_path):
             stored = self.storage.get_all_trials(self.study_id, deepcopy=False)
             taken = {
-                _params_key(t.params) for t in stored if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                self.key(t.params) for t in stored if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
             }
             room = self._budget_left(stored)
             for t in self.buffer:
-                key, counts = _params_key(t.params), t.state == TrialState.COMPLETE
+                key, counts = self.key(t.params), t.state == TrialState.COMPLETE
                 if key in taken or (counts and room <= 0):
                     self.dropped += 1
                     continue
@@ -218,14 +222,14 @@ class SharedStudy:
                     if tid not in self.mine:
                         new.append(t)
             elif tid not in self.mine:
-                self._running[_params_key(t.params)] = min(
-                    t.number, self._running.get(_params_key(t.params), t.number)
+                self._running[self.key(t.params)] = min(
+                    t.number, self._running.get(self.key(t.params), t.number)
                 )
         return new
 
     def running_same(self, params: dict[str, Any]) -> int | None:
         """Number of another worker's RUNNING trial with these params (as of the last poll), or None."""
-        return self._running.get(_params_key(params))
+        return self._running.get(self.key(params))
 
     def due(self) -> bool:
         return time.monotonic() - self.last_sync > SYNC_EVERY_S
