@@ -10,6 +10,8 @@ DEFAULT_GPU = "H100-SXM"
 DEFAULT_GPUS = 64
 DEFAULT_SEQ_LEN = 8192
 DEFAULT_GLOBAL_BATCH = 512
+DEFAULT_PRECISION = "bf16"
+DEFAULT_FRAMEWORK = "megatron"  # the software stack a problem is estimated for unless --framework says
 # Distinct strategies per search. 600 rather than 300 since the space gained schedules, CP variants, HSDP and
 # uneven splits (default problem 38k -> 93k points): over seeds 0-6 the fastest point found at 300 was up to
 # 17% below the exhaustive best (2 of 7 seeds >15%), at 600 within 4.3% for every seed, at ~0.8 s of search.

@@ -27,6 +27,13 @@ from autopar.cli.evaluation import (
     label_strategy,
     problem,
 )
+from autopar.defaults import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MODEL,
+    DEFAULT_PRECISION,
+    DEFAULT_SEQ_LEN,
+)
 from autopar.errors import DataError
 from autopar.files import write_atomic
 
@@ -180,17 +187,17 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
 @command("dryrun")
 def dryrun_cmd(
     strategy: Annotated[str, typer.Option("--strategy", help="strategy label, as optimize prints it")],
-    model: ModelOpt = "Llama-3.1-70B",
+    model: ModelOpt = DEFAULT_MODEL,
     gpu: GpuOpt = None,
     gpus: GpusOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
     nvlink_domain: NvlinkDomainOpt = None,
     cluster_name: ClusterOpt = None,
     internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = 8192,
-    global_batch: GlobalBatchOpt = 512,
-    precision: PrecisionOpt = "bf16",
-    framework: FrameworkOpt = "megatron",
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
+    precision: PrecisionOpt = DEFAULT_PRECISION,
+    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
     device: Annotated[str, typer.Option(help="auto (GPUs when PyTorch sees any), cuda or cpu")] = "auto",
     ranks: Annotated[
         int | None, typer.Option(min=1, help="ranks on this host (default: every GPU; CPU: 2, at most 4)")

@@ -42,7 +42,13 @@ from autopar.cli.workload_opts import (
     MoEImbalanceOpt,
     MoEOverlapOpt,
 )
-from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, DEFAULT_SEQ_LEN
+from autopar.defaults import (
+    DEFAULT_FRAMEWORK,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MODEL,
+    DEFAULT_PRECISION,
+    DEFAULT_SEQ_LEN,
+)
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
 from autopar.text import csv_cell
@@ -249,8 +255,8 @@ def estimate_cmd(
     internode_gbps: InternodeOpt = None,
     seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
     global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = "bf16",
-    framework: FrameworkOpt = "megatron",
+    precision: PrecisionOpt = DEFAULT_PRECISION,
+    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
     tp_comm_overlap: TpOverlapOpt = None,
     strategy: Annotated[
         str | None,

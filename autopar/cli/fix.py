@@ -44,10 +44,12 @@ from autopar.cli.workload_opts import (
     MoEOverlapOpt,
 )
 from autopar.defaults import (
+    DEFAULT_FRAMEWORK,
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPUS,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
+    DEFAULT_PRECISION,
     DEFAULT_SEQ_LEN,
 )
 from autopar.errors import NoFeasibleStrategyError, SpecError
@@ -455,8 +457,8 @@ def fix_cmd(
     internode_gbps: InternodeOpt = None,
     seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
     global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = "bf16",
-    framework: FrameworkOpt = "megatron",
+    precision: PrecisionOpt = DEFAULT_PRECISION,
+    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
     tp_comm_overlap: TpOverlapOpt = None,
     allow_uneven: AllowUnevenOpt = False,
     max_changes: MaxChangesOpt = DEFAULT_MAX_CHANGES,

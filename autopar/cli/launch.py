@@ -15,6 +15,7 @@ from autopar.defaults import (
     DEFAULT_GPU,
     DEFAULT_GPUS,
     DEFAULT_MODEL,
+    DEFAULT_PRECISION,
     DEFAULT_SEQ_LEN,
     tp_comm_overlap_default,
 )
@@ -151,7 +152,7 @@ def launch_cmd(
         str | None,
         typer.Option(help="Pipeline schedule: 1f1b or interleaved \\[default: interleaved when vpp>1]."),
     ] = None,
-    precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = "bf16",
+    precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = DEFAULT_PRECISION,
     fp8_recipe: FP8RecipeOpt = None,
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")

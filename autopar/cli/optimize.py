@@ -40,12 +40,14 @@ from autopar.cli.workload_opts import (
 )
 from autopar.defaults import (
     DEFAULT_BUDGET,
+    DEFAULT_FRAMEWORK,
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
+    DEFAULT_PRECISION,
     DEFAULT_SAMPLER,
     DEFAULT_SEED,
     DEFAULT_SEQ_LEN,
@@ -286,7 +288,9 @@ def optimize_cmd(
     global_batch: Annotated[
         int, typer.Option(help="Global batch (sequences per step).")
     ] = DEFAULT_GLOBAL_BATCH,
-    precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")
+    ] = DEFAULT_PRECISION,
     tokens: Annotated[
         str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")
     ] = None,
@@ -347,7 +351,7 @@ def optimize_cmd(
     tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
     tp_comm_overlap: TpOverlapOpt = None,
     memory_savers: MemorySaversOpt = "",
     top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,

@@ -42,9 +42,11 @@ from autopar.costs.figures import (
     parse_usd,
 )
 from autopar.defaults import (
+    DEFAULT_FRAMEWORK,
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
+    DEFAULT_PRECISION,
     DEFAULT_SEQ_LEN,
     DEFAULT_SIZING_MAX_GPUS,
     DEFAULT_WHATIF_BUDGET,
@@ -300,7 +302,9 @@ def whatif(
             f"\\[default: {DEFAULT_SIZING_MAX_GPUS}].",
         ),
     ] = None,
-    precision: Annotated[str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")] = "bf16",
+    precision: Annotated[
+        str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")
+    ] = DEFAULT_PRECISION,
     gpus_per_node: Annotated[
         int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) \\[default: GPU's].")
     ] = None,
@@ -347,7 +351,7 @@ def whatif(
     ] = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
     calibration: CalibrationOpt = None,
     no_calibration: NoCalibrationOpt = False,
-    framework: FrameworkOpt = "megatron",
+    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
     tp_comm_overlap: TpOverlapOpt = None,
     no_sensitivity: Annotated[
         bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")
