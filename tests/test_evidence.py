@@ -74,20 +74,21 @@ def test_widening_is_zero_up_to_the_knee_then_grows(a, b):
 
 def test_widen_scales_the_band_and_says_why():
     est = estimate(LLAMA70, H100_64, W8K, Strategy(tp=8, pp=2, micro_batch=1)).calibrated(1.0, 0.9, 1.1)
-    far = novelty.Evidence(novelty.KNEE_STEPS + 5, None, ())
+    far = novelty.Evidence(novelty.KNEE_STEPS + 5, None)
     out = novelty.widen(est, far)
     k = math.exp(5 * novelty.SLOPE_PER_STEP)
     assert out.tokens_per_s_band == pytest.approx((0.9 * est.tokens_per_s / k, 1.1 * est.tokens_per_s * k))
     assert out.tokens_per_s == est.tokens_per_s and "band widened" in out.notes[-1]
-    assert novelty.widen(est, novelty.Evidence(novelty.KNEE_STEPS, None, ())) is est
+    assert novelty.widen(est, novelty.Evidence(novelty.KNEE_STEPS, None)) is est
 
 
 def test_the_sentence_names_the_nearest_run_and_how_it_differs():
     near = novelty.LayoutPoint((0.0,) * 7, "hopper", "megatron", "bf16", "", "RUN-1 (a run)")
-    ev = novelty.Evidence(novelty.KNEE_STEPS + 1, near, ("CP 1 → 8",))
+    far = novelty.LayoutPoint((0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0), "hopper", "megatron", "bf16", "p2p")
+    ev = novelty.Evidence(novelty.KNEE_STEPS + 1, near, far)
     assert ev.sentence().startswith("No published run resembles this layout: the nearest, RUN-1 (a run)")
-    assert "CP 1 → 8" in ev.sentence()
-    assert novelty.Evidence(novelty.KNEE_STEPS, near, ()).sentence() == ""
+    assert "(CP 1 → 8; CP exchange none → p2p)" in ev.sentence()
+    assert novelty.Evidence(novelty.KNEE_STEPS, near, far).sentence() == ""
 
 
 # ---------------------------------------------------------------------------------- recommendation
@@ -101,7 +102,7 @@ def _trial(i: int, tps: float, free: float, number: int) -> TrialRecord:
 
 
 def _evidence(steps: dict[str, float]):
-    return lambda t: novelty.Evidence(steps[t.strategy.label()], None, ())
+    return lambda t: novelty.Evidence(steps[t.strategy.label()], None)
 
 
 def test_an_optimistic_blind_spot_loses_to_a_defended_point():

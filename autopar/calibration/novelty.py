@@ -85,7 +85,14 @@ class Evidence:
 
     steps: float
     nearest: LayoutPoint | None
-    differences: tuple[str, ...]
+    point: LayoutPoint | None = None  # the layout itself (None: only its distance is known)
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """How the layout differs from its nearest run ('CP 1 → 4', ...); () when either is unknown."""
+        if self.point is None or self.nearest is None:
+            return ()
+        return differences(self.point, self.nearest)
 
     @property
     def beyond(self) -> bool:
@@ -131,22 +138,28 @@ class Reference:
         self.knobs = np.array([r.knobs for r in self.points], dtype=float).reshape(
             len(self.points), len(KNOBS)
         )
-        self.cats = {c: np.array([getattr(r, c) for r in self.points], dtype=object) for c in CATEGORY_STEPS}
+        # each category's values as small integer codes (comparing object arrays is several times slower)
+        self.codes: dict[str, dict[str, int]] = {}
+        self.cats: dict[str, np.ndarray] = {}
+        for c in CATEGORY_STEPS:
+            values = [getattr(r, c) for r in self.points]
+            self.codes[c] = {v: i for i, v in enumerate(dict.fromkeys(values))}
+            self.cats[c] = np.array([self.codes[c][v] for v in values], dtype=int)
 
     def distances(self, p: LayoutPoint) -> np.ndarray:
         """Steps from p to each run (L1 over the log2 knobs + categorical mismatches)."""
         d = np.abs(self.knobs - np.array(p.knobs)).sum(axis=1)
         for cat, cost in CATEGORY_STEPS.items():
-            d = d + cost * (self.cats[cat] != getattr(p, cat)).astype(float)
+            d += cost * (self.cats[cat] != self.codes[cat].get(getattr(p, cat), -1))
         return d
 
     def evidence(self, p: LayoutPoint) -> Evidence:
-        """Novelty of p: the nearest run (ties: the first in the reference's fixed order) and the differences."""
+        """Novelty of p: the nearest run (ties: the first in the reference's fixed order)."""
         if not self.points:
-            return Evidence(math.inf, None, ())
+            return Evidence(math.inf, None, p)
         d = self.distances(p)
         i = int(np.argmin(d))
-        return Evidence(float(d[i]), self.points[i], differences(p, self.points[i]))
+        return Evidence(float(d[i]), self.points[i], p)
 
 
 def differences(p: LayoutPoint, ref: LayoutPoint) -> tuple[str, ...]:

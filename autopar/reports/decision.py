@@ -226,8 +226,8 @@ class RecipeView:
     reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
     remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
 
-    def sentence(self) -> str:
-        """The recipe in one paragraph (CLI and report)."""
+    def sentence(self, reasons: bool = True) -> str:
+        """The recipe in one paragraph (CLI and report; the report lists the reasons apart)."""
         head = f"Published recipe for this problem: {self.label} ({self.name}; {self.source})"
         if self.tokens_per_s is None or self.ratio is None:
             return head + ". " + " ".join(self.remarks)
@@ -239,7 +239,7 @@ class RecipeView:
             if abs(rel) <= 100 * MATERIAL_FRACTION
             else f"the pick is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
         )
-        why = f"; the step differs most in {_and(list(self.reasons))}" if self.reasons else ""
+        why = f"; the step differs most in {_and(list(self.reasons))}" if self.reasons and reasons else ""
         return f"{head}: predicted {self.tokens_per_s:,.0f} tokens/s{band}; {verdict}{why}." + (
             " " + " ".join(self.remarks) if self.remarks else ""
         )

@@ -360,8 +360,12 @@ def _evidence_html(d: Decision) -> str:
     if r is not None:
         reasons = "".join(f"<li>{esc(x)}</li>" for x in r.reasons)
         out += (
-            f'<div class="small" id="recipe"><p class="why">{esc(r.sentence())}</p>'
-            + (f'<ul class="better">{reasons}</ul>' if reasons else "")
+            f'<div class="small" id="recipe"><p class="why">{esc(r.sentence(reasons=False))}</p>'
+            + (
+                f'<p class="why">Where the step differs most:</p><ul class="better">{reasons}</ul>'
+                if reasons
+                else ""
+            )
             + "</div>"
         )
     return out
