@@ -196,7 +196,10 @@ def widen(est: Estimate, ev: Evidence) -> Estimate:
     if est.tokens_per_s_band is None or w <= 0:
         return est
     lo, hi = est.tokens_per_s_band
-    note = f"band widened x{math.exp(w):.3f} each way: {ev.steps:.1f} steps from the nearest published run"
+    near = f", {ev.nearest.label}" if ev.nearest is not None and ev.nearest.label else ""
+    note = (
+        f"band widened x{math.exp(w):.3f} each way: {ev.steps:.1f} steps from the nearest published run{near}"
+    )
     return replace(est, tokens_per_s_band=(lo * math.exp(-w), hi * math.exp(w)), notes=(*est.notes, note))
 
 

@@ -47,6 +47,12 @@ def evidence_of(model: Any, hardware: Sequence[Any]) -> EvidenceFn:
     return ev
 
 
+def widen_for_novelty(est: Estimate, model: Any, cluster: Any, workload: Any, strategy: Any) -> Estimate:
+    """One estimate's band widened for its novelty against the published runs (`estimate`, `compare`)."""
+    ev = novelty.published_reference().evidence(novelty.point(model, cluster, workload, strategy))
+    return novelty.widen(est, ev)
+
+
 def widen_records(records: Sequence[TrialRecord], ev: EvidenceFn) -> None:
     """Widen every feasible trial's throughput band for its novelty (in place)."""
     for r in records:
