@@ -40,15 +40,15 @@ if TYPE_CHECKING:
     from autopar.perf.types import Estimate
     from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-# The knobs, in log2 units, and what each means in words (the nearest run's differences are printed so).
-KNOBS: tuple[tuple[str, str], ...] = (
-    ("tp", "TP"),
-    ("pp", "PP"),
-    ("cp", "CP"),
-    ("tokens_per_cp_rank", "tokens per CP rank"),
-    ("ep", "EP"),
-    ("tokens_per_expert", "tokens per expert"),
-    ("domains", "NVLink domains spanned"),
+# The knobs (LayoutPoint.knobs order, log2 units) as the nearest run's differences name them.
+KNOBS: tuple[str, ...] = (
+    "TP",
+    "PP",
+    "CP",
+    "tokens per CP rank",
+    "EP",
+    "tokens per expert",
+    "NVLink domains spanned",
 )
 # Steps a categorical mismatch costs: a GPU family three doublings (every efficiency the model uses is
 # fitted per family), a stack or a precision one (the same kernels, other defaults/recipes), and so is
@@ -166,7 +166,7 @@ def differences(p: LayoutPoint, ref: LayoutPoint) -> tuple[str, ...]:
     """How p differs from ref, knob by knob ('CP 1 → 4'), then categories ('GPU family hopper → ampere')."""
     out = [
         f"{name} {2**b:,.0f} → {2**a:,.0f}"
-        for (_, name), a, b in zip(KNOBS, p.knobs, ref.knobs, strict=True)
+        for name, a, b in zip(KNOBS, p.knobs, ref.knobs, strict=True)
         if abs(a - b) > 1e-9
     ]
     words = {"family": "GPU family", "stack": "stack", "precision": "precision", "cp_variant": "CP exchange"}

@@ -18,6 +18,7 @@ import csv
 import functools
 from dataclasses import dataclass
 
+from autopar.layouts import Axis
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 RECIPES_FILE = "recipes.csv"
@@ -79,11 +80,11 @@ def _row(r: dict[str, str]) -> Recipe:
         seq_len=int(r["seq_len"]),
         global_batch=int(r["global_batch"]),
         framework=r["framework"],
-        tp=int(r["tp"]),
-        pp=int(r["pp"]),
-        cp=int(r["cp"]),
-        ep=int(r["ep"]),
-        vpp=_int(r["vpp"]),
+        tp=int(r[Axis.TP]),
+        pp=int(r[Axis.PP]),
+        cp=int(r[Axis.CP]),
+        ep=int(r[Axis.EP]),
+        vpp=_int(r[Axis.VPP]),
         micro_batch=_int(r["micro_batch"]),
         measured=float(m) if m else None,
         source=r["source"],
