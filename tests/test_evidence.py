@@ -171,3 +171,23 @@ def test_recipe_view_names_the_components_that_differ():
     assert len(view.reasons) <= 3
     assert "global batch 256 (this problem: 512)" in view.sentence()
     assert view.sentence().startswith("Published recipe for this problem: TP4+SP PP4v5")
+
+
+def test_report_block_shows_the_evidence_sentence_and_the_recipe():
+    from autopar.reports.decision import Card, Decision, RecipeView
+    from autopar.reports.html import _evidence_html
+
+    trial = TrialRecord(0, Strategy(tp=8), 64, "H100-SXM", "bf16", None, {"throughput": 1.0}, True)
+    view = RecipeView("PRESET_X", "vendor <docs>", "TP4 PP4", 90.0, (80.0, 95.0), 1.1, ("compute 1 s",), ())
+    d = Decision(
+        Card(("fastest",), trial, ()), "", 100.0, None, None, None, None, 1e12, False, None, None, (),
+        evidence="No published run resembles this layout: the nearest, R <1>, is 9.0 steps away (TP 1 → 8).",
+        recipe=view,
+    )  # fmt: skip
+    html = _evidence_html(d)
+    assert 'id="evidence"' in html and "R &lt;1&gt;" in html and "<1>" not in html
+    assert 'id="recipe"' in html and "vendor &lt;docs&gt;" in html and "<li>compute 1 s</li>" in html
+    assert "the pick is predicted 10.0% faster" in html
+    from dataclasses import replace
+
+    assert _evidence_html(replace(d, evidence="", recipe=None)) == ""

@@ -258,9 +258,14 @@ def _reasons(pick: Estimate, rec: Estimate) -> tuple[str, ...]:
     )
 
 
-def _recipe_remarks(result: SearchResult, rb: Any) -> tuple[str, ...]:
+def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[str, ...]:
     r, w = rb.recipe, result.workload
     out = []
+    if (r.gpu, r.num_gpus, r.precision) != (pick.gpu, pick.num_gpus, pick.precision):
+        out.append(
+            f"The recipe is for {cluster_label(r.gpu, r.num_gpus)} · {r.precision}; the pick runs on "
+            f"{cluster_label(pick.gpu, pick.num_gpus)} · {pick.precision}."
+        )
     if r.global_batch != w.global_batch:
         out.append(f"The recipe was tuned at global batch {r.global_batch} (this problem: {w.global_batch}).")
     if r.framework != w.framework:
@@ -283,7 +288,7 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
     label = (est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy()).label()
     if est is None or pe is None or est.tokens_per_s <= 0:
         return RecipeView(
-            rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb)
+            rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)
         )
     return RecipeView(
         name=rb.recipe.id,
@@ -293,7 +298,7 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
         band=est.tokens_per_s_band,
         ratio=pe.tokens_per_s / est.tokens_per_s,
         reasons=_reasons(pe, est),
-        remarks=_recipe_remarks(result, rb),
+        remarks=_recipe_remarks(result, rb, pick),
     )
 
 
