@@ -10,7 +10,9 @@ equally, over a grid; the table then shows per source the coverage and mean widt
 and after, "after" with the pair refitted without that source (so no source is scored with a widening it
 helped to fit).
 
-Usage: python bench/novelty.py [--cache FILE]   (FILE: per-run predictions, reused when present)
+Usage: python bench/novelty.py [--cache FILE] [--categories]
+  --cache FILE: per-run predictions, reused when present; --categories: the left-out-source pinball loss of
+  each GPU-family / CP-exchange step cost (novelty.CATEGORY_STEPS' comment quotes it).
 """
 
 from __future__ import annotations
@@ -152,9 +154,45 @@ def summary(ev: pd.DataFrame, per: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _steps_all(ev: pd.DataFrame) -> list[float]:
+    """Every run's novelty under the current CATEGORY_STEPS (public runs against other sources)."""
+    frames = {
+        "public": load([], published=True),
+        **{k: load([p], published=False) for k, p in UNSEEN.items()},
+    }
+    ids = pd.concat([f.assign(set=k) for k, f in frames.items()], ignore_index=True)
+    assert list(ids["id"].astype(str)) == list(ev["id"].astype(str)), "cache rows out of order"
+    return [s for k, f in frames.items() for s in _steps(f, exclude_own=k == "public")]
+
+
+def left_out_loss(ev: pd.DataFrame) -> float:
+    """Sum over sources of the mean pinball loss on the source under a (knee, slope) fitted without it."""
+    total = 0.0
+    for g in sorted(ev.group.unique()):
+        knee, slope = fit(ev[ev.group != g])
+        sub = ev[ev.group == g]
+        u = misses(sub) - slope * np.maximum(sub.steps.to_numpy() - knee, 0.0)
+        total += float(np.mean(u * (COVERAGE - (u < 0))))
+    return total
+
+
+def categories(ev: pd.DataFrame) -> None:
+    """The left-out loss for GPU-family steps 2/3/4 and CP-exchange steps 0/1 (the rest as shipped)."""
+    keep = dict(novelty.CATEGORY_STEPS)
+    try:
+        for fam in (2.0, 3.0, 4.0):
+            for cpv in (0.0, 1.0):
+                novelty.CATEGORY_STEPS.update(family=fam, cp_variant=cpv)
+                e2 = ev.assign(steps=_steps_all(ev)).dropna(subset=["meas", "pred", "lo", "hi", "steps"])
+                print(f"family {fam:g}, CP exchange {cpv:g}: left-out loss {left_out_loss(e2):.3f}")
+    finally:
+        novelty.CATEGORY_STEPS.update(keep)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, help="per-run predictions CSV (written if absent, else read)")
+    ap.add_argument("--categories", action="store_true", help="score the category step costs and stop")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if args.cache and args.cache.exists():
@@ -163,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         ev = collect()
         if args.cache:
             ev.to_csv(args.cache, index=False)
+    if args.categories:
+        categories(ev)
+        return 0
     ev = ev.dropna(subset=["meas", "pred", "lo", "hi", "steps"]).reset_index(drop=True)
     knee, slope = fit(ev)
     print(f"fit on all {len(ev)} runs: KNEE_STEPS = {knee:g}, SLOPE_PER_STEP = {slope:g}")

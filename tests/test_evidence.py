@@ -4,6 +4,8 @@ recommendation ranked by what its band defends, and the published recipe shown b
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -191,3 +193,18 @@ def test_report_block_shows_the_evidence_sentence_and_the_recipe():
     from dataclasses import replace
 
     assert _evidence_html(replace(d, evidence="", recipe=None)) == ""
+
+
+def test_shipped_recipe_table_is_what_the_bench_exports(tmp_path, monkeypatch):
+    # one source: autopar/data/recipes.csv is `python bench/recipes.py --export` (published + dev runs + presets)
+    import importlib.util
+
+    from autopar.data import data_path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "recipes.py"
+    spec = importlib.util.spec_from_file_location("bench_recipes", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    mod.export(tmp_path / "recipes.csv")
+    assert (tmp_path / "recipes.csv").read_text() == data_path("recipes.csv").read_text()

@@ -54,13 +54,13 @@ KNOBS: tuple[str, ...] = (
 # fitted per family), a stack or a precision one (the same kernels, other defaults/recipes), and so is
 # another context-parallel exchange (ring, all-to-all, all-gather: another collective and overlap; ''
 # without CP). Scored by bench/novelty.py's left-out-source pinball loss: family 2/3/4 steps with the CP
-# exchange priced 0 or 1 give 0.542/0.563, 0.558/0.550, 0.579/0.581; (2, 0) and (3, 1) are within 1.5%
+# exchange priced 0 or 1 give 0.542/0.563, 0.558/0.549, 0.579/0.581 (`python bench/novelty.py --categories`); (2, 0) and (3, 1) are within 1.5%
 # of each other (noise with 10 sources), and (3, 1) is kept because it also prices the CP exchanges that
 # no measured run uses (issue 21's CP-a2a/allgather picks) and gives the never-seen Ascend runs the same
 # coverage (71%) with a narrower band (31% vs 41% wide).
 CATEGORY_STEPS: dict[str, float] = {"family": 3.0, "stack": 1.0, "precision": 1.0, "cp_variant": 1.0}
 
-# Fitted by `python bench/novelty.py --fit` (see the module docstring; regenerate after the published runs
+# Fitted by `python bench/novelty.py` (see the module docstring; regenerate after the published runs
 # or the model change): within KNEE_STEPS of a measured run the calibrated band holds; beyond it, its log
 # half-width grows by SLOPE_PER_STEP per step.
 KNEE_STEPS = 7.0
