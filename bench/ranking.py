@@ -5,7 +5,9 @@ layouts of one problem (same model, GPU type and count, sequence, global batch, 
 every measured layout is estimated (analytical model, as `bench/accuracy.py` builds its specs from the
 run records) and the layouts are ranked by predicted throughput. Per problem: the number of layouts, the
 Spearman rank correlation of predicted vs measured tokens/s/GPU, and the top-1 regret
-1 - measured(layout the model ranks first) / measured(best layout), with both layouts named. The
+1 - measured(layout the model ranks first) / measured(best layout), with both layouts named; the first
+is taken among the layouts the model predicts to fit in memory (a recommender does not pick the others),
+and a predicted tie counts against the model. The
 corrector is not applied: its cluster offsets are the same for every layout of a problem, so they do not
 change an order. Headline per source: median and mean Spearman and regret, and how many problems meet
 the targets (regret <= 3%, Spearman >= 0.9).
@@ -105,15 +107,22 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else math.nan
 
 
-def first_pick(measured: Sequence[float], predicted: Sequence[float]) -> int:
-    """Index of the layout ranked first by prediction; a tie counts against the model (lowest measured)."""
-    top = max(predicted)
-    return min((i for i, p in enumerate(predicted) if p == top), key=lambda i: measured[i])
+def first_pick(
+    measured: Sequence[float], predicted: Sequence[float], fits: Sequence[bool] | None = None
+) -> int:
+    """Index of the layout ranked first by prediction among those predicted to fit (all, if none or no
+    `fits` is given: a recommender does not pick a layout it thinks runs out of memory); a tie counts
+    against the model (the lowest measured of the tied)."""
+    pool = [i for i in range(len(predicted)) if fits is None or fits[i]] or list(range(len(predicted)))
+    top = max(predicted[i] for i in pool)
+    return min((i for i in pool if predicted[i] == top), key=lambda i: measured[i])
 
 
-def top1_regret(measured: Sequence[float], predicted: Sequence[float]) -> float:
+def top1_regret(
+    measured: Sequence[float], predicted: Sequence[float], fits: Sequence[bool] | None = None
+) -> float:
     """1 - measured throughput of the predicted-first layout / the best measured throughput."""
-    return 1.0 - measured[first_pick(measured, predicted)] / max(measured)
+    return 1.0 - measured[first_pick(measured, predicted, fits)] / max(measured)
 
 
 def _layout_key(specs: Any) -> tuple:
@@ -181,14 +190,16 @@ def score(p: Problem) -> dict[str, Any]:
     """Per-problem figures: n, Spearman, top-1 regret, the measured-best and the predicted-first layout."""
     m = [x.measured for x in p.layouts]
     pr = [x.predicted for x in p.layouts]
-    first = p.layouts[first_pick(m, pr)]
+    fits = [x.est.fits for x in p.layouts]
+    first = p.layouts[first_pick(m, pr, fits)]
     best = max(p.layouts, key=lambda x: x.measured)
     return {
         "problem": p.name,
         "source": p.source + (" (seen)" if p.seen else ""),
         "n": len(p.layouts),
         "rho": spearman(m, pr),
-        "regret": top1_regret(m, pr),
+        "regret": top1_regret(m, pr, fits),
+        "oom": len(fits) - sum(fits),
         "best": best,
         "first": first,
     }
@@ -241,9 +252,10 @@ def drivers(first: Layout, best: Layout, top: int = 3) -> str:
 
 def _print_problem(s: dict[str, Any], explain: bool, p: Problem) -> None:
     b, f = s["best"], s["first"]
+    oom = f"  ({s['oom']} predicted out of memory, not picked)" if s["oom"] else ""
     print(
         f"{s['problem']}  [{s['source']}]\n"
-        f"    n {s['n']}  Spearman {_f(s['rho'])}  top-1 regret {s['regret']:.1%}\n"
+        f"    n {s['n']}  Spearman {_f(s['rho'])}  top-1 regret {s['regret']:.1%}{oom}\n"
         f"    measured best  {b.label}  {b.measured:,.1f} tok/s/GPU (predicted {b.predicted:,.1f})\n"
         f"    autopar first  {f.label}  {f.measured:,.1f} tok/s/GPU (predicted {f.predicted:,.1f})"
     )

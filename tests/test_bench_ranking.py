@@ -106,3 +106,11 @@ def test_ranking_bench_bad_row(tmp_path, capsys) -> None:
     assert rk.main(["--data", str(bad), "--no-seen"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "BLSW-0221A-02" in err and "precision" in err
+
+
+def test_first_pick_skips_layouts_predicted_out_of_memory() -> None:
+    measured = [100.0, 90.0, 80.0]
+    # the model ranks the 80 layout first but thinks it does not fit: the pick is the 90 one
+    assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(0.1)
+    # nothing fits: the ranking alone decides
+    assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [False, False, False]) == pytest.approx(0.2)
