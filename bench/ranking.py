@@ -16,7 +16,8 @@ Data: bench/data/sweeps.csv (published sweeps that autopar's calibration never s
 rows cite their source, see their `notes`) and, flagged "seen", the published-dataset sources in
 SEEN_SOURCES (calibration data, so not independent). A problem is the rows that share source, citation,
 model, cluster and workload; the options that change from layout to layout in those sweeps (TP comm
-overlap / async TP, EP all-to-all overlap, MoE dispatcher) count as part of the layout. Rows whose
+overlap / async TP, EP all-to-all overlap, MoE dispatcher) count as part of the layout (EP all-to-all
+overlap is read from the notes, EP_OVERLAP_NOTE). Rows whose
 layout and options are identical (e.g. the same layout with and without torch.compile) are one layout,
 its best measurement kept.
 
@@ -52,6 +53,9 @@ SWEEPS = ROOT / "bench" / "data" / "sweeps.csv"
 SEEN_SOURCES = ("torchtitan_bench",)
 # Workload options that the sweeps vary from layout to layout (a team tunes them with the layout).
 LAYOUT_OPTIONS = ("tp_comm_overlap", "moe_ep_overlap", "moe_dispatcher")
+# A sweep row's notes state Megatron's --overlap-moe-expert-parallel-comm this way; the run-record reader
+# (calibration/records.py) has no field for it, so the benchmark sets Workload.moe_ep_overlap from it.
+EP_OVERLAP_NOTE = "overlap_moe_expert_parallel_comm=true"
 TARGET_REGRET = 0.03  # issue 21: top-1 regret <= 3%
 TARGET_RHO = 0.9  # issue 21: Spearman >= 0.9
 MIN_LAYOUTS = 2
@@ -128,7 +132,22 @@ def top1_regret(
 def _layout_key(specs: Any) -> tuple:
     w, c = specs.workload, specs.cluster
     rest = w.model_dump_json(exclude=set(LAYOUT_OPTIONS))
-    return (specs.model.name, c.gpu.name, c.num_gpus, c.host_size, rest)
+    return (specs.model.model_dump_json(), c.gpu.name, c.num_gpus, c.host_size, rest)
+
+
+def _specs(row: dict[str, Any]) -> Any:
+    """The row's specs, with the EP all-to-all overlap its notes state."""
+    try:
+        specs = row_to_specs(row)
+    except AutoparError as e:
+        raise DataError(f"row {row.get('id')!r}: {e}") from e
+    if EP_OVERLAP_NOTE in str(row.get("notes") or "").lower():
+        specs.workload = specs.workload.model_copy(update={"moe_ep_overlap": True})
+    if str(row.get("recompute") or "").strip().lower() == "none":
+        # row_to_specs reads a stated "none" as an empty cell (records._cell) and the estimate would then
+        # choose a recompute mode; a row that states none ran without recompute.
+        specs.strategy = specs.strategy.model_copy(update={"recompute": "none"})
+    return specs
 
 
 def _label(est: Estimate, specs: Any, varying: set[str]) -> str:
@@ -156,10 +175,7 @@ def load_problems(paths: Sequence[Path], seen: bool = True, only: str = "") -> l
         meas = measured_tokens_per_s_per_gpu(row)[0]
         if meas is None:
             continue
-        try:
-            specs = row_to_specs(row)
-        except AutoparError as e:
-            raise DataError(f"row {row.get('id')!r}: {e}") from e
+        specs = _specs(row)
         key = (str(row.get("source")), str(row.get("source_ref")), *_layout_key(specs))
         groups.setdefault(key, []).append((row, specs, meas))
     return [

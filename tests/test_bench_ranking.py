@@ -114,3 +114,20 @@ def test_first_pick_skips_layouts_predicted_out_of_memory() -> None:
     assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(0.1)
     # nothing fits: the ranking alone decides
     assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [False, False, False]) == pytest.approx(0.2)
+
+
+def test_sweep_rows_read_as_stated() -> None:
+    """The bench's own reading of a row: EP overlap from the notes, a stated 'none' recompute kept, a
+    layout's options part of the layout (the AWS Qwen3-30B sweep: 2 EP degrees x mb/overlap x 2 dispatchers)."""
+    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
+    rows = {r["id"]: r for r in df.to_dict("records")}
+    on, off = rk._specs(rows["AWSW-Q30-07"]), rk._specs(rows["AWSW-Q30-01"])
+    assert on.workload.moe_ep_overlap and not off.workload.moe_ep_overlap
+    assert on.strategy.recompute == "none" and off.strategy.recompute == "none"
+    assert (
+        off.workload.moe_dispatcher == "alltoall"
+        and rk._specs(rows["AWSW-Q30-02"]).workload.moe_dispatcher == "flex"
+    )
+    (q30,) = [p for p in rk.load_problems([SWEEPS], seen=False, only="AWSW-Q30")]
+    # 17 rows; UCCL and NVSHMEM are both DeepEP (flex) for the model, so each pair is one layout: 12 layouts
+    assert len(q30.layouts) == 12
