@@ -50,7 +50,7 @@ from autopar.perf.types import Estimate  # noqa: E402
 
 SWEEPS = ROOT / "bench" / "data" / "sweeps.csv"
 # Published-dataset sources with layout variations of one problem; they calibrated the model ("seen").
-SEEN_SOURCES = ("torchtitan_bench",)
+SEEN_SOURCES = ("torchtitan_bench", "narayanan2021")
 # Workload options that the sweeps vary from layout to layout (a team tunes them with the layout).
 LAYOUT_OPTIONS = ("tp_comm_overlap", "moe_ep_overlap", "moe_dispatcher")
 # A sweep row's notes state Megatron's --overlap-moe-expert-parallel-comm this way; the run-record reader
