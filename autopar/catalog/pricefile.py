@@ -269,7 +269,7 @@ def _quote(ctx: _EntryContext, q: Any, qwhere: str) -> Quote:
     text, sdate = _sources_text(ctx.sources, q.get("source"))
     if not text:
         raise DataError(f"{qwhere}, field source: missing value (every quote needs a source)")
-    common = {
+    common: dict[str, Any] = {
         "source": text,
         "date": str(q.get("date") or sdate or "undated"),
         "note": str(q.get("note") or ""),
