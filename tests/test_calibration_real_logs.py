@@ -151,6 +151,7 @@ def test_megatron_fp8_and_parallel_degrees_from_dump():
         "using world size: 16, data-parallel size: 2, context-parallel size: 1, tensor-model-parallel size: 4\n"
         "------------------------ arguments ------------------------\n"
         "  bf16 ............................................ True\n"
+        "  cpu_offloading .................................. False\n"
         "  fp8 ............................................. hybrid\n"
         "  group_query_attention ........................... True\n"
         "  num_query_groups ................................ 8\n"
@@ -164,7 +165,7 @@ def test_megatron_fp8_and_parallel_degrees_from_dump():
     )
     assert log_config(text, "megatron-log") == {
         **{"num_gpus": 16, "dp": 2, "tp": 4, "pp": 2, "kv_heads": 8, "sp": 1},
-        **{"precision": "fp8", "recompute": "selective", "zero": 1},
+        **{"precision": "fp8", "recompute": "selective", "zero": 1, "cpu_offloading_num_layers": 0},
     }
 
 

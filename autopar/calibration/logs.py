@@ -239,6 +239,9 @@ def megatron_config(text: str) -> dict[str, Any]:
         cfg["precision"] = "fp16"
     if "recompute_granularity" in every:  # None: no activation recomputation
         cfg["recompute"] = args.get("recompute_granularity", "none")
+    if "cpu_offloading" in args:  # activation offloading (record column named after the Megatron flag)
+        on = args["cpu_offloading"] == "True"
+        cfg["cpu_offloading_num_layers"] = int(args.get("cpu_offloading_num_layers", 0)) if on else 0
     if "use_distributed_optimizer" in args:  # Megatron's distributed optimizer shards optimizer states
         cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
     return cfg

@@ -527,3 +527,4 @@ def report_cmd(
         )
     console.print(ch.reason, highlight=False)
     console.print(f"wrote {out}")
+from autopar.cli import calibrate_plan as _calibrate_plan  # noqa: E402,F401  (registers `calibrate plan`)
