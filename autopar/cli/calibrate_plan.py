@@ -4,6 +4,7 @@ The candidates are strategy labels (as `autopar optimize` prints them); the crit
 the cluster will measure are in autopar/calibration/plan.py. Each proposed run gets the files
 `autopar launch` writes (a short run: its token budget sets --train-iters / training.steps) and the
 `calibrate ingest` command that brings its log back; re-running the plan then shows the narrower band.
+Registered on the `calibrate` group by autopar/cli/calibrate.py (this module does not import it: no cycle).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import console, emit_json, err_console
-from autopar.cli.calibrate import JsonOpt, StoreOpt, _command
 from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
@@ -234,7 +234,6 @@ def _print_plan(doc: dict[str, Any], hint: str | None, folders: list[Path]) -> N
         console.print(f"then: {hint}", highlight=False, soft_wrap=True)
 
 
-@_command("plan")
 def plan_cmd(
     strategy: Annotated[
         list[str], typer.Option("--strategy", help="a candidate (label as autopar prints it); repeat")
@@ -249,13 +248,15 @@ def plan_cmd(
     calibration: Annotated[
         Path | None, typer.Option(help="model file from `calibrate fit` [default: shipped]")
     ] = None,
-    store: StoreOpt = None,
+    store: Annotated[Path | None, typer.Option(help="your run store (as `calibrate ingest --store`)")] = None,
     group: Annotated[
         str | None, typer.Option(help="your cluster's group (ingest --source) in the store")
     ] = None,
     runs: Annotated[int, typer.Option(help="most runs to propose")] = 3,
     out: Annotated[Path | None, typer.Option(help="write each run's launch files under this folder")] = None,
-    as_json: JsonOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
 ) -> None:
     """Propose the few short profiling runs that most shrink the uncertainty of the recommendation."""
     from autopar.calibration.apply import load_calibration, load_default_calibration
@@ -269,7 +270,10 @@ def plan_cmd(
     problem = _problem(model, gpu, gpus, gpus_per_node, seq_len, global_batch, precision)
     setup = _candidates(cal, problem, list(dict.fromkeys(strategy)), group)
     obs_z, obs_y, n_own = _own_runs(cal, store, group)
-    prior = prior_from_model(cal.corrector.band_, list(cal.corrector.offsets_.values()))
+    try:
+        prior = prior_from_model(cal.corrector.band_, list(cal.corrector.offsets_.values()))
+    except ValueError as e:
+        raise DataError(f"--calibration {calibration or 'default'}: {e}") from None
     mean, cov = posterior(setup.z, obs_z, obs_y, prior)
     props = propose(setup.log_pred, mean, cov, prior, runs)
     doc = plan_document(setup, _bands(setup, mean, cov), props, n_own, group)
