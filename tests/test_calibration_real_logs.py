@@ -179,3 +179,20 @@ def test_partial_log_is_one_line_naming_file_and_missing(tmp_path):
     # the mesh line gives num_gpus; gpu, seq_len, global_batch and the model are missing
     assert str(e.value).startswith(f"{p}: neither the log nor the flags/--sidecar give gpu, seq_len, ")
     assert "global_batch, model" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_partial_log_among_good_ones_writes_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from autopar.calibration.store import RunStore
+    from autopar.cli import app
+
+    db = tmp_path / "runs.db"
+    good = Path(__file__).parent / "fixtures" / "plan" / "run1.log"
+    partial = tmp_path / "partial.log"
+    partial.write_text((REAL / "megatron_llama2_no_throughput.log").read_text())  # no dump: no layout
+    args = ["calibrate", "ingest", str(good), str(partial), "--store", str(db), "--model", "Llama-3.1-8B"]
+    r = CliRunner().invoke(app, [*args, "--gpu", "H100-SXM", "--gpus-per-node", "8"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert f"{partial}: neither the log nor the flags/--sidecar give num_gpus, seq_len" in r.output
+    assert RunStore(db).records() == []  # the good log was not written either: one transaction

@@ -44,7 +44,10 @@ class _Setup:
     z: Any  # np.ndarray: standardised features
 
 
-def _problem(model: str, gpu: str, gpus: int, gpus_per_node: int | None, seq_len: int, gb: int, prec: str):
+def _problem(
+    model: str, gpu: str, gpus: int, gpus_per_node: int | None, seq_len: int, gb: int, prec: str
+) -> tuple[Any, Any, Any]:
+    """(model spec, cluster, workload) of the plan's problem."""
     from autopar.catalog import get_gpu, get_model
     from autopar.specs import ClusterSpec, Workload
 
