@@ -23,6 +23,7 @@ from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
+    DEFAULT_MODEL,
     DEFAULT_PRECISION,
     DEFAULT_SEQ_LEN,
 )
@@ -241,15 +242,15 @@ def plan_cmd(
     strategy: Annotated[
         list[str], typer.Option("--strategy", help="a candidate (label as autopar prints it); repeat")
     ],
-    model: Annotated[str, typer.Option(help="catalog model name")] = "Llama-3.1-70B",
+    model: Annotated[str, typer.Option(help="catalog model name")] = DEFAULT_MODEL,
     gpu: Annotated[str, typer.Option(help="GPU type")] = DEFAULT_GPU,
     gpus: Annotated[int, typer.Option(help="number of GPUs")] = DEFAULT_GPUS,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node [default: the GPU's]")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node \\[default: the GPU's]")] = None,
     seq_len: Annotated[int, typer.Option()] = DEFAULT_SEQ_LEN,
     global_batch: Annotated[int, typer.Option()] = DEFAULT_GLOBAL_BATCH,
     precision: Annotated[str, typer.Option(help="bf16 or fp8")] = DEFAULT_PRECISION,
     calibration: Annotated[
-        Path | None, typer.Option(help="model file from `calibrate fit` [default: shipped]")
+        Path | None, typer.Option(help="model file from `calibrate fit` \\[default: the shipped one]")
     ] = None,
     store: Annotated[Path | None, typer.Option(help="your run store (as `calibrate ingest --store`)")] = None,
     group: Annotated[
