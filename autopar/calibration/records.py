@@ -423,7 +423,9 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         if tp > 1:
             assumed.append("sp=true (Megatron-Core/NeMo default with tp>1)")
     zero = _int(row, "zero")
-    rec = _cell(row, "recompute")
+    raw = row.get("recompute")
+    # 'none' is a recompute mode (no recomputation), not a blank cell: a record that states it is not completed
+    rec = "none" if isinstance(raw, str) and raw.strip().lower() == "none" else _cell(row, "recompute")
     if rec is not None:
         rec = str(rec).lower()
         if rec not in ("none", "selective", "full"):

@@ -89,8 +89,10 @@ class RunRow(BaseModel):
     @classmethod
     def _clean(cls, v: Any, info: ValidationInfo) -> Any:
         """Blank cells to None, numeric text to numbers, enum text to lower case."""
-        v = blank_to_none(v)
         name = info.field_name
+        if name == "recompute" and isinstance(v, str) and v.strip().lower() == "none":
+            return "none"  # a recompute mode (no recomputation), not a blank cell
+        v = blank_to_none(v)
         if name in _LOWER_FIELDS:
             return v.lower() if isinstance(v, str) else v
         if name not in _TEXT_FIELDS:
