@@ -227,7 +227,8 @@ def _print_plan(doc: dict[str, Any], hint: str | None, folders: list[Path]) -> N
             "no short run would shrink the decision's uncertainty by 5% or more (or by more than its own noise)",
             highlight=False,
         )
-    for r, folder in zip(doc["runs"], folders or [None] * len(doc["runs"]), strict=True):
+    where_of: list[Path | None] = list(folders) if folders else [None] * len(doc["runs"])
+    for r, folder in zip(doc["runs"], where_of, strict=True):
         where = f"; launch files in {folder}" if folder else ""
         console.print(
             f"run {r['run']}: {r['strategy']}, {r['steps']} steps ({r['gpu_hours']:.2f} GPU-h); "
