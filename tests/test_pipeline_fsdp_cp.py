@@ -321,7 +321,7 @@ def test_every_knob_combination_gives_finite_nonnegative_breakdowns(
         cp=cp,
         sp=tp > 1,
         pp_schedule=sched,
-        vpp=2 if sched == "interleaved" else 1,
+        vpp=1 if SCHEDULES[sched].takes_vpp(1) else 2,  # the chunks per rank the schedule runs
         cp_comm=cp_comm,
         dp_shard=dp_shard if zero == 3 else None,
         optimizer_offload=offload,

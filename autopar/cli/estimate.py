@@ -51,6 +51,7 @@ from autopar.defaults import (
 )
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
+from autopar.knobs import SCHEDULE_NAMES, implied_schedule
 from autopar.text import csv_cell
 from autopar.units import GiB, format_duration
 
@@ -191,7 +192,7 @@ def _schedule_of(vpp: int | None, pp: int) -> str | None:
         return "1f1b"
     if vpp is None:
         return None
-    return "interleaved" if vpp > 1 else "1f1b"
+    return implied_schedule(vpp)
 
 
 # Options that apply with --batch; every other option describes one strategy, cluster or workload, which each
@@ -281,7 +282,7 @@ def estimate_cmd(
         typer.Option(help="Virtual pipeline stages per rank (interleaved when > 1; unset: best feasible)"),
     ] = None,
     pp_schedule: Annotated[
-        str | None, typer.Option(help="1f1b, interleaved, zb-h1 or dualpipe (unset: best feasible)")
+        str | None, typer.Option(help=f"{', '.join(SCHEDULE_NAMES)} (unset: best feasible)")
     ] = None,
     sp: Annotated[
         bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")

@@ -21,6 +21,7 @@ from typing import Any
 
 from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
+from autopar.knobs import KNOB_NAMES, RECOMPUTE_MODES
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
 from autopar.search.constraints import Constraint, apply_constraints
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -28,7 +29,7 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE: tuple[str, ...] = RECOMPUTE_MODES
 MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
 
 
@@ -43,12 +44,7 @@ def _strategy(**knobs: Any) -> Strategy:
 
 
 # Every search point sets the same knobs (make_strategy's), so copies of one template share its set of fields.
-_KNOBS = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch", "recompute", "pp_schedule",
-    "dp_shard", "cp_comm", "pp_first_layers", "pp_last_layers", "pp_account_embedding", "pp_account_loss",
-    "optimizer_states", "optimizer_offload", "activation_offload_layers",
-)  # fmt: skip
-_TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in _KNOBS})
+_TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in KNOB_NAMES})
 
 
 @dataclass(frozen=True)
