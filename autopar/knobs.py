@@ -40,7 +40,7 @@ class Axis(StrEnum):
 # Each categorical domain once, as the type the specs use; its values, in this order, are the array model's
 # codes (perf/vector_columns.py): append new values at the end so stored codes keep their meaning.
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe"]
+Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"]
 CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
 OptimizerStates = Literal["fp32", "bf16", "8bit"]
 # Software stacks (layouts.STACKS holds what each ships; perf/efficiency.py their kernel profiles).
@@ -131,6 +131,33 @@ SCHEDULES: dict[str, ScheduleRule] = {
         {},
         "DualPipe pipeline (the expert all-to-all runs under the paired micro-batch's compute; "
         "two parameter copies per stage)",
+    ),
+    # ZB-2p: the automatic zero-bubble schedule under a 2·p micro-batch activation budget (Qi et al., ICLR 2024
+    # §3). No stack ships it: Megatron-Core has no zero-bubble schedule (sail-sg's fork does), and torch's
+    # ScheduleInterleavedZeroBubble is ZB-1p over several chunks.
+    "zb-2p": ScheduleRule(
+        "zb-2p",
+        "1",
+        False,
+        False,
+        False,
+        "Qi et al., ICLR 2024 (arXiv 2401.10241) §3; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
+        {},
+        "ZB-2p pipeline (weight-gradient passes and extra warm-up forwards fill the bubble; 2x 1F1B's "
+        "activation memory)",
+    ),
+    # ZB-V: two chunks per rank in a V (rank i holds stages i and 2p-1-i); torch 2.13 ScheduleZBVZeroBubble
+    # ("ZBV requires exactly 2 stages per rank"), torchtitan's pipeline_parallel_schedule ZBVZeroBubble.
+    "zb-v": ScheduleRule(
+        "zb-v",
+        "2",
+        False,
+        False,
+        False,
+        "Qi et al., arXiv 2401.10241 §6 (ZB-V); Qi et al. 2024, arXiv 2405.15362 (V-ZB); "
+        "torch.distributed.pipelining ScheduleZBVZeroBubble",
+        {"torchtitan": "ZBVZeroBubble", "fsdp": "ScheduleZBVZeroBubble"},
+        "ZB-V pipeline (two V-shaped chunks per rank: near-zero bubble with 1F1B's activation memory)",
     ),
 }
 SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
