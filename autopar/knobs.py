@@ -186,21 +186,22 @@ class Knob:
     complete_rank: int = 0  # 0 = never unset
     flag: bool = False  # an `estimate`/`launch` option named like the field (cli/common.py knob_strategy)
     column: str = ""  # its header as a column of the strategy tables (reports/table.py, search/pareto.py)
+    ordered: bool = False  # its values have an order: a search move goes to the next one up or down
 
 
 # Every Strategy field once (tests/test_knobs.py checks it), the report columns first in their order.
 KNOBS: tuple[Knob, ...] = (
-    Knob(Axis.TP, "TP", flag=True, column="TP"),
-    Knob(Axis.PP, "PP", flag=True, column="PP"),
-    Knob(Axis.VPP, "PP", complete_rank=1, flag=True, column="VPP"),
+    Knob(Axis.TP, "TP", flag=True, column="TP", ordered=True),
+    Knob(Axis.PP, "PP", flag=True, column="PP", ordered=True),
+    Knob(Axis.VPP, "PP", complete_rank=1, flag=True, column="VPP", ordered=True),
     Knob(Axis.DP, "DP", flag=True, column="DP"),
-    Knob(Axis.CP, "CP", flag=True, column="CP"),
-    Knob(Axis.EP, "EP", flag=True, column="EP"),
-    Knob(Axis.ETP, "ETP", complete_rank=4, flag=True, column="ETP"),
+    Knob(Axis.CP, "CP", flag=True, column="CP", ordered=True),
+    Knob(Axis.EP, "EP", flag=True, column="EP", ordered=True),
+    Knob(Axis.ETP, "ETP", complete_rank=4, flag=True, column="ETP", ordered=True),
     Knob("sp", "TP", column="SP"),
-    Knob("zero", "DP", complete_rank=6, flag=True, column="ZeRO"),
-    Knob("micro_batch", "mb", complete_rank=2, flag=True, column="Micro-batch"),
-    Knob("recompute", "AC", complete_rank=3, flag=True, column="Recompute"),
+    Knob("zero", "DP", complete_rank=6, flag=True, column="ZeRO", ordered=True),
+    Knob("micro_batch", "mb", complete_rank=2, flag=True, column="Micro-batch", ordered=True),
+    Knob("recompute", "AC", complete_rank=3, flag=True, column="Recompute", ordered=True),
     Knob("pp_schedule", "PP", complete_rank=5, column="PP schedule"),
     Knob("pp_first_layers", "first"),
     Knob("pp_last_layers", "last"),
@@ -210,7 +211,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("dp_shard", "HSDP"),
     Knob("optimizer_states", "states"),
     Knob("optimizer_offload", "offload"),
-    Knob("activation_offload_layers", "AO", complete_rank=7, flag=True),
+    Knob("activation_offload_layers", "AO", complete_rank=7, flag=True, ordered=True),
 )
 KNOB_NAMES: tuple[str, ...] = tuple(str(k.name) for k in KNOBS)  # plain strings (Axis members are StrEnum)
 COMPLETABLE_KNOBS: tuple[str, ...] = tuple(
@@ -218,6 +219,7 @@ COMPLETABLE_KNOBS: tuple[str, ...] = tuple(
 )
 FLAG_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.flag)
 COLUMN_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.column)  # in KNOBS order
+ORDERED_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.ordered)
 COLUMN_HEADERS: dict[str, str] = {str(k.name): k.column for k in KNOBS if k.column}
 
 
