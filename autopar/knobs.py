@@ -224,12 +224,12 @@ COLUMN_HEADERS: dict[str, str] = {str(k.name): k.column for k in KNOBS if k.colu
 
 
 # ------------------------------------------------------------------------------------------------ label
-# One label token: its pattern, how a strategy writes it (no token: []) and how a match reads back (fields).
+# One label token: its pattern, how a strategy writes it ("" = no token) and how a match reads back (fields).
 @dataclass(frozen=True, slots=True)
 class LabelToken:
     key: str
     pattern: re.Pattern[str]
-    write: Callable[[Any], list[str]]
+    write: Callable[[Any], str]
     read: Callable[[re.Match[str]], dict[str, Any]]
 
 
@@ -237,12 +237,12 @@ def _alt(values: tuple[str, ...]) -> str:
     return "|".join(re.escape(v) for v in values)
 
 
-def _pp(s: Any) -> list[str]:
+def _pp(s: Any) -> str:
     if s.pp <= 1:
-        return []
+        return ""
     tok = f"PP{s.pp}" + (f"v{s.vpp}" if s.vpp and s.vpp > 1 else "")
     shown = s.pp_schedule not in (implied_schedule(s.vpp), None)
-    return [tok + (f"-{s.pp_schedule}" if shown else "")]
+    return tok + (f"-{s.pp_schedule}" if shown else "")
 
 
 def _read_pp(m: re.Match[str]) -> dict[str, Any]:
@@ -253,24 +253,21 @@ def _read_pp(m: re.Match[str]) -> dict[str, Any]:
     return out
 
 
-def _dp(s: Any) -> list[str]:
+def _dp(s: Any) -> str:
     z = f"Z{s.zero}" if s.zero else ""
     if s.dp:
-        return [f"DP{s.dp}" + (f"/{z}" if z else "")]
-    return [z] if z else []
+        return f"DP{s.dp}" + (f"/{z}" if z else "")
+    return z
 
 
-def _split(s: Any) -> list[str]:
-    return (["emb-split"] if s.pp_account_embedding else []) + (["loss-split"] if s.pp_account_loss else [])
+def _split(s: Any) -> str:
+    both = ("emb-split" if s.pp_account_embedding else "", "loss-split" if s.pp_account_loss else "")
+    return " ".join(x for x in both if x)
 
 
-def _offload(s: Any) -> list[str]:
+def _offload(s: Any) -> str:
     f = s.optimizer_offload
-    return ["offload" + (f"{f:g}" if f != 1.0 else "")] if f else []
-
-
-def _if(cond: Callable[[Any], bool], text: Callable[[Any], str]) -> Callable[[Any], list[str]]:
-    return lambda s: [text(s)] if cond(s) else []
+    return "offload" + (f"{f:g}" if f != 1.0 else "") if f else ""
 
 
 _REC_BY_TOKEN = {v.split("-")[0]: k for k, v in _AC_TOKENS.items()}
@@ -280,20 +277,20 @@ LABEL_TOKENS: tuple[LabelToken, ...] = (
     LabelToken(
         "TP",
         re.compile(r"^TP(\d+)(\+SP)?$"),
-        lambda s: [f"TP{s.tp}" + ("+SP" if s.sp and s.tp > 1 else "")],
+        lambda s: f"TP{s.tp}" + ("+SP" if s.sp and s.tp > 1 else ""),
         lambda m: {Axis.TP: int(m[1]), "sp": bool(m[2])},
     ),
     LabelToken("PP", re.compile(rf"^PP(\d+)(?:v(\d+))?(?:-({_SCHED_RX}))?$"), _pp, _read_pp),
     LabelToken(
         "first",
         re.compile(r"^first(\d+)$"),
-        _if(lambda s: s.pp_first_layers is not None, lambda s: f"first{s.pp_first_layers}"),
+        lambda s: f"first{s.pp_first_layers}" if s.pp_first_layers is not None else "",
         lambda m: {"pp_first_layers": int(m[1])},
     ),
     LabelToken(
         "last",
         re.compile(r"^last(\d+)$"),
-        _if(lambda s: s.pp_last_layers is not None, lambda s: f"last{s.pp_last_layers}"),
+        lambda s: f"last{s.pp_last_layers}" if s.pp_last_layers is not None else "",
         lambda m: {"pp_last_layers": int(m[1])},
     ),
     LabelToken(
@@ -305,19 +302,19 @@ LABEL_TOKENS: tuple[LabelToken, ...] = (
     LabelToken(
         "CP",
         re.compile(rf"^CP(\d+)(?:-({_alt(CP_COMM_NAMES)}))?$"),
-        _if(lambda s: s.cp > 1, lambda s: f"CP{s.cp}" + (f"-{s.cp_comm}" if s.cp_comm != "p2p" else "")),
+        lambda s: f"CP{s.cp}" + (f"-{s.cp_comm}" if s.cp_comm != "p2p" else "") if s.cp > 1 else "",
         lambda m: {Axis.CP: int(m[1]), "cp_comm": m[2] or "p2p"},
     ),
     LabelToken(
         "EP",
         re.compile(r"^EP(\d+)$"),
-        _if(lambda s: s.ep > 1, lambda s: f"EP{s.ep}"),
+        lambda s: f"EP{s.ep}" if s.ep > 1 else "",
         lambda m: {Axis.EP: int(m[1])},
     ),
     LabelToken(
         "ETP",
         re.compile(r"^ETP(\d+)$"),
-        _if(lambda s: s.etp is not None and s.etp != s.tp, lambda s: f"ETP{s.etp}"),
+        lambda s: f"ETP{s.etp}" if s.etp is not None and s.etp != s.tp else "",
         lambda m: {Axis.ETP: int(m[1])},
     ),
     LabelToken(
@@ -326,25 +323,25 @@ LABEL_TOKENS: tuple[LabelToken, ...] = (
     LabelToken(
         "HSDP",
         re.compile(r"^HSDP(\d+)$"),
-        _if(lambda s: s.dp_shard is not None, lambda s: f"HSDP{s.dp_shard}"),
+        lambda s: f"HSDP{s.dp_shard}" if s.dp_shard is not None else "",
         lambda m: {"dp_shard": int(m[1])},
     ),
     LabelToken(  # an unset micro-batch (None) shows nothing
         "mb",
         re.compile(r"^mb(\d+)$"),
-        _if(lambda s: s.micro_batch is not None, lambda s: f"mb{s.micro_batch}"),
+        lambda s: f"mb{s.micro_batch}" if s.micro_batch is not None else "",
         lambda m: {"micro_batch": int(m[1])},
     ),
     LabelToken(  # "none" and unset (None) show nothing
         "AC",
         re.compile(rf"^({_alt(tuple(_REC_BY_TOKEN))})-AC$"),
-        _if(lambda s: s.recompute in _AC_TOKENS, lambda s: _AC_TOKENS[s.recompute]),
+        lambda s: _AC_TOKENS.get(s.recompute, ""),
         lambda m: {"recompute": _REC_BY_TOKEN[m[1]]},
     ),
     LabelToken(
         "states",
         re.compile(rf"^({_alt(OPTIMIZER_STATES)})-states$"),
-        _if(lambda s: s.optimizer_states is not None, lambda s: f"{s.optimizer_states}-states"),
+        lambda s: f"{s.optimizer_states}-states" if s.optimizer_states is not None else "",
         lambda m: {"optimizer_states": m[1]},
     ),
     LabelToken(
@@ -356,11 +353,12 @@ LABEL_TOKENS: tuple[LabelToken, ...] = (
     LabelToken(
         "AO",
         re.compile(r"^AO(\d+)$"),
-        _if(lambda s: bool(s.activation_offload_layers), lambda s: f"AO{s.activation_offload_layers}"),
+        lambda s: f"AO{s.activation_offload_layers}" if s.activation_offload_layers else "",
         lambda m: {"activation_offload_layers": int(m[1])},
     ),
 )
 _TOKENS_BY_KEY = {t.key: t for t in LABEL_TOKENS}
+_WRITERS = tuple(t.write for t in LABEL_TOKENS)
 if {k.token for k in KNOBS} != set(_TOKENS_BY_KEY):  # every knob has a token, every token a knob
     raise AssertionError("knobs.KNOBS and LABEL_TOKENS name different tokens")
 
@@ -371,7 +369,7 @@ def _read_dp(dp: str | None, zero: str | int) -> dict[str, Any]:
 
 def format_label(s: Any) -> str:
     """A strategy's compact label, e.g. 'TP4+SP PP2v2 CP2 EP8 ETP1 DP8/Z1 mb1 sel-AC' (Strategy.label)."""
-    return " ".join(tok for t in LABEL_TOKENS for tok in t.write(s))
+    return " ".join([tok for write in _WRITERS if (tok := write(s))])
 
 
 LABEL_EXAMPLE = "TP4+SP PP2v2 CP2 EP8 DP8/Z1 mb1 sel-AC"
