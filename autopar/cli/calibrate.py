@@ -527,3 +527,8 @@ def report_cmd(
         )
     console.print(ch.reason, highlight=False)
     console.print(f"wrote {out}")
+
+
+from autopar.cli.calibrate_plan import plan_cmd  # noqa: E402
+
+_command("plan")(plan_cmd)
