@@ -251,6 +251,12 @@ def print_result(result: Any, top: int) -> None:
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
+    from autopar.reports.decision import recipe_text
+
+    recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
+    if recipe:
+        console.print()
+        console.print(styled(("recipe", "bold"), f": {recipe}"), highlight=False, soft_wrap=False)
     for n in result.notes:  # informational: dim, not the warning colour
         console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
 

@@ -17,6 +17,7 @@ from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.search.constraints import Constraint
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
+from autopar.search.evidence import evidence_of, recipe_beside, widen_records
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
 from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
 from autopar.search.nsga2 import run_nsga2
@@ -299,6 +300,8 @@ def optimize(
     else:
         valid, exact = count_valid(space, ev, random.Random(seed))
     records = _records(run, space)
+    evidence = evidence_of(model, space.hardware)  # bands widened away from the measured runs (issue 21)
+    widen_records(records, evidence)
     front = pareto_records(records, objs)
     notes = _notes(space, objs, prices, budget, sampler, run)
     if requested == "auto" and sampler == "exhaustive":
@@ -351,7 +354,7 @@ def optimize(
         trials=records,
         pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
         recommended=(
-            recommend(front, objs, [r for r in records if r.feasible], framework=workload.framework)
+            recommend(front, objs, [r for r in records if r.feasible], workload.framework, evidence=evidence)
             if front
             else []
         ),
@@ -381,6 +384,7 @@ def optimize(
         calibration=_calibration_info(calibration),
         space_valid=valid,
         stats=stats,
+        recipe=recipe_beside(model, space.hardware, calibration) if front else None,
     )
     result.wall_s = time.perf_counter() - t0
     return result
