@@ -28,7 +28,7 @@ import pandas as pd
 
 from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
 from autopar.calibration.features import FEATURE_NAMES, build_training_set
-from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter
+from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, cluster_key
 from autopar.calibration.runs import read_run_records
 from autopar.calibration.validation import COVERAGE, _band_without, select_params
 from autopar.data import published_runs_path
@@ -51,28 +51,35 @@ def _global(X: np.ndarray, y: np.ndarray, g: np.ndarray, ch) -> ThroughputCorrec
     ).fit(X, y, groups=g)
 
 
-def predict_offsets(X, y, g, ch, Xt, grp):
+def predict_offsets(X, y, g, ch, Xt, gt, c, ct):
+    """Today's `calibrate fit --group`: offsets by source (c, ct: clusters, unused)."""
     m = _global(X, y, g, ch)
     if len(set(g)) >= 2:
         m.band_ = _band_without(X, y, g, ch.alpha, ch.shrink)
-    return m.predict_interval(Xt, [grp] * len(Xt))
+    return m.predict_interval(Xt, gt)
 
 
-def predict_hier(X, y, g, ch, Xt, grp):
+def predict_hier(X, y, g, ch, Xt, gt, c, ct):
+    """The hierarchical adapter on clusters (source, GPU) over the same global part."""
     m = _global(X, y, g, ch)
     base, base_t = m.predict(X), m.predict(Xt)  # no groups: the global part only
-    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, g, base=base)
-    c, lo, hi = h.predict_interval(Xt, [grp] * len(Xt))
-    return base_t + c, base_t + lo, base_t + hi
+    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, c, base=base)  # (source, GPU) clusters
+    mid, lo, hi = h.predict_interval(Xt, ct)
+    return base_t + mid, base_t + lo, base_t + hi
 
 
 METHODS = {"offsets": predict_offsets, "hier": predict_hier}
 
 
-def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
-    g = np.asarray(ts.sources)
+def clusters(ts) -> np.ndarray:
+    """A run's cluster: its group (the `cluster` cell, else its source) on one GPU type."""
+    return np.array([cluster_key(grp, gpu) for grp, gpu in zip(ts.groups, ts.gpus, strict=True)])
+
+
+def run(ts, ks=KS, draws=DRAWS, methods=METHODS, only=None) -> pd.DataFrame:
+    g, cl = np.asarray(ts.sources), clusters(ts)
     rows = []
-    for src in sorted(set(g)):
+    for src in sorted(set(g) if only is None else only):
         idx, others = np.flatnonzero(g == src), np.flatnonzero(g != src)
         if len(idx) < MIN_RUNS:
             continue
@@ -86,7 +93,8 @@ def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
                 rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
                 y = ts.y[rest]
                 for name, fn in methods.items():
-                    c, lo, hi = fn(ts.X[train], ts.y[train], g[train], ch, ts.X[rest], src)
+                    args = (ts.X[train], ts.y[train], g[train], ch, ts.X[rest], g[rest], cl[train], cl[rest])
+                    c, lo, hi = fn(*args)
                     rows.append(
                         {
                             "source": src,

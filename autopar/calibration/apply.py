@@ -30,6 +30,7 @@ from autopar.calibration.features import (
     features,
     memory_features,
 )
+from autopar.calibration.adapter import corrector_from_params
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.calibration.predictor import FittedCorrector
 from autopar.errors import CALIBRATE_EXTRA, DataError, MissingExtraError, OutputError
@@ -277,7 +278,7 @@ class Calibration:
             raise DataError(f"'{path}' is not an autopar calibration model (bad metadata: {e})"[:240]) from e
         _check_schema(Path(path), meta)
         try:
-            tp = FittedCorrector.from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))
+            tp = corrector_from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))  # adapter if any
             mem = doc.get("memory")
             mc = (
                 None

@@ -22,6 +22,7 @@ Model (on top of a global correction `base`, e.g. ThroughputCorrector with its g
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +36,9 @@ try:
 except ModuleNotFoundError as err:
     raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "fitting a calibration model") from err
 
+from autopar.calibration.adapter import AdaptedCorrector, FittedAdapter, corrector_from_params
 from autopar.calibration.corrector import group_weights, weighted_quantile
+from autopar.calibration.predictor import FittedCorrector
 
 SLOPE_FEATURES: tuple[str, ...] = ("share_comm", "log2_domains_spanned", "log2_expert_dilution")
 STUDENT_NU = 4.0  # degrees of freedom of the robust (Student-t) likelihood of a cluster's own runs
@@ -45,8 +48,11 @@ ROBUST_ITER = 8  # reweighting steps (EM for the t likelihood as a scale mixture
 LOG_VAR_BOUNDS = (np.log(1e-8), np.log(4.0))  # variances of log ratios: 1e-8 (none) to (x7.4)^2
 
 
-def _design(Xs: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones(len(Xs)), Xs])
+def cluster_key(group: str, gpu: str) -> str:
+    """The cluster a run adapts: its group (the record's `cluster` id, else its source) on one GPU type.
+    One source's runs on H100 and on GB200 differ by more than its runs on one GPU do (Megatron-Bridge:
+    mean log residual -0.27 to -0.02 by GPU), so each (group, GPU) is a cluster of its own."""
+    return f"{group}@{gpu}"
 
 
 def _stats(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
@@ -103,11 +109,12 @@ def posterior(
     return mean, cov, s2
 
 
-class HierarchicalAdapter(RegressorMixin, BaseEstimator):
+class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
     """Per-cluster offset + slopes with learned shrinkage on top of a global log correction.
 
     scikit-learn contract: `fit(X, y, groups)`, `predict(X, groups)`, `predict_interval(X, groups)`;
     `slope_idx` are the columns of X that get per-cluster slopes; `coverage` the band's nominal level.
+    Prediction and the JSON parameters are FittedAdapter's (autopar.calibration.adapter, numpy only).
     """
 
     def __init__(self, slope_idx: Sequence[int] = (), coverage: float = 0.8, calibrate_band: bool = True):
@@ -116,12 +123,6 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         self.calibrate_band = calibrate_band
 
     # ------------------------------------------------------------------------------------ fit
-    def _zs(self, X: np.ndarray) -> np.ndarray:
-        """(1, slope features) in their physical units, not clipped to the training range: a cluster's
-        own runs may vary a feature the training sources never varied (MoE on a dense-only set), and
-        its slope is then learned from its own runs under the default prior."""
-        return _design(np.asarray(X, float)[:, list(self.slope_idx)])
-
     def fit(
         self, X: np.ndarray, y: np.ndarray, groups: Sequence[Any], base: np.ndarray | None = None
     ) -> HierarchicalAdapter:
@@ -181,34 +182,87 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         w, c = group_weights(groups), self.coverage
         return (weighted_quantile(scores, w, (1 - c) / 2), weighted_quantile(scores, w, (1 + c) / 2))
 
-    # -------------------------------------------------------------------------------- predict
-    def _moments(
-        self, X: np.ndarray, groups: Sequence[Any] | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row: posterior-mean cluster correction, predictive sd, and whether its cluster was seen."""
-        Z = self._zs(X)
-        known = np.zeros(len(Z), dtype=bool)
-        mean, var = np.zeros(len(Z)), np.einsum("ij,j,ij->i", Z, self.v_, Z)
-        noise = np.full(len(Z), self.s2w_)
-        for i, grp in enumerate(groups if groups is not None else [None] * len(Z)):
-            post = self.posterior_.get(str(grp)) if grp is not None else None
-            if post is not None:
-                mean[i] = Z[i] @ post[0]
-                var[i] = Z[i] @ post[1] @ Z[i]
-                noise[i] = post[2]
-                known[i] = True
-        return mean, np.sqrt(var + noise), known
 
-    def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
-        """The cluster part of the log correction (0 for a cluster never seen)."""
-        return self._moments(X, groups)[0]
+CURVE_NS = (0, 1, 3, 5, 10, 20, 40)  # own runs ingested, for a cluster's learning curve
+CURVE_DRAWS = 3  # seeded draws of those runs per n
+CURVE_MIN_REST = 3  # held-out runs a point of the curve needs
 
-    def predict_interval(
-        self, X: np.ndarray, groups: Sequence[Any] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(centre, low, high) of the cluster part of the log correction."""
-        m, sd, known = self._moments(X, groups)
-        # a seen cluster: the wider of the two calibrations (the seen one rests on fewer, tighter sources)
-        lo = np.where(known, min(self.band_seen_[0], self.band_[0]), self.band_[0])
-        hi = np.where(known, max(self.band_seen_[1], self.band_[1]), self.band_[1])
-        return m, m + lo * sd, m + hi * sd
+
+def learning_curve(
+    adapter: HierarchicalAdapter,
+    X: np.ndarray,
+    r: np.ndarray,
+    tau: float,
+    ns: Sequence[int] = CURVE_NS,
+    draws: int = CURVE_DRAWS,
+) -> list[dict[str, float]]:
+    """One cluster's learning curve: n of its runs (X, residuals r of the global part) ingested, its
+    other runs scored. `adapter` is fitted on the *other* clusters (its priors and band); `tau` is the
+    empirical-Bayes prior strength of the offsets (ThroughputCorrector.tau_) for the offsets column.
+    Per n (mean over seeded draws): median APE of the analytical-plus-global prediction, of today's
+    shrunken median offset, of the adapter, and the adapter's 80% band coverage."""
+    rows = []
+    for n in ns:
+        if len(r) - n < CURVE_MIN_REST:
+            break
+        rng = np.random.default_rng(3000 + n)
+        acc = np.zeros(4)
+        for _ in range(draws if n else 1):
+            pick = rng.choice(len(r), n, replace=False)
+            rest = np.setdiff1d(np.arange(len(r)), pick)
+            off = n / (n + tau) * float(np.median(r[pick])) if n else 0.0
+            a = _with_cluster(adapter, "_own", X[pick], r[pick]) if n else adapter
+            c, lo, hi = a.predict_interval(X[rest], ["_own"] * len(rest))
+            acc += [
+                np.median(np.abs(np.expm1(-r[rest]))),
+                np.median(np.abs(np.expm1(off - r[rest]))),
+                np.median(np.abs(np.expm1(c - r[rest]))),
+                np.mean((r[rest] >= lo) & (r[rest] <= hi)),
+            ]
+        acc /= draws if n else 1
+        keys = ("ape_global", "ape_offsets", "ape_adapter", "coverage")
+        rows.append({"n": n, "held_out": len(r) - n, **dict(zip(keys, map(float, acc), strict=True))})
+    return rows
+
+
+def _with_cluster(
+    adapter: HierarchicalAdapter, name: str, X: np.ndarray, r: np.ndarray
+) -> HierarchicalAdapter:
+    """A copy of a fitted adapter that also knows cluster `name` from its runs (X, residuals r)."""
+    out = copy.copy(adapter)
+    out.posterior_ = {**adapter.posterior_, name: adapter._posterior(adapter._zs(X), r)}
+    return out
+
+
+def slope_columns(names: Sequence[str]) -> tuple[int, ...]:
+    """Columns of SLOPE_FEATURES in a feature table with these column names."""
+    return tuple(list(names).index(f) for f in SLOPE_FEATURES)
+
+
+def adapt_corrector(
+    corrector: FittedCorrector, X: np.ndarray, y: np.ndarray, groups: Sequence[Any], slope_idx: Sequence[int]
+) -> AdaptedCorrector:
+    """The fitted corrector with its group offsets replaced by a hierarchical adapter fitted on what its
+    global part leaves (every group a cluster): known clusters get their posterior, others the prior."""
+    base = corrector.predict(X)  # no groups: the global part only
+    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, y, groups, base=base)
+    params = {**corrector.to_params(), "adapter": h.adapter_params()}
+    out = corrector_from_params(params, X.shape[1])
+    assert isinstance(out, AdaptedCorrector)
+    return out
+
+
+def group_curve(
+    corrector: FittedCorrector,
+    X: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence[Any],
+    group: str,
+    slope_idx: Sequence[int],
+) -> list[dict[str, float]]:
+    """learning_curve of `group`: the adapter's priors and band from the other groups only."""
+    g = np.array([str(v) for v in groups])
+    r = np.asarray(y, float) - corrector.predict(X)
+    mine = g == group
+    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X[~mine], r[~mine], g[~mine])
+    return learning_curve(h, X[mine], r[mine], corrector.tau_)

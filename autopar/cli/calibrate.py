@@ -389,6 +389,35 @@ def _default_group(store: Path | None, groups: set[str]) -> str | None:
     return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
 
 
+def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
+    """Replace the model's group offsets by the hierarchical adapter (per-cluster posteriors) and return
+    `group`'s learning curve (its runs ingested -> error on its other runs)."""
+    from autopar.calibration.features import FEATURE_NAMES
+    from autopar.calibration.hierarchy import adapt_corrector, group_curve, slope_columns
+
+    idx = slope_columns(FEATURE_NAMES)
+    curve = group_curve(cal.corrector, ts.X, ts.y, ts.groups, group, idx)
+    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, ts.groups, idx)
+    return curve
+
+
+def _curve_table(curve: list[dict[str, float]], group: str) -> Table:
+    """Rich table of a cluster's learning curve (hierarchy.learning_curve rows)."""
+    t = Table(
+        title=f"learning curve of '{group}': n of its runs ingested, median APE on its other runs",
+        title_justify="left",
+    )
+    for c in ("runs ingested", "held out", "no adaptation", "offsets", "adapter", "in 80% band"):
+        t.add_column(c, justify="right", no_wrap=True)
+    for r in curve:
+        t.add_row(
+            str(r["n"]),
+            str(r["held_out"]),
+            *(f"{100 * r[k]:.1f}%" for k in ("ape_global", "ape_offsets", "ape_adapter", "coverage")),
+        )
+    return t
+
+
 @_command("fit")
 def fit_cmd(
     out: Annotated[Path, typer.Option("--out", help="where to save the model (JSON)")],
@@ -398,7 +427,8 @@ def fit_cmd(
     group: GroupOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit the correctors on stored (and published) runs, validated by source; save them as JSON."""
+    """Fit the correctors on stored (and published) runs, validated by source; save them as JSON.
+    With a group (yours): per-cluster offset and slopes (calibration.hierarchy) and its learning curve."""
     from autopar.calibration.apply import fit_training_set
     from autopar.calibration.features import build_training_set
 
@@ -409,6 +439,7 @@ def fit_cmd(
     ts = build_training_set(records)
     grp = group if group is not None else _default_group(store, set(ts.groups))
     cal = fit_training_set(ts, name=out.stem, memory_ts=build_training_set(records, "memory"), group=grp)
+    curve = _adapt(cal, ts, grp) if grp is not None else []
     cal.save(out)
     if as_json:
         emit_json(
@@ -419,10 +450,18 @@ def fit_cmd(
                 "choice": dict(cal.meta.choice),
                 "leave_one_source_out": list(cal.meta.loso or []),
                 "memory_cv": list(cal.meta.memory_cv or []),
+                "learning_curve": curve,
                 "skipped": [{"run": i, "reason": why} for i, why in ts.skipped],
             }
         )
         return
+    _print_fit(cal, ts, out, curve)
+
+
+def _print_fit(cal: Any, ts: Any, out: Path, curve: list[dict[str, float]]) -> None:
+    """`calibrate fit`'s tables: skipped runs, leave-one-source-out, memory, learning curve, choice."""
+    import pandas as pd
+
     if ts.skipped:
         console.print(
             styled(
@@ -430,8 +469,6 @@ def fit_cmd(
                 " " + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]),
             )
         )
-    import pandas as pd
-
     if cal.meta.loso:
         console.print(_loso_table(pd.DataFrame(cal.meta.loso), "source"))
     if cal.meta.memory_cv:
@@ -442,6 +479,8 @@ def fit_cmd(
                 title=f"peak memory, {cal.meta.memory_scheme} ({cal.meta.memory_n_train} runs)",
             )
         )
+    if curve:
+        console.print(_curve_table(curve, str(cal.meta.group)))
     console.print(f"throughput: {cal.meta.choice['reason']}", highlight=False)
     if cal.meta.memory_choice:
         console.print(f"memory: {cal.meta.memory_choice['reason']}", highlight=False)
