@@ -109,3 +109,55 @@ def test_scikit_learn_contract():
     assert clone(m).get_params() == {"slope_idx": (0,), "coverage": 0.9, "calibrate_band": True}
     X, y, g = _clusters(np.random.default_rng(5), 6, 4)
     assert m.fit(X, y, g) is m and m.predict(X).shape == (len(y),)
+
+
+def _adapted(seed: int = 7):
+    """A ridge corrector (4 features, slopes on feature 0) adapted by the hierarchical adapter."""
+    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.hierarchy import adapt_corrector
+
+    rng = np.random.default_rng(seed)
+    X1, y, g = _clusters(rng, 12, 6)
+    X = np.column_stack([X1, rng.normal(size=(len(y), 3))])
+    base = ThroughputCorrector(alpha=10.0, shrink=0.0).fit(X, y, groups=g)
+    return adapt_corrector(base, X, y, g, (0,)), X, y, g
+
+
+def test_adapted_corrector_round_trips_through_json_params():
+    """What `calibrate fit --group` saves is what loading predicts: the per-cluster posteriors survive
+    the JSON parameters exactly, a known cluster gets its posterior, an unknown one the prior band."""
+    import json
+
+    from autopar.calibration.adapter import corrector_from_params
+
+    m, X, _, g = _adapted()
+    back = corrector_from_params(json.loads(json.dumps(m.to_params())), X.shape[1])
+    for groups in (list(g), ["never-seen"] * len(g)):
+        for a, b in zip(m.predict_interval(X, groups), back.predict_interval(X, groups), strict=True):
+            assert np.array_equal(a, b)
+    c_unseen, lo_u, hi_u = back.predict_interval(X[:5], ["never-seen"] * 5)
+    c_seen, lo_s, hi_s = back.predict_interval(X[:5], list(g[:5]))
+    assert np.all(c_unseen == 0.0)  # shrink 0: no cluster, no correction
+    assert np.all(hi_s - lo_s < hi_u - lo_u)  # six own runs narrow the band
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "why"),
+    [
+        (("adapter", "v", 0), 1e9, "variances"),
+        (("adapter", "band", 1), 1e6, "band quantiles"),
+        (("adapter", "slope_idx", 0), 99, "slope_idx"),
+        (("adapter", "posteriors", "c0", "mean", 0), 50.0, "out of bounds"),
+    ],
+)
+def test_damaged_adapter_parameters_are_refused(path, value, why):
+    from autopar.calibration.adapter import corrector_from_params
+
+    m, X, _, _ = _adapted()
+    p = m.to_params()
+    node = p
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ValueError, match=why):
+        corrector_from_params(p, X.shape[1])
