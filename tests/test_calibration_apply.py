@@ -225,6 +225,11 @@ def test_cli_fit_with_own_cluster_and_report(tmp_path, published):
     assert r2.exit_code == 0, r2.output
     page = html.read_text()
     assert "Per source" in page and "Adapting to a cluster" in page and "adaptation k=3" in r2.output
+    # the store's own cluster gets its learning curve (runs ingested -> error) on the page and the console
+    assert "Learning curve of your cluster &#x27;torchtitan_bench&#x27;" in page or (
+        "Learning curve of your cluster 'torchtitan_bench'" in page
+    )
+    assert "learning curve of 'torchtitan_bench'" in " ".join(r2.output.split())
 
 
 def test_cli_fit_errors(tmp_path):

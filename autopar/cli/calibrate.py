@@ -92,49 +92,45 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate run records or training logs and add them to the run store (idempotent)."""
-    from autopar.calibration.runs import InvalidRowsError, ingest, load_sidecar, normalize_config
+    sp_flag = None if sp is None else int(sp)
+    axes = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp, "vpp": vpp, "sp": sp_flag}
+    run = {"micro_batch": micro_batch, "global_batch": global_batch, "seq_len": seq_len, "zero": zero}
+    what = {"model": model, "gpu": gpu, "num_gpus": gpus, "gpus_per_node": gpus_per_node}
+    how = {"precision": precision, "recompute": recompute, "framework": framework}
+    config = _ingest_config(sidecar, {**what, **axes, **run, **how})
+    report = _run_ingest(
+        files, store, config, fmt=fmt, skip_invalid=skip_invalid, warmup=warmup, source=source
+    )
+    if as_json:
+        emit_json(_ingest_json(report))
+        return
+    _print_ingest(report)
 
-    config = load_sidecar(sidecar) if sidecar else {}
-    flags = {
-        "model": model,
-        "gpu": gpu,
-        "num_gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "ep": ep,
-        "dp": dp,
-        "vpp": vpp,
-        "sp": None if sp is None else int(sp),
-        "micro_batch": micro_batch,
-        "global_batch": global_batch,
-        "seq_len": seq_len,
-        "precision": precision,
-        "recompute": recompute,
-        "zero": zero,
-        "framework": framework,
-    }
-    config.update(normalize_config(flags))
-    run_store = RunStore(store)
+
+def _run_ingest(files: list[Path], store: Path | None, config: dict[str, Any], **opts: Any) -> Any:
+    """Ingest into the store; a file rejected whole prints its invalid rows before the error."""
+    from autopar.calibration.runs import InvalidRowsError, ingest
+
     try:
-        report = ingest(
-            files,
-            run_store,
-            fmt=fmt,
-            skip_invalid=skip_invalid,
-            config=config or None,
-            warmup=warmup,
-            source=source,
-        )
+        return ingest(files, RunStore(store), config=config or None, **opts)
     except InvalidRowsError as e:
         for c in e.checks:
             if c.errors:
                 err_console.print(_error_table(c.path, c.errors, "invalid rows"))
         raise
-    if as_json:
-        emit_json(_ingest_json(report))
-        return
+
+
+def _ingest_config(sidecar: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """A log's run config: the sidecar YAML's, overridden by the command-line flags that are set."""
+    from autopar.calibration.runs import load_sidecar, normalize_config
+
+    config = load_sidecar(sidecar) if sidecar else {}
+    config.update(normalize_config(flags))
+    return config
+
+
+def _print_ingest(report: Any) -> None:
+    """`calibrate ingest`'s summary table (and each file's skipped rows) and the counts line."""
     summary = Table(title="ingest", title_justify="left")
     for col in ("file", "format", "rows", "valid", "invalid"):
         summary.add_column(col, justify="left" if col in ("file", "format") else "right")
@@ -389,6 +385,77 @@ def _default_group(store: Path | None, groups: set[str]) -> str | None:
     return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
 
 
+def _memory_held_out(mem_ts: Any) -> Any:
+    """Held-out peak-memory errors, when enough runs report memory (else None)."""
+    from autopar.calibration.apply import MIN_MEMORY_RUNS
+    from autopar.calibration.validation import held_out, select_params
+
+    if len(mem_ts) < MIN_MEMORY_RUNS:
+        return None
+    mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
+    return held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
+
+
+def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[str, float]]] | None:
+    """The learning curve of the store's own cluster (its single group), if it has one."""
+    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.features import FEATURE_NAMES
+    from autopar.calibration.hierarchy import group_curve, slope_columns
+
+    grp = _default_group(store, set(ts.groups)) if store is None or store.exists() else None
+    if grp is None:
+        return None
+    m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, prior_scale=ch.prior_scale)
+    m.fit(ts.X, ts.y, groups=ts.groups)
+    return grp, group_curve(m, ts.X, ts.y, ts.groups, grp, slope_columns(FEATURE_NAMES))
+
+
+def _write_html(
+    out: Path, res: Any, desc: str, plotlyjs: str, memory: Any, curve: Any, reason: str, learning: Any
+) -> None:
+    """The report page (reports/calibration_html.py), the learning curve of the store's cluster in it."""
+    import pandas as pd
+
+    from autopar.reports.calibration_html import write_report
+
+    lc = None if learning is None else (learning[0], pd.DataFrame(learning[1]))
+    write_report(
+        res,
+        out,
+        description=desc,
+        plotlyjs=plotlyjs,
+        memory=memory,
+        adaptation=curve,
+        choice=reason,
+        learning=lc,
+    )
+
+
+def _print_report(res: Any, curve: Any, memory: Any, reason: str) -> None:
+    """`calibrate report`'s tables: per source, per family, adaptation lines, memory, the choice."""
+    from autopar.calibration.validation import adaptation_summary, error_table
+
+    console.print(_loso_table(error_table(res, "source"), "source"))
+    console.print(_loso_table(error_table(res, "family"), "family"))
+    summary = adaptation_summary(curve)
+    for r in summary.to_dict("records"):
+        console.print(
+            f"adaptation k={r['k']}: median APE {100 * r['median_ape_before']:.1f}% -> "
+            f"{100 * r['median_ape_after']:.1f}% on the remaining runs ({r['groups']} sources), "
+            f"band covers {100 * r['band_coverage']:.0f}%",
+            highlight=False,
+        )
+    if memory is not None:
+        console.print(
+            _loso_table(
+                error_table(memory, "source"),
+                "source",
+                title=f"peak memory, {memory.scheme} ({len(memory.ts)} runs)",
+            )
+        )
+    console.print(reason, highlight=False)
+
+
 def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
     """Replace the model's group offsets by the hierarchical adapter (per-cluster posteriors) and return
     `group`'s learning curve (its runs ingested -> error on its other runs)."""
@@ -497,7 +564,6 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Leave-one-source-out errors, band coverage and the adaptation curve, as tables + HTML."""
-    from autopar.calibration.apply import MIN_MEMORY_RUNS
     from autopar.calibration.features import build_training_set
     from autopar.calibration.validation import (
         adaptation,
@@ -506,7 +572,6 @@ def report_cmd(
         held_out,
         select_params,
     )
-    from autopar.reports.calibration_html import write_report
 
     if plotlyjs not in ("inline", "cdn"):
         raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")
@@ -522,17 +587,12 @@ def report_cmd(
     ch = select_params(ts.X, ts.y, ts.groups)
     res = held_out(ts, ch.alpha, ch.shrink, ch.folds)
     curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale, folds=ch.folds)
-    mem_ts = build_training_set(records, "memory")
-    memory = None
-    if len(mem_ts) >= MIN_MEMORY_RUNS:
-        mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
-        memory = held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
+    memory = _memory_held_out(build_training_set(records, "memory"))
+    learning = _store_curve(store, ts, ch)
     desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
         f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
     )
-    write_report(
-        res, out, description=desc, plotlyjs=plotlyjs, memory=memory, adaptation=curve, choice=ch.reason
-    )
+    _write_html(out, res, desc, plotlyjs, memory, curve, ch.reason, learning)
     if as_json:
         emit_json(
             {
@@ -543,26 +603,11 @@ def report_cmd(
                 "by_family": error_table(res, "family").to_dict("records"),
                 "memory": None if memory is None else error_table(memory, "source").to_dict("records"),
                 "adaptation": adaptation_summary(curve).to_dict("records"),
+                "learning_curve": None if learning is None else {"group": learning[0], "curve": learning[1]},
             }
         )
         return
-    console.print(_loso_table(error_table(res, "source"), "source"))
-    console.print(_loso_table(error_table(res, "family"), "family"))
-    summary = adaptation_summary(curve)
-    for r in summary.to_dict("records"):
-        console.print(
-            f"adaptation k={r['k']}: median APE {100 * r['median_ape_before']:.1f}% -> "
-            f"{100 * r['median_ape_after']:.1f}% on the remaining runs ({r['groups']} sources), "
-            f"band covers {100 * r['band_coverage']:.0f}%",
-            highlight=False,
-        )
-    if memory is not None:
-        console.print(
-            _loso_table(
-                error_table(memory, "source"),
-                "source",
-                title=f"peak memory, {memory.scheme} ({len(mem_ts)} runs)",
-            )
-        )
-    console.print(ch.reason, highlight=False)
+    _print_report(res, curve, memory, ch.reason)
+    if learning is not None:
+        console.print(_curve_table(learning[1], learning[0]))
     console.print(f"wrote {out}")

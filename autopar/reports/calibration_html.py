@@ -128,6 +128,9 @@ _HEADERS = {
     "spearman_after": "after",
     "band_coverage": "in 80% band",
     "band_width": "mean band width",
+    "ape_global": "median APE, no adaptation",
+    "ape_offsets": "offsets",
+    "ape_adapter": "adapter",
 }
 
 
@@ -153,34 +156,17 @@ def report_html(
     memory: HeldOut | None = None,
     adaptation: pd.DataFrame | None = None,
     choice: str = "",
+    learning: tuple[str, pd.DataFrame] | None = None,
 ) -> str:
     """The calibration report page: LOSO tables per source and GPU family, scatter, per-run rows."""
     by_source, by_family = error_table(res, "source"), error_table(res, "family")
     fig = _figure(scatter_figure(res))
-    rows = res.frame()[
-        [
-            "id",
-            "source",
-            "gpu",
-            "measurement",
-            "measured",
-            "predicted",
-            "calibrated",
-            "low",
-            "high",
-            "ape_before",
-            "ape_after",
-        ]
-    ].round(1)
-    skipped = "".join(f"<li>{html.escape(i)}: {html.escape(r)}</li>" for i, r in res.ts.skipped)
-    n_sources = len(set(res.ts.sources))
-    kpis = [("Runs", f"{len(rows):,}"), ("Sources", str(n_sources)), ("Skipped", str(len(res.ts.skipped)))]
-    runs = (
-        f"<details><summary>{len(rows)} runs used"
-        f"{f', {len(res.ts.skipped)} skipped' if res.ts.skipped else ''}</summary>"
-        f"{rows.to_html(index=False, border=0, classes='tbl')}"
-        f"{f'<ul>{skipped}</ul>' if skipped else ''}</details>"
-    )
+    runs = _runs_html(res)
+    kpis = [
+        ("Runs", f"{len(res.ts):,}"),
+        ("Sources", str(len(set(res.ts.sources)))),
+        ("Skipped", str(len(res.ts.skipped))),
+    ]
     body = (
         theme.header(
             "calibration report", title, description or "held-out errors of the throughput corrector", kpis
@@ -189,6 +175,7 @@ def report_html(
         + theme.section("Per source", _METHOD, _table_html(by_source), "by-source")
         + theme.section("Per GPU family", "", _table_html(by_family), "by-family")
         + _adaptation_section(adaptation)
+        + _learning_section(learning)
         + _memory_section(memory)
         + theme.section(
             "Predicted vs measured",
@@ -211,6 +198,36 @@ _METHOD = (
     "inside the 80% band (split-conformal by source, scored without the held-out source); band width is "
     "(high - low) / corrected figure."
 )
+
+
+def _runs_html(res: HeldOut) -> str:
+    """Every run used (measured, predicted, calibrated, band, errors) and every run skipped, folded."""
+    cols = ["id", "source", "gpu", "measurement", "measured", "predicted", "calibrated", "low", "high"]
+    rows = res.frame()[[*cols, "ape_before", "ape_after"]].round(1)
+    skipped = "".join(f"<li>{html.escape(i)}: {html.escape(r)}</li>" for i, r in res.ts.skipped)
+    return (
+        f"<details><summary>{len(rows)} runs used"
+        f"{f', {len(res.ts.skipped)} skipped' if res.ts.skipped else ''}</summary>"
+        f"{rows.to_html(index=False, border=0, classes='tbl')}"
+        f"{f'<ul>{skipped}</ul>' if skipped else ''}</details>"
+    )
+
+
+def _learning_section(learning: tuple[str, pd.DataFrame] | None) -> str:
+    """A cluster's learning curve (calibration.hierarchy.learning_curve): n runs ingested -> error."""
+    if learning is None or learning[1].empty:
+        return ""
+    group, curve = learning
+    return theme.section(
+        f"Learning curve of your cluster '{group}'",
+        "n of its runs ingested (3 random draws), the others scored: no adaptation, today's shrunken "
+        "offset, and the hierarchical adapter (offset and slopes with priors from the other clusters); "
+        "the last column is the coverage of the adapter's 80% band.",
+        _table_html(
+            curve.rename(columns={"coverage": "band_coverage", "n": "runs ingested", "held_out": "held out"})
+        ),
+        "learning",
+    )
 
 
 def _figure(fig: go.Figure) -> str:
@@ -263,6 +280,7 @@ def write_report(
     memory: HeldOut | None = None,
     adaptation: pd.DataFrame | None = None,
     choice: str = "",
+    learning: tuple[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write the calibration report HTML to `path` and return it."""
     return write_atomic(
@@ -275,5 +293,6 @@ def write_report(
             memory=memory,
             adaptation=adaptation,
             choice=choice,
+            learning=learning,
         ),
     )
