@@ -112,19 +112,31 @@ def run(ts, ks=KS, draws=DRAWS, methods=METHODS, only=None) -> pd.DataFrame:
 CURVE_NS = (5, 10, 20, 40, 60)  # runs of one cluster ingested, for the learning curve
 
 
-def _gbr():
+def _regressors() -> dict:
+    """scikit-learn models fitted on what offsets and slopes leave in a cluster's n runs."""
     from sklearn.ensemble import GradientBoostingRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import SplineTransformer
 
-    # small and slow-learning: tens of runs of one cluster, a handful of physical features
-    return GradientBoostingRegressor(
-        n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
-    )
+    return {
+        # small and slow-learning: tens of runs of one cluster, a handful of physical features
+        "+ boosting": GradientBoostingRegressor(
+            n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
+        ),
+        # additive (GAM-like): a cubic spline per feature, ridge penalty chosen by leave-one-out on the n runs
+        "+ GAM": make_pipeline(
+            SplineTransformer(n_knots=4, degree=3, extrapolation="constant"),
+            RidgeCV(alphas=np.logspace(-2, 4, 13)),
+        ),
+    }
 
 
 def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataFrame:
-    """Median APE on a cluster's held-out runs after n of its runs: offsets+slopes (the hierarchical
-    adapter) alone, and with gradient boosting fitted on what it leaves in those n runs."""
-    g = np.asarray(ts.sources)
+    """Median APE on a source's held-out runs after n of its runs: offsets+slopes (the hierarchical
+    adapter on (source, GPU) clusters) alone, and with each regressor fitted on what it leaves in those
+    n runs."""
+    g, cl = np.asarray(ts.sources), clusters(ts)
     idx, others = np.flatnonzero(g == source), np.flatnonzero(g != source)
     ch = select_params(ts.X[others], ts.y[others], g[others])
     rows = []
@@ -136,21 +148,17 @@ def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataF
             pick = rng.choice(idx, size=n, replace=False)
             rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
             m = _global(ts.X[train], ts.y[train], g[train], ch)
-            base = m.predict(ts.X[train])
             h = HierarchicalAdapter(SLOPE_IDX, COVERAGE, calibrate_band=False).fit(
-                ts.X[train], ts.y[train], g[train], base=base
+                ts.X[train], ts.y[train], cl[train], base=m.predict(ts.X[train])
             )
-            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], [source] * n)
-            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], [source] * len(rest))
-            gbr = _gbr().fit(ts.X[pick], ts.y[pick] - hier_pick)
-            y = ts.y[rest]
-            for name, c in (
-                ("offsets+slopes", hier_rest),
-                ("+ boosting", hier_rest + gbr.predict(ts.X[rest])),
-            ):
-                rows.append(
-                    {"n": n, "draw": d, "method": name, "ape": float(np.median(ape_of_log_error(c - y)))}
-                )
+            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], cl[pick])
+            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], cl[rest])
+            preds = {"offsets+slopes": hier_rest}
+            for name, reg in _regressors().items():
+                preds[name] = hier_rest + reg.fit(ts.X[pick], ts.y[pick] - hier_pick).predict(ts.X[rest])
+            for name, c in preds.items():
+                ape = float(np.median(ape_of_log_error(c - ts.y[rest])))
+                rows.append({"n": n, "draw": d, "method": name, "ape": ape})
     out = pd.DataFrame(rows).groupby(["n", "method"])["ape"].mean().unstack()
     return out.reset_index()
 

@@ -161,3 +161,23 @@ def test_damaged_adapter_parameters_are_refused(path, value, why):
     node[path[-1]] = value
     with pytest.raises(ValueError, match=why):
         corrector_from_params(p, X.shape[1])
+
+
+def test_learning_curve_of_a_shifted_cluster():
+    """A new cluster 25% slower than the analytical model on every run (log ratio -0.288, run noise
+    0.03): with no run of it the error is its whole shift; ten of its runs take the adapter (and the
+    plain offset, tau = 0) to within the noise; the held-out counts and draws are as documented."""
+    from autopar.calibration.hierarchy import learning_curve
+
+    rng = np.random.default_rng(11)
+    X, y, g = _clusters(rng, 20, 6, slope=False)
+    h = HierarchicalAdapter(slope_idx=(0,)).fit(X, y, g)
+    xs = rng.uniform(0, 4, 30)[:, None]
+    r = np.log(0.75) + rng.normal(0, SD_RUN, 30)
+    curve = {row["n"]: row for row in learning_curve(h, xs, r, tau=0.0, ns=(0, 10, 28), draws=2)}
+    assert sorted(curve) == [0, 10]  # n = 28 leaves 2 < CURVE_MIN_REST held-out runs
+    assert curve[0]["held_out"] == 30 and curve[10]["held_out"] == 20
+    assert curve[0]["ape_adapter"] == pytest.approx(1 / 0.75 - 1, abs=0.03)  # 0.333: the whole shift
+    assert curve[0]["ape_global"] == curve[0]["ape_offsets"] == curve[0]["ape_adapter"]
+    assert curve[10]["ape_adapter"] < 0.05 and curve[10]["ape_offsets"] < 0.05
+    assert all(0 <= row["coverage"] <= 1 for row in curve.values())
