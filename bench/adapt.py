@@ -60,10 +60,11 @@ def predict_offsets(X, y, g, ch, Xt, gt, c, ct):
 
 
 def predict_hier(X, y, g, ch, Xt, gt, c, ct):
-    """The hierarchical adapter on clusters (source, GPU) over the same global part."""
+    """The hierarchical adapter on clusters (source, GPU) over the same global part, its band calibrated
+    on left-out sources."""
     m = _global(X, y, g, ch)
     base, base_t = m.predict(X), m.predict(Xt)  # no groups: the global part only
-    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, c, base=base)  # (source, GPU) clusters
+    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, c, base=base, band_groups=g)
     mid, lo, hi = h.predict_interval(Xt, ct)
     return base_t + mid, base_t + lo, base_t + hi
 

@@ -120,7 +120,7 @@ def _adapted(seed: int = 7):
     X1, y, g = _clusters(rng, 12, 6)
     X = np.column_stack([X1, rng.normal(size=(len(y), 3))])
     base = ThroughputCorrector(alpha=10.0, shrink=0.0).fit(X, y, groups=g)
-    return adapt_corrector(base, X, y, g, (0,)), X, y, g
+    return adapt_corrector(base, X, y, g, g, (0,)), X, y, g
 
 
 def test_adapted_corrector_round_trips_through_json_params():

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from autopar.calibration.adapter import corrector_from_params
 from autopar.calibration.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
@@ -30,7 +31,6 @@ from autopar.calibration.features import (
     features,
     memory_features,
 )
-from autopar.calibration.adapter import corrector_from_params
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.calibration.predictor import FittedCorrector
 from autopar.errors import CALIBRATE_EXTRA, DataError, MissingExtraError, OutputError

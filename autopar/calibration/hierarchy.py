@@ -124,9 +124,17 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
 
     # ------------------------------------------------------------------------------------ fit
     def fit(
-        self, X: np.ndarray, y: np.ndarray, groups: Sequence[Any], base: np.ndarray | None = None
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        groups: Sequence[Any],
+        base: np.ndarray | None = None,
+        band_groups: Sequence[Any] | None = None,
     ) -> HierarchicalAdapter:
-        """Learn priors from the groups' residuals y - base, then every group's posterior."""
+        """Learn priors from the groups' residuals y - base, then every group's posterior; the band is
+        calibrated by leaving out each of `band_groups` in turn (default: the groups; pass the runs'
+        sources when groups are finer, e.g. (source, GPU) clusters, so that a left-out source takes
+        all its clusters with it and the scores carry the whole between-source spread)."""
         X, y = np.asarray(X, float), np.asarray(y, float)
         g = np.array([str(v) for v in groups])
         r = y - (np.zeros(len(y)) if base is None else np.asarray(base, float))
@@ -136,7 +144,8 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
         self.v_, self.s2w_ = fit_priors(parts, len(self.slope_idx))
         self.posterior_ = {n: self._posterior(Zg, rg) for n, (Zg, rg) in zip(names, parts, strict=True)}
         if self.calibrate_band:
-            self._loso_band(Z, r, g, names)
+            bg = g if band_groups is None else np.array([str(v) for v in band_groups])
+            self._loso_band(Z, r, g, bg)
         else:
             self.band_ = self.band_seen_ = self._gauss_band()
         return self
@@ -150,11 +159,13 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
         q = float(norm.ppf((1 + self.coverage) / 2))
         return (-q, q)
 
-    def _loso_band(self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, names: list[str]) -> None:
-        """Band quantiles from left-out sources (priors refitted without each): `band_` from scores
-        residual / prior-predictive sd (a cluster never seen), `band_seen_` from the same source after
-        BAND_K of its runs (seeded pick), scored on its other runs against the posterior predictive sd."""
-        if len(names) < 3:
+    def _loso_band(self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, bg: np.ndarray) -> None:
+        """Band quantiles from left-out sources `bg` (priors refitted without each, every source
+        weighted equally): `band_` from scores residual / prior-predictive sd (a cluster never seen),
+        `band_seen_` from each of its clusters after BAND_K of its runs (seeded pick), scored on its
+        other runs against the posterior predictive sd."""
+        sources = sorted(set(bg))
+        if len(sources) < 3:
             self.band_ = self.band_seen_ = self._gauss_band()
             return
         rng = np.random.default_rng(0)
@@ -162,19 +173,22 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
         seen: list[np.ndarray] = []
         g0: list[str] = []
         g1: list[str] = []
-        for n in names:
-            idx = np.flatnonzero(g == n)
-            parts = [(Z[g == m], r[g == m]) for m in names if m != n]
+        for src in sources:
+            out = bg == src
+            parts = [(Z[g == m], r[g == m]) for m in sorted(set(g[~out]))]
             v, s2w = fit_priors(parts, len(self.slope_idx), np.r_[self.v_, self.s2w_])
-            unseen.append(r[idx] / np.sqrt(np.einsum("ij,j,ij->i", Z[idx], v, Z[idx]) + s2w))
-            g0 += [n] * len(idx)
-            if len(idx) >= 2 * BAND_K:
+            unseen.append(r[out] / np.sqrt(np.einsum("ij,j,ij->i", Z[out], v, Z[out]) + s2w))
+            g0 += [src] * int(out.sum())
+            for n in sorted(set(g[out])):
+                idx = np.flatnonzero(out & (g == n))
+                if len(idx) < 2 * BAND_K:
+                    continue
                 pick = rng.choice(len(idx), BAND_K, replace=False)
                 rest = np.delete(idx, pick)
                 mean, cov, s2 = posterior(Z[idx[pick]], r[idx[pick]], v, s2w)
                 sd = np.sqrt(np.einsum("ij,jk,ik->i", Z[rest], cov, Z[rest]) + s2)
                 seen.append((r[rest] - Z[rest] @ mean) / sd)
-                g1 += [n] * len(rest)
+                g1 += [src] * len(rest)
         self.band_ = self._quantiles(np.concatenate(unseen), g0)
         self.band_seen_ = self._quantiles(np.concatenate(seen), g1) if len(set(g1)) >= 3 else self.band_
 
@@ -240,12 +254,18 @@ def slope_columns(names: Sequence[str]) -> tuple[int, ...]:
 
 
 def adapt_corrector(
-    corrector: FittedCorrector, X: np.ndarray, y: np.ndarray, groups: Sequence[Any], slope_idx: Sequence[int]
+    corrector: FittedCorrector,
+    X: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence[Any],
+    sources: Sequence[Any],
+    slope_idx: Sequence[int],
 ) -> AdaptedCorrector:
     """The fitted corrector with its group offsets replaced by a hierarchical adapter fitted on what its
-    global part leaves (every group a cluster): known clusters get their posterior, others the prior."""
+    global part leaves (every group a cluster, the band calibrated on left-out `sources`): known
+    clusters get their posterior, others the prior."""
     base = corrector.predict(X)  # no groups: the global part only
-    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, y, groups, base=base)
+    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, y, groups, base=base, band_groups=sources)
     params = {**corrector.to_params(), "adapter": h.adapter_params()}
     out = corrector_from_params(params, X.shape[1])
     assert isinstance(out, AdaptedCorrector)
@@ -257,12 +277,14 @@ def group_curve(
     X: np.ndarray,
     y: np.ndarray,
     groups: Sequence[Any],
+    sources: Sequence[Any],
     group: str,
     slope_idx: Sequence[int],
 ) -> list[dict[str, float]]:
     """learning_curve of `group`: the adapter's priors and band from the other groups only."""
-    g = np.array([str(v) for v in groups])
+    g, src = np.array([str(v) for v in groups]), np.array([str(v) for v in sources])
     r = np.asarray(y, float) - corrector.predict(X)
     mine = g == group
-    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X[~mine], r[~mine], g[~mine])
+    h = HierarchicalAdapter(slope_idx, corrector.coverage)
+    h.fit(X[~mine], r[~mine], g[~mine], band_groups=src[~mine])
     return learning_curve(h, X[mine], r[mine], corrector.tau_)

@@ -407,7 +407,7 @@ def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[s
         return None
     m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, prior_scale=ch.prior_scale)
     m.fit(ts.X, ts.y, groups=ts.groups)
-    return grp, group_curve(m, ts.X, ts.y, ts.groups, grp, slope_columns(FEATURE_NAMES))
+    return grp, group_curve(m, ts.X, ts.y, ts.groups, ts.sources, grp, slope_columns(FEATURE_NAMES))
 
 
 def _write_html(
@@ -463,8 +463,8 @@ def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
     from autopar.calibration.hierarchy import adapt_corrector, group_curve, slope_columns
 
     idx = slope_columns(FEATURE_NAMES)
-    curve = group_curve(cal.corrector, ts.X, ts.y, ts.groups, group, idx)
-    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, ts.groups, idx)
+    curve = group_curve(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, group, idx)
+    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, idx)
     return curve
 
 
