@@ -39,66 +39,11 @@ def scatter_figure(res: HeldOut) -> go.Figure:
         horizontal_spacing=0.06,
         subplot_titles=("analytical (uncalibrated)", "calibrated (leave-one-source-out)"),
     )
-    lo, hi = float(df.measured.min()) / 1.5, float(df.measured.max()) * 1.5
     for i, (source, g) in enumerate(df.groupby("source", sort=True)):
-        color = _PALETTE[i % len(_PALETTE)]
-        src = _plotly_text(source)
-        hover = [
-            f"{_plotly_text(r.id)} ({_plotly_text(r.gpu)})<br>measured {r.measured:,.0f}<br>"
-            f"predicted {r.predicted:,.0f}<br>calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
-            for r in g.itertuples()
-        ]
-        fig.add_trace(
-            go.Scatter(
-                x=g.measured,
-                y=g.predicted,
-                mode="markers",
-                name=src,
-                legendgroup=src,
-                marker={"color": color, "size": 8},
-                text=hover,
-                hoverinfo="text",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=g.measured,
-                y=g.calibrated,
-                mode="markers",
-                name=src,
-                legendgroup=src,
-                showlegend=False,
-                marker={"color": color, "size": 8},
-                text=hover,
-                hoverinfo="text",
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": g.high - g.calibrated,
-                    "arrayminus": g.calibrated - g.low,
-                    "thickness": 1,
-                    "width": 0,
-                },
-            ),
-            row=1,
-            col=2,
-        )
+        _add_source(fig, g, _plotly_text(source), _PALETTE[i % len(_PALETTE)])
+    lo, hi = float(df.measured.min()) / 1.5, float(df.measured.max()) * 1.5
     for col in (1, 2):
-        for k, dash in ((1.0, "solid"), (1.1, "dot"), (1 / 1.1, "dot")):
-            fig.add_trace(
-                go.Scatter(
-                    x=[lo, hi],
-                    y=[lo * k, hi * k],
-                    mode="lines",
-                    showlegend=False,
-                    hoverinfo="skip",
-                    line={"color": "#9ca3af", "width": 1, "dash": dash},
-                ),
-                row=1,
-                col=col,
-            )
+        _add_guides(fig, lo, hi, col)
         fig.update_xaxes(type="log", title_text="measured tokens/s per GPU", row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)
     fig.update_yaxes(title_text="predicted tokens/s per GPU", row=1, col=1)
@@ -117,6 +62,48 @@ def scatter_figure(res: HeldOut) -> go.Figure:
         },
     )
     return fig
+
+
+def _add_source(fig: go.Figure, g: pd.DataFrame, src: str, color: str) -> None:
+    """One source's runs: analytical prediction (left panel), calibrated with its band (right)."""
+    hover = [
+        f"{_plotly_text(r.id)} ({_plotly_text(r.gpu)})<br>measured {r.measured:,.0f}<br>"
+        f"predicted {r.predicted:,.0f}<br>calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
+        for r in g.itertuples()
+    ]
+    common = {"x": g.measured, "mode": "markers", "name": src, "legendgroup": src, "text": hover}
+    marker = {"color": color, "size": 8}
+    fig.add_trace(go.Scatter(y=g.predicted, marker=marker, hoverinfo="text", **common), row=1, col=1)
+    band = {
+        "type": "data",
+        "symmetric": False,
+        "array": g.high - g.calibrated,
+        "arrayminus": g.calibrated - g.low,
+        "thickness": 1,
+        "width": 0,
+    }
+    fig.add_trace(
+        go.Scatter(y=g.calibrated, showlegend=False, marker=marker, hoverinfo="text", error_y=band, **common),
+        row=1,
+        col=2,
+    )
+
+
+def _add_guides(fig: go.Figure, lo: float, hi: float, col: int) -> None:
+    """The exact line (solid) and +-10% lines (dotted) of one panel."""
+    for k, dash in ((1.0, "solid"), (1.1, "dot"), (1 / 1.1, "dot")):
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo * k, hi * k],
+                mode="lines",
+                showlegend=False,
+                hoverinfo="skip",
+                line={"color": "#9ca3af", "width": 1, "dash": dash},
+            ),
+            row=1,
+            col=col,
+        )
 
 
 _HEADERS = {
