@@ -42,6 +42,9 @@ from autopar.calibration.predictor import FittedCorrector
 
 SLOPE_FEATURES: tuple[str, ...] = ("share_comm", "log2_domains_spanned", "log2_expert_dilution")
 STUDENT_NU = 4.0  # degrees of freedom of the robust (Student-t) likelihood of a cluster's own runs
+MIN_CLUSTERS = (
+    3  # clusters (besides the one adapted) to learn priors from: fewer give no between-cluster spread
+)
 BAND_K = 3  # runs of a left-out source seen when scoring the band of a cluster with its own runs
 NOISE_PRIOR_RUNS = 5.0  # the pooled within-cluster variance counts as this many runs of a new cluster
 ROBUST_ITER = 8  # reweighting steps (EM for the t likelihood as a scale mixture of normals)

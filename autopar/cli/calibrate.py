@@ -400,10 +400,10 @@ def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[s
     """The learning curve of the store's own cluster (its single group), if it has one."""
     from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import group_curve, slope_columns
+    from autopar.calibration.hierarchy import MIN_CLUSTERS, group_curve, slope_columns
 
-    grp = _default_group(store, set(ts.groups)) if store is None or store.exists() else None
-    if grp is None:
+    grp = _default_group(store, set(ts.groups))
+    if grp is None or len(set(ts.groups) - {grp}) < MIN_CLUSTERS:
         return None
     m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, prior_scale=ch.prior_scale)
     m.fit(ts.X, ts.y, groups=ts.groups)
@@ -458,10 +458,13 @@ def _print_report(res: Any, curve: Any, memory: Any, reason: str) -> None:
 
 def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
     """Replace the model's group offsets by the hierarchical adapter (per-cluster posteriors) and return
-    `group`'s learning curve (its runs ingested -> error on its other runs)."""
+    `group`'s learning curve (its runs ingested -> error on its other runs); with fewer than MIN_CLUSTERS
+    other clusters to learn the priors from, the model keeps its shrunken offsets and there is no curve."""
     from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import adapt_corrector, group_curve, slope_columns
+    from autopar.calibration.hierarchy import MIN_CLUSTERS, adapt_corrector, group_curve, slope_columns
 
+    if len(set(ts.groups) - {group}) < MIN_CLUSTERS:  # no between-cluster prior: keep the offsets
+        return []
     idx = slope_columns(FEATURE_NAMES)
     curve = group_curve(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, group, idx)
     cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, idx)
