@@ -28,7 +28,7 @@ import pandas as pd
 
 from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
 from autopar.calibration.features import FEATURE_NAMES, build_training_set
-from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, cluster_key
+from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, adapter_clusters
 from autopar.calibration.runs import read_run_records
 from autopar.calibration.validation import COVERAGE, _band_without, select_params
 from autopar.data import published_runs_path
@@ -74,7 +74,7 @@ METHODS = {"offsets": predict_offsets, "hier": predict_hier}
 
 def clusters(ts) -> np.ndarray:
     """A run's cluster: its group (the `cluster` cell, else its source) on one GPU type."""
-    return np.array([cluster_key(grp, gpu) for grp, gpu in zip(ts.groups, ts.gpus, strict=True)])
+    return np.array(adapter_clusters(ts.groups, ts.gpus, None))
 
 
 def run(ts, ks=KS, draws=DRAWS, methods=METHODS, only=None) -> pd.DataFrame:

@@ -181,3 +181,10 @@ def test_learning_curve_of_a_shifted_cluster():
     assert curve[0]["ape_global"] == curve[0]["ape_offsets"] == curve[0]["ape_adapter"]
     assert curve[10]["ape_adapter"] < 0.05 and curve[10]["ape_offsets"] < 0.05
     assert all(0 <= row["coverage"] <= 1 for row in curve.values())
+
+
+def test_adapter_clusters_split_by_gpu_except_the_named_group():
+    from autopar.calibration.hierarchy import adapter_clusters
+
+    keys = adapter_clusters(["mine", "mine", "pub", "pub"], ["H100", "GB200", "H100", "GB200"], "mine")
+    assert keys == ["mine", "mine", "pub@H100", "pub@GB200"]

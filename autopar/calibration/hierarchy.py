@@ -251,6 +251,16 @@ def _with_cluster(
     return out
 
 
+def adapter_clusters(groups: Sequence[Any], gpus: Sequence[Any], keep: str | None) -> list[str]:
+    """Each run's cluster for the adapter: (group, GPU) by cluster_key, except the group `keep` (the
+    team's own, named by `calibrate fit --group`), which stays one cluster under its own name so that
+    every prediction made for it finds its posterior."""
+    return [
+        g if g == keep else cluster_key(g, gpu)
+        for g, gpu in zip(map(str, groups), map(str, gpus), strict=True)
+    ]
+
+
 def slope_columns(names: Sequence[str]) -> tuple[int, ...]:
     """Columns of SLOPE_FEATURES in a feature table with these column names."""
     return tuple(list(names).index(f) for f in SLOPE_FEATURES)

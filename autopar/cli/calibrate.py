@@ -400,14 +400,15 @@ def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[s
     """The learning curve of the store's own cluster (its single group), if it has one."""
     from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import MIN_CLUSTERS, group_curve, slope_columns
+    from autopar.calibration.hierarchy import MIN_CLUSTERS, adapter_clusters, group_curve, slope_columns
 
     grp = _default_group(store, set(ts.groups))
     if grp is None or len(set(ts.groups) - {grp}) < MIN_CLUSTERS:
         return None
     m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, prior_scale=ch.prior_scale)
     m.fit(ts.X, ts.y, groups=ts.groups)
-    return grp, group_curve(m, ts.X, ts.y, ts.groups, ts.sources, grp, slope_columns(FEATURE_NAMES))
+    keys = adapter_clusters(ts.groups, ts.gpus, grp)
+    return grp, group_curve(m, ts.X, ts.y, keys, ts.sources, grp, slope_columns(FEATURE_NAMES))
 
 
 def _write_html(
@@ -461,13 +462,19 @@ def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
     `group`'s learning curve (its runs ingested -> error on its other runs); with fewer than MIN_CLUSTERS
     other clusters to learn the priors from, the model keeps its shrunken offsets and there is no curve."""
     from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import MIN_CLUSTERS, adapt_corrector, group_curve, slope_columns
+    from autopar.calibration.hierarchy import (
+        MIN_CLUSTERS,
+        adapt_corrector,
+        adapter_clusters,
+        group_curve,
+        slope_columns,
+    )
 
     if len(set(ts.groups) - {group}) < MIN_CLUSTERS:  # no between-cluster prior: keep the offsets
         return []
-    idx = slope_columns(FEATURE_NAMES)
-    curve = group_curve(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, group, idx)
-    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, ts.groups, ts.sources, idx)
+    idx, keys = slope_columns(FEATURE_NAMES), adapter_clusters(ts.groups, ts.gpus, group)
+    curve = group_curve(cal.corrector, ts.X, ts.y, keys, ts.sources, group, idx)
+    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, keys, ts.sources, idx)
     return curve
 
 
