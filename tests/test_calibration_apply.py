@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.calibration import apply as apply_mod
+from autopar.calibration.adapter import AdaptedCorrector
 from autopar.calibration.apply import (
     REGENERATE,
     Calibration,
@@ -22,7 +23,6 @@ from autopar.calibration.apply import (
     load_calibration,
     load_default_calibration,
 )
-from autopar.calibration.adapter import AdaptedCorrector
 from autopar.calibration.features import build_training_set
 from autopar.calibration.modelfile import write_model_doc
 from autopar.calibration.runs import check_file
