@@ -148,6 +148,7 @@ def test_adapted_corrector_round_trips_through_json_params():
         (("adapter", "band", 1), 1e6, "band quantiles"),
         (("adapter", "slope_idx", 0), 99, "slope_idx"),
         (("adapter", "posteriors", "c0", "mean", 0), 50.0, "out of bounds"),
+        (("adapter", "posteriors", "c0", "cov", 0, 1), 3.0, "out of bounds"),  # not a covariance
     ],
 )
 def test_damaged_adapter_parameters_are_refused(path, value, why):

@@ -117,15 +117,17 @@ def _posterior_from(d: Any, q: int) -> Posterior:
 
 
 def _check_bounds(a: FittedAdapter) -> None:
-    """Variances in (0, MAX_VARIANCE], log corrections within +-MAX_LOG_CORRECTION, band finite."""
+    """Variances in (0, MAX_VARIANCE], covariances symmetric positive semi-definite, log corrections
+    within +-MAX_LOG_CORRECTION, band quantiles within +-MAX_BAND_SCORE."""
     variances = [*a.v_, a.s2w_, *(s2 for _, _, s2 in a.posterior_.values())]
     if not all(0 < v <= MAX_VARIANCE for v in variances):
         raise ValueError(f"adapter variances must be in (0, {MAX_VARIANCE:g}]")
     for k, (m, c, _) in a.posterior_.items():
         if (
             np.any(np.abs(m) > MAX_LOG_CORRECTION)
-            or np.any(np.diag(c) < 0)
             or np.any(np.diag(c) > MAX_VARIANCE)
+            or not np.allclose(c, c.T, atol=1e-12)
+            or np.linalg.eigvalsh(c).min() < -1e-12  # a covariance: predictive variances never negative
         ):
             raise ValueError(f"posterior of cluster {k!r} out of bounds")
     if not all(abs(b) <= MAX_BAND_SCORE for b in (*a.band_, *a.band_seen_)):
