@@ -43,19 +43,19 @@ class FittedAdapter:
     def _moments(
         self, X: np.ndarray, groups: Sequence[Any] | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row: posterior-mean cluster correction, predictive sd, and whether its cluster was seen."""
+        """Per row: posterior-mean cluster correction, predictive sd, and whether its cluster was seen
+        (a cluster never seen: 0, with the prior's variance and the pooled run scatter)."""
         Z = self._zs(X)
+        mean, var = np.zeros(len(Z)), np.einsum("ij,j,ij->i", Z, self.v_, Z) + self.s2w_
         known = np.zeros(len(Z), dtype=bool)
-        mean, var = np.zeros(len(Z)), np.einsum("ij,j,ij->i", Z, self.v_, Z)
-        noise = np.full(len(Z), self.s2w_)
-        for i, grp in enumerate(groups if groups is not None else [None] * len(Z)):
-            post = self.posterior_.get(str(grp)) if grp is not None else None
-            if post is not None:
-                mean[i] = Z[i] @ post[0]
-                var[i] = Z[i] @ post[1] @ Z[i]
-                noise[i] = post[2]
-                known[i] = True
-        return mean, np.sqrt(var + noise), known
+        keys = np.array(["" if k is None else str(k) for k in groups]) if groups is not None else None
+        for name in [] if keys is None else sorted(set(keys.tolist()) & set(self.posterior_)):
+            rows = keys == name
+            m, cov, s2 = self.posterior_[name]
+            mean[rows] = Z[rows] @ m
+            var[rows] = np.einsum("ij,jk,ik->i", Z[rows], cov, Z[rows]) + s2
+            known[rows] = True
+        return mean, np.sqrt(var), known
 
     def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
         """The cluster part of the log correction (0 for a cluster never seen)."""
