@@ -270,15 +270,21 @@ def adapt_corrector(
     corrector: FittedCorrector,
     X: np.ndarray,
     y: np.ndarray,
-    groups: Sequence[Any],
+    clusters: Sequence[Any],
     sources: Sequence[Any],
     slope_idx: Sequence[int],
+    groups: Sequence[Any] | None = None,
 ) -> AdaptedCorrector:
     """The fitted corrector with its group offsets replaced by a hierarchical adapter fitted on what its
-    global part leaves (every group a cluster, the band calibrated on left-out `sources`): known
-    clusters get their posterior, others the prior."""
-    base = corrector.predict(X)  # no groups: the global part only
-    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, y, groups, base=base, band_groups=sources)
+    global part leaves (priors from `clusters`, the band calibrated on left-out `sources`): known
+    clusters get their posterior, others the prior. `groups` (the names predictions are made with,
+    e.g. a source whose clusters are split by GPU) each get a posterior from all their runs too."""
+    r = np.asarray(y, float) - corrector.predict(X)  # no groups: what the global part leaves
+    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, r, clusters, band_groups=sources)
+    names = np.array([str(v) for v in (clusters if groups is None else groups)])
+    Z = h._zs(X)
+    for name in sorted(set(names.tolist()) - set(h.posterior_)):
+        h.posterior_[name] = h._posterior(Z[names == name], r[names == name])
     params = {**corrector.to_params(), "adapter": h.adapter_params()}
     out = corrector_from_params(params, X.shape[1])
     assert isinstance(out, AdaptedCorrector)

@@ -474,7 +474,7 @@ def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
         return []
     idx, keys = slope_columns(FEATURE_NAMES), adapter_clusters(ts.groups, ts.gpus, group)
     curve = group_curve(cal.corrector, ts.X, ts.y, keys, ts.sources, group, idx)
-    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, keys, ts.sources, idx)
+    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, keys, ts.sources, idx, ts.groups)
     return curve
 
 
