@@ -35,6 +35,7 @@ COMMANDS = [
     ["calibrate", "export"],
     ["calibrate", "fit"],
     ["calibrate", "report"],
+    ["calibrate", "plan"],
 ]
 
 

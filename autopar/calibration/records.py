@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError
+from autopar.knobs import RECOMPUTE_MODES
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -455,11 +456,13 @@ def _sp_recompute(row: Mapping[str, Any], tp: int, assumed: list[str]) -> tuple[
         sp = tp > 1
         if tp > 1:
             assumed.append("sp=true (Megatron-Core/NeMo default with tp>1)")
-    rec = _cell(row, "recompute")
+    raw = row.get("recompute")
+    # 'none' is a recompute mode (no recomputation), not a blank cell: a record that states it is not completed
+    rec = "none" if isinstance(raw, str) and raw.strip().lower() == "none" else _cell(row, "recompute")
     if rec is not None:
         rec = str(rec).lower()
-        if rec not in ("none", "selective", "full"):
-            raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
+        if rec not in RECOMPUTE_MODES:
+            raise DataError(f"column 'recompute' = {rec!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
     return sp, rec
 
 

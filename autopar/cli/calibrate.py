@@ -621,3 +621,8 @@ def report_cmd(
     if learning is not None:
         console.print(_curve_table(learning[1], learning[0]))
     console.print(f"wrote {out}")
+
+
+from autopar.cli.calibrate_plan import plan_cmd  # noqa: E402
+
+_command("plan")(plan_cmd)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from autopar import knobs
 from autopar.errors import SpecError
 
 CalibrationOpt = Annotated[
@@ -50,21 +51,9 @@ PlotlyOpt = Annotated[
     ),
 ]
 
-FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
-# Strategy knobs that `estimate` and `launch` take as options named like Strategy's fields.
-KNOB_FLAGS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "zero",
-    "micro_batch",
-    "recompute",
-    "activation_offload_layers",
-)
+# Stacks and the knob options named like Strategy's fields: declared in the knob registry (autopar/knobs.py).
+FRAMEWORKS = knobs.FRAMEWORKS
+KNOB_FLAGS = knobs.FLAG_KNOBS
 
 
 def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:

@@ -145,15 +145,6 @@ def explain_memory(e: Estimate) -> str:
     )
 
 
-_SCHEDULE_WHY = {
-    "1f1b": "1F1B pipeline",
-    "interleaved": "interleaved pipeline (virtual stages shrink the bubble)",
-    "zb-h1": "ZB-H1 pipeline (weight-gradient passes fill the cool-down; 1F1B's activation memory)",
-    "dualpipe": (
-        "DualPipe pipeline (the expert all-to-all runs under the paired micro-batch's compute; "
-        "two parameter copies per stage)"
-    ),
-}
 _CP_WHY = {
     "p2p": "ring exchange hidden behind attention",
     "a2a": "Ulysses all-to-all inside the NVLink domain",
@@ -183,7 +174,7 @@ def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
         name = stack.schedules.get(s.pp_schedule)
         where = _ships(framework, "schedules", name, list(stack.schedules))
         where += "" if name else f" ({SCHEDULES[s.pp_schedule].source})"
-        out.append(f"PP{s.pp}: {_SCHEDULE_WHY[s.pp_schedule]}{bubble}{where}")
+        out.append(f"PP{s.pp}: {SCHEDULES[s.pp_schedule].why}{bubble}{where}")
     if s.pp_first_layers is not None or s.pp_last_layers is not None:
         out.append(f"uneven stages (first {s.pp_first_layers}, last {s.pp_last_layers} layers)")
     elif s.pp_account_embedding or s.pp_account_loss:
