@@ -25,7 +25,7 @@ from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.estimate import estimate, layer_mean
 from autopar.perf.fsdp import DpGroups
 from autopar.perf.layers import OVERLAP_SLOWDOWN
-from autopar.perf.types import Estimate
+from autopar.perf.types import Estimate, step_total
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
@@ -244,10 +244,7 @@ def _assemble(
 ) -> VectorEstimates:
     """Headline figures from the breakdowns (perf/estimate.py `_assemble`)."""
     t = tb
-    step = (
-        t["act_offload"] + t["compute"] + t["tp_comm"] + t["cp_comm"] + t["ep_comm"] + t["pp_comm"]
-        + t["dp_comm"] + t["bubble"] + t["optimizer"]
-    )  # fmt: skip
+    step = step_total(t.__getitem__)
     W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
     hw = np.array([fl.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
     headroom = ctx.capacity - mem["total"]
