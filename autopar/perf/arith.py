@@ -11,6 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# A model quantity: a float for one strategy, a numpy array for a block of them. Typed Any because the
+# formulas are the same text for both; mypy checks the callers' float paths.
+Num = Any
+
 
 def _is_scalar(x: Any) -> bool:
     return isinstance(x, (bool, int, float))
@@ -50,3 +54,13 @@ def log2(x: Any) -> Any:
     import numpy as np
 
     return np.log2(x)
+
+
+def ratio(a: Any, b: Any, default: float) -> Any:
+    """`a / b`, or `default` where b is 0 (no division by zero on floats, no warning on arrays)."""
+    if _is_scalar(b):
+        return a / b if b else default
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b != 0, a / np.where(b != 0, b, 1.0), default)

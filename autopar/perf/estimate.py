@@ -9,10 +9,12 @@ memory is the peak over the first, a middle and the last stage (the most loaded 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autopar.errors import InvalidStrategyError
 from autopar.layouts import stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
+from autopar.perf.arith import Num, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
@@ -73,19 +75,24 @@ def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s
 
 @dataclass(frozen=True, slots=True)
 class StageTime:
-    """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds."""
+    """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds
+    (floats for one strategy; arrays for a block, perf/vector.py)."""
 
-    comp: float
-    re: float
-    tp: float
-    cp: float
-    ep: float
-    fwd: float  # forward share of comp
-    n_layers: int
+    comp: Num
+    re: Num
+    tp: Num
+    cp: Num
+    ep: Num
+    fwd: Num  # forward share of comp
+    n_layers: Num
 
     @property
-    def total(self) -> float:
+    def total(self) -> Num:
         return self.comp + self.tp + self.cp + self.ep
+
+    def pick(self, cond: Num, other: StageTime) -> StageTime:
+        """This stage time where `cond`, else `other` (field by field; arrays of a block)."""
+        return StageTime(*(where(cond, getattr(self, f), getattr(other, f)) for f in self.__slots__))
 
 
 def _mix(model: ModelSpec, start: int, n: int) -> tuple[int, int]:
@@ -153,22 +160,29 @@ def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
     return model.heads / max(model.kv, t)
 
 
-def _stage_time(lc: LayerCosts, mix: tuple[int, int], logits: bool, cpc: cp.CpCost) -> StageTime:
-    nd, nm = mix
-    fwd = nd * lc.dense_fwd + nm * lc.moe_fwd + (lc.logits_time / 3 if logits else 0.0)
+def stage_time(lc: Any, nd: Num, nm: Num, logits: Num, cp_comm: Num, cp_compute: Num) -> StageTime:
+    """One micro-batch on a stage of nd dense and nm MoE layers (`logits`: it runs the output layer and
+    the loss); `lc` a LayerCosts or the same fields as arrays; the CP cost per layer."""
+    fwd = nd * lc.dense_fwd + nm * lc.moe_fwd + where(logits, lc.logits_time / 3, 0.0)
     comp = nd * (lc.dense_fwd + lc.dense_bwd + lc.dense_re) + nm * (lc.moe_fwd + lc.moe_bwd + lc.moe_re)
-    comp += (lc.logits_time if logits else 0.0) + (nd + nm) * cpc.compute
+    comp = comp + (where(logits, lc.logits_time, 0.0) + (nd + nm) * cp_compute)
     re = nd * lc.dense_re + nm * lc.moe_re
     return StageTime(
-        comp, re, nd * lc.tp_dense + nm * lc.tp_moe, (nd + nm) * cpc.comm, nm * lc.ep_layer, fwd, nd + nm
+        comp, re, nd * lc.tp_dense + nm * lc.tp_moe, (nd + nm) * cp_comm, nm * lc.ep_layer, fwd, nd + nm
     )
 
 
-def _dualpipe(x: StageTime) -> StageTime:
+def dualpipe(x: StageTime) -> StageTime:
     """DualPipe hides the expert all-to-all under the paired micro-batch's compute (pipeline.dualpipe_overlap)."""
     comp, ep = pipeline.dualpipe_overlap(x.comp, x.ep)
-    scale = comp / x.comp if x.comp else 1.0
+    scale = ratio(comp, x.comp, 1.0)
     return StageTime(comp, x.re * scale, x.tp, x.cp, ep, x.fwd * scale, x.n_layers)
+
+
+def mean_stage_time(p: Num, first: Num, middle: Num, last: Num) -> Num:
+    """Mean time of one micro-batch over the p stages: the first, p - 2 middle ones, the last."""
+    mid = where(p > 2, middle, 0.0)
+    return where(p == 1, first, (first + (p - 2) * mid + last) / p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,15 +239,11 @@ def stage_specs_of(
 def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> Stages:
     specs, note = _stage_specs(ctx.model, s, k, m)
     cpc = _cp_cost(ctx, s, k, lc)
-    times = tuple(_stage_time(lc, sp.mix, sp.logits, cpc) for sp in specs)
+    times = tuple(stage_time(lc, *sp.mix, sp.logits, cpc.comm, cpc.compute) for sp in specs)
     if s.pp > 1 and k.pp_schedule == "dualpipe":
-        times = tuple(_dualpipe(x) for x in times)
-    p = s.pp
-    if p == 1:
-        mean = times[0].total
-    else:
-        mid = times[1].total if p > 2 else 0.0
-        mean = (times[0].total + (p - 2) * mid + times[-1].total) / p
+        times = tuple(dualpipe(x) for x in times)
+    tot = [x.total for x in times]
+    mean = mean_stage_time(s.pp, tot[0], tot[1] if s.pp > 2 else 0.0, tot[-1])
     return Stages(specs, times, mean, note)
 
 

@@ -27,6 +27,7 @@ from autopar.layouts import (  # noqa: F401
     split_violations,
     stage_layers,
 )
+from autopar.perf.arith import Num, where
 
 # Share of a micro-batch's backward spent on weight gradients (W) when B is split as in zero-bubble schedules:
 # every linear layer's backward is one dgrad and one wgrad GEMM of equal FLOPs, so T_B ≈ T_W for GEMM-bound
@@ -74,17 +75,16 @@ def inflight_microbatches(schedule: str, p: int, m: int, v: int = 1) -> float:
 DUALPIPE_COMM_SMS = 20 / 132
 
 
-def dualpipe_overlap(comp: float, comm: float) -> tuple[float, float]:
+def dualpipe_overlap(comp: Num, comm: Num) -> tuple[Num, Num]:
     """(compute, exposed comm) of one micro-batch when DualPipe's F&B pairing hides `comm` under `comp`.
 
     While the communication runs, compute has 1 − DUALPIPE_COMM_SMS of the SMs: T = comp + s·comm as long
     as the communication fits inside T; beyond that the compute is slowed throughout and the rest is exposed.
     """
     s = DUALPIPE_COMM_SMS
-    if comm <= comp / (1.0 - s):
-        return comp + s * comm, 0.0
     slowed = comp / (1.0 - s)
-    return slowed, comm - slowed
+    fits = comm <= slowed
+    return where(fits, comp + s * comm, slowed), where(fits, 0.0, comm - slowed)
 
 
 def parameter_copies(schedule: str) -> int:

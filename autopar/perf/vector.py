@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.perf import act_offload, memory, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
-from autopar.perf.estimate import estimate, layer_mean
+from autopar.perf.estimate import StageTime, estimate, layer_mean
 from autopar.perf.fsdp import DpGroups
 from autopar.perf.layers import OVERLAP_SLOWDOWN
 from autopar.perf.types import Estimate, step_total
@@ -42,7 +42,6 @@ from autopar.perf.vector_stages import (
     DUALPIPE,
     LayerTable,
     Rows,
-    SlotTimes,
     StageSlots,
     cp_costs,
     layer_table,
@@ -147,7 +146,7 @@ def _vector(ctx: PerfContext, cols: StrategyColumns) -> VectorEstimates:
     return _assemble(ctx, r, tb, mem)
 
 
-def _slowest(times: SlotTimes, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _slowest(times: StageTime, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row index, slot) of the first slot with the largest total (max over st.times)."""
     slot = np.argmax(np.where(valid, times.total, -np.inf), axis=1)
     return np.arange(len(slot)), slot
@@ -158,16 +157,14 @@ def _time_breakdown(
     r: Rows,
     lt: LayerTable,
     st: StageSlots,
-    times: SlotTimes,
+    times: StageTime,
     g: DpGroups,
     sh: Shard,
     params: Params,
 ) -> dict[str, np.ndarray]:
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
-    slow = SlotTimes(
-        *(x[rows, slot] for x in (times.comp, times.re, times.tp, times.cp, times.ep, times.fwd)), 0
-    )
+    slow = StageTime(*(getattr(times, f)[rows, slot] for f in StageTime.__slots__))
     st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
     ne0, ex0 = params.ne[:, 0], params.ex[:, 0]
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
