@@ -249,17 +249,25 @@ def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> 
 
 def _sharding(ctx: PerfContext, s: Strategy, k: Knobs, g: fsdp.DpGroups) -> memory.Sharding:
     states = s.optimizer_states or memory.OPTIMIZER_STATES_OF[ctx.w.optimizer]
+    state_bytes = memory.OPTIMIZER_STATE_BYTES[states]
+    return sharding_of(ctx, k.zero, g, state_bytes, s.optimizer_offload, s.pp > 1)
+
+
+def sharding_of(
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, state_bytes: Num, offload: Num, piped: Num
+) -> memory.Sharding:
+    """How model states are sharded, for one strategy or a block (arrays): ZeRO stage, groups, optimizer."""
     n_coll = ctx.sw.zero3_collectives_per_layer
     return memory.Sharding(
-        zero=k.zero,
+        zero=zero,
         n_shard=g.n_shard,
         n_eshard=g.n_edp,
-        state_bytes=memory.OPTIMIZER_STATE_BYTES[states],
-        offload=s.optimizer_offload,
+        state_bytes=state_bytes,
+        offload=offload,
         fp8_weight_copies=ctx.fp8,
         zero3_units=1 + ZERO3_PREFETCH_DEPTH,
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
-        stage_gathered=s.pp > 1,
+        stage_gathered=piped,
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
@@ -363,13 +371,9 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     mem, params = _memory(ctx, s, k, lc, st, sh)
     slowest = max(st.times, key=lambda x: x.total)
     dpt = _dp_time(ctx, s, k, g, params, st.times[0], m)
-    crosses = t * c * d >= ctx.G or t * c * d * p > ctx.G
-    bubble, pp_comm = pipeline.pipeline_time(
-        k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, comm.p2p(lc.pp_bytes, crosses, ctx.links)
-    )
-    local = memory.local_optimizer_params(params, sh)
-    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
-    opt += offload.offload_time(cluster.gpu, local, sh.offload, slowest.comp - slowest.fwd)
+    send = comm.p2p(lc.pp_bytes, crosses_node(ctx, t, c, d, p), ctx.links)
+    bubble, pp_comm = pipeline.pipeline_time(k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, send)
+    opt = optimizer_time(ctx, params, sh, slowest.comp - slowest.fwd)
     tb = TimeBreakdown(
         compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped,
         recompute=m * slowest.re,
@@ -383,6 +387,19 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         act_offload=m * _offload_time(ctx, s, lc, st),
     )
     return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
+
+
+def crosses_node(ctx: PerfContext, t: Num, c: Num, d: Num, p: Num) -> Num:
+    """Whether a pipeline neighbour sits in another scale-up domain (the p2p send crosses the scale-out)."""
+    tcd = t * c * d
+    return (tcd >= ctx.G) | (tcd * p > ctx.G)
+
+
+def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Sharding, window: Num) -> Num:
+    """The optimizer step on the GPU (memory bound) plus the exposed CPU offload of its share."""
+    local = memory.local_optimizer_params(params, sh)
+    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
+    return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
 
 
 def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:

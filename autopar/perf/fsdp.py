@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autopar.perf import comm
+from autopar.perf.arith import Num, maximum, where
 
 # Gradient bucket per framework, in parameters (fp32/bf16 elements) or bytes, with the source.
 # Megatron-Core: max(40M, 1M·dp) parameters per bucket ("larger DP sizes need larger buckets so collectives
@@ -45,10 +46,11 @@ class DpGroups:
     edp_stride: int
 
 
-def dp_groups(t: int, c: int, d: int, e: int, te: int, dp_shard: int | None) -> DpGroups:
+def dp_groups(t: Num, c: Num, d: Num, e: Num, te: Num, dp_shard: Num | None) -> DpGroups:
     """Data-parallel groups of a layout (dp_shard = HSDP shard degree over dp; None = shard over all dp)."""
-    ds = dp_shard if dp_shard and d % dp_shard == 0 else d
-    n_edp = max(1, (t * c * d) // (e * te))
+    shard = 0 if dp_shard is None else dp_shard  # floats or arrays of a block (0 = None)
+    ds = where((shard > 0) & (d % maximum(shard, 1) == 0), shard, d)
+    n_edp = maximum(1, (t * c * d) // (e * te))
     return DpGroups(ds * c, t, d // ds, t * c * ds, n_edp, te * e)
 
 

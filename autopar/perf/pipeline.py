@@ -102,4 +102,10 @@ def pipeline_time(
     """
     if p <= 1:
         return 0.0, 0.0
-    return bubble_fraction(schedule, p, m, v) * m * mean_stage, 2.0 * m * v * per_send
+    return pipeline_time_of(bubble_fraction(schedule, p, m, v), p, m, v, mean_stage, per_send)
+
+
+def pipeline_time_of(frac: Num, p: Num, m: Num, v: Num, mean_stage: Num, per_send: Num) -> tuple[Num, Num]:
+    """`pipeline_time` given the bubble fraction; floats, or arrays of a block (0 where p = 1)."""
+    piped = p > 1
+    return where(piped, frac * m * mean_stage, 0.0), where(piped, 2.0 * m * v * per_send, 0.0)

@@ -20,24 +20,17 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from autopar.perf import act_offload, memory, offload, pipeline
+from autopar.perf import act_offload, comm, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
-from autopar.perf.estimate import StageTime, estimate, layer_mean
+from autopar.perf.estimate import StageTime, crosses_node, estimate, layer_mean, optimizer_time
 from autopar.perf.fsdp import DpGroups
 from autopar.perf.layers import OVERLAP_SLOWDOWN
+from autopar.perf.memory import Sharding, StageParams
 from autopar.perf.types import Estimate, step_total
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
-from autopar.perf.vector_memory import (
-    MEMORY_PARTS,
-    Params,
-    Shard,
-    dp_groups,
-    peak_memory,
-    sharding,
-    stage_params,
-)
+from autopar.perf.vector_memory import MEMORY_PARTS, dp_groups, peak_memory, sharding, stage_params
 from autopar.perf.vector_stages import (
     DUALPIPE,
     LayerTable,
@@ -159,14 +152,14 @@ def _time_breakdown(
     st: StageSlots,
     times: StageTime,
     g: DpGroups,
-    sh: Shard,
-    params: Params,
+    sh: Sharding,
+    params: StageParams,
 ) -> dict[str, np.ndarray]:
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
     slow = StageTime(*(getattr(times, f)[rows, slot] for f in StageTime.__slots__))
     st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
-    ne0, ex0 = params.ne[:, 0], params.ex[:, 0]
+    ne0, ex0 = params.non_expert[:, 0], params.expert[:, 0]
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
     m = r.m
@@ -179,43 +172,27 @@ def _time_breakdown(
         "pp_comm": pp_comm,
         "dp_comm": dp_exposed,
         "bubble": bubble,
-        "optimizer": _optimizer(ctx, r, sh, ne0, ex0, slow.comp - slow.fwd),
+        "optimizer": optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0],
         "act_offload": m * _act_offload(ctx, r, lt, st),
     }
 
 
 def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """pipeline.pipeline_time: (bubble, p2p) seconds per step; the p2p send as comm.p2p."""
-    links, G = ctx.links, ctx.G
-    tcd = r.t * r.c * r.d
-    crosses = (tcd >= G) | (tcd * r.p > G)
-    nb = lt.col["pp_bytes"]
-    send = np.where(
-        crosses, links.scaleout_lat + nb / links.scaleout_bw, links.scaleup_lat + nb / links.scaleup_bw
-    )
-    send = np.where(nb <= 0, 0.0, send)
+    """pipeline.pipeline_time: (bubble, p2p) seconds per step; the bubble fraction once per distinct key."""
+    send = comm.p2p(lt.col["pp_bytes"], crosses_node(ctx, r.t, r.c, r.d, r.p), ctx.links)
     v = np.where(r.p > 1, r.v, 1)
     frac = per_key_floats(
         lambda s, p, m, vv: pipeline.bubble_fraction(SCHEDULE_CODES[s], p, m, vv),
         (r.sched, r.p, r.m, v),
         (int,) * 4,
     )
-    piped = r.p > 1
-    return np.where(piped, frac * r.m * mean, 0.0), np.where(piped, 2.0 * r.m * v * send, 0.0)
+    out: tuple[np.ndarray, np.ndarray] = pipeline.pipeline_time_of(frac, r.p, r.m, v, mean, send)
+    return out
 
 
-def _optimizer(
-    ctx: PerfContext, r: Rows, sh: Shard, ne0: np.ndarray, ex0: np.ndarray, window: np.ndarray
-) -> np.ndarray:
-    """Optimizer step on the GPU (memory.optimizer_step_bytes) plus CPU offload (offload.offload_time)."""
-    n_shard, n_eshard = sh.n_shard[:, 0], sh.n_eshard[:, 0]
-    local = np.where(r.zero >= 1, (ne0 / n_shard + ex0 / n_eshard) * sh.trainable, (ne0 + ex0) * sh.trainable)
-    opt = memory.optimizer_step_bytes(r.state_bytes) * local * (1 - r.offload) / ctx.hbm
-    n = r.offload * local
-    bw = offload.host_link_bw(ctx.cluster.gpu)
-    down = np.maximum(0.0, 4.0 * n / bw - window)
-    off = down + offload.CPU_ADAM_BYTES_PER_PARAM * n / offload.HOST_MEM_BW_PER_GPU + 2.0 * n / bw
-    return opt + np.where((r.offload > 0) & (local > 0), off, 0.0)
+def _slot0(params: StageParams) -> StageParams:
+    """The first stage's parameters as (n, 1) columns."""
+    return StageParams(params.non_expert[:, :1], params.expert[:, :1], params.biggest_layer[:, :1])
 
 
 def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st: StageSlots) -> np.ndarray:

@@ -14,8 +14,8 @@ import numpy as np
 from autopar.perf import comm, fsdp
 from autopar.perf.context import PerfContext
 from autopar.perf.fsdp import DpGroups
+from autopar.perf.memory import Sharding
 from autopar.perf.vector_keys import memo, per_key_floats
-from autopar.perf.vector_memory import Shard
 from autopar.perf.vector_stages import Rows
 
 _COLLECTIVES = (comm.all_reduce, comm.reduce_scatter, comm.all_gather)
@@ -145,7 +145,7 @@ def zero3_time(
 
 
 def dp_time(
-    ctx: PerfContext, r: Rows, g: DpGroups, sh: Shard, ne0: np.ndarray, ex0: np.ndarray, st0: tuple
+    ctx: PerfContext, r: Rows, g: DpGroups, sh: Sharding, ne0: np.ndarray, ex0: np.ndarray, st0: tuple
 ) -> tuple[np.ndarray, np.ndarray]:
     """(exposed, overlapped) data-parallel seconds per row: ddp_time or the ZeRO-3 rounds."""
     n = len(r.t)
