@@ -8,13 +8,14 @@ memory is the peak over the first, a middle and the last stage (the most loaded 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
 from autopar.layouts import stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
-from autopar.perf.arith import Num, ratio, where
+from autopar.perf.arith import Num, maximum, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
@@ -328,36 +329,55 @@ def _dp_time(
     st0: StageTime,
     m: int,
 ) -> fsdp.DpTime:
+    if k.zero != 3:
+        return ddp_dp_time(ctx, k.zero, g, params, st0)
+    return zero3_dp_time(ctx, s.tp, s.pp, g, params, st0, m, _unit_of(ctx))
+
+
+# A ZeRO-3 unit's collective times from (non-expert, expert parameters, groups, collectives per unit): the
+# scalar fsdp.zero3_unit for one strategy; perf/vector_dp.py runs it once per distinct input of a block.
+UnitFn = Callable[[Num, Num, fsdp.DpGroups, int], fsdp.Zero3Unit]
+
+
+def _unit_of(ctx: PerfContext) -> UnitFn:
+    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, ctx.sw.zero3_grad_bytes, n_coll)
+
+
+def ddp_dp_time(
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime,
+    coll: fsdp.Collective | None = None,
+) -> fsdp.DpTime:  # fmt: skip
+    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage; only trainable parameters'
+    gradients are reduced (LoRA: the adapters)."""
+    f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
-    if k.zero != 3:  # only trainable parameters' gradients are reduced (LoRA: the adapters)
-        f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
-        return fsdp.ddp_time(
-            k.zero, f * params.non_expert, f * params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
-        )
-    if g.n_shard <= 1 and g.n_edp <= 1:
-        return fsdp.DpTime(0.0, 0.0)
-    n = max(1, st0.n_layers)
-    root_ne = _root_params(ctx, s)
+    ne, ex = f * params.non_expert, f * params.expert
+    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll)
+
+
+def zero3_dp_time(
+    ctx: PerfContext, t: Num, p: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: Num,
+    unit: UnitFn,
+) -> fsdp.DpTime:  # fmt: skip
+    """ZeRO-3/FSDP collectives of the first stage: per-block units and the root (embedding, and the output
+    layer without PP); nothing when neither group shards."""
+    bwd, fwd = st0.comp - st0.fwd, st0.fwd
+    n = maximum(1, st0.n_layers)
+    root_ne = _root_params(ctx, t, p)
     sw = ctx.sw
-    unit = fsdp.zero3_unit(
-        max(0.0, params.non_expert - root_ne) / n,
-        params.expert / n,
-        g,
-        ctx.links,
-        sw.zero3_grad_bytes,
-        sw.zero3_collectives_per_layer,
+    u = unit(
+        maximum(0.0, params.non_expert - root_ne) / n, params.expert / n, g, sw.zero3_collectives_per_layer
     )
-    root = fsdp.zero3_unit(root_ne, 0.0, g, ctx.links, sw.zero3_grad_bytes, 1)
-    return fsdp.zero3_time(unit, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, s.pp > 1)
+    root = unit(root_ne, 0.0, g, 1)
+    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, p > 1)
+    idle = (g.n_shard <= 1) & (g.n_edp <= 1)
+    return fsdp.DpTime(where(idle, 0.0, dt.exposed), where(idle, 0.0, dt.overlapped))
 
 
-def _root_params(ctx: PerfContext, s: Strategy) -> float:
+def _root_params(ctx: PerfContext, t: Num, p: Num) -> Num:
     """Parameters outside the transformer blocks on the first stage (embedding; output layer without PP)."""
     pc = ctx.pc
-    root = pc.embedding / s.tp
-    if s.pp == 1:
-        root += (pc.output if pc.output else 0.0) / s.tp + pc.final_norm
-    return root
+    return pc.embedding / t + where(p == 1, (pc.output if pc.output else 0.0) / t + pc.final_norm, 0.0)
 
 
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:

@@ -158,9 +158,9 @@ def _time_breakdown(
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
     slow = StageTime(*(getattr(times, f)[rows, slot] for f in StageTime.__slots__))
-    st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
-    ne0, ex0 = params.non_expert[:, 0], params.expert[:, 0]
-    dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
+    st0 = StageTime(*(getattr(times, f)[:, 0] for f in StageTime.__slots__))
+    p0 = StageParams(params.non_expert[:, 0], params.expert[:, 0], params.biggest_layer[:, 0])
+    dp_exposed, dp_overlapped = dp_time(ctx, r, g, p0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
     m = r.m
     return {
