@@ -383,7 +383,7 @@ def _root_params(ctx: PerfContext, t: Num, p: Num) -> Num:
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
     ctx = perf_context(model, cluster, w)
     t, p, c, d, k = s.tp, s.pp, s.cp, s.dp, s.knobs()
-    m = max(1, w.global_batch // (k.micro_batch * d))  # micro-batches per step per pipeline
+    m = micro_batches(w, k.micro_batch, d)
     lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
     st = _stages(ctx, s, k, lc, m)
     g = fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard)
@@ -394,7 +394,21 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     send = comm.p2p(lc.pp_bytes, crosses_node(ctx, t, c, d, p), ctx.links)
     bubble, pp_comm = pipeline.pipeline_time(k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, send)
     opt = optimizer_time(ctx, params, sh, slowest.comp - slowest.fwd)
-    tb = TimeBreakdown(
+    tb = time_breakdown(m, slowest, dpt, bubble, pp_comm, opt, _offload_time(ctx, s, lc, st))
+    return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
+
+
+def micro_batches(w: Workload, micro_batch: Num, d: Num) -> Num:
+    """Micro-batches per step per pipeline."""
+    return maximum(1, w.global_batch // (micro_batch * d))
+
+
+def time_breakdown(
+    m: Num, slowest: StageTime, dpt: fsdp.DpTime, bubble: Num, pp_comm: Num, opt: Num, act_offload: Num
+) -> TimeBreakdown:
+    """The step's time terms: m micro-batches on the slowest stage (the DP collectives hidden under its
+    compute slow it by OVERLAP_SLOWDOWN), and the per-step pipeline, DP, optimizer and offload terms."""
+    return TimeBreakdown(
         compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped,
         recompute=m * slowest.re,
         tp_comm=m * slowest.tp,
@@ -404,9 +418,8 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         dp_comm=dpt.exposed,
         bubble=bubble,
         optimizer=opt,
-        act_offload=m * _offload_time(ctx, s, lc, st),
+        act_offload=m * act_offload,
     )
-    return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
 
 
 def crosses_node(ctx: PerfContext, t: Num, c: Num, d: Num, p: Num) -> Num:
@@ -440,10 +453,24 @@ def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
     return notes
 
 
+def headline(ctx: PerfContext, step: Num, hw_flops: Num) -> dict[str, Num]:
+    """Throughput and utilisation from the step time (floats, or arrays of a block)."""
+    W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
+    return {
+        "tokens_per_s": ctx.tokens / step,
+        "tokens_per_s_per_gpu": ctx.tokens / step / W,
+        "model_tflops_per_gpu": fl.model_full / step / W / 1e12,
+        "hw_tflops_per_gpu": hw_flops / step / W / 1e12,
+        "mfu": fl.model_full / step / W / peak,
+        "mfu_causal": fl.model_causal / step / W / peak,
+        "hfu": hw_flops / step / W / peak,
+    }
+
+
 def _assemble(
     ctx: PerfContext, s: Strategy, k: Knobs, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
 ) -> Estimate:
-    step, W, peak = tb.total, ctx.W, ctx.peak_gemm
+    step = tb.total
     hw = ctx.flops.hardware[k.recompute]
     parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
@@ -451,17 +478,10 @@ def _assemble(
         memory=mem,
         time=tb,
         step_time_s=step,
-        tokens_per_s=ctx.tokens / step,
-        tokens_per_s_per_gpu=ctx.tokens / step / W,
         model_flops_per_step=ctx.flops.model_causal,
         model_flops_per_step_full_attn=ctx.flops.model_full,
         hw_flops_per_step=hw,
-        model_tflops_per_gpu=ctx.flops.model_full / step / W / 1e12,
-        hw_tflops_per_gpu=hw / step / W / 1e12,
-        mfu=ctx.flops.model_full / step / W / peak,
-        mfu_causal=ctx.flops.model_causal / step / W / peak,
-        hfu=hw / step / W / peak,
-        peak_flops=peak,
+        peak_flops=ctx.peak_gemm,
         capacity_bytes=ctx.capacity,
         headroom_bytes=headroom,
         fits=headroom >= 0,
@@ -469,4 +489,5 @@ def _assemble(
         notes=tuple(notes),
         strategy=s,
         flops_basis=ctx.flops.basis,
+        **headline(ctx, step, hw),
     )

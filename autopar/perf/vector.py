@@ -22,11 +22,18 @@ import numpy as np
 
 from autopar.perf import act_offload, comm, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
-from autopar.perf.estimate import StageTime, crosses_node, estimate, layer_mean, optimizer_time
-from autopar.perf.fsdp import DpGroups
-from autopar.perf.layers import OVERLAP_SLOWDOWN
+from autopar.perf.estimate import (
+    StageTime,
+    crosses_node,
+    estimate,
+    headline,
+    layer_mean,
+    optimizer_time,
+    time_breakdown,
+)
+from autopar.perf.fsdp import DpGroups, DpTime
 from autopar.perf.memory import Sharding, StageParams
-from autopar.perf.types import Estimate, step_total
+from autopar.perf.types import Estimate, TimeBreakdown, step_total
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
@@ -55,18 +62,7 @@ __all__ = [
 ]
 
 # TimeBreakdown fields, in its order; BOTTLENECK_PARTS as Estimate.bottleneck ranks them (no "recompute").
-TIME_PARTS: tuple[str, ...] = (
-    "compute",
-    "recompute",
-    "tp_comm",
-    "cp_comm",
-    "ep_comm",
-    "pp_comm",
-    "dp_comm",
-    "bubble",
-    "optimizer",
-    "act_offload",
-)
+TIME_PARTS: tuple[str, ...] = TimeBreakdown.__slots__
 BOTTLENECK_PARTS: tuple[str, ...] = tuple(x for x in TIME_PARTS if x != "recompute")
 
 
@@ -162,19 +158,11 @@ def _time_breakdown(
     p0 = StageParams(params.non_expert[:, 0], params.expert[:, 0], params.biggest_layer[:, 0])
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, p0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
-    m = r.m
-    return {
-        "compute": m * slow.comp + OVERLAP_SLOWDOWN * dp_overlapped,
-        "recompute": m * slow.re,
-        "tp_comm": m * slow.tp,
-        "cp_comm": m * slow.cp,
-        "ep_comm": m * slow.ep,
-        "pp_comm": pp_comm,
-        "dp_comm": dp_exposed,
-        "bubble": bubble,
-        "optimizer": optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0],
-        "act_offload": m * _act_offload(ctx, r, lt, st),
-    }
+    opt = optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0]
+    tb = time_breakdown(
+        r.m, slow, DpTime(dp_exposed, dp_overlapped), bubble, pp_comm, opt, _act_offload(ctx, r, lt, st)
+    )
+    return {k: getattr(tb, k) for k in TIME_PARTS}
 
 
 def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,26 +207,19 @@ def _assemble(
     """Headline figures from the breakdowns (perf/estimate.py `_assemble`)."""
     t = tb
     step = step_total(t.__getitem__)
-    W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
-    hw = np.array([fl.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
+    hw = np.array([ctx.flops.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
     headroom = ctx.capacity - mem["total"]
     bottleneck = np.argmax(np.stack([t[k] for k in BOTTLENECK_PARTS], axis=1), axis=1)
     return VectorEstimates(
         step_time_s=step,
-        tokens_per_s=ctx.tokens / step,
-        tokens_per_s_per_gpu=ctx.tokens / step / W,
         peak_memory_bytes=mem["total"],
         headroom_bytes=headroom,
         fits=headroom >= 0,
-        mfu=fl.model_full / step / W / peak,
-        mfu_causal=fl.model_causal / step / W / peak,
-        hfu=hw / step / W / peak,
-        model_tflops_per_gpu=fl.model_full / step / W / 1e12,
-        hw_tflops_per_gpu=hw / step / W / 1e12,
         bottleneck=bottleneck,
         time=tb,
         mem={k: mem[k] for k in MEMORY_PARTS},
         capacity_bytes=ctx.capacity,
+        **headline(ctx, step, hw),
     )
 
 

@@ -14,7 +14,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from autopar.perf.context import PerfContext
-from autopar.perf.estimate import StageTime, cp_cost_of, dualpipe, mean_stage_time, stage_specs_of, stage_time
+from autopar.perf.estimate import (
+    StageTime,
+    cp_cost_of,
+    dualpipe,
+    mean_stage_time,
+    micro_batches,
+    stage_specs_of,
+    stage_time,
+)
 from autopar.perf.layers import LayerCosts, layer_costs
 from autopar.perf.memory import OPTIMIZER_STATE_BYTES, OPTIMIZER_STATES_OF
 from autopar.perf.vector_columns import (
@@ -67,7 +75,7 @@ def rows_of(ctx: PerfContext, s: StrategyColumns) -> Rows:
     return Rows(
         t, p, c, d, s.ep, np.where(s.etp > 0, s.etp, t), s.vpp, s.sp & (t > 1), s.zero, s.dp_shard,
         s.micro_batch, s.recompute, s.pp_schedule, s.cp_comm, split, state_bytes, s.optimizer_offload,
-        s.activation_offload_layers, np.maximum(1, ctx.w.global_batch // (s.micro_batch * d)),
+        s.activation_offload_layers, micro_batches(ctx.w, s.micro_batch, d),
     )  # fmt: skip
 
 
