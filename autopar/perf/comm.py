@@ -76,8 +76,14 @@ def all_to_all(nbytes: float, size: int, stride: int, links: Links) -> float:
     return max(t_local, t_remote) + 0.25 * min(t_local, t_remote)
 
 
-def p2p(nbytes: Num, crosses_node: Num, links: Links) -> Num:
-    """Point-to-point send of `nbytes` to a neighbour (floats, or arrays of a block)."""
+def p2p(nbytes: float, crosses_node: bool, links: Links) -> float:
+    """Point-to-point send of `nbytes` to a neighbour."""
+    out: float = p2p_of(nbytes, crosses_node, links)
+    return out
+
+
+def p2p_of(nbytes: Num, crosses_node: Num, links: Links) -> Num:
+    """`p2p` on floats, or on arrays of a block."""
     send = where(
         crosses_node,
         links.scaleout_lat + nbytes / links.scaleout_bw,

@@ -38,12 +38,12 @@ def bucket_params(framework: str, dp: Num, grad_bytes: float) -> Num:
 class DpGroups:
     """Sizes and strides of the data-parallel groups of one strategy."""
 
-    n_shard: int  # dense shard / reduction group (dp·cp, or dp_shard·cp under HSDP)
-    shard_stride: int
-    n_rep: int  # HSDP replicas (1 = plain FSDP / ZeRO)
-    rep_stride: int
-    n_edp: int  # expert data-parallel group
-    edp_stride: int
+    n_shard: Num  # dense shard / reduction group (dp·cp, or dp_shard·cp under HSDP)
+    shard_stride: Num
+    n_rep: Num  # HSDP replicas (1 = plain FSDP / ZeRO)
+    rep_stride: Num
+    n_edp: Num  # expert data-parallel group
+    edp_stride: Num
 
 
 def dp_groups(t: Num, c: Num, d: Num, e: Num, te: Num, dp_shard: Num | None) -> DpGroups:

@@ -102,7 +102,8 @@ class TimeBreakdown:
 
     @property
     def total(self) -> float:
-        return step_total(partial(getattr, self))
+        total: float = step_total(partial(getattr, self))
+        return total
 
     @property
     def comm(self) -> float:

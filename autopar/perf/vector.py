@@ -17,6 +17,7 @@ of an MoE model) need the completion search of perf/complete.py: they go through
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -167,7 +168,7 @@ def _time_breakdown(
 
 def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """pipeline.pipeline_time: (bubble, p2p) seconds per step; the bubble fraction once per distinct key."""
-    send = comm.p2p(lt.col["pp_bytes"], crosses_node(ctx, r.t, r.c, r.d, r.p), ctx.links)
+    send = comm.p2p_of(lt.col["pp_bytes"], crosses_node(ctx, r.t, r.c, r.d, r.p), ctx.links)
     v = np.where(r.p > 1, r.v, 1)
     frac = per_key_floats(
         lambda s, p, m, vv: pipeline.bubble_fraction(SCHEDULE_CODES[s], p, m, vv),
@@ -229,16 +230,16 @@ _HEADLINE = tuple(
 )
 
 
-def _empty(ctx: PerfContext, n: int) -> dict:
+def _empty(ctx: PerfContext, n: int) -> dict[str, Any]:
     """Mutable arrays for n rows."""
-    out: dict = {k: np.zeros(n) for k in _HEADLINE}
+    out: dict[str, Any] = {k: np.zeros(n) for k in _HEADLINE}
     out["fits"], out["bottleneck"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
     out["time"] = {k: np.zeros(n) for k in TIME_PARTS}
     out["mem"] = {k: np.zeros(n) for k in MEMORY_PARTS}
     return out
 
 
-def _fill(out: dict, rows: np.ndarray, part: VectorEstimates) -> None:
+def _fill(out: dict[str, Any], rows: np.ndarray, part: VectorEstimates) -> None:
     """Scatter a vector result into `out` at `rows`."""
     for k in _HEADLINE:
         out[k][rows] = getattr(part, k)
@@ -247,7 +248,7 @@ def _fill(out: dict, rows: np.ndarray, part: VectorEstimates) -> None:
             out[group][k][rows] = v
 
 
-def _fill_one(out: dict, i: int, e: Estimate) -> None:
+def _fill_one(out: dict[str, Any], i: int, e: Estimate) -> None:
     """Write one scalar Estimate into row i."""
     for k in _HEADLINE:
         if k == "peak_memory_bytes":
@@ -262,5 +263,5 @@ def _fill_one(out: dict, i: int, e: Estimate) -> None:
         out["mem"][k][i] = getattr(e.memory, k)
 
 
-def _frozen(ctx: PerfContext, out: dict, n_fallback: int) -> VectorEstimates:
+def _frozen(ctx: PerfContext, out: dict[str, Any], n_fallback: int) -> VectorEstimates:
     return VectorEstimates(**out, capacity_bytes=ctx.capacity, n_fallback=n_fallback)

@@ -30,24 +30,19 @@ def dp_groups(r: Rows) -> DpGroups:
 
 def stage_params(ctx: PerfContext, r: Rows, st: StageSlots) -> memory.StageParams:
     """memory.stage_params on every slot."""
-    col = lambda a: a[:, None]  # noqa: E731
-    mix = (st.nd, st.nm)
-    return memory.stage_params(
-        ctx.model, ctx.pc, col(r.t), col(r.p), col(r.e), col(r.te), mix, st.first, st.last
-    )
+    t, p, e, te = (_col(x) for x in (r.t, r.p, r.e, r.te))
+    return memory.stage_params(ctx.model, ctx.pc, t, p, e, te, (st.nd, st.nm), st.first, st.last)
 
 
 def sharding(ctx: PerfContext, r: Rows, g: DpGroups) -> memory.Sharding:
     """perf/estimate.py `sharding_of` on (n, 1) arrays."""
-    col = lambda a: np.asarray(a)[:, None]  # noqa: E731
-    return sharding_of(
-        ctx,
-        col(r.zero),
-        DpGroups(*(col(getattr(g, f.name)) for f in fields(DpGroups))),
-        col(r.state_bytes),
-        col(r.offload),
-        col(r.p > 1),
-    )
+    groups = DpGroups(*(_col(getattr(g, f.name)) for f in fields(DpGroups)))
+    return sharding_of(ctx, _col(r.zero), groups, _col(r.state_bytes), _col(r.offload), _col(r.p > 1))
+
+
+def _col(a: np.ndarray) -> np.ndarray:
+    """A row array as an (n, 1) column, to broadcast over the stage slots."""
+    return np.asarray(a)[:, None]
 
 
 def peak_memory(
@@ -59,7 +54,7 @@ def peak_memory(
     full = (r.rc == FULL)[:, None]
     copies = np.where((r.p > 1) & (r.sched == DUALPIPE), 2.0, 1.0)[:, None]
     mb = memory.stage_memory_of(sp, sh, L, st.nd, st.nm, st.inflight, full, st.first, st.last, copies, off)
-    total = mb.total
+    total = np.asarray(mb.total)
     best = np.argmax(np.where(st.valid, total, -np.inf), axis=1)
     rows = np.arange(len(best))
     out = {name: np.broadcast_to(getattr(mb, name), total.shape)[rows, best] for name in MEMORY_PARTS}

@@ -15,6 +15,7 @@ import numpy as np
 
 from autopar.perf.context import PerfContext
 from autopar.perf.estimate import (
+    StageSpec,
     StageTime,
     cp_cost_of,
     dualpipe,
@@ -134,9 +135,9 @@ class StageSlots:
     valid: np.ndarray
 
 
-def _slot_rows(specs: tuple) -> list[tuple[float, ...]]:
+def _slot_rows(specs: tuple[StageSpec, ...]) -> list[tuple[float, ...]]:
     """One key's stage specs as 3 slot rows (nd, nm, first, last, logits, inflight, valid)."""
-    rows = [(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)] * SLOTS
+    rows: list[tuple[float, ...]] = [(0.0,) * 7] * SLOTS
     slots = (0,) if len(specs) == 1 else (0, 2) if len(specs) == 2 else (0, 1, 2)
     for k, sp in zip(slots, specs, strict=True):
         rows[k] = (*sp.mix, sp.first, sp.last, sp.logits, sp.inflight, 1.0)
@@ -147,7 +148,9 @@ def stage_slots(ctx: PerfContext, r: Rows) -> StageSlots:
     """`stage_specs_of` once per distinct (pp, vpp, schedule, micro-batches, split)."""
     model, cache = ctx.model, memo(ctx, "stages")
 
-    def one(p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool) -> list:
+    def one(
+        p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool
+    ) -> list[tuple[float, ...]]:
         key = (p, v, sched, m, f, la, emb, loss)
         hit = cache.get(key)
         if hit is None:

@@ -148,7 +148,10 @@ class Evaluator:
 
         b = cal.bands("throughput", stacked(features))
         name = cal.meta.name
-        out = [(i, e.calibrated(*map(float, b[j]), name)) for j, (i, e) in enumerate(pending)]
+        out = [
+            (i, e.calibrated(float(b[j, 0]), float(b[j, 1]), float(b[j, 2]), name))
+            for j, (i, e) in enumerate(pending)
+        ]
         if not cal.memory_moves():
             return out
         mf = cal.bands("memory", stacked(memory_features))[:, 0]
