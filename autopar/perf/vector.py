@@ -1,15 +1,17 @@
-"""The analytical model over arrays of strategies: `estimate_columns(model, cluster, workload, columns)`.
+"""The analytical model over a block of strategies: `estimate_columns(model, cluster, workload, columns)`.
 
-Why: exhaustive search and the search's batches evaluate tens of thousands of strategies; the scalar
+Why: exhaustive search and the search's batches evaluate tens of thousands of strategies; the single
 `estimate` spends most of its time on Python objects, not arithmetic. This path never builds a Strategy or
-an Estimate per row. The heavy per-layer pieces (layer costs, CP cost, stage specs, collective times) are
-the scalar functions called once per distinct key (perf/vector_keys.py); the per-row arithmetic of
-perf/estimate.py `_estimate` (stage times, DualPipe overlap, memory and its peak over stages, DP time,
-bubble and p2p, optimizer step and offload, assembly) runs on numpy arrays in the same order of operations,
-so every field agrees with the scalar model to rounding (tests/test_vector_oracle.py).
+an Estimate per row. It is the same model, not a copy: the per-row formulas (stage times, DualPipe overlap,
+memory and its peak over stages, DP time, bubble and p2p, optimizer step and offload, assembly) are the
+functions of perf/estimate.py, memory.py, fsdp.py, pipeline.py, comm.py and offload.py, written once on
+floats or arrays (perf/arith.py); the heavy per-key pieces (layer costs, CP cost, stage specs, collectives)
+are called once per distinct key (perf/vector_keys.py). What this module and vector_*.py add is the block
+plumbing: stage slots, grouping, selection over slots, the ZeRO split. A row equals the single estimate
+bit for bit (tests/test_batch_model.py).
 
 Rows with an unset knob (vpp, micro_batch, recompute, pp_schedule, zero, activation_offload_layers, or etp
-of an MoE model) need the completion search of perf/complete.py: they go through the scalar
+of an MoE model) need the completion search of perf/complete.py: they go through the single
 `estimate(..., check=False)` and are filled in (VectorEstimates.n_fallback counts them). Like
 `estimate(check=False)`, nothing here checks the rules: the search space only holds valid strategies.
 """

@@ -1,9 +1,9 @@
-"""Vectorized estimator, part 1: the block's knobs as rows, per-layer costs, pipeline stages, stage times.
+"""Batch model, part 1: the block's knobs as rows, per-layer costs, pipeline stages, stage times.
 
-Mirrors perf/estimate.py `_estimate` up to `Stages`: per-layer costs and CP cost are the scalar functions
-called once per distinct key (perf/vector_keys.py); the stage arithmetic runs on (n, 3) arrays, one column
-per distinct stage slot: 0 = first, 1 = middle (pp > 2), 2 = last (pp > 1). Slots a pipeline does not have
-are marked invalid. Operations keep the scalar model's order so results agree to rounding.
+Per-layer costs, CP cost and stage specs are the single-strategy functions called once per distinct key
+(perf/vector_keys.py); the stage times are perf/estimate.py `stage_time` / `dualpipe` run on (n, 3)
+arrays, one column per distinct stage slot: 0 = first, 1 = middle (pp > 2), 2 = last (pp > 1). Slots a
+pipeline does not have are marked invalid.
 """
 
 from __future__ import annotations

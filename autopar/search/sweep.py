@@ -7,8 +7,8 @@ registry's own functions applied to arrays. Nothing is kept per point; kept over
 running Pareto front, the feasible count, the objective bounds of the feasible points (ideal and nadir,
 for hypervolumes) and the indices of a stride sample of SAMPLE_KEPT points. The front and the sample
 are then evaluated again by the scalar evaluator, so every record a user sees comes from the one
-scalar model (the vectorized model agrees with it to 1e-9, tests/test_vector_oracle.py); only which
-points are on the front is decided on arrays (a tie closer than that could fall either way).
+model (a block row equals the single estimate bit for bit, tests/test_batch_model.py); only which
+points are on the front is decided on arrays, before the corrector's rows are re-run one by one.
 
 Smaller spaces keep every point's record (`loops.run_exhaustive`): the oracle the tests compare with.
 """
