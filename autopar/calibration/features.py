@@ -26,7 +26,7 @@ from autopar.calibration.throughput import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.arith import log2, maximum, where
 from autopar.perf.estimate import estimate
-from autopar.perf.types import Estimate, step_total
+from autopar.perf.types import STEP_PARTS, Estimate, step_total
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -63,7 +63,7 @@ def breakdown(obj: Any) -> dict[str, float]:
 def _time_shares(f: Figures) -> list[Any]:
     """Compute (without recompute), recompute, exposed comm and bubble shares of the step time."""
     t = f.time
-    total = step_total(t.__getitem__)
+    total = step_total([t[k] for k in STEP_PARTS])
     total = where(total != 0, total, where(f.step_time_s != 0, f.step_time_s, 1.0))
     comm = sum(v for k, v in t.items() if k.endswith("_comm"))
     rc = t["recompute"]

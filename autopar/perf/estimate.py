@@ -207,9 +207,15 @@ class Stages:
     note: str
 
 
-def _stage_specs(model: ModelSpec, s: Strategy, k: Knobs, m: int) -> tuple[tuple[StageSpec, ...], str]:
+def _stage_specs(ctx: PerfContext, s: Strategy, k: Knobs, m: int) -> tuple[tuple[StageSpec, ...], str]:
+    """`stage_specs_of`, memoised on the context (a search meets few distinct pipelines)."""
     split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
-    return stage_specs_of(model, s.pp, k.vpp, k.pp_schedule, m, split)
+    key = (s.pp, k.vpp, k.pp_schedule, m, split)
+    hit = ctx.stage_specs.get(key)
+    if hit is None:
+        hit = ctx.stage_specs[key] = stage_specs_of(ctx.model, s.pp, k.vpp, k.pp_schedule, m, split)
+    out: tuple[tuple[StageSpec, ...], str] = hit
+    return out
 
 
 def stage_specs_of(
@@ -238,7 +244,7 @@ def stage_specs_of(
 
 
 def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> Stages:
-    specs, note = _stage_specs(ctx.model, s, k, m)
+    specs, note = _stage_specs(ctx, s, k, m)
     cpc = _cp_cost(ctx, s, k, lc)
     times = tuple(stage_time(lc, *sp.mix, sp.logits, cpc.comm, cpc.compute) for sp in specs)
     if s.pp > 1 and k.pp_schedule == "dualpipe":
@@ -278,7 +284,9 @@ def _memory(
     ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, st: Stages, sh: memory.Sharding
 ) -> tuple[MemoryBreakdown, memory.StageParams]:
     """Peak memory over the distinct stages, and the parameters of the first stage."""
-    copies = pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1
+    copies = float(pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1)
+    off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
+    full = k.recompute == "full"
     best: MemoryBreakdown | None = None
     first_params: memory.StageParams | None = None
     for sp in st.specs:
@@ -286,9 +294,8 @@ def _memory(
             ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
         )
         first_params = first_params or params
-        off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
-        mb = memory.stage_memory(
-            params, sh, lc, sp.mix, sp.inflight, k.recompute, sp.first, sp.last, copies, off
+        mb = memory.stage_memory_of(
+            params, sh, lc, *sp.mix, sp.inflight, full, sp.first, sp.last, copies, off
         )
         if best is None or mb.total > best.total:
             best = mb

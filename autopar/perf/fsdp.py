@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autopar.perf import comm
-from autopar.perf.arith import Num, maximum, minimum, where
+from autopar.perf.arith import Num, choose, maximum, minimum, where
 
 # Gradient bucket per framework, in parameters (fp32/bf16 elements) or bytes, with the source.
 # Megatron-Core: max(40M, 1M·dp) parameters per bucket ("larger DP sizes need larger buckets so collectives
@@ -225,11 +225,24 @@ def zero3_time(
     reduced once, at the last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch
     pipelining disables gradient sync except on the last backward).
     """
+    args = (u, root, n, c_f, c_b, hide, m)
+    exposed, overlapped = choose(pipelined, _zero3_pipelined, _zero3_each_micro_batch, *args)
+    none = n <= 0
+    return DpTime(where(none, 0.0, exposed), where(none, 0.0, overlapped))
+
+
+def _zero3_pipelined(
+    u: Zero3Unit, root: Zero3Unit, n: Num, c_f: Num, c_b: Num, hide: float, m: Num
+) -> tuple[Num, Num]:
+    """With PP: one gathering forward round and one reducing round per step."""
     first = zero3_round(u, root, n, c_f, c_b, hide, True, False, False)
     last = zero3_round(u, root, n, c_f, c_b, hide, False, False, True)
+    return first.exposed + last.exposed, first.overlapped + last.overlapped
+
+
+def _zero3_each_micro_batch(
+    u: Zero3Unit, root: Zero3Unit, n: Num, c_f: Num, c_b: Num, hide: float, m: Num
+) -> tuple[Num, Num]:
+    """Without PP: every micro-batch gathers, re-gathers and reduces."""
     one = zero3_round(u, root, n, c_f, c_b, hide, True, True, True)
-    none = n <= 0
-    return DpTime(
-        where(none, 0.0, where(pipelined, first.exposed + last.exposed, m * one.exposed)),
-        where(none, 0.0, where(pipelined, first.overlapped + last.overlapped, m * one.overlapped)),
-    )
+    return m * one.exposed, m * one.overlapped

@@ -12,7 +12,7 @@ from typing import Any
 
 # Which memory savers the search may choose lives in the spine (autopar/layouts.py); re-exported here.
 from autopar.layouts import MEMORY_SAVER_VALUES, saver_choices  # noqa: F401
-from autopar.perf.arith import Num, maximum, minimum, where
+from autopar.perf.arith import Num, choose, maximum, minimum, where
 from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
 from autopar.perf.params import ParamCounts
 from autopar.perf.types import MemoryBreakdown
@@ -100,30 +100,38 @@ class Sharding:
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
 
 
-def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, Num, Num, Num]:
-    """(weights, grads, optimizer, buffers) bytes of one GPU (both ZeRO branches, picked per strategy)."""
+def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """(weights, grads, optimizer, buffers) bytes of one GPU: ZeRO-3 or not, picked per strategy."""
+    return choose(sh.zero == 3, _zero3_states, _replicated_states, sp, sh)
+
+
+def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """ZeRO-3: 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)."""
     ne, ex, big = sp.non_expert, sp.expert, sp.biggest_layer
-    on_gpu = 1.0 - sh.offload
-    # ZeRO-3: 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)
     local = ne / sh.n_shard + ex / sh.n_eshard
-    w3, g3, o3 = 2.0 * local, 2.0 * local * sh.trainable, sh.state_bytes * local * on_gpu * sh.trainable
+    opt = sh.state_bytes * local * (1.0 - sh.offload) * sh.trainable
     # With PP: bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in
     # the reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
     # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer. Without: gathered bf16 units
     # (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer.
-    b3 = where(
+    buf = where(
         sh.stage_gathered,
         (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0,
         big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0),
     )
+    return 2.0 * local, 2.0 * local * sh.trainable, opt, buf
+
+
+def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """ZeRO 0-2: bf16 weights everywhere; fp32 grads sharded from ZeRO-2, optimizer states from ZeRO-1."""
+    ne, ex = sp.non_expert, sp.expert
     n_opt = where(sh.zero >= 1, sh.n_shard, 1), where(sh.zero >= 1, sh.n_eshard, 1)
     n_grd = where(sh.zero >= 2, sh.n_shard, 1), where(sh.zero >= 2, sh.n_eshard, 1)
     wts = 2.0 * (ne + ex)
     grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
-    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * on_gpu * sh.trainable
-    buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * big, 0.0)
-    z3 = sh.zero == 3
-    return where(z3, w3, wts), where(z3, g3, grd), where(z3, o3, opt), where(z3, b3, buf)
+    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * (1.0 - sh.offload) * sh.trainable
+    buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0)
+    return wts, grd, opt, buf
 
 
 def local_optimizer_params(sp: StageParams, sh: Sharding) -> Num:

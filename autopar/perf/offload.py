@@ -52,9 +52,12 @@ def host_link_bw(gpu: GPUSpec) -> float:
 def offload_time(gpu: GPUSpec, local_params: Num, fraction: Num, bwd_window: Num) -> Num:
     """Exposed seconds per step of offloading `fraction` of the optimizer of `local_params` parameters
     (floats, or arrays of a block)."""
+    on = (fraction > 0) & (local_params > 0)
+    if on is False:  # one strategy without offload: nothing to time
+        return 0.0
     n = fraction * local_params
     bw = host_link_bw(gpu)
     grads_down = maximum(0.0, 4.0 * n / bw - bwd_window)  # fp32 grads, hidden under the last backward
     cpu_step = CPU_ADAM_BYTES_PER_PARAM * n / HOST_MEM_BW_PER_GPU
     params_up = 2.0 * n / bw
-    return where((fraction > 0) & (local_params > 0), grads_down + cpu_step + params_up, 0.0)
+    return where(on, grads_down + cpu_step + params_up, 0.0)

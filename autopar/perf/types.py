@@ -7,9 +7,10 @@ Units: bytes and seconds; FLOP/s where named.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import reduce
+from operator import add, attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -76,13 +77,13 @@ STEP_PARTS: tuple[str, ...] = (
 _T = TypeVar("_T")
 
 
-def step_total(term: Callable[[str], _T]) -> _T:
-    """The step time from its terms (`term(name)` for each of STEP_PARTS): floats or numpy arrays alike;
+def step_total(terms: Sequence[_T]) -> _T:
+    """The step time from its terms in STEP_PARTS order (floats or numpy arrays alike), added left to right:
     the one place the step-time total is spelled out."""
-    total = term(STEP_PARTS[0])
-    for name in STEP_PARTS[1:]:
-        total = total + term(name)  # type: ignore[operator]  # floats or arrays: both add
-    return total
+    return reduce(add, terms)
+
+
+_STEP_TERMS = attrgetter(*STEP_PARTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ class TimeBreakdown:
 
     @property
     def total(self) -> float:
-        total: float = step_total(partial(getattr, self))
+        total: float = step_total(_STEP_TERMS(self))
         return total
 
     @property

@@ -36,7 +36,7 @@ from autopar.perf.estimate import (
 )
 from autopar.perf.fsdp import DpGroups, DpTime
 from autopar.perf.memory import Sharding, StageParams
-from autopar.perf.types import Estimate, TimeBreakdown, step_total
+from autopar.perf.types import STEP_PARTS, Estimate, TimeBreakdown, step_total
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
@@ -209,7 +209,7 @@ def _assemble(
 ) -> VectorEstimates:
     """Headline figures from the breakdowns (perf/estimate.py `_assemble`)."""
     t = tb
-    step = step_total(t.__getitem__)
+    step = step_total([t[k] for k in STEP_PARTS])
     hw = np.array([ctx.flops.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
     headroom = ctx.capacity - mem["total"]
     bottleneck = np.argmax(np.stack([t[k] for k in BOTTLENECK_PARTS], axis=1), axis=1)
