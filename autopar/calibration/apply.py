@@ -174,24 +174,29 @@ class Calibration:
 
     def bands(
         self, kind: Literal["throughput", "memory"], X: np.ndarray, groups: Sequence[str] | None = None
-    ) -> np.ndarray:
-        """(factor, low, high) per row of features X, one prediction for all rows: the one place a
-        corrector is applied (single estimates, the search's batches, its array sweeps and `estimate
-        --batch` all come here). A row with a non-finite feature gets no correction and the analytical
-        band; the band always holds the factor; (1, 1, 1) without a corrector of that kind."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(factor, low, high) arrays over the rows of features X, one prediction for all rows: the one
+        place a corrector is applied (single estimates, the search's batches, its array sweeps and
+        `estimate --batch` all come here). A row with a non-finite feature gets no correction and the
+        analytical band; the band always holds the factor; (1, 1, 1) without a corrector of that kind."""
         X = np.atleast_2d(X)
         corrector = self.corrector if kind == "throughput" else self.memory_corrector
-        out = np.ones((len(X), 3))
-        if corrector is None or not len(X):
-            return out
-        ok = np.all(np.isfinite(X), axis=1)
-        out[~ok, 1:] = np.exp(corrector.prior_band_)
+        n = len(X)
+        if corrector is None or not n:
+            one = np.ones(n)
+            return one, one, one
+        fn = self.factors if kind == "throughput" else self.memory_factors
+        ok = np.isfinite(X).all(axis=1)
+        if ok.all():  # the usual case, kept lean: a single estimate comes here once per search trial
+            f, lo, hi = fn(X, groups)
+            return f, np.minimum(lo, f), np.maximum(hi, f)
+        low, high = np.exp(corrector.prior_band_)
+        f, lo, hi = np.ones(n), np.full(n, low), np.full(n, high)
         if ok.any():
             g = None if groups is None else [x for x, k in zip(groups, ok, strict=True) if k]
-            fn = self.factors if kind == "throughput" else self.memory_factors
-            f, lo, hi = fn(X[ok], g)
-            out[ok] = np.column_stack([f, np.minimum(lo, f), np.maximum(hi, f)])
-        return out
+            fo, loo, hio = fn(X[ok], g)
+            f[ok], lo[ok], hi[ok] = fo, np.minimum(loo, fo), np.maximum(hio, fo)
+        return f, lo, hi
 
     def factor(
         self,
@@ -207,8 +212,8 @@ class Calibration:
         and its (low, high) 80% band; (1, 1, 1) without a corrector of that kind."""
         fn = features if kind == "throughput" else memory_features
         x = fn(model, cluster, workload, strategy, estimate)
-        f, lo, hi = self.bands(kind, x, None if group is None else [group])[0]
-        return float(f), float(lo), float(hi)
+        f, lo, hi = self.bands(kind, x, None if group is None else [group])
+        return float(f[0]), float(lo[0]), float(hi[0])
 
     # factor(kind, ...) with the kind bound: same arguments and result as `factor`.
     throughput_factor = functools.partialmethod(factor, "throughput")

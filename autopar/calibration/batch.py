@@ -49,8 +49,8 @@ def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
         X = np.vstack([feats[i][0] for i in rows])
         Xm = np.vstack([feats[i][1] for i in rows])
         groups = [feats[i][2] for i in rows]
-        out[rows, :3] = cal.bands("throughput", X, groups)
-        out[rows, 3:] = cal.bands("memory", Xm, groups)
+        out[rows, :3] = np.column_stack(cal.bands("throughput", X, groups))
+        out[rows, 3:] = np.column_stack(cal.bands("memory", Xm, groups))
     return out
 
 

@@ -84,7 +84,7 @@ STATE_PARTS = ("weights", "grads", "optimizer")  # memory terms of the model sta
 ACTIVATION_PARTS = ("activations", "logits")  # memory terms of the activations
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built once per corrected estimate on the search's hot path
 class Figures:
     """What the features read of one estimate (floats) or of a block of n estimates (arrays of n): the
     knobs as the estimate completed them, its time and memory terms and headline figures. The feature

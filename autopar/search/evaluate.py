@@ -146,15 +146,15 @@ class Evaluator:
         def stacked(fn: Callable[..., Any]) -> Any:
             return np.vstack([fn(self.model, *self._specs(points[i]), e) for i, e in pending])
 
-        b = cal.bands("throughput", stacked(features))
+        f, lo, hi = cal.bands("throughput", stacked(features))
         name = cal.meta.name
         out = [
-            (i, e.calibrated(float(b[j, 0]), float(b[j, 1]), float(b[j, 2]), name))
+            (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
             for j, (i, e) in enumerate(pending)
         ]
         if not cal.memory_moves():
             return out
-        mf = cal.bands("memory", stacked(memory_features))[:, 0]
+        mf = cal.bands("memory", stacked(memory_features))[0]
         return [(i, scale_memory(c, float(mf[j]))) for j, (i, c) in enumerate(out)]
 
     def _specs(self, point: Point) -> tuple[ClusterSpec, Workload, Strategy]:
