@@ -4,6 +4,12 @@ Pure and deterministic. This module composes the concerns, each in its own modul
 (layers.py), context parallelism (cp.py), pipeline stages and schedules (pipeline.py), memory (memory.py),
 data-parallel collectives (fsdp.py), CPU optimizer offload (offload.py), activation offload (act_offload.py). Time is for the most loaded pipeline stage;
 memory is the peak over the first, a middle and the last stage (the most loaded GPU).
+
+One model for one strategy and for a block of them: the per-strategy formulas here and in memory.py,
+fsdp.py, pipeline.py, comm.py and offload.py run on floats (this `estimate`) and on numpy arrays (the
+block, perf/vector.py). A formula that depends on a per-strategy value branches with perf/arith.py
+(`where`, `choose`, `maximum`, ...), not `if`; tests/test_batch_model.py checks that a block row equals
+the single estimate bit for bit.
 """
 
 from __future__ import annotations
