@@ -173,14 +173,31 @@ class Calibration:
             return False
         return mc.shrink > 0 or abs(mc.offsets_.get(str(self.meta.group), 0.0)) > 0
 
-    @staticmethod
-    def _one(fn: Any, x: np.ndarray, corrector: FittedCorrector | None, group: str | None) -> tuple:
-        if corrector is None:
-            return 1.0, 1.0, 1.0
-        if not np.all(np.isfinite(x)):  # a degenerate estimate: no correction, the analytical band
-            return 1.0, math.exp(corrector.prior_band_[0]), math.exp(corrector.prior_band_[1])
-        f, lo, hi = fn(x, None if group is None else [group])
-        return float(f[0]), float(min(lo[0], f[0])), float(max(hi[0], f[0]))
+    def bands(
+        self, kind: Literal["throughput", "memory"], X: np.ndarray, groups: Sequence[str] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(factor, low, high) arrays over the rows of features X, one prediction for all rows: the one
+        place a corrector is applied (single estimates, the search's batches, its array sweeps and
+        `estimate --batch` all come here). A row with a non-finite feature gets no correction and the
+        analytical band; the band always holds the factor; (1, 1, 1) without a corrector of that kind."""
+        X = np.atleast_2d(X)
+        corrector = self.corrector if kind == "throughput" else self.memory_corrector
+        n = len(X)
+        if corrector is None or not n:
+            one = np.ones(n)
+            return one, one, one
+        fn = self.factors if kind == "throughput" else self.memory_factors
+        ok = np.isfinite(X).all(axis=1)
+        if ok.all():  # the usual case, kept lean: a single estimate comes here once per search trial
+            f, lo, hi = fn(X, groups)
+            return f, np.minimum(lo, f), np.maximum(hi, f)
+        low, high = np.exp(corrector.prior_band_)
+        f, lo, hi = np.ones(n), np.full(n, low), np.full(n, high)
+        if ok.any():
+            g = None if groups is None else [x for x, k in zip(groups, ok, strict=True) if k]
+            fo, loo, hio = fn(X[ok], g)
+            f[ok], lo[ok], hi[ok] = fo, np.minimum(loo, fo), np.maximum(hio, fo)
+        return f, lo, hi
 
     def factor(
         self,
@@ -194,11 +211,10 @@ class Calibration:
     ) -> tuple[float, float, float]:
         """Multiplicative correction of the estimate's tokens/s (kind "throughput") or peak memory ("memory")
         and its (low, high) 80% band; (1, 1, 1) without a corrector of that kind."""
-        if kind == "throughput":
-            x = features(model, cluster, workload, strategy, estimate)
-            return self._one(self.factors, x, self.corrector, group)
-        x = memory_features(model, cluster, workload, strategy, estimate)
-        return self._one(self.memory_factors, x, self.memory_corrector, group)
+        fn = features if kind == "throughput" else memory_features
+        x = fn(model, cluster, workload, strategy, estimate)
+        f, lo, hi = self.bands(kind, x, None if group is None else [group])
+        return float(f[0]), float(lo[0]), float(hi[0])
 
     # factor(kind, ...) with the kind bound: same arguments and result as `factor`.
     throughput_factor = functools.partialmethod(factor, "throughput")

@@ -40,20 +40,6 @@ def _row_features(row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal
     return x, xm, g if g in cal.corrector.offsets_ else cal.meta.group
 
 
-def _factors(fn: Any, X: np.ndarray, groups: list, corrector: Any) -> np.ndarray:
-    """(factor, low, high) per row, one prediction for all rows: `Calibration._one` on a matrix (no
-    correction and the analytical band for a row with a non-finite feature; the band holds the factor)."""
-    out = np.ones((len(X), 3))
-    if corrector is None or not len(X):
-        return out
-    ok = np.all(np.isfinite(X), axis=1)
-    out[~ok, 1:] = np.exp(corrector.prior_band_)
-    if ok.any():
-        f, lo, hi = fn(X[ok], [g for g, k in zip(groups, ok, strict=True) if k])
-        out[ok] = np.column_stack([f, np.minimum(lo, f), np.maximum(hi, f)])
-    return out
-
-
 def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
     """(throughput factor, lo, hi, memory factor, lo, hi) of each distinct record (NaN if unevaluated)."""
     feats = [_row_features(r, ev, cal) for r, ev in zip(uniq, evaluated, strict=True)]
@@ -63,8 +49,8 @@ def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
         X = np.vstack([feats[i][0] for i in rows])
         Xm = np.vstack([feats[i][1] for i in rows])
         groups = [feats[i][2] for i in rows]
-        out[rows, :3] = _factors(cal.factors, X, groups, cal.corrector)
-        out[rows, 3:] = _factors(cal.memory_factors, Xm, groups, cal.memory_corrector)
+        out[rows, :3] = np.column_stack(cal.bands("throughput", X, groups))
+        out[rows, 3:] = np.column_stack(cal.bands("memory", Xm, groups))
     return out
 
 

@@ -24,8 +24,9 @@ import numpy as np
 
 from autopar.calibration.throughput import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
+from autopar.perf.arith import log2, maximum, where
 from autopar.perf.estimate import estimate
-from autopar.perf.types import Estimate
+from autopar.perf.types import STEP_PARTS, Estimate, step_total
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -59,13 +60,14 @@ def breakdown(obj: Any) -> dict[str, float]:
     return {k: getattr(obj, k) for k in _field_names(type(obj))}
 
 
-def _time_shares(est: Estimate) -> list[float]:
+def _time_shares(f: Figures) -> list[Any]:
     """Compute (without recompute), recompute, exposed comm and bubble shares of the step time."""
-    t = breakdown(est.time)
-    total = est.time.total or est.step_time_s or 1.0
+    t = f.time
+    total = step_total([t[k] for k in STEP_PARTS])
+    total = where(total != 0, total, where(f.step_time_s != 0, f.step_time_s, 1.0))
     comm = sum(v for k, v in t.items() if k.endswith("_comm"))
-    rc = t.get("recompute", 0.0)
-    return [(t.get("compute", 0.0) - rc) / total, rc / total, comm / total, t.get("bubble", 0.0) / total]
+    rc = t["recompute"]
+    return [(t["compute"] - rc) / total, rc / total, comm / total, t["bubble"] / total]
 
 
 def _domain_size(cluster: ClusterSpec) -> int:
@@ -82,82 +84,100 @@ STATE_PARTS = ("weights", "grads", "optimizer")  # memory terms of the model sta
 ACTIVATION_PARTS = ("activations", "logits")  # memory terms of the activations
 
 
+@dataclass(slots=True)  # not frozen: built once per corrected estimate on the search's hot path
+class Figures:
+    """What the features read of one estimate (floats) or of a block of n estimates (arrays of n): the
+    knobs as the estimate completed them, its time and memory terms and headline figures. The feature
+    formulas below are written once over these and run on either."""
+
+    tp: Any
+    cp: Any
+    ep: Any
+    micro_batch: Any
+    time: Mapping[str, Any]  # every TimeBreakdown term
+    step_time_s: Any
+    mfu: Any
+    mem: Mapping[str, Any]  # every MemoryBreakdown term
+    peak_memory_bytes: Any
+    capacity_bytes: float
+
+    @staticmethod
+    def of_estimate(cluster: ClusterSpec, strategy: Strategy, est: Estimate) -> Figures:
+        s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
+        m = est.memory
+        return Figures(
+            s.tp, s.cp, s.ep, s.micro_batch, breakdown(est.time), est.step_time_s, est.mfu,
+            breakdown(m), m.total, est.capacity_bytes,
+        )  # fmt: skip
+
+    @staticmethod
+    def of_columns(cols: Any, vest: Any) -> Figures:
+        """A block: perf/vector.StrategyColumns (complete) and its VectorEstimates."""
+        return Figures(
+            cols.tp, cols.cp, cols.ep, cols.micro_batch, vest.time, vest.step_time_s, vest.mfu,
+            vest.mem, vest.peak_memory_bytes, vest.capacity_bytes,
+        )  # fmt: skip
+
+
+def throughput_terms(model: ModelSpec, cluster: ClusterSpec, workload: Workload, f: Figures) -> list[Any]:
+    """The throughput features (FEATURE_NAMES order) of one estimate or of a block, floats or arrays."""
+    dilution = (
+        maximum(log2(model.experts / (max(model.topk, 1) * maximum(f.ep, 1))), 0.0) if model.is_moe else 0.0
+    )
+    fam = cluster.gpu.family.lower()
+    return [
+        *_time_shares(f),
+        log2(f.micro_batch * workload.seq_len / f.cp),  # tokens per GEMM per rank
+        log2(model.hidden / f.tp),
+        dilution,
+        _domains_spanned(cluster),
+        f.mfu,
+        1.0 if workload.precision == "fp8" else 0.0,
+        *(1.0 if fam == g else 0.0 for g in GPU_FAMILIES),
+    ]
+
+
+def memory_terms(model: ModelSpec, cluster: ClusterSpec, workload: Workload, f: Figures) -> list[Any]:
+    """The memory features (MEMORY_FEATURE_NAMES order) of one estimate or of a block, floats or arrays."""
+    m, total = f.mem, f.peak_memory_bytes
+    total = where(total != 0, total, 1.0)
+    return [
+        sum(m[k] for k in STATE_PARTS) / total,
+        sum(m[k] for k in ACTIVATION_PARTS) / total,
+        total / f.capacity_bytes,
+        log2(f.micro_batch * workload.seq_len / f.cp),
+        _time_shares(f)[1],
+        _domains_spanned(cluster),
+    ]
+
+
+def _row(terms: list[Any]) -> np.ndarray:
+    return np.array(terms, dtype=float)
+
+
+def _rows(terms: list[Any], n: int) -> np.ndarray:
+    return np.column_stack([np.broadcast_to(np.asarray(x, dtype=float), (n,)) for x in terms])
+
+
 def features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
     """The feature vector (FEATURE_NAMES order) of one configuration and its analytical estimate."""
-    s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
-    gemm_tokens = s.micro_batch * workload.seq_len / s.cp
-    dilution = (
-        max(math.log2(model.experts / (max(model.topk, 1) * max(s.ep, 1))), 0.0) if model.is_moe else 0.0
-    )
-    fam = cluster.gpu.family.lower()
-    return np.array(
-        [
-            *_time_shares(est),
-            math.log2(gemm_tokens),
-            math.log2(model.hidden / s.tp),
-            dilution,
-            _domains_spanned(cluster),
-            est.mfu,
-            1.0 if workload.precision == "fp8" else 0.0,
-            *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES),
-        ],
-        dtype=float,
-    )
-
-
-def _time_shares_columns(vest: Any) -> list[np.ndarray]:
-    """`_time_shares` of every row of a VectorEstimates (perf/vector.py): same terms, same order."""
-    t = vest.time
-    total = t["act_offload"] + t["compute"]
-    for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
-        total = total + t[k]  # TimeBreakdown.total's order
-    total = np.where(total != 0, total, np.where(vest.step_time_s != 0, vest.step_time_s, 1.0))
-    comm = sum(v for k, v in t.items() if k.endswith("_comm"))
-    rc = t["recompute"]
-    return [(t["compute"] - rc) / total, rc / total, comm / total, t["bubble"] / total]
+    return _row(throughput_terms(model, cluster, workload, Figures.of_estimate(cluster, strategy, est)))
 
 
 def features_columns(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, cols: Any, vest: Any
 ) -> np.ndarray:
-    """`features` of n strategies at once: columns (perf/vector.StrategyColumns, complete) and their
-    VectorEstimates; tests/test_vector_oracle.py checks it row by row against `features`."""
-    n = len(cols)
-    gemm_tokens = cols.micro_batch * workload.seq_len / cols.cp
-    if model.is_moe:
-        dilution = np.maximum(np.log2(model.experts / (max(model.topk, 1) * np.maximum(cols.ep, 1))), 0.0)
-    else:
-        dilution = np.zeros(n)
-    fam = cluster.gpu.family.lower()
-    domains = _domains_spanned(cluster)
-    flags = [1.0 if workload.precision == "fp8" else 0.0, *(1.0 if fam == f else 0.0 for f in GPU_FAMILIES)]
-    out = [*_time_shares_columns(vest), np.log2(gemm_tokens), np.log2(model.hidden / cols.tp), dilution]
-    out += [np.full(n, domains), vest.mfu, *(np.full(n, x) for x in flags)]
-    return np.column_stack(out).astype(float)
+    """`features` of n strategies at once (rows of perf/vector.StrategyColumns and their VectorEstimates)."""
+    return _rows(throughput_terms(model, cluster, workload, Figures.of_columns(cols, vest)), len(cols))
 
 
 def memory_features_columns(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, cols: Any, vest: Any
 ) -> np.ndarray:
     """`memory_features` of n strategies at once (see features_columns)."""
-    m = vest.mem
-    total = vest.peak_memory_bytes
-    total = np.where(total != 0, total, 1.0)
-    states = sum(m[k] for k in STATE_PARTS)
-    acts = sum(m[k] for k in ACTIVATION_PARTS)
-    n = len(cols)
-    return np.column_stack(
-        [
-            states / total,
-            acts / total,
-            total / vest.capacity_bytes,
-            np.log2(cols.micro_batch * workload.seq_len / cols.cp),
-            _time_shares_columns(vest)[1],
-            np.full(n, _domains_spanned(cluster)),
-        ]
-    ).astype(float)
+    return _rows(memory_terms(model, cluster, workload, Figures.of_columns(cols, vest)), len(cols))
 
 
 MEMORY_FEATURE_NAMES: tuple[str, ...] = (
@@ -174,22 +194,7 @@ def memory_features(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
 ) -> np.ndarray:
     """Memory-breakdown shares and size features (MEMORY_FEATURE_NAMES order)."""
-    m = breakdown(est.memory)
-    total = est.memory.total or 1.0
-    states = sum(m.get(k, 0.0) for k in STATE_PARTS)
-    acts = sum(m.get(k, 0.0) for k in ACTIVATION_PARTS)
-    s = (est.strategy or strategy).with_dp(cluster.num_gpus)  # unset knobs as the estimate completed them
-    return np.array(
-        [
-            states / total,
-            acts / total,
-            total / est.capacity_bytes,
-            math.log2(s.micro_batch * workload.seq_len / s.cp),
-            _time_shares(est)[1],
-            _domains_spanned(cluster),
-        ],
-        dtype=float,
-    )
+    return _row(memory_terms(model, cluster, workload, Figures.of_estimate(cluster, strategy, est)))
 
 
 @dataclass

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from autopar.layouts import ACT_OFFLOAD_FRACTIONS as CANDIDATE_FRACTIONS  # noqa: F401
 from autopar.layouts import candidate_layers  # noqa: F401  (the spine owns the search's values)
+from autopar.perf.arith import Num, maximum
 
 # Groups still resident while their copy runs: TE frees group i only when window i closes, as it issues the
 # copy of group i+1 (`synchronize_on_group_commit_forward`), so one offloaded layer is always in flight.
@@ -46,9 +47,9 @@ def windows(layers: int, groups: int) -> tuple[int, ...]:
     return tuple(max(0, w) for w in sizes)
 
 
-def resident_saving_layers(groups: int) -> int:
+def resident_saving_layers(groups: Num) -> Num:
     """Layers' worth of activations off the GPU at the peak: the offloaded ones less the one in flight."""
-    return max(0, groups - IN_FLIGHT_GROUPS)
+    return maximum(0, groups - IN_FLIGHT_GROUPS)
 
 
 @dataclass(frozen=True, slots=True)

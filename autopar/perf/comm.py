@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.perf.arith import Num, where
 from autopar.perf.fabric import placement
 
 __all__ = ["Links", "all_gather", "all_reduce", "all_to_all", "p2p", "placement", "reduce_scatter"]
@@ -77,11 +78,18 @@ def all_to_all(nbytes: float, size: int, stride: int, links: Links) -> float:
 
 def p2p(nbytes: float, crosses_node: bool, links: Links) -> float:
     """Point-to-point send of `nbytes` to a neighbour."""
-    if nbytes <= 0:
-        return 0.0
-    if crosses_node:
-        return links.scaleout_lat + nbytes / links.scaleout_bw
-    return links.scaleup_lat + nbytes / links.scaleup_bw
+    out: float = p2p_of(nbytes, crosses_node, links)
+    return out
+
+
+def p2p_of(nbytes: Num, crosses_node: Num, links: Links) -> Num:
+    """`p2p` on floats, or on arrays of a block."""
+    send = where(
+        crosses_node,
+        links.scaleout_lat + nbytes / links.scaleout_bw,
+        links.scaleup_lat + nbytes / links.scaleup_bw,
+    )
+    return where(nbytes <= 0, 0.0, send)
 
 
 def _log2(n: int) -> float:

@@ -65,6 +65,8 @@ class PerfContext:
         self.cp_costs: dict[
             tuple[Any, ...], Any
         ] = {}  # CpCost by variant and layer sharding (perf/estimate.py)
+        # (stage specs, split note) by pipeline (p, vpp, schedule, micro-batches, split) (perf/estimate.py)
+        self.stage_specs: dict[tuple[Any, ...], Any] = {}
 
     def gemm(self, mm: float, nn: float, kk: float, use_fp8: bool) -> float:
         """Time of one GEMM (m×k)·(k×n), memoised: many strategies share shapes."""

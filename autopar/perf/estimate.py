@@ -4,15 +4,24 @@ Pure and deterministic. This module composes the concerns, each in its own modul
 (layers.py), context parallelism (cp.py), pipeline stages and schedules (pipeline.py), memory (memory.py),
 data-parallel collectives (fsdp.py), CPU optimizer offload (offload.py), activation offload (act_offload.py). Time is for the most loaded pipeline stage;
 memory is the peak over the first, a middle and the last stage (the most loaded GPU).
+
+One model for one strategy and for a block of them: the per-strategy formulas here and in memory.py,
+fsdp.py, pipeline.py, comm.py and offload.py run on floats (this `estimate`) and on numpy arrays (the
+block, perf/vector.py). A formula that depends on a per-strategy value branches with perf/arith.py
+(`where`, `choose`, `maximum`, ...), not `if`; tests/test_batch_model.py checks that a block row equals
+the single estimate bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from autopar.errors import InvalidStrategyError
 from autopar.layouts import stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
+from autopar.perf.arith import Num, maximum, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
 from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
@@ -73,19 +82,24 @@ def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s
 
 @dataclass(frozen=True, slots=True)
 class StageTime:
-    """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds."""
+    """One micro-batch on one stage: compute (incl. recompute) and exposed comm by dimension, seconds
+    (floats for one strategy; arrays for a block, perf/vector.py)."""
 
-    comp: float
-    re: float
-    tp: float
-    cp: float
-    ep: float
-    fwd: float  # forward share of comp
-    n_layers: int
+    comp: Num
+    re: Num
+    tp: Num
+    cp: Num
+    ep: Num
+    fwd: Num  # forward share of comp
+    n_layers: Num
 
     @property
-    def total(self) -> float:
+    def total(self) -> Num:
         return self.comp + self.tp + self.cp + self.ep
+
+    def pick(self, cond: Num, other: StageTime) -> StageTime:
+        """This stage time where `cond`, else `other` (field by field; arrays of a block)."""
+        return StageTime(*(where(cond, getattr(self, f), getattr(other, f)) for f in self.__slots__))
 
 
 def _mix(model: ModelSpec, start: int, n: int) -> tuple[int, int]:
@@ -153,22 +167,29 @@ def _torch_kv_rep(model: ModelSpec, t: int, kv_bytes_tok: float) -> float:
     return model.heads / max(model.kv, t)
 
 
-def _stage_time(lc: LayerCosts, mix: tuple[int, int], logits: bool, cpc: cp.CpCost) -> StageTime:
-    nd, nm = mix
-    fwd = nd * lc.dense_fwd + nm * lc.moe_fwd + (lc.logits_time / 3 if logits else 0.0)
+def stage_time(lc: Any, nd: Num, nm: Num, logits: Num, cp_comm: Num, cp_compute: Num) -> StageTime:
+    """One micro-batch on a stage of nd dense and nm MoE layers (`logits`: it runs the output layer and
+    the loss); `lc` a LayerCosts or the same fields as arrays; the CP cost per layer."""
+    fwd = nd * lc.dense_fwd + nm * lc.moe_fwd + where(logits, lc.logits_time / 3, 0.0)
     comp = nd * (lc.dense_fwd + lc.dense_bwd + lc.dense_re) + nm * (lc.moe_fwd + lc.moe_bwd + lc.moe_re)
-    comp += (lc.logits_time if logits else 0.0) + (nd + nm) * cpc.compute
+    comp = comp + (where(logits, lc.logits_time, 0.0) + (nd + nm) * cp_compute)
     re = nd * lc.dense_re + nm * lc.moe_re
     return StageTime(
-        comp, re, nd * lc.tp_dense + nm * lc.tp_moe, (nd + nm) * cpc.comm, nm * lc.ep_layer, fwd, nd + nm
+        comp, re, nd * lc.tp_dense + nm * lc.tp_moe, (nd + nm) * cp_comm, nm * lc.ep_layer, fwd, nd + nm
     )
 
 
-def _dualpipe(x: StageTime) -> StageTime:
+def dualpipe(x: StageTime) -> StageTime:
     """DualPipe hides the expert all-to-all under the paired micro-batch's compute (pipeline.dualpipe_overlap)."""
     comp, ep = pipeline.dualpipe_overlap(x.comp, x.ep)
-    scale = comp / x.comp if x.comp else 1.0
+    scale = ratio(comp, x.comp, 1.0)
     return StageTime(comp, x.re * scale, x.tp, x.cp, ep, x.fwd * scale, x.n_layers)
+
+
+def mean_stage_time(p: Num, first: Num, middle: Num, last: Num) -> Num:
+    """Mean time of one micro-batch over the p stages: the first, p - 2 middle ones, the last."""
+    mid = where(p > 2, middle, 0.0)
+    return where(p == 1, first, (first + (p - 2) * mid + last) / p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +213,15 @@ class Stages:
     note: str
 
 
-def _stage_specs(model: ModelSpec, s: Strategy, k: Knobs, m: int) -> tuple[tuple[StageSpec, ...], str]:
+def _stage_specs(ctx: PerfContext, s: Strategy, k: Knobs, m: int) -> tuple[tuple[StageSpec, ...], str]:
+    """`stage_specs_of`, memoised on the context (a search meets few distinct pipelines)."""
     split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
-    return stage_specs_of(model, s.pp, k.vpp, k.pp_schedule, m, split)
+    key = (s.pp, k.vpp, k.pp_schedule, m, split)
+    hit = ctx.stage_specs.get(key)
+    if hit is None:
+        hit = ctx.stage_specs[key] = stage_specs_of(ctx.model, s.pp, k.vpp, k.pp_schedule, m, split)
+    out: tuple[tuple[StageSpec, ...], str] = hit
+    return out
 
 
 def stage_specs_of(
@@ -223,33 +250,37 @@ def stage_specs_of(
 
 
 def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> Stages:
-    specs, note = _stage_specs(ctx.model, s, k, m)
+    specs, note = _stage_specs(ctx, s, k, m)
     cpc = _cp_cost(ctx, s, k, lc)
-    times = tuple(_stage_time(lc, sp.mix, sp.logits, cpc) for sp in specs)
+    times = tuple(stage_time(lc, *sp.mix, sp.logits, cpc.comm, cpc.compute) for sp in specs)
     if s.pp > 1 and k.pp_schedule == "dualpipe":
-        times = tuple(_dualpipe(x) for x in times)
-    p = s.pp
-    if p == 1:
-        mean = times[0].total
-    else:
-        mid = times[1].total if p > 2 else 0.0
-        mean = (times[0].total + (p - 2) * mid + times[-1].total) / p
+        times = tuple(dualpipe(x) for x in times)
+    tot = [x.total for x in times]
+    mean = mean_stage_time(s.pp, tot[0], tot[1] if s.pp > 2 else 0.0, tot[-1])
     return Stages(specs, times, mean, note)
 
 
 def _sharding(ctx: PerfContext, s: Strategy, k: Knobs, g: fsdp.DpGroups) -> memory.Sharding:
     states = s.optimizer_states or memory.OPTIMIZER_STATES_OF[ctx.w.optimizer]
+    state_bytes = memory.OPTIMIZER_STATE_BYTES[states]
+    return sharding_of(ctx, k.zero, g, state_bytes, s.optimizer_offload, s.pp > 1)
+
+
+def sharding_of(
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, state_bytes: Num, offload: Num, piped: Num
+) -> memory.Sharding:
+    """How model states are sharded, for one strategy or a block (arrays): ZeRO stage, groups, optimizer."""
     n_coll = ctx.sw.zero3_collectives_per_layer
     return memory.Sharding(
-        zero=k.zero,
+        zero=zero,
         n_shard=g.n_shard,
         n_eshard=g.n_edp,
-        state_bytes=memory.OPTIMIZER_STATE_BYTES[states],
-        offload=s.optimizer_offload,
+        state_bytes=state_bytes,
+        offload=offload,
         fp8_weight_copies=ctx.fp8,
         zero3_units=1 + ZERO3_PREFETCH_DEPTH,
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
-        stage_gathered=s.pp > 1,
+        stage_gathered=piped,
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
@@ -259,7 +290,9 @@ def _memory(
     ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, st: Stages, sh: memory.Sharding
 ) -> tuple[MemoryBreakdown, memory.StageParams]:
     """Peak memory over the distinct stages, and the parameters of the first stage."""
-    copies = pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1
+    copies = float(pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1)
+    off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
+    full = k.recompute == "full"
     best: MemoryBreakdown | None = None
     first_params: memory.StageParams | None = None
     for sp in st.specs:
@@ -267,9 +300,8 @@ def _memory(
             ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
         )
         first_params = first_params or params
-        off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
-        mb = memory.stage_memory(
-            params, sh, lc, sp.mix, sp.inflight, k.recompute, sp.first, sp.last, copies, off
+        mb = memory.stage_memory_of(
+            params, sh, lc, *sp.mix, sp.inflight, full, sp.first, sp.last, copies, off
         )
         if best is None or mb.total > best.total:
             best = mb
@@ -310,42 +342,61 @@ def _dp_time(
     st0: StageTime,
     m: int,
 ) -> fsdp.DpTime:
+    if k.zero != 3:
+        return ddp_dp_time(ctx, k.zero, g, params, st0)
+    return zero3_dp_time(ctx, s.tp, s.pp, g, params, st0, m, _unit_of(ctx))
+
+
+# A ZeRO-3 unit's collective times from (non-expert, expert parameters, groups, collectives per unit): the
+# scalar fsdp.zero3_unit for one strategy; perf/vector_dp.py runs it once per distinct input of a block.
+UnitFn = Callable[[Num, Num, fsdp.DpGroups, int], fsdp.Zero3Unit]
+
+
+def _unit_of(ctx: PerfContext) -> UnitFn:
+    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, ctx.sw.zero3_grad_bytes, n_coll)
+
+
+def ddp_dp_time(
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime,
+    coll: fsdp.Collective | None = None,
+) -> fsdp.DpTime:  # fmt: skip
+    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage; only trainable parameters'
+    gradients are reduced (LoRA: the adapters)."""
+    f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
-    if k.zero != 3:  # only trainable parameters' gradients are reduced (LoRA: the adapters)
-        f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
-        return fsdp.ddp_time(
-            k.zero, f * params.non_expert, f * params.expert, g, ctx.links, ctx.w.framework, bwd, fwd
-        )
-    if g.n_shard <= 1 and g.n_edp <= 1:
-        return fsdp.DpTime(0.0, 0.0)
-    n = max(1, st0.n_layers)
-    root_ne = _root_params(ctx, s)
+    ne, ex = f * params.non_expert, f * params.expert
+    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll)
+
+
+def zero3_dp_time(
+    ctx: PerfContext, t: Num, p: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: Num,
+    unit: UnitFn,
+) -> fsdp.DpTime:  # fmt: skip
+    """ZeRO-3/FSDP collectives of the first stage: per-block units and the root (embedding, and the output
+    layer without PP); nothing when neither group shards."""
+    bwd, fwd = st0.comp - st0.fwd, st0.fwd
+    n = maximum(1, st0.n_layers)
+    root_ne = _root_params(ctx, t, p)
     sw = ctx.sw
-    unit = fsdp.zero3_unit(
-        max(0.0, params.non_expert - root_ne) / n,
-        params.expert / n,
-        g,
-        ctx.links,
-        sw.zero3_grad_bytes,
-        sw.zero3_collectives_per_layer,
+    u = unit(
+        maximum(0.0, params.non_expert - root_ne) / n, params.expert / n, g, sw.zero3_collectives_per_layer
     )
-    root = fsdp.zero3_unit(root_ne, 0.0, g, ctx.links, sw.zero3_grad_bytes, 1)
-    return fsdp.zero3_time(unit, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, s.pp > 1)
+    root = unit(root_ne, 0.0, g, 1)
+    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, p > 1)
+    idle = (g.n_shard <= 1) & (g.n_edp <= 1)
+    return fsdp.DpTime(where(idle, 0.0, dt.exposed), where(idle, 0.0, dt.overlapped))
 
 
-def _root_params(ctx: PerfContext, s: Strategy) -> float:
+def _root_params(ctx: PerfContext, t: Num, p: Num) -> Num:
     """Parameters outside the transformer blocks on the first stage (embedding; output layer without PP)."""
     pc = ctx.pc
-    root = pc.embedding / s.tp
-    if s.pp == 1:
-        root += (pc.output if pc.output else 0.0) / s.tp + pc.final_norm
-    return root
+    return pc.embedding / t + where(p == 1, (pc.output if pc.output else 0.0) / t + pc.final_norm, 0.0)
 
 
 def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> Estimate:
     ctx = perf_context(model, cluster, w)
     t, p, c, d, k = s.tp, s.pp, s.cp, s.dp, s.knobs()
-    m = max(1, w.global_batch // (k.micro_batch * d))  # micro-batches per step per pipeline
+    m = micro_batches(w, k.micro_batch, d)
     lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
     st = _stages(ctx, s, k, lc, m)
     g = fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard)
@@ -353,14 +404,24 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     mem, params = _memory(ctx, s, k, lc, st, sh)
     slowest = max(st.times, key=lambda x: x.total)
     dpt = _dp_time(ctx, s, k, g, params, st.times[0], m)
-    crosses = t * c * d >= ctx.G or t * c * d * p > ctx.G
-    bubble, pp_comm = pipeline.pipeline_time(
-        k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, comm.p2p(lc.pp_bytes, crosses, ctx.links)
-    )
-    local = memory.local_optimizer_params(params, sh)
-    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
-    opt += offload.offload_time(cluster.gpu, local, sh.offload, slowest.comp - slowest.fwd)
-    tb = TimeBreakdown(
+    send = comm.p2p(lc.pp_bytes, crosses_node(ctx, t, c, d, p), ctx.links)
+    bubble, pp_comm = pipeline.pipeline_time(k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, send)
+    opt = optimizer_time(ctx, params, sh, slowest.comp - slowest.fwd)
+    tb = time_breakdown(m, slowest, dpt, bubble, pp_comm, opt, _offload_time(ctx, s, lc, st))
+    return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
+
+
+def micro_batches(w: Workload, micro_batch: Num, d: Num) -> Num:
+    """Micro-batches per step per pipeline."""
+    return maximum(1, w.global_batch // (micro_batch * d))
+
+
+def time_breakdown(
+    m: Num, slowest: StageTime, dpt: fsdp.DpTime, bubble: Num, pp_comm: Num, opt: Num, act_offload: Num
+) -> TimeBreakdown:
+    """The step's time terms: m micro-batches on the slowest stage (the DP collectives hidden under its
+    compute slow it by OVERLAP_SLOWDOWN), and the per-step pipeline, DP, optimizer and offload terms."""
+    return TimeBreakdown(
         compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped,
         recompute=m * slowest.re,
         tp_comm=m * slowest.tp,
@@ -370,9 +431,21 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
         dp_comm=dpt.exposed,
         bubble=bubble,
         optimizer=opt,
-        act_offload=m * _offload_time(ctx, s, lc, st),
+        act_offload=m * act_offload,
     )
-    return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
+
+
+def crosses_node(ctx: PerfContext, t: Num, c: Num, d: Num, p: Num) -> Num:
+    """Whether a pipeline neighbour sits in another scale-up domain (the p2p send crosses the scale-out)."""
+    tcd = t * c * d
+    return (tcd >= ctx.G) | (tcd * p > ctx.G)
+
+
+def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Sharding, window: Num) -> Num:
+    """The optimizer step on the GPU (memory bound) plus the exposed CPU offload of its share."""
+    local = memory.local_optimizer_params(params, sh)
+    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
+    return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
 
 
 def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
@@ -393,10 +466,24 @@ def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:
     return notes
 
 
+def headline(ctx: PerfContext, step: Num, hw_flops: Num) -> dict[str, Num]:
+    """Throughput and utilisation from the step time (floats, or arrays of a block)."""
+    W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
+    return {
+        "tokens_per_s": ctx.tokens / step,
+        "tokens_per_s_per_gpu": ctx.tokens / step / W,
+        "model_tflops_per_gpu": fl.model_full / step / W / 1e12,
+        "hw_tflops_per_gpu": hw_flops / step / W / 1e12,
+        "mfu": fl.model_full / step / W / peak,
+        "mfu_causal": fl.model_causal / step / W / peak,
+        "hfu": hw_flops / step / W / peak,
+    }
+
+
 def _assemble(
     ctx: PerfContext, s: Strategy, k: Knobs, tb: TimeBreakdown, mem: MemoryBreakdown, notes: list[str]
 ) -> Estimate:
-    step, W, peak = tb.total, ctx.W, ctx.peak_gemm
+    step = tb.total
     hw = ctx.flops.hardware[k.recompute]
     parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
@@ -404,17 +491,10 @@ def _assemble(
         memory=mem,
         time=tb,
         step_time_s=step,
-        tokens_per_s=ctx.tokens / step,
-        tokens_per_s_per_gpu=ctx.tokens / step / W,
         model_flops_per_step=ctx.flops.model_causal,
         model_flops_per_step_full_attn=ctx.flops.model_full,
         hw_flops_per_step=hw,
-        model_tflops_per_gpu=ctx.flops.model_full / step / W / 1e12,
-        hw_tflops_per_gpu=hw / step / W / 1e12,
-        mfu=ctx.flops.model_full / step / W / peak,
-        mfu_causal=ctx.flops.model_causal / step / W / peak,
-        hfu=hw / step / W / peak,
-        peak_flops=peak,
+        peak_flops=ctx.peak_gemm,
         capacity_bytes=ctx.capacity,
         headroom_bytes=headroom,
         fits=headroom >= 0,
@@ -422,4 +502,5 @@ def _assemble(
         notes=tuple(notes),
         strategy=s,
         flops_basis=ctx.flops.basis,
+        **headline(ctx, step, hw),
     )

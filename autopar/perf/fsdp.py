@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autopar.perf import comm
+from autopar.perf.arith import Num, choose, maximum, minimum, where
 
 # Gradient bucket per framework, in parameters (fp32/bf16 elements) or bytes, with the source.
 # Megatron-Core: max(40M, 1M·dp) parameters per bucket ("larger DP sizes need larger buckets so collectives
@@ -24,10 +25,10 @@ TORCH_DDP_BUCKET_BYTES = 25 * 2**20
 DEEPSPEED_BUCKET_PARAMS = 5e8
 
 
-def bucket_params(framework: str, dp: int, grad_bytes: float) -> float:
+def bucket_params(framework: str, dp: Num, grad_bytes: float) -> Num:
     """Parameters per gradient bucket of a framework at data-parallel size dp."""
     if framework in ("megatron", "megatron-legacy"):
-        return max(MEGATRON_BUCKET_MIN_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dp)
+        return maximum(MEGATRON_BUCKET_MIN_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP * dp)
     if framework == "deepspeed":
         return DEEPSPEED_BUCKET_PARAMS
     return TORCH_DDP_BUCKET_BYTES / grad_bytes
@@ -37,18 +38,19 @@ def bucket_params(framework: str, dp: int, grad_bytes: float) -> float:
 class DpGroups:
     """Sizes and strides of the data-parallel groups of one strategy."""
 
-    n_shard: int  # dense shard / reduction group (dp·cp, or dp_shard·cp under HSDP)
-    shard_stride: int
-    n_rep: int  # HSDP replicas (1 = plain FSDP / ZeRO)
-    rep_stride: int
-    n_edp: int  # expert data-parallel group
-    edp_stride: int
+    n_shard: Num  # dense shard / reduction group (dp·cp, or dp_shard·cp under HSDP)
+    shard_stride: Num
+    n_rep: Num  # HSDP replicas (1 = plain FSDP / ZeRO)
+    rep_stride: Num
+    n_edp: Num  # expert data-parallel group
+    edp_stride: Num
 
 
-def dp_groups(t: int, c: int, d: int, e: int, te: int, dp_shard: int | None) -> DpGroups:
+def dp_groups(t: Num, c: Num, d: Num, e: Num, te: Num, dp_shard: Num | None) -> DpGroups:
     """Data-parallel groups of a layout (dp_shard = HSDP shard degree over dp; None = shard over all dp)."""
-    ds = dp_shard if dp_shard and d % dp_shard == 0 else d
-    n_edp = max(1, (t * c * d) // (e * te))
+    shard = 0 if dp_shard is None else dp_shard  # floats or arrays of a block (0 = None)
+    ds = where((shard > 0) & (d % maximum(shard, 1) == 0), shard, d)
+    n_edp = maximum(1, (t * c * d) // (e * te))
     return DpGroups(ds * c, t, d // ds, t * c * ds, n_edp, te * e)
 
 
@@ -56,39 +58,48 @@ def dp_groups(t: int, c: int, d: int, e: int, te: int, dp_shard: int | None) -> 
 class DpTime:
     """Data-parallel communication of one step: exposed seconds, and seconds hidden under compute."""
 
-    exposed: float
-    overlapped: float
+    exposed: Num
+    overlapped: Num
+
+
+# A collective's seconds by kind (AR, RS, AG) for (bytes, group size, stride): `collectives(links)` for one
+# strategy; perf/vector_dp.py passes one that runs each distinct (bytes, size, stride) of a block once.
+Collective = Callable[[int, Num, Num, Num], Num]
+AR, RS, AG = 0, 1, 2
+_KINDS = (comm.all_reduce, comm.reduce_scatter, comm.all_gather)
+
+
+def collectives(links: comm.Links) -> Collective:
+    """The collectives of one strategy (comm.all_reduce, reduce_scatter, all_gather by kind)."""
+    return lambda kind, nbytes, size, stride: _KINDS[kind](nbytes, size, stride, links)
 
 
 def _bucketed(
-    coll: Callable[[float, int, int, comm.Links], float],
-    total_params: float,
-    bucket: float,
-    bytes_per: float,
-    size: int,
-    stride: int,
-    links: comm.Links,
-    window: float,
-) -> DpTime:
-    """Buckets issued as their gradients are ready: the last bucket never hides, the rest hide under `window`."""
-    if total_params <= 0 or size <= 1:
+    coll: Collective, kind: int, total_params: Num, bucket: Num, bytes_per: float, size: Num, stride: Num,
+    window: Num, on: Num,
+) -> DpTime:  # fmt: skip
+    """Buckets issued as their gradients are ready: the last bucket never hides, the rest hide under `window`
+    (nothing where `on` is false, there are no parameters or the group is one rank)."""
+    on = on & (total_params > 0) & (size > 1)
+    if on is False:  # one strategy with nothing to send: no collective to time
         return DpTime(0.0, 0.0)
-    n = max(1, -(-total_params // bucket))
-    per = coll(bytes_per * min(bucket, total_params), size, stride, links)
+    per = where(on, coll(kind, where(on, bytes_per * minimum(bucket, total_params), 0.0), size, stride), 0.0)
+    n = maximum(1, -(-total_params // bucket))
     total = n * per
-    exposed = max(per, total - window)
-    return DpTime(exposed, total - exposed)
+    exposed = maximum(per, total - window)
+    return DpTime(where(on, exposed, 0.0), where(on, total - exposed, 0.0))
 
 
 def ddp_time(
-    zero: int,
-    ne: float,
-    ex: float,
+    zero: Num,
+    ne: Num,
+    ex: Num,
     g: DpGroups,
     links: comm.Links,
     framework: str,
-    bwd_mb: float,
-    fwd_mb: float,
+    bwd_mb: Num,
+    fwd_mb: Num,
+    coll: Collective | None = None,
 ) -> DpTime:
     """Gradient all-reduce (zero 0) or reduce-scatter + parameter all-gather (ZeRO-1/2), bucketed.
 
@@ -96,24 +107,29 @@ def ddp_time(
     gathers under the first micro-batch's forward (--overlap-param-gather); formulas §4.2 DP.
     """
     gb = 4.0  # fp32 main gradients (Megatron bf16 default; formulas §4.2)
-    parts = []
+    coll = coll or collectives(links)
+    exposed: Num = 0.0
+    overlapped: Num = 0.0
     for n_params, size, stride in ((ne, g.n_shard, g.shard_stride), (ex, g.n_edp, g.edp_stride)):
         bucket = bucket_params(framework, size, gb)
-        if zero == 0:
-            parts.append(_bucketed(comm.all_reduce, n_params, bucket, gb, size, stride, links, bwd_mb))
-            continue
-        parts.append(_bucketed(comm.reduce_scatter, n_params, bucket, gb, size, stride, links, bwd_mb))
-        parts.append(_bucketed(comm.all_gather, n_params, bucket, 2.0, size, stride, links, fwd_mb))
-    return DpTime(sum(x.exposed for x in parts), sum(x.overlapped for x in parts))
+        ddp, sharded = zero == 0, zero != 0
+        for kind, bytes_per, window, on in (
+            (AR, gb, bwd_mb, ddp),
+            (RS, gb, bwd_mb, sharded),
+            (AG, 2.0, fwd_mb, sharded),
+        ):
+            x = _bucketed(coll, kind, n_params, bucket, bytes_per, size, stride, window, on)
+            exposed, overlapped = exposed + x.exposed, overlapped + x.overlapped
+    return DpTime(exposed, overlapped)
 
 
 @dataclass(frozen=True, slots=True)
 class Zero3Unit:
     """Collective times of one FSDP unit (a transformer block): gather, reduce-scatter, HSDP all-reduce."""
 
-    ag: float
-    rs: float
-    ar: float
+    ag: Num
+    rs: Num
+    ar: Num
 
 
 # NCCL's ring latency model (NVIDIA/nccl src/graph/tuning.cc, commit 01afd20): an all-gather or
@@ -167,9 +183,9 @@ def zero3_unit(
 def zero3_round(
     u: Zero3Unit,
     root: Zero3Unit,
-    n: int,
-    c_f: float,
-    c_b: float,
+    n: Num,
+    c_f: Num,
+    c_b: Num,
     hide: float,
     gather_fwd: bool,
     gather_bwd: bool,
@@ -184,22 +200,23 @@ def zero3_round(
     compute that can cover communication (DeepSpeed's bounded prefetch < 1). (FSDP: Zhao et al. 2023
     arXiv 2304.11277 §3.3-3.4 "backward/forward prefetching"; torchtitan keeps the last block unsharded.)
     """
-    exposed = busy = 0.0
+    exposed: Num = 0.0
+    busy: Num = 0.0
     if gather_fwd:
-        exposed += root.ag + u.ag + (n - 1) * max(0.0, u.ag - hide * c_f)
-        busy += root.ag + n * u.ag
+        exposed = exposed + (root.ag + u.ag + (n - 1) * maximum(0.0, u.ag - hide * c_f))
+        busy = busy + (root.ag + n * u.ag)
     bwd_comm = (u.ag if gather_bwd else 0.0) + (u.rs + u.ar if reduce else 0.0)
-    if bwd_comm > 0:
-        exposed += (n - 1) * max(0.0, bwd_comm - hide * c_b)
-        busy += (n - 1) * bwd_comm
+    pos = bwd_comm > 0
+    exposed = exposed + where(pos, (n - 1) * maximum(0.0, bwd_comm - hide * c_b), 0.0)
+    busy = busy + where(pos, (n - 1) * bwd_comm, 0.0)
     if reduce:
-        exposed += u.rs + u.ar + root.rs + root.ar
-        busy += u.rs + u.ar + root.rs + root.ar
-    return DpTime(exposed, max(0.0, busy - exposed))
+        tail = u.rs + u.ar + root.rs + root.ar
+        exposed, busy = exposed + tail, busy + tail
+    return DpTime(exposed, maximum(0.0, busy - exposed))
 
 
 def zero3_time(
-    u: Zero3Unit, root: Zero3Unit, n: int, c_f: float, c_b: float, hide: float, m: int, pipelined: bool
+    u: Zero3Unit, root: Zero3Unit, n: Num, c_f: Num, c_b: Num, hide: float, m: Num, pipelined: Num
 ) -> DpTime:
     """ZeRO-3/FSDP communication of one step.
 
@@ -208,11 +225,24 @@ def zero3_time(
     reduced once, at the last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch
     pipelining disables gradient sync except on the last backward).
     """
-    if n <= 0:
-        return DpTime(0.0, 0.0)
-    if pipelined:
-        first = zero3_round(u, root, n, c_f, c_b, hide, True, False, False)
-        last = zero3_round(u, root, n, c_f, c_b, hide, False, False, True)
-        return DpTime(first.exposed + last.exposed, first.overlapped + last.overlapped)
+    args = (u, root, n, c_f, c_b, hide, m)
+    exposed, overlapped = choose(pipelined, _zero3_pipelined, _zero3_each_micro_batch, *args)
+    none = n <= 0
+    return DpTime(where(none, 0.0, exposed), where(none, 0.0, overlapped))
+
+
+def _zero3_pipelined(
+    u: Zero3Unit, root: Zero3Unit, n: Num, c_f: Num, c_b: Num, hide: float, m: Num
+) -> tuple[Num, Num]:
+    """With PP: one gathering forward round and one reducing round per step."""
+    first = zero3_round(u, root, n, c_f, c_b, hide, True, False, False)
+    last = zero3_round(u, root, n, c_f, c_b, hide, False, False, True)
+    return first.exposed + last.exposed, first.overlapped + last.overlapped
+
+
+def _zero3_each_micro_batch(
+    u: Zero3Unit, root: Zero3Unit, n: Num, c_f: Num, c_b: Num, hide: float, m: Num
+) -> tuple[Num, Num]:
+    """Without PP: every micro-batch gathers, re-gathers and reduces."""
     one = zero3_round(u, root, n, c_f, c_b, hide, True, True, True)
-    return DpTime(m * one.exposed, m * one.overlapped)
+    return m * one.exposed, m * one.overlapped

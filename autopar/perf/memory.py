@@ -8,9 +8,11 @@ main gradients 4 B (2 B under ZeRO-3/FSDP), optimizer states by OPTIMIZER_STATE_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Which memory savers the search may choose lives in the spine (autopar/layouts.py); re-exported here.
 from autopar.layouts import MEMORY_SAVER_VALUES, saver_choices  # noqa: F401
+from autopar.perf.arith import Num, choose, maximum, minimum, where
 from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
 from autopar.perf.params import ParamCounts
 from autopar.perf.types import MemoryBreakdown
@@ -47,90 +49,95 @@ def optimizer_step_bytes(state_bytes: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class StageParams:
-    """Parameters one GPU holds for its stage (before ZeRO sharding)."""
+    """Parameters one GPU holds for its stage (before ZeRO sharding); floats, or arrays of a block."""
 
-    non_expert: float
-    expert: float
-    biggest_layer: float  # the largest single layer (ZeRO-3 gathers units of this size)
+    non_expert: Num
+    expert: Num
+    biggest_layer: Num  # the largest single layer (ZeRO-3 gathers units of this size)
 
 
 def stage_params(
     model: ModelSpec,
     pc: ParamCounts,
-    t: int,
-    p: int,
-    e: int,
-    te: int,
-    mix: tuple[int, int],
-    first: bool,
-    last: bool,
+    t: Num,
+    p: Num,
+    e: Num,
+    te: Num,
+    mix: tuple[Num, Num],
+    first: Num,
+    last: Num,
 ) -> StageParams:
-    """Parameters held by one GPU of a stage with `mix` = (dense layers, MoE layers)."""
+    """Parameters held by one GPU of a stage with `mix` = (dense layers, MoE layers); floats or arrays."""
     nd, nm = mix
     attn = (pc.attention - pc.attention_tp_replicated) / t + pc.attention_tp_replicated
     dense_layer = attn + pc.dense_mlp / t + pc.norms
     moe_layer_ne = attn + pc.norms + pc.router + pc.shared_expert / t
     ne = nd * dense_layer + nm * moe_layer_ne
-    if first:
-        ne += pc.embedding / t
-    if last:
-        ne += (pc.output if pc.output else (pc.embedding if p > 1 else 0.0)) / t + pc.final_norm
+    ne = ne + where(first, pc.embedding / t, 0.0)
+    out = pc.output if pc.output else where(p > 1, pc.embedding, 0.0)
+    ne = ne + where(last, out / t + pc.final_norm, 0.0)
     experts_layer = model.experts * pc.expert / (e * te)
     ex = nm * experts_layer
-    biggest = max(dense_layer if nd else 0.0, moe_layer_ne + experts_layer if nm else 0.0)
+    biggest = maximum(where(nd > 0, dense_layer, 0.0), where(nm > 0, moe_layer_ne + experts_layer, 0.0))
     return StageParams(ne, ex, biggest)
 
 
 @dataclass(frozen=True, slots=True)
 class Sharding:
-    """How model states are sharded: ZeRO stage, shard group sizes, optimizer variant, offload."""
+    """How model states are sharded: ZeRO stage, shard group sizes, optimizer variant, offload (the
+    per-strategy fields are arrays for a block)."""
 
-    zero: int
-    n_shard: int  # dense-parameter shard group (dp·cp, or the HSDP shard group)
-    n_eshard: int  # expert-parameter shard group (expert data parallel)
-    state_bytes: float  # optimizer-state bytes per parameter
-    offload: float  # fraction of optimizer states (and their step) on the CPU
+    zero: Num
+    n_shard: Num  # dense-parameter shard group (dp·cp, or the HSDP shard group)
+    n_eshard: Num  # expert-parameter shard group (expert data parallel)
+    state_bytes: Num  # optimizer-state bytes per parameter
+    offload: Num  # fraction of optimizer states (and their step) on the CPU
     fp8_weight_copies: bool
     zero3_units: float  # gathered ZeRO-3 units kept at once (prefetch depth + 1)
     unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
-    stage_gathered: bool  # ZeRO-3 with PP: the stage stays gathered across micro-batches
+    stage_gathered: Num  # ZeRO-3 with PP: the stage stays gathered across micro-batches
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
 
 
-def model_states(sp: StageParams, sh: Sharding) -> tuple[float, float, float, float]:
-    """(weights, grads, optimizer, buffers) bytes of one GPU."""
+def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """(weights, grads, optimizer, buffers) bytes of one GPU: ZeRO-3 or not, picked per strategy."""
+    return choose(sh.zero == 3, _zero3_states, _replicated_states, sp, sh)
+
+
+def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """ZeRO-3: 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)."""
+    ne, ex, big = sp.non_expert, sp.expert, sp.biggest_layer
+    local = ne / sh.n_shard + ex / sh.n_eshard
+    opt = sh.state_bytes * local * (1.0 - sh.offload) * sh.trainable
+    # With PP: bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in
+    # the reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
+    # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer. Without: gathered bf16 units
+    # (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer.
+    buf = where(
+        sh.stage_gathered,
+        (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0,
+        big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0),
+    )
+    return 2.0 * local, 2.0 * local * sh.trainable, opt, buf
+
+
+def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
+    """ZeRO 0-2: bf16 weights everywhere; fp32 grads sharded from ZeRO-2, optimizer states from ZeRO-1."""
     ne, ex = sp.non_expert, sp.expert
-    on_gpu = 1.0 - sh.offload
-    if sh.zero == 3:  # 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)
-        local = ne / sh.n_shard + ex / sh.n_eshard
-        wts, grd, opt = (
-            2.0 * local,
-            2.0 * local * sh.trainable,
-            sh.state_bytes * local * on_gpu * sh.trainable,
-        )
-        if sh.stage_gathered:
-            # bf16 params of the whole stage + its unsharded gradients accumulated across micro-batches in the
-            # reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
-            # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer
-            buf = (ne + ex) * (2.0 + sh.accum_grad_bytes) + sp.biggest_layer * 4.0
-        else:  # gathered bf16 units (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer
-            buf = sp.biggest_layer * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0)
-        return wts, grd, opt, buf
-    n_opt = (sh.n_shard, sh.n_eshard) if sh.zero >= 1 else (1, 1)
-    n_grd = (sh.n_shard, sh.n_eshard) if sh.zero >= 2 else (1, 1)
+    n_opt = where(sh.zero >= 1, sh.n_shard, 1), where(sh.zero >= 1, sh.n_eshard, 1)
+    n_grd = where(sh.zero >= 2, sh.n_shard, 1), where(sh.zero >= 2, sh.n_eshard, 1)
     wts = 2.0 * (ne + ex)
     grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
-    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * on_gpu * sh.trainable
-    buf = DDP_BUCKET_BYTES + (2.0 * sp.biggest_layer if sh.fp8_weight_copies else 0.0)
+    opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * (1.0 - sh.offload) * sh.trainable
+    buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0)
     return wts, grd, opt, buf
 
 
-def local_optimizer_params(sp: StageParams, sh: Sharding) -> float:
+def local_optimizer_params(sp: StageParams, sh: Sharding) -> Num:
     """Parameters whose optimizer step this GPU runs (sharded from ZeRO-1 on)."""
-    if sh.zero >= 1:
-        return (sp.non_expert / sh.n_shard + sp.expert / sh.n_eshard) * sh.trainable
-    return (sp.non_expert + sp.expert) * sh.trainable
+    ne, ex = sp.non_expert, sp.expert
+    return where(sh.zero >= 1, (ne / sh.n_shard + ex / sh.n_eshard) * sh.trainable, (ne + ex) * sh.trainable)
 
 
 def stage_activations(
@@ -138,13 +145,17 @@ def stage_activations(
 ) -> float:
     """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3), less
     `offloaded` layers' worth in CPU memory (activation offload, perf/act_offload.py; mean layer)."""
-    nd, nm = mix
+    out: float = activations(lc, *mix, inflight, recompute == "full", offloaded)
+    return out
+
+
+def activations(lc: Any, nd: Num, nm: Num, inflight: Num, full: Num, offloaded: Num) -> Num:
+    """`stage_activations` on floats or arrays (`lc`: LayerCosts or its fields as arrays; `full`: full
+    recompute)."""
     total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
-    if offloaded:
-        total -= min(total, offloaded * total / max(1, nd + nm))
-    if recompute == "full":  # one layer's activations live while it is recomputed (its input is already kept)
-        total += (lc.act_moe_full if nm > 0 else lc.act_dense_full) - lc.pp_bytes
-    return total
+    total = total - minimum(total, offloaded * total / maximum(1, nd + nm))
+    # full recompute: one layer's activations live while it is recomputed (its input is already kept)
+    return where(full, total + (where(nm > 0, lc.act_moe_full, lc.act_dense_full) - lc.pp_bytes), total)
 
 
 def stage_memory(
@@ -161,9 +172,18 @@ def stage_memory(
 ) -> MemoryBreakdown:
     """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage; `offloaded`
     layers' activations in CPU memory)."""
+    return stage_memory_of(
+        sp, sh, lc, *mix, inflight, recompute == "full", first, last, float(param_copies), offloaded
+    )
+
+
+def stage_memory_of(
+    sp: StageParams, sh: Sharding, lc: Any, nd: Num, nm: Num, inflight: Num, full: Num, first: Num, last: Num,
+    copies: Num, offloaded: Num,
+) -> MemoryBreakdown:  # fmt: skip
+    """`stage_memory` on floats or arrays of a block (a MemoryBreakdown of arrays)."""
     wts, grd, opt, buf = model_states(sp, sh)
-    act = stage_activations(lc, mix, inflight, recompute, offloaded)
-    lg = (lc.logits_mem if last else 0.0) + (lc.embed_mem if first else 0.0)
+    act = activations(lc, nd, nm, inflight, full, offloaded)
+    lg = where(last, lc.logits_mem, 0.0) + where(first, lc.embed_mem, 0.0)
     over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
-    k = float(param_copies)
-    return MemoryBreakdown(k * wts, k * grd, k * opt, act, lg, buf, over)
+    return MemoryBreakdown(copies * wts, copies * grd, copies * opt, act, lg, buf, over)

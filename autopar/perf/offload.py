@@ -10,6 +10,7 @@ delayed update, which changes training semantics). The CPU Adam step is memory-b
 
 from __future__ import annotations
 
+from autopar.perf.arith import Num, maximum, where
 from autopar.specs import GPUSpec
 
 # Host link per GPU per direction, achievable, bytes/s: PCIe Gen4 x16 (A100) ~25 GB/s and Gen5 x16 (H100/
@@ -48,13 +49,15 @@ def host_link_bw(gpu: GPUSpec) -> float:
     return HOST_LINK_BW.get(gpu.family.lower(), 50e9)
 
 
-def offload_time(gpu: GPUSpec, local_params: float, fraction: float, bwd_window: float) -> float:
-    """Exposed seconds per step of offloading `fraction` of the optimizer of `local_params` parameters."""
-    if fraction <= 0 or local_params <= 0:
+def offload_time(gpu: GPUSpec, local_params: Num, fraction: Num, bwd_window: Num) -> Num:
+    """Exposed seconds per step of offloading `fraction` of the optimizer of `local_params` parameters
+    (floats, or arrays of a block)."""
+    on = (fraction > 0) & (local_params > 0)
+    if on is False:  # one strategy without offload: nothing to time
         return 0.0
     n = fraction * local_params
     bw = host_link_bw(gpu)
-    grads_down = max(0.0, 4.0 * n / bw - bwd_window)  # fp32 grads, hidden under the last backward
+    grads_down = maximum(0.0, 4.0 * n / bw - bwd_window)  # fp32 grads, hidden under the last backward
     cpu_step = CPU_ADAM_BYTES_PER_PARAM * n / HOST_MEM_BW_PER_GPU
     params_up = 2.0 * n / bw
-    return grads_down + cpu_step + params_up
+    return where(on, grads_down + cpu_step + params_up, 0.0)

@@ -36,6 +36,7 @@ from autopar.layouts import (  # noqa: F401
     split_violations,
     stage_layers,
 )
+from autopar.perf.arith import Num, where
 
 # Share of a micro-batch's backward spent on weight gradients (W) when B is split as in zero-bubble schedules:
 # every linear layer's backward is one dgrad and one wgrad GEMM of equal FLOPs, so T_B ≈ T_W for GEMM-bound
@@ -89,17 +90,16 @@ def inflight_microbatches(schedule: str, p: int, m: int, v: int = 1) -> float:
 DUALPIPE_COMM_SMS = 20 / 132
 
 
-def dualpipe_overlap(comp: float, comm: float) -> tuple[float, float]:
+def dualpipe_overlap(comp: Num, comm: Num) -> tuple[Num, Num]:
     """(compute, exposed comm) of one micro-batch when DualPipe's F&B pairing hides `comm` under `comp`.
 
     While the communication runs, compute has 1 − DUALPIPE_COMM_SMS of the SMs: T = comp + s·comm as long
     as the communication fits inside T; beyond that the compute is slowed throughout and the rest is exposed.
     """
     s = DUALPIPE_COMM_SMS
-    if comm <= comp / (1.0 - s):
-        return comp + s * comm, 0.0
     slowed = comp / (1.0 - s)
-    return slowed, comm - slowed
+    fits = comm <= slowed
+    return where(fits, comp + s * comm, slowed), where(fits, 0.0, comm - slowed)
 
 
 def parameter_copies(schedule: str) -> int:
@@ -117,4 +117,10 @@ def pipeline_time(
     """
     if p <= 1:
         return 0.0, 0.0
-    return bubble_fraction(schedule, p, m, v) * m * mean_stage, 2.0 * m * v * per_send
+    return pipeline_time_of(bubble_fraction(schedule, p, m, v), p, m, v, mean_stage, per_send)
+
+
+def pipeline_time_of(frac: Num, p: Num, m: Num, v: Num, mean_stage: Num, per_send: Num) -> tuple[Num, Num]:
+    """`pipeline_time` given the bubble fraction; floats, or arrays of a block (0 where p = 1)."""
+    piped = p > 1
+    return where(piped, frac * m * mean_stage, 0.0), where(piped, 2.0 * m * v * per_send, 0.0)

@@ -7,8 +7,11 @@ Units: bytes and seconds; FLOP/s where named.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from functools import reduce
+from operator import add, attrgetter
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from autopar.specs import Strategy
@@ -58,6 +61,31 @@ class MemoryBreakdown:
         return d
 
 
+# The terms of TimeBreakdown that add up to the step time, in the order they are added (the sum is not
+# associative in floating point: every path adds them in this order). `recompute` is inside `compute`.
+STEP_PARTS: tuple[str, ...] = (
+    "act_offload",
+    "compute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
+)
+_T = TypeVar("_T")
+
+
+def step_total(terms: Sequence[_T]) -> _T:
+    """The step time from its terms in STEP_PARTS order (floats or numpy arrays alike), added left to right:
+    the one place the step-time total is spelled out."""
+    return reduce(add, terms)
+
+
+_STEP_TERMS = attrgetter(*STEP_PARTS)
+
+
 @dataclass(frozen=True, slots=True)
 class TimeBreakdown:
     """Time of one optimizer step, in seconds, split into compute, exposed comm and bubble."""
@@ -75,17 +103,8 @@ class TimeBreakdown:
 
     @property
     def total(self) -> float:
-        return (
-            self.act_offload
-            + self.compute
-            + self.tp_comm
-            + self.cp_comm
-            + self.ep_comm
-            + self.pp_comm
-            + self.dp_comm
-            + self.bubble
-            + self.optimizer
-        )
+        total: float = step_total(_STEP_TERMS(self))
+        return total
 
     @property
     def comm(self) -> float:

@@ -1,15 +1,17 @@
-"""The analytical model over arrays of strategies: `estimate_columns(model, cluster, workload, columns)`.
+"""The analytical model over a block of strategies: `estimate_columns(model, cluster, workload, columns)`.
 
-Why: exhaustive search and the search's batches evaluate tens of thousands of strategies; the scalar
+Why: exhaustive search and the search's batches evaluate tens of thousands of strategies; the single
 `estimate` spends most of its time on Python objects, not arithmetic. This path never builds a Strategy or
-an Estimate per row. The heavy per-layer pieces (layer costs, CP cost, stage specs, collective times) are
-the scalar functions called once per distinct key (perf/vector_keys.py); the per-row arithmetic of
-perf/estimate.py `_estimate` (stage times, DualPipe overlap, memory and its peak over stages, DP time,
-bubble and p2p, optimizer step and offload, assembly) runs on numpy arrays in the same order of operations,
-so every field agrees with the scalar model to rounding (tests/test_vector_oracle.py).
+an Estimate per row. It is the same model, not a copy: the per-row formulas (stage times, DualPipe overlap,
+memory and its peak over stages, DP time, bubble and p2p, optimizer step and offload, assembly) are the
+functions of perf/estimate.py, memory.py, fsdp.py, pipeline.py, comm.py and offload.py, written once on
+floats or arrays (perf/arith.py); the heavy per-key pieces (layer costs, CP cost, stage specs, collectives)
+are called once per distinct key (perf/vector_keys.py). What this module and vector_*.py add is the block
+plumbing: stage slots, grouping, selection over slots, the ZeRO split. A row equals the single estimate
+bit for bit (tests/test_batch_model.py).
 
 Rows with an unset knob (vpp, micro_batch, recompute, pp_schedule, zero, activation_offload_layers, or etp
-of an MoE model) need the completion search of perf/complete.py: they go through the scalar
+of an MoE model) need the completion search of perf/complete.py: they go through the single
 `estimate(..., check=False)` and are filled in (VectorEstimates.n_fallback counts them). Like
 `estimate(check=False)`, nothing here checks the rules: the search space only holds valid strategies.
 """
@@ -17,32 +19,32 @@ of an MoE model) need the completion search of perf/complete.py: they go through
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
-from autopar.perf import act_offload, memory, offload, pipeline
+from autopar.perf import act_offload, comm, offload, pipeline
 from autopar.perf.context import PerfContext, perf_context
-from autopar.perf.estimate import estimate, layer_mean
-from autopar.perf.fsdp import DpGroups
-from autopar.perf.layers import OVERLAP_SLOWDOWN
-from autopar.perf.types import Estimate
+from autopar.perf.estimate import (
+    StageTime,
+    crosses_node,
+    estimate,
+    headline,
+    layer_mean,
+    optimizer_time,
+    time_breakdown,
+)
+from autopar.perf.fsdp import DpGroups, DpTime
+from autopar.perf.memory import Sharding, StageParams
+from autopar.perf.types import STEP_PARTS, Estimate, TimeBreakdown, step_total
 from autopar.perf.vector_columns import RECOMPUTE_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.perf.vector_dp import dp_time
 from autopar.perf.vector_keys import per_key_floats
-from autopar.perf.vector_memory import (
-    MEMORY_PARTS,
-    Params,
-    Shard,
-    dp_groups,
-    peak_memory,
-    sharding,
-    stage_params,
-)
+from autopar.perf.vector_memory import MEMORY_PARTS, dp_groups, peak_memory, sharding, stage_params
 from autopar.perf.vector_stages import (
     DUALPIPE,
     LayerTable,
     Rows,
-    SlotTimes,
     StageSlots,
     cp_costs,
     layer_table,
@@ -63,18 +65,7 @@ __all__ = [
 ]
 
 # TimeBreakdown fields, in its order; BOTTLENECK_PARTS as Estimate.bottleneck ranks them (no "recompute").
-TIME_PARTS: tuple[str, ...] = (
-    "compute",
-    "recompute",
-    "tp_comm",
-    "cp_comm",
-    "ep_comm",
-    "pp_comm",
-    "dp_comm",
-    "bubble",
-    "optimizer",
-    "act_offload",
-)
+TIME_PARTS: tuple[str, ...] = TimeBreakdown.__slots__
 BOTTLENECK_PARTS: tuple[str, ...] = tuple(x for x in TIME_PARTS if x != "recompute")
 
 
@@ -147,7 +138,7 @@ def _vector(ctx: PerfContext, cols: StrategyColumns) -> VectorEstimates:
     return _assemble(ctx, r, tb, mem)
 
 
-def _slowest(times: SlotTimes, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _slowest(times: StageTime, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row index, slot) of the first slot with the largest total (max over st.times)."""
     slot = np.argmax(np.where(valid, times.total, -np.inf), axis=1)
     return np.arange(len(slot)), slot
@@ -158,67 +149,41 @@ def _time_breakdown(
     r: Rows,
     lt: LayerTable,
     st: StageSlots,
-    times: SlotTimes,
+    times: StageTime,
     g: DpGroups,
-    sh: Shard,
-    params: Params,
+    sh: Sharding,
+    params: StageParams,
 ) -> dict[str, np.ndarray]:
     """TimeBreakdown fields per row (perf/estimate.py `_estimate`)."""
     rows, slot = _slowest(times, st.valid)
-    slow = SlotTimes(
-        *(x[rows, slot] for x in (times.comp, times.re, times.tp, times.cp, times.ep, times.fwd)), 0
-    )
-    st0 = (times.comp[:, 0], times.fwd[:, 0], times.n_layers[:, 0])
-    ne0, ex0 = params.ne[:, 0], params.ex[:, 0]
-    dp_exposed, dp_overlapped = dp_time(ctx, r, g, sh, ne0, ex0, st0)
+    slow = StageTime(*(getattr(times, f)[rows, slot] for f in StageTime.__slots__))
+    st0 = StageTime(*(getattr(times, f)[:, 0] for f in StageTime.__slots__))
+    p0 = StageParams(params.non_expert[:, 0], params.expert[:, 0], params.biggest_layer[:, 0])
+    dp_exposed, dp_overlapped = dp_time(ctx, r, g, p0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
-    m = r.m
-    return {
-        "compute": m * slow.comp + OVERLAP_SLOWDOWN * dp_overlapped,
-        "recompute": m * slow.re,
-        "tp_comm": m * slow.tp,
-        "cp_comm": m * slow.cp,
-        "ep_comm": m * slow.ep,
-        "pp_comm": pp_comm,
-        "dp_comm": dp_exposed,
-        "bubble": bubble,
-        "optimizer": _optimizer(ctx, r, sh, ne0, ex0, slow.comp - slow.fwd),
-        "act_offload": m * _act_offload(ctx, r, lt, st),
-    }
+    opt = optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0]
+    tb = time_breakdown(
+        r.m, slow, DpTime(dp_exposed, dp_overlapped), bubble, pp_comm, opt, _act_offload(ctx, r, lt, st)
+    )
+    return {k: getattr(tb, k) for k in TIME_PARTS}
 
 
 def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """pipeline.pipeline_time: (bubble, p2p) seconds per step; the p2p send as comm.p2p."""
-    links, G = ctx.links, ctx.G
-    tcd = r.t * r.c * r.d
-    crosses = (tcd >= G) | (tcd * r.p > G)
-    nb = lt.col["pp_bytes"]
-    send = np.where(
-        crosses, links.scaleout_lat + nb / links.scaleout_bw, links.scaleup_lat + nb / links.scaleup_bw
-    )
-    send = np.where(nb <= 0, 0.0, send)
+    """pipeline.pipeline_time: (bubble, p2p) seconds per step; the bubble fraction once per distinct key."""
+    send = comm.p2p_of(lt.col["pp_bytes"], crosses_node(ctx, r.t, r.c, r.d, r.p), ctx.links)
     v = np.where(r.p > 1, r.v, 1)
     frac = per_key_floats(
         lambda s, p, m, vv: pipeline.bubble_fraction(SCHEDULE_CODES[s], p, m, vv),
         (r.sched, r.p, r.m, v),
         (int,) * 4,
     )
-    piped = r.p > 1
-    return np.where(piped, frac * r.m * mean, 0.0), np.where(piped, 2.0 * r.m * v * send, 0.0)
+    out: tuple[np.ndarray, np.ndarray] = pipeline.pipeline_time_of(frac, r.p, r.m, v, mean, send)
+    return out
 
 
-def _optimizer(
-    ctx: PerfContext, r: Rows, sh: Shard, ne0: np.ndarray, ex0: np.ndarray, window: np.ndarray
-) -> np.ndarray:
-    """Optimizer step on the GPU (memory.optimizer_step_bytes) plus CPU offload (offload.offload_time)."""
-    n_shard, n_eshard = sh.n_shard[:, 0], sh.n_eshard[:, 0]
-    local = np.where(r.zero >= 1, (ne0 / n_shard + ex0 / n_eshard) * sh.trainable, (ne0 + ex0) * sh.trainable)
-    opt = memory.optimizer_step_bytes(r.state_bytes) * local * (1 - r.offload) / ctx.hbm
-    n = r.offload * local
-    bw = offload.host_link_bw(ctx.cluster.gpu)
-    down = np.maximum(0.0, 4.0 * n / bw - window)
-    off = down + offload.CPU_ADAM_BYTES_PER_PARAM * n / offload.HOST_MEM_BW_PER_GPU + 2.0 * n / bw
-    return opt + np.where((r.offload > 0) & (local > 0), off, 0.0)
+def _slot0(params: StageParams) -> StageParams:
+    """The first stage's parameters as (n, 1) columns."""
+    return StageParams(params.non_expert[:, :1], params.expert[:, :1], params.biggest_layer[:, :1])
 
 
 def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st: StageSlots) -> np.ndarray:
@@ -244,30 +209,20 @@ def _assemble(
 ) -> VectorEstimates:
     """Headline figures from the breakdowns (perf/estimate.py `_assemble`)."""
     t = tb
-    step = (
-        t["act_offload"] + t["compute"] + t["tp_comm"] + t["cp_comm"] + t["ep_comm"] + t["pp_comm"]
-        + t["dp_comm"] + t["bubble"] + t["optimizer"]
-    )  # fmt: skip
-    W, peak, fl = ctx.W, ctx.peak_gemm, ctx.flops
-    hw = np.array([fl.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
+    step = step_total([t[k] for k in STEP_PARTS])
+    hw = np.array([ctx.flops.hardware[x] for x in RECOMPUTE_CODES])[r.rc]
     headroom = ctx.capacity - mem["total"]
     bottleneck = np.argmax(np.stack([t[k] for k in BOTTLENECK_PARTS], axis=1), axis=1)
     return VectorEstimates(
         step_time_s=step,
-        tokens_per_s=ctx.tokens / step,
-        tokens_per_s_per_gpu=ctx.tokens / step / W,
         peak_memory_bytes=mem["total"],
         headroom_bytes=headroom,
         fits=headroom >= 0,
-        mfu=fl.model_full / step / W / peak,
-        mfu_causal=fl.model_causal / step / W / peak,
-        hfu=hw / step / W / peak,
-        model_tflops_per_gpu=fl.model_full / step / W / 1e12,
-        hw_tflops_per_gpu=hw / step / W / 1e12,
         bottleneck=bottleneck,
         time=tb,
         mem={k: mem[k] for k in MEMORY_PARTS},
         capacity_bytes=ctx.capacity,
+        **headline(ctx, step, hw),
     )
 
 
@@ -277,16 +232,16 @@ _HEADLINE = tuple(
 )
 
 
-def _empty(ctx: PerfContext, n: int) -> dict:
+def _empty(ctx: PerfContext, n: int) -> dict[str, Any]:
     """Mutable arrays for n rows."""
-    out: dict = {k: np.zeros(n) for k in _HEADLINE}
+    out: dict[str, Any] = {k: np.zeros(n) for k in _HEADLINE}
     out["fits"], out["bottleneck"] = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
     out["time"] = {k: np.zeros(n) for k in TIME_PARTS}
     out["mem"] = {k: np.zeros(n) for k in MEMORY_PARTS}
     return out
 
 
-def _fill(out: dict, rows: np.ndarray, part: VectorEstimates) -> None:
+def _fill(out: dict[str, Any], rows: np.ndarray, part: VectorEstimates) -> None:
     """Scatter a vector result into `out` at `rows`."""
     for k in _HEADLINE:
         out[k][rows] = getattr(part, k)
@@ -295,7 +250,7 @@ def _fill(out: dict, rows: np.ndarray, part: VectorEstimates) -> None:
             out[group][k][rows] = v
 
 
-def _fill_one(out: dict, i: int, e: Estimate) -> None:
+def _fill_one(out: dict[str, Any], i: int, e: Estimate) -> None:
     """Write one scalar Estimate into row i."""
     for k in _HEADLINE:
         if k == "peak_memory_bytes":
@@ -310,5 +265,5 @@ def _fill_one(out: dict, i: int, e: Estimate) -> None:
         out["mem"][k][i] = getattr(e.memory, k)
 
 
-def _frozen(ctx: PerfContext, out: dict, n_fallback: int) -> VectorEstimates:
+def _frozen(ctx: PerfContext, out: dict[str, Any], n_fallback: int) -> VectorEstimates:
     return VectorEstimates(**out, capacity_bytes=ctx.capacity, n_fallback=n_fallback)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class StrategyColumns:
 
     def strategy_at(self, i: int) -> Strategy:
         """Row i as a Strategy (for the scalar fallback and for tests)."""
-        knobs: dict[str, object] = {}
+        knobs: dict[str, Any] = {}
         for name, none in _INT_KNOBS.items():
             v = int(getattr(self, name)[i])
             knobs[str(name)] = None if none is not None and v == none else v

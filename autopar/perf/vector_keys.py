@@ -67,4 +67,5 @@ def per_key(
 def per_key_floats(fn: Callable[..., Any], cols: Sequence[np.ndarray], casts: Sequence[Cast]) -> np.ndarray:
     """Like `per_key` for a function returning a float or a tuple of floats: an (n,) or (n, k) array."""
     out, inv = per_key(fn, cols, casts)
-    return np.asarray(out, dtype=np.float64)[inv]
+    arr: np.ndarray = np.asarray(out, dtype=np.float64)[inv]
+    return arr

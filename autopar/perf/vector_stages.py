@@ -1,20 +1,29 @@
-"""Vectorized estimator, part 1: the block's knobs as rows, per-layer costs, pipeline stages, stage times.
+"""Batch model, part 1: the block's knobs as rows, per-layer costs, pipeline stages, stage times.
 
-Mirrors perf/estimate.py `_estimate` up to `Stages`: per-layer costs and CP cost are the scalar functions
-called once per distinct key (perf/vector_keys.py); the stage arithmetic runs on (n, 3) arrays, one column
-per distinct stage slot: 0 = first, 1 = middle (pp > 2), 2 = last (pp > 1). Slots a pipeline does not have
-are marked invalid. Operations keep the scalar model's order so results agree to rounding.
+Per-layer costs, CP cost and stage specs are the single-strategy functions called once per distinct key
+(perf/vector_keys.py); the stage times are perf/estimate.py `stage_time` / `dualpipe` run on (n, 3)
+arrays, one column per distinct stage slot: 0 = first, 1 = middle (pp > 2), 2 = last (pp > 1). Slots a
+pipeline does not have are marked invalid.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 
 import numpy as np
 
-from autopar.perf import pipeline
 from autopar.perf.context import PerfContext
-from autopar.perf.estimate import cp_cost_of, stage_specs_of
+from autopar.perf.estimate import (
+    StageSpec,
+    StageTime,
+    cp_cost_of,
+    dualpipe,
+    mean_stage_time,
+    micro_batches,
+    stage_specs_of,
+    stage_time,
+)
 from autopar.perf.layers import LayerCosts, layer_costs
 from autopar.perf.memory import OPTIMIZER_STATE_BYTES, OPTIMIZER_STATES_OF
 from autopar.perf.vector_columns import (
@@ -67,7 +76,7 @@ def rows_of(ctx: PerfContext, s: StrategyColumns) -> Rows:
     return Rows(
         t, p, c, d, s.ep, np.where(s.etp > 0, s.etp, t), s.vpp, s.sp & (t > 1), s.zero, s.dp_shard,
         s.micro_batch, s.recompute, s.pp_schedule, s.cp_comm, split, state_bytes, s.optimizer_offload,
-        s.activation_offload_layers, np.maximum(1, ctx.w.global_batch // (s.micro_batch * d)),
+        s.activation_offload_layers, micro_batches(ctx.w, s.micro_batch, d),
     )  # fmt: skip
 
 
@@ -126,9 +135,9 @@ class StageSlots:
     valid: np.ndarray
 
 
-def _slot_rows(specs: tuple) -> list[tuple[float, ...]]:
+def _slot_rows(specs: tuple[StageSpec, ...]) -> list[tuple[float, ...]]:
     """One key's stage specs as 3 slot rows (nd, nm, first, last, logits, inflight, valid)."""
-    rows = [(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)] * SLOTS
+    rows: list[tuple[float, ...]] = [(0.0,) * 7] * SLOTS
     slots = (0,) if len(specs) == 1 else (0, 2) if len(specs) == 2 else (0, 1, 2)
     for k, sp in zip(slots, specs, strict=True):
         rows[k] = (*sp.mix, sp.first, sp.last, sp.logits, sp.inflight, 1.0)
@@ -139,7 +148,9 @@ def stage_slots(ctx: PerfContext, r: Rows) -> StageSlots:
     """`stage_specs_of` once per distinct (pp, vpp, schedule, micro-batches, split)."""
     model, cache = ctx.model, memo(ctx, "stages")
 
-    def one(p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool) -> list:
+    def one(
+        p: int, v: int, sched: int, m: int, f: int, la: int, emb: bool, loss: bool
+    ) -> list[tuple[float, ...]]:
         key = (p, v, sched, m, f, la, emb, loss)
         hit = cache.get(key)
         if hit is None:
@@ -154,66 +165,18 @@ def stage_slots(ctx: PerfContext, r: Rows) -> StageSlots:
     return StageSlots(nd, nm, a[:, :, 2] > 0, a[:, :, 3] > 0, a[:, :, 4] > 0, a[:, :, 5], a[:, :, 6] > 0)
 
 
-@dataclass(frozen=True)
-class SlotTimes:
-    """One micro-batch on each stage slot, (n, 3) arrays as perf/estimate.py StageTime."""
-
-    comp: np.ndarray
-    re: np.ndarray
-    tp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    fwd: np.ndarray
-    n_layers: np.ndarray
-
-    @property
-    def total(self) -> np.ndarray:
-        return self.comp + self.tp + self.cp + self.ep
-
-
 def slot_times(
     lt: LayerTable, st: StageSlots, cpc: tuple[np.ndarray, np.ndarray], dual: np.ndarray
-) -> SlotTimes:
-    """`_stage_time` on every slot, then DualPipe's overlap on the rows that run it (`_dualpipe`)."""
-    L = {k: v[:, None] for k, v in lt.col.items()}
-    nd, nm, lg = st.nd, st.nm, st.logits
-    cp_comm, cp_comp = cpc[0][:, None], cpc[1][:, None]
-    fwd = nd * L["dense_fwd"] + nm * L["moe_fwd"] + np.where(lg, L["logits_time"] / 3, 0.0)
-    comp = nd * (L["dense_fwd"] + L["dense_bwd"] + L["dense_re"]) + nm * (
-        L["moe_fwd"] + L["moe_bwd"] + L["moe_re"]
-    )
-    comp = comp + (np.where(lg, L["logits_time"], 0.0) + (nd + nm) * cp_comp)
-    re = nd * L["dense_re"] + nm * L["moe_re"]
-    x = SlotTimes(
-        comp, re, nd * L["tp_dense"] + nm * L["tp_moe"], (nd + nm) * cp_comm, nm * L["ep_layer"], fwd, nd + nm
-    )
-    return _dualpipe(x, dual[:, None]) if dual.any() else x
-
-
-def _dualpipe(x: SlotTimes, dual: np.ndarray) -> SlotTimes:
-    """pipeline.dualpipe_overlap where `dual`: the expert all-to-all hides under the paired compute."""
-    s = pipeline.DUALPIPE_COMM_SMS
-    slowed = x.comp / (1.0 - s)
-    fits = x.ep <= slowed
-    comp = np.where(fits, x.comp + s * x.ep, slowed)
-    ep = np.where(fits, 0.0, x.ep - slowed)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(x.comp != 0, comp / x.comp, 1.0)
-    pick = lambda new, old: np.where(dual, new, old)  # noqa: E731
-    return SlotTimes(
-        pick(comp, x.comp),
-        pick(x.re * scale, x.re),
-        x.tp,
-        x.cp,
-        pick(ep, x.ep),
-        pick(x.fwd * scale, x.fwd),
-        x.n_layers,
-    )
+) -> StageTime:
+    """perf/estimate.py `stage_time` on every slot ((n, 3) arrays), then DualPipe's overlap on the rows
+    that run it (`dualpipe`)."""
+    L = SimpleNamespace(**{k: v[:, None] for k, v in lt.col.items()})
+    x = stage_time(L, st.nd, st.nm, st.logits, cpc[0][:, None], cpc[1][:, None])
+    return dualpipe(x).pick(dual[:, None], x) if dual.any() else x
 
 
 def mean_total(p: np.ndarray, tot: np.ndarray) -> np.ndarray:
-    """Mean time of one micro-batch over the p stages (`_stages`): first, p − 2 middles, last."""
-    mid = np.where(p > 2, tot[:, 1], 0.0)
+    """Mean time of one micro-batch over the p stages (perf/estimate.py `mean_stage_time`)."""
     with np.errstate(invalid="ignore"):
-        piped = (tot[:, 0] + (p - 2) * mid + tot[:, 2]) / p
-    return np.where(p == 1, tot[:, 0], piped)
+        out: np.ndarray = mean_stage_time(p, tot[:, 0], tot[:, 1], tot[:, 2])
+    return out

@@ -133,60 +133,33 @@ class Evaluator:
     ) -> list[tuple[int, Estimate]]:
         """Apply the corrector to a batch of estimates with one prediction call when it supports it."""
         cal = self.calibration
-        if not hasattr(cal, "factors"):
+        if not hasattr(cal, "bands"):  # a duck-typed corrector (tests, plug-ins): one estimate at a time
             return [
                 (i, apply_calibration(e, cal, self.model, self.hardware[points[i].hw], points[i].strategy))
                 for i, e in pending
             ]
         import numpy as np
 
-        from autopar.calibration.features import features
+        from autopar.calibration.apply import scale_memory
+        from autopar.calibration.features import features, memory_features
 
-        X = np.vstack(
-            [
-                features(
-                    self.model,
-                    self.hardware[points[i].hw].cluster,
-                    self.hardware[points[i].hw].workload,
-                    points[i].strategy,
-                    e,
-                )
-                for i, e in pending
-            ]
-        )
-        ok = np.all(np.isfinite(X), axis=1)
-        half = float(getattr(getattr(cal, "corrector", None), "prior_halfwidth_", 0.0))
-        f = np.ones(len(pending))
-        lo, hi = np.full(len(pending), np.exp(-half)), np.full(len(pending), np.exp(half))
-        if ok.any():
-            f[ok], lo[ok], hi[ok] = cal.factors(X[ok])
-        name = getattr(getattr(cal, "meta", None), "name", "")
+        def stacked(fn: Callable[..., Any]) -> Any:
+            return np.vstack([fn(self.model, *self._specs(points[i]), e) for i, e in pending])
+
+        f, lo, hi = cal.bands("throughput", stacked(features))
+        name = cal.meta.name
         out = [
             (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))
             for j, (i, e) in enumerate(pending)
         ]
-        if not getattr(cal, "memory_moves", lambda: False)():
+        if not cal.memory_moves():
             return out
-        from autopar.calibration.apply import scale_memory  # the memory corrector (issue 12)
-        from autopar.calibration.features import memory_features
-
-        Xm = np.vstack(
-            [
-                memory_features(
-                    self.model,
-                    self.hardware[points[i].hw].cluster,
-                    self.hardware[points[i].hw].workload,
-                    points[i].strategy,
-                    e,
-                )
-                for i, e in pending
-            ]
-        )
-        mf = np.ones(len(pending))
-        okm = np.all(np.isfinite(Xm), axis=1)
-        if okm.any():
-            mf[okm] = cal.memory_factors(Xm[okm])[0]
+        mf = cal.bands("memory", stacked(memory_features))[0]
         return [(i, scale_memory(c, float(mf[j]))) for j, (i, c) in enumerate(out)]
+
+    def _specs(self, point: Point) -> tuple[ClusterSpec, Workload, Strategy]:
+        hw = self.hardware[point.hw]
+        return hw.cluster, hw.workload, point.strategy
 
     def _analytical(self, point: Point) -> Estimate | Outcome:
         """The uncalibrated estimate of a point, or its rule-violation outcome."""

@@ -7,8 +7,8 @@ registry's own functions applied to arrays. Nothing is kept per point; kept over
 running Pareto front, the feasible count, the objective bounds of the feasible points (ideal and nadir,
 for hypervolumes) and the indices of a stride sample of SAMPLE_KEPT points. The front and the sample
 are then evaluated again by the scalar evaluator, so every record a user sees comes from the one
-scalar model (the vectorized model agrees with it to 1e-9, tests/test_vector_oracle.py); only which
-points are on the front is decided on arrays (a tie closer than that could fall either way).
+model (a block row equals the single estimate bit for bit, tests/test_batch_model.py); only which
+points are on the front is decided on arrays, before the corrector's rows are re-run one by one.
 
 Smaller spaces keep every point's record (`loops.run_exhaustive`): the oracle the tests compare with.
 """
@@ -149,23 +149,14 @@ def calibrated_arrays(ev: Evaluator, hw: Any, cols: Any, vest: Any) -> SimpleNam
         from autopar.calibration.features import features_columns, memory_features_columns
 
         m, c, w = ev.model, hw.cluster, hw.workload
-        f = _factors(cal.factors, features_columns(m, c, w, cols, vest))
+        f = cal.bands("throughput", features_columns(m, c, w, cols, vest))[0]
         good = (f > 0) & np.isfinite(f)
         inv = np.where(good, 1.0 / np.where(good, f, 1.0), 1.0)
         tps, step, mfu = np.where(good, tps * f, tps), step * inv, np.where(good, mfu * f, mfu)
         if cal.memory_moves():
-            mf = _factors(cal.memory_factors, memory_features_columns(m, c, w, cols, vest))
+            mf = cal.bands("memory", memory_features_columns(m, c, w, cols, vest))[0]
             head, fits = _scaled_memory(vest, mf)
     return SimpleNamespace(tokens_per_s=tps, step_time_s=step, mfu=mfu, headroom_bytes=head, fits=fits)
-
-
-def _factors(predict: Any, X: np.ndarray) -> np.ndarray:
-    """The corrector's factor per row (1 where a feature is not finite, as the scalar path does)."""
-    f = np.ones(len(X))
-    ok = np.all(np.isfinite(X), axis=1)
-    if ok.any():
-        f[ok] = predict(X[ok])[0]
-    return f
 
 
 def _scaled_memory(vest: Any, mf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
