@@ -4,6 +4,7 @@ recommendation ranked by what its band defends, and the published recipe shown b
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -208,3 +209,17 @@ def test_shipped_recipe_table_is_what_the_bench_exports(tmp_path, monkeypatch):
     spec.loader.exec_module(mod)
     mod.export(tmp_path / "recipes.csv")
     assert (tmp_path / "recipes.csv").read_text() == data_path("recipes.csv").read_text()
+
+
+def test_shipped_layout_table_is_current_and_read_without_pandas():
+    # The published runs' LayoutPoints ship as data (build_default writes them) so that finding the nearest
+    # run costs no pandas import; the shipped table must equal what the records give today.
+    from autopar.calibration.build_default import _layouts_current
+
+    assert _layouts_current(), "re-run python -m autopar.calibration.build_default"
+    code = (
+        "import sys\nfrom autopar.calibration import novelty\n"
+        "pts = novelty.published_points()\nassert len(pts) > 100, len(pts)\n"
+        "assert 'pandas' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

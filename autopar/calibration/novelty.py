@@ -29,9 +29,11 @@ quantile of the miss is 0 and nothing widens.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,10 +235,50 @@ def published_reference() -> Reference:
     return Reference(published_points())
 
 
+# The published runs' LayoutPoints, shipped beside them (written by `python -m autopar.calibration.build_default`,
+# checked by its --check): reading them from the records needs pandas and the records' parser (~0.4 s), which
+# every optimize and estimate would otherwise pay to find the nearest run.
+REFERENCE_FILE = "published_layouts.json"
+REFERENCE_SCHEMA = 1
+
+
 @functools.cache
 def published_points() -> tuple[LayoutPoint, ...]:
-    """LayoutPoints of the published runs the shipped calibration trains on."""
+    """LayoutPoints of the published runs the shipped calibration trains on (the shipped table when it
+    is current for these KNOBS and the published runs' bytes, else read from the records)."""
+    from autopar.data import data_path
+
+    try:
+        doc = json.loads(data_path(REFERENCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc == reference_document(doc.get("points_raw", ()), check_only=True):
+        return tuple(_point_of(p) for p in doc["points_raw"])
+    return published_points_from_records()
+
+
+def published_points_from_records() -> tuple[LayoutPoint, ...]:
+    """LayoutPoints of the published runs, read from autopar/data/published_runs.csv (needs pandas)."""
     from autopar.calibration.runs import read_run_records
     from autopar.data import published_runs_path
 
     return record_points(read_run_records(published_runs_path()).fillna("").to_dict("records"))
+
+
+def reference_document(points_raw: Any, *, check_only: bool = False) -> dict[str, Any]:
+    """The shipped table's JSON: schema, KNOBS, the published runs' digest and the points as plain rows.
+    With check_only, `points_raw` is taken as given (the header is what must match)."""
+    from autopar.data import published_runs_path
+
+    rows = list(points_raw) if check_only else [asdict(p) for p in points_raw]
+    digest = hashlib.sha256(published_runs_path().read_bytes()).hexdigest()
+    return {
+        "schema": REFERENCE_SCHEMA,
+        "knobs": list(KNOBS),
+        "published_runs_sha256": digest,
+        "points_raw": rows,
+    }
+
+
+def _point_of(raw: dict[str, Any]) -> LayoutPoint:
+    return LayoutPoint(**{**raw, "knobs": tuple(float(x) for x in raw["knobs"])})
