@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"launch"},
     {"calibration"},
     {"objectives"},
-    {"search"},
+    {"search", "problem"},
     {"costs"},
     {"reports"},
     {"dryrun"},
