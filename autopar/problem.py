@@ -32,16 +32,16 @@ from autopar.defaults import (
     DEFAULT_SAMPLER,
     DEFAULT_SEED,
     DEFAULT_SEQ_LEN,
+    DEFAULT_TIER,
+    LOCAL_SEARCH_SHARE,
     tp_comm_overlap_default,
 )
 from autopar.errors import AutoparError, SpecError
 from autopar.search.constraints import Constraint
-from autopar.search.loops import LOCAL_SEARCH_SHARE
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 
 FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
 SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
-DEFAULT_TIER = "on_demand"  # the price tier $/Mtoken uses unless --tier says
 
 
 class _Config(BaseModel):

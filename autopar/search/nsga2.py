@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from autopar.defaults import LOCAL_SEARCH_SHARE
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.loops import (
     EXPLORE_FRACTION,
-    LOCAL_SEARCH_SHARE,
     Run,
     _front_neighbor,
     _unvisited,
