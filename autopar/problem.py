@@ -120,11 +120,13 @@ class ClusterConfig(_Config):
         from autopar.catalog import get_gpu
 
         c = self.choice(detect)
-        if not c.gpus.strip().isdigit():
-            raise SpecError(f"gpus={c.gpus!r}: expected one GPU count here")
+        try:
+            n = int(c.gpus)
+        except ValueError:
+            raise SpecError(f"gpus={c.gpus!r}: expected one GPU count here") from None
         return ClusterSpec(
             gpu=get_gpu(c.gpu),
-            num_gpus=int(c.gpus),
+            num_gpus=n,
             gpus_per_node=c.gpus_per_node,
             nvlink_domain=c.nvlink_domain,
             internode_bw=c.internode_gbps * 1e9 if c.internode_gbps else None,
@@ -321,6 +323,18 @@ class Problem(_Config):
     cluster: ClusterConfig = ClusterConfig()
     workload: WorkloadConfig = WorkloadConfig()
     search: SearchSettings = SearchSettings()
+
+    def build_one(self, detect: Detector | None = None) -> tuple[ModelSpec, ClusterSpec, Workload]:
+        """The specs of a single estimate: the model, one cluster, the workload in one precision."""
+        from autopar.catalog import get_model
+
+        m = get_model(self.model)
+        cluster = self.cluster.build_one(detect)
+        if len(self.workload.precisions()) > 1:
+            raise SpecError(
+                f"precision={self.workload.precision!r}: expected one precision (bf16 or fp8) here"
+            )
+        return m, cluster, self.workload.build(m)
 
     def build(self, detect: Detector | None = None) -> BuiltProblem:
         """The specs: model, clusters (GPU types x counts), workload; the search's precisions filled in."""
