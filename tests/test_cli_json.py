@@ -3,7 +3,6 @@ shell completion, tables that wrap instead of cutting, and `launch --out` report
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys

@@ -172,4 +172,6 @@ def test_readme_states_these_layers():
     )
     assert order in " ".join(readme.split()), "README 'Layout' must list the import layers of LAYERS"
     named = order.split(" → ")[:-1]
-    assert len(named) == len(LAYERS[1:-1]) and all(n in layer for n, layer in zip(named, LAYERS[1:-1]))
+    assert len(named) == len(LAYERS[1:-1]) and all(
+        n in layer for n, layer in zip(named, LAYERS[1:-1], strict=True)
+    )
