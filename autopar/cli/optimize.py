@@ -111,14 +111,37 @@ def result_json(result: Any) -> dict[str, Any]:
 
 def print_result(result: Any, top: int) -> None:
     """Rich output: summary line, Pareto table, recommendations and notes."""
-    from rich.table import Table
+    _print_summary(result)
+    console.print(_pareto_table(result, top))
+    if len(result.pareto) > top:
+        console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
+    names = [o.name for o in result.objectives]
+    if any(n not in names for n in _SHOWN):
+        console.print("· = not an objective, shown for reference", style="dim")
+    if result.calibration:
+        from autopar.calibration.apply import provenance
 
+        cal = result.calibration
+        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
+        console.print(
+            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
+            "--no-calibration for the analytical model alone",
+            style="dim",
+            highlight=False,
+        )
+    _print_recommended(result)
+    for n in result.notes:  # informational: dim, not the warning colour
+        console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
+
+
+_SHOWN = ("throughput", "headroom", "cost", "mfu")  # columns shown (· marked) even when not an objective
+
+
+def _print_summary(result: Any) -> None:
+    """The problem line, the space and trial counts, and the stored study's states."""
     from autopar.reports.counts import search_counts
 
-    hw = {(t.gpu, t.num_gpus, t.precision) for t in result.trials}
-    multi_hw = len(hw) > 1
-    st = result.stats
-    w = result.workload
+    st, w = result.stats, result.workload
     console.print(
         styled(
             (result.model.name, "bold"),
@@ -143,43 +166,38 @@ def print_result(result: Any, top: int) -> None:
             highlight=False,
             style="dim",
         )
+
+
+def _pareto_table(result: Any, top: int) -> Any:
+    """The Pareto set's first `top` rows: hardware (when several), strategy, objectives, bottleneck."""
+    from rich.table import Table
+
+    multi_hw = len({(t.gpu, t.num_gpus, t.precision) for t in result.trials}) > 1
     names = [o.name for o in result.objectives]
-    extra = [n for n in ("throughput", "headroom", "cost", "mfu") if n not in names]
+    shown = names + [n for n in _SHOWN if n not in names]
     table = Table(title="Pareto set", title_justify="left", show_lines=False)
     for col in ["#"] + (["hardware"] if multi_hw else []) + ["strategy"]:
         table.add_column(col)
-    for n in names + extra:
+    for n in shown:
         table.add_column(_COLS[n][0] + ("" if n in names else " ·"), justify="right")
     table.add_column("bottleneck")
-    df = result.pareto.head(top)
-    for i, row in enumerate(df.to_dict("records")):
+    for i, row in enumerate(result.pareto.head(top).to_dict("records")):
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
-        cells += [_COLS[n][1].format(row[n]) for n in names + extra]
+        cells += [_COLS[n][1].format(row[n]) for n in shown]
         low = row.get("throughput_low")
-        if "throughput" in names + extra and low is not None and low == low:  # present and not NaN
-            k = (names + extra).index("throughput") + len(cells) - len(names + extra)
+        if "throughput" in shown and low is not None and low == low:  # present and not NaN
+            k = shown.index("throughput") + len(cells) - len(shown)
             band = f" ({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)"
             cells[k] = styled(cells[k], (band, "dim"))
         cells.append(str(row.get("bottleneck", "")))
         table.add_row(*cells)
-    console.print(table)
-    if len(result.pareto) > top:
-        console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
-    if extra:
-        console.print("· = not an objective, shown for reference", style="dim")
-    if result.calibration:
-        from autopar.calibration.apply import provenance
+    return table
 
-        cal = result.calibration
-        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
-        console.print(
-            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
-            "--no-calibration for the analytical model alone",
-            style="dim",
-            highlight=False,
-        )
-    tokens = w.token_budget
+
+def _print_recommended(result: Any) -> None:
+    """Each recommendation: its role, label, why, and time and cost to train the token budget."""
+    tokens = result.workload.token_budget
     for r in result.recommended:
         console.print()
         console.print(styled((r.role, "bold green"), f": {r.trial.strategy.label()}"))
@@ -191,8 +209,6 @@ def print_result(result: Any, top: int) -> None:
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
-    for n in result.notes:  # informational: dim, not the warning colour
-        console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
 
 
 _OPTIMIZE = (

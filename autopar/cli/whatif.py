@@ -61,6 +61,33 @@ def _si(x: float | None) -> str:
 
 def render_whatif(result: WhatIfResult) -> None:
     """Print a what-if result as rich tables (options by rank, strategies, sensitivity, notes)."""
+    console.print(_whatif_head(result))
+    order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
+    console.print(_options_table(result, order))
+    for o in order:
+        line = (
+            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at {o.price_label}")
+            if o.feasible
+            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
+        )
+        console.print(line, soft_wrap=True)
+    console.print(result.message, style="bold", highlight=False)
+    if result.sensitivity:
+        _print_sensitivity(result)
+    for n in result.notes:
+        console.print(note_text(n), soft_wrap=True)
+    n_options = len(result.options)
+    console.print(
+        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
+        f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
+        "option)",
+        style="dim",
+        highlight=False,
+    )
+
+
+def _whatif_head(result: WhatIfResult) -> Text:
+    """The problem line: model, tokens, shape, tier, goodput, deadline and cap."""
     wl = result.workload
     head = (
         f", {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
@@ -72,8 +99,11 @@ def render_whatif(result: WhatIfResult) -> None:
         head += f"; deadline {format_duration(result.deadline_s)}"
     if result.max_cost_usd is not None:
         head += f"; spending cap {format_usd(result.max_cost_usd)}"
-    console.print(styled((result.model.name, "bold"), head))
+    return styled((result.model.name, "bold"), head)
 
+
+def _options_table(result: WhatIfResult, order: list) -> Table:
+    """One row per hardware option, best first."""
     t = Table(
         title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
         title_justify="left",
@@ -88,7 +118,6 @@ def render_whatif(result: WhatIfResult) -> None:
     if result.max_cost_usd is not None:
         t.add_column("≤ cap", justify="center", no_wrap=True)
     t.add_column("●", justify="center", no_wrap=True)
-    order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     for o in order:
         row: list[str | Text] = [
             str(o.rank) if o.rank else "-",
@@ -106,46 +135,30 @@ def render_whatif(result: WhatIfResult) -> None:
             row.append(_yes_no(o.within_cost_cap))
         row.append("●" if o.on_pareto else "")
         t.add_row(*row)
-    console.print(t)
-    for o in order:
-        line = (
-            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at {o.price_label}")
-            if o.feasible
-            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
-        )
-        console.print(line, soft_wrap=True)
-    console.print(result.message, style="bold", highlight=False)
+    return t
 
-    if result.sensitivity:
-        s = Table(
-            title="Sensitivity: does the winner change?",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for col in ("scenario", "winner", "runner-up", "changes?"):
-            s.add_column(col)
-        for r in result.sensitivity:
-            s.add_row(
-                r.scenario,
-                r.winner or "-",
-                r.runner_up or "-",
-                warning_text("yes") if r.winner_changed else "no",
-            )
-        console.print(s)
-        bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
-        if bw and bw[0].note:
-            console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
-    for n in result.notes:
-        console.print(note_text(n), soft_wrap=True)
-    n_options = len(result.options)
-    console.print(
-        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
-        f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
-        "option)",
-        style="dim",
-        highlight=False,
+
+def _print_sensitivity(result: WhatIfResult) -> None:
+    """Whether the winner changes under each scenario, and what halving the bandwidth did."""
+    s = Table(
+        title="Sensitivity: does the winner change?",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
+    for col in ("scenario", "winner", "runner-up", "changes?"):
+        s.add_column(col)
+    for r in result.sensitivity:
+        s.add_row(
+            r.scenario,
+            r.winner or "-",
+            r.runner_up or "-",
+            warning_text("yes") if r.winner_changed else "no",
+        )
+    console.print(s)
+    bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
+    if bw and bw[0].note:
+        console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
 
 
 def _sizing_head(result: DeadlineResult) -> Text:

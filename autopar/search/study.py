@@ -120,6 +120,7 @@ def _notes(
     sampler: str,
     run: Run,
 ) -> list[str]:
+    """What the reader should know about the search: constraints, prices, the budget, how it stopped."""
     names = [o.name for o in objectives]
     notes = list(space.skipped)
     if space.excluded:
@@ -145,6 +146,12 @@ def _notes(
             f"budget {budget:,} exceeds the space size {space.size:,}: {what}; --sampler exhaustive "
             "evaluates them all faster"
         )
+    return notes + _run_notes(run)
+
+
+def _run_notes(run: Run) -> list[str]:
+    """How the run went: stopped early, how the sweep worked, failed trials of a stored study."""
+    notes = []
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
     if run.waited_out is not None:
@@ -153,15 +160,14 @@ def _notes(
             f"none finished in {run.waited_out:.0f} s (their heartbeats were alive, so they are not stale); "
             "resume later, or fail them with Optuna"
         )
-    if run.sweep is not None and run.sweep.get("method") == "hybrid":
-        sw = run.sweep
+    sw = run.sweep
+    if sw is not None and sw.get("method") == "hybrid":
         notes.append(
             f"hybrid search: NSGA-II over {sw['layouts'][0]:,} of {sw['layouts'][1]:,} layouts (hardware, "
             f"tp/pp/cp/ep), every other knob solved exactly on arrays ({sw['evaluated']:,} strategies); "
             f"the trial list keeps the front and a sample ({sw['kept']:,} records)"
         )
-    elif run.sweep is not None:
-        sw = run.sweep
+    elif sw is not None:
         notes.append(
             f"exhaustive: {sw['evaluated']:,} strategies estimated on arrays; the trial list keeps the "
             f"front and one point in {sw['stride']} ({sw['kept']:,} records)"
