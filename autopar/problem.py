@@ -203,11 +203,11 @@ class WorkloadConfig(_Config):
         return Workload(
             seq_len=self.seq_len,
             global_batch=self.global_batch,
-            precision=precs[0],  # type: ignore[arg-type]  # a str, checked against the Literal by pydantic
+            precision=precs[0],
             token_budget=self.tokens,
-            framework=framework,  # type: ignore[arg-type]  # checked just above
+            framework=framework,
             tp_comm_overlap=self.overlap(stack),
-            memory_savers=check_memory_savers(self.memory_savers),  # type: ignore[arg-type]  # checked
+            memory_savers=check_memory_savers(self.memory_savers),
             **self._extras(model, precs),
         )
 

@@ -272,7 +272,7 @@ def _checked(settings: WhatIfSettings, fields: dict[str, Any], workload: Workloa
     tokens = s.token_budget if s.token_budget is not None else workload.token_budget
     if tokens is None:
         raise SpecError("tokens: give the token budget to train (e.g. --tokens 1T)")
-    update = {"token_budget": parse_tokens(tokens), "goodput": check_goodput(s.goodput)}
+    update: dict[str, Any] = {"token_budget": parse_tokens(tokens), "goodput": check_goodput(s.goodput)}
     update["tier"] = normalize_tier(s.tier)
     if s.deadline_s is not None and not s.deadline_s > 0:
         raise SpecError(f"deadline={s.deadline_s!r} must be a positive duration")

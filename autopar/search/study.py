@@ -261,14 +261,15 @@ def _search(
     """Run the method the settings (or, for auto, the space's size) call for; (the run, the method)."""
     s, space, ev, objs = ctx.settings, ctx.space, ctx.ev, ctx.objs
     sampler = choose_method(space, ev, s.storage) if s.sampler == "auto" else s.sampler
-    common = dict(budget=s.budget, seed=s.seed, timeout=s.timeout, progress=progress)
     if sampler == "hybrid" or (s.sampler == "auto" and sampler == "exhaustive"):
         if s.storage is not None:
             raise AutoparError("storage: --sampler hybrid does not use a study; drop --storage")
         if not sweepable(space, ev):
             raise AutoparError("sampler=hybrid: needs the analytical model and rules (use nsga2)")
         fn = run_auto if s.sampler == "auto" else run_hybrid
-        return fn(space, ev, objs, **common), sampler
+        return fn(
+            space, ev, objs, budget=s.budget, seed=s.seed, timeout=s.timeout, progress=progress
+        ), sampler
     if sampler == "exhaustive":
         if s.storage is not None:
             raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
@@ -279,7 +280,10 @@ def _search(
         space,
         ev,
         objs,
-        **common,
+        budget=s.budget,
+        seed=s.seed,
+        timeout=s.timeout,
+        progress=progress,
         storage=s.storage,
         study_name=s.study_name,
         fp=ctx.fingerprint,
