@@ -290,13 +290,12 @@ class SearchSettings(_Config):
             raise AutoparError(f"max-cost={self.max_cost}: must be positive ($/Mtoken)")
 
     def stored(self) -> dict[str, Any]:
-        """The settings a stored study keeps to be rebuilt (`autopar study report`)."""
-        return {
-            "precisions": self.precisions,
-            "min_headroom_gib": self.min_headroom_gib,
-            "max_cost": self.max_cost,
-            "tier": self.tier,
-        }
+        """What a stored study keeps of the settings, to be rebuilt (`autopar study report`): the whole tree
+        node under "settings" (without where it is stored and the --fix/--forbid filters, which the space's
+        fingerprint holds) and, as studies written before the tree have them, its fields the report reads."""
+        node = self.model_dump(mode="json", exclude={"storage", "study_name", "heartbeat_s", "constraints"})
+        keep = ("precisions", "min_headroom_gib", "max_cost", "tier")
+        return {**{k: node[k] for k in keep}, "settings": node}
 
 
 def settings_with(settings: SearchSettings | None, fields: dict[str, Any]) -> SearchSettings:
