@@ -70,7 +70,7 @@ def test_each_problem_option_is_declared_once():
     from autopar.cli.whatif import whatif
 
     sigs = [inspect.signature(f).parameters for f in (estimate_cmd, compare_cmd, optimize_cmd, whatif)]
-    for name in ("model", "seq_len", "global_batch", "framework", "tp_comm_overlap", "calibration"):
+    for name in ("seq_len", "global_batch", "framework", "tp_comm_overlap", "calibration"):
         assert all(s[name] is OPTIONS[name] for s in sigs), name
     assert sigs[2]["gpus"] is OPTIONS["gpus:range"] and sigs[0]["gpus"] is OPTIONS["gpus"]
 

@@ -58,20 +58,11 @@ def _o(*decls: str, **kw: Any) -> Any:
     return typer.Option(*decls, **kw)
 
 
+_MODEL_HELP = f"Model name/alias or path to a Hugging Face config.json \\[default: {DEFAULT_MODEL}]."
 _PARAMS: list[tuple[str, Any, Any]] = [
     # --- the model ---
-    (
-        "model",
-        Annotated[
-            str | None,
-            _o(
-                "--model",
-                "-m",
-                help=f"Model name/alias or path to a Hugging Face config.json \\[default: {DEFAULT_MODEL}].",
-            ),
-        ],
-        None,
-    ),
+    ("model", Annotated[str | None, _o("--model", help=_MODEL_HELP)], None),
+    ("model:short", Annotated[str | None, _o("--model", "-m", help=_MODEL_HELP)], None),  # whatif: also -m
     # --- the cluster ---
     (
         "gpu",

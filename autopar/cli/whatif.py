@@ -253,7 +253,7 @@ _WHATIF = (
         "tokens",
         Annotated[str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")],
     ),
-    "model",
+    "model:short",
     opt(
         "option",
         Annotated[
