@@ -26,7 +26,6 @@ from autopar.cli.options import (
 )
 from autopar.errors import NoFeasibleStrategyError, SpecError
 from autopar.layouts import Axis
-from autopar.problem import check_memory_savers
 from autopar.units import GiB
 
 FIT, FASTER, GPUS = "fit", "faster", "gpus"
@@ -153,6 +152,8 @@ def _space(plan: Plan, model: Any, workload: Any, allow: set[str], savers: str, 
     precs = [workload.precision]
     if "precision" in allow:
         precs.append("fp8" if workload.precision == "bf16" else "bf16")
+    from autopar.problem import check_memory_savers
+
     wl = workload.model_copy(update={"memory_savers": check_memory_savers(savers)})
     space = build_space(model, plan.cluster, wl, precs, parse_constraints(fix or (), forbid or ()))
     if len(space.hardware) < len(precs):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,9 +28,11 @@ from autopar.cli.options import (
     with_options,
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
-from autopar.problem import SearchSettings
 from autopar.search.storage import mask
 from autopar.units import format_duration
+
+if TYPE_CHECKING:
+    from autopar.problem import SearchSettings
 
 _COLS = {
     "throughput": ("tokens/s", "{:,.0f}"),
