@@ -28,9 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from typing import Any, NamedTuple
 
+# The axes and the schedule table are declared in the knob registry; re-exported here with the rules.
+from autopar.knobs import CP_COMM_NAMES, implied_schedule, stack_schedules
+from autopar.knobs import SCHEDULE_NAMES as SCHEDULE_NAMES
+from autopar.knobs import SCHEDULES as SCHEDULES
+from autopar.knobs import Axis as Axis
+from autopar.knobs import ScheduleRule as ScheduleRule
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 # Below this many tokens per CP rank the two causal chunks of ring attention (Megatron's load-balanced
@@ -43,55 +49,8 @@ MIN_TOKENS_PER_CP_RANK = 1024
 # (perf/memory.py): the tables and checks the rules below read; the perf modules re-export them.
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleRule:
-    """One pipeline schedule: which virtual-stage counts it takes and what it needs of p and m."""
-
-    name: str
-    vpp: str  # "1" (one chunk per rank), ">1" (interleaved chunks), "any"
-    m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
-    p_even: bool
-    m_even: bool
-    source: str
-
-
-# The valid schedule values and their rules (the search space and the completion read this table).
-SCHEDULES: dict[str, ScheduleRule] = {
-    "1f1b": ScheduleRule(
-        "1f1b",
-        "1",
-        False,
-        False,
-        False,
-        "Narayanan et al. 2021 §2.2.1 (PipeDream-Flush); Megatron-LM default",
-    ),
-    "interleaved": ScheduleRule(
-        "interleaved",
-        ">1",
-        True,
-        False,
-        False,
-        "Narayanan et al. 2021 §2.2.2; Megatron --num-layers-per-virtual-pipeline-stage; "
-        "torchtitan Interleaved1F1B",
-    ),
-    "zb-h1": ScheduleRule(
-        "zb-h1",
-        "1",
-        False,
-        False,
-        False,
-        "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
-    ),
-    "dualpipe": ScheduleRule(
-        "dualpipe",
-        "1",
-        False,
-        True,
-        True,
-        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
-    ),
-}
-SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
+# Pipeline schedules are declared in the knob registry (autopar/knobs.py SCHEDULES: virtual-stage counts, what
+# they need of p and m, which stacks ship them under which name); the rules below read those rows.
 
 
 def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool = True) -> list[str]:
@@ -102,10 +61,8 @@ def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool =
     if p == 1:
         return [] if v == 1 else [f"vpp={v} needs pp > 1"]
     out: list[str] = []
-    if rule.vpp == "1" and v != 1:
-        out.append(f"pp_schedule={schedule} runs one model chunk per rank (vpp=1), got vpp={v}")
-    if rule.vpp == ">1" and v == 1:
-        out.append(f"pp_schedule={schedule} needs vpp > 1")
+    if not rule.takes_vpp(v):
+        out.append(_chunks_message(rule, v))
     if rule.m_multiple_of_p and strict and m % p:
         out.append(f"pp_schedule={schedule} needs micro-batches per step ({m}) divisible by pp={p}")
     if rule.p_even and p % 2:
@@ -113,6 +70,14 @@ def schedule_violations(schedule: str, p: int, v: int, m: int, *, strict: bool =
     if rule.m_even and m % 2:
         out.append(f"pp_schedule={schedule} needs an even number of micro-batches (got {m})")
     return out
+
+
+def _chunks_message(rule: ScheduleRule, v: int) -> str:
+    if rule.vpp == "1":
+        return f"pp_schedule={rule.name} runs one model chunk per rank (vpp=1), got vpp={v}"
+    if rule.vpp == ">1":
+        return f"pp_schedule={rule.name} needs vpp > 1"
+    return f"pp_schedule={rule.name} runs {rule.vpp} model chunks per rank (vpp={rule.vpp}), got vpp={v}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +153,7 @@ def split_violations(
     return out
 
 
-CP_VARIANTS: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
+CP_VARIANTS: tuple[str, ...] = CP_COMM_NAMES  # the registry's domain (autopar/knobs.py)
 
 
 def hierarchical_sizes(c: int, t: int, node_size: int) -> tuple[int, int]:
@@ -250,19 +215,6 @@ def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
         knob, values = MEMORY_SAVER_VALUES[saver]
         out[knob] = tuple(dict.fromkeys(out[knob] + values))
     return out
-
-
-class Axis(StrEnum):
-    """A parallel dimension (names as in Strategy, Megatron-Core and torchtitan)."""
-
-    DP = "dp"  # data parallel (with ZeRO/FSDP sharding over it)
-    TP = "tp"  # tensor parallel (with SP on the same group)
-    CP = "cp"  # context parallel
-    PP = "pp"  # pipeline stages
-    VPP = "vpp"  # virtual stages per pipeline rank (interleaved 1F1B)
-    EP = "ep"  # expert parallel
-    ETP = "etp"  # expert tensor parallel
-    EDP = "edp"  # expert data parallel (derived: tp·cp·dp / (ep·etp))
 
 
 class Level(IntEnum):
@@ -526,7 +478,7 @@ def schedule_rules(pp: int, vpp: int, m: int, schedule: str, moe: bool = True) -
     The search offers DualPipe for MoE models only: on a dense model its bubble is one micro-batch's F&B
     below ZB-H1's ((p−2) vs (p−1) × T_F in pipeline.bubble_fraction) for twice the parameters; what it was
     built for is hiding the expert all-to-all (DeepSeek-V3 report §3.2.1)."""
-    if schedule in ("1f1b", "interleaved"):
+    if schedule in ("1f1b", "interleaved"):  # the plain schedules: vpp_rules and batch_rules check them
         return
     if pp == 1:
         yield _v(Axis.PP, Level.SEARCH, f"pp_schedule={schedule} has no effect with pp=1")
@@ -655,15 +607,20 @@ def sp_rules(model: ModelSpec, tp: int, ep: int, sp: bool) -> Iterator[Violation
 
 
 def vpp_rules(model: ModelSpec, pp: int, vpp: int, schedule: str) -> Iterator[Violation]:
-    """Virtual stages: need pp > 1, the interleaved schedule, and an even split of the layers."""
+    """Virtual stages: need pp > 1, a schedule that runs that many chunks per rank (the interleaved one, or a
+    V-shaped one: knobs.SCHEDULES vpp), and an even split of the layers."""
+    rule = SCHEDULES.get(schedule)
     if vpp == 1:
-        if schedule == "interleaved":
-            yield _v(Axis.VPP, Level.HARD, "pp_schedule=interleaved needs vpp > 1")
+        if rule is not None and not rule.takes_vpp(1):
+            yield _v(Axis.VPP, Level.HARD, _chunks_message(rule, 1))
         return
     if pp == 1:
         yield _v(Axis.VPP, Level.HARD, f"vpp={vpp} needs pp > 1")
-    if schedule != "interleaved":
-        yield _v(Axis.VPP, Level.HARD, f"vpp={vpp} needs pp_schedule=interleaved (got {schedule})")
+    if rule is None or not rule.takes_vpp(vpp):
+        runs = ", ".join(n for n, r in SCHEDULES.items() if r.takes_vpp(vpp))
+        yield _v(
+            Axis.VPP, Level.HARD, f"vpp={vpp} needs pp_schedule={runs or 'interleaved'} (got {schedule})"
+        )
     if pp * vpp > model.layers:
         yield _v(Axis.VPP, Level.HARD, f"pp*vpp = {pp * vpp} exceeds layers={model.layers}")
     elif model.layers % (pp * vpp):
@@ -728,7 +685,7 @@ class Stack:
     """One software stack's parallelism features; each field cites where the stack defines it."""
 
     name: str
-    schedules: dict[str, str]  # autopar pp_schedule -> the stack's own name for it
+    schedules: dict[str, str]  # autopar pp_schedule -> the stack's own name for it (knobs.SCHEDULES stacks)
     zero: tuple[int, ...]  # ZeRO stages (3 = FSDP / fully sharded)
     cp_comm: tuple[str, ...]  # CP variants; () = no context parallelism
     hsdp: bool  # ZeRO-3 sharded inside groups, replicated across them (dp_shard)
@@ -755,7 +712,7 @@ STACKS: dict[str, Stack] = {
     # --optimizer-cpu-offload; --cpu-offloading-num-layers (Transformer Engine's activation offload).
     "megatron": Stack(
         "megatron",
-        {"1f1b": "default 1F1B", "interleaved": "--num-layers-per-virtual-pipeline-stage"},
+        stack_schedules("megatron"),
         (0, 1, 2, 3),
         CP_VARIANTS,
         True,
@@ -769,7 +726,7 @@ STACKS: dict[str, Stack] = {
     # activation offload came later with Megatron-Core and Transformer Engine.
     "megatron-legacy": Stack(
         "megatron-legacy",
-        {"1f1b": "default 1F1B", "interleaved": "--num-layers-per-virtual-pipeline-stage"},
+        stack_schedules("megatron-legacy"),
         (0, 1),
         (),
         False,
@@ -779,15 +736,13 @@ STACKS: dict[str, Stack] = {
         "NVIDIA/Megatron-LM 2022 (Narayanan et al. 2021 §2.2; --use-distributed-optimizer)",
     ),
     # torchtitan v0.2.2 torchtitan/config/job_config.py (vendored torchtitan-v0.2.2.json): Parallelism.
-    # pipeline_parallel_schedule names a torch.distributed.pipelining schedule class (schedules.py
-    # Schedule1F1B, ScheduleInterleaved1F1B; its ZB schedules, ScheduleInterleavedZeroBubble and
-    # ScheduleZBVZeroBubble, and ScheduleDualPipeV run two or more chunks per rank, not autopar's one-chunk
-    # ZB-H1 or two-copy DualPipe); data_parallel_shard_degree (FSDP2) with data_parallel_replicate_degree
+    # pipeline_parallel_schedule names a torch.distributed.pipelining schedule class (which ones, per autopar
+    # schedule: knobs.SCHEDULES stacks); data_parallel_shard_degree (FSDP2) with data_parallel_replicate_degree
     # (DDP or HSDP); context_parallel_rotate_method {allgather, alltoall} (ring passing K/V = p2p; no
     # Ulysses); optimizer-state precision and activation offload are not job-config options.
     "torchtitan": Stack(
         "torchtitan",
-        {"1f1b": "1F1B", "interleaved": "Interleaved1F1B"},
+        stack_schedules("torchtitan"),
         (0, 3),
         ("p2p", "allgather"),
         True,
@@ -800,12 +755,12 @@ STACKS: dict[str, Stack] = {
         expert_tp_any=False,
     ),
     # PyTorch FSDP (torch/distributed/fsdp ShardingStrategy NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
-    # HYBRID_SHARD) with torch.distributed.pipelining (Schedule1F1B, ScheduleInterleaved1F1B) and
+    # HYBRID_SHARD) with torch.distributed.pipelining (knobs.SCHEDULES stacks) and
     # torch.distributed.tensor.experimental.context_parallel (set_rotate_method "alltoall"/"allgather").
     # Its CPUOffload moves parameters too, not the optimizer alone; no launch writer targets it.
     "fsdp": Stack(
         "fsdp",
-        {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"},
+        stack_schedules("fsdp"),
         (0, 2, 3),
         ("p2p", "allgather"),
         True,
@@ -823,7 +778,7 @@ STACKS: dict[str, Stack] = {
     # vendored top-level keys and sections have none), so the search offers none of them (model_code).
     "deepspeed": Stack(
         "deepspeed",
-        {"1f1b": "TrainSchedule"},
+        stack_schedules("deepspeed"),
         (0, 1, 2, 3),
         ("a2a",),
         False,
@@ -1191,7 +1146,7 @@ def mb_vpp_pairs(model: ModelSpec, workload: Workload, dims: ParallelDims) -> tu
     for mb in divisors(per_rank):
         for v in divisors(model.layers):
             d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, v, dims.ep, dims.etp)
-            sched = "interleaved" if v > 1 else "1f1b"
+            sched = implied_schedule(v)
             if _ok([*vpp_rules(model, dims.pp, v, sched), *batch_rules(workload, d, mb)]):
                 pairs.append((mb, v))
     return tuple(pairs)

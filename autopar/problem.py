@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autopar import knobs
 from autopar.defaults import (
     DEFAULT_BUDGET,
     DEFAULT_FRAMEWORK,
@@ -40,7 +41,7 @@ from autopar.errors import AutoparError, SpecError
 from autopar.search.constraints import Constraint
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 
-FRAMEWORKS = ("megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed")
+FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
 SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
 
 

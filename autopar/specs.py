@@ -9,6 +9,13 @@ from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+# The knob domains and the completable knobs are declared in the registry (autopar/knobs.py); re-exported here.
+from autopar.knobs import COMPLETABLE_KNOBS as COMPLETABLE_KNOBS
+from autopar.knobs import CpComm as CpComm
+from autopar.knobs import Framework, format_label
+from autopar.knobs import OptimizerStates as OptimizerStates
+from autopar.knobs import Recompute as Recompute
+from autopar.knobs import Schedule as Schedule
 from autopar.text import escape_char, unsafe_chars
 
 # Default routed-token load of the busiest EP rank relative to the mean (Workload.moe_imbalance).
@@ -311,7 +318,7 @@ class Workload(_Frozen):
         description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan "
         "async TP); needs sequence parallelism",
     )
-    framework: Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"] = Field(
+    framework: Framework = Field(
         default="megatron",
         description="software stack: sets kernel fusion, attention kernel, recompute semantics",
     )
@@ -363,22 +370,6 @@ class Workload(_Frozen):
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
-
-
-Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe"]  # rules: perf/pipeline.py SCHEDULES
-CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
-OptimizerStates = Literal["fp32", "bf16", "8bit"]
-# Knobs `estimate` completes when they are None (unset): the best feasible value, as `optimize` would pick.
-COMPLETABLE_KNOBS: tuple[str, ...] = (
-    "vpp",
-    "micro_batch",
-    "recompute",
-    "etp",
-    "pp_schedule",
-    "zero",
-    "activation_offload_layers",
-)
 
 
 class Knobs(NamedTuple):
@@ -471,43 +462,8 @@ class Strategy(_Frozen):
         after PP unless implied ('PP16-dualpipe', 'PP4-zb-h1'; 'v2' means interleaved), the pipeline split
         ('first3', 'last2', 'emb-split', 'loss-split'), the CP variant ('CP4-a2a', 'CP4-allgather'), HSDP
         ('HSDP8'), optimizer states and offload ('bf16-states', 'offload', 'offload0.5'). 'AO20' = activations of 20
-        layers offloaded to the CPU.
-        autopar.launch.labels.parse_strategy_label reads it back.
+        layers offloaded to the CPU. An unset micro-batch or recompute (None) shows nothing.
+        The tokens are declared in autopar/knobs.py (LABEL_TOKENS); autopar.launch.labels.parse_strategy_label
+        reads it back.
         """
-        parts = [f"TP{self.tp}"]
-        if self.sp and self.tp > 1:
-            parts[-1] += "+SP"
-        if self.pp > 1:
-            pp = f"PP{self.pp}" + (f"v{self.vpp}" if self.vpp and self.vpp > 1 else "")
-            implied = "interleaved" if self.vpp and self.vpp > 1 else "1f1b"
-            parts.append(pp + (f"-{self.pp_schedule}" if self.pp_schedule not in (implied, None) else ""))
-        parts += self._split_tokens()
-        if self.cp > 1:
-            parts.append(f"CP{self.cp}" + (f"-{self.cp_comm}" if self.cp_comm != "p2p" else ""))
-        if self.ep > 1:
-            parts.append(f"EP{self.ep}")
-        if self.etp is not None and self.etp != self.tp:
-            parts.append(f"ETP{self.etp}")
-        if self.dp:
-            parts.append(f"DP{self.dp}" + (f"/Z{self.zero}" if self.zero else ""))
-        elif self.zero:
-            parts.append(f"Z{self.zero}")
-        if self.dp_shard is not None:
-            parts.append(f"HSDP{self.dp_shard}")
-        parts.append(f"mb{self.micro_batch}")
-        if self.recompute is not None and self.recompute != "none":  # unset (None): nothing to show
-            parts.append({"selective": "sel-AC", "full": "full-AC"}[self.recompute])
-        if self.optimizer_states is not None:
-            parts.append(f"{self.optimizer_states}-states")
-        if self.optimizer_offload:
-            parts.append("offload" + (f"{self.optimizer_offload:g}" if self.optimizer_offload != 1.0 else ""))
-        if self.activation_offload_layers:
-            parts.append(f"AO{self.activation_offload_layers}")
-        return " ".join(parts)
-
-    def _split_tokens(self) -> list[str]:
-        """Label tokens of the pipeline split options (none for an even split)."""
-        out = [f"first{self.pp_first_layers}"] if self.pp_first_layers is not None else []
-        out += [f"last{self.pp_last_layers}"] if self.pp_last_layers is not None else []
-        out += ["emb-split"] if self.pp_account_embedding else []
-        return out + (["loss-split"] if self.pp_account_loss else [])
+        return format_label(self)

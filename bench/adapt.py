@@ -28,7 +28,7 @@ import pandas as pd
 
 from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
 from autopar.calibration.features import FEATURE_NAMES, build_training_set
-from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter
+from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, adapter_clusters
 from autopar.calibration.runs import read_run_records
 from autopar.calibration.validation import COVERAGE, _band_without, select_params
 from autopar.data import published_runs_path
@@ -51,28 +51,36 @@ def _global(X: np.ndarray, y: np.ndarray, g: np.ndarray, ch) -> ThroughputCorrec
     ).fit(X, y, groups=g)
 
 
-def predict_offsets(X, y, g, ch, Xt, grp):
+def predict_offsets(X, y, g, ch, Xt, gt, c, ct):
+    """Today's `calibrate fit --group`: offsets by source (c, ct: clusters, unused)."""
     m = _global(X, y, g, ch)
     if len(set(g)) >= 2:
         m.band_ = _band_without(X, y, g, ch.alpha, ch.shrink)
-    return m.predict_interval(Xt, [grp] * len(Xt))
+    return m.predict_interval(Xt, gt)
 
 
-def predict_hier(X, y, g, ch, Xt, grp):
+def predict_hier(X, y, g, ch, Xt, gt, c, ct):
+    """The hierarchical adapter on clusters (source, GPU) over the same global part, its band calibrated
+    on left-out sources."""
     m = _global(X, y, g, ch)
     base, base_t = m.predict(X), m.predict(Xt)  # no groups: the global part only
-    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, g, base=base)
-    c, lo, hi = h.predict_interval(Xt, [grp] * len(Xt))
-    return base_t + c, base_t + lo, base_t + hi
+    h = HierarchicalAdapter(SLOPE_IDX, COVERAGE).fit(X, y, c, base=base, band_groups=g)
+    mid, lo, hi = h.predict_interval(Xt, ct)
+    return base_t + mid, base_t + lo, base_t + hi
 
 
 METHODS = {"offsets": predict_offsets, "hier": predict_hier}
 
 
-def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
-    g = np.asarray(ts.sources)
+def clusters(ts) -> np.ndarray:
+    """A run's cluster: its group (the `cluster` cell, else its source) on one GPU type."""
+    return np.array(adapter_clusters(ts.groups, ts.gpus, None))
+
+
+def run(ts, ks=KS, draws=DRAWS, methods=METHODS, only=None) -> pd.DataFrame:
+    g, cl = np.asarray(ts.sources), clusters(ts)
     rows = []
-    for src in sorted(set(g)):
+    for src in sorted(set(g) if only is None else only):
         idx, others = np.flatnonzero(g == src), np.flatnonzero(g != src)
         if len(idx) < MIN_RUNS:
             continue
@@ -86,7 +94,8 @@ def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
                 rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
                 y = ts.y[rest]
                 for name, fn in methods.items():
-                    c, lo, hi = fn(ts.X[train], ts.y[train], g[train], ch, ts.X[rest], src)
+                    args = (ts.X[train], ts.y[train], g[train], ch, ts.X[rest], g[rest], cl[train], cl[rest])
+                    c, lo, hi = fn(*args)
                     rows.append(
                         {
                             "source": src,
@@ -104,19 +113,31 @@ def run(ts, ks=KS, draws=DRAWS, methods=METHODS) -> pd.DataFrame:
 CURVE_NS = (5, 10, 20, 40, 60)  # runs of one cluster ingested, for the learning curve
 
 
-def _gbr():
+def _regressors() -> dict:
+    """scikit-learn models fitted on what offsets and slopes leave in a cluster's n runs."""
     from sklearn.ensemble import GradientBoostingRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import SplineTransformer
 
-    # small and slow-learning: tens of runs of one cluster, a handful of physical features
-    return GradientBoostingRegressor(
-        n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
-    )
+    return {
+        # small and slow-learning: tens of runs of one cluster, a handful of physical features
+        "+ boosting": GradientBoostingRegressor(
+            n_estimators=150, max_depth=2, learning_rate=0.05, subsample=0.8, random_state=0
+        ),
+        # additive (GAM-like): a cubic spline per feature, ridge penalty chosen by leave-one-out on the n runs
+        "+ GAM": make_pipeline(
+            SplineTransformer(n_knots=4, degree=3, extrapolation="constant"),
+            RidgeCV(alphas=np.logspace(-2, 4, 13)),
+        ),
+    }
 
 
 def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataFrame:
-    """Median APE on a cluster's held-out runs after n of its runs: offsets+slopes (the hierarchical
-    adapter) alone, and with gradient boosting fitted on what it leaves in those n runs."""
-    g = np.asarray(ts.sources)
+    """Median APE on a source's held-out runs after n of its runs: offsets+slopes (the hierarchical
+    adapter on (source, GPU) clusters) alone, and with each regressor fitted on what it leaves in those
+    n runs."""
+    g, cl = np.asarray(ts.sources), clusters(ts)
     idx, others = np.flatnonzero(g == source), np.flatnonzero(g != source)
     ch = select_params(ts.X[others], ts.y[others], g[others])
     rows = []
@@ -128,21 +149,17 @@ def learning_curve(ts, source: str, ns=CURVE_NS, draws: int = DRAWS) -> pd.DataF
             pick = rng.choice(idx, size=n, replace=False)
             rest, train = np.setdiff1d(idx, pick), np.concatenate([others, pick])
             m = _global(ts.X[train], ts.y[train], g[train], ch)
-            base = m.predict(ts.X[train])
             h = HierarchicalAdapter(SLOPE_IDX, COVERAGE, calibrate_band=False).fit(
-                ts.X[train], ts.y[train], g[train], base=base
+                ts.X[train], ts.y[train], cl[train], base=m.predict(ts.X[train])
             )
-            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], [source] * n)
-            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], [source] * len(rest))
-            gbr = _gbr().fit(ts.X[pick], ts.y[pick] - hier_pick)
-            y = ts.y[rest]
-            for name, c in (
-                ("offsets+slopes", hier_rest),
-                ("+ boosting", hier_rest + gbr.predict(ts.X[rest])),
-            ):
-                rows.append(
-                    {"n": n, "draw": d, "method": name, "ape": float(np.median(ape_of_log_error(c - y)))}
-                )
+            hier_pick = m.predict(ts.X[pick]) + h.predict(ts.X[pick], cl[pick])
+            hier_rest = m.predict(ts.X[rest]) + h.predict(ts.X[rest], cl[rest])
+            preds = {"offsets+slopes": hier_rest}
+            for name, reg in _regressors().items():
+                preds[name] = hier_rest + reg.fit(ts.X[pick], ts.y[pick] - hier_pick).predict(ts.X[rest])
+            for name, c in preds.items():
+                ape = float(np.median(ape_of_log_error(c - ts.y[rest])))
+                rows.append({"n": n, "draw": d, "method": name, "ape": ape})
     out = pd.DataFrame(rows).groupby(["n", "method"])["ape"].mean().unstack()
     return out.reset_index()
 

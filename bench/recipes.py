@@ -20,6 +20,8 @@ mbridge_perf_summary (pre-training rows). Held out (whole sources, looked at onl
 nemo_perf_summary_2504 (GB200, NeMo 25.04), nemo_automodel (FSDP2 + DeepEP) and torchtitan_bench (Meta).
 
 Usage: python bench/recipes.py [--only SUBSTRING] [--heldout] [--csv out.csv]
+       python bench/recipes.py --export autopar/data/recipes.csv   (the recipe table the tool shows beside
+       its pick: every problem's recipe above, dev and held out, plus PRESETS; no search)
 """
 
 from __future__ import annotations
@@ -55,6 +57,26 @@ _UNTYPED = ("moe_ep_overlap", "cuda_graphs")
 KNOBS = ("tp", "sp", "pp", "vpp", "cp", "cp_comm", "ep", "etp", "dp", "zero", "micro_batch", "recompute")
 THRESHOLDS = (1.10, 1.25)
 
+# Tuned presets published without a measurement, for problems no measured row covers (the quick-start
+# problem among them). Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py:
+# V1 presets (GBS 256 for 70B, 128 for 8B), sequence 8192; micro-batch not set there (the preset's default
+# of 1). Columns as in RECIPE_COLUMNS.
+_MB_PRESETS = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py"
+PRESETS = (
+    ("LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1", "Llama-3-70B", "H100-SXM", 64, "bf16", 8192, 256,
+     "megatron", 4, 4, 2, 1, 5, 1, "", _MB_PRESETS),
+    ("LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V1", "Llama-3-70B", "H100-SXM", 64, "fp8", 8192, 256,
+     "megatron", 4, 8, 1, 1, 5, 1, "", _MB_PRESETS),
+    ("LLAMA3_70B_PRETRAIN_CONFIG_B200_BF16_V1", "Llama-3-70B", "B200", 64, "bf16", 8192, 256,
+     "megatron", 2, 4, 2, 1, 5, 1, "", _MB_PRESETS),
+    ("LLAMA3_8B_PRETRAIN_CONFIG_H100_BF16_V1", "Llama-3-8B", "H100-SXM", 8, "bf16", 8192, 128,
+     "megatron", 1, 1, 2, 1, "", 1, "", _MB_PRESETS),
+)  # fmt: skip
+RECIPE_COLUMNS = (
+    "id", "model", "gpu", "num_gpus", "precision", "seq_len", "global_batch", "framework",
+    "tp", "pp", "cp", "ep", "vpp", "micro_batch", "measured_tokens_per_s_per_gpu", "source",
+)  # fmt: skip
+
 
 @dataclass
 class Problem:
@@ -68,6 +90,7 @@ class Problem:
     workload: Workload
     recipe: Strategy
     measured: float  # tokens/s/GPU of the recipe as published
+    source_ref: str = ""  # where the row was published
 
     @property
     def heldout(self) -> bool:
@@ -105,8 +128,33 @@ def load_problems(only: str = "") -> list[Problem]:
         key = (specs.model.name, c.gpu.name, c.num_gpus, c.host_size, wl.model_dump_json())
         if meas is None or (key in best and best[key].measured >= meas):
             continue
-        best[key] = Problem(key, src, str(row["id"]), specs.model, c, wl, specs.strategy, meas)
+        ref = str(row.get("source_ref") or src)
+        best[key] = Problem(key, src, str(row["id"]), specs.model, c, wl, specs.strategy, meas, ref)
     return list(best.values())
+
+
+def recipe_rows(problems: list[Problem]) -> list[tuple]:
+    """The recipe table (RECIPE_COLUMNS): every problem's recipe, then PRESETS."""
+    out = []
+    for p in sorted(problems, key=lambda p: p.row_id):
+        s, c, w = p.recipe, p.cluster, p.workload
+        out.append(
+            (p.row_id, p.model.name, c.gpu.name, c.num_gpus, w.precision, w.seq_len, w.global_batch,
+             w.framework, s.tp, s.pp, s.cp, s.ep, s.vpp or "", s.micro_batch or "", f"{p.measured:.6g}",
+             p.source_ref)
+        )  # fmt: skip
+    return out + list(PRESETS)
+
+
+def export(path: Path) -> None:
+    """Write the recipe table the tool reads (autopar/calibration/recipes.py)."""
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as f:
+        wr = csv.writer(f, lineterminator="\n")
+        wr.writerow(RECIPE_COLUMNS)
+        wr.writerows(recipe_rows(load_problems()))
+    print(f"wrote {path}")
 
 
 def differing(a: Strategy, b: Strategy) -> str:
@@ -191,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="problems whose row id or model contains this")
     ap.add_argument("--heldout", action="store_true", help="also run the held-out sources (look last)")
     ap.add_argument("--csv", type=Path, help="write the per-problem table here")
+    ap.add_argument("--export", type=Path, help="write the recipe table (no search) and stop")
     args = ap.parse_args(argv)
+    if args.export:
+        export(args.export)
+        return 0
     t0 = time.perf_counter()
     probs = [p for p in load_problems(args.only) if args.heldout or not p.heldout]
     results = [run_problem(p) for p in probs]

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "autopar"
 AXIS_NAMES = {a.value for a in Axis}
 # Modules whose axis strings are external names, with what they name.
 EXTERNAL_FORMATS = {
-    "layouts.py": "the Axis enum itself",
+    "knobs.py": "the Axis enum itself (the knob registry; autopar.layouts re-exports it)",
     "specs.py": "Strategy field names (layouts imports specs, so specs cannot import Axis)",
     "calibration/records.py": "run-record CSV columns",
     "cli/calibrate.py": "run-record row keys (kept raw: importing Axis would load pydantic at CLI start-up)",

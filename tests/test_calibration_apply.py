@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.calibration import apply as apply_mod
+from autopar.calibration.adapter import AdaptedCorrector
 from autopar.calibration.apply import (
     REGENERATE,
     Calibration,
@@ -22,6 +23,7 @@ from autopar.calibration.apply import (
     load_calibration,
     load_default_calibration,
 )
+from autopar.calibration.features import build_training_set
 from autopar.calibration.modelfile import write_model_doc
 from autopar.calibration.runs import check_file
 from autopar.catalog import get_gpu, get_model
@@ -199,14 +201,24 @@ def test_cli_fit_with_own_cluster_and_report(tmp_path, published):
         "leave-one-source-out" in text
         and "in 80%" in text
         and "adapted to cluster 'torchtitan_bench'" in text
+        and "learning curve of 'torchtitan_bench'" in text
     )
     cal = load_calibration(out)
     assert cal.meta.group == "torchtitan_bench"
-    # the cluster's learned offset moves every prediction made with this model by exp(offset)
+    # the saved model carries the hierarchical adapter; the cluster's posterior (offset + slopes) moves
+    # every prediction made with this model, and moves its own runs toward their measurements
+    assert isinstance(cal.corrector, AdaptedCorrector)
+    # posteriors for the team's group, for every other group by name, and for (group, GPU) clusters
+    assert {"torchtitan_bench", "mosaic_llmfoundry", "mosaic_llmfoundry@H100-SXM"} <= set(
+        cal.corrector.adapter_.posterior_
+    )
     f, lo, hi = cal.throughput_factor(*_specs())
-    off = cal.corrector.offsets_["torchtitan_bench"]
-    assert abs(off) > 0.01 and lo < f < hi
-    assert f == pytest.approx(cal.throughput_factor(*_specs(), group="elsewhere")[0] * np.exp(off))
+    assert lo < f < hi and abs(np.log(f / cal.throughput_factor(*_specs(), group="elsewhere")[0])) > 0.01
+    ts = build_training_set([r for r in published if r["source"] == "torchtitan_bench"])
+    own = cal.corrector.predict(ts.X, ["torchtitan_bench"] * len(ts))
+    unseen = cal.corrector.predict(ts.X, ["elsewhere"] * len(ts))
+    # (mean squared log error: what a posterior mean lowers; this cluster's residuals are bimodal)
+    assert np.mean((ts.y - own) ** 2) < 0.8 * np.mean((ts.y - unseen) ** 2)
     html = tmp_path / "rep.html"
     r2 = runner.invoke(
         app, ["calibrate", "report", "--store", str(db), "--out", str(html), "--plotlyjs", "cdn"]
@@ -214,6 +226,11 @@ def test_cli_fit_with_own_cluster_and_report(tmp_path, published):
     assert r2.exit_code == 0, r2.output
     page = html.read_text()
     assert "Per source" in page and "Adapting to a cluster" in page and "adaptation k=3" in r2.output
+    # the store's own cluster gets its learning curve (runs ingested -> error) on the page and the console
+    assert "Learning curve of your cluster &#x27;torchtitan_bench&#x27;" in page or (
+        "Learning curve of your cluster 'torchtitan_bench'" in page
+    )
+    assert "learning curve of 'torchtitan_bench'" in " ".join(r2.output.split())
 
 
 def test_cli_fit_errors(tmp_path):

@@ -109,3 +109,83 @@ def test_scikit_learn_contract():
     assert clone(m).get_params() == {"slope_idx": (0,), "coverage": 0.9, "calibrate_band": True}
     X, y, g = _clusters(np.random.default_rng(5), 6, 4)
     assert m.fit(X, y, g) is m and m.predict(X).shape == (len(y),)
+
+
+def _adapted(seed: int = 7):
+    """A ridge corrector (4 features, slopes on feature 0) adapted by the hierarchical adapter."""
+    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.hierarchy import adapt_corrector
+
+    rng = np.random.default_rng(seed)
+    X1, y, g = _clusters(rng, 12, 6)
+    X = np.column_stack([X1, rng.normal(size=(len(y), 3))])
+    base = ThroughputCorrector(alpha=10.0, shrink=0.0).fit(X, y, groups=g)
+    return adapt_corrector(base, X, y, g, g, (0,)), X, y, g
+
+
+def test_adapted_corrector_round_trips_through_json_params():
+    """What `calibrate fit --group` saves is what loading predicts: the per-cluster posteriors survive
+    the JSON parameters exactly, a known cluster gets its posterior, an unknown one the prior band."""
+    import json
+
+    from autopar.calibration.adapter import corrector_from_params
+
+    m, X, _, g = _adapted()
+    back = corrector_from_params(json.loads(json.dumps(m.to_params())), X.shape[1])
+    for groups in (list(g), ["never-seen"] * len(g)):
+        for a, b in zip(m.predict_interval(X, groups), back.predict_interval(X, groups), strict=True):
+            assert np.array_equal(a, b)
+    c_unseen, lo_u, hi_u = back.predict_interval(X[:5], ["never-seen"] * 5)
+    c_seen, lo_s, hi_s = back.predict_interval(X[:5], list(g[:5]))
+    assert np.all(c_unseen == 0.0)  # shrink 0: no cluster, no correction
+    assert np.all(hi_s - lo_s < hi_u - lo_u)  # six own runs narrow the band
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "why"),
+    [
+        (("adapter", "v", 0), 1e9, "variances"),
+        (("adapter", "band", 1), 1e6, "band quantiles"),
+        (("adapter", "slope_idx", 0), 99, "slope_idx"),
+        (("adapter", "posteriors", "c0", "mean", 0), 50.0, "out of bounds"),
+        (("adapter", "posteriors", "c0", "cov", 0, 1), 3.0, "out of bounds"),  # not a covariance
+    ],
+)
+def test_damaged_adapter_parameters_are_refused(path, value, why):
+    from autopar.calibration.adapter import corrector_from_params
+
+    m, X, _, _ = _adapted()
+    p = m.to_params()
+    node = p
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ValueError, match=why):
+        corrector_from_params(p, X.shape[1])
+
+
+def test_learning_curve_of_a_shifted_cluster():
+    """A new cluster 25% slower than the analytical model on every run (log ratio -0.288, run noise
+    0.03): with no run of it the error is its whole shift; ten of its runs take the adapter (and the
+    plain offset, tau = 0) to within the noise; the held-out counts and draws are as documented."""
+    from autopar.calibration.hierarchy import learning_curve
+
+    rng = np.random.default_rng(11)
+    X, y, g = _clusters(rng, 20, 6, slope=False)
+    h = HierarchicalAdapter(slope_idx=(0,)).fit(X, y, g)
+    xs = rng.uniform(0, 4, 30)[:, None]
+    r = np.log(0.75) + rng.normal(0, SD_RUN, 30)
+    curve = {row["n"]: row for row in learning_curve(h, xs, r, tau=0.0, ns=(0, 10, 28), draws=2)}
+    assert sorted(curve) == [0, 10]  # n = 28 leaves 2 < CURVE_MIN_REST held-out runs
+    assert curve[0]["held_out"] == 30 and curve[10]["held_out"] == 20
+    assert curve[0]["ape_adapter"] == pytest.approx(1 / 0.75 - 1, abs=0.03)  # 0.333: the whole shift
+    assert curve[0]["ape_global"] == curve[0]["ape_offsets"] == curve[0]["ape_adapter"]
+    assert curve[10]["ape_adapter"] < 0.05 and curve[10]["ape_offsets"] < 0.05
+    assert all(0 <= row["coverage"] <= 1 for row in curve.values())
+
+
+def test_adapter_clusters_split_by_gpu_except_the_named_group():
+    from autopar.calibration.hierarchy import adapter_clusters
+
+    keys = adapter_clusters(["mine", "mine", "pub", "pub"], ["H100", "GB200", "H100", "GB200"], "mine")
+    assert keys == ["mine", "mine", "pub@H100", "pub@GB200"]

@@ -33,7 +33,7 @@ MEG_FLAGS = {
     "cp": 1,
     "dp": 4,
     "micro_batch": 1,
-    "seq_len": 8192,
+    "seq_len": 2048,
     "precision": "bf16",
     "recompute": "none",
 }
@@ -64,9 +64,9 @@ def test_megatron_aggregate_matches_hand_values():
     assert rec["measured_step_s"] == pytest.approx(6.100)
     assert rec["measured_step_s_p10"] == pytest.approx(6.080)
     assert rec["measured_step_s_p90"] == pytest.approx(6.120)
-    # tokens/s/GPU = 128 seq * 8192 tok / 6.100 s / 8 GPUs = 21487.2
-    assert rec["measured_tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / 6.1 / 8)
-    assert rec["measured_tokens_per_s_per_gpu"] == pytest.approx(21487.2, abs=0.1)
+    # tokens/s/GPU = 128 seq * 2048 tok / 6.100 s / 8 GPUs = 5371.8
+    assert rec["measured_tokens_per_s_per_gpu"] == pytest.approx(128 * 2048 / 6.1 / 8)
+    assert rec["measured_tokens_per_s_per_gpu"] == pytest.approx(5371.8, abs=0.1)
     # TFLOP/s sorted 400.2 400.8 401.1 401.5 401.8 [402.1] 402.5 402.8 403.1 403.5 404.1
     assert rec["measured_tflops_per_gpu"] == pytest.approx(402.1)
     # memory: max 'max reserved' = 61440 MiB = 60.0 GiB
@@ -131,9 +131,12 @@ def test_file_ingest_validates_the_aggregate():
     assert (
         rec["source"] == "torchtitan-log" and rec["num_gpus"] == 8 and rec["id"].startswith("torchtitan-log-")
     )
-    # without the config the aggregate misses required columns and is reported, not crashed on
-    bad = check_file(TT, config={})
-    assert {e.field for e in bad.errors} >= {"gpu", "num_gpus", "seq_len", "global_batch"}
+    # without the config: one line naming the file and every missing column (the log prints none of them)
+    with pytest.raises(DataError) as e:
+        check_file(TT, config={})
+    msg = str(e.value)
+    assert msg.startswith(f"{TT}: ") and "\n" not in msg
+    assert "give gpu, num_gpus, seq_len, global_batch, model" in msg
 
 
 def test_no_step_lines_is_a_clear_error(tmp_path):
@@ -185,8 +188,6 @@ def test_cli_ingest_logs_with_flags_and_sidecar(tmp_path):
         "4",
         "--micro-batch",
         "1",
-        "--seq-len",
-        "2048",  # the log's 248 TFLOP/s per GPU at 6.1 s per 128 sequences (8192 implied MFU > 100%)
         "--precision",
         "bf16",
         "--recompute",
@@ -220,4 +221,6 @@ def test_cli_ingest_logs_with_flags_and_sidecar(tmp_path):
 def test_cli_log_without_config_reports_fields(tmp_path):
     r = runner.invoke(app, ["calibrate", "ingest", str(MEG), "--store", str(tmp_path / "d.db")])
     assert r.exit_code == 2
-    assert "gpu" in r.output and "num_gpus" in r.output and "Traceback" not in r.output
+    # the log's own dump gives num_gpus (world size 8) and seq_len; gpu and model are missing, one line
+    assert "megatron_gpt_tp2.log: neither the log nor the flags/--sidecar give gpu, model" in r.output
+    assert "num_gpus" not in r.output and "Traceback" not in r.output and r.output.count("\n") == 1

@@ -34,6 +34,7 @@ COMMANDS = [
     ["calibrate", "export"],
     ["calibrate", "fit"],
     ["calibrate", "report"],
+    ["calibrate", "plan"],
 ]
 
 

@@ -17,7 +17,20 @@ ROOT = Path(__file__).resolve().parent.parent / "autopar"
 # Lowest first. The root package (`autopar/__init__.py`) imports nothing statically (its public names load
 # lazily by string), so it sits at the bottom with the leaf modules; `data` only holds files.
 LAYERS: list[set[str]] = [
-    {"autopar", "errors", "text", "inputs", "units", "specs", "layouts", "defaults", "lazy", "data", "files"},
+    {
+        "autopar",
+        "errors",
+        "text",
+        "inputs",
+        "units",
+        "knobs",
+        "specs",
+        "layouts",
+        "defaults",
+        "lazy",
+        "data",
+        "files",
+    },
     {"catalog"},
     {"perf"},
     {"launch"},

@@ -322,3 +322,16 @@ def test_any_stack_search_point_is_accepted_by_its_framework(which, seed, tmp_pa
         assert ls.deepspeed is not None, (pt.strategy.label(), ls.deepspeed_reason)
         with fake_world(hw.num_gpus):
             assert deepspeed_problems(ls.deepspeed, hw.num_gpus) == []
+
+
+def test_torchtitan_runs_zb_v_under_its_own_name(tmp_path) -> None:
+    """ZB-V (knobs.SCHEDULES) is written as torch's ZBVZeroBubble with two stages per rank, and torchtitan
+    accepts it; a schedule torchtitan does not ship (ZB-2p) falls back to 1F1B with a note."""
+    s = Strategy(tp=8, pp=4, vpp=2, sp=True, pp_schedule="zb-v")
+    toml = _ls("llama-3.1-70b", 64, s).torchtitan
+    assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in toml
+    assert "pipeline_parallel_layers_per_stage = 10" in toml  # 80 layers / (4 ranks x 2 chunks)
+    assert torchtitan_problems(toml, 64, tmp_path) == []
+    ls = _ls("llama-3.1-70b", 64, Strategy(tp=8, pp=4, sp=True, pp_schedule="zb-2p"))
+    assert 'pipeline_parallel_schedule = "1F1B"' in ls.torchtitan
+    assert any("zb-2p" in n for n in ls.framework_notes["torchtitan"])

@@ -36,6 +36,50 @@ def test_bubble_fractions_golden():
     assert bubble_fraction("1f1b", 1, 32) == 0.0
 
 
+def test_zero_bubble_schedules_golden():
+    # ZB-2p and ZB-V at T_F = T_B = T_W (w = 1/2 of t_b = 2): no bubble (Qi et al. ICLR 2024 §3; arXiv 2401.10241
+    # §6 and 2405.15362: V-ZB bubble 0).
+    assert bubble_fraction("zb-2p", 8, 32) == 0.0
+    assert bubble_fraction("zb-v", 8, 32, 2) == 0.0
+    # w = 1/4: T_F = 1, T_B = 1.5, T_W = 0.5. ZB-H2's form (p-1)(T_F+T_B-2T_W) = 7·1.5 = 10.5 over m(T_F+T_B+T_W)
+    # = 32·3 = 96; ZB-V's half-stage chunks: 5.25/96. ZB-H1 (p-1)(T_F+T_B-T_W) = 7·2 = 14 over 96 is above both.
+    assert bubble_fraction("zb-2p", 8, 32, 1, 0.25) == pytest.approx(10.5 / 96)
+    assert bubble_fraction("zb-v", 8, 32, 2, 0.25) == pytest.approx(5.25 / 96)
+    assert bubble_fraction("zb-h1", 8, 32, 1, 0.25) == pytest.approx(14 / 96)
+    # no weight-gradient split (w = 0): T_B = 2, nothing to fill with; ZB-2p keeps 1F1B's 3·7/96 = 7/32
+    assert bubble_fraction("zb-2p", 8, 32, 1, 0.0) == pytest.approx(7 / 32)
+    # activations: ZB-2p budgets 2p micro-batches (2x 1F1B), ZB-V p (as 1F1B), both capped by m
+    assert inflight_microbatches("zb-2p", 8, 32) == 16
+    assert inflight_microbatches("zb-2p", 8, 12) == 12
+    assert inflight_microbatches("zb-v", 8, 32, 2) == 8
+    assert inflight_microbatches("zb-v", 8, 4, 2) == 4
+    # ZB-V runs exactly two chunks per rank (torch ScheduleZBVZeroBubble: "exactly 2 stages per rank")
+    assert schedule_violations("zb-v", 4, 2, 8) == []
+    assert any("2 model chunks" in x for x in schedule_violations("zb-v", 4, 1, 8))
+    assert any("one model chunk" in x for x in schedule_violations("zb-2p", 4, 2, 8))
+
+
+def test_zero_bubble_schedules_only_where_a_stack_ships_them():
+    from autopar.layouts import STACKS, schedules_for
+
+    assert "zb-v" in schedules_for("torchtitan") and "zb-v" in schedules_for("fsdp")
+    assert STACKS["torchtitan"].schedules["zb-v"] == "ZBVZeroBubble"  # torch get_schedule_class's name
+    for fw in ("megatron", "megatron-legacy", "deepspeed"):
+        assert "zb-v" not in schedules_for(fw)
+    assert not any("zb-2p" in schedules_for(fw) for fw in STACKS)
+
+
+def test_zb_v_estimate_beats_1f1b_with_the_same_activation_memory():
+    m, cl = get_model("Llama-3.1-8B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
+    w = Workload(seq_len=4096, global_batch=64, framework="torchtitan")
+    one = estimate(m, cl, w, Strategy(pp=8, micro_batch=1))
+    zbv = estimate(m, cl, w, Strategy(pp=8, vpp=2, pp_schedule="zb-v", micro_batch=1))
+    assert zbv.time.bubble < one.time.bubble / 2
+    assert zbv.memory.activations == pytest.approx(one.memory.activations, rel=0.05)
+    zb2 = estimate(m, cl, w, Strategy(pp=8, pp_schedule="zb-2p", micro_batch=1))
+    assert zb2.memory.activations > 1.5 * one.memory.activations
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(2, 64),
@@ -57,7 +101,7 @@ def test_inflight_microbatches():
 
 
 def test_schedule_rules():
-    assert set(SCHEDULES) == {"1f1b", "interleaved", "zb-h1", "dualpipe"}
+    assert set(SCHEDULES) == {"1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"}
     assert schedule_violations("dualpipe", 6, 1, 12) == []
     assert any("even pp" in x for x in schedule_violations("dualpipe", 3, 1, 12))
     assert any("even number" in x for x in schedule_violations("dualpipe", 4, 1, 7))
@@ -321,7 +365,7 @@ def test_every_knob_combination_gives_finite_nonnegative_breakdowns(
         cp=cp,
         sp=tp > 1,
         pp_schedule=sched,
-        vpp=2 if sched == "interleaved" else 1,
+        vpp=1 if SCHEDULES[sched].takes_vpp(1) else 2,  # the chunks per rank the schedule runs
         cp_comm=cp_comm,
         dp_shard=dp_shard if zero == 3 else None,
         optimizer_offload=offload,

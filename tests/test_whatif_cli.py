@@ -165,3 +165,14 @@ def test_spending_cap_column_and_flag():
         "spending cap $100" in out
         and "No option fits the $100 spending cap: the cheapest is H100-SXM:8" in out
     )
+
+
+def test_html_labels_a_borrowed_price(tmp_path):
+    # B300 has no price in the built-in book; the what-if prices it with B200's (a price-book alias). The
+    # HTML must say so wherever the price is shown (options table and best-option card), as the CLI does.
+    out = tmp_path / "w.html"
+    res = runner.invoke(app, [*BASE, "--option", "B300:8", "--option", "H100-SXM:8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    assert "(B200&#x27;s)" in page or "(B200's)" in page  # the options table's price cell
+    assert "H100-SXM" in page and page.count("B200") >= 1

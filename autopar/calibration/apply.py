@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from autopar.calibration.adapter import corrector_from_params
 from autopar.calibration.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
@@ -277,7 +278,7 @@ class Calibration:
             raise DataError(f"'{path}' is not an autopar calibration model (bad metadata: {e})"[:240]) from e
         _check_schema(Path(path), meta)
         try:
-            tp = FittedCorrector.from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))
+            tp = corrector_from_params(_dict(doc, "throughput"), len(FEATURE_NAMES))  # adapter if any
             mem = doc.get("memory")
             mc = (
                 None

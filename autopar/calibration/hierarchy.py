@@ -3,7 +3,7 @@ with priors learned from the spread between sources, and a band calibrated on le
 
 Model (on top of a global correction `base`, e.g. ThroughputCorrector with its group offsets off):
 
-    y = base(x) + u_g . z(x) + e,   z(x) = (1, standardised slope features),
+    y = base(x) + u_g . z(x) + e,   z(x) = (1, slope features in their physical units),
     u_g ~ N(0, diag(v)),   e ~ N(0, s2w)
 
 - **Priors from the data**: (v, s2w) maximise the marginal likelihood of the training groups' residuals
@@ -11,10 +11,13 @@ Model (on top of a global correction `base`, e.g. ThroughputCorrector with its g
   clusters differ from each other (offset, slopes), s2w how far runs of one cluster scatter. A cluster
   with k runs gets the posterior mean of u_g: k runs move it as far as they justify, no further; a
   slope whose feature does not vary between sources keeps a near-zero prior variance and never moves.
+- **Clusters**: a source's runs on one GPU type (`cluster_key`, `adapter_clusters`): one source's
+  runs on H100 and on GB200 differ by more than its runs on one GPU do. Measured in bench/adapt.py
+  (README "Adapting to a team's own cluster"): mean median APE at k = 3 own runs 6.4% vs 6.9% by source.
 - **Robust**: a cluster's own runs enter with a Student-t likelihood (STUDENT_NU degrees of freedom,
   fitted by reweighting: Lange, Little & Taylor 1989), so one odd run cannot drag its cluster.
-- **Band**: normalised split-conformal by source. Each training source is left out in turn (priors
-  refitted without it), its runs predicted with k = 0 and scored as residual / predictive sd; those
+- **Band**: normalised split-conformal by source. Each training source is left out in turn with all
+  its clusters (`band_groups`; priors refitted without it), its runs predicted with k = 0 and scored as residual / predictive sd; those
   scores carry the between-source component. The band is centre +/- quantiles of the scores (every
   source weighted equally) times the predictive sd at the point, so it is wide
   for a cluster never seen and narrows as its own runs shrink the posterior.
@@ -22,6 +25,7 @@ Model (on top of a global correction `base`, e.g. ThroughputCorrector with its g
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,18 +39,26 @@ try:
 except ModuleNotFoundError as err:
     raise MissingExtraError("scikit-learn", CALIBRATE_EXTRA, "fitting a calibration model") from err
 
+from autopar.calibration.adapter import AdaptedCorrector, FittedAdapter, corrector_from_params
 from autopar.calibration.corrector import group_weights, weighted_quantile
+from autopar.calibration.predictor import FittedCorrector
 
 SLOPE_FEATURES: tuple[str, ...] = ("share_comm", "log2_domains_spanned", "log2_expert_dilution")
 STUDENT_NU = 4.0  # degrees of freedom of the robust (Student-t) likelihood of a cluster's own runs
+MIN_CLUSTERS = (
+    3  # clusters (besides the one adapted) to learn priors from: fewer give no between-cluster spread
+)
 BAND_K = 3  # runs of a left-out source seen when scoring the band of a cluster with its own runs
 NOISE_PRIOR_RUNS = 5.0  # the pooled within-cluster variance counts as this many runs of a new cluster
 ROBUST_ITER = 8  # reweighting steps (EM for the t likelihood as a scale mixture of normals)
 LOG_VAR_BOUNDS = (np.log(1e-8), np.log(4.0))  # variances of log ratios: 1e-8 (none) to (x7.4)^2
 
 
-def _design(Xs: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones(len(Xs)), Xs])
+def cluster_key(group: str, gpu: str) -> str:
+    """The cluster a run adapts: its group (the record's `cluster` id, else its source) on one GPU type.
+    One source's runs on H100 and on GB200 differ by more than its runs on one GPU do (Megatron-Bridge:
+    mean log residual -0.27 to -0.02 by GPU), so each (group, GPU) is a cluster of its own."""
+    return f"{group}@{gpu}"
 
 
 def _stats(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
@@ -103,11 +115,12 @@ def posterior(
     return mean, cov, s2
 
 
-class HierarchicalAdapter(RegressorMixin, BaseEstimator):
+class HierarchicalAdapter(RegressorMixin, BaseEstimator, FittedAdapter):
     """Per-cluster offset + slopes with learned shrinkage on top of a global log correction.
 
     scikit-learn contract: `fit(X, y, groups)`, `predict(X, groups)`, `predict_interval(X, groups)`;
     `slope_idx` are the columns of X that get per-cluster slopes; `coverage` the band's nominal level.
+    Prediction and the JSON parameters are FittedAdapter's (autopar.calibration.adapter, numpy only).
     """
 
     def __init__(self, slope_idx: Sequence[int] = (), coverage: float = 0.8, calibrate_band: bool = True):
@@ -116,16 +129,18 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         self.calibrate_band = calibrate_band
 
     # ------------------------------------------------------------------------------------ fit
-    def _zs(self, X: np.ndarray) -> np.ndarray:
-        """(1, slope features) in their physical units, not clipped to the training range: a cluster's
-        own runs may vary a feature the training sources never varied (MoE on a dense-only set), and
-        its slope is then learned from its own runs under the default prior."""
-        return _design(np.asarray(X, float)[:, list(self.slope_idx)])
-
     def fit(
-        self, X: np.ndarray, y: np.ndarray, groups: Sequence[Any], base: np.ndarray | None = None
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        groups: Sequence[Any],
+        base: np.ndarray | None = None,
+        band_groups: Sequence[Any] | None = None,
     ) -> HierarchicalAdapter:
-        """Learn priors from the groups' residuals y - base, then every group's posterior."""
+        """Learn priors from the groups' residuals y - base, then every group's posterior; the band is
+        calibrated by leaving out each of `band_groups` in turn (default: the groups; pass the runs'
+        sources when groups are finer, e.g. (source, GPU) clusters, so that a left-out source takes
+        all its clusters with it and the scores carry the whole between-source spread)."""
         X, y = np.asarray(X, float), np.asarray(y, float)
         g = np.array([str(v) for v in groups])
         r = y - (np.zeros(len(y)) if base is None else np.asarray(base, float))
@@ -135,7 +150,8 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         self.v_, self.s2w_ = fit_priors(parts, len(self.slope_idx))
         self.posterior_ = {n: self._posterior(Zg, rg) for n, (Zg, rg) in zip(names, parts, strict=True)}
         if self.calibrate_band:
-            self._loso_band(Z, r, g, names)
+            bg = g if band_groups is None else np.array([str(v) for v in band_groups])
+            self._loso_band(Z, r, g, bg)
         else:
             self.band_ = self.band_seen_ = self._gauss_band()
         return self
@@ -149,11 +165,13 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         q = float(norm.ppf((1 + self.coverage) / 2))
         return (-q, q)
 
-    def _loso_band(self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, names: list[str]) -> None:
-        """Band quantiles from left-out sources (priors refitted without each): `band_` from scores
-        residual / prior-predictive sd (a cluster never seen), `band_seen_` from the same source after
-        BAND_K of its runs (seeded pick), scored on its other runs against the posterior predictive sd."""
-        if len(names) < 3:
+    def _loso_band(self, Z: np.ndarray, r: np.ndarray, g: np.ndarray, bg: np.ndarray) -> None:
+        """Band quantiles from left-out sources `bg` (priors refitted without each, every source
+        weighted equally): `band_` from scores residual / prior-predictive sd (a cluster never seen),
+        `band_seen_` from each of its clusters after BAND_K of its runs (seeded pick), scored on its
+        other runs against the posterior predictive sd."""
+        sources = sorted(set(bg))
+        if len(sources) < 3:
             self.band_ = self.band_seen_ = self._gauss_band()
             return
         rng = np.random.default_rng(0)
@@ -161,19 +179,22 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         seen: list[np.ndarray] = []
         g0: list[str] = []
         g1: list[str] = []
-        for n in names:
-            idx = np.flatnonzero(g == n)
-            parts = [(Z[g == m], r[g == m]) for m in names if m != n]
+        for src in sources:
+            out = bg == src
+            parts = [(Z[g == m], r[g == m]) for m in sorted(set(g[~out]))]
             v, s2w = fit_priors(parts, len(self.slope_idx), np.r_[self.v_, self.s2w_])
-            unseen.append(r[idx] / np.sqrt(np.einsum("ij,j,ij->i", Z[idx], v, Z[idx]) + s2w))
-            g0 += [n] * len(idx)
-            if len(idx) >= 2 * BAND_K:
+            unseen.append(r[out] / np.sqrt(np.einsum("ij,j,ij->i", Z[out], v, Z[out]) + s2w))
+            g0 += [src] * int(out.sum())
+            for n in sorted(set(g[out])):
+                idx = np.flatnonzero(out & (g == n))
+                if len(idx) < 2 * BAND_K:
+                    continue
                 pick = rng.choice(len(idx), BAND_K, replace=False)
                 rest = np.delete(idx, pick)
                 mean, cov, s2 = posterior(Z[idx[pick]], r[idx[pick]], v, s2w)
                 sd = np.sqrt(np.einsum("ij,jk,ik->i", Z[rest], cov, Z[rest]) + s2)
                 seen.append((r[rest] - Z[rest] @ mean) / sd)
-                g1 += [n] * len(rest)
+                g1 += [src] * len(rest)
         self.band_ = self._quantiles(np.concatenate(unseen), g0)
         self.band_seen_ = self._quantiles(np.concatenate(seen), g1) if len(set(g1)) >= 3 else self.band_
 
@@ -181,34 +202,111 @@ class HierarchicalAdapter(RegressorMixin, BaseEstimator):
         w, c = group_weights(groups), self.coverage
         return (weighted_quantile(scores, w, (1 - c) / 2), weighted_quantile(scores, w, (1 + c) / 2))
 
-    # -------------------------------------------------------------------------------- predict
-    def _moments(
-        self, X: np.ndarray, groups: Sequence[Any] | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per row: posterior-mean cluster correction, predictive sd, and whether its cluster was seen."""
-        Z = self._zs(X)
-        known = np.zeros(len(Z), dtype=bool)
-        mean, var = np.zeros(len(Z)), np.einsum("ij,j,ij->i", Z, self.v_, Z)
-        noise = np.full(len(Z), self.s2w_)
-        for i, grp in enumerate(groups if groups is not None else [None] * len(Z)):
-            post = self.posterior_.get(str(grp)) if grp is not None else None
-            if post is not None:
-                mean[i] = Z[i] @ post[0]
-                var[i] = Z[i] @ post[1] @ Z[i]
-                noise[i] = post[2]
-                known[i] = True
-        return mean, np.sqrt(var + noise), known
 
-    def predict(self, X: np.ndarray, groups: Sequence[Any] | None = None) -> np.ndarray:
-        """The cluster part of the log correction (0 for a cluster never seen)."""
-        return self._moments(X, groups)[0]
+CURVE_NS = (0, 1, 3, 5, 10, 20, 40)  # own runs ingested, for a cluster's learning curve
+CURVE_DRAWS = 3  # seeded draws of those runs per n
+CURVE_MIN_REST = 3  # held-out runs a point of the curve needs
 
-    def predict_interval(
-        self, X: np.ndarray, groups: Sequence[Any] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(centre, low, high) of the cluster part of the log correction."""
-        m, sd, known = self._moments(X, groups)
-        # a seen cluster: the wider of the two calibrations (the seen one rests on fewer, tighter sources)
-        lo = np.where(known, min(self.band_seen_[0], self.band_[0]), self.band_[0])
-        hi = np.where(known, max(self.band_seen_[1], self.band_[1]), self.band_[1])
-        return m, m + lo * sd, m + hi * sd
+
+def learning_curve(
+    adapter: HierarchicalAdapter,
+    X: np.ndarray,
+    r: np.ndarray,
+    tau: float,
+    ns: Sequence[int] = CURVE_NS,
+    draws: int = CURVE_DRAWS,
+) -> list[dict[str, float]]:
+    """One cluster's learning curve: n of its runs (X, residuals r of the global part) ingested, its
+    other runs scored. `adapter` is fitted on the *other* clusters (its priors and band); `tau` is the
+    empirical-Bayes prior strength of the offsets (ThroughputCorrector.tau_) for the offsets column.
+    Per n (mean over seeded draws): median APE of the analytical-plus-global prediction, of today's
+    shrunken median offset, of the adapter, and the adapter's 80% band coverage."""
+    rows = []
+    for n in ns:
+        if len(r) - n < CURVE_MIN_REST:
+            break
+        rng = np.random.default_rng(3000 + n)
+        acc = np.zeros(4)
+        for _ in range(draws if n else 1):
+            pick = rng.choice(len(r), n, replace=False)
+            rest = np.setdiff1d(np.arange(len(r)), pick)
+            off = n / (n + tau) * float(np.median(r[pick])) if n else 0.0
+            a = _with_cluster(adapter, "_own", X[pick], r[pick]) if n else adapter
+            c, lo, hi = a.predict_interval(X[rest], ["_own"] * len(rest))
+            acc += [
+                np.median(np.abs(np.expm1(-r[rest]))),
+                np.median(np.abs(np.expm1(off - r[rest]))),
+                np.median(np.abs(np.expm1(c - r[rest]))),
+                np.mean((r[rest] >= lo) & (r[rest] <= hi)),
+            ]
+        acc /= draws if n else 1
+        keys = ("ape_global", "ape_offsets", "ape_adapter", "coverage")
+        rows.append({"n": n, "held_out": len(r) - n, **dict(zip(keys, map(float, acc), strict=True))})
+    return rows
+
+
+def _with_cluster(
+    adapter: HierarchicalAdapter, name: str, X: np.ndarray, r: np.ndarray
+) -> HierarchicalAdapter:
+    """A copy of a fitted adapter that also knows cluster `name` from its runs (X, residuals r)."""
+    out = copy.copy(adapter)
+    out.posterior_ = {**adapter.posterior_, name: adapter._posterior(adapter._zs(X), r)}
+    return out
+
+
+def adapter_clusters(groups: Sequence[Any], gpus: Sequence[Any], keep: str | None) -> list[str]:
+    """Each run's cluster for the adapter: (group, GPU) by cluster_key, except the group `keep` (the
+    team's own, named by `calibrate fit --group`), which stays one cluster under its own name so that
+    every prediction made for it finds its posterior."""
+    return [
+        g if g == keep else cluster_key(g, gpu)
+        for g, gpu in zip(map(str, groups), map(str, gpus), strict=True)
+    ]
+
+
+def slope_columns(names: Sequence[str]) -> tuple[int, ...]:
+    """Columns of SLOPE_FEATURES in a feature table with these column names."""
+    return tuple(list(names).index(f) for f in SLOPE_FEATURES)
+
+
+def adapt_corrector(
+    corrector: FittedCorrector,
+    X: np.ndarray,
+    y: np.ndarray,
+    clusters: Sequence[Any],
+    sources: Sequence[Any],
+    slope_idx: Sequence[int],
+    groups: Sequence[Any] | None = None,
+) -> AdaptedCorrector:
+    """The fitted corrector with its group offsets replaced by a hierarchical adapter fitted on what its
+    global part leaves (priors from `clusters`, the band calibrated on left-out `sources`): known
+    clusters get their posterior, others the prior. `groups` (the names predictions are made with,
+    e.g. a source whose clusters are split by GPU) each get a posterior from all their runs too."""
+    r = np.asarray(y, float) - corrector.predict(X)  # no groups: what the global part leaves
+    h = HierarchicalAdapter(slope_idx, corrector.coverage).fit(X, r, clusters, band_groups=sources)
+    names = np.array([str(v) for v in (clusters if groups is None else groups)])
+    Z = h._zs(X)
+    for name in sorted(set(names.tolist()) - set(h.posterior_)):
+        h.posterior_[name] = h._posterior(Z[names == name], r[names == name])
+    params = {**corrector.to_params(), "adapter": h.adapter_params()}
+    out = corrector_from_params(params, X.shape[1])
+    assert isinstance(out, AdaptedCorrector)
+    return out
+
+
+def group_curve(
+    corrector: FittedCorrector,
+    X: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence[Any],
+    sources: Sequence[Any],
+    group: str,
+    slope_idx: Sequence[int],
+) -> list[dict[str, float]]:
+    """learning_curve of `group`: the adapter's priors and band from the other groups only."""
+    g, src = np.array([str(v) for v in groups]), np.array([str(v) for v in sources])
+    r = np.asarray(y, float) - corrector.predict(X)
+    mine = g == group
+    h = HierarchicalAdapter(slope_idx, corrector.coverage)
+    h.fit(X[~mine], r[~mine], g[~mine], band_groups=src[~mine])
+    return learning_curve(h, X[mine], r[mine], corrector.tau_)

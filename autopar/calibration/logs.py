@@ -12,6 +12,16 @@ Formats (checked against the frameworks' source):
   ``[titan] <time> - root - INFO - `` logger and with ANSI colours unless disabled,
   ``step: 10  loss:  7.9  grad_norm:  1.2  memory: 45.12GiB(47.49%)  tps: 5,762  tflops: 334.10
   mfu: 33.78%`` (memory = max reserved, GiB; tps = tokens/s per GPU). Older versions print ``wps``.
+
+The run's config is read from the log itself where the framework prints it (`log_config`):
+- Megatron-LM prints its parsed arguments between ``---- arguments ----`` and ``---- end of arguments ----``
+  (``  tensor_model_parallel_size ...... 2``; ``None`` = unset) and ``using world size: 8, data-parallel
+  size: 4, ...``; `MEGATRON_ARGS` maps the argument names onto run-record columns.
+- torchtitan logs ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` and ``Trainer is
+  initialized with local batch size 8, global batch size 64, ..., sequence length 2048`` (older:
+  ``Training starts at step 1, with local batch size 1, global batch size 8, sequence length 8192``).
+A value given by flags or a sidecar that contradicts the log is an error (`merge_log_config`).
+Real excerpts these parsers are checked on: tests/fixtures/logs/PROVENANCE.md.
 """
 
 from __future__ import annotations
@@ -23,8 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.errors import DataError
+from autopar.layouts import Axis
 
 LOG_FORMATS = ("megatron-log", "torchtitan-log")
+# What a log record cannot do without (besides the model): the throughput needs the GPU, the GPU count
+# and the tokens per step; neither framework prints the GPU's catalog name, so it comes from flags.
+LOG_REQUIRED = ("gpu", "num_gpus", "seq_len", "global_batch")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -157,6 +171,118 @@ def parse_torchtitan_log(text: str) -> LogSamples:
         if d["mem"]:
             s.mem_gib.append(max(d["mem"]))
     return s
+
+
+# Megatron-LM argument name -> run-record column (integer-valued unless listed in _MEG_FLAG_ARGS).
+MEGATRON_ARGS: dict[str, str] = {
+    "world_size": "num_gpus",
+    "tensor_model_parallel_size": Axis.TP.value,
+    "pipeline_model_parallel_size": Axis.PP.value,
+    "context_parallel_size": Axis.CP.value,
+    "expert_model_parallel_size": Axis.EP.value,
+    "expert_tensor_parallel_size": Axis.ETP.value,
+    "virtual_pipeline_model_parallel_size": Axis.VPP.value,
+    "data_parallel_size": Axis.DP.value,
+    "micro_batch_size": "micro_batch",
+    "global_batch_size": "global_batch",
+    "seq_length": "seq_len",
+    "num_layers": "layers",
+    "hidden_size": "hidden",
+    "ffn_hidden_size": "ffn_hidden",
+    "num_attention_heads": "heads",
+    "num_experts": "experts",
+    "moe_router_topk": "topk",
+    "moe_ffn_hidden_size": "moe_ffn_hidden",
+}
+_MEG_ARGS_BLOCK = re.compile(r"-+ arguments -+\n(.*?)\n-+ end of arguments -+", re.S)
+_MEG_ARG_LINE = re.compile(r"^\s*(\w+) \.+ (.*?)\s*$")
+_MEG_USING = re.compile(r"using world size: (\d+), data-parallel size: (\d+)")
+# torchtitan mesh dimensions named as autopar's axes; dp_shard and dp_replicate multiply into dp.
+_TT_MESH_AXES = (Axis.TP.value, Axis.PP.value, Axis.CP.value)
+_TT_DP_DIMS = ("dp_shard", "dp_replicate")
+_TT_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
+_TT_BATCH = re.compile(
+    r"local batch size (\d+), global batch size (\d+),(?: gradient accumulation steps \d+,)? "
+    r"sequence length (\d+)"
+)
+
+
+def _megatron_args(text: str) -> dict[str, str]:
+    """The raw `name: value` pairs of a Megatron-LM argument dump (unset ones print as 'None')."""
+    m = _MEG_ARGS_BLOCK.search(text)
+    out: dict[str, str] = {}
+    for line in m.group(1).splitlines() if m else []:
+        a = _MEG_ARG_LINE.match(line)
+        if a:
+            out[a.group(1)] = a.group(2)
+    u = _MEG_USING.search(text)
+    if u:
+        out.setdefault("world_size", u.group(1))
+        out.setdefault("data_parallel_size", u.group(2))
+    return out
+
+
+def megatron_config(text: str) -> dict[str, Any]:
+    """Run-record columns read from a Megatron-LM log's argument dump (empty when it prints none)."""
+    every = _megatron_args(_ANSI.sub("", text))
+    args = {k: v for k, v in every.items() if v != "None"}
+    cfg: dict[str, Any] = {col: int(args[k]) for k, col in MEGATRON_ARGS.items() if k in args}
+    if args.get("group_query_attention") == "True" and "num_query_groups" in args:
+        cfg["kv_heads"] = int(args["num_query_groups"])
+    if "sequence_parallel" in args:
+        cfg["sp"] = int(args["sequence_parallel"] == "True")
+    if "fp8" in args:  # present (not None): the FP8 recipe name, e.g. 'hybrid' or 'e4m3'
+        cfg["precision"] = "fp8"
+    elif args.get("bf16") == "True":
+        cfg["precision"] = "bf16"
+    elif args.get("fp16") == "True":
+        cfg["precision"] = "fp16"
+    if "recompute_granularity" in every:  # None: no activation recomputation
+        cfg["recompute"] = args.get("recompute_granularity", "none")
+    if "cpu_offloading" in args:  # activation offloading (record column named after the Megatron flag)
+        on = args["cpu_offloading"] == "True"
+        cfg["cpu_offloading_num_layers"] = int(args.get("cpu_offloading_num_layers", 0)) if on else 0
+    if "use_distributed_optimizer" in args:  # Megatron's distributed optimizer shards optimizer states
+        cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
+    return cfg
+
+
+def torchtitan_config(text: str) -> dict[str, Any]:
+    """Run-record columns read from a torchtitan log's device-mesh and trainer lines."""
+    clean = _ANSI.sub("", text)
+    cfg: dict[str, Any] = {}
+    m = _TT_MESH.search(clean)
+    if m:
+        names = [n.strip().strip("'\"") for n in m.group(1).split(",") if n.strip()]
+        sizes = [int(x) for x in m.group(2).split(",") if x.strip()]
+        known = {*_TT_MESH_AXES, *_TT_DP_DIMS}
+        if len(names) == len(sizes) and set(names) <= known:  # an unknown dimension: guess nothing
+            dims = dict(zip(names, sizes, strict=True))
+            cfg["num_gpus"] = math.prod(sizes)
+            cfg[Axis.DP.value] = math.prod(dims.get(d, 1) for d in _TT_DP_DIMS)
+            cfg.update({name: dims.get(name, 1) for name in _TT_MESH_AXES})
+            cfg["zero"] = 3 if dims.get("dp_shard", 1) > 1 else 0  # FSDP2 shards over dp_shard
+    b = _TT_BATCH.search(clean)
+    if b:
+        cfg["micro_batch"], cfg["global_batch"], cfg["seq_len"] = (int(g) for g in b.groups())
+    return cfg
+
+
+def log_config(text: str, fmt: str) -> dict[str, Any]:
+    """The run config a log prints about itself ('megatron-log' or 'torchtitan-log')."""
+    return megatron_config(text) if fmt == "megatron-log" else torchtitan_config(text)
+
+
+def merge_log_config(given: dict[str, Any], from_log: dict[str, Any]) -> dict[str, Any]:
+    """Flags/sidecar config completed by the log's own; a value that contradicts the log is an error."""
+    out = dict(given)
+    for key, logged in from_log.items():
+        mine = out.get(key)
+        if mine in (None, ""):
+            out[key] = logged
+        elif str(mine).strip().lower() != str(logged).lower():
+            raise DataError(f"{key}={mine} (flags/sidecar) but the log itself says {key}={logged}")
+    return out
 
 
 def warmup_count(n: int, warmup: int | None) -> int:

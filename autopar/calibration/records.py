@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError
+from autopar.knobs import RECOMPUTE_MODES
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -255,16 +256,20 @@ def _model_from_cells(cells: tuple[Any, ...]) -> tuple[ModelSpec, tuple[str, ...
     return model, tuple(assumed)
 
 
-def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
-    name = str(_cell(row, "model") or "unnamed")
-    have_arch = all(_cell(row, c) is not None for c in ARCH_COLUMNS)
-    catalog_model: ModelSpec | None = None
+def _catalog_model(name: str) -> ModelSpec | None:
+    """The catalog entry of that name, if any (the catalog is optional here)."""
     try:
         from autopar.catalog import get_model
 
-        catalog_model = get_model(name)
+        return get_model(name)
     except (AutoparError, ImportError):
-        catalog_model = None
+        return None
+
+
+def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
+    name = str(_cell(row, "model") or "unnamed")
+    have_arch = all(_cell(row, c) is not None for c in ARCH_COLUMNS)
+    catalog_model = _catalog_model(name)
     if not have_arch:
         if catalog_model is None:
             missing = [c for c in ARCH_COLUMNS if _cell(row, c) is None]
@@ -274,28 +279,17 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         assumed.append(f"architecture from catalog entry '{catalog_model.name}'")
         return catalog_model
     layers, hidden, ffn, heads = (_int(row, c) for c in ARCH_COLUMNS)
-    kv = _int(row, "kv_heads")
-    experts = _int(row, "experts") or 0
     vocab = _int(row, "vocab")
     if vocab is None:
         vocab = catalog_model.vocab if catalog_model else 51200
         assumed.append(f"vocab={vocab}")
-    if catalog_model is not None:
-        activation, tied, norm = catalog_model.activation, catalog_model.tied_embeddings, catalog_model.norm
-        dropout = catalog_model.dropout
-    else:
-        gelu = ffn == 4 * hidden
-        activation = "gelu" if gelu else "swiglu"
-        tied, norm, dropout = gelu, ("layernorm" if gelu else "rmsnorm"), False
-        assumed.append(
-            f"activation={activation}, tied_embeddings={tied} (ffn {'=' if gelu else '!='} 4*hidden)"
-        )
+    activation, tied, norm, dropout = _block_style(catalog_model, ffn, hidden, assumed)
     fields: dict[str, Any] = dict(
         name=name,
         layers=layers,
         hidden=hidden,
         heads=heads,
-        kv_heads=kv,
+        kv_heads=_int(row, "kv_heads"),
         head_dim=_int(row, "head_dim"),
         ffn_hidden=ffn,
         vocab=vocab,
@@ -304,23 +298,45 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         norm=norm,
         dropout=dropout,
     )
-    if experts:
+    return ModelSpec(**fields, **_moe_fields(row, ffn, catalog_model))
+
+
+def _block_style(
+    catalog_model: ModelSpec | None, ffn: int | None, hidden: int | None, assumed: list[str]
+) -> tuple[str, bool, str, bool]:
+    """(activation, tied embeddings, norm, dropout): the catalog entry's, else guessed from the FFN
+    ratio (4*hidden: GPT-style GeLU, tied, LayerNorm; otherwise SwiGLU, RMSNorm), noted as assumed."""
+    if catalog_model is not None:
+        m = catalog_model
+        return m.activation, m.tied_embeddings, m.norm, m.dropout
+    gelu = ffn == 4 * hidden
+    activation = "gelu" if gelu else "swiglu"
+    assumed.append(f"activation={activation}, tied_embeddings={gelu} (ffn {'=' if gelu else '!='} 4*hidden)")
+    return activation, gelu, ("layernorm" if gelu else "rmsnorm"), False
+
+
+def _moe_fields(row: Mapping[str, Any], ffn: int | None, catalog_model: ModelSpec | None) -> dict[str, Any]:
+    """The MoE fields of a row with experts (and the catalog's MLA/dense-layer fields for an MoE entry)."""
+    experts = _int(row, "experts") or 0
+    if not experts:
+        return {}
+    fields: dict[str, Any] = dict(
+        experts=experts,
+        topk=_int(row, "topk") or 2,
+        shared_experts=_int(row, "shared_experts") or 0,
+        moe_ffn_hidden=_int(row, "moe_ffn_hidden") or ffn,
+    )
+    if catalog_model is not None and catalog_model.is_moe:
+        m = catalog_model
         fields.update(
-            experts=experts,
-            topk=_int(row, "topk") or 2,
-            shared_experts=_int(row, "shared_experts") or 0,
-            moe_ffn_hidden=_int(row, "moe_ffn_hidden") or ffn,
+            dense_layers=m.dense_layers,
+            q_lora_rank=m.q_lora_rank,
+            kv_lora_rank=m.kv_lora_rank,
+            qk_nope_head_dim=m.qk_nope_head_dim,
+            qk_rope_head_dim=m.qk_rope_head_dim,
+            v_head_dim=m.v_head_dim,
         )
-        if catalog_model is not None and catalog_model.is_moe:
-            fields.update(
-                dense_layers=catalog_model.dense_layers,
-                q_lora_rank=catalog_model.q_lora_rank,
-                kv_lora_rank=catalog_model.kv_lora_rank,
-                qk_nope_head_dim=catalog_model.qk_nope_head_dim,
-                qk_rope_head_dim=catalog_model.qk_rope_head_dim,
-                v_head_dim=catalog_model.v_head_dim,
-            )
-    return ModelSpec(**fields)
+    return fields
 
 
 def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
@@ -364,45 +380,63 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     num_gpus = _pos(row, "num_gpus")
     if not num_gpus:
         raise DataError("column 'num_gpus' is empty")
-    gpn = _pos(row, "gpus_per_node")
-    cluster = ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpn)
-    seq = _pos(row, "seq_len")
-    gbs = _pos(row, "global_batch")
-    if not seq or not gbs:
-        raise DataError("columns 'seq_len' and 'global_batch' are required")
+    cluster = ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=_pos(row, "gpus_per_node"))
+    workload = _workload(row, assumed)
+    strategy, workload = _strategy(row, model, cluster, workload, assumed)
+    return RecordSpecs(model, cluster, workload, strategy, assumed)
+
+
+def _precision(row: Mapping[str, Any], assumed: list[str]) -> str:
+    """bf16 (fp16, mixed and amp computed as bf16: same tensor-core peak) or fp8."""
     prec = str(_cell(row, "precision") or "bf16").lower()
     if prec in ("fp16", "bf16", "mixed", "amp"):
         if prec != "bf16":
             assumed.append(f"precision {prec} computed as bf16 (same tensor-core peak)")
-        prec = "bf16"
-    elif prec.startswith("fp8"):
-        prec = "fp8"
-    else:
-        raise DataError(f"column 'precision' = {prec!r}: expected bf16, fp16 or fp8")
+        return "bf16"
+    if prec.startswith("fp8"):
+        return "fp8"
+    raise DataError(f"column 'precision' = {prec!r}: expected bf16, fp16 or fp8")
+
+
+def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
+    """The `tp_comm_overlap` cell, else async TP named in the notes, else NeMo's recipes' default."""
     overlap = _bool(row, "tp_comm_overlap")
-    if overlap is None:
-        notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-        overlap = any(k in notes for k in _TP_OVERLAP_MARKERS)
-        if overlap:
-            assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
-        elif _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
-            overlap = True
-            assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
-    workload = Workload(
+    if overlap is not None:
+        return overlap
+    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+    if any(k in notes for k in _TP_OVERLAP_MARKERS):
+        assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
+        return True
+    if _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
+        assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
+        return True
+    return False
+
+
+def _workload(row: Mapping[str, Any], assumed: list[str]) -> Workload:
+    seq = _pos(row, "seq_len")
+    gbs = _pos(row, "global_batch")
+    if not seq or not gbs:
+        raise DataError("columns 'seq_len' and 'global_batch' are required")
+    prec = _precision(row, assumed)
+    return Workload(
         seq_len=seq,
         global_batch=gbs,
         precision=prec,
-        tp_comm_overlap=overlap,
+        tp_comm_overlap=_tp_overlap(row, assumed),
         framework=framework_from_text(_cell(row, "framework"), assumed),
         **_routing_and_recipe(row, prec, assumed),  # moe engineer (issue 11): stated FP8 recipe / balance
     )
 
-    tp = _pos(row, "tp")
-    pp = _pos(row, "pp")
-    cp = _pos(row, "cp") or 1
-    dp = _pos(row, "dp")
-    if tp is None and pp is None and dp is not None and num_gpus % (dp * cp) == 0:
-        mp = num_gpus // (dp * cp)
+
+def _tp_pp(
+    row: Mapping[str, Any], cluster: ClusterSpec, cp: int, dp: int | None, assumed: list[str]
+) -> tuple[int, int]:
+    """TP and PP: the cells, else split from the model-parallel size num_gpus/(dp*cp) (TP within a node
+    first), else 1."""
+    tp, pp, n = _pos(row, "tp"), _pos(row, "pp"), cluster.num_gpus
+    if tp is None and pp is None and dp is not None and n % (dp * cp) == 0:
+        mp = n // (dp * cp)
         tp = min(mp, cluster.node_size)
         while mp % tp:
             tp //= 2
@@ -412,24 +446,37 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         assumed.append("tp=1")
     if pp is None:
         assumed.append("pp=1")
-    tp = tp or 1
-    pp = pp or 1
-    ep = _pos(row, "ep") or 1
-    etp = _pos(row, "etp")
-    vpp = _pos(row, "vpp")  # empty cells stay None: estimate completes them (perf/complete.py)
+    return tp or 1, pp or 1
+
+
+def _sp_recompute(row: Mapping[str, Any], tp: int, assumed: list[str]) -> tuple[bool, str | None]:
+    """Sequence parallelism (the cell, else on with TP > 1) and the recompute mode cell."""
     sp = _bool(row, "sp")
     if sp is None:
         sp = tp > 1
         if tp > 1:
             assumed.append("sp=true (Megatron-Core/NeMo default with tp>1)")
-    zero = _int(row, "zero")
-    rec = _cell(row, "recompute")
+    raw = row.get("recompute")
+    # 'none' is a recompute mode (no recomputation), not a blank cell: a record that states it is not completed
+    rec = "none" if isinstance(raw, str) and raw.strip().lower() == "none" else _cell(row, "recompute")
     if rec is not None:
         rec = str(rec).lower()
-        if rec not in ("none", "selective", "full"):
-            raise DataError(f"column 'recompute' = {rec!r}: expected none, selective or full")
-    mb = _pos(row, "micro_batch")
-    dp_derived = num_gpus // (tp * pp * cp) if num_gpus % (tp * pp * cp) == 0 else 0
+        if rec not in RECOMPUTE_MODES:
+            raise DataError(f"column 'recompute' = {rec!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
+    return sp, rec
+
+
+def _strategy(
+    row: Mapping[str, Any], model: ModelSpec, cluster: ClusterSpec, workload: Workload, assumed: list[str]
+) -> tuple[Strategy, Workload]:
+    """The run's layout (and the workload with the activation-offload memory savers it implies)."""
+    cp = _pos(row, "cp") or 1
+    dp = _pos(row, "dp")
+    tp, pp = _tp_pp(row, cluster, cp, dp, assumed)
+    vpp = _pos(row, "vpp")  # empty cells stay None: estimate completes them (perf/complete.py)
+    sp, rec = _sp_recompute(row, tp, assumed)
+    mb, gbs, n = _pos(row, "micro_batch"), workload.global_batch, cluster.num_gpus
+    dp_derived = n // (tp * pp * cp) if n % (tp * pp * cp) == 0 else 0
     if dp is not None and dp_derived and dp != dp_derived:
         assumed.append(f"dp={dp_derived} = num_gpus/(tp*pp*cp) (column dp={dp} ignored)")
     if dp_derived and mb and gbs % (mb * dp_derived):
@@ -442,18 +489,18 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
         tp=tp,
         pp=pp,
         cp=cp,
-        ep=ep,
-        etp=etp,
+        ep=_pos(row, "ep") or 1,
+        etp=_pos(row, "etp"),
         vpp=vpp,
         sp=sp,
-        zero=zero,
+        zero=_int(row, "zero"),
         micro_batch=mb,
         recompute=rec,
         pp_schedule=_schedule(vpp, pp, _cell(row, "notes")),
         dp=dp_derived,
         **_account_options(model.layers, pp, vpp, assumed, workload.framework),
     )
-    return RecordSpecs(model, cluster, workload, strategy, assumed)
+    return strategy, workload
 
 
 def _account_options(

@@ -25,6 +25,7 @@ from autopar.calibration.throughput import (
     tflops_definition,
 )
 from autopar.errors import AutoparError
+from autopar.knobs import Recompute
 from autopar.layouts import Axis
 from autopar.perf.estimate import estimate
 
@@ -72,7 +73,7 @@ class RunRow(BaseModel):
     vpp: int | None = Field(default=None, gt=0)
     sp: bool | None = None
     zero: int | None = Field(default=None, ge=0, le=3)
-    recompute: Literal["none", "selective", "full"] | None = None
+    recompute: Recompute | None = None
     micro_batch: int | None = Field(default=None, gt=0)
     global_batch: int = Field(gt=0)
     precision: Literal["bf16", "fp16", "fp8", "fp32"] | None = None
@@ -89,8 +90,10 @@ class RunRow(BaseModel):
     @classmethod
     def _clean(cls, v: Any, info: ValidationInfo) -> Any:
         """Blank cells to None, numeric text to numbers, enum text to lower case."""
-        v = blank_to_none(v)
         name = info.field_name
+        if name == "recompute" and isinstance(v, str) and v.strip().lower() == "none":
+            return "none"  # a recompute mode (no recomputation), not a blank cell
+        v = blank_to_none(v)
         if name in _LOWER_FIELDS:
             return v.lower() if isinstance(v, str) else v
         if name not in _TEXT_FIELDS:

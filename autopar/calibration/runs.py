@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autopar.calibration.formats import FORMATS, TABLE_FORMATS
-from autopar.calibration.logs import LOG_FORMATS, aggregate, parse_log, sniff_log_format
+from autopar.calibration.logs import (
+    LOG_FORMATS,
+    LOG_REQUIRED,
+    aggregate,
+    log_config,
+    merge_log_config,
+    parse_log,
+    sniff_log_format,
+)
 from autopar.calibration.rows import (
     CORE_ARCH_COLUMNS,
     LABEL_COLUMNS,
@@ -264,10 +272,22 @@ def check_log_file(
     warmup: int | None = None,
     default_source: str | None = None,
 ) -> FileCheck:
-    """Parse a training log into one record (config from flags/sidecar) and validate it."""
+    """Parse a training log into one record (config from the log's own dump, completed by flags/sidecar)
+    and validate it. A log that cannot make a record is one DataError naming the file."""
     text = read_text(path, RECORD_MAX_BYTES, "training log", errors="replace")
-    samples = parse_log(text, fmt)
-    rec = aggregate(samples, dict(config), warmup=warmup)
+    try:
+        samples = parse_log(text, fmt)
+        rec = aggregate(samples, merge_log_config(dict(config), log_config(text, fmt)), warmup=warmup)
+        missing = [k for k in LOG_REQUIRED if rec.get(k) in (None, "")]
+        if not rec.get("model") and not all(rec.get(k) for k in CORE_ARCH_COLUMNS):
+            missing.append("model (or the arch: " + "/".join(CORE_ARCH_COLUMNS) + ")")
+        if missing:
+            raise DataError(
+                f"neither the log nor the flags/--sidecar give {', '.join(missing)} "
+                "(pass them as flags, e.g. --gpu/--gpus/--model, or in a --sidecar YAML)"
+            )
+    except DataError as e:
+        raise DataError(f"{path}: {e}") from None
     good, errors = validate_rows([rec], default_source=default_source or fmt)
     return FileCheck(path=path, fmt=fmt, records=good, errors=errors, rows_read=1)
 

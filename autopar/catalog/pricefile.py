@@ -13,7 +13,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -193,15 +193,9 @@ def _entry_unchecked(
     on_demand: float | None,
 ) -> PriceEntry:
     """Build one PriceEntry from a tier value: number, {usd_per_gpu_hour}, {quotes}, or owned fields."""
+    ctx = _EntryContext(gpu=gpu, tier=tier, where=where, origin=origin, sources=sources, on_demand=on_demand)
     if isinstance(raw, int | float | str) and not isinstance(raw, bool):
-        price = _number(raw, where=where, field="usd_per_gpu_hour")
-        return PriceEntry(
-            gpu=gpu,
-            tier=tier,
-            usd_per_gpu_hour=price,
-            origin=origin,
-            source=f"{origin} ({where.split(', ', 1)[-1]})",
-        )
+        return ctx.entry(_number(raw, where=where, field="usd_per_gpu_hour"), source=ctx.default_source())
     if not isinstance(raw, Mapping):
         raise DataError(f"{where}: expected a number or a mapping with usd_per_gpu_hour, got {raw!r}")
     unknown = sorted(set(map(str, raw)) - _ENTRY_FIELDS)
@@ -209,79 +203,92 @@ def _entry_unchecked(
         raise DataError(
             f"{where}, field {unknown[0]}: unknown field; allowed: {', '.join(sorted(_ENTRY_FIELDS))}"
         )
-    note = str(raw.get("note") or "")
     if any(raw.get(k) not in (None, "") for k in ("capex_usd", "amortization_years")):
-        owned = _owned(raw, where)
-        src = str(raw.get("source") or f"{origin} ({where.split(', ', 1)[-1]})")
-        return PriceEntry(
-            gpu=gpu,
-            tier=tier,
-            usd_per_gpu_hour=owned.usd_per_gpu_hour,
-            origin=origin,
-            source=f"{src}; {owned.describe()}",
-            owned=owned,
-            note=note,
-        )
+        return _owned_entry(ctx, raw)
     if raw.get("usd_per_gpu_hour") not in (None, ""):
-        price = _number(raw["usd_per_gpu_hour"], where=where, field="usd_per_gpu_hour")
-        text, sdate = _sources_text(sources, raw.get("source"))
-        date = str(raw.get("date") or sdate)
-        src = text or f"{origin} ({where.split(', ', 1)[-1]})"
-        return PriceEntry(
-            gpu=gpu,
-            tier=tier,
-            usd_per_gpu_hour=price,
-            origin=origin,
-            source=src + (f", {date}" if date else ""),
-            note=note,
-        )
+        return _direct_entry(ctx, raw)
+    return _quoted_entry(ctx, raw)
+
+
+@dataclass(frozen=True)
+class _EntryContext:
+    """Where one tier value sits in a price file, and what building its entry needs."""
+
+    gpu: str
+    tier: str
+    where: str
+    origin: str
+    sources: Mapping[str, Any]
+    on_demand: float | None
+
+    def default_source(self) -> str:
+        """The file and the entry's place in it, for a price that names no source."""
+        return f"{self.origin} ({self.where.split(', ', 1)[-1]})"
+
+    def entry(self, price: float, **fields: Any) -> PriceEntry:
+        return PriceEntry(gpu=self.gpu, tier=self.tier, usd_per_gpu_hour=price, origin=self.origin, **fields)
+
+
+def _owned_entry(ctx: _EntryContext, raw: Mapping[str, Any]) -> PriceEntry:
+    """Owned hardware: the hourly cost of capex amortised plus power (see `OwnedCost`)."""
+    owned = _owned(raw, ctx.where)
+    src = str(raw.get("source") or ctx.default_source())
+    note = str(raw.get("note") or "")
+    return ctx.entry(owned.usd_per_gpu_hour, source=f"{src}; {owned.describe()}", owned=owned, note=note)
+
+
+def _direct_entry(ctx: _EntryContext, raw: Mapping[str, Any]) -> PriceEntry:
+    """One stated price, with its source (an id in `sources` or free text) and date."""
+    price = _number(raw["usd_per_gpu_hour"], where=ctx.where, field="usd_per_gpu_hour")
+    text, sdate = _sources_text(ctx.sources, raw.get("source"))
+    date = str(raw.get("date") or sdate)
+    src = (text or ctx.default_source()) + (f", {date}" if date else "")
+    return ctx.entry(price, source=src, note=str(raw.get("note") or ""))
+
+
+def _quoted_entry(ctx: _EntryContext, raw: Mapping[str, Any]) -> PriceEntry:
+    """The median of several quotes (direct prices or published discounts on the on-demand price)."""
     quotes_raw = raw.get("quotes")
     if not quotes_raw:
         raise DataError(
-            f"{where}, field usd_per_gpu_hour: missing value (give usd_per_gpu_hour, quotes, "
+            f"{ctx.where}, field usd_per_gpu_hour: missing value (give usd_per_gpu_hour, quotes, "
             "or owned-hardware fields capex_usd/amortization_years/power_kw/usd_per_kwh)"
         )
     if not isinstance(quotes_raw, list):
-        raise DataError(f"{where}, field quotes: expected a list, got {type(quotes_raw).__name__}")
-    quotes: list[Quote] = []
-    for i, q in enumerate(quotes_raw, 1):
-        qwhere = f"{where}, quote {i}"
-        if not isinstance(q, Mapping):
-            raise DataError(f"{qwhere}: expected a mapping, got {q!r}")
-        text, sdate = _sources_text(sources, q.get("source"))
-        if not text:
-            raise DataError(f"{qwhere}, field source: missing value (every quote needs a source)")
-        date = str(q.get("date") or sdate or "undated")
-        if q.get("discount_vs_on_demand") is not None:
-            d = _number(q["discount_vs_on_demand"], where=qwhere, field="discount_vs_on_demand", high=1.0)
-            if on_demand is None:
-                raise DataError(
-                    f"{qwhere}, field discount_vs_on_demand: {gpu} has no on_demand price to discount"
-                )
-            quotes.append(
-                Quote(
-                    usd_per_gpu_hour=on_demand * (1 - d),
-                    provider=f"on-demand x (1 - {d:g})",
-                    source=text,
-                    date=date,
-                    note=str(q.get("note") or ""),
-                    derived=True,
-                )
-            )
-        else:
-            price = _number(q.get("usd_per_gpu_hour"), where=qwhere, field="usd_per_gpu_hour")
-            quotes.append(
-                Quote(
-                    usd_per_gpu_hour=price,
-                    provider=str(q.get("provider") or ""),
-                    source=text,
-                    date=date,
-                    note=str(q.get("note") or ""),
-                )
-            )
+        raise DataError(f"{ctx.where}, field quotes: expected a list, got {type(quotes_raw).__name__}")
+    quotes = tuple(_quote(ctx, q, f"{ctx.where}, quote {i}") for i, q in enumerate(quotes_raw, 1))
     med = statistics.median(q.usd_per_gpu_hour for q in quotes)
-    dates = sorted({q.date for q in quotes if q.date and q.date != "undated"}, key=_date_key)
-    span = f"{dates[0]}..{dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "undated")
+    source = f"{ctx.origin}: median of {_quote_kinds(quotes)}, {_quote_span(quotes)}"
+    return ctx.entry(med, quotes=quotes, source=source, note=str(raw.get("note") or ""))
+
+
+def _quote(ctx: _EntryContext, q: Any, qwhere: str) -> Quote:
+    """One quote: a direct price, or a discount applied to the GPU's on-demand price (derived)."""
+    if not isinstance(q, Mapping):
+        raise DataError(f"{qwhere}: expected a mapping, got {q!r}")
+    text, sdate = _sources_text(ctx.sources, q.get("source"))
+    if not text:
+        raise DataError(f"{qwhere}, field source: missing value (every quote needs a source)")
+    common: dict[str, Any] = {
+        "source": text,
+        "date": str(q.get("date") or sdate or "undated"),
+        "note": str(q.get("note") or ""),
+    }
+    if q.get("discount_vs_on_demand") is None:
+        price = _number(q.get("usd_per_gpu_hour"), where=qwhere, field="usd_per_gpu_hour")
+        return Quote(usd_per_gpu_hour=price, provider=str(q.get("provider") or ""), **common)
+    d = _number(q["discount_vs_on_demand"], where=qwhere, field="discount_vs_on_demand", high=1.0)
+    if ctx.on_demand is None:
+        raise DataError(
+            f"{qwhere}, field discount_vs_on_demand: {ctx.gpu} has no on_demand price to discount"
+        )
+    return Quote(
+        usd_per_gpu_hour=ctx.on_demand * (1 - d), provider=f"on-demand x (1 - {d:g})", derived=True, **common
+    )
+
+
+def _quote_kinds(quotes: tuple[Quote, ...]) -> str:
+    """'3 price quotes + 1 published discount applied to on-demand'."""
     n_direct = sum(not q.derived for q in quotes)
     n_disc = len(quotes) - n_direct
     parts = []
@@ -289,16 +296,13 @@ def _entry_unchecked(
         parts.append(f"{n_direct} price quote{'s' * (n_direct != 1)}")
     if n_disc:
         parts.append(f"{n_disc} published discount{'s' * (n_disc != 1)} applied to on-demand")
-    kinds = " + ".join(parts)
-    return PriceEntry(
-        gpu=gpu,
-        tier=tier,
-        usd_per_gpu_hour=med,
-        origin=origin,
-        quotes=tuple(quotes),
-        source=f"{origin}: median of {kinds}, {span}",
-        note=note,
-    )
+    return " + ".join(parts)
+
+
+def _quote_span(quotes: tuple[Quote, ...]) -> str:
+    """The quotes' date range ('2025-01..2025-06'), one date, or 'undated'."""
+    dates = sorted({q.date for q in quotes if q.date and q.date != "undated"}, key=_date_key)
+    return f"{dates[0]}..{dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "undated")
 
 
 def _book_from_nested(

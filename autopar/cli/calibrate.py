@@ -92,49 +92,45 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate run records or training logs and add them to the run store (idempotent)."""
-    from autopar.calibration.runs import InvalidRowsError, ingest, load_sidecar, normalize_config
+    sp_flag = None if sp is None else int(sp)
+    axes = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp, "vpp": vpp, "sp": sp_flag}
+    run = {"micro_batch": micro_batch, "global_batch": global_batch, "seq_len": seq_len, "zero": zero}
+    what = {"model": model, "gpu": gpu, "num_gpus": gpus, "gpus_per_node": gpus_per_node}
+    how = {"precision": precision, "recompute": recompute, "framework": framework}
+    config = _ingest_config(sidecar, {**what, **axes, **run, **how})
+    report = _run_ingest(
+        files, store, config, fmt=fmt, skip_invalid=skip_invalid, warmup=warmup, source=source
+    )
+    if as_json:
+        emit_json(_ingest_json(report))
+        return
+    _print_ingest(report)
 
-    config = load_sidecar(sidecar) if sidecar else {}
-    flags = {
-        "model": model,
-        "gpu": gpu,
-        "num_gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "ep": ep,
-        "dp": dp,
-        "vpp": vpp,
-        "sp": None if sp is None else int(sp),
-        "micro_batch": micro_batch,
-        "global_batch": global_batch,
-        "seq_len": seq_len,
-        "precision": precision,
-        "recompute": recompute,
-        "zero": zero,
-        "framework": framework,
-    }
-    config.update(normalize_config(flags))
-    run_store = RunStore(store)
+
+def _run_ingest(files: list[Path], store: Path | None, config: dict[str, Any], **opts: Any) -> Any:
+    """Ingest into the store; a file rejected whole prints its invalid rows before the error."""
+    from autopar.calibration.runs import InvalidRowsError, ingest
+
     try:
-        report = ingest(
-            files,
-            run_store,
-            fmt=fmt,
-            skip_invalid=skip_invalid,
-            config=config or None,
-            warmup=warmup,
-            source=source,
-        )
+        return ingest(files, RunStore(store), config=config or None, **opts)
     except InvalidRowsError as e:
         for c in e.checks:
             if c.errors:
                 err_console.print(_error_table(c.path, c.errors, "invalid rows"))
         raise
-    if as_json:
-        emit_json(_ingest_json(report))
-        return
+
+
+def _ingest_config(sidecar: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """A log's run config: the sidecar YAML's, overridden by the command-line flags that are set."""
+    from autopar.calibration.runs import load_sidecar, normalize_config
+
+    config = load_sidecar(sidecar) if sidecar else {}
+    config.update(normalize_config(flags))
+    return config
+
+
+def _print_ingest(report: Any) -> None:
+    """`calibrate ingest`'s summary table (and each file's skipped rows) and the counts line."""
     summary = Table(title="ingest", title_justify="left")
     for col in ("file", "format", "rows", "valid", "invalid"):
         summary.add_column(col, justify="left" if col in ("file", "format") else "right")
@@ -389,6 +385,116 @@ def _default_group(store: Path | None, groups: set[str]) -> str | None:
     return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
 
 
+def _memory_held_out(mem_ts: Any) -> Any:
+    """Held-out peak-memory errors, when enough runs report memory (else None)."""
+    from autopar.calibration.apply import MIN_MEMORY_RUNS
+    from autopar.calibration.validation import held_out, select_params
+
+    if len(mem_ts) < MIN_MEMORY_RUNS:
+        return None
+    mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
+    return held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
+
+
+def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[str, float]]] | None:
+    """The learning curve of the store's own cluster (its single group), if it has one."""
+    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.features import FEATURE_NAMES
+    from autopar.calibration.hierarchy import MIN_CLUSTERS, adapter_clusters, group_curve, slope_columns
+
+    grp = _default_group(store, set(ts.groups))
+    if grp is None or len(set(ts.groups) - {grp}) < MIN_CLUSTERS:
+        return None
+    m = ThroughputCorrector(alpha=ch.alpha, shrink=ch.shrink, prior_scale=ch.prior_scale)
+    m.fit(ts.X, ts.y, groups=ts.groups)
+    keys = adapter_clusters(ts.groups, ts.gpus, grp)
+    return grp, group_curve(m, ts.X, ts.y, keys, ts.sources, grp, slope_columns(FEATURE_NAMES))
+
+
+def _write_html(
+    out: Path, res: Any, desc: str, plotlyjs: str, memory: Any, curve: Any, reason: str, learning: Any
+) -> None:
+    """The report page (reports/calibration_html.py), the learning curve of the store's cluster in it."""
+    import pandas as pd
+
+    from autopar.reports.calibration_html import write_report
+
+    lc = None if learning is None else (learning[0], pd.DataFrame(learning[1]))
+    write_report(
+        res,
+        out,
+        description=desc,
+        plotlyjs=plotlyjs,
+        memory=memory,
+        adaptation=curve,
+        choice=reason,
+        learning=lc,
+    )
+
+
+def _print_report(res: Any, curve: Any, memory: Any, reason: str) -> None:
+    """`calibrate report`'s tables: per source, per family, adaptation lines, memory, the choice."""
+    from autopar.calibration.validation import adaptation_summary, error_table
+
+    console.print(_loso_table(error_table(res, "source"), "source"))
+    console.print(_loso_table(error_table(res, "family"), "family"))
+    summary = adaptation_summary(curve)
+    for r in summary.to_dict("records"):
+        console.print(
+            f"adaptation k={r['k']}: median APE {100 * r['median_ape_before']:.1f}% -> "
+            f"{100 * r['median_ape_after']:.1f}% on the remaining runs ({r['groups']} sources), "
+            f"band covers {100 * r['band_coverage']:.0f}%",
+            highlight=False,
+        )
+    if memory is not None:
+        console.print(
+            _loso_table(
+                error_table(memory, "source"),
+                "source",
+                title=f"peak memory, {memory.scheme} ({len(memory.ts)} runs)",
+            )
+        )
+    console.print(reason, highlight=False)
+
+
+def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
+    """Replace the model's group offsets by the hierarchical adapter (per-cluster posteriors) and return
+    `group`'s learning curve (its runs ingested -> error on its other runs); with fewer than MIN_CLUSTERS
+    other clusters to learn the priors from, the model keeps its shrunken offsets and there is no curve."""
+    from autopar.calibration.features import FEATURE_NAMES
+    from autopar.calibration.hierarchy import (
+        MIN_CLUSTERS,
+        adapt_corrector,
+        adapter_clusters,
+        group_curve,
+        slope_columns,
+    )
+
+    if len(set(ts.groups) - {group}) < MIN_CLUSTERS:  # no between-cluster prior: keep the offsets
+        return []
+    idx, keys = slope_columns(FEATURE_NAMES), adapter_clusters(ts.groups, ts.gpus, group)
+    curve = group_curve(cal.corrector, ts.X, ts.y, keys, ts.sources, group, idx)
+    cal.corrector = adapt_corrector(cal.corrector, ts.X, ts.y, keys, ts.sources, idx, ts.groups)
+    return curve
+
+
+def _curve_table(curve: list[dict[str, float]], group: str) -> Table:
+    """Rich table of a cluster's learning curve (hierarchy.learning_curve rows)."""
+    t = Table(
+        title=f"learning curve of '{group}': n of its runs ingested, median APE on its other runs",
+        title_justify="left",
+    )
+    for c in ("runs ingested", "held out", "no adaptation", "offsets", "adapter", "in 80% band"):
+        t.add_column(c, justify="right", no_wrap=True)
+    for r in curve:
+        t.add_row(
+            str(r["n"]),
+            str(r["held_out"]),
+            *(f"{100 * r[k]:.1f}%" for k in ("ape_global", "ape_offsets", "ape_adapter", "coverage")),
+        )
+    return t
+
+
 @_command("fit")
 def fit_cmd(
     out: Annotated[Path, typer.Option("--out", help="where to save the model (JSON)")],
@@ -398,7 +504,8 @@ def fit_cmd(
     group: GroupOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit the correctors on stored (and published) runs, validated by source; save them as JSON."""
+    """Fit the correctors on stored (and published) runs, validated by source; save them as JSON.
+    With a group (yours): per-cluster offset and slopes (calibration.hierarchy) and its learning curve."""
     from autopar.calibration.apply import fit_training_set
     from autopar.calibration.features import build_training_set
 
@@ -409,6 +516,7 @@ def fit_cmd(
     ts = build_training_set(records)
     grp = group if group is not None else _default_group(store, set(ts.groups))
     cal = fit_training_set(ts, name=out.stem, memory_ts=build_training_set(records, "memory"), group=grp)
+    curve = _adapt(cal, ts, grp) if grp is not None else []
     cal.save(out)
     if as_json:
         emit_json(
@@ -419,10 +527,18 @@ def fit_cmd(
                 "choice": dict(cal.meta.choice),
                 "leave_one_source_out": list(cal.meta.loso or []),
                 "memory_cv": list(cal.meta.memory_cv or []),
+                "learning_curve": curve,
                 "skipped": [{"run": i, "reason": why} for i, why in ts.skipped],
             }
         )
         return
+    _print_fit(cal, ts, out, curve)
+
+
+def _print_fit(cal: Any, ts: Any, out: Path, curve: list[dict[str, float]]) -> None:
+    """`calibrate fit`'s tables: skipped runs, leave-one-source-out, memory, learning curve, choice."""
+    import pandas as pd
+
     if ts.skipped:
         console.print(
             styled(
@@ -430,8 +546,6 @@ def fit_cmd(
                 " " + "; ".join(f"{i}: {why}" for i, why in ts.skipped[:5]),
             )
         )
-    import pandas as pd
-
     if cal.meta.loso:
         console.print(_loso_table(pd.DataFrame(cal.meta.loso), "source"))
     if cal.meta.memory_cv:
@@ -442,6 +556,8 @@ def fit_cmd(
                 title=f"peak memory, {cal.meta.memory_scheme} ({cal.meta.memory_n_train} runs)",
             )
         )
+    if curve:
+        console.print(_curve_table(curve, str(cal.meta.group)))
     console.print(f"throughput: {cal.meta.choice['reason']}", highlight=False)
     if cal.meta.memory_choice:
         console.print(f"memory: {cal.meta.memory_choice['reason']}", highlight=False)
@@ -458,7 +574,6 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Leave-one-source-out errors, band coverage and the adaptation curve, as tables + HTML."""
-    from autopar.calibration.apply import MIN_MEMORY_RUNS
     from autopar.calibration.features import build_training_set
     from autopar.calibration.validation import (
         adaptation,
@@ -467,7 +582,6 @@ def report_cmd(
         held_out,
         select_params,
     )
-    from autopar.reports.calibration_html import write_report
 
     if plotlyjs not in ("inline", "cdn"):
         raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")
@@ -483,17 +597,12 @@ def report_cmd(
     ch = select_params(ts.X, ts.y, ts.groups)
     res = held_out(ts, ch.alpha, ch.shrink, ch.folds)
     curve = adaptation(ts, ch.alpha, ch.shrink, ch.prior_scale, folds=ch.folds)
-    mem_ts = build_training_set(records, "memory")
-    memory = None
-    if len(mem_ts) >= MIN_MEMORY_RUNS:
-        mch = select_params(mem_ts.X, mem_ts.y, mem_ts.groups)
-        memory = held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
+    memory = _memory_held_out(build_training_set(records, "memory"))
+    learning = _store_curve(store, ts, ch)
     desc = f"{len(ts)} runs from {len(sources)} sources ({', '.join(sources)})" + (
         f"; {len(ts.skipped)} runs skipped" if ts.skipped else ""
     )
-    write_report(
-        res, out, description=desc, plotlyjs=plotlyjs, memory=memory, adaptation=curve, choice=ch.reason
-    )
+    _write_html(out, res, desc, plotlyjs, memory, curve, ch.reason, learning)
     if as_json:
         emit_json(
             {
@@ -504,26 +613,16 @@ def report_cmd(
                 "by_family": error_table(res, "family").to_dict("records"),
                 "memory": None if memory is None else error_table(memory, "source").to_dict("records"),
                 "adaptation": adaptation_summary(curve).to_dict("records"),
+                "learning_curve": None if learning is None else {"group": learning[0], "curve": learning[1]},
             }
         )
         return
-    console.print(_loso_table(error_table(res, "source"), "source"))
-    console.print(_loso_table(error_table(res, "family"), "family"))
-    summary = adaptation_summary(curve)
-    for r in summary.to_dict("records"):
-        console.print(
-            f"adaptation k={r['k']}: median APE {100 * r['median_ape_before']:.1f}% -> "
-            f"{100 * r['median_ape_after']:.1f}% on the remaining runs ({r['groups']} sources), "
-            f"band covers {100 * r['band_coverage']:.0f}%",
-            highlight=False,
-        )
-    if memory is not None:
-        console.print(
-            _loso_table(
-                error_table(memory, "source"),
-                "source",
-                title=f"peak memory, {memory.scheme} ({len(mem_ts)} runs)",
-            )
-        )
-    console.print(ch.reason, highlight=False)
+    _print_report(res, curve, memory, ch.reason)
+    if learning is not None:
+        console.print(_curve_table(learning[1], learning[0]))
     console.print(f"wrote {out}")
+
+
+from autopar.cli.calibrate_plan import plan_cmd  # noqa: E402
+
+_command("plan")(plan_cmd)

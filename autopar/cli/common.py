@@ -7,22 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autopar import knobs
 from autopar.errors import SpecError
 
-# Strategy knobs that `estimate` and `launch` take as options named like Strategy's fields.
-KNOB_FLAGS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "zero",
-    "micro_batch",
-    "recompute",
-    "activation_offload_layers",
-)
+# The knob options named like Strategy's fields: declared in the knob registry (autopar/knobs.py).
+KNOB_FLAGS = knobs.FLAG_KNOBS
 
 
 def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:

@@ -16,6 +16,7 @@ from autopar.cli.evaluation import evaluate, label_strategy
 from autopar.cli.options import CALIBRATION, KNOBS, SINGLE, Flags, opt, single_problem, with_options
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
+from autopar.knobs import KNOB_NAMES, implied_schedule
 from autopar.text import csv_cell
 from autopar.units import GiB, format_duration
 
@@ -156,7 +157,7 @@ def _schedule_of(vpp: int | None, pp: int) -> str | None:
         return "1f1b"
     if vpp is None:
         return None
-    return "interleaved" if vpp > 1 else "1f1b"
+    return implied_schedule(vpp)
 
 
 # Options that apply with --batch; every other option describes one strategy, cluster or workload, which each
@@ -165,11 +166,9 @@ _BATCH_OPTIONS = frozenset({"batch", "out", "calibration", "no_calibration", "as
 _FLAG_NAMES = {"cluster_name": "--cluster"}  # parameters whose flag is not their name
 
 
-# The knob flags a --strategy label sets itself (a flag given with the label could not take effect).
-LABEL_KNOBS = (
-    "tp", "pp", "cp", "cp_comm", "ep", "etp", "vpp", "pp_schedule", "sp", "zero", "micro_batch", "recompute",
-    "activation_offload_layers",
-)  # fmt: skip
+# The knob flags a --strategy label sets itself (a flag given with the label could not take effect): a label
+# carries every knob (knobs.LABEL_TOKENS), so every knob flag of this command.
+LABEL_KNOBS = KNOB_NAMES
 
 
 def _changed(given: dict[str, Any], names: Any) -> list[str]:
@@ -177,7 +176,7 @@ def _changed(given: dict[str, Any], names: Any) -> list[str]:
     import inspect
 
     defaults = {n: p.default for n, p in inspect.signature(estimate_cmd).parameters.items()}
-    bad = [k for k in names if k in given and given[k] != defaults[k]]
+    bad = [k for k in names if k in given and k in defaults and given[k] != defaults[k]]
     return [_FLAG_NAMES.get(k, "--" + k.replace("_", "-")) for k in bad]
 
 

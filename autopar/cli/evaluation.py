@@ -116,6 +116,7 @@ def evaluate(
     """Estimate one strategy (dp filled from the cluster), corrected by `calib` when given; $/Mtoken at
     `price` (default: on demand)."""
     from autopar.perf import estimate
+    from autopar.search.evidence import widen_for_novelty
 
     s = strategy.with_dp(cluster.num_gpus)
     analytical = estimate(model, cluster, workload, s, strict=strict)
@@ -123,6 +124,7 @@ def evaluate(
     est, mem_band = analytical, None
     if calib is not None:
         est = calib.apply(model, cluster, workload, s, analytical)
+        est = widen_for_novelty(est, model, cluster, workload, s)  # band widens away from the data (issue 21)
         _, mlo, mhi = calib.memory_factor(model, cluster, workload, s, analytical)
         mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
     verdict = memory_verdict(

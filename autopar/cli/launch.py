@@ -13,11 +13,16 @@ from autopar.cli.common import knob_strategy
 from autopar.cli.options import Flags, opt, problem_of, with_options
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.files import ensure_dir, write_atomic
+from autopar.knobs import FRAMEWORKS, RECOMPUTE_MODES, SCHEDULES, implied_schedule
 
 # Kept literal so `autopar --help` does not import the schemas; a test keeps it equal to VERSIONS.
 DEFAULT_VERSIONS = "megatron=core_v0.19.0, torchtitan=v0.2.2, deepspeed=v0.19.5"
 
 FRAMEWORK_CHOICES = ("megatron", "torchtitan", "deepspeed", "slurm", "all")
+# Schedules some stack the launch files target ships (knobs.SCHEDULES stacks); the others run 1F1B instead.
+LAUNCH_SCHEDULES = tuple(
+    n for n, r in SCHEDULES.items() if any(fw in r.stacks for fw in FRAMEWORK_CHOICES if fw in FRAMEWORKS)
+)
 # The stack whose TP-comm-overlap default a launch target takes (defaults.tp_comm_overlap_default): SLURM runs
 # Megatron-LM; "all" writes every stack's files from one workload, so it keeps the overlap off unless stated.
 _LAUNCH_STACK = {"slurm": "megatron"}
@@ -35,11 +40,11 @@ def _strategy(f: Flags) -> Any:
 
     if f.strategy:
         return parse_strategy_label(f.strategy)
-    if f.recompute not in ("none", "selective", "full"):
-        raise SpecError(f"recompute={f.recompute!r} is not allowed (allowed: none, selective, full)")
-    sched = f.schedule or ("interleaved" if f.vpp > 1 else "1f1b")
-    if sched not in ("1f1b", "interleaved"):
-        raise SpecError(f"schedule={sched!r} is not allowed (allowed: 1f1b, interleaved)")
+    if f.recompute not in RECOMPUTE_MODES:
+        raise SpecError(f"recompute={f.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE_MODES)})")
+    sched = f.schedule or implied_schedule(f.vpp)
+    if sched not in LAUNCH_SCHEDULES:
+        raise SpecError(f"schedule={sched!r} is not allowed (allowed: {', '.join(LAUNCH_SCHEDULES)})")
     return knob_strategy(vars(f), pp_schedule=sched)
 
 
@@ -133,13 +138,17 @@ _LAUNCH = (
     _int("zero", "0 DDP, 1 distributed optimizer, 2 ZeRO-2, 3 FSDP.", 1),
     _int("micro_batch", "Micro-batch size (sequences).", 1),
     opt(
-        "recompute", Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")], "none"
+        "recompute",
+        Annotated[str, typer.Option(help=f"Activation recompute: {', '.join(RECOMPUTE_MODES)}.")],
+        "none",
     ),
     opt(
         "schedule",
         Annotated[
             str | None,
-            typer.Option(help="Pipeline schedule: 1f1b or interleaved \\[default: interleaved when vpp>1]."),
+            typer.Option(
+                help=f"Pipeline schedule: {', '.join(LAUNCH_SCHEDULES)} \\[default: interleaved when vpp>1]."
+            ),
         ],
         None,
     ),

@@ -132,6 +132,12 @@ def print_result(result: Any, top: int) -> None:
             highlight=False,
         )
     _print_recommended(result)
+    from autopar.reports.decision import recipe_text
+
+    recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
+    if recipe:
+        console.print()
+        console.print(styled(("recipe", "bold"), f": {recipe}"), highlight=False, soft_wrap=False)
     for n in result.notes:  # informational: dim, not the warning colour
         console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
 

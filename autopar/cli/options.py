@@ -41,6 +41,7 @@ from autopar.defaults import (
     DEFAULT_TIER,
     DEFAULT_WHATIF_BUDGET,
 )
+from autopar.knobs import SCHEDULE_NAMES
 
 if TYPE_CHECKING:
     from autopar.problem import ClusterChoice, Problem
@@ -320,7 +321,7 @@ _PARAMS: list[tuple[str, Any, Any]] = [
     ),
     (
         "pp_schedule",
-        Annotated[str | None, _o(help="1f1b, interleaved, zb-h1 or dualpipe (unset: best feasible)")],
+        Annotated[str | None, _o(help=f"{', '.join(SCHEDULE_NAMES)} (unset: best feasible)")],
         None,
     ),
     (

@@ -113,40 +113,59 @@ def run_sensitivity(
     feasible = [o for o in options if o.figures is not None and o.figures.time_to_train_s is not None]
     if not feasible or not ranking:
         return []
-    by = {o.label: o for o in feasible}
-    baseline = ranking[0]
-    gpus: list[str] = []
-    for label in ranking[:2]:
-        g = by[label].gpu
-        if g not in gpus:
-            gpus.append(g)
-    if len(gpus) == 1:  # winner and runner-up share a GPU type: also move the best other GPU type
-        other = next((by[label].gpu for label in ranking if by[label].gpu != gpus[0]), None)
-        if other is not None:
-            gpus.append(other)
-    rows = []
-    for gpu in gpus:
-        for f in PRICE_FACTORS:
-            cands = [
-                Candidate(o.label, _time_cost(o)[0], _time_cost(o)[1] * (f if o.gpu == gpu else 1.0))
-                for o in feasible
-            ]
-            rows.append(
-                _row(
-                    f"{gpu} price {'+' if f > 1 else '-'}{abs(f - 1) * 100:.0f}%",
-                    "price",
-                    gpu,
-                    f,
-                    cands,
-                    baseline,
-                    deadline_s,
-                    max_cost_usd,
-                )
-            )
+    limits = (deadline_s, max_cost_usd)
+    rows = [
+        _price_row(feasible, gpu, f, ranking[0], limits)
+        for gpu in _moved_gpus(feasible, ranking)
+        for f in PRICE_FACTORS
+    ]
     if estimate_fn is None:
         from autopar.perf import estimate
 
         estimate_fn = estimate
+    rows.append(_bandwidth_row(model, workload, feasible, ranking[0], limits, estimate_fn))
+    return rows
+
+
+def _moved_gpus(feasible: Sequence[OptionResult], ranking: Sequence[str]) -> list[str]:
+    """The winner's and runner-up's GPU types; when they share one, also the best other type."""
+    by = {o.label: o for o in feasible}
+    gpus: list[str] = []
+    for label in ranking[:2]:
+        if by[label].gpu not in gpus:
+            gpus.append(by[label].gpu)
+    if len(gpus) == 1:
+        other = next((by[label].gpu for label in ranking if by[label].gpu != gpus[0]), None)
+        if other is not None:
+            gpus.append(other)
+    return gpus
+
+
+def _price_row(
+    feasible: Sequence[OptionResult],
+    gpu: str,
+    factor: float,
+    baseline: str,
+    limits: tuple[float | None, float | None],
+) -> SensitivityRow:
+    """The ranking when every option on `gpu` costs `factor` times its price."""
+    cands = [
+        Candidate(o.label, _time_cost(o)[0], _time_cost(o)[1] * (factor if o.gpu == gpu else 1.0))
+        for o in feasible
+    ]
+    name = f"{gpu} price {'+' if factor > 1 else '-'}{abs(factor - 1) * 100:.0f}%"
+    return _row(name, "price", gpu, factor, cands, baseline, *limits)
+
+
+def _bandwidth_row(
+    model: ModelSpec,
+    workload: Workload,
+    feasible: Sequence[OptionResult],
+    baseline: str,
+    limits: tuple[float | None, float | None],
+    estimate_fn: EstimateFn,
+) -> SensitivityRow:
+    """The ranking with inter-node bandwidth halved: each chosen strategy re-estimated, not re-searched."""
     cands = []
     slowdowns = []
     for o in feasible:
@@ -156,17 +175,14 @@ def run_sensitivity(
         # time scales by 1/r; cost is proportional to time at a fixed cluster price
         time_s, cost = _time_cost(o)
         cands.append(Candidate(o.label, time_s / r, cost / r))
-    rows.append(
-        _row(
-            "inter-node bandwidth halved",
-            "internode_bw",
-            None,
-            BANDWIDTH_FACTOR,
-            cands,
-            baseline,
-            deadline_s,
-            max_cost_usd,
-            note="chosen strategies re-estimated, not re-searched (" + ", ".join(slowdowns) + ")",
-        )
+    note = "chosen strategies re-estimated, not re-searched (" + ", ".join(slowdowns) + ")"
+    return _row(
+        "inter-node bandwidth halved",
+        "internode_bw",
+        None,
+        BANDWIDTH_FACTOR,
+        cands,
+        baseline,
+        *limits,
+        note=note,
     )
-    return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from autopar.knobs import implied_schedule
 from autopar.launch.megatron import CHECKPOINT_INTERVAL
 from autopar.launch.schema import load_schema, schema_source
 from autopar.launch.split import strategy_split, torchtitan_split
@@ -108,7 +109,7 @@ def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dic
     if s.pp > 1 and s.pp_schedule not in ships:
         notes.append(f"pp_schedule={s.pp_schedule}: this config runs 1F1B instead")
     if s.pp > 1:
-        par["pipeline_parallel_schedule"] = ships["interleaved" if s.vpp > 1 else "1f1b"]
+        par["pipeline_parallel_schedule"] = ships.get(s.pp_schedule) or ships[implied_schedule(s.vpp)]
         par["pipeline_parallel_microbatch_size"] = s.micro_batch
         par.update(torchtitan_split(model.layers, s.pp, s.vpp, _label_split(model.layers, s)))
     if model.is_moe:

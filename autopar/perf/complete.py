@@ -1,7 +1,7 @@
 """Completing a partial strategy: unset knobs take the best feasible value, as the search would pick it.
 
-A run record or a CLI call may leave vpp, micro_batch, recompute, etp, pp_schedule, zero or
-activation_offload_layers unset (None).
+A run record or a CLI call may leave the completable knobs (knobs.COMPLETABLE_KNOBS: vpp, micro_batch,
+recompute, etp, pp_schedule, zero, activation_offload_layers) unset (None).
 Each unset knob gets its candidate values (those the framework offers and the layout rules allow); the
 completion keeps the candidate that fits in memory and is fastest (ties: more headroom); if nothing fits,
 the one with the most headroom, so the estimate still says by how much it does not fit. An explicit value
@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from autopar import knobs
 from autopar.errors import InvalidStrategyError
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, STACKS, Axis, candidate_layers
 from autopar.perf import pipeline
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-RECOMPUTE_MODES: tuple[str, ...] = ("full", "selective", "none")  # most memory-frugal first
+RECOMPUTE_MODES: tuple[str, ...] = tuple(reversed(knobs.RECOMPUTE_MODES))  # most memory-frugal first
 MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
 
@@ -65,7 +66,7 @@ def _schedule_pairs(model: ModelSpec, s: Strategy, framework: str) -> list[tuple
     pairs = []
     for name in names:
         rule = pipeline.SCHEDULES[name]
-        vs = [s.vpp] if s.vpp else ([1] if rule.vpp == "1" else vpps if rule.vpp == ">1" else [1, *vpps])
+        vs = [s.vpp] if s.vpp else [v for v in (1, *vpps) if rule.takes_vpp(v)]
         pairs += [(name, v) for v in vs]
     return pairs or [(s.pp_schedule or "1f1b", s.vpp or 1)]
 

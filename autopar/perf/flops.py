@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.knobs import RECOMPUTE_MODES
 from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.types import FLOPS_BASIS
 from autopar.specs import ModelSpec, Workload
@@ -130,8 +131,7 @@ def step_flops(m: ModelSpec, w: Workload) -> StepFlops:
         model_causal=model_flops_per_step(m, w.seq_len, w.global_batch, True, g),
         model_full=model_flops_per_step(m, w.seq_len, w.global_batch, False, g),
         hardware={
-            r: hardware_flops_per_step(m, w.seq_len, w.global_batch, r, False, g)
-            for r in ("none", "selective", "full")
+            r: hardware_flops_per_step(m, w.seq_len, w.global_batch, r, False, g) for r in RECOMPUTE_MODES
         },
         basis=FLOPS_BASIS[w.finetune],
     )

@@ -12,6 +12,15 @@ are relative to the ideal step m·(t_f + t_b) of the slowest stage:
 - DualPipe: bidirectional, two model chunks per rank (the stage pair i and p−1−i): bubble
   (p/2 − 1)·(F&B + B − 3W), 2× parameters, p+1 micro-batches of activations [DeepSeek-V3 report,
   arXiv 2412.19437 §3.2.1 Table 2]; needs p and m even.
+- ZB-2p: the automatic zero-bubble schedule with an activation budget of 2p micro-batches [Qi et al., ICLR 2024,
+  arXiv 2401.10241 §3; the authors' comparison at T_F = T_B = T_W: bubble 0, 2x 1F1B's activation memory].
+  The papers give its bubble only at equal pass times (0); for unequal times the model takes the closed form of
+  its handcrafted counterpart ZB-H2, (p−1)·(T_F + T_B − 2·T_W) ≥ 0 [ibid. §2.2, Table 2], whose (2p−1)
+  micro-batches fit the same budget. Activations: min(2p, m) micro-batches in flight.
+- ZB-V: two chunks per rank in a V, each half a 1F1B stage [ibid. §6; Qi et al. 2024, arXiv 2405.15362
+  (V-ZB: bubble 0 at T_F = T_B = T_W, activation memory p micro-batches, as 1F1B)]. For unequal times the model
+  takes ZB-H2's closed form over chunk-sized passes (half of each T), an approximation no paper states.
+  Activations as 1F1B: min(p, m) micro-batches of the rank's layers; two sends per micro-batch (v = 2).
 """
 
 from __future__ import annotations
@@ -49,6 +58,10 @@ def bubble_fraction(
     if schedule == "zb-h1":  # (p−1)(T_F + T_B − T_W) with T_B = (1−w)·t_b, T_W = w·t_b, t_b = 2 t_f
         tf, tb = 1.0, 2.0
         return (p - 1) * (tf + (1 - w_share) * tb - w_share * tb) / ((tf + tb) * m)
+    if schedule in ("zb-2p", "zb-v"):  # ZB-H2's (p−1)(T_F + T_B − 2·T_W) ≥ 0; ZB-V: half-stage chunks
+        tf, tb = 1.0, 2.0
+        idle = max(0.0, (p - 1) * (tf + (1 - w_share) * tb - 2 * w_share * tb))
+        return idle / (2.0 if schedule == "zb-v" else 1.0) / ((tf + tb) * m)
     if schedule == "dualpipe":  # (p/2−1)(F&B + B − 3W), F&B taken as F + B (no overlap credit)
         tf, tb = 1.0, 2.0
         tw = w_share * tb
@@ -62,7 +75,9 @@ def inflight_microbatches(schedule: str, p: int, m: int, v: int = 1) -> float:
         return 1.0
     if schedule == "dualpipe":
         return float(min(p + 1, m))
-    base = float(min(p, m))
+    if schedule == "zb-2p":  # the 2p micro-batch activation budget (ZB-2p, module docstring)
+        return float(min(2 * p, m))
+    base = float(min(p, m))  # 1F1B, ZB-H1 and ZB-V
     if schedule == "interleaved" and v > 1:
         return base * (1 + (p - 1) / (p * v))
     return base

@@ -14,13 +14,15 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from autopar import knobs
 from autopar.layouts import Axis
 from autopar.specs import Strategy
 
-RECOMPUTE_CODES: tuple[str, ...] = ("none", "selective", "full")
-SCHEDULE_CODES: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "dualpipe")
-CP_COMM_CODES: tuple[str, ...] = ("p2p", "a2a", "allgather", "a2a+p2p")
-STATES_CODES: tuple[str, ...] = ("fp32", "bf16", "8bit")
+# The codes are the registry's domains in their declared order (autopar/knobs.py).
+RECOMPUTE_CODES: tuple[str, ...] = knobs.RECOMPUTE_MODES
+SCHEDULE_CODES: tuple[str, ...] = knobs.SCHEDULE_NAMES
+CP_COMM_CODES: tuple[str, ...] = knobs.CP_COMM_NAMES
+STATES_CODES: tuple[str, ...] = knobs.OPTIMIZER_STATES
 
 # Knob name -> (sentinel for None or None when the knob is never None, codes for categorical knobs).
 _INT_KNOBS: dict[str, int | None] = {

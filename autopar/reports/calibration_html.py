@@ -39,66 +39,11 @@ def scatter_figure(res: HeldOut) -> go.Figure:
         horizontal_spacing=0.06,
         subplot_titles=("analytical (uncalibrated)", "calibrated (leave-one-source-out)"),
     )
-    lo, hi = float(df.measured.min()) / 1.5, float(df.measured.max()) * 1.5
     for i, (source, g) in enumerate(df.groupby("source", sort=True)):
-        color = _PALETTE[i % len(_PALETTE)]
-        src = _plotly_text(source)
-        hover = [
-            f"{_plotly_text(r.id)} ({_plotly_text(r.gpu)})<br>measured {r.measured:,.0f}<br>"
-            f"predicted {r.predicted:,.0f}<br>calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
-            for r in g.itertuples()
-        ]
-        fig.add_trace(
-            go.Scatter(
-                x=g.measured,
-                y=g.predicted,
-                mode="markers",
-                name=src,
-                legendgroup=src,
-                marker={"color": color, "size": 8},
-                text=hover,
-                hoverinfo="text",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=g.measured,
-                y=g.calibrated,
-                mode="markers",
-                name=src,
-                legendgroup=src,
-                showlegend=False,
-                marker={"color": color, "size": 8},
-                text=hover,
-                hoverinfo="text",
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": g.high - g.calibrated,
-                    "arrayminus": g.calibrated - g.low,
-                    "thickness": 1,
-                    "width": 0,
-                },
-            ),
-            row=1,
-            col=2,
-        )
+        _add_source(fig, g, _plotly_text(source), _PALETTE[i % len(_PALETTE)])
+    lo, hi = float(df.measured.min()) / 1.5, float(df.measured.max()) * 1.5
     for col in (1, 2):
-        for k, dash in ((1.0, "solid"), (1.1, "dot"), (1 / 1.1, "dot")):
-            fig.add_trace(
-                go.Scatter(
-                    x=[lo, hi],
-                    y=[lo * k, hi * k],
-                    mode="lines",
-                    showlegend=False,
-                    hoverinfo="skip",
-                    line={"color": "#9ca3af", "width": 1, "dash": dash},
-                ),
-                row=1,
-                col=col,
-            )
+        _add_guides(fig, lo, hi, col)
         fig.update_xaxes(type="log", title_text="measured tokens/s per GPU", row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)
     fig.update_yaxes(title_text="predicted tokens/s per GPU", row=1, col=1)
@@ -119,6 +64,48 @@ def scatter_figure(res: HeldOut) -> go.Figure:
     return fig
 
 
+def _add_source(fig: go.Figure, g: pd.DataFrame, src: str, color: str) -> None:
+    """One source's runs: analytical prediction (left panel), calibrated with its band (right)."""
+    hover = [
+        f"{_plotly_text(r.id)} ({_plotly_text(r.gpu)})<br>measured {r.measured:,.0f}<br>"
+        f"predicted {r.predicted:,.0f}<br>calibrated {r.calibrated:,.0f} [{r.low:,.0f}, {r.high:,.0f}]"
+        for r in g.itertuples()
+    ]
+    common = {"x": g.measured, "mode": "markers", "name": src, "legendgroup": src, "text": hover}
+    marker = {"color": color, "size": 8}
+    fig.add_trace(go.Scatter(y=g.predicted, marker=marker, hoverinfo="text", **common), row=1, col=1)
+    band = {
+        "type": "data",
+        "symmetric": False,
+        "array": g.high - g.calibrated,
+        "arrayminus": g.calibrated - g.low,
+        "thickness": 1,
+        "width": 0,
+    }
+    fig.add_trace(
+        go.Scatter(y=g.calibrated, showlegend=False, marker=marker, hoverinfo="text", error_y=band, **common),
+        row=1,
+        col=2,
+    )
+
+
+def _add_guides(fig: go.Figure, lo: float, hi: float, col: int) -> None:
+    """The exact line (solid) and +-10% lines (dotted) of one panel."""
+    for k, dash in ((1.0, "solid"), (1.1, "dot"), (1 / 1.1, "dot")):
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo * k, hi * k],
+                mode="lines",
+                showlegend=False,
+                hoverinfo="skip",
+                line={"color": "#9ca3af", "width": 1, "dash": dash},
+            ),
+            row=1,
+            col=col,
+        )
+
+
 _HEADERS = {
     "median_ape_before": "median APE before",
     "median_ape_after": "after",
@@ -128,6 +115,9 @@ _HEADERS = {
     "spearman_after": "after",
     "band_coverage": "in 80% band",
     "band_width": "mean band width",
+    "ape_global": "median APE, no adaptation",
+    "ape_offsets": "offsets",
+    "ape_adapter": "adapter",
 }
 
 
@@ -153,34 +143,17 @@ def report_html(
     memory: HeldOut | None = None,
     adaptation: pd.DataFrame | None = None,
     choice: str = "",
+    learning: tuple[str, pd.DataFrame] | None = None,
 ) -> str:
     """The calibration report page: LOSO tables per source and GPU family, scatter, per-run rows."""
     by_source, by_family = error_table(res, "source"), error_table(res, "family")
     fig = _figure(scatter_figure(res))
-    rows = res.frame()[
-        [
-            "id",
-            "source",
-            "gpu",
-            "measurement",
-            "measured",
-            "predicted",
-            "calibrated",
-            "low",
-            "high",
-            "ape_before",
-            "ape_after",
-        ]
-    ].round(1)
-    skipped = "".join(f"<li>{html.escape(i)}: {html.escape(r)}</li>" for i, r in res.ts.skipped)
-    n_sources = len(set(res.ts.sources))
-    kpis = [("Runs", f"{len(rows):,}"), ("Sources", str(n_sources)), ("Skipped", str(len(res.ts.skipped)))]
-    runs = (
-        f"<details><summary>{len(rows)} runs used"
-        f"{f', {len(res.ts.skipped)} skipped' if res.ts.skipped else ''}</summary>"
-        f"{rows.to_html(index=False, border=0, classes='tbl')}"
-        f"{f'<ul>{skipped}</ul>' if skipped else ''}</details>"
-    )
+    runs = _runs_html(res)
+    kpis = [
+        ("Runs", f"{len(res.ts):,}"),
+        ("Sources", str(len(set(res.ts.sources)))),
+        ("Skipped", str(len(res.ts.skipped))),
+    ]
     body = (
         theme.header(
             "calibration report", title, description or "held-out errors of the throughput corrector", kpis
@@ -189,6 +162,7 @@ def report_html(
         + theme.section("Per source", _METHOD, _table_html(by_source), "by-source")
         + theme.section("Per GPU family", "", _table_html(by_family), "by-family")
         + _adaptation_section(adaptation)
+        + _learning_section(learning)
         + _memory_section(memory)
         + theme.section(
             "Predicted vs measured",
@@ -211,6 +185,36 @@ _METHOD = (
     "inside the 80% band (split-conformal by source, scored without the held-out source); band width is "
     "(high - low) / corrected figure."
 )
+
+
+def _runs_html(res: HeldOut) -> str:
+    """Every run used (measured, predicted, calibrated, band, errors) and every run skipped, folded."""
+    cols = ["id", "source", "gpu", "measurement", "measured", "predicted", "calibrated", "low", "high"]
+    rows = res.frame()[[*cols, "ape_before", "ape_after"]].round(1)
+    skipped = "".join(f"<li>{html.escape(i)}: {html.escape(r)}</li>" for i, r in res.ts.skipped)
+    return (
+        f"<details><summary>{len(rows)} runs used"
+        f"{f', {len(res.ts.skipped)} skipped' if res.ts.skipped else ''}</summary>"
+        f"{rows.to_html(index=False, border=0, classes='tbl')}"
+        f"{f'<ul>{skipped}</ul>' if skipped else ''}</details>"
+    )
+
+
+def _learning_section(learning: tuple[str, pd.DataFrame] | None) -> str:
+    """A cluster's learning curve (calibration.hierarchy.learning_curve): n runs ingested -> error."""
+    if learning is None or learning[1].empty:
+        return ""
+    group, curve = learning
+    return theme.section(
+        f"Learning curve of your cluster '{group}'",
+        "n of its runs ingested (3 random draws), the others scored: no adaptation, today's shrunken "
+        "offset, and the hierarchical adapter (offset and slopes with priors from the other clusters); "
+        "the last column is the coverage of the adapter's 80% band.",
+        _table_html(
+            curve.rename(columns={"coverage": "band_coverage", "n": "runs ingested", "held_out": "held out"})
+        ),
+        "learning",
+    )
 
 
 def _figure(fig: go.Figure) -> str:
@@ -263,6 +267,7 @@ def write_report(
     memory: HeldOut | None = None,
     adaptation: pd.DataFrame | None = None,
     choice: str = "",
+    learning: tuple[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write the calibration report HTML to `path` and return it."""
     return write_atomic(
@@ -275,5 +280,6 @@ def write_report(
             memory=memory,
             adaptation=adaptation,
             choice=choice,
+            learning=learning,
         ),
     )

@@ -9,15 +9,20 @@ from the drawing, and `html.py` only renders it):
   "balanced" card that buys nothing material is dropped.
 - `decision_info`: the first card's strategy, throughput (with the corrector's band), time and cost to
   train the token budget, and what it would take to do better (the bottleneck, memory, the front's
-  best point on each objective it does not lead, more GPUs).
+  best point on each objective it does not lead, more GPUs); whether a published run resembles it, and
+  the published recipe for the problem beside it (`recipe_view`: its prediction and the step-time
+  components that differ, as `autopar compare` splits the step).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from autopar.perf.types import Estimate
 from autopar.reports.common import cluster_label, role_title, trial_cluster
+from autopar.reports.comparison import STEP_SPLIT
 from autopar.search.recommend import NEAR_TIE_FRACTION, SAFE_SPEED_FRACTION, bottleneck_hint
 from autopar.search.result import ObjectiveInfo, Recommendation, SearchResult, TrialRecord
 from autopar.units import SECONDS_PER_DAY, GiB, usd_per_mtoken
@@ -162,6 +167,8 @@ class Decision:
     train_days: float | None
     train_usd: float | None
     better: tuple[str, ...]  # what it would take to do better, one sentence each
+    evidence: str = ""  # "No published run resembles this layout: ..." (search/evidence.py), else ''
+    recipe: RecipeView | None = None  # the published recipe for this problem beside the pick
 
 
 def _usd_per_mtoken(result: SearchResult, t: TrialRecord, tps: float) -> float | None:
@@ -195,7 +202,112 @@ def decision_info(result: SearchResult, cards: Sequence[Card]) -> Decision | Non
         train_days=tokens / tps / SECONDS_PER_DAY if tps else None,
         train_usd=mtok * tokens / 1e6 if mtok is not None else None,
         better=tuple(better_hints(result, t)),
+        evidence=next((r.evidence for r in result.recommended if r.trial is t and r.evidence), ""),
+        recipe=recipe_view(result, t),
     )
+
+
+# A time component explains the pick-vs-recipe difference when it moves by at least this fraction of the
+# pick's step (1%: below it the split rounds away in the compare table); at most REASONS_SHOWN are named.
+REASON_FRACTION = 0.01
+REASONS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class RecipeView:
+    """The published recipe beside the pick: what it is, its prediction and why the two differ."""
+
+    name: str  # the recipe's id, e.g. LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1
+    source: str
+    label: str  # its strategy as estimated
+    tokens_per_s: float | None
+    band: tuple[float, float] | None
+    ratio: float | None  # pick / recipe, predicted
+    reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
+    remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
+
+    def sentence(self, reasons: bool = True) -> str:
+        """The recipe in one paragraph (CLI and report; the report lists the reasons apart)."""
+        head = f"Published recipe for this problem: {self.label} ({self.name}; {self.source})"
+        if self.tokens_per_s is None or self.ratio is None:
+            return head + ". " + " ".join(self.remarks)
+        band = f", 80% band {self.band[0]:,.0f}–{self.band[1]:,.0f}" if self.band else ""
+        rel = 100 * (self.ratio - 1)
+        verdict = (
+            f"within {100 * MATERIAL_FRACTION:.0f}% of the pick: a near-tie, and the recipe is the "
+            "better-evidenced choice"
+            if abs(rel) <= 100 * MATERIAL_FRACTION
+            else f"the pick is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
+        )
+        why = f"; the step differs most in {_and(list(self.reasons))}" if self.reasons and reasons else ""
+        return f"{head}: predicted {self.tokens_per_s:,.0f} tokens/s{band}; {verdict}{why}." + (
+            " " + " ".join(self.remarks) if self.remarks else ""
+        )
+
+
+def _reasons(pick: Estimate, rec: Estimate) -> tuple[str, ...]:
+    """The STEP_SPLIT components (as `autopar compare` names them) that differ most, pick vs recipe."""
+    step = pick.step_time_s or 1.0
+    diffs = []
+    for field_, name in STEP_SPLIT:
+        a, b = getattr(pick.time, field_), getattr(rec.time, field_)
+        if abs(a - b) >= REASON_FRACTION * step:
+            diffs.append((-abs(a - b), name.split(" (")[0], a, b))
+    return tuple(
+        f"{n} {a:.1f} s (pick) vs {b:.1f} s (recipe)" for _, n, a, b in sorted(diffs)[:REASONS_SHOWN]
+    )
+
+
+def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[str, ...]:
+    r, w = rb.recipe, result.workload
+    out = []
+    if (r.gpu, r.num_gpus, r.precision) != (pick.gpu, pick.num_gpus, pick.precision):
+        out.append(
+            f"The recipe is for {cluster_label(r.gpu, r.num_gpus)} · {r.precision}; the pick runs on "
+            f"{cluster_label(pick.gpu, pick.num_gpus)} · {pick.precision}."
+        )
+    if r.global_batch != w.global_batch:
+        out.append(f"The recipe was tuned at global batch {r.global_batch} (this problem: {w.global_batch}).")
+    if r.framework != w.framework:
+        out.append(f"It runs on {r.framework} (this search: {w.framework}).")
+    if r.measured is not None:
+        out.append(f"Published measurement: {r.measured:,.0f} tokens/s per GPU.")
+    if rb.evidence is not None and rb.evidence.beyond:
+        out.append(rb.evidence.sentence())
+    if rb.estimate is None:
+        out.append(f"The model could not estimate it: {rb.reason}")
+    return tuple(out)
+
+
+def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
+    """The recipe matching the search's problem (SearchResult.recipe) against the pick, or None."""
+    rb = getattr(result, "recipe", None)
+    if rb is None:
+        return None
+    est, pe = rb.estimate, pick.estimate
+    label = (est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy()).label()
+    if est is None or pe is None or est.tokens_per_s <= 0:
+        return RecipeView(
+            rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)
+        )
+    return RecipeView(
+        name=rb.recipe.id,
+        source=rb.recipe.source,
+        label=label,
+        tokens_per_s=est.tokens_per_s,
+        band=est.tokens_per_s_band,
+        ratio=pe.tokens_per_s / est.tokens_per_s,
+        reasons=_reasons(pe, est),
+        remarks=_recipe_remarks(result, rb, pick),
+    )
+
+
+def recipe_text(result: SearchResult) -> str:
+    """The recipe paragraph for the first recommendation's point ('' without a matching recipe)."""
+    if not result.recommended:
+        return ""
+    view = recipe_view(result, result.recommended[0].trial)
+    return view.sentence() if view is not None else ""
 
 
 def _front(result: SearchResult) -> list[TrialRecord]:

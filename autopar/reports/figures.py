@@ -11,6 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from autopar.knobs import RECOMPUTE_MODES
 from autopar.reports.common import cluster_label, fmt_value, pareto_trials
 from autopar.reports.decision import recommendation_cards
 from autopar.search.result import ObjectiveInfo, SearchResult, TrialRecord
@@ -246,7 +247,7 @@ class ParallelCoordsInfo:
     numbers: tuple[int, ...]
 
 
-_RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+_RECOMPUTE = {r: float(i) for i, r in enumerate(RECOMPUTE_MODES)}  # axis position, least frugal first
 
 
 def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
@@ -297,8 +298,8 @@ def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
         Dimension(
             "recompute",
             col(lambda t: _RECOMPUTE[t.strategy.recompute]),
-            (0.0, 1.0, 2.0),
-            ("none", "selective", "full"),
+            tuple(_RECOMPUTE.values()),
+            RECOMPUTE_MODES,
         )
     )
     if len({t.num_gpus for t in rows}) > 1:

@@ -341,6 +341,7 @@ def _decision(result: SearchResult, d: Decision | None) -> str:
             if d.budget_given
             else f'<div class="small muted">No --token-budget was given: time and cost are for {esc(tokens)}.</div>'
         )
+        + _evidence_html(d)
         + f"{theme.collapsed('Why this strategy', why, 'more') if why else ''}"
         f"{launch_html(result, t, 'launch-recommended')}</div>"
     )
@@ -348,6 +349,26 @@ def _decision(result: SearchResult, d: Decision | None) -> str:
     return (
         f'<section id="decision"><div class="card hero" data-trial="{t.number}">{main}{side}</div></section>'
     )
+
+
+def _evidence_html(d: Decision) -> str:
+    """Whether a published run resembles the pick, and the published recipe beside it (search/evidence.py)."""
+    out = ""
+    if d.evidence:
+        out += f'<p class="why" id="evidence"><strong>{esc(d.evidence)}</strong></p>'
+    r = d.recipe
+    if r is not None:
+        reasons = "".join(f"<li>{esc(x)}</li>" for x in r.reasons)
+        out += (
+            f'<div class="small" id="recipe"><p class="why">{esc(r.sentence(reasons=False))}</p>'
+            + (
+                f'<p class="why">Where the step differs most:</p><ul class="better">{reasons}</ul>'
+                if reasons
+                else ""
+            )
+            + "</div>"
+        )
+    return out
 
 
 def _why(text: str, keep: int = 2) -> str:

@@ -81,104 +81,29 @@ def _label_recommended(fig: go.Figure, p, i: int, ranges, grid) -> None:  # noqa
         )
 
 
+DOMINATED_MARKER = {"size": 6, "color": "#94a3b8", "opacity": 0.35}
+INFEASIBLE_MARKER = {
+    "size": 7,
+    "color": "#dc2626",
+    "symbol": "x-thin",
+    "line": {"width": 1.5, "color": "#dc2626"},
+}
+RECOMMENDED_MARKER = {
+    "size": 17,
+    "color": "#f59e0b",
+    "symbol": "star",
+    "line": {"width": 1.2, "color": "#92400e"},
+}
+
+
 def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
     """Pareto front, one panel per objective pair: front coloured, dominated faded, infeasible hidden."""
     n = len(info.panels)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.09, vertical_spacing=0.16)
-    colors = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(info.groups)}
-    multi = len(info.groups) > 1
     for i, p in enumerate(info.panels):
-        r, c = i // cols + 1, i % cols + 1
-        first = i == 0
-        fig.add_trace(
-            go.Scatter(
-                x=_round(p.dominated.x),
-                y=_round(p.dominated.y),
-                hovertext=p.dominated.hover,
-                hovertemplate=HOVER,
-                mode="markers",
-                name="Dominated (feasible)",
-                legendgroup="dominated",
-                showlegend=first,
-                marker={"size": 6, "color": "#94a3b8", "opacity": 0.35},
-            ),
-            row=r,
-            col=c,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=_round(p.infeasible.x),
-                y=_round(p.infeasible.y),
-                hovertext=p.infeasible.hover,
-                hovertemplate=HOVER,
-                mode="markers",
-                name="Infeasible (click to show)",
-                legendgroup="infeasible",
-                showlegend=first,
-                visible="legendonly",
-                marker={
-                    "size": 7,
-                    "color": "#dc2626",
-                    "symbol": "x-thin",
-                    "line": {"width": 1.5, "color": "#dc2626"},
-                },
-            ),
-            row=r,
-            col=c,
-        )
-        for g in info.groups or ("",):
-            idx = [k for k, gg in enumerate(p.pareto.group) if gg == g] if multi else range(len(p.pareto.x))
-            name = f"Pareto front · {g}" if multi else "Pareto front"
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.pareto.x[k] for k in idx],
-                    y=[p.pareto.y[k] for k in idx],
-                    hovertext=[p.pareto.hover[k] for k in idx],
-                    hovertemplate=HOVER,
-                    mode="markers",
-                    name=name,
-                    legendgroup=f"pareto-{g}",
-                    showlegend=first,
-                    marker={
-                        "size": 9,
-                        "color": colors.get(g, PALETTE[0]),
-                        "opacity": 0.9,
-                        "line": {"width": 1, "color": "white"},
-                    },
-                ),
-                row=r,
-                col=c,
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=p.recommended.x,
-                y=p.recommended.y,
-                hovertext=p.recommended.hover,
-                hovertemplate=HOVER,
-                mode="markers",
-                cliponaxis=False,
-                name="Recommended",
-                legendgroup="recommended",
-                showlegend=first,
-                marker={
-                    "size": 17,
-                    "color": "#f59e0b",
-                    "symbol": "star",
-                    "line": {"width": 1.2, "color": "#92400e"},
-                },
-            ),
-            row=r,
-            col=c,
-        )
-        front_x, front_y = [*p.pareto.x, *p.recommended.x], [*p.pareto.y, *p.recommended.y]
-        all_x, all_y = [*front_x, *p.dominated.x], [*front_y, *p.dominated.y]
-        xr, yr = focus_range(front_x, all_x, log=p.x_log), focus_range(front_y, all_y, log=p.y_log)
-        axis = {"automargin": True, "zeroline": False, "row": r, "col": c}
-        fig.update_xaxes(title_text=p.x_title, range=xr, type="log" if p.x_log else "linear", **axis)
-        fig.update_yaxes(title_text=p.y_title, range=yr, type="log" if p.y_log else "linear", **axis)
-        _label_recommended(fig, p, i, (xr, yr), (cols, rows))
+        _pareto_panel(fig, info, p, i, (cols, rows))
     fig.update_layout(
         **base_layout(
             PANEL_HEIGHT * rows + 40,
@@ -187,6 +112,96 @@ def plot_pareto(info: ParetoPlotInfo) -> go.Figure:
         )
     )
     return fig
+
+
+def _pareto_panel(fig: go.Figure, info: ParetoPlotInfo, p, i: int, grid: tuple[int, int]) -> None:  # noqa: ANN001
+    """Panel i: dominated cloud, infeasible (hidden), the front by group, the recommended stars, axes."""
+    cols, _ = grid
+    cell = {"row": i // cols + 1, "col": i % cols + 1}
+    first = i == 0
+    cloud = {"hovertemplate": HOVER, "mode": "markers", "showlegend": first}
+    fig.add_trace(
+        go.Scatter(
+            x=_round(p.dominated.x),
+            y=_round(p.dominated.y),
+            hovertext=p.dominated.hover,
+            name="Dominated (feasible)",
+            legendgroup="dominated",
+            marker=DOMINATED_MARKER,
+            **cloud,
+        ),
+        **cell,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=_round(p.infeasible.x),
+            y=_round(p.infeasible.y),
+            hovertext=p.infeasible.hover,
+            name="Infeasible (click to show)",
+            legendgroup="infeasible",
+            visible="legendonly",
+            marker=INFEASIBLE_MARKER,
+            **cloud,
+        ),
+        **cell,
+    )
+    for trace in _front_traces(info, p, first):
+        fig.add_trace(trace, **cell)
+    fig.add_trace(
+        go.Scatter(
+            x=p.recommended.x,
+            y=p.recommended.y,
+            hovertext=p.recommended.hover,
+            cliponaxis=False,
+            name="Recommended",
+            legendgroup="recommended",
+            marker=RECOMMENDED_MARKER,
+            **cloud,
+        ),
+        **cell,
+    )
+    xr, yr = _panel_axes(fig, p, cell)
+    _label_recommended(fig, p, i, (xr, yr), grid)
+
+
+def _front_traces(info: ParetoPlotInfo, p, first: bool) -> list[go.Scatter]:  # noqa: ANN001
+    """The panel's Pareto points, one trace per group (cluster) when there are several."""
+    colors = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(info.groups)}
+    multi = len(info.groups) > 1
+    traces = []
+    for g in info.groups or ("",):
+        idx = [k for k, gg in enumerate(p.pareto.group) if gg == g] if multi else range(len(p.pareto.x))
+        marker = {
+            "size": 9,
+            "color": colors.get(g, PALETTE[0]),
+            "opacity": 0.9,
+            "line": {"width": 1, "color": "white"},
+        }
+        traces.append(
+            go.Scatter(
+                x=[p.pareto.x[k] for k in idx],
+                y=[p.pareto.y[k] for k in idx],
+                hovertext=[p.pareto.hover[k] for k in idx],
+                hovertemplate=HOVER,
+                mode="markers",
+                name=f"Pareto front · {g}" if multi else "Pareto front",
+                legendgroup=f"pareto-{g}",
+                showlegend=first,
+                marker=marker,
+            )
+        )
+    return traces
+
+
+def _panel_axes(fig: go.Figure, p, cell: dict[str, int]) -> tuple:  # noqa: ANN001
+    """Axis titles, scales and a range focused on the front (with the cloud around it)."""
+    front_x, front_y = [*p.pareto.x, *p.recommended.x], [*p.pareto.y, *p.recommended.y]
+    all_x, all_y = [*front_x, *p.dominated.x], [*front_y, *p.dominated.y]
+    xr, yr = focus_range(front_x, all_x, log=p.x_log), focus_range(front_y, all_y, log=p.y_log)
+    axis = {"automargin": True, "zeroline": False, **cell}
+    fig.update_xaxes(title_text=p.x_title, range=xr, type="log" if p.x_log else "linear", **axis)
+    fig.update_yaxes(title_text=p.y_title, range=yr, type="log" if p.y_log else "linear", **axis)
+    return xr, yr
 
 
 def plot_parallel_coords(info: ParallelCoordsInfo) -> go.Figure:

@@ -7,38 +7,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from autopar.knobs import COLUMN_HEADERS, COLUMN_KNOBS
 from autopar.reports.common import esc, fmt_num, pareto_trials, role_title
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import Strategy
 
-STRATEGY_COLS = [
-    "tp",
-    "pp",
-    "vpp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "sp",
-    "zero",
-    "micro_batch",
-    "recompute",
-    "pp_schedule",
-]
+STRATEGY_COLS = list(COLUMN_KNOBS)  # the knob registry's report columns (autopar/knobs.py), in its order
 LEAD_COLS = ["gpu", "num_gpus", "precision"]
 KNOWN_LABELS = {
-    "tp": "TP",
-    "pp": "PP",
-    "vpp": "VPP",
-    "dp": "DP",
-    "cp": "CP",
-    "ep": "EP",
-    "etp": "ETP",
-    "sp": "SP",
-    "zero": "ZeRO",
-    "micro_batch": "Micro-batch",
-    "recompute": "Recompute",
-    "pp_schedule": "PP schedule",
+    **COLUMN_HEADERS,
     "gpu": "GPU",
     "num_gpus": "GPUs",
     "precision": "Precision",

@@ -98,6 +98,12 @@ def cost_time_info(result: Any) -> CostTimeInfo:
     )
 
 
+def _price_text(o: Any) -> str:
+    """'6.00', or '6.00 (B200's)' when the option is priced with another GPU's price (a price-book alias)."""
+    borrowed = getattr(o, "price_borrowed_from", "")
+    return f"{o.usd_per_gpu_hour:.2f}" + (f" ({borrowed}'s)" if borrowed else "")
+
+
 def _yes(v: bool | None) -> tuple[str, float | str]:
     return ("–", "") if v is None else (("yes", 1.0) if v else ("no", 0.0))
 
@@ -131,7 +137,7 @@ def options_table_info(result: Any) -> TableInfo:
         cells: list[tuple[str, float | str]] = [
             (str(o.rank), float(o.rank)) if o.rank else ("–", float("inf")),
             (o.label, o.label),
-            (f"{o.usd_per_gpu_hour:.2f}", o.usd_per_gpu_hour),
+            (_price_text(o), o.usd_per_gpu_hour),
             (o.strategy_label or "–", o.strategy_label),
             (fmt_num(o.tokens_per_s), o.tokens_per_s) if o.tokens_per_s else ("–", float("-inf")),
             (f"{100 * o.mfu:.1f}", 100 * o.mfu) if o.mfu is not None else ("–", float("-inf")),
@@ -207,51 +213,10 @@ def plot_cost_time(info: CostTimeInfo) -> go.Figure:
             hoverinfo="skip",
         )
     )
-    colors = ["#2563eb" if p else "#94a3b8" for p in info.on_pareto]
-    fig.add_trace(
-        go.Scatter(
-            x=info.days,
-            y=info.usd,
-            mode="markers",
-            cliponaxis=False,
-            hovertext=info.hover,
-            hovertemplate="%{hovertext}<extra></extra>",
-            name="Options",
-            marker={"size": 11, "color": colors, "line": {"width": 1, "color": "white"}},
-            textfont={"family": FONT, "size": 12, "color": "#111827"},
-        )
-    )
+    fig.add_trace(_options_trace(info))
     if info.winner in info.labels:
-        i = info.labels.index(info.winner)
-        fig.add_trace(
-            go.Scatter(
-                x=[info.days[i]],
-                y=[info.usd[i]],
-                mode="markers",
-                name=f"Best: {info.winner}",
-                hoverinfo="skip",
-                marker={
-                    "size": 20,
-                    "symbol": "star",
-                    "color": "#f59e0b",
-                    "line": {"width": 1.2, "color": "#92400e"},
-                },
-            )
-        )
-    if info.deadline_days:
-        fig.add_vline(
-            x=info.deadline_days,
-            line={"color": "#dc2626", "dash": "dash", "width": 1.5},
-            annotation_text="deadline",
-            annotation_position="top right",
-        )
-    if info.max_cost_usd:
-        fig.add_hline(
-            y=info.max_cost_usd,
-            line={"color": "#d97706", "dash": "dash", "width": 1.5},
-            annotation_text="cost cap",
-            annotation_position="bottom right",
-        )
+        fig.add_trace(_winner_trace(info))
+    _add_limits(fig, info)
     fig.update_layout(
         **base_layout(
             460, legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
@@ -273,6 +238,53 @@ def plot_cost_time(info: CostTimeInfo) -> go.Figure:
     )
     _label_options(fig, info, (xr, yr), (xlog, ylog))
     return fig
+
+
+def _options_trace(info: CostTimeInfo) -> go.Scatter:
+    """Every option, blue on the cost-time front and grey off it."""
+    colors = ["#2563eb" if p else "#94a3b8" for p in info.on_pareto]
+    return go.Scatter(
+        x=info.days,
+        y=info.usd,
+        mode="markers",
+        cliponaxis=False,
+        hovertext=info.hover,
+        hovertemplate="%{hovertext}<extra></extra>",
+        name="Options",
+        marker={"size": 11, "color": colors, "line": {"width": 1, "color": "white"}},
+        textfont={"family": FONT, "size": 12, "color": "#111827"},
+    )
+
+
+def _winner_trace(info: CostTimeInfo) -> go.Scatter:
+    """The best option as a star on top of its marker."""
+    i = info.labels.index(info.winner)
+    return go.Scatter(
+        x=[info.days[i]],
+        y=[info.usd[i]],
+        mode="markers",
+        name=f"Best: {info.winner}",
+        hoverinfo="skip",
+        marker={"size": 20, "symbol": "star", "color": "#f59e0b", "line": {"width": 1.2, "color": "#92400e"}},
+    )
+
+
+def _add_limits(fig: go.Figure, info: CostTimeInfo) -> None:
+    """The deadline (vertical) and the cost cap (horizontal), dashed, where the user gave them."""
+    if info.deadline_days:
+        fig.add_vline(
+            x=info.deadline_days,
+            line={"color": "#dc2626", "dash": "dash", "width": 1.5},
+            annotation_text="deadline",
+            annotation_position="top right",
+        )
+    if info.max_cost_usd:
+        fig.add_hline(
+            y=info.max_cost_usd,
+            line={"color": "#d97706", "dash": "dash", "width": 1.5},
+            annotation_text="cost cap",
+            annotation_position="bottom right",
+        )
 
 
 def _spans(vals: tuple[float, ...]) -> bool:
@@ -357,7 +369,7 @@ def _winner_card(result: Any) -> str:
     return (
         f'<div class="cards"><div class="card"><div class="role">Best option</div>'
         f'<div class="strategy" id="recommended-option">{esc(w.label)}</div><div class="where">{esc(w.strategy_label)} · '
-        f"{esc(w.precision)} · ${w.usd_per_gpu_hour:.2f}/GPU-h</div>"
+        f"{esc(w.precision)} · {esc(w.price_label)}</div>"
         f'<div class="metrics">{m}</div>{launch}</div></div>'
     )
 
@@ -365,45 +377,9 @@ def _winner_card(result: Any) -> str:
 def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
     """The complete what-if page as a string (see `write_whatif_report`): the answer (the best option
     and the planner's verdict) first, then the options, the chart and the sensitivity, inputs last."""
-    w = result.workload
-    tb = result.token_budget
-    tokens = f"{tb / 1e12:.3g} T" if tb >= 1e12 else f"{tb / 1e9:.3g} B"
-    title = f"What-if: training {result.model.name} on {tokens} tokens"
-    kpis = [
-        ("Options", str(len(result.options))),
-        ("Feasible", str(sum(o.feasible for o in result.options))),
-        ("Trials per option", str(result.search_budget)),
-        ("Search time", format_duration(result.wall_s)),
-    ]
-    top = theme.header(
-        "what-if report",
-        title,
-        f"seq {w.seq_len:,} · global batch {w.global_batch:,} · {w.precision} · {result.tier} prices",
-        kpis,
-    )
-    inputs = _kv(
-        [
-            ("model", result.model.name),
-            ("token budget", f"{result.token_budget:,.0f} tokens"),
-            ("goodput", f"{100 * result.goodput:.0f} %"),
-            ("deadline", format_duration(result.deadline_s) if result.deadline_s else "none"),
-            ("cost cap", f"${result.max_cost_usd:,.0f}" if result.max_cost_usd else "none"),
-            ("price file", result.prices_file or "built-in price book"),
-            ("seed", str(result.seed)),
-            ("autopar", autopar_version()),
-        ]
-    )
+    title, top = _header(result)
     style = "note" if result.deadline_met is False or not result.ranking else "note ok"
     head_note = f'<div class="{style}"><b>{esc(result.message)}</b></div>' if result.message else ""
-    info = cost_time_info(result)
-    infeasible = "".join(f"<li>{esc(x)}</li>" for x in info.infeasible)
-    chart = (
-        f'<div class="panel">{figure_html(plot_cost_time(info), "fig-cost-time")}</div>'
-        if info.labels
-        else '<p class="muted">No option has a feasible strategy to plot.</p>'
-    )
-    if infeasible:
-        chart += f'<ul class="caveats">{infeasible}</ul>'
     sens = (
         table_html(sensitivity_table_info(result), "sensitivity-table")
         if result.sensitivity
@@ -418,24 +394,69 @@ def whatif_report_html(result: Any, plotlyjs: str = "inline") -> str:
         + "</section>"
         + '<section id="cost-time"><h2>Cost vs time to train</h2><p class="lead">Each point is one option; '
         "the line joins the options no other option beats on both time and cost.</p>"
-        + chart
+        + _chart(result)
         + "</section>"
         + '<section id="sensitivity"><h2>Sensitivity</h2><p class="lead">How the ranking moves when prices '
         "change by ±20 % or the inter-node bandwidth halves.</p>"
         + sens
         + "</section>"
-        + theme.section(
-            "Inputs and notes",
-            "",
-            f'<div class="inputs"><div class="panel"><h3>Inputs</h3>{inputs}</div></div>'
-            + f'<div class="notes">{theme.notes(result.notes)}</div>',
-            "inputs",
-        )
+        + _inputs_section(result)
         + theme.footer(
             "Times and costs follow from the estimated throughput; measure before signing a contract."
         )
     )
     return render_page(title, body, plotlyjs)
+
+
+def _header(result: Any) -> tuple[str, str]:
+    """The page title and its header (workload line and the search's key figures)."""
+    w = result.workload
+    tb = result.token_budget
+    tokens = f"{tb / 1e12:.3g} T" if tb >= 1e12 else f"{tb / 1e9:.3g} B"
+    title = f"What-if: training {result.model.name} on {tokens} tokens"
+    kpis = [
+        ("Options", str(len(result.options))),
+        ("Feasible", str(sum(o.feasible for o in result.options))),
+        ("Trials per option", str(result.search_budget)),
+        ("Search time", format_duration(result.wall_s)),
+    ]
+    line = f"seq {w.seq_len:,} · global batch {w.global_batch:,} · {w.precision} · {result.tier} prices"
+    return title, theme.header("what-if report", title, line, kpis)
+
+
+def _chart(result: Any) -> str:
+    """The cost-time chart and, below it, why the infeasible options have no point."""
+    info = cost_time_info(result)
+    chart = (
+        f'<div class="panel">{figure_html(plot_cost_time(info), "fig-cost-time")}</div>'
+        if info.labels
+        else '<p class="muted">No option has a feasible strategy to plot.</p>'
+    )
+    infeasible = "".join(f"<li>{esc(x)}</li>" for x in info.infeasible)
+    return chart + (f'<ul class="caveats">{infeasible}</ul>' if infeasible else "")
+
+
+def _inputs_section(result: Any) -> str:
+    """What the user asked for (model, budget, goodput, limits, prices, seed) and the run's notes."""
+    inputs = _kv(
+        [
+            ("model", result.model.name),
+            ("token budget", f"{result.token_budget:,.0f} tokens"),
+            ("goodput", f"{100 * result.goodput:.0f} %"),
+            ("deadline", format_duration(result.deadline_s) if result.deadline_s else "none"),
+            ("cost cap", f"${result.max_cost_usd:,.0f}" if result.max_cost_usd else "none"),
+            ("price file", result.prices_file or "built-in price book"),
+            ("seed", str(result.seed)),
+            ("autopar", autopar_version()),
+        ]
+    )
+    return theme.section(
+        "Inputs and notes",
+        "",
+        f'<div class="inputs"><div class="panel"><h3>Inputs</h3>{inputs}</div></div>'
+        + f'<div class="notes">{theme.notes(result.notes)}</div>',
+        "inputs",
+    )
 
 
 def write_whatif_report(result: Any, path: str | Path, *, plotlyjs: str = "inline") -> Path:

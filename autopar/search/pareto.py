@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from autopar.knobs import COLUMN_KNOBS
 from autopar.objectives import Objective
 from autopar.search.result import TrialRecord
 
@@ -180,19 +181,7 @@ def normalized_hypervolume(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray, 
 
 
 # --- the Pareto table ----------------------------------------------------------------------------
-STRATEGY_COLUMNS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "sp",
-    "zero",
-    "micro_batch",
-    "recompute",
-    "pp_schedule",
-)
+STRATEGY_COLUMNS = COLUMN_KNOBS  # the knob registry's report columns (autopar/knobs.py)
 
 
 def record_row(r: TrialRecord) -> dict[str, Any]:

@@ -7,7 +7,7 @@ worst -> 1) and the point closest (Euclidean) to the ideal point (0, ..., 0) win
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +16,7 @@ from autopar.layouts import STACKS
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.types import Estimate
+from autopar.search.evidence import EvidenceFn, defensible, low_factor
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
 from autopar.units import GiB, format_duration
@@ -145,15 +146,6 @@ def explain_memory(e: Estimate) -> str:
     )
 
 
-_SCHEDULE_WHY = {
-    "1f1b": "1F1B pipeline",
-    "interleaved": "interleaved pipeline (virtual stages shrink the bubble)",
-    "zb-h1": "ZB-H1 pipeline (weight-gradient passes fill the cool-down; 1F1B's activation memory)",
-    "dualpipe": (
-        "DualPipe pipeline (the expert all-to-all runs under the paired micro-batch's compute; "
-        "two parameter copies per stage)"
-    ),
-}
 _CP_WHY = {
     "p2p": "ring exchange hidden behind attention",
     "a2a": "Ulysses all-to-all inside the NVLink domain",
@@ -183,7 +175,7 @@ def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
         name = stack.schedules.get(s.pp_schedule)
         where = _ships(framework, "schedules", name, list(stack.schedules))
         where += "" if name else f" ({SCHEDULES[s.pp_schedule].source})"
-        out.append(f"PP{s.pp}: {_SCHEDULE_WHY[s.pp_schedule]}{bubble}{where}")
+        out.append(f"PP{s.pp}: {SCHEDULES[s.pp_schedule].why}{bubble}{where}")
     if s.pp_first_layers is not None or s.pp_last_layers is not None:
         out.append(f"uneven stages (first {s.pp_first_layers}, last {s.pp_last_layers} layers)")
     elif s.pp_account_embedding or s.pp_account_loss:
@@ -322,6 +314,34 @@ def correction_effect(
     return lead, tie, text
 
 
+def defended_why(
+    best: TrialRecord,
+    pool: Sequence[TrialRecord],
+    o: Objective,
+    ev: EvidenceFn,
+    ties: Sequence[TrialRecord] = (),
+) -> str:
+    """' Ranked by ...' when the point with the best central value is neither the one chosen nor one of
+    its near-ties: what its centre claims and why its band's pessimistic end does not defend it ('' else)."""
+    lead = min(pool, key=lambda r: (o.to_min(r.values[o.name]), r.number))
+    if lead is best or any(lead is t for t in ties) or lead.values[o.name] == best.values[o.name]:
+        return ""
+    gain = _delta(o.name, best.values[o.name], lead.values[o.name])
+    far = ev(lead)
+    where = (
+        f" ({far.steps:.1f} steps from the nearest published run, {far.nearest.label}: "
+        f"{'; '.join(far.differences)})"
+        if far.beyond and far.nearest is not None
+        else ""
+    )
+    return (
+        f" Ranked by what the evidence defends (the pessimistic end of each 80% band): "
+        f"{lead.strategy.label()} is {gain} at its centre, but its band reaches down to "
+        f"{100 * low_factor(lead, ev):.0f}% of it{where}: {_fmt(o.name, defensible(lead, o.name, ev))} "
+        f"against this point's {_fmt(o.name, defensible(best, o.name, ev))}."
+    )
+
+
 def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> tuple[list[int], np.ndarray]:
     """Indices of the front sorted by normalised distance to the ideal point, and the distances."""
     F = to_min_matrix(front, objectives)
@@ -348,12 +368,16 @@ def _free_gib(r: TrialRecord) -> float:
     return r.estimate.headroom_bytes / GiB if r.estimate is not None else -np.inf
 
 
-def near_tie_choice(ranked: Sequence[TrialRecord], name: str) -> tuple[TrialRecord, list[TrialRecord]]:
-    """The recommended point among `ranked` (best first on objective `name`) and the near-ties it stands
-    for: every point within NEAR_TIE_FRACTION of the best value; among them the most free memory, then
-    the label, so the choice depends on the set of points found, not on the order they were found in."""
-    top = ranked[0].values[name]
-    ties = [r for r in ranked if abs(r.values[name] - top) <= NEAR_TIE_FRACTION * abs(top)]
+def near_tie_choice(
+    ranked: Sequence[TrialRecord], name: str, value: Callable[[TrialRecord], float] | None = None
+) -> tuple[TrialRecord, list[TrialRecord]]:
+    """The recommended point among `ranked` (best first on objective `name`, by `value`: the objective's
+    value unless given) and the near-ties it stands for: every point within NEAR_TIE_FRACTION of the best
+    value; among them the most free memory, then the label, so the choice depends on the set of points
+    found, not on the order they were found in."""
+    val = value or (lambda r: r.values[name])
+    top = val(ranked[0])
+    ties = [r for r in ranked if abs(val(r) - top) <= NEAR_TIE_FRACTION * abs(top)]
     choice = min(ties, key=lambda r: (-_free_gib(r), r.strategy.label(), r.gpu, r.num_gpus, r.precision))
     return choice, [r for r in ties if r is not choice]
 
@@ -363,11 +387,14 @@ def recommend(
     objectives: Sequence[Objective],
     feasible: Sequence[TrialRecord] = (),
     framework: str = "megatron",
+    evidence: EvidenceFn | None = None,
 ) -> list[Recommendation]:
     """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons.
 
     `feasible` (every feasible trial) lets a recommendation say when the corrector changed which point
-    leads: the analytical leader may have left the corrected front."""
+    leads: the analytical leader may have left the corrected front. With `evidence` (search/evidence.py)
+    the throughput-like objectives rank by what each point can defend: its value at the pessimistic end of
+    its 80% band, widened where no measured run resembles it (see `defended_why`)."""
     out: list[Recommendation] = []
     if not front:
         return out
@@ -379,11 +406,15 @@ def recommend(
             # The front's extreme headroom point is usually uselessly slow: offer the most headroom among
             # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
             pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
-        ranked = sorted(pool, key=lambda r, o=o: (o.to_min(r.values[o.name]), r.number))
+
+        def value(r: TrialRecord, o: Objective = o) -> float:
+            return defensible(r, o.name, evidence)
+
+        ranked = sorted(pool, key=lambda r, o=o, v=value: (o.to_min(v(r)), r.number))
         best = ranked[0]
         ties: list[TrialRecord] = []
         if o.name != "headroom":  # most headroom is already the tie-break
-            best, ties = near_tie_choice(ranked, o.name)
+            best, ties = near_tie_choice(ranked, o.name, value)
         rest = [r for r in ranked if r is not best]
         runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
         why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework, tied=len(ties))
@@ -395,7 +426,12 @@ def recommend(
         _, tie, note = correction_effect(best, [*pool, *feasible], o)
         if note:
             why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
-        out.append(Recommendation(ROLE_OF[o.name], best, why))
+        said = ""
+        if evidence is not None and o.name in _POWER:
+            why += defended_why(best, pool, o, evidence, ties)
+            said = evidence(best).sentence()
+            why += f" {said}" if said else ""
+        out.append(Recommendation(ROLE_OF[o.name], best, why, said))
     order, d = knee_order(front, objectives)
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None

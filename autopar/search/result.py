@@ -37,6 +37,7 @@ class Recommendation:
     role: str  # "fastest", "cheapest", "most_headroom", "balanced"
     trial: TrialRecord
     why: str
+    evidence: str = ""  # "No published run resembles this layout: ..." when so (search/evidence.py), else ''
 
 
 @dataclass
@@ -62,6 +63,7 @@ class SearchResult:
     stats: dict[str, Any] = field(
         default_factory=dict
     )  # search bookkeeping: evaluations, duplicates, HV, prices
+    recipe: Any = None  # search.evidence.RecipeBeside: the published recipe for this problem, if one matches
 
     @cached_property
     def pareto(self) -> pd.DataFrame:

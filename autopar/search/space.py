@@ -21,6 +21,7 @@ from typing import Any
 
 from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
+from autopar.knobs import KNOB_NAMES, ORDERED_KNOBS, RECOMPUTE_MODES
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
 from autopar.search.constraints import Constraint, apply_constraints
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -28,7 +29,7 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE: tuple[str, ...] = RECOMPUTE_MODES
 MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
 
 
@@ -43,12 +44,7 @@ def _strategy(**knobs: Any) -> Strategy:
 
 
 # Every search point sets the same knobs (make_strategy's), so copies of one template share its set of fields.
-_KNOBS = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch", "recompute", "pp_schedule",
-    "dp_shard", "cp_comm", "pp_first_layers", "pp_last_layers", "pp_account_embedding", "pp_account_loss",
-    "optimizer_states", "optimizer_offload", "activation_offload_layers",
-)  # fmt: skip
-_TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in _KNOBS})
+_TEMPLATE = Strategy.model_construct(**{k: Strategy.model_fields[k].default for k in KNOB_NAMES})
 
 
 @dataclass(frozen=True)
@@ -469,22 +465,8 @@ class Space:
             "gpu": hw.gpu,
             "num_gpus": hw.num_gpus,
             "precision": hw.precision,
-            "tp": s.tp,
-            "pp": s.pp,
-            "vpp": s.vpp,
-            "cp": s.cp,
-            "ep": s.ep,
-            "etp": s.etp,
-            "sp": s.sp,
-            "zero": s.zero,
-            "micro_batch": s.micro_batch,
-            "recompute": s.recompute,
-            "pp_schedule": s.pp_schedule,
-            "cp_comm": s.cp_comm,
-            "dp_shard": s.dp_shard,
+            **{k: getattr(s, k) for k in KNOB_NAMES},  # those without a parameter are dropped below
             "pp_split": split_code(split_of(s)),
-            "optimizer_states": s.optimizer_states,
-            "optimizer_offload": s.optimizer_offload,
             "activation_offload_layers": s.activation_offload_layers or 0,
         }
         return {k: full[k] for k in self.distributions()}
@@ -523,10 +505,7 @@ def _pick_rest(
     return ds, rc, cpc, split, want if want in lay.savers else lay.savers[0], ao
 
 
-_ORDERED = {
-    "num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "micro_batch", "recompute",
-    "activation_offload_layers",
-}  # fmt: skip
+_ORDERED = {"num_gpus", *ORDERED_KNOBS}  # the knobs whose values have an order (knobs.KNOBS)
 
 
 def _uniq(items: Any) -> list[Any]:

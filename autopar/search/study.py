@@ -16,6 +16,7 @@ from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
 from autopar.problem import SAMPLERS, SearchSettings, settings_with
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
+from autopar.search.evidence import evidence_of, recipe_beside, widen_records
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
 from autopar.search.loops import Run, fingerprint, run_exhaustive
 from autopar.search.nsga2 import run_nsga2
@@ -303,6 +304,8 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
     else:
         valid, exact = count_valid(space, ctx.ev, random.Random(s.seed))
     records = _records(run, space)
+    evidence = evidence_of(ctx.model, space.hardware)  # bands widened away from the measured runs (issue 21)
+    widen_records(records, evidence)
     front = pareto_records(records, objs)
     notes = _notes(space, objs, ctx.prices, s.budget, sampler, run)
     if s.sampler == "auto" and sampler == "exhaustive":
@@ -324,7 +327,7 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
         space_size=space.size,
         trials=records,
         pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
-        recommended=recommend(front, objs, feasible, framework=workload.framework) if front else [],
+        recommended=recommend(front, objs, feasible, workload.framework, evidence=evidence) if front else [],
         seed=s.seed,
         budget=s.budget,
         sampler=sampler,
@@ -334,6 +337,7 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
         calibration=_calibration_info(calibration),
         space_valid=valid,
         stats=stats,
+        recipe=recipe_beside(ctx.model, space.hardware, calibration) if front else None,
     )
 
 

@@ -1,0 +1,135 @@
+"""Published tuned recipes (autopar/data/recipes.csv): which one matches a problem, and its strategy.
+
+The table holds the layouts the stack's vendor tuned and published for a pre-training problem:
+NVIDIA's Megatron-Bridge performance presets (`scripts/performance/configs/*_workload_base_configs.py`)
+and the measured rows of the NeMo / Megatron-Bridge performance summaries, NeMo AutoModel and Meta's
+torchtitan benchmarks (the problems of bench/recipes.py, exported by `python bench/recipes.py --export`).
+Each row cites its source; `measured_tokens_per_s_per_gpu` is empty for a preset published without a
+measurement.
+
+A problem matches a recipe when the model has the recipe model's shape (Llama 3 and 3.1 share one), and
+the GPU, GPU count, precision and sequence length are the same. Among matches the one on the same stack,
+then the same global batch, then the highest measured throughput, then the id wins (a fixed order).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from dataclasses import dataclass
+
+from autopar.layouts import Axis
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+RECIPES_FILE = "recipes.csv"
+# The fields that make two model specs the same network for a layout (name and metadata aside).
+SHAPE_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "topk")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One published recipe: its problem, its layout and where it comes from."""
+
+    id: str
+    model: str
+    gpu: str
+    num_gpus: int
+    precision: str
+    seq_len: int
+    global_batch: int
+    framework: str
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int | None
+    micro_batch: int | None
+    measured: float | None  # tokens/s per GPU as published; None for a preset without a measurement
+    source: str
+
+    def strategy(self) -> Strategy:
+        """The recipe's layout; knobs it does not state are left for the estimate to complete."""
+        return Strategy(
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            vpp=self.vpp,
+            pp_schedule="interleaved" if (self.vpp or 1) > 1 else "1f1b",
+            sp=self.tp > 1,
+            micro_batch=self.micro_batch,
+        )
+
+    def who(self) -> str:
+        """'Megatron-Bridge preset LLAMA3_70B_... (source)' style name for a sentence."""
+        return f"{self.id} ({self.source})"
+
+
+def _int(v: str) -> int | None:
+    return int(v) if v.strip() else None
+
+
+def _row(r: dict[str, str]) -> Recipe:
+    m = r["measured_tokens_per_s_per_gpu"].strip()
+    return Recipe(
+        id=r["id"],
+        model=r["model"],
+        gpu=r["gpu"],
+        num_gpus=int(r["num_gpus"]),
+        precision=r["precision"],
+        seq_len=int(r["seq_len"]),
+        global_batch=int(r["global_batch"]),
+        framework=r["framework"],
+        tp=int(r[Axis.TP]),
+        pp=int(r[Axis.PP]),
+        cp=int(r[Axis.CP]),
+        ep=int(r[Axis.EP]),
+        vpp=_int(r[Axis.VPP]),
+        micro_batch=_int(r["micro_batch"]),
+        measured=float(m) if m else None,
+        source=r["source"],
+    )
+
+
+@functools.cache
+def recipes() -> tuple[Recipe, ...]:
+    """Every recipe of the shipped table, in file order."""
+    from autopar.data import data_path
+
+    with data_path(RECIPES_FILE).open(newline="", encoding="utf-8") as f:
+        return tuple(_row(r) for r in csv.DictReader(f))
+
+
+@functools.cache
+def _shape(name: str) -> tuple | None:
+    from autopar.catalog import get_model
+    from autopar.errors import AutoparError
+
+    try:
+        m = get_model(name)
+    except AutoparError:
+        return None
+    return tuple(getattr(m, f, None) for f in SHAPE_FIELDS)
+
+
+def match(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> Recipe | None:
+    """The published recipe for this problem (see the module docstring), or None."""
+    shape = tuple(getattr(model, f, None) for f in SHAPE_FIELDS)
+    found = [
+        r
+        for r in recipes()
+        if (r.gpu, r.num_gpus, r.precision, r.seq_len)
+        == (cluster.gpu.name, cluster.num_gpus, workload.precision, workload.seq_len)
+        and (r.model == model.name or _shape(r.model) == shape)
+    ]
+    if not found:
+        return None
+    return min(
+        found,
+        key=lambda r: (
+            r.framework != workload.framework,
+            r.global_batch != workload.global_batch,
+            -(r.measured or 0.0),
+            r.id,
+        ),
+    )

@@ -1,0 +1,390 @@
+"""The knob registry: every Strategy knob and every categorical domain declared once (bottom layer).
+
+In the spirit of torchtitan's ``JobConfig``/``ParallelDims`` (one declaration per setting): each row says a
+knob's name, its domain, the label token that carries it, whether `estimate` completes it when unset, whether
+the search sets it, and whether it is a CLI flag and a report column. Derived from here: the Strategy label
+(`format_label`) and its parser (`parse_label`), `specs.COMPLETABLE_KNOBS`, the search's knob list, the CLI's
+choices, the report columns, the value codes of the array model.
+
+Pipeline schedules are a domain with more to say, one `ScheduleRule` each: the virtual-stage counts it takes,
+what it needs of p and m, which stacks ship it under which name (the launch writers emit that name), and its
+source. `autopar/layouts.py` reads these rows and stays the one place that validates a layout; the bubble and
+memory of each schedule are perf/pipeline.py's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, get_args
+
+
+# ------------------------------------------------------------------------------------------------ axes
+# The parallel axes (autopar.layouts re-exports them: the mesh and its rules are there).
+class Axis(StrEnum):
+    """A parallel dimension (names as in Strategy, Megatron-Core and torchtitan)."""
+
+    DP = "dp"  # data parallel (with ZeRO/FSDP sharding over it)
+    TP = "tp"  # tensor parallel (with SP on the same group)
+    CP = "cp"  # context parallel
+    PP = "pp"  # pipeline stages
+    VPP = "vpp"  # virtual stages per pipeline rank (interleaved 1F1B)
+    EP = "ep"  # expert parallel
+    ETP = "etp"  # expert tensor parallel
+    EDP = "edp"  # expert data parallel (derived: tp·cp·dp / (ep·etp))
+
+
+# ------------------------------------------------------------------------------------------------ domains
+# Each categorical domain once, as the type the specs use; its values, in this order, are the array model's
+# codes (perf/vector_columns.py): append new values at the end so stored codes keep their meaning.
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"]
+CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
+OptimizerStates = Literal["fp32", "bf16", "8bit"]
+# Software stacks (layouts.STACKS holds what each ships; perf/efficiency.py their kernel profiles).
+Framework = Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"]
+
+RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)  # least memory-frugal first
+CP_COMM_NAMES: tuple[CpComm, ...] = get_args(CpComm)
+OPTIMIZER_STATES: tuple[OptimizerStates, ...] = get_args(OptimizerStates)
+FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
+# Label token of each recompute mode ("none" shows nothing).
+_AC_TOKENS: dict[str, str] = {"selective": "sel-AC", "full": "full-AC"}
+
+
+# ------------------------------------------------------------------------------------------------ schedules
+@dataclass(frozen=True, slots=True)
+class ScheduleRule:
+    """One pipeline schedule: which virtual-stage counts it takes, what it needs of p and m, who ships it."""
+
+    name: str
+    vpp: str  # model chunks per rank: "1", ">1" (interleaved), or an exact count such as "2" (V-shaped)
+    m_multiple_of_p: bool  # Megatron's interleaved schedule historically needs m % p == 0
+    p_even: bool
+    m_even: bool
+    source: str
+    # framework -> the stack's own name for it (what its launch file sets); a stack not listed lacks it
+    stacks: Mapping[str, str]
+    why: str  # one phrase for the recommendation ("interleaved pipeline (virtual stages shrink the bubble)")
+
+    def takes_vpp(self, v: int) -> bool:
+        """Whether the schedule runs v model chunks per rank."""
+        if self.vpp == ">1":
+            return v > 1
+        return self.vpp == "any" or v == int(self.vpp)
+
+
+# torch.distributed.pipelining's schedule class names (torch 2.13 schedules.py get_schedule_class) are what
+# torchtitan's pipeline_parallel_schedule takes; PyTorch FSDP users instantiate the Schedule* classes.
+SCHEDULES: dict[str, ScheduleRule] = {
+    "1f1b": ScheduleRule(
+        "1f1b",
+        "1",
+        False,
+        False,
+        False,
+        "Narayanan et al. 2021 §2.2.1 (PipeDream-Flush); Megatron-LM default",
+        {
+            "megatron": "default 1F1B",
+            "megatron-legacy": "default 1F1B",
+            "torchtitan": "1F1B",
+            "fsdp": "Schedule1F1B",
+            "deepspeed": "TrainSchedule",
+        },
+        "1F1B pipeline",
+    ),
+    "interleaved": ScheduleRule(
+        "interleaved",
+        ">1",
+        True,
+        False,
+        False,
+        "Narayanan et al. 2021 §2.2.2; Megatron --num-layers-per-virtual-pipeline-stage; "
+        "torchtitan Interleaved1F1B",
+        {
+            "megatron": "--num-layers-per-virtual-pipeline-stage",
+            "megatron-legacy": "--num-layers-per-virtual-pipeline-stage",
+            "torchtitan": "Interleaved1F1B",
+            "fsdp": "ScheduleInterleaved1F1B",
+        },
+        "interleaved pipeline (virtual stages shrink the bubble)",
+    ),
+    "zb-h1": ScheduleRule(
+        "zb-h1",
+        "1",
+        False,
+        False,
+        False,
+        "Qi et al. 2023 (arXiv 2401.10241) §2.1; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
+        {},
+        "ZB-H1 pipeline (weight-gradient passes fill the cool-down; 1F1B's activation memory)",
+    ),
+    "dualpipe": ScheduleRule(
+        "dualpipe",
+        "1",
+        False,
+        True,
+        True,
+        "DeepSeek-V3 report (arXiv 2412.19437) §3.2.1; deepseek-ai/DualPipe",
+        {},
+        "DualPipe pipeline (the expert all-to-all runs under the paired micro-batch's compute; "
+        "two parameter copies per stage)",
+    ),
+    # ZB-2p: the automatic zero-bubble schedule under a 2·p micro-batch activation budget (Qi et al., ICLR 2024
+    # §3). No stack ships it: Megatron-Core has no zero-bubble schedule (sail-sg's fork does), and torch's
+    # ScheduleInterleavedZeroBubble is ZB-1p over several chunks.
+    "zb-2p": ScheduleRule(
+        "zb-2p",
+        "1",
+        False,
+        False,
+        False,
+        "Qi et al., ICLR 2024 (arXiv 2401.10241) §3; sail-sg/zero-bubble-pipeline-parallelism (Megatron-LM fork)",
+        {},
+        "ZB-2p pipeline (weight-gradient passes and extra warm-up forwards fill the bubble; 2x 1F1B's "
+        "activation memory)",
+    ),
+    # ZB-V: two chunks per rank in a V (rank i holds stages i and 2p-1-i); torch 2.13 ScheduleZBVZeroBubble
+    # ("ZBV requires exactly 2 stages per rank"), torchtitan's pipeline_parallel_schedule ZBVZeroBubble.
+    "zb-v": ScheduleRule(
+        "zb-v",
+        "2",
+        False,
+        False,
+        False,
+        "Qi et al., arXiv 2401.10241 §6 (ZB-V); Qi et al. 2024, arXiv 2405.15362 (V-ZB); "
+        "torch.distributed.pipelining ScheduleZBVZeroBubble",
+        {"torchtitan": "ZBVZeroBubble", "fsdp": "ScheduleZBVZeroBubble"},
+        "ZB-V pipeline (two V-shaped chunks per rank: near-zero bubble with 1F1B's activation memory)",
+    ),
+}
+SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
+if get_args(Schedule) != SCHEDULE_NAMES:  # the type and the table are declared side by side: keep them one
+    raise AssertionError(f"knobs.Schedule {get_args(Schedule)} differs from SCHEDULES {SCHEDULE_NAMES}")
+
+
+def implied_schedule(vpp: int | None) -> str:
+    """The schedule a label leaves unsaid: interleaved with virtual stages, 1F1B without."""
+    return "interleaved" if vpp and vpp > 1 else "1f1b"
+
+
+def stack_schedules(framework: str) -> dict[str, str]:
+    """autopar schedule -> the stack's own name, for the schedules the stack ships (layouts.STACKS)."""
+    return {n: r.stacks[framework] for n, r in SCHEDULES.items() if framework in r.stacks}
+
+
+# ------------------------------------------------------------------------------------------------ knobs
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One Strategy knob: where it shows (label token, CLI flag, report column) and who fills it."""
+
+    name: str
+    token: str  # the label token that carries it (LABEL_TOKENS key)
+    # None means "unset" and `estimate` completes it (perf/complete.py); the rank orders Estimate.assumed
+    complete_rank: int = 0  # 0 = never unset
+    flag: bool = False  # an `estimate`/`launch` option named like the field (cli/common.py knob_strategy)
+    column: str = ""  # its header as a column of the strategy tables (reports/table.py, search/pareto.py)
+    ordered: bool = False  # its values have an order: a search move goes to the next one up or down
+
+
+# Every Strategy field once (tests/test_knobs.py checks it), the report columns first in their order.
+KNOBS: tuple[Knob, ...] = (
+    Knob(Axis.TP, "TP", flag=True, column="TP", ordered=True),
+    Knob(Axis.PP, "PP", flag=True, column="PP", ordered=True),
+    Knob(Axis.VPP, "PP", complete_rank=1, flag=True, column="VPP", ordered=True),
+    Knob(Axis.DP, "DP", flag=True, column="DP"),
+    Knob(Axis.CP, "CP", flag=True, column="CP", ordered=True),
+    Knob(Axis.EP, "EP", flag=True, column="EP", ordered=True),
+    Knob(Axis.ETP, "ETP", complete_rank=4, flag=True, column="ETP", ordered=True),
+    Knob("sp", "TP", column="SP"),
+    Knob("zero", "DP", complete_rank=6, flag=True, column="ZeRO", ordered=True),
+    Knob("micro_batch", "mb", complete_rank=2, flag=True, column="Micro-batch", ordered=True),
+    Knob("recompute", "AC", complete_rank=3, flag=True, column="Recompute", ordered=True),
+    Knob("pp_schedule", "PP", complete_rank=5, column="PP schedule"),
+    Knob("pp_first_layers", "first"),
+    Knob("pp_last_layers", "last"),
+    Knob("pp_account_embedding", "split"),
+    Knob("pp_account_loss", "split"),
+    Knob("cp_comm", "CP"),
+    Knob("dp_shard", "HSDP"),
+    Knob("optimizer_states", "states"),
+    Knob("optimizer_offload", "offload"),
+    Knob("activation_offload_layers", "AO", complete_rank=7, flag=True, ordered=True),
+)
+KNOB_NAMES: tuple[str, ...] = tuple(str(k.name) for k in KNOBS)  # plain strings (Axis members are StrEnum)
+COMPLETABLE_KNOBS: tuple[str, ...] = tuple(
+    str(k.name) for k in sorted(KNOBS, key=lambda k: k.complete_rank) if k.complete_rank
+)
+FLAG_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.flag)
+COLUMN_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.column)  # in KNOBS order
+ORDERED_KNOBS: tuple[str, ...] = tuple(str(k.name) for k in KNOBS if k.ordered)
+COLUMN_HEADERS: dict[str, str] = {str(k.name): k.column for k in KNOBS if k.column}
+
+
+# ------------------------------------------------------------------------------------------------ label
+# One label token: its pattern, how a strategy writes it ("" = no token) and how a match reads back (fields).
+@dataclass(frozen=True, slots=True)
+class LabelToken:
+    key: str
+    pattern: re.Pattern[str]
+    write: Callable[[Any], str]
+    read: Callable[[re.Match[str]], dict[str, Any]]
+
+
+def _alt(values: tuple[str, ...]) -> str:
+    return "|".join(re.escape(v) for v in values)
+
+
+def _pp(s: Any) -> str:
+    if s.pp <= 1:
+        return ""
+    tok = f"PP{s.pp}" + (f"v{s.vpp}" if s.vpp and s.vpp > 1 else "")
+    shown = s.pp_schedule not in (implied_schedule(s.vpp), None)
+    return tok + (f"-{s.pp_schedule}" if shown else "")
+
+
+def _read_pp(m: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {Axis.PP: int(m[1])}
+    if m[2]:
+        out[Axis.VPP] = int(m[2])
+    out["pp_schedule"] = m[3] or implied_schedule(out.get(Axis.VPP))
+    return out
+
+
+def _dp(s: Any) -> str:
+    z = f"Z{s.zero}" if s.zero else ""
+    if s.dp:
+        return f"DP{s.dp}" + (f"/{z}" if z else "")
+    return z
+
+
+def _split(s: Any) -> str:
+    both = ("emb-split" if s.pp_account_embedding else "", "loss-split" if s.pp_account_loss else "")
+    return " ".join(x for x in both if x)
+
+
+def _offload(s: Any) -> str:
+    f = s.optimizer_offload
+    return "offload" + (f"{f:g}" if f != 1.0 else "") if f else ""
+
+
+_REC_BY_TOKEN = {v.split("-")[0]: k for k, v in _AC_TOKENS.items()}
+_SCHED_RX = _alt(SCHEDULE_NAMES)
+
+LABEL_TOKENS: tuple[LabelToken, ...] = (
+    LabelToken(
+        "TP",
+        re.compile(r"^TP(\d+)(\+SP)?$"),
+        lambda s: f"TP{s.tp}" + ("+SP" if s.sp and s.tp > 1 else ""),
+        lambda m: {Axis.TP: int(m[1]), "sp": bool(m[2])},
+    ),
+    LabelToken("PP", re.compile(rf"^PP(\d+)(?:v(\d+))?(?:-({_SCHED_RX}))?$"), _pp, _read_pp),
+    LabelToken(
+        "first",
+        re.compile(r"^first(\d+)$"),
+        lambda s: f"first{s.pp_first_layers}" if s.pp_first_layers is not None else "",
+        lambda m: {"pp_first_layers": int(m[1])},
+    ),
+    LabelToken(
+        "last",
+        re.compile(r"^last(\d+)$"),
+        lambda s: f"last{s.pp_last_layers}" if s.pp_last_layers is not None else "",
+        lambda m: {"pp_last_layers": int(m[1])},
+    ),
+    LabelToken(
+        "split",
+        re.compile(r"^(emb|loss)-split$"),
+        _split,
+        lambda m: {f"pp_account_{'embedding' if m[1] == 'emb' else 'loss'}": True},
+    ),
+    LabelToken(
+        "CP",
+        re.compile(rf"^CP(\d+)(?:-({_alt(CP_COMM_NAMES)}))?$"),
+        lambda s: f"CP{s.cp}" + (f"-{s.cp_comm}" if s.cp_comm != "p2p" else "") if s.cp > 1 else "",
+        lambda m: {Axis.CP: int(m[1]), "cp_comm": m[2] or "p2p"},
+    ),
+    LabelToken(
+        "EP",
+        re.compile(r"^EP(\d+)$"),
+        lambda s: f"EP{s.ep}" if s.ep > 1 else "",
+        lambda m: {Axis.EP: int(m[1])},
+    ),
+    LabelToken(
+        "ETP",
+        re.compile(r"^ETP(\d+)$"),
+        lambda s: f"ETP{s.etp}" if s.etp is not None and s.etp != s.tp else "",
+        lambda m: {Axis.ETP: int(m[1])},
+    ),
+    LabelToken(
+        "DP", re.compile(r"^(?:DP(\d+)/)?Z(\d)$|^DP(\d+)$"), _dp, lambda m: _read_dp(m[1] or m[3], m[2] or 0)
+    ),
+    LabelToken(
+        "HSDP",
+        re.compile(r"^HSDP(\d+)$"),
+        lambda s: f"HSDP{s.dp_shard}" if s.dp_shard is not None else "",
+        lambda m: {"dp_shard": int(m[1])},
+    ),
+    LabelToken(  # an unset micro-batch (None) shows nothing
+        "mb",
+        re.compile(r"^mb(\d+)$"),
+        lambda s: f"mb{s.micro_batch}" if s.micro_batch is not None else "",
+        lambda m: {"micro_batch": int(m[1])},
+    ),
+    LabelToken(  # "none" and unset (None) show nothing
+        "AC",
+        re.compile(rf"^({_alt(tuple(_REC_BY_TOKEN))})-AC$"),
+        lambda s: _AC_TOKENS.get(s.recompute, ""),
+        lambda m: {"recompute": _REC_BY_TOKEN[m[1]]},
+    ),
+    LabelToken(
+        "states",
+        re.compile(rf"^({_alt(OPTIMIZER_STATES)})-states$"),
+        lambda s: f"{s.optimizer_states}-states" if s.optimizer_states is not None else "",
+        lambda m: {"optimizer_states": m[1]},
+    ),
+    LabelToken(
+        "offload",
+        re.compile(r"^offload(\d+(?:\.\d*)?(?:e-?\d+)?)?$"),
+        _offload,
+        lambda m: {"optimizer_offload": float(m[1] or 1.0)},
+    ),
+    LabelToken(
+        "AO",
+        re.compile(r"^AO(\d+)$"),
+        lambda s: f"AO{s.activation_offload_layers}" if s.activation_offload_layers else "",
+        lambda m: {"activation_offload_layers": int(m[1])},
+    ),
+)
+_TOKENS_BY_KEY = {t.key: t for t in LABEL_TOKENS}
+_WRITERS = tuple(t.write for t in LABEL_TOKENS)
+if {k.token for k in KNOBS} != set(_TOKENS_BY_KEY):  # every knob has a token, every token a knob
+    raise AssertionError("knobs.KNOBS and LABEL_TOKENS name different tokens")
+
+
+def _read_dp(dp: str | None, zero: str | int) -> dict[str, Any]:
+    return ({Axis.DP: int(dp)} if dp else {}) | {"zero": int(zero)}
+
+
+def format_label(s: Any) -> str:
+    """A strategy's compact label, e.g. 'TP4+SP PP2v2 CP2 EP8 ETP1 DP8/Z1 mb1 sel-AC' (Strategy.label)."""
+    return " ".join([tok for write in _WRITERS if (tok := write(s))])
+
+
+LABEL_EXAMPLE = "TP4+SP PP2v2 CP2 EP8 DP8/Z1 mb1 sel-AC"
+
+
+def parse_label(label: str) -> dict[str, Any]:
+    """The Strategy fields a label sets (zero 0 unless a Z token says otherwise); ValueError naming the first
+    token no pattern reads."""
+    fields: dict[str, Any] = {"zero": 0}
+    for tok in label.split():
+        for t in LABEL_TOKENS:
+            m = t.pattern.match(tok)
+            if m:
+                fields.update(t.read(m))
+                break
+        else:
+            raise ValueError(f"strategy label token '{tok}' not understood (expected e.g. '{LABEL_EXAMPLE}')")
+    return fields

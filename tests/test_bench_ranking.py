@@ -1,0 +1,133 @@
+"""bench/ranking.py: its metrics on hand-computed toy tables, its data file, and a run on the data."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench" / "ranking.py"
+SWEEPS = ROOT / "bench" / "data" / "sweeps.csv"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_ranking", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+rk = _bench()
+
+
+def test_spearman_hand_computed() -> None:
+    # ranks x 1 2 3 4, y 1 3 2 4: d^2 = 0+1+1+0 = 2, rho = 1 - 6*2/(4*15) = 0.8
+    assert rk.spearman([10, 20, 30, 40], [1.0, 3.0, 2.0, 4.0]) == pytest.approx(0.8)
+    assert rk.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    # tie: y ranks 1.5 1.5 3 -> Pearson of (1,2,3) and (1.5,1.5,3) = 0.75 / sqrt(2 * 1.5) = sqrt(3)/2
+    assert rk.spearman([1, 2, 3], [5, 5, 9]) == pytest.approx(math.sqrt(3) / 2)
+    assert math.isnan(rk.spearman([1], [2]))
+    assert math.isnan(rk.spearman([1, 2, 3], [4, 4, 4]))
+
+
+def test_average_ranks_share_ties() -> None:
+    assert rk.average_ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]
+
+
+def test_top1_regret_hand_computed() -> None:
+    measured = [100.0, 90.0, 80.0]
+    assert rk.top1_regret(measured, [1.0, 2.0, 3.0]) == pytest.approx(0.2)  # picks 80 of best 100
+    assert rk.top1_regret(measured, [3.0, 2.0, 1.0]) == 0.0
+    # a predicted tie between the 100 and the 90 layout counts against the model: regret 10%
+    assert rk.top1_regret(measured, [5.0, 5.0, 1.0]) == pytest.approx(0.1)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(1, 1e4), st.floats(1, 1e4)),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_metrics_bounds_and_perfect_order(pairs: list[tuple[float, float]]) -> None:
+    m = [a for a, _ in pairs]
+    p = [b for _, b in pairs]
+    assert 0.0 <= rk.top1_regret(m, p) < 1.0
+    rho = rk.spearman(m, p)
+    assert math.isnan(rho) or -1.0 - 1e-9 <= rho <= 1.0 + 1e-9
+    assert rk.top1_regret(m, m) == 0.0  # ranking by the measurement itself has no regret
+    if len(set(m)) == len(m):
+        assert rk.spearman(m, [2 * x + 1 for x in m]) == pytest.approx(1.0)
+
+
+def test_sweeps_file_is_cited_and_not_calibration_data() -> None:
+    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
+    pub = pd.read_csv(ROOT / "autopar" / "data" / "published_runs.csv", dtype=str, keep_default_na=False)
+    assert list(df.columns) == list(pub.columns)
+    assert df["id"].is_unique
+    assert (df["source_ref"].str.len() > 20).all() and df["notes"].str.startswith("verbatim:").all()
+    assert not set(df["source"]) & set(pub["source"])  # a test set: no source shared with calibration data
+    assert len(set(df["source"])) >= 2 and (df["arch"] == "moe").any()
+    # every tokens/s is what the row's own step time, batch, sequence and GPU count give
+    tps = (
+        df.global_batch.astype(float)
+        * df.seq_len.astype(float)
+        / (df.measured_step_s.astype(float) * df.num_gpus.astype(float))
+    )
+    assert (tps / df.measured_tokens_per_s_per_gpu.astype(float) - 1).abs().max() < 1e-3
+
+
+def test_ranking_bench_runs_on_the_data(capsys) -> None:
+    assert rk.main(["--explain"]) == 0
+    out = capsys.readouterr().out
+    for needle in (
+        "bigscience_tr11_prequel",
+        "megatron_moe_modelzoo",
+        "torchtitan_bench (seen)",
+        "ALL independent",
+    ):
+        assert needle in out
+    assert "top-1 regret" in out and "first vs best (predicted)" in out
+
+
+def test_ranking_bench_bad_row(tmp_path, capsys) -> None:
+    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False).head(3)
+    df.loc[df.index[1], "precision"] = "int4"
+    bad = tmp_path / "bad.csv"
+    df.to_csv(bad, index=False)
+    assert rk.main(["--data", str(bad), "--no-seen"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "BLSW-0221A-02" in err and "precision" in err
+
+
+def test_first_pick_skips_layouts_predicted_out_of_memory() -> None:
+    measured = [100.0, 90.0, 80.0]
+    # the model ranks the 80 layout first but thinks it does not fit: the pick is the 90 one
+    assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [True, True, False]) == pytest.approx(0.1)
+    # nothing fits: the ranking alone decides
+    assert rk.top1_regret(measured, [1.0, 2.0, 3.0], [False, False, False]) == pytest.approx(0.2)
+
+
+def test_sweep_rows_read_as_stated() -> None:
+    """The bench's own reading of a row: EP overlap from the notes, a stated 'none' recompute kept, a
+    layout's options part of the layout (the AWS Qwen3-30B sweep: 2 EP degrees x mb/overlap x 2 dispatchers)."""
+    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
+    rows = {r["id"]: r for r in df.to_dict("records")}
+    on, off = rk._specs(rows["AWSW-Q30-07"]), rk._specs(rows["AWSW-Q30-01"])
+    assert on.workload.moe_ep_overlap and not off.workload.moe_ep_overlap
+    assert on.strategy.recompute == "none" and off.strategy.recompute == "none"
+    assert (
+        off.workload.moe_dispatcher == "alltoall"
+        and rk._specs(rows["AWSW-Q30-02"]).workload.moe_dispatcher == "flex"
+    )
+    (q30,) = [p for p in rk.load_problems([SWEEPS], seen=False, only="AWSW-Q30")]
+    # 17 rows; UCCL and NVSHMEM are both DeepEP (flex) for the model, so each pair is one layout: 12 layouts
+    assert len(q30.layouts) == 12
