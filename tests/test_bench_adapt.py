@@ -27,7 +27,8 @@ def test_adapt_protocol_counts_and_learns_a_known_offset():
     src = np.concatenate([[s] * n for s, n in sizes.items()])
     y = np.array([offsets[s] for s in src]) + rng.normal(0, 0.01, len(src))
     X = rng.normal(size=(len(src), len(FEATURE_NAMES)))
-    ts = SimpleNamespace(X=X, y=y, sources=list(src))
+    # one GPU type per source: clusters (source, GPU) are the sources themselves
+    ts = SimpleNamespace(X=X, y=y, sources=list(src), groups=list(src), gpus=["H100-SXM"] * len(src))
     b = _bench()
     raw = b.run(ts, ks=(0, 3, 10), draws=2, methods={"hier": b.predict_hier})
     counts = raw.groupby(["source", "k"]).size().to_dict()

@@ -253,42 +253,12 @@ _RECOMPUTE = {r: float(i) for i, r in enumerate(RECOMPUTE_MODES)}  # axis positi
 def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
     """Strategy knobs vs objectives for feasible trials (Pareto lines drawn last, on top)."""
     front = {t.number for t in pareto_trials(result)}
-    feas = [t for t in result.trials if t.feasible]
-    dom = [t for t in feas if t.number not in front]
-    keep = max(0, MAX_PARCOORDS_LINES - len(front))
-    if len(dom) > keep and result.objectives:
-        o = result.objectives[0]
-        sign = -1.0 if o.direction == "maximize" else 1.0
-        dom = sorted(dom, key=lambda t: sign * t.values.get(o.name, 0.0))[:keep]
-    rows = sorted(dom, key=lambda t: t.number) + [t for t in feas if t.number in front]
-    rows = sorted(rows, key=lambda t: (t.number in front, t.number))
+    rows = _parcoords_rows(result, front)
 
-    def col(fn) -> tuple[float, ...]:
+    def col(fn) -> tuple[float, ...]:  # noqa: ANN001
         return tuple(float(fn(t)) for t in rows)
 
-    dims: list[Dimension] = []
-    knobs = [
-        ("TP", lambda t: t.strategy.tp, True),
-        ("PP", lambda t: t.strategy.pp, True),
-        ("virtual stages", lambda t: t.strategy.vpp, False),
-        ("DP", lambda t: t.strategy.dp, True),
-        ("CP", lambda t: t.strategy.cp, False),
-        ("EP", lambda t: t.strategy.ep, False),
-        ("micro-batch", lambda t: t.strategy.micro_batch, True),
-    ]
-    for label, fn, always in knobs:
-        values = col(fn)
-        if always or len(set(values)) > 1:
-            # Sizes are (mostly) powers of two: a log2 axis spaces 1, 2, 4, 8 evenly; ticks show sizes.
-            ticks = sorted(set(values))
-            dims.append(
-                Dimension(
-                    label,
-                    tuple(math.log2(v) for v in values),
-                    tuple(math.log2(v) for v in ticks),
-                    tuple(f"{v:g}" for v in ticks),
-                )
-            )
+    dims = _size_dimensions(col)
     zero = col(lambda t: t.strategy.zero)
     dims.insert(
         min(len(dims), 4),
@@ -316,6 +286,50 @@ def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
         is_pareto=tuple(int(t.number in front) for t in rows),
         numbers=tuple(t.number for t in rows),
     )
+
+
+def _parcoords_rows(result: SearchResult, front: set[int]) -> list:
+    """The feasible trials drawn: every Pareto one, and the best dominated ones up to MAX_PARCOORDS_LINES
+    (by the first objective), dominated first so that the front is drawn on top."""
+    feas = [t for t in result.trials if t.feasible]
+    dom = [t for t in feas if t.number not in front]
+    keep = max(0, MAX_PARCOORDS_LINES - len(front))
+    if len(dom) > keep and result.objectives:
+        o = result.objectives[0]
+        sign = -1.0 if o.direction == "maximize" else 1.0
+        dom = sorted(dom, key=lambda t: sign * t.values.get(o.name, 0.0))[:keep]
+    rows = sorted(dom, key=lambda t: t.number) + [t for t in feas if t.number in front]
+    return sorted(rows, key=lambda t: (t.number in front, t.number))
+
+
+_SIZE_KNOBS = (  # (axis title, value, shown even when constant)
+    ("TP", lambda t: t.strategy.tp, True),
+    ("PP", lambda t: t.strategy.pp, True),
+    ("virtual stages", lambda t: t.strategy.vpp, False),
+    ("DP", lambda t: t.strategy.dp, True),
+    ("CP", lambda t: t.strategy.cp, False),
+    ("EP", lambda t: t.strategy.ep, False),
+    ("micro-batch", lambda t: t.strategy.micro_batch, True),
+)
+
+
+def _size_dimensions(col) -> list[Dimension]:  # noqa: ANN001
+    """One log2 axis per size knob (sizes are mostly powers of two: 1, 2, 4, 8 evenly spaced, ticks show
+    the sizes); a knob that never varies is left out unless it is one of the mesh's main axes."""
+    dims = []
+    for label, fn, always in _SIZE_KNOBS:
+        values = col(fn)
+        if always or len(set(values)) > 1:
+            ticks = sorted(set(values))
+            dims.append(
+                Dimension(
+                    label,
+                    tuple(math.log2(v) for v in values),
+                    tuple(math.log2(v) for v in ticks),
+                    tuple(f"{v:g}" for v in ticks),
+                )
+            )
+    return dims
 
 
 # --------------------------------------------------------------------------- breakdown bars
