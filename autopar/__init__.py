@@ -31,6 +31,12 @@ _LAZY: dict[str, str] = {
     "validate_strategy": "autopar.perf",
     "count_params": "autopar.perf",
     "Estimate": "autopar.perf",
+    # the problem config tree (model + cluster + workload + search settings)
+    "Problem": "autopar.problem",
+    "ClusterConfig": "autopar.problem",
+    "WorkloadConfig": "autopar.problem",
+    "SearchSettings": "autopar.problem",
+    "WhatIfSettings": "autopar.costs.whatif_types",
     # search
     "optimize": "autopar.search",
     "SearchResult": "autopar.search.result",

@@ -26,6 +26,9 @@ DEFAULT_WHATIF_BUDGET = 300  # per hardware option of a what-if (each option is 
 # 16,384 GPUs, the scale of the largest published dense runs (Llama 3 405B trained on 16K H100s).
 DEFAULT_SIZING_MAX_GPUS = 16384
 DEFAULT_SEED = 0
+DEFAULT_TIER = "on_demand"  # the price tier $/Mtoken and a what-if use unless --tier says
+# Share of NSGA-II trials after exploration that are one-knob moves from the front (search/loops.py).
+LOCAL_SEARCH_SHARE = 0.7
 DEFAULT_OBJECTIVES = ("throughput", "headroom", "cost")
 # Free memory a strategy must leave per GPU to count as fitting: a margin for the memory model's
 # ~13% median error on the published runs that report memory (README, accuracy table: 12.9%).

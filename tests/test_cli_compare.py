@@ -136,7 +136,8 @@ def test_html_answer_and_best_marks_from_the_json(tmp_path: Path):
 
 def test_split_chart_stacks_to_the_step_time():
     docs = _json(["compare", LLAMA_A, LLAMA_B, "--json", "--no-calibration"])
-    from autopar.cli.evaluation import evaluate, label_strategy, problem
+    from autopar.cli.evaluation import evaluate, label_strategy
+    from autopar.cli.options import single_problem as problem
     from autopar.reports.compare_html import split_figure
     from autopar.reports.comparison import STEP_SPLIT, comparison_info
 

@@ -3,7 +3,6 @@ shell completion, tables that wrap instead of cutting, and `launch --out` report
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -59,21 +58,19 @@ def test_calibrate_list_json_when_empty(tmp_path) -> None:
 
 
 def test_api_and_cli_share_min_headroom_default() -> None:
-    from autopar.costs.whatif import run_whatif
-    from autopar.search.study import optimize
+    # The defaults live once, in the config tree (autopar/problem.py, whatif_types.WhatIfSettings): the Python
+    # API (optimize / run_whatif build their settings from it) and the CLI options (autopar/cli/options.py) read it.
+    from autopar.cli.options import OPTIONS
+    from autopar.costs.whatif_types import WhatIfSettings
+    from autopar.defaults import DEFAULT_BUDGET, DEFAULT_OBJECTIVES, DEFAULT_SEED, DEFAULT_WHATIF_BUDGET
+    from autopar.problem import SearchSettings
 
-    assert inspect.signature(optimize).parameters["min_headroom_gib"].default == DEFAULT_MIN_HEADROOM_GIB
-    assert inspect.signature(run_whatif).parameters["min_headroom_gib"].default == DEFAULT_MIN_HEADROOM_GIB
-    from autopar.defaults import DEFAULT_BUDGET, DEFAULT_OBJECTIVES, DEFAULT_SEED
-
-    params = inspect.signature(optimize).parameters
-    assert (params["budget"].default, params["seed"].default) == (DEFAULT_BUDGET, DEFAULT_SEED)
-    from autopar.cli.whatif import whatif as whatif_cmd
-    from autopar.defaults import DEFAULT_WHATIF_BUDGET
-
-    assert inspect.signature(run_whatif).parameters["budget"].default == DEFAULT_WHATIF_BUDGET
-    assert inspect.signature(whatif_cmd).parameters["budget"].default == DEFAULT_WHATIF_BUDGET
-    assert tuple(params["objectives"].default) == DEFAULT_OBJECTIVES
+    search, whatif = SearchSettings(), WhatIfSettings()
+    assert search.min_headroom_gib == whatif.min_headroom_gib == DEFAULT_MIN_HEADROOM_GIB
+    assert (search.budget, search.seed) == (DEFAULT_BUDGET, DEFAULT_SEED)
+    assert whatif.budget == DEFAULT_WHATIF_BUDGET == OPTIONS["budget:whatif"].default
+    assert OPTIONS["budget"].default == DEFAULT_BUDGET and OPTIONS["seed"].default == DEFAULT_SEED
+    assert tuple(search.objectives) == DEFAULT_OBJECTIVES == tuple(OPTIONS["objectives"].default.split(","))
     res = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
     assert f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB" in res.output
 

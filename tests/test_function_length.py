@@ -46,3 +46,17 @@ def test_the_measure_counts_def_to_last_line(tmp_path: Path):
         f"def f():\n{body}\n    return 0\n\n\nclass C:\n    def g(self):\n        pass\n"
     )
     assert function_lengths(tmp_path) == {"m.py:f": 61, "m.py:C.g": 2}
+
+
+AUTOPAR = PERF.parent
+# The orchestration layer (issue 23: the commands, the search, the what-if, the problem config tree) keeps the
+# same limit.
+
+
+def test_no_orchestration_function_exceeds_the_limit():
+    lengths = {**function_lengths(AUTOPAR / "cli"), **function_lengths(AUTOPAR / "search")}
+    lengths.update(function_lengths(AUTOPAR / "costs"))
+    lengths.update({k: n for k, n in function_lengths(AUTOPAR).items() if k.startswith("problem.py:")})
+    assert "study.py:optimize" in lengths and "problem.py:Problem.build" in lengths  # the walk found them
+    too_long = {k: n for k, n in lengths.items() if n > MAX_LINES}
+    assert not too_long, f"functions over {MAX_LINES} lines (split them by concern): {too_long}"

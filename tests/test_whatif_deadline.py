@@ -290,8 +290,11 @@ def test_whatif_takes_optimize_defaults():
 
     w, o = inspect.signature(whatif_cmd).parameters, inspect.signature(optimize_cmd).parameters
     assert w["seq_len"].default == o["seq_len"].default == DEFAULT_SEQ_LEN == 8192
-    assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"].default == 512
-    assert w["model"].default == DEFAULT_MODEL  # --model is optional, as for optimize
+    assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"] is w["global_batch"]
+    assert w["model"].default is o["model"].default is None  # optional: the tree's default (problem.py)
+    from autopar.problem import Problem
+
+    assert Problem().model == DEFAULT_MODEL and Problem().workload.global_batch == DEFAULT_GLOBAL_BATCH == 512
 
 
 def test_ranked_whatif_notes_the_batch_cap_too():

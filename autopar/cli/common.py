@@ -1,58 +1,16 @@
-"""Options shared by several commands: calibration choice, the software stack, the strategy knobs."""
+"""Helpers shared by several commands: the calibration choice, the report's plotly mode, the strategy of the
+knob options (the options themselves: autopar.cli.options)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from autopar import knobs
 from autopar.errors import SpecError
 
-CalibrationOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--calibration",
-        help="Calibration model from `autopar calibrate fit` (default: the built-in model "
-        "trained on the shipped published runs).",
-    ),
-]
-NoCalibrationOpt = Annotated[
-    bool, typer.Option("--no-calibration", help="Use the analytical model alone (no learned correction).")
-]
-FrameworkOpt = Annotated[
-    str,
-    typer.Option(
-        "--framework",
-        help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
-        "(sets kernel fusion, attention kernel, recompute semantics).",
-    ),
-]
-
-TpOverlapOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--tp-comm-overlap/--no-tp-comm-overlap",
-        help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
-        "TP); needs sequence parallelism. Default: on for megatron, as its published recipes run it; "
-        "off for the other stacks.",
-        show_default=False,
-    ),
-]
-
-PlotlyOpt = Annotated[
-    str,
-    typer.Option(
-        "--plotly",
-        help="How the --out report loads plotly.js: inline (self-contained, a compressed partial "
-        "bundle, ~0.6 MB) or cdn (smaller file, needs network).",
-    ),
-]
-
-# Stacks and the knob options named like Strategy's fields: declared in the knob registry (autopar/knobs.py).
-FRAMEWORKS = knobs.FRAMEWORKS
+# The knob options named like Strategy's fields: declared in the knob registry (autopar/knobs.py).
 KNOB_FLAGS = knobs.FLAG_KNOBS
 
 
@@ -65,28 +23,6 @@ def knob_strategy(flags: Mapping[str, Any], **fields: Any) -> Any:
     sp = flags.get("sp")
     knobs["sp"] = (knobs.get("tp", 1) > 1) if sp is None else sp
     return Strategy(**{**knobs, **fields})
-
-
-MemorySaversOpt = Annotated[
-    str,
-    typer.Option(
-        "--memory-savers",
-        help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
-        "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, "
-        "Megatron, pp=1); only those the --framework ships are offered; empty = none.",
-    ),
-]
-
-
-def parse_memory_savers(value: str) -> tuple[str, ...]:
-    """Validate --memory-savers (one-line error naming the allowed values)."""
-    from autopar.layouts import MEMORY_SAVERS
-
-    names = tuple(dict.fromkeys(x.strip() for x in value.split(",") if x.strip()))
-    bad = [x for x in names if x not in MEMORY_SAVERS]
-    if bad:
-        raise SpecError(f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}")
-    return names
 
 
 def check_plotly(mode: str, out: Path | None) -> str:
@@ -102,13 +38,6 @@ def check_plotly(mode: str, out: Path | None) -> str:
     if out is not None:
         check_target(out)
     return mode
-
-
-def check_framework(name: str) -> str:
-    """Validate a --framework value (one-line error naming the allowed values)."""
-    if name not in FRAMEWORKS:
-        raise SpecError(f"framework={name!r}: expected one of {', '.join(FRAMEWORKS)}")
-    return name
 
 
 def resolve_calibration(path: Path | None, disabled: bool) -> Any:

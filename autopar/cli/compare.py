@@ -9,46 +9,9 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt
-from autopar.cli.common import (
-    CalibrationOpt,
-    FrameworkOpt,
-    NoCalibrationOpt,
-    PlotlyOpt,
-    TpOverlapOpt,
-    check_plotly,
-    resolve_calibration,
-)
-from autopar.cli.evaluation import (
-    AllowUnevenOpt,
-    GlobalBatchOpt,
-    GpuOpt,
-    GpusOpt,
-    GpusPerNodeOpt,
-    InternodeOpt,
-    ModelOpt,
-    PrecisionOpt,
-    SeqLenOpt,
-    evaluate,
-    label_strategy,
-    on_demand_price,
-    problem,
-)
-from autopar.cli.workload_opts import (
-    CudaGraphsOpt,
-    FP8RecipeOpt,
-    MoECapacityOpt,
-    MoEDispatcherOpt,
-    MoEImbalanceOpt,
-    MoEOverlapOpt,
-)
-from autopar.defaults import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
-)
+from autopar.cli.common import check_plotly, resolve_calibration
+from autopar.cli.evaluation import evaluate, label_strategy, on_demand_price
+from autopar.cli.options import CALIBRATION, SINGLE, Flags, opt, single_problem, with_options
 from autopar.errors import AutoparError, SpecError
 from autopar.reports.comparison import ComparisonInfo, comparison_info
 
@@ -68,69 +31,63 @@ def _table(info: ComparisonInfo) -> Table:
     return table
 
 
+_COMPARE = (
+    opt(
+        "labels",
+        Annotated[
+            list[str],
+            typer.Argument(help="Strategy labels as optimize prints them, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1'"),
+        ],
+    ),
+    *SINGLE,
+    "allow_uneven",
+    "prices",
+    *CALIBRATION,
+    opt(
+        "as_json",
+        Annotated[bool, typer.Option("--json", help="Print JSON (one estimate object per label)")],
+        False,
+    ),
+    opt(
+        "out",
+        Annotated[
+            Path | None,
+            typer.Option("--out", help="Also write the comparison as an HTML page here (the answer first)."),
+        ],
+        None,
+    ),
+    "plotly",
+)
+
+
 @command("compare")
-def compare_cmd(
-    labels: Annotated[
-        list[str],
-        typer.Argument(help="Strategy labels as optimize prints them, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1'"),
-    ],
-    model: ModelOpt = DEFAULT_MODEL,
-    gpu: GpuOpt = None,
-    gpus: GpusOpt = None,
-    gpus_per_node: GpusPerNodeOpt = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    fp8_recipe: FP8RecipeOpt = None,
-    moe_imbalance: MoEImbalanceOpt = None,
-    moe_capacity_factor: MoECapacityOpt = None,
-    moe_dispatcher: MoEDispatcherOpt = None,
-    moe_ep_overlap: MoEOverlapOpt = False,
-    cuda_graphs: CudaGraphsOpt = False,
-    cluster_name: ClusterOpt = None,
-    internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    tp_comm_overlap: TpOverlapOpt = None,
-    allow_uneven: AllowUnevenOpt = False,
-    prices: Annotated[
-        Path | None, typer.Option(help="Price book YAML/CSV for $/Mtoken (default: built-in)")
-    ] = None,
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON (one estimate object per label)")
-    ] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Also write the comparison as an HTML page here (the answer first)."),
-    ] = None,
-    plotly: PlotlyOpt = "inline",
-) -> None:
+@with_options(*_COMPARE)
+def compare_cmd(f: Flags) -> None:
     """Estimate several strategies on one problem and show them side by side, the best of each row marked."""
-    check_plotly(plotly, out)
-    m, cluster, workload = problem(locals())
+    check_plotly(f.plotly, f.out)
+    m, cluster, workload = single_problem(f)
     strategies = []
-    for i, label in enumerate(labels, 1):
+    for i, label in enumerate(f.labels, 1):
         try:
             strategies.append(label_strategy(label, m.is_moe))
         except SpecError as e:
             raise SpecError(f"label {i} {label!r}: {e}") from None
-    calib = resolve_calibration(calibration, no_calibration)
-    price = on_demand_price(cluster, prices)
-    evs = [evaluate(m, cluster, workload, s, calib, strict=not allow_uneven, price=price) for s in strategies]
-    info = comparison_info(
-        evs, f"{m.name} on {cluster.num_gpus}x {cluster.gpu.name}, seq {seq_len}, batch {global_batch}"
-    )
-    if as_json:
+    calib = resolve_calibration(f.calibration, f.no_calibration)
+    price = on_demand_price(cluster, f.prices)
+    evs = [
+        evaluate(m, cluster, workload, s, calib, strict=not f.allow_uneven, price=price) for s in strategies
+    ]
+    title = f"{m.name} on {cluster.num_gpus}x {cluster.gpu.name}, seq {workload.seq_len}, batch {workload.global_batch}"
+    info = comparison_info(evs, title)
+    if f.as_json:
         emit_json([e.doc() for e in evs], indent=2)
     else:
         console.print(_table(info))
         console.print(f"*: best in its row; {info.price_note}", highlight=False)
         console.print(info.calibration_note, highlight=False)
-    if out is not None:
-        path = _write_report(info, out, plotly)
-        if not as_json:
+    if f.out is not None:
+        path = _write_report(info, f.out, f.plotly)
+        if not f.as_json:
             console.print(f"report: {path}", highlight=False)
 
 

@@ -13,27 +13,8 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt
-from autopar.cli.common import FrameworkOpt
-from autopar.cli.evaluation import (
-    GlobalBatchOpt,
-    GpuOpt,
-    GpusOpt,
-    GpusPerNodeOpt,
-    InternodeOpt,
-    ModelOpt,
-    PrecisionOpt,
-    SeqLenOpt,
-    label_strategy,
-    problem,
-)
-from autopar.defaults import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
-)
+from autopar.cli.evaluation import label_strategy
+from autopar.cli.options import CLUSTER, SHAPE, Flags, opt, single_problem, with_options
 from autopar.errors import DataError
 from autopar.files import write_atomic
 
@@ -142,7 +123,7 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     from autopar.dryrun.record import comparison, predict_slice, run_record, summarize
     from autopar.perf.estimate import estimate
 
-    model, cluster, workload = problem(flags)
+    model, cluster, workload = single_problem(flags)
     strategy = label_strategy(flags["strategy"], model.is_moe).with_dp(cluster.num_gpus)
     full = estimate(model, cluster, workload, strategy, strict=False)
     device, ranks = pick_device(flags["device"], flags["ranks"])
@@ -184,66 +165,90 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     }
 
 
+_DRYRUN = (
+    opt("strategy", Annotated[str, typer.Option("--strategy", help="strategy label, as optimize prints it")]),
+    *("model", "gpu", "gpus", *CLUSTER, *SHAPE, "precision", "framework"),
+    opt(
+        "device", Annotated[str, typer.Option(help="auto (GPUs when PyTorch sees any), cuda or cpu")], "auto"
+    ),
+    opt(
+        "ranks",
+        Annotated[
+            int | None, typer.Option(min=1, help="ranks on this host (default: every GPU; CPU: 2, at most 4)")
+        ],
+        None,
+    ),
+    opt("steps", Annotated[int, typer.Option(min=1, help="timed steps (the median is reported)")], 5),
+    opt("warmup", Annotated[int, typer.Option(min=1, help="untimed steps first")], 2),
+    opt("micro_batches", Annotated[int, typer.Option(min=1, help="micro-batches per optimizer step")], 1),
+    opt(
+        "layers",
+        Annotated[
+            int | None,
+            typer.Option(
+                min=1, help="run only this many of the stage's layers (when the slice does not fit)"
+            ),
+        ],
+        None,
+    ),
+    opt(
+        "check",
+        Annotated[
+            bool,
+            typer.Option(
+                "--check",
+                help="first check the slice's gradients and one AdamW step against the unsharded model (fp32, "
+                "tiny model)",
+            ),
+        ],
+        False,
+    ),
+    opt("timeout", Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")], 600),
+    opt(
+        "record",
+        Annotated[
+            Path | None,
+            typer.Option(help="write the run record here (.csv or .jsonl) for `calibrate ingest`"),
+        ],
+        None,
+    ),
+    opt(
+        "as_json",
+        Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")],
+        False,
+    ),
+)
+
+
 @command("dryrun")
-def dryrun_cmd(
-    strategy: Annotated[str, typer.Option("--strategy", help="strategy label, as optimize prints it")],
-    model: ModelOpt = DEFAULT_MODEL,
-    gpu: GpuOpt = None,
-    gpus: GpusOpt = None,
-    gpus_per_node: GpusPerNodeOpt = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    cluster_name: ClusterOpt = None,
-    internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    device: Annotated[str, typer.Option(help="auto (GPUs when PyTorch sees any), cuda or cpu")] = "auto",
-    ranks: Annotated[
-        int | None, typer.Option(min=1, help="ranks on this host (default: every GPU; CPU: 2, at most 4)")
-    ] = None,
-    steps: Annotated[int, typer.Option(min=1, help="timed steps (the median is reported)")] = 5,
-    warmup: Annotated[int, typer.Option(min=1, help="untimed steps first")] = 2,
-    micro_batches: Annotated[int, typer.Option(min=1, help="micro-batches per optimizer step")] = 1,
-    layers: Annotated[
-        int | None,
-        typer.Option(min=1, help="run only this many of the stage's layers (when the slice does not fit)"),
-    ] = None,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="first check the slice's gradients and one AdamW step against the unsharded model (fp32, tiny model)",
-        ),
-    ] = False,
-    timeout: Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")] = 600,
-    record: Annotated[
-        Path | None, typer.Option(help="write the run record here (.csv or .jsonl) for `calibrate ingest`")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
-) -> None:
+@with_options(*_DRYRUN)
+def dryrun_cmd(f: Flags) -> None:
     """Run a few training steps of a strategy's slice on this host and compare with the prediction."""
     from autopar.dryrun.errors import require_torch
 
     torch_version = require_torch()
-    if device not in ("auto", "cuda", "cpu"):
-        raise DataError(f"--device '{device}': expected auto, cuda or cpu")
+    if f.device not in ("auto", "cuda", "cpu"):
+        raise DataError(f"--device '{f.device}': expected auto, cuda or cpu")
+    record = f.record
     if record is not None:
         from autopar.dryrun.record import RECORD_SUFFIXES
 
         if record.suffix.lower() not in RECORD_SUFFIXES:
             raise DataError(f"--record '{record}': unsupported extension (use {', '.join(RECORD_SUFFIXES)})")
-    doc = _run({**locals(), "tp_comm_overlap": None}, torch_version)
+    doc = _run(vars(f), torch_version)
     if record is not None:
         from autopar.dryrun.record import record_text
 
         write_atomic(record, record_text(doc["record"], record.suffix.lower()))
         doc["record_file"] = str(record)
-    if as_json:
+    if f.as_json:
         emit_json(doc)
         return
+    _print(doc, record)
+
+
+def _print(doc: dict[str, Any], record: Path | None) -> None:
+    """The text output: the headline, the comparison table, the numerical check, the record written."""
     for line in _headline(doc):
         console.print(line, markup=False, highlight=False)
     measured_title = "measured (tiny model, CPU)" if doc["device"] == "cpu" else "measured"

@@ -11,47 +11,12 @@ from rich.table import Table
 
 from autopar.calibration.verdict import AT_RISK, OOM
 from autopar.cli.app import command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt
-from autopar.cli.common import (
-    CalibrationOpt,
-    FrameworkOpt,
-    NoCalibrationOpt,
-    TpOverlapOpt,
-    knob_strategy,
-    resolve_calibration,
-)
-from autopar.cli.evaluation import (
-    AllowUnevenOpt,
-    GlobalBatchOpt,
-    GpuOpt,
-    GpusOpt,
-    GpusPerNodeOpt,
-    InternodeOpt,
-    ModelOpt,
-    PrecisionOpt,
-    SeqLenOpt,
-    evaluate,
-    label_strategy,
-    problem,
-)
-from autopar.cli.workload_opts import (
-    CudaGraphsOpt,
-    FP8RecipeOpt,
-    MoECapacityOpt,
-    MoEDispatcherOpt,
-    MoEImbalanceOpt,
-    MoEOverlapOpt,
-)
-from autopar.defaults import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
-)
+from autopar.cli.common import knob_strategy, resolve_calibration
+from autopar.cli.evaluation import evaluate, label_strategy
+from autopar.cli.options import CALIBRATION, KNOBS, SINGLE, Flags, opt, single_problem, with_options
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
-from autopar.knobs import KNOB_NAMES, SCHEDULE_NAMES, implied_schedule
+from autopar.knobs import KNOB_NAMES, implied_schedule
 from autopar.text import csv_cell
 from autopar.units import GiB, format_duration
 
@@ -237,113 +202,66 @@ def _reject_knobs_with_label(given: dict[str, Any], label: str) -> None:
         )
 
 
+_ESTIMATE = (
+    *SINGLE,
+    *KNOBS,
+    "allow_uneven",
+    opt(
+        "batch",
+        Annotated[
+            Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
+        ],
+        None,
+    ),
+    opt(
+        "out",
+        Annotated[
+            Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")
+        ],
+        None,
+    ),
+    *CALIBRATION,
+    opt("as_json", Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")], False),
+)
+
+
 @command("estimate")
-def estimate_cmd(
-    model: ModelOpt = DEFAULT_MODEL,
-    gpu: GpuOpt = None,
-    gpus: GpusOpt = None,
-    gpus_per_node: GpusPerNodeOpt = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    fp8_recipe: FP8RecipeOpt = None,
-    moe_imbalance: MoEImbalanceOpt = None,
-    moe_capacity_factor: MoECapacityOpt = None,
-    moe_dispatcher: MoEDispatcherOpt = None,
-    moe_ep_overlap: MoEOverlapOpt = False,
-    cuda_graphs: CudaGraphsOpt = False,
-    cluster_name: ClusterOpt = None,
-    internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    tp_comm_overlap: TpOverlapOpt = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            help="A strategy label as optimize prints it, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
-            "(instead of the knob flags)",
-        ),
-    ] = None,
-    tp: Annotated[int, typer.Option(help="Tensor parallel size")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline parallel size")] = 1,
-    cp: Annotated[int, typer.Option(help="Context parallel size")] = 1,
-    cp_comm: Annotated[
-        str, typer.Option(help="Context-parallel variant: p2p, a2a, allgather or a2a+p2p (with --cp > 1)")
-    ] = "p2p",
-    ep: Annotated[int, typer.Option(help="Expert parallel size")] = 1,
-    etp: Annotated[
-        int | None, typer.Option(help="Expert tensor parallel size (unset: the best feasible, as optimize)")
-    ] = None,
-    vpp: Annotated[
-        int | None,
-        typer.Option(help="Virtual pipeline stages per rank (interleaved when > 1; unset: best feasible)"),
-    ] = None,
-    pp_schedule: Annotated[
-        str | None, typer.Option(help=f"{', '.join(SCHEDULE_NAMES)} (unset: best feasible)")
-    ] = None,
-    sp: Annotated[
-        bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")
-    ] = None,
-    zero: Annotated[
-        int | None,
-        typer.Option(
-            help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3 (unset: best feasible)"
-        ),
-    ] = None,
-    micro_batch: Annotated[
-        int | None, typer.Option(help="Micro-batch size in sequences (unset: best feasible)")
-    ] = None,
-    recompute: Annotated[
-        str | None, typer.Option(help="none, selective or full (unset: best feasible)")
-    ] = None,
-    activation_offload_layers: Annotated[
-        int,
-        typer.Option(
-            help="Layers whose activations go to CPU memory (Megatron --cpu-offloading-num-layers; "
-            "needs pp=1 and recompute none)"
-        ),
-    ] = 0,
-    allow_uneven: AllowUnevenOpt = False,
-    batch: Annotated[
-        Path | None, typer.Option(help="Run-record file (CSV/JSONL/Parquet) to evaluate row by row")
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="With --batch: write predictions here (.csv/.jsonl/.parquet)")
-    ] = None,
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
-) -> None:
+@with_options(*_ESTIMATE)
+def estimate_cmd(f: Flags) -> None:
     """Predict per-GPU memory and step time of one strategy, or of every row of a run-record file."""
-    if batch is not None:
-        _reject_single_options(locals())
-        run_batch(batch, out, as_json, resolve_calibration(calibration, no_calibration))
+    given = vars(f)
+    if f.batch is not None:
+        _reject_single_options(given)
+        run_batch(f.batch, f.out, f.as_json, resolve_calibration(f.calibration, f.no_calibration))
         return
-    if out is not None:
+    if f.out is not None:
         raise SpecError("--out goes with --batch (single estimates print to the terminal; use --json)")
-    m, cluster, workload = problem(locals())
-    if strategy is not None:
-        _reject_knobs_with_label(locals(), strategy)
-        s = label_strategy(strategy, m.is_moe)
+    m, cluster, workload = single_problem(f)
+    if f.strategy is not None:
+        _reject_knobs_with_label(given, f.strategy)
+        s = label_strategy(f.strategy, m.is_moe)
     else:
-        s = knob_strategy(locals(), pp_schedule=pp_schedule or _schedule_of(vpp, pp), cp_comm=cp_comm)
-    calib = resolve_calibration(calibration, no_calibration)
-    ev = evaluate(m, cluster, workload, s, calib, strict=not allow_uneven)
-    if as_json:
+        s = knob_strategy(given, pp_schedule=f.pp_schedule or _schedule_of(f.vpp, f.pp), cp_comm=f.cp_comm)
+    calib = resolve_calibration(f.calibration, f.no_calibration)
+    ev = evaluate(m, cluster, workload, s, calib, strict=not f.allow_uneven)
+    if f.as_json:
         emit_json(ev.doc(), indent=2)
         return
-    est, analytical, verdict, mem_band = ev.est, ev.analytical, ev.verdict, ev.mem_band
-    strategy_ = ev.strategy
-    _print_estimate(m, cluster, workload, strategy_, est, verdict)
+    _print_estimate(m, cluster, workload, ev.strategy, ev.est, ev.verdict)
+    _print_calibration(ev)
+
+
+def _print_calibration(ev: Any) -> None:
+    """The line saying how the estimate was corrected (or that it was not)."""
+    est, analytical, mem_band, calib = ev.est, ev.analytical, ev.mem_band, ev.calib
     if calib is None:
         console.print("uncalibrated: analytical model only (--no-calibration)")
-    else:
-        lo, hi = est.tokens_per_s_band or (est.tokens_per_s, est.tokens_per_s)
-        console.print(
-            f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
-            f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s; peak memory "
-            f"{est.memory.total / GiB:.1f} GiB (analytical {analytical.memory.total / GiB:.1f}), 80% band "
-            f"{mem_band[0]:.1f}-{mem_band[1]:.1f} GiB ({calib.describe()})",
-            highlight=False,
-        )
+        return
+    lo, hi = est.tokens_per_s_band or (est.tokens_per_s, est.tokens_per_s)
+    console.print(
+        f"calibrated: x{est.calibration_factor:.3f} on the analytical {analytical.tokens_per_s:,.0f} "
+        f"tokens/s; 80% band {lo:,.0f}-{hi:,.0f} tokens/s; peak memory "
+        f"{est.memory.total / GiB:.1f} GiB (analytical {analytical.memory.total / GiB:.1f}), 80% band "
+        f"{mem_band[0]:.1f}-{mem_band[1]:.1f} GiB ({calib.describe()})",
+        highlight=False,
+    )

@@ -1,70 +1,14 @@
-"""One strategy evaluated on one problem, shared by `autopar estimate` and `autopar compare`: the problem
-(model, cluster, workload) from the command's options, the strategy from a label, and the estimate's
-`--json` document."""
+"""One strategy evaluated on one problem, shared by `autopar estimate`, `compare` and `fix`: the strategy from
+a label, the estimate and its `--json` document (the problem comes from autopar.cli.options.single_problem)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from autopar.calibration.verdict import memory_verdict
-from autopar.cli.cluster_opts import resolve_cluster
-from autopar.cli.common import check_framework
-from autopar.cli.workload_opts import workload_extras
-from autopar.defaults import DEFAULT_GPU, DEFAULT_GPUS, tp_comm_overlap_default
 from autopar.units import GiB, usd_per_mtoken
-
-# The problem options of `estimate` and `compare` (with cluster_opts and workload_opts).
-ModelOpt = Annotated[str, typer.Option(help="Catalog model name or path to a Hugging Face config.json")]
-GpuOpt = Annotated[str | None, typer.Option(help=f"GPU type (see `autopar gpus`) \\[default: {DEFAULT_GPU}]")]
-GpusOpt = Annotated[int | None, typer.Option(help=f"Number of GPUs \\[default: {DEFAULT_GPUS}]")]
-GpusPerNodeOpt = Annotated[
-    int | None, typer.Option(help="GPUs per host (server or tray) (default: the GPU's)")
-]
-InternodeOpt = Annotated[float | None, typer.Option(help="Inter-node GB/s per GPU per direction")]
-SeqLenOpt = Annotated[int, typer.Option(help="Sequence length (tokens)")]
-GlobalBatchOpt = Annotated[int, typer.Option(help="Global batch (sequences per step)")]
-PrecisionOpt = Annotated[str, typer.Option(help="bf16 or fp8")]
-AllowUnevenOpt = Annotated[bool, typer.Option(help="Accept layers not divisible by pp*vpp")]
-
-
-def problem(flags: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """(model, cluster, workload) from a command's problem options, read by name from `flags` (its locals())."""
-    from autopar.catalog import get_gpu, get_model
-    from autopar.specs import ClusterSpec, Workload
-
-    m = get_model(flags["model"])
-    choice = resolve_cluster(
-        flags["cluster_name"],
-        gpu=flags["gpu"],
-        gpus=flags["gpus"],
-        gpus_per_node=flags["gpus_per_node"],
-        nvlink_domain=flags["nvlink_domain"],
-        default_gpu=DEFAULT_GPU,
-        default_gpus=DEFAULT_GPUS,
-    )
-    internode = flags["internode_gbps"] if flags["internode_gbps"] is not None else choice.internode_gbps
-    cluster = ClusterSpec(
-        gpu=get_gpu(choice.gpu),
-        num_gpus=int(choice.gpus),
-        gpus_per_node=choice.gpus_per_node,
-        nvlink_domain=choice.nvlink_domain,
-        internode_bw=internode * 1e9 if internode else None,
-    )
-    framework = check_framework(flags["framework"])
-    workload = Workload(
-        seq_len=flags["seq_len"],
-        global_batch=flags["global_batch"],
-        precision=flags["precision"],
-        framework=framework,
-        tp_comm_overlap=tp_comm_overlap_default(framework, flags["tp_comm_overlap"]),
-        **workload_extras(m, [flags["precision"]], flags),
-    )
-    return m, cluster, workload
 
 
 def label_strategy(label: str, moe: bool) -> Any:

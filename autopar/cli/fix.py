@@ -11,46 +11,18 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt
-from autopar.cli.common import (
-    CalibrationOpt,
-    FrameworkOpt,
-    MemorySaversOpt,
-    NoCalibrationOpt,
-    TpOverlapOpt,
-    parse_memory_savers,
-    resolve_calibration,
-)
-from autopar.cli.evaluation import (
-    AllowUnevenOpt,
-    Evaluation,
-    GlobalBatchOpt,
-    GpuOpt,
-    GpusPerNodeOpt,
-    InternodeOpt,
-    ModelOpt,
-    PrecisionOpt,
-    SeqLenOpt,
-    evaluate,
-    label_strategy,
-    problem,
-)
-from autopar.cli.workload_opts import (
-    CudaGraphsOpt,
-    FP8RecipeOpt,
-    MoECapacityOpt,
-    MoEDispatcherOpt,
-    MoEImbalanceOpt,
-    MoEOverlapOpt,
-)
-from autopar.defaults import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_GPUS,
-    DEFAULT_MIN_HEADROOM_GIB,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
+from autopar.cli.common import resolve_calibration
+from autopar.cli.evaluation import Evaluation, evaluate, label_strategy
+from autopar.cli.options import (
+    CALIBRATION,
+    CLUSTER,
+    SHAPE,
+    STACK,
+    WORKLOAD_EXTRAS,
+    Flags,
+    opt,
+    single_problem,
+    with_options,
 )
 from autopar.errors import NoFeasibleStrategyError, SpecError
 from autopar.layouts import Axis
@@ -96,15 +68,15 @@ def _with_gpus(cluster: Any, n: int) -> Any:
         raise SpecError(f"the label's {n} GPUs are not a valid cluster: {e.errors()[0]['msg']}") from None
 
 
-def _current(label: str, flags: dict[str, Any], calib: Any) -> tuple[Evaluation, Any, Any]:
+def _current(label: str, flags: Flags, calib: Any) -> tuple[Evaluation, Any, Any]:
     """The label evaluated on the GPU count it names (its DP), the target cluster (--gpus) and the workload.
     Without --gpus (and --cluster) the target is the label's own count."""
     from pydantic import ValidationError
 
     world = _label_world(label)
-    derived = world is not None and flags["gpus"] is None and flags["cluster_name"] is None
+    derived = world is not None and flags.gpus is None and flags.cluster_name is None
     try:
-        m, cluster, workload = problem({**flags, "gpus": world} if derived else flags)
+        m, cluster, workload = single_problem(flags, **({"gpus": world} if derived else {}))
     except ValidationError as e:
         if not derived:
             raise
@@ -115,7 +87,7 @@ def _current(label: str, flags: dict[str, Any], calib: Any) -> tuple[Evaluation,
     s = label_strategy(label, m.is_moe)
     here = cluster if world in (None, cluster.num_gpus) else _with_gpus(cluster, world)
     try:
-        ev = evaluate(m, here, workload, s, calib, strict=not flags["allow_uneven"])
+        ev = evaluate(m, here, workload, s, calib, strict=not flags.allow_uneven)
     except SpecError as e:
         where = f"{here.num_gpus}x {here.gpu.name}"
         raise SpecError(f"--strategy {label!r} is not valid on {where}: {e}") from None
@@ -180,7 +152,9 @@ def _space(plan: Plan, model: Any, workload: Any, allow: set[str], savers: str, 
     precs = [workload.precision]
     if "precision" in allow:
         precs.append("fp8" if workload.precision == "bf16" else "bf16")
-    wl = workload.model_copy(update={"memory_savers": parse_memory_savers(savers)})
+    from autopar.problem import check_memory_savers
+
+    wl = workload.model_copy(update={"memory_savers": check_memory_savers(savers)})
     space = build_space(model, plan.cluster, wl, precs, parse_constraints(fix or (), forbid or ()))
     if len(space.hardware) < len(precs):
         raise SpecError(f"--allow precision cannot take effect: {'; '.join(space.skipped)}")
@@ -400,97 +374,80 @@ def _doc(plan: Plan, nb: Any, found: list[Found], further: Found | None) -> dict
     }
 
 
-# The options of `autopar fix` besides the problem options it shares with `estimate`.
-StrategyOpt = Annotated[
-    str,
-    typer.Option(
-        "--strategy",
-        help="The strategy that runs today, as a label ('TP2+SP DP8/Z1 mb1'); its DP gives the GPU count it runs on",
+# The options of `autopar fix` besides the problem options it shares with `estimate` (autopar.cli.options).
+_FIX = (
+    opt(
+        "strategy",
+        Annotated[
+            str,
+            typer.Option(
+                "--strategy",
+                help="The strategy that runs today, as a label ('TP2+SP DP8/Z1 mb1'); its DP gives the GPU count "
+                "it runs on",
+            ),
+        ],
     ),
-]
-GoalOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="fit (fit with --min-headroom free), faster (fit and more tokens/s) or gpus (run on --gpus NEW, DP "
-        "adapted first) \\[default: gpus when --gpus differs from the label's count, else fit when it lacks the "
-        "headroom, else faster]"
+    opt(
+        "goal",
+        Annotated[
+            str | None,
+            typer.Option(
+                help="fit (fit with --min-headroom free), faster (fit and more tokens/s) or gpus (run on --gpus "
+                "NEW, DP adapted first) \\[default: gpus when --gpus differs from the label's count, else fit "
+                "when it lacks the headroom, else faster]"
+            ),
+        ],
+        None,
     ),
-]
-FixGpusOpt = Annotated[
-    int | None,
-    typer.Option(
-        help=f"Number of GPUs; with --goal gpus the count to move to \\[default: the label's tp·pp·cp·dp, else "
-        f"{DEFAULT_GPUS}]"
+    *("model", "gpu", "gpus:fix", *CLUSTER, *WORKLOAD_EXTRAS, *SHAPE, "precision", *STACK, "allow_uneven"),
+    opt(
+        "max_changes",
+        Annotated[
+            int,
+            typer.Option(min=0, help="Knob groups a fix may change at most (the search is exact up to it)"),
+        ],
+        DEFAULT_MAX_CHANGES,
     ),
-]
-MaxChangesOpt = Annotated[
-    int, typer.Option(min=0, help="Knob groups a fix may change at most (the search is exact up to it)")
-]
-HeadroomOpt = Annotated[str, typer.Option(help="Free memory per GPU a fix must leave, e.g. 4GiB")]
-AllowOpt = Annotated[
-    list[str] | None, typer.Option(help="Also change: precision (bf16 <-> fp8); repeatable or a comma list")
-]
-FixOpt = Annotated[list[str] | None, typer.Option("--fix", help="Keep KNOB=VALUE, e.g. tp=2 (repeatable)")]
-ForbidOpt = Annotated[
-    list[str] | None, typer.Option(help="Pin an axis to 1 or a feature off, e.g. cp (repeatable)")
-]
-TopOpt = Annotated[int, typer.Option(min=1, help="Answers shown at the nearest distance")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
+    "min_headroom",
+    opt(
+        "allow",
+        Annotated[
+            list[str] | None,
+            typer.Option(help="Also change: precision (bf16 <-> fp8); repeatable or a comma list"),
+        ],
+        None,
+    ),
+    *("memory_savers", "fix", "forbid"),
+    opt("top", Annotated[int, typer.Option(min=1, help="Answers shown at the nearest distance")], 5),
+    *CALIBRATION,
+    opt("as_json", Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")], False),
+)
 
 
 @command("fix")
-def fix_cmd(
-    strategy: StrategyOpt,
-    goal: GoalOpt = None,
-    model: ModelOpt = DEFAULT_MODEL,
-    gpu: GpuOpt = None,
-    gpus: FixGpusOpt = None,
-    gpus_per_node: GpusPerNodeOpt = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    fp8_recipe: FP8RecipeOpt = None,
-    moe_imbalance: MoEImbalanceOpt = None,
-    moe_capacity_factor: MoECapacityOpt = None,
-    moe_dispatcher: MoEDispatcherOpt = None,
-    moe_ep_overlap: MoEOverlapOpt = False,
-    cuda_graphs: CudaGraphsOpt = False,
-    cluster_name: ClusterOpt = None,
-    internode_gbps: InternodeOpt = None,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    global_batch: GlobalBatchOpt = DEFAULT_GLOBAL_BATCH,
-    precision: PrecisionOpt = DEFAULT_PRECISION,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    tp_comm_overlap: TpOverlapOpt = None,
-    allow_uneven: AllowUnevenOpt = False,
-    max_changes: MaxChangesOpt = DEFAULT_MAX_CHANGES,
-    min_headroom: HeadroomOpt = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
-    allow: AllowOpt = None,
-    memory_savers: MemorySaversOpt = "",
-    fix: FixOpt = None,
-    forbid: ForbidOpt = None,
-    top: TopOpt = 5,
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+@with_options(*_FIX)
+def fix_cmd(f: Flags) -> None:
     """Find the nearest strategies to one that runs today that fit in memory, run faster, or run on another
     GPU count: fewest knob changes first, each change explained with its predicted effect."""
     from autopar.search.neighbourhood import make_evaluator, nearest
     from autopar.search.parse import parse_gib
 
-    calib = resolve_calibration(calibration, no_calibration)
-    headroom = parse_gib(min_headroom)
-    allowed = _allowed(allow)
-    cur, cluster, workload = _current(strategy, dict(locals()), calib)
-    plan = Plan(strategy, cur, cluster, _goal(goal, cur, cluster, strategy, headroom), headroom)
-    space = _space(plan, cur.model, workload, allowed, memory_savers, fix, forbid)
+    calib = resolve_calibration(f.calibration, f.no_calibration)
+    headroom = parse_gib(f.min_headroom)
+    allowed = _allowed(f.allow)
+    cur, cluster, workload = _current(f.strategy, f, calib)
+    plan = Plan(f.strategy, cur, cluster, _goal(f.goal, cur, cluster, f.strategy, headroom), headroom)
+    space = _space(plan, cur.model, workload, allowed, f.memory_savers, f.fix, f.forbid)
     floor = cur.est.tokens_per_s * (1 + FASTER_MIN_GAIN) if plan.goal == FASTER else 0.0
     ev = make_evaluator(space, headroom, calib)
-    nb = nearest(space, ev, cur.strategy, workload.precision, max_changes, min_tokens_per_s=floor, top=top)
+    nb = nearest(
+        space, ev, cur.strategy, workload.precision, f.max_changes, min_tokens_per_s=floor, top=f.top
+    )
     if nb.distance is None:
         raise _none_found(plan, nb)
     found = [_found(plan, space, c, calib) for c in nb.best]
     further = _found(plan, space, nb.further, calib) if nb.further else None
-    if as_json:
+    if f.as_json:
         emit_json(_doc(plan, nb, found, further), indent=2)
     else:
         _print(plan, nb, found, further, floor, space.size)

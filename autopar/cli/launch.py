@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from autopar.cli.app import command, console, emit_json, err_console, styled
-from autopar.cli.common import TpOverlapOpt, knob_strategy
-from autopar.cli.workload_opts import FP8RecipeOpt, workload_extras
-from autopar.defaults import (
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_GPU,
-    DEFAULT_GPUS,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
-    tp_comm_overlap_default,
-)
+from autopar.cli.common import knob_strategy
+from autopar.cli.options import Flags, opt, problem_of, with_options
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.files import ensure_dir, write_atomic
 from autopar.knobs import FRAMEWORKS, RECOMPUTE_MODES, SCHEDULES, implied_schedule
@@ -42,32 +34,18 @@ FILES = {
 }
 
 
-def _strategy(
-    label: str | None,
-    tp: int,
-    pp: int,
-    dp: int,
-    cp: int,
-    ep: int,
-    etp: int | None,
-    vpp: int,
-    sp: bool | None,
-    zero: int,
-    micro_batch: int,
-    recompute: str,
-    schedule: str | None,
-):
+def _strategy(f: Flags) -> Any:
     """The Strategy from --strategy LABEL or from the individual knobs (validated by pydantic)."""
     from autopar.launch.labels import parse_strategy_label
 
-    if label:
-        return parse_strategy_label(label)
-    if recompute not in RECOMPUTE_MODES:
-        raise SpecError(f"recompute={recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE_MODES)})")
-    sched = schedule or implied_schedule(vpp)
+    if f.strategy:
+        return parse_strategy_label(f.strategy)
+    if f.recompute not in RECOMPUTE_MODES:
+        raise SpecError(f"recompute={f.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE_MODES)})")
+    sched = f.schedule or implied_schedule(f.vpp)
     if sched not in LAUNCH_SCHEDULES:
         raise SpecError(f"schedule={sched!r} is not allowed (allowed: {', '.join(LAUNCH_SCHEDULES)})")
-    return knob_strategy(locals(), pp_schedule=sched)
+    return knob_strategy(vars(f), pp_schedule=sched)
 
 
 def _check(model, cluster, workload, strategy, strict: bool = True) -> None:
@@ -122,93 +100,110 @@ def _emit_json(ls, s, chosen: list[str], written: list[str]) -> None:
     emit_json(doc, indent=2)
 
 
+def _int(name: str, text: str, default: int) -> inspect.Parameter:
+    return opt(name, Annotated[int, typer.Option(help=text)], default)
+
+
+# launch's own options: the strategy's knobs as a launch sets them (each with a value; the problem options
+# come from autopar.cli.options).
+_LAUNCH = (
+    *("model", "gpu", "gpus", "seq_len", "global_batch"),
+    opt(
+        "strategy",
+        Annotated[
+            str | None,
+            typer.Option(
+                help="A strategy label as printed by autopar, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
+                "(replaces the individual knobs)."
+            ),
+        ],
+        None,
+    ),
+    _int("tp", "Tensor-parallel size.", 1),
+    _int("pp", "Pipeline-parallel size.", 1),
+    _int("dp", "Data-parallel size (0 = GPUs / (tp*pp*cp)).", 0),
+    _int("cp", "Context-parallel size.", 1),
+    _int("ep", "Expert-parallel size (MoE).", 1),
+    opt(
+        "etp", Annotated[int | None, typer.Option(help="Expert tensor-parallel size \\[default: tp].")], None
+    ),
+    _int("vpp", "Virtual pipeline stages per rank.", 1),
+    opt(
+        "sp",
+        Annotated[
+            bool | None, typer.Option("--sp/--no-sp", help="Sequence parallel \\[default: on when tp>1].")
+        ],
+        None,
+    ),
+    _int("zero", "0 DDP, 1 distributed optimizer, 2 ZeRO-2, 3 FSDP.", 1),
+    _int("micro_batch", "Micro-batch size (sequences).", 1),
+    opt(
+        "recompute",
+        Annotated[str, typer.Option(help=f"Activation recompute: {', '.join(RECOMPUTE_MODES)}.")],
+        "none",
+    ),
+    opt(
+        "schedule",
+        Annotated[
+            str | None,
+            typer.Option(
+                help=f"Pipeline schedule: {', '.join(LAUNCH_SCHEDULES)} \\[default: interleaved when vpp>1]."
+            ),
+        ],
+        None,
+    ),
+    *("precision", "fp8_recipe"),
+    opt(
+        "tokens",
+        Annotated[
+            str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
+        ],
+        None,
+    ),
+    "gpus_per_node",
+    opt(
+        "target",
+        Annotated[str, typer.Option("--framework", help="megatron, torchtitan, deepspeed, slurm or all.")],
+        "all",
+    ),
+    opt(
+        "framework_version",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Release to target, e.g. torchtitan=v0.2.2 (repeatable; a bare version applies to "
+                "--framework) \\[default: the newest supported: " + DEFAULT_VERSIONS + "]."
+            ),
+        ],
+        None,
+    ),
+    *("allow_uneven", "tp_comm_overlap"),
+    opt("out", Annotated[Path | None, typer.Option(help="Also write the files into this folder.")], None),
+    opt("as_json", Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")], False),
+)
+
+
 @command("launch")
-def launch_cmd(
-    model: Annotated[
-        str, typer.Option(help="Model name/alias or path to a Hugging Face config.json.")
-    ] = DEFAULT_MODEL,
-    gpu: Annotated[str, typer.Option(help="GPU type, e.g. H100-SXM.")] = DEFAULT_GPU,
-    gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = DEFAULT_GPUS,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
-    global_batch: Annotated[
-        int, typer.Option(help="Global batch (sequences per optimizer step).")
-    ] = DEFAULT_GLOBAL_BATCH,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            help="A strategy label as printed by autopar, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
-            "(replaces the individual knobs)."
-        ),
-    ] = None,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel size.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
-    dp: Annotated[int, typer.Option(help="Data-parallel size (0 = GPUs / (tp*pp*cp)).")] = 0,
-    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel size (MoE).")] = 1,
-    etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel size \\[default: tp].")] = None,
-    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
-    sp: Annotated[
-        bool | None, typer.Option("--sp/--no-sp", help="Sequence parallel \\[default: on when tp>1].")
-    ] = None,
-    zero: Annotated[int, typer.Option(help="0 DDP, 1 distributed optimizer, 2 ZeRO-2, 3 FSDP.")] = 1,
-    micro_batch: Annotated[int, typer.Option(help="Micro-batch size (sequences).")] = 1,
-    recompute: Annotated[
-        str, typer.Option(help=f"Activation recompute: {', '.join(RECOMPUTE_MODES)}.")
-    ] = "none",
-    schedule: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Pipeline schedule: {', '.join(LAUNCH_SCHEDULES)} \\[default: interleaved when vpp>1]."
-        ),
-    ] = None,
-    precision: Annotated[str, typer.Option(help="GEMM precision: bf16 or fp8.")] = DEFAULT_PRECISION,
-    fp8_recipe: FP8RecipeOpt = None,
-    tokens: Annotated[
-        str | None, typer.Option(help="Token budget, e.g. 1T: sets --train-iters / training.steps.")
-    ] = None,
-    gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per node \\[default: the GPU's NVLink domain].")
-    ] = None,
-    framework: Annotated[str, typer.Option(help="megatron, torchtitan, deepspeed, slurm or all.")] = "all",
-    framework_version: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Release to target, e.g. torchtitan=v0.2.2 (repeatable; a bare version applies to "
-            "--framework) \\[default: the newest supported: " + DEFAULT_VERSIONS + "]."
-        ),
-    ] = None,
-    allow_uneven: Annotated[
-        bool, typer.Option(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")
-    ] = False,
-    tp_comm_overlap: TpOverlapOpt = None,
-    out: Annotated[Path | None, typer.Option(help="Also write the files into this folder.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-) -> None:
+@with_options(*_LAUNCH)
+def launch_cmd(f: Flags) -> None:
     """Print launch settings (Megatron-LM args, torchtitan TOML, DeepSpeed JSON, SLURM script) for a strategy.
 
     Each file names the framework release it targets; the settings are checked in autopar's tests
     against the argument parser / config classes of that release.
     """
-    from autopar.catalog import get_gpu, get_model
+    from autopar.catalog import get_model
     from autopar.launch.settings import launch_settings
-    from autopar.search.parse import parse_count
-    from autopar.specs import ClusterSpec, Workload
 
+    framework = f.target
     if framework not in FRAMEWORK_CHOICES:
         raise SpecError(f"framework={framework!r} is not allowed (allowed: {', '.join(FRAMEWORK_CHOICES)})")
-    versions = parse_framework_versions(framework_version, framework)
-    m = get_model(model)
-    cluster = ClusterSpec(gpu=get_gpu(gpu), num_gpus=gpus, gpus_per_node=gpus_per_node)
-    workload = Workload(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        precision=precision,
-        tp_comm_overlap=tp_comm_overlap_default(_LAUNCH_STACK.get(framework, framework), tp_comm_overlap),
-        token_budget=parse_count(tokens),
-        **workload_extras(m, [precision], {"fp8_recipe": fp8_recipe}),
-    )
-    s = _strategy(strategy, tp, pp, dp, cp, ep, etp, vpp, sp, zero, micro_batch, recompute, schedule)
-    _check(m, cluster, workload, s, strict=not allow_uneven)
+    versions = parse_framework_versions(f.framework_version, framework)
+    p = problem_of(f)
+    m = get_model(p.model)
+    cluster = p.cluster.build_one()
+    workload = p.workload.build(m, stack=_LAUNCH_STACK.get(framework, framework))
+    s = _strategy(f)
+    _check(m, cluster, workload, s, strict=not f.allow_uneven)
     ls = launch_settings(m, cluster, workload, s, versions=versions)
     texts = {
         "megatron": ls.torchrun,
@@ -218,12 +213,14 @@ def launch_cmd(
     }
     chosen = list(FILES) if framework == "all" else [framework]
     written: list[str] = []
-    if out is not None:
+    if f.out is not None:
         # the sbatch script's torchtitan alternative reads the TOML: written beside it when there is one
         extra = ["torchtitan"] if chosen == ["slurm"] and ls.torchtitan is not None else []
-        written = _write(out, chosen + extra, texts, ls)
-    if as_json:
-        _emit_json(ls, s.with_dp(gpus), chosen, [str(out / f) for f in written] if out else [])
+        written = _write(f.out, chosen + extra, texts, ls)
+    if f.as_json:
+        _emit_json(
+            ls, s.with_dp(cluster.num_gpus), chosen, [str(f.out / w) for w in written] if f.out else []
+        )
         return
     _print_text(chosen, texts, ls)
 

@@ -11,53 +11,28 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from autopar.cli.app import NOTE_STYLE, command, console, emit_json, styled
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
-from autopar.cli.common import (
-    CalibrationOpt,
-    FrameworkOpt,
-    MemorySaversOpt,
-    NoCalibrationOpt,
-    PlotlyOpt,
-    TpOverlapOpt,
-    check_framework,
-    check_plotly,
-    parse_memory_savers,
-    resolve_calibration,
-)
-from autopar.cli.workload_opts import (
-    CudaGraphsOpt,
-    FP8RecipeOpt,
-    MoECapacityOpt,
-    MoEDispatcherOpt,
-    MoEImbalanceOpt,
-    MoEOverlapOpt,
-    workload_extras,
-)
-from autopar.defaults import (
-    DEFAULT_BUDGET,
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_GPU,
-    DEFAULT_GPUS,
-    DEFAULT_MIN_HEADROOM_GIB,
-    DEFAULT_MODEL,
-    DEFAULT_OBJECTIVES,
-    DEFAULT_PRECISION,
-    DEFAULT_SAMPLER,
-    DEFAULT_SEED,
-    DEFAULT_SEQ_LEN,
-    tp_comm_overlap_default,
+from autopar.cli.common import check_plotly, resolve_calibration
+from autopar.cli.options import (
+    CALIBRATION,
+    STACK,
+    WORKLOAD_EXTRAS,
+    Flags,
+    detect,
+    opt,
+    problem_of,
+    with_options,
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 from autopar.search.storage import mask
 from autopar.units import format_duration
 
-HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
+if TYPE_CHECKING:
+    from autopar.problem import SearchSettings
 
 _COLS = {
     "throughput": ("tokens/s", "{:,.0f}"),
@@ -66,39 +41,6 @@ _COLS = {
     "step_time": ("step s", "{:.2f}"),
     "mfu": ("MFU %", "{:.1f}"),
 }
-
-
-def build_clusters(
-    gpus: list[str],
-    counts: list[int],
-    gpus_per_node: int | None,
-    internode_gbps: float | None,
-    nvlink_domain: int | None = None,
-) -> tuple[list[Any], list[str]]:
-    """ClusterSpecs for every GPU type x count; counts that are not host multiples are skipped (noted)."""
-    from autopar.catalog import get_gpu
-    from autopar.specs import ClusterSpec
-
-    out, skipped = [], []
-    for name in gpus:
-        g = get_gpu(name)
-        node = gpus_per_node or g.host_size or g.scaleup_domain
-        for n in counts:
-            if n > node and n % node:
-                skipped.append(f"{n}x {g.name}: not a multiple of {node} GPUs per node, skipped")
-                continue
-            out.append(
-                ClusterSpec(
-                    gpu=g,
-                    num_gpus=n,
-                    gpus_per_node=gpus_per_node,
-                    nvlink_domain=nvlink_domain,
-                    internode_bw=internode_gbps * 1e9 if internode_gbps else None,
-                )
-            )
-    if not out:
-        raise AutoparError("gpus: no GPU count fits a whole number of nodes (" + "; ".join(skipped) + ")")
-    return out, skipped
 
 
 def _jsonable(v: Any) -> Any:
@@ -171,14 +113,43 @@ def result_json(result: Any) -> dict[str, Any]:
 
 def print_result(result: Any, top: int) -> None:
     """Rich output: summary line, Pareto table, recommendations and notes."""
-    from rich.table import Table
+    _print_summary(result)
+    console.print(_pareto_table(result, top))
+    if len(result.pareto) > top:
+        console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
+    names = [o.name for o in result.objectives]
+    if any(n not in names for n in _SHOWN):
+        console.print("· = not an objective, shown for reference", style="dim")
+    if result.calibration:
+        from autopar.calibration.apply import provenance
 
+        cal = result.calibration
+        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
+        console.print(
+            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
+            "--no-calibration for the analytical model alone",
+            style="dim",
+            highlight=False,
+        )
+    _print_recommended(result)
+    from autopar.reports.decision import recipe_text
+
+    recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
+    if recipe:
+        console.print()
+        console.print(styled(("recipe", "bold"), f": {recipe}"), highlight=False, soft_wrap=False)
+    for n in result.notes:  # informational: dim, not the warning colour
+        console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
+
+
+_SHOWN = ("throughput", "headroom", "cost", "mfu")  # columns shown (· marked) even when not an objective
+
+
+def _print_summary(result: Any) -> None:
+    """The problem line, the space and trial counts, and the stored study's states."""
     from autopar.reports.counts import search_counts
 
-    hw = {(t.gpu, t.num_gpus, t.precision) for t in result.trials}
-    multi_hw = len(hw) > 1
-    st = result.stats
-    w = result.workload
+    st, w = result.stats, result.workload
     console.print(
         styled(
             (result.model.name, "bold"),
@@ -203,43 +174,38 @@ def print_result(result: Any, top: int) -> None:
             highlight=False,
             style="dim",
         )
+
+
+def _pareto_table(result: Any, top: int) -> Any:
+    """The Pareto set's first `top` rows: hardware (when several), strategy, objectives, bottleneck."""
+    from rich.table import Table
+
+    multi_hw = len({(t.gpu, t.num_gpus, t.precision) for t in result.trials}) > 1
     names = [o.name for o in result.objectives]
-    extra = [n for n in ("throughput", "headroom", "cost", "mfu") if n not in names]
+    shown = names + [n for n in _SHOWN if n not in names]
     table = Table(title="Pareto set", title_justify="left", show_lines=False)
     for col in ["#"] + (["hardware"] if multi_hw else []) + ["strategy"]:
         table.add_column(col)
-    for n in names + extra:
+    for n in shown:
         table.add_column(_COLS[n][0] + ("" if n in names else " ·"), justify="right")
     table.add_column("bottleneck")
-    df = result.pareto.head(top)
-    for i, row in enumerate(df.to_dict("records")):
+    for i, row in enumerate(result.pareto.head(top).to_dict("records")):
         cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
         cells.append(row["label"])
-        cells += [_COLS[n][1].format(row[n]) for n in names + extra]
+        cells += [_COLS[n][1].format(row[n]) for n in shown]
         low = row.get("throughput_low")
-        if "throughput" in names + extra and low is not None and low == low:  # present and not NaN
-            k = (names + extra).index("throughput") + len(cells) - len(names + extra)
+        if "throughput" in shown and low is not None and low == low:  # present and not NaN
+            k = shown.index("throughput") + len(cells) - len(shown)
             band = f" ({row['throughput_low'] / 1e3:,.0f}k–{row['throughput_high'] / 1e3:,.0f}k)"
             cells[k] = styled(cells[k], (band, "dim"))
         cells.append(str(row.get("bottleneck", "")))
         table.add_row(*cells)
-    console.print(table)
-    if len(result.pareto) > top:
-        console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
-    if extra:
-        console.print("· = not an objective, shown for reference", style="dim")
-    if result.calibration:
-        from autopar.calibration.apply import provenance
+    return table
 
-        cal = result.calibration
-        named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))
-        console.print(
-            f"tokens/s corrected by {named}; (low–high) is the 80% band; "
-            "--no-calibration for the analytical model alone",
-            style="dim",
-            highlight=False,
-        )
-    tokens = w.token_budget
+
+def _print_recommended(result: Any) -> None:
+    """Each recommendation: its role, label, why, and time and cost to train the token budget."""
+    tokens = result.workload.token_budget
     for r in result.recommended:
         console.print()
         console.print(styled((r.role, "bold green"), f": {r.trial.strategy.label()}"))
@@ -251,122 +217,79 @@ def print_result(result: Any, top: int) -> None:
                 f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
         console.print(r.why + train, highlight=False, soft_wrap=False)
-    from autopar.reports.decision import recipe_text
 
-    recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
-    if recipe:
-        console.print()
-        console.print(styled(("recipe", "bold"), f": {recipe}"), highlight=False, soft_wrap=False)
-    for n in result.notes:  # informational: dim, not the warning colour
-        console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
+
+_OPTIMIZE = (
+    *("model", "gpu:list", "gpus:range", "gpus_per_node", "nvlink_domain", *WORKLOAD_EXTRAS, "cluster_name"),
+    *(
+        "internode_gbps",
+        "seq_len",
+        "global_batch",
+        "precision:list",
+        "tokens",
+        "budget",
+        "objectives",
+        "seed",
+    ),
+    "sampler",
+    opt(
+        "storage",
+        Annotated[
+            str | None,
+            typer.Option(
+                help="Keep the study: a journal file path (fast, no server), sqlite:///study.db, or "
+                "postgresql://user:password@host/db for workers on several hosts. Re-running resumes."
+            ),
+        ],
+        None,
+    ),
+    opt(
+        "study_name",
+        Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")],
+        None,
+    ),
+    opt(
+        "workers",
+        Annotated[
+            int, typer.Option(help="Worker processes on this host sharing the study (needs --storage).")
+        ],
+        1,
+    ),
+    opt(
+        "heartbeat",
+        Annotated[
+            int | None,
+            typer.Option(
+                help="Seconds between heartbeats of a database-server worker; a trial silent for 3x this "
+                "is marked FAILED \\[default: 10]."
+            ),
+        ],
+        None,
+    ),
+    opt("timeout", Annotated[float | None, typer.Option(help="Stop after this many seconds.")], None),
+    "min_headroom",
+    opt(
+        "max_cost", Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")], None
+    ),
+    *("fix", "forbid", "prices", "tier", *CALIBRATION, *STACK, "memory_savers"),
+    opt("top", Annotated[int, typer.Option(help="Pareto rows to print.")], 15),
+    opt(
+        "as_json",
+        Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")],
+        False,
+    ),
+    opt(
+        "out",
+        Annotated[Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")],
+        None,
+    ),
+    "plotly",
+)
 
 
 @command("optimize")
-def optimize_cmd(
-    model: Annotated[
-        str | None,
-        typer.Option(help=f"Model name/alias or path to a HF config.json \\[default: {DEFAULT_MODEL}]."),
-    ] = None,
-    gpu: Annotated[
-        str | None,
-        typer.Option(help=f"GPU type(s), comma list makes it a search dimension \\[default: {DEFAULT_GPU}]."),
-    ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP "
-            f"\\[default: {DEFAULT_GPUS}]."
-        ),
-    ] = None,
-    gpus_per_node: Annotated[
-        int | None, typer.Option(help="GPUs per host (server or tray) \\[default: GPU's].")
-    ] = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    fp8_recipe: FP8RecipeOpt = None,
-    moe_imbalance: MoEImbalanceOpt = None,
-    moe_capacity_factor: MoECapacityOpt = None,
-    moe_dispatcher: MoEDispatcherOpt = None,
-    moe_ep_overlap: MoEOverlapOpt = False,
-    cuda_graphs: CudaGraphsOpt = False,
-    cluster: ClusterOpt = None,
-    internode_gbps: Annotated[float | None, typer.Option(help="NIC GB/s per GPU per direction.")] = None,
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
-    global_batch: Annotated[
-        int, typer.Option(help="Global batch (sequences per step).")
-    ] = DEFAULT_GLOBAL_BATCH,
-    precision: Annotated[
-        str, typer.Option(help="bf16, fp8 or bf16,fp8 (a search dimension).")
-    ] = DEFAULT_PRECISION,
-    tokens: Annotated[
-        str | None, typer.Option(help="Token budget, e.g. 1T (for time/cost to train).")
-    ] = None,
-    budget: Annotated[int, typer.Option(help="Distinct strategies to evaluate.")] = DEFAULT_BUDGET,
-    objectives: Annotated[
-        str, typer.Option(help="2-4 of throughput,headroom,cost,step_time,mfu.")
-    ] = ",".join(DEFAULT_OBJECTIVES),
-    seed: Annotated[
-        int, typer.Option(help="Random seed (same seed + inputs = same Pareto set).")
-    ] = DEFAULT_SEED,
-    sampler: Annotated[
-        str,
-        typer.Option(
-            help="auto (exact sweep up to 1M points, else NSGA-II over layouts with exact inner knobs; "
-            "nsga2 with --storage), nsga2, exhaustive or hybrid."
-        ),
-    ] = DEFAULT_SAMPLER,
-    storage: Annotated[
-        str | None,
-        typer.Option(
-            help="Keep the study: a journal file path (fast, no server), sqlite:///study.db, or "
-            "postgresql://user:password@host/db for workers on several hosts. Re-running resumes."
-        ),
-    ] = None,
-    study_name: Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")] = None,
-    workers: Annotated[
-        int, typer.Option(help="Worker processes on this host sharing the study (needs --storage).")
-    ] = 1,
-    heartbeat: Annotated[
-        int | None,
-        typer.Option(
-            help="Seconds between heartbeats of a database-server worker; a trial silent for 3x this "
-            "is marked FAILED \\[default: 10]."
-        ),
-    ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    min_headroom: Annotated[
-        str,
-        typer.Option(
-            help="Constraint: free memory per GPU, e.g. 4GiB (default keeps a margin for the memory model's error)."
-        ),
-    ] = HEADROOM_DEFAULT,
-    max_cost: Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")] = None,
-    fix: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Search only KNOB=VALUE, e.g. tp=8 (repeatable; knobs: tp pp cp ep etp dp vpp ...)"
-        ),
-    ] = None,
-    forbid: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Pin an axis to 1 or turn a feature off (cp, ep, pp, hsdp, ...), or drop one value "
-            "(cp_comm=allgather); repeatable"
-        ),
-    ] = None,
-    prices: Annotated[Path | None, typer.Option(help="Price book YAML/CSV overriding the defaults.")] = None,
-    tier: Annotated[str, typer.Option(help="Price tier (on_demand, reserved, spot, ...).")] = "on_demand",
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    tp_comm_overlap: TpOverlapOpt = None,
-    memory_savers: MemorySaversOpt = "",
-    top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
-    out: Annotated[
-        Path | None, typer.Option(help="Write an HTML report here, e.g. reports/run.html.")
-    ] = None,
-    plotly: PlotlyOpt = "inline",
-) -> None:
+@with_options(*_OPTIMIZE)
+def optimize_cmd(f: Flags) -> None:
     """Search parallelism strategies (an exact sweep; NSGA-II over layouts for large spaces), print the Pareto set.
 
     Budget = COMPLETE trials in the study (distinct strategies with an estimate). To share one
@@ -374,106 +297,68 @@ def optimize_cmd(
     PostgreSQL URL) or use --workers K on one host; they stop together when the study holds --budget
     COMPLETE trials. Re-running with the same storage resumes the study.
     """
-    from autopar.catalog import get_model
-    from autopar.search.parse import check_seed, parse_count, parse_gib, parse_gpu_counts, parse_list
-    from autopar.search.storage import is_server
     from autopar.search.workers import run_workers
-    from autopar.specs import Workload
 
-    check_plotly(plotly, out)
-    check_seed(seed)
-    default_problem = model is None
-    m = get_model(model or DEFAULT_MODEL)
-    choice = resolve_cluster(
-        cluster,
-        gpu=gpu,
-        gpus=gpus,
-        gpus_per_node=gpus_per_node,
-        nvlink_domain=nvlink_domain,
-        default_gpu=DEFAULT_GPU,
-        default_gpus=DEFAULT_GPUS,
-    )
-    counts = parse_gpu_counts(choice.gpus, node_size=10**9)
-    clusters, skipped = build_clusters(
-        parse_list(choice.gpu, "gpu"),
-        counts,
-        choice.gpus_per_node,
-        internode_gbps if internode_gbps is not None else choice.internode_gbps,
-        choice.nvlink_domain,
-    )
-    precs = parse_list(precision, "precision")
-    wl = Workload(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        precision=precs[0],
-        token_budget=parse_count(tokens),
-        framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
-        memory_savers=parse_memory_savers(memory_savers),
-        **workload_extras(m, precs, locals()),
-    )
+    check_plotly(f.plotly, f.out)
+    p = problem_of(f)
+    built = p.build(detect)
+    _check_storage(p.search)
     book = None
-    if prices is not None:
+    if f.prices is not None:
         from autopar.costs import load_price_book
 
-        book = load_price_book(prices)
-    calib = resolve_calibration(calibration, no_calibration)
-    if default_problem and not as_json:
+        book = load_price_book(f.prices)
+    calib = resolve_calibration(f.calibration, f.no_calibration)
+    if f.model is None and not f.as_json:
+        c = p.cluster.choice(detect)
         console.print(
-            f"no --model given: default problem {m.name} on {choice.gpus}x {choice.gpu}, seq {seq_len}, "
-            f"global batch {global_batch}",
+            f"no --model given: default problem {built.model.name} on {c.gpus}x {c.gpu}, seq "
+            f"{p.workload.seq_len}, global batch {p.workload.global_batch}",
             style="dim",
             highlight=False,
         )
-    progress = not as_json and sys.stdout.isatty()
-    if study_name is not None and storage is None:
-        raise AutoparError("study-name: an in-memory search has no study name; give --storage too")
-    if heartbeat is not None and (storage is None or not is_server(storage)):
-        raise AutoparError("heartbeat: only a database-server --storage (postgresql://...) uses heartbeats")
-    if heartbeat is not None and heartbeat < 1:
-        raise AutoparError(f"heartbeat={heartbeat}: must be at least 1 second")
-    from autopar.search.constraints import parse_constraints
-
-    constraints = parse_constraints(fix or (), forbid or ())
-    ref = None if no_calibration else (str(calibration.resolve()) if calibration else "default")
-    result = run_workers(
-        workers,
-        dict(
-            model=m,
-            clusters=clusters,
-            workload=wl,
-            budget=budget,
-            objectives=objectives,
-            seed=seed,
-            sampler=sampler,
-            storage=storage,
-            study_name=study_name,
-            timeout=timeout,
-            min_headroom_gib=parse_gib(min_headroom),
-            max_cost=max_cost,
-            precisions=precs,
-            price_book=book,
-            tier=tier,
-            calibration=calib,
-            progress=progress,
-            heartbeat_s=heartbeat,
-            constraints=constraints,
-            stored_inputs={"calibration": ref, "gpus_arg": gpus},
-        ),
+    ref = None if f.no_calibration else (str(f.calibration.resolve()) if f.calibration else "default")
+    kwargs = dict(
+        model=built.model,
+        clusters=built.clusters,
+        workload=built.workload,
+        settings=built.settings,
+        price_book=book,
+        calibration=calib,
+        progress=not f.as_json and sys.stdout.isatty(),
+        stored_inputs={"calibration": ref, "gpus_arg": f.gpus},
     )
-    result.notes[:0] = skipped
-    result.inputs["gpus_arg"] = choice.gpus
+    result = run_workers(f.workers, kwargs)
+    result.notes[:0] = built.skipped
+    result.inputs["gpus_arg"] = p.cluster.choice(detect).gpus
+    _finish(result, f)
+
+
+def _check_storage(s: SearchSettings) -> None:
+    """--study-name and --heartbeat need a storage (a database server for the heartbeat)."""
+    from autopar.search.storage import is_server
+
+    if s.study_name is not None and s.storage is None:
+        raise AutoparError("study-name: an in-memory search has no study name; give --storage too")
+    if s.heartbeat_s is not None and (s.storage is None or not is_server(s.storage)):
+        raise AutoparError("heartbeat: only a database-server --storage (postgresql://...) uses heartbeats")
+    if s.heartbeat_s is not None and s.heartbeat_s < 1:
+        raise AutoparError(f"heartbeat={s.heartbeat_s}: must be at least 1 second")
+
+
+def _finish(result: Any, f: Flags) -> None:
+    """Print the result (tables or JSON) and write the HTML report; exit 1 when nothing fits."""
     if not result.pareto_rows:
         raise NoFeasibleStrategyError(result.notes[-1])
-    if as_json:
+    if f.as_json:
         emit_json(result_json(result))
     else:
-        print_result(result, top)
-    if out is not None:
+        print_result(result, f.top)
+    if f.out is not None:
         try:
             from autopar.reports import write_search_report
         except (ImportError, AttributeError) as e:
-            raise AutoparError(f"out={out}: the HTML report writer is not available in this build") from e
-        path = write_search_report(result, out, plotlyjs=plotly)
-        if not as_json:
+            raise AutoparError(f"out={f.out}: the HTML report writer is not available in this build") from e
+        path = write_search_report(result, f.out, plotlyjs=f.plotly)
+        if not f.as_json:
             console.print(f"report: {path}", highlight=False)

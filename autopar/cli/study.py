@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from autopar.cli.app import app, command, console, emit_json, styled
-from autopar.cli.common import CalibrationOpt, NoCalibrationOpt
+from autopar.cli.options import CALIBRATION, Flags, opt, with_options
 
 study_app = typer.Typer(
     help="Inspect a stored study (`optimize --storage ...`): progress, Pareto set, HTML report.",
@@ -64,15 +64,19 @@ def status_cmd(
 
 
 @_command("report")
-def report_cmd(
-    storage: StorageOpt,
-    study_name: StudyNameOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the HTML report here.")] = None,
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    top: Annotated[int, typer.Option(help="Pareto rows to print.")] = 15,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
-) -> None:
+@with_options(
+    opt("storage", StorageOpt),
+    opt("study_name", StudyNameOpt, None),
+    opt("out", Annotated[Path | None, typer.Option("--out", help="Write the HTML report here.")], None),
+    *CALIBRATION,
+    opt("top", Annotated[int, typer.Option(help="Pareto rows to print.")], 15),
+    opt(
+        "as_json",
+        Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")],
+        False,
+    ),
+)
+def report_cmd(f: Flags) -> None:
     """Pareto set and recommendations of whatever a stored study holds; --out writes the HTML report.
 
     The study keeps the inputs it was searched with, so no other option is needed; the calibration
@@ -84,18 +88,18 @@ def report_cmd(
     from autopar.search.stored import load_result
 
     cal: Any = "stored"
-    if calibration is not None or no_calibration:
-        cal = resolve_calibration(calibration, no_calibration)
-    result = load_result(storage, study_name, cal)
-    if as_json:
+    if f.calibration is not None or f.no_calibration:
+        cal = resolve_calibration(f.calibration, f.no_calibration)
+    result = load_result(f.storage, f.study_name, cal)
+    if f.as_json:
         emit_json(result_json(result))
     elif result.pareto_rows:
-        print_result(result, top)
-    if out is not None:
+        print_result(result, f.top)
+    if f.out is not None:
         from autopar.reports import write_search_report
 
-        path = write_search_report(result, out)
-        if not as_json:
+        path = write_search_report(result, f.out)
+        if not f.as_json:
             console.print(f"report: {path}", highlight=False)
     if not result.pareto_rows:
         raise NoFeasibleStrategyError(

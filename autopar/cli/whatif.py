@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from autopar.catalog.prices import TIER_HELP, TIERS, PriceBook, normalize_tier
+from autopar.catalog.prices import TIER_HELP, PriceBook, normalize_tier
 from autopar.cli.app import (
     NOTE_STYLE,
     command,
@@ -21,17 +21,8 @@ from autopar.cli.app import (
     styled,
     warning_text,
 )
-from autopar.cli.cluster_opts import ClusterOpt, NvlinkDomainOpt, resolve_cluster
-from autopar.cli.common import (
-    CalibrationOpt,
-    FrameworkOpt,
-    NoCalibrationOpt,
-    PlotlyOpt,
-    TpOverlapOpt,
-    check_framework,
-    check_plotly,
-    resolve_calibration,
-)
+from autopar.cli.common import check_plotly, resolve_calibration
+from autopar.cli.options import CALIBRATION, CLUSTER, STACK, Flags, detect, opt, problem_of, with_options
 from autopar.costs.figures import (
     format_duration,
     format_duration_short,
@@ -41,22 +32,13 @@ from autopar.costs.figures import (
     parse_duration,
     parse_usd,
 )
-from autopar.defaults import (
-    DEFAULT_FRAMEWORK,
-    DEFAULT_GLOBAL_BATCH,
-    DEFAULT_MIN_HEADROOM_GIB,
-    DEFAULT_MODEL,
-    DEFAULT_PRECISION,
-    DEFAULT_SEQ_LEN,
-    DEFAULT_SIZING_MAX_GPUS,
-    DEFAULT_WHATIF_BUDGET,
-    tp_comm_overlap_default,
-)
+from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_SIZING_MAX_GPUS
 from autopar.errors import AutoparError, SpecError
 
 if TYPE_CHECKING:
     from autopar.costs.sizing import DeadlineResult
     from autopar.costs.whatif import WhatIfResult
+    from autopar.costs.whatif_types import WhatIfSettings
 
 
 def _fmt(x: float | None, spec: str, dash: str = "-") -> str:
@@ -79,6 +61,33 @@ def _si(x: float | None) -> str:
 
 def render_whatif(result: WhatIfResult) -> None:
     """Print a what-if result as rich tables (options by rank, strategies, sensitivity, notes)."""
+    console.print(_whatif_head(result))
+    order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
+    console.print(_options_table(result, order))
+    for o in order:
+        line = (
+            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at {o.price_label}")
+            if o.feasible
+            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
+        )
+        console.print(line, soft_wrap=True)
+    console.print(result.message, style="bold", highlight=False)
+    if result.sensitivity:
+        _print_sensitivity(result)
+    for n in result.notes:
+        console.print(note_text(n), soft_wrap=True)
+    n_options = len(result.options)
+    console.print(
+        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
+        f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
+        "option)",
+        style="dim",
+        highlight=False,
+    )
+
+
+def _whatif_head(result: WhatIfResult) -> Text:
+    """The problem line: model, tokens, shape, tier, goodput, deadline and cap."""
     wl = result.workload
     head = (
         f", {format_tokens(result.token_budget)} tokens, seq {wl.seq_len}, "
@@ -90,8 +99,11 @@ def render_whatif(result: WhatIfResult) -> None:
         head += f"; deadline {format_duration(result.deadline_s)}"
     if result.max_cost_usd is not None:
         head += f"; spending cap {format_usd(result.max_cost_usd)}"
-    console.print(styled((result.model.name, "bold"), head))
+    return styled((result.model.name, "bold"), head)
 
+
+def _options_table(result: WhatIfResult, order: list) -> Table:
+    """One row per hardware option, best first."""
     t = Table(
         title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
         title_justify="left",
@@ -106,7 +118,6 @@ def render_whatif(result: WhatIfResult) -> None:
     if result.max_cost_usd is not None:
         t.add_column("≤ cap", justify="center", no_wrap=True)
     t.add_column("●", justify="center", no_wrap=True)
-    order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
     for o in order:
         row: list[str | Text] = [
             str(o.rank) if o.rank else "-",
@@ -124,46 +135,30 @@ def render_whatif(result: WhatIfResult) -> None:
             row.append(_yes_no(o.within_cost_cap))
         row.append("●" if o.on_pareto else "")
         t.add_row(*row)
-    console.print(t)
-    for o in order:
-        line = (
-            styled(f"  {o.label:>16}  {o.strategy_label} ({o.precision}) at {o.price_label}")
-            if o.feasible
-            else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
-        )
-        console.print(line, soft_wrap=True)
-    console.print(result.message, style="bold", highlight=False)
+    return t
 
-    if result.sensitivity:
-        s = Table(
-            title="Sensitivity: does the winner change?",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for col in ("scenario", "winner", "runner-up", "changes?"):
-            s.add_column(col)
-        for r in result.sensitivity:
-            s.add_row(
-                r.scenario,
-                r.winner or "-",
-                r.runner_up or "-",
-                warning_text("yes") if r.winner_changed else "no",
-            )
-        console.print(s)
-        bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
-        if bw and bw[0].note:
-            console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
-    for n in result.notes:
-        console.print(note_text(n), soft_wrap=True)
-    n_options = len(result.options)
-    console.print(
-        f"{sum(o.n_trials for o in result.options)} trials over {n_options} option{'s' * (n_options != 1)} "
-        f"in {format_duration(result.wall_s)} (seed {result.seed}, budget {result.search_budget} trials per "
-        "option)",
-        style="dim",
-        highlight=False,
+
+def _print_sensitivity(result: WhatIfResult) -> None:
+    """Whether the winner changes under each scenario, and what halving the bandwidth did."""
+    s = Table(
+        title="Sensitivity: does the winner change?",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
+    for col in ("scenario", "winner", "runner-up", "changes?"):
+        s.add_column(col)
+    for r in result.sensitivity:
+        s.add_row(
+            r.scenario,
+            r.winner or "-",
+            r.runner_up or "-",
+            warning_text("yes") if r.winner_changed else "no",
+        )
+    console.print(s)
+    bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
+    if bw and bw[0].note:
+        console.print(f"bandwidth halved: {bw[0].note}", style="dim", highlight=False, soft_wrap=True)
 
 
 def _sizing_head(result: DeadlineResult) -> Text:
@@ -241,210 +236,214 @@ def _hardware_options(
         return option, gpus_per_node, nvlink_domain, internode_gbps
     if option:
         raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
-    c = resolve_cluster(
-        cluster,
-        gpu=None,
-        gpus=None,
+    from autopar.problem import ClusterConfig
+
+    given = ClusterConfig(
+        system=cluster,
         gpus_per_node=gpus_per_node,
         nvlink_domain=nvlink_domain,
-        default_gpu="",
-        default_gpus="",
+        internode_gbps=internode_gbps,
     )
-    internode = internode_gbps if internode_gbps is not None else c.internode_gbps
-    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, internode
+    c = given.choice(detect)
+    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, c.internode_gbps
+
+
+_WHATIF = (
+    opt(
+        "tokens",
+        Annotated[str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")],
+    ),
+    "model:short",
+    opt(
+        "option",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--option",
+                "-o",
+                help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048. "
+                "With --deadline, a GPU without a count (H100-SXM) is sized: the fewest GPUs that meet it.",
+            ),
+        ],
+        None,
+    ),
+    *("seq_len", "global_batch"),
+    opt(
+        "batch_tokens_per_gpu",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--batch-tokens-per-gpu",
+                help="Let the global batch grow with the GPU count: count x this many tokens per step "
+                "(e.g. 16K; whole sequences). Replaces --global-batch.",
+            ),
+        ],
+        None,
+    ),
+    opt(
+        "max_gpus",
+        Annotated[
+            int | None,
+            typer.Option(
+                "--max-gpus",
+                help="Largest count --deadline sizing tries for a GPU given without counts "
+                f"\\[default: {DEFAULT_SIZING_MAX_GPUS}].",
+            ),
+        ],
+        None,
+    ),
+    *("precision:list", *CLUSTER, "cluster_name", "internode_gbps", "tier", "prices"),
+    opt(
+        "deadline",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--deadline",
+                help="Wall-clock deadline, e.g. 30d, 720h, 2w; with --option GPU (no count): the fewest GPUs "
+                "that meet it.",
+            ),
+        ],
+        None,
+    ),
+    opt(
+        "max_spend",
+        Annotated[str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")],
+        None,
+    ),
+    *("budget:whatif", "seed"),
+    opt(
+        "goodput",
+        Annotated[
+            float,
+            typer.Option(
+                "--goodput",
+                help="Fraction of wall-clock time making progress (restarts, failures), 0 < g <= 1.",
+            ),
+        ],
+        1.0,
+    ),
+    *("min_headroom", *CALIBRATION, *STACK),
+    opt(
+        "no_sensitivity",
+        Annotated[bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")],
+        False,
+    ),
+    opt(
+        "as_json",
+        Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")],
+        False,
+    ),
+    opt(
+        "out", Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")], None
+    ),
+    "plotly",
+    opt(
+        "storage",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--storage",
+                help="Keep one study per option here (journal file, sqlite:///..., postgresql://...): "
+                "workers running the same what-if share the options; a re-run skips finished ones.",
+            ),
+        ],
+        None,
+    ),
+    opt(
+        "study_name",
+        Annotated[
+            str | None,
+            typer.Option("--study-name", help="Prefix of the per-option study names (needs --storage)."),
+        ],
+        None,
+    ),
+)
+# The WhatIfSettings fields `run_sizing` takes as keywords too (a sizing has no cap, storage or sensitivity).
+_SIZING_FIELDS = (
+    *("token_budget", "tier", "goodput", "budget", "seed", "min_headroom_gib", "precisions", "gpus_per_node"),
+    *("internode_bw", "nvlink_domain", "batch_tokens_per_gpu"),
+)
 
 
 @command(
     "whatif",
     help="Compare hardware options for a training run: best strategy, time and cost to train, ranked.",
 )
-def whatif(
-    tokens: Annotated[
-        str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")
-    ],
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Model name/alias or path to a HF config.json.",
-        ),
-    ] = DEFAULT_MODEL,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            "-o",
-            help="Hardware option GPU:COUNT, repeatable; COUNT may be 256,512 or a doubling range 256..2048. "
-            "With --deadline, a GPU without a count (H100-SXM) is sized: the fewest GPUs that meet it.",
-        ),
-    ] = None,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length (tokens).")] = DEFAULT_SEQ_LEN,
-    global_batch: Annotated[
-        int | None,
-        typer.Option(
-            "--global-batch", help=f"Global batch (sequences per step) \\[default: {DEFAULT_GLOBAL_BATCH}]."
-        ),
-    ] = None,
-    batch_tokens_per_gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--batch-tokens-per-gpu",
-            help="Let the global batch grow with the GPU count: count x this many tokens per step "
-            "(e.g. 16K; whole sequences). Replaces --global-batch.",
-        ),
-    ] = None,
-    max_gpus: Annotated[
-        int | None,
-        typer.Option(
-            "--max-gpus",
-            help=f"Largest count --deadline sizing tries for a GPU given without counts "
-            f"\\[default: {DEFAULT_SIZING_MAX_GPUS}].",
-        ),
-    ] = None,
-    precision: Annotated[
-        str, typer.Option("--precision", help="bf16, fp8 or bf16,fp8 (searched).")
-    ] = DEFAULT_PRECISION,
-    gpus_per_node: Annotated[
-        int | None, typer.Option("--gpus-per-node", help="GPUs per host (server or tray) \\[default: GPU's].")
-    ] = None,
-    nvlink_domain: NvlinkDomainOpt = None,
-    cluster: ClusterOpt = None,
-    internode_gbps: Annotated[
-        float | None,
-        typer.Option("--internode-gbps", help="NIC GB/s per GPU per direction \\[default: GPU's]."),
-    ] = None,
-    tier: Annotated[str, typer.Option("--tier", help=f"Price tier: {', '.join(TIERS)}.")] = "on_demand",
-    prices: Annotated[
-        Path | None,
-        typer.Option(
-            "--prices", help="YAML/CSV price file overriding the built-in prices (gpu,tier,usd_per_gpu_hour)."
-        ),
-    ] = None,
-    deadline: Annotated[
-        str | None,
-        typer.Option(
-            "--deadline",
-            help="Wall-clock deadline, e.g. 30d, 720h, 2w; with --option GPU (no count): the fewest GPUs that meet it.",
-        ),
-    ] = None,
-    max_spend: Annotated[
-        str | None, typer.Option("--max-spend", help="Spending cap in USD, e.g. 2M or 500K.")
-    ] = None,
-    budget: Annotated[
-        int, typer.Option("--budget", help="Search trials per option.")
-    ] = DEFAULT_WHATIF_BUDGET,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same answer).")] = 0,
-    goodput: Annotated[
-        float,
-        typer.Option(
-            "--goodput", help="Fraction of wall-clock time making progress (restarts, failures), 0 < g <= 1."
-        ),
-    ] = 1.0,
-    min_headroom: Annotated[
-        str,
-        typer.Option(
-            "--min-headroom",
-            help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
-            "(default keeps a margin for the memory model's error).",
-        ),
-    ] = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB",
-    calibration: CalibrationOpt = None,
-    no_calibration: NoCalibrationOpt = False,
-    framework: FrameworkOpt = DEFAULT_FRAMEWORK,
-    tp_comm_overlap: TpOverlapOpt = None,
-    no_sensitivity: Annotated[
-        bool, typer.Option("--no-sensitivity", help="Skip the sensitivity analysis.")
-    ] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the HTML what-if report here.")] = None,
-    plotly: PlotlyOpt = "inline",
-    storage: Annotated[
-        str | None,
-        typer.Option(
-            "--storage",
-            help="Keep one study per option here (journal file, sqlite:///..., postgresql://...): "
-            "workers running the same what-if share the options; a re-run skips finished ones.",
-        ),
-    ] = None,
-    study_name: Annotated[
-        str | None,
-        typer.Option("--study-name", help="Prefix of the per-option study names (needs --storage)."),
-    ] = None,
-) -> None:
+@with_options(*_WHATIF)
+def whatif(f: Flags) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
-    check_plotly(plotly, out)
-    from autopar.catalog import get_model
     from autopar.catalog.pricefile import load_price_book
-    from autopar.search.parse import check_seed, parse_gib, parse_list
-    from autopar.specs import Workload
+    from autopar.search.parse import check_seed
 
-    check_seed(seed)
-    deadline_s = parse_duration(deadline) if deadline is not None else None
-    gb, per_gpu = _batch(global_batch, batch_tokens_per_gpu)
-    sizing = _sizing_options(option, cluster, gpus_per_node, nvlink_domain, deadline_s)
-    if sizing is None and max_gpus is not None:
+    check_plotly(f.plotly, f.out)
+    check_seed(f.seed)
+    deadline_s = parse_duration(f.deadline) if f.deadline is not None else None
+    gb, per_gpu = _batch(f.global_batch, f.batch_tokens_per_gpu)
+    sizing = _sizing_options(f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, deadline_s)
+    hw = _hardware(f, sizing)
+    p = problem_of(f, global_batch=gb, tokens=None)
+    from autopar.catalog import get_model
+
+    spec = get_model(p.model)
+    wl = p.workload.build(spec)
+    book = load_price_book(f.prices)
+    cap = parse_usd(f.max_spend, "max-spend") if f.max_spend is not None else None
+    settings = _settings(f, p, hw, per_gpu, deadline_s, cap)
+    runtime = dict(
+        price_book=book,
+        calibration=resolve_calibration(f.calibration, f.no_calibration),
+        progress=None if f.as_json else (lambda msg: err_console.print(msg, style="dim", highlight=False)),
+    )
+    if sizing is not None:
+        common = {k: getattr(settings, k) for k in _SIZING_FIELDS}
+        _run_sizing(spec, sizing, wl, deadline_s, f.max_gpus, {**common, **runtime}, f.as_json)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
+        return
+    _run_ranking(spec, hw[0], wl, settings, runtime, f.as_json, f.out, f.plotly)
+
+
+def _hardware(f: Flags, sizing: list | None) -> tuple[list[str], int | None, int | None, float | None]:
+    """(--option values, GPUs per host, NVLink domain, NIC GB/s) of a ranked what-if or a sizing."""
+    if sizing is None and f.max_gpus is not None:
         raise SpecError(
-            f"max-gpus={max_gpus}: only --deadline sizing uses it (an --option GPU without a count); drop it"
+            f"max-gpus={f.max_gpus}: only --deadline sizing uses it (an --option GPU without a count); drop it"
         )
     if sizing is None:
-        option, gpus_per_node, nvlink_domain, internode_gbps = _hardware_options(
-            option, cluster, gpus_per_node, nvlink_domain, internode_gbps
-        )
-    else:
-        _check_sizing_flags(out, max_spend, storage, no_sensitivity)
-        if cluster is not None:
-            gpus_per_node, nvlink_domain = _system_shape(cluster)
-    spec = get_model(model)
-    book = load_price_book(prices)
-    cap = parse_usd(max_spend, "max-spend") if max_spend is not None else None
-    precs = parse_list(precision, "precision")
-    wl = Workload(
-        seq_len=seq_len,
-        global_batch=gb,
-        precision=precs[0],  # type: ignore[arg-type]  # a str, checked against the Literal by pydantic
-        framework=check_framework(framework),
-        tp_comm_overlap=tp_comm_overlap_default(check_framework(framework), tp_comm_overlap),
-    )
-    calib = resolve_calibration(calibration, no_calibration)
-    if study_name is not None and storage is None:
+        return _hardware_options(f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, f.internode_gbps)
+    _check_sizing_flags(f.out, f.max_spend, f.storage, f.no_sensitivity)
+    per_node, domain = f.gpus_per_node, f.nvlink_domain
+    if f.cluster_name is not None:
+        per_node, domain = _system_shape(f.cluster_name)
+    return f.option or [], per_node, domain, f.internode_gbps
+
+
+def _settings(
+    f: Flags, p: Any, hw: tuple, per_gpu: float | None, deadline_s: float | None, cap: float | None
+) -> WhatIfSettings:
+    """The what-if's settings from its options (the problem's search part and the money questions)."""
+    from autopar.costs.whatif_types import WhatIfSettings
+    from autopar.search.parse import parse_gib
+
+    if f.study_name is not None and f.storage is None:
         raise AutoparError("study-name: names the stored per-option studies; give --storage too")
-    progress = None if json_out else (lambda msg: err_console.print(msg, style="dim", highlight=False))
-    common = dict(
-        token_budget=tokens,
-        tier=tier,
-        price_book=book,
-        goodput=goodput,
-        budget=budget,
-        seed=seed,
-        min_headroom_gib=parse_gib(min_headroom),
-        precisions=precs,
-        calibration=calib,
+    _, gpus_per_node, nvlink_domain, internode_gbps = hw
+    return WhatIfSettings(
+        token_budget=f.tokens,
+        tier=f.tier,
+        goodput=f.goodput,
+        deadline_s=deadline_s,
+        max_cost_usd=cap,
+        budget=f.budget,
+        seed=f.seed,
+        min_headroom_gib=parse_gib(f.min_headroom),
+        precisions=p.workload.precisions(),
         gpus_per_node=gpus_per_node,
         internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
         nvlink_domain=nvlink_domain,
-        progress=progress,
+        sensitivity=not f.no_sensitivity,
+        prices_file=str(f.prices) if f.prices else None,
+        storage=f.storage,
+        study_name=f.study_name,
         batch_tokens_per_gpu=per_gpu,
-    )
-    if sizing is not None:
-        _run_sizing(spec, sizing, wl, deadline_s, max_gpus, common, json_out)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
-        return
-    _run_ranking(
-        spec,
-        option,
-        wl,
-        deadline_s,
-        cap,
-        common,
-        json_out,
-        out,
-        plotly,
-        prices,
-        storage,
-        study_name,
-        not no_sensitivity,
     )
 
 
@@ -547,36 +546,20 @@ def _run_sizing(spec, sizing, wl, deadline_s: float, max_gpus, common: dict, jso
 
 
 def _run_ranking(
-    spec,
-    option,
-    wl,
-    deadline_s,
-    cap,
-    common: dict,
+    spec: Any,
+    option: list[str],
+    wl: Any,
+    settings: WhatIfSettings,
+    runtime: dict[str, Any],
     json_out: bool,
-    out,
-    plotly,
-    prices,
-    storage,
-    study_name,
-    sensitivity: bool,
+    out: Path | None,
+    plotly: str,
 ) -> None:
     """The ranked what-if over the options' counts; exit 1 when nothing fits on any option."""
     from autopar.costs.whatif import run_whatif
 
     write_report = _report_writer(out) if out is not None else None
-    result = run_whatif(
-        spec,
-        option,
-        wl,
-        deadline_s=deadline_s,
-        max_cost_usd=cap,
-        sensitivity=sensitivity,
-        prices_file=str(prices) if prices else None,
-        storage=storage,
-        study_name=study_name,
-        **common,
-    )
+    result = run_whatif(spec, option, wl, settings, **runtime)
     if write_report is not None:
         path = write_report(result, out, plotlyjs=plotly)
         if not json_out:

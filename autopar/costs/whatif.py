@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,8 +21,13 @@ from autopar.catalog.prices import PriceBook, ResolvedPrice, normalize_tier, res
 from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options, scaled_workload
 from autopar.costs.ranking import Candidate, headline, pareto, rank
-from autopar.costs.whatif_types import OptionResult, ScenarioOption, SensitivityRow, WhatIfResult
-from autopar.defaults import DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER, DEFAULT_WHATIF_BUDGET
+from autopar.costs.whatif_types import (
+    OptionResult,
+    ScenarioOption,
+    SensitivityRow,
+    WhatIfResult,
+    WhatIfSettings,
+)
 from autopar.errors import AutoparError, SpecError
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Workload
 
@@ -31,6 +37,7 @@ __all__ = [
     "ScenarioOption",
     "SensitivityRow",
     "WhatIfResult",
+    "WhatIfSettings",
     "choose_trial",
     "run_whatif",
 ]
@@ -224,34 +231,18 @@ def run_whatif(
     model: ModelSpec,
     options: Sequence[str | HardwareOption | tuple[str, int]],
     workload: Workload,
+    settings: WhatIfSettings | None = None,
     *,
-    token_budget: float | None = None,
-    tier: str = "on_demand",
     price_book: PriceBook | None = None,
-    goodput: float = 1.0,
-    deadline_s: float | None = None,
-    max_cost_usd: float | None = None,
-    budget: int = DEFAULT_WHATIF_BUDGET,
-    seed: int = 0,
-    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
-    precisions: list[str] | None = None,
     calibration: Any = None,
-    sampler: str = DEFAULT_SAMPLER,
-    timeout: float | None = None,
-    gpus_per_node: int | None = None,
-    internode_bw: float | None = None,
-    nvlink_domain: int | None = None,
-    sensitivity: bool = True,
-    prices_file: str | None = None,
     optimize_fn: Callable[..., Any] | None = None,
     estimate_fn: Callable[..., Any] | None = None,
     progress: Callable[[str], None] | None = None,
-    storage: str | None = None,
-    study_name: str | None = None,
-    batch_tokens_per_gpu: float | None = None,
+    **fields: Any,
 ) -> WhatIfResult:
     """Optimize every hardware option, price the fastest fitting strategy, rank, and test sensitivity.
 
+    How is `settings` (autopar.costs.whatif_types.WhatIfSettings), or its fields as keywords on top of it:
     `deadline_s` is wall-clock seconds, `max_cost_usd` a spending cap in USD; `budget` is search trials
     per option; `gpus_per_node` / `internode_bw` (bytes/s per GPU) override the GPU's defaults.
     With `storage`, each option is its own stored study (named `study_name`-OPTION, or after its
@@ -261,119 +252,165 @@ def run_whatif(
     Raises SpecError/AutoparError for bad inputs (before any search runs); an option on which nothing
     fits is reported as infeasible, not raised.
     """
-
     t_start = _time.perf_counter()
-    tokens = token_budget if token_budget is not None else workload.token_budget
-    if tokens is None:
-        raise SpecError("tokens: give the token budget to train (e.g. --tokens 1T)")
-    tokens = parse_tokens(tokens)
-    goodput = check_goodput(goodput)
-    tier = normalize_tier(tier)
-    if deadline_s is not None and not deadline_s > 0:
-        raise SpecError(f"deadline={deadline_s!r} must be a positive duration")
-    if max_cost_usd is not None and not max_cost_usd > 0:
-        raise SpecError(f"max_cost={max_cost_usd!r} must be a positive amount of USD")
-    if budget < 1:
-        raise SpecError(f"budget={budget!r} must be at least 1 trial per option")
-    opts = parse_options(options)
+    s = _checked(settings or WhatIfSettings(), fields, workload)
     book = price_book if price_book is not None else default_price_book()
-    workload = workload.model_copy(update={"token_budget": tokens})
-
-    from autopar.catalog import get_gpu
-
-    prepared = []  # validate every option and price before searching anything
-    for opt in opts:
-        gpu = get_gpu(opt.gpu)
-        entry = resolve_price(gpu, book, tier)
-        cluster = _cluster(gpu, opt, gpus_per_node, internode_bw, nvlink_domain)
-        scaled_workload(workload, opt.count, batch_tokens_per_gpu)  # a batch under one sequence: error now
-        prepared.append((opt, cluster, entry))
-
+    workload = workload.model_copy(update={"token_budget": s.token_budget})
+    prepared = _prepare(parse_options(options), book, s, workload)
     if optimize_fn is None:
         from autopar.search import optimize
 
         optimize_fn = optimize
-    search_kwargs: dict[str, Any] = dict(
-        budget=budget,
-        objectives=("throughput", "headroom", "cost"),
-        seed=seed,
-        sampler=sampler,
-        min_headroom_gib=min_headroom_gib,
-        precisions=precisions,
-        price_book=book,
-        tier=tier,
-        calibration=calibration,
-        timeout=timeout,
-    )
+    run = _Run(model, workload, s, book, calibration, optimize_fn, progress)
+    results = [run.option(i, len(prepared), *p) for i, p in enumerate(prepared, 1)]
+    return _assemble(run, prepared, results, estimate_fn, t_start)
 
-    if storage is not None and sampler not in ("nsga2", "auto"):
-        raise SpecError(f"storage: the {sampler} sampler does not use a study; drop --storage")
-    results: list[OptionResult] = []
-    for i, (opt, cluster, entry) in enumerate(prepared, 1):
-        if progress is not None:
-            progress(f"[{i}/{len(prepared)}] optimizing {opt.label} ({budget} trials)")
-        if storage is not None:
-            search_kwargs["storage"] = storage
-            search_kwargs["study_name"] = f"{study_name}-{opt.label}" if study_name else None
-        results.append(
-            _search_option(
-                model,
-                cluster,
-                scaled_workload(workload, opt.count, batch_tokens_per_gpu),
-                opt,
-                price=entry,
-                token_budget=tokens,
-                goodput=goodput,
-                deadline_s=deadline_s,
-                max_cost_usd=max_cost_usd,
-                optimize_fn=optimize_fn,
-                search_kwargs=search_kwargs,
-            )
+
+def _checked(settings: WhatIfSettings, fields: dict[str, Any], workload: Workload) -> WhatIfSettings:
+    """The settings with `fields` on top, validated: token budget (or the workload's), goodput, tier, caps."""
+    s = WhatIfSettings.model_validate({**dict(settings), **fields}) if fields else settings
+    tokens = s.token_budget if s.token_budget is not None else workload.token_budget
+    if tokens is None:
+        raise SpecError("tokens: give the token budget to train (e.g. --tokens 1T)")
+    update: dict[str, Any] = {"token_budget": parse_tokens(tokens), "goodput": check_goodput(s.goodput)}
+    update["tier"] = normalize_tier(s.tier)
+    if s.deadline_s is not None and not s.deadline_s > 0:
+        raise SpecError(f"deadline={s.deadline_s!r} must be a positive duration")
+    if s.max_cost_usd is not None and not s.max_cost_usd > 0:
+        raise SpecError(f"max_cost={s.max_cost_usd!r} must be a positive amount of USD")
+    if s.budget < 1:
+        raise SpecError(f"budget={s.budget!r} must be at least 1 trial per option")
+    if s.storage is not None and s.sampler not in ("nsga2", "auto"):
+        raise SpecError(f"storage: the {s.sampler} sampler does not use a study; drop --storage")
+    return s.model_copy(update=update)
+
+
+Prepared = tuple[HardwareOption, ClusterSpec, ResolvedPrice]
+
+
+def _prepare(
+    opts: Sequence[HardwareOption], book: PriceBook, s: WhatIfSettings, workload: Workload
+) -> list[Prepared]:
+    """Every option's cluster and price, validated before anything is searched."""
+    from autopar.catalog import get_gpu
+
+    prepared = []
+    for opt in opts:
+        gpu = get_gpu(opt.gpu)
+        entry = resolve_price(gpu, book, s.tier)
+        cluster = _cluster(gpu, opt, s.gpus_per_node, s.internode_bw, s.nvlink_domain)
+        scaled_workload(workload, opt.count, s.batch_tokens_per_gpu)  # a batch under one sequence: error now
+        prepared.append((opt, cluster, entry))
+    return prepared
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One what-if's inputs, shared by the search of every option."""
+
+    model: ModelSpec
+    workload: Workload
+    settings: WhatIfSettings
+    book: PriceBook
+    calibration: Any
+    optimize_fn: Callable[..., Any]
+    progress: Callable[[str], None] | None
+
+    def search_kwargs(self, opt: HardwareOption) -> dict[str, Any]:
+        """The search settings of one option (its own stored study with --storage)."""
+        s = self.settings
+        kw: dict[str, Any] = dict(
+            budget=s.budget,
+            objectives=("throughput", "headroom", "cost"),
+            seed=s.seed,
+            sampler=s.sampler,
+            min_headroom_gib=s.min_headroom_gib,
+            precisions=s.precisions,
+            price_book=self.book,
+            tier=s.tier,
+            calibration=self.calibration,
+            timeout=s.timeout,
+        )
+        if s.storage is not None:
+            kw["storage"] = s.storage
+            kw["study_name"] = f"{s.study_name}-{opt.label}" if s.study_name else None
+        return kw
+
+    def option(
+        self, i: int, n: int, opt: HardwareOption, cluster: ClusterSpec, entry: ResolvedPrice
+    ) -> OptionResult:
+        """Search option `i` of `n` and price its fastest fitting strategy."""
+        s = self.settings
+        if self.progress is not None:
+            self.progress(f"[{i}/{n}] optimizing {opt.label} ({s.budget} trials)")
+        return _search_option(
+            self.model,
+            cluster,
+            scaled_workload(self.workload, opt.count, s.batch_tokens_per_gpu),
+            opt,
+            price=entry,
+            token_budget=s.token_budget,  # type: ignore[arg-type]  # _checked parsed it to a float
+            goodput=s.goodput,
+            deadline_s=s.deadline_s,
+            max_cost_usd=s.max_cost_usd,
+            optimize_fn=self.optimize_fn,
+            search_kwargs=self.search_kwargs(opt),
         )
 
+
+def _assemble(
+    run: _Run,
+    prepared: list[Prepared],
+    results: list[OptionResult],
+    estimate_fn: Callable[..., Any] | None,
+    t_start: float,
+) -> WhatIfResult:
+    """Rank the options, run the sensitivity analysis, write the notes: the WhatIfResult."""
+    s, workload = run.settings, run.workload
     cands = [
         Candidate(o.label, o.time_to_train_s, o.total_cost_usd)  # type: ignore[arg-type]  # options with figures under the token budget: time and cost set
         for o in results
         if o.figures is not None
     ]
-    ranking = rank(cands, deadline_s, max_cost_usd)
+    ranking = rank(cands, s.deadline_s, s.max_cost_usd)
     front = pareto(cands)
     for o in results:
         if o.label in ranking:
             o.rank = ranking.index(o.label) + 1
         o.on_pareto = o.label in front
-    message = headline(cands, ranking, deadline_s, max_cost_usd, [o.label for o in results if not o.feasible])
-
+    infeasible = [o.label for o in results if not o.feasible]
+    message = headline(cands, ranking, s.deadline_s, s.max_cost_usd, infeasible)
     rows: list[SensitivityRow] = []
-    if sensitivity and cands:
-        if progress is not None:
-            progress("sensitivity: prices ±20%, inter-node bandwidth halved")
+    if s.sensitivity and cands:
+        if run.progress is not None:
+            run.progress("sensitivity: prices ±20%, inter-node bandwidth halved")
         from autopar.costs.sensitivity import run_sensitivity
 
-        rows = run_sensitivity(model, workload, results, ranking, deadline_s, max_cost_usd, estimate_fn)
-
-    notes = _notes(prepared, results, tier, goodput, calibration)
-    if batch_tokens_per_gpu is None:
+        rows = run_sensitivity(
+            run.model, workload, results, ranking, s.deadline_s, s.max_cost_usd, estimate_fn
+        )
+    notes = _notes(prepared, results, s.tier, s.goodput, run.calibration)
+    if s.batch_tokens_per_gpu is None:
         for gpu in dict.fromkeys(o.gpu for o in results):
             cap = batch_cap_note(gpu, [o for o in results if o.gpu == gpu], workload.global_batch)
             notes.extend([cap] if cap else [])
     return WhatIfResult(
-        model=model,
+        model=run.model,
         workload=workload,
-        token_budget=tokens,
-        tier=tier,
-        goodput=goodput,
-        deadline_s=deadline_s,
-        max_cost_usd=max_cost_usd,
+        token_budget=s.token_budget,  # type: ignore[arg-type]  # _checked parsed it to a float
+        tier=s.tier,
+        goodput=s.goodput,
+        deadline_s=s.deadline_s,
+        max_cost_usd=s.max_cost_usd,
         options=results,
         ranking=ranking,
         pareto=front,
         sensitivity=rows,
         message=message,
-        seed=seed,
-        search_budget=budget,
+        seed=s.seed,
+        search_budget=s.budget,
         wall_s=_time.perf_counter() - t_start,
-        prices_file=prices_file,
+        prices_file=s.prices_file,
         notes=notes,
-        batch_tokens_per_gpu=batch_tokens_per_gpu,
+        batch_tokens_per_gpu=s.batch_tokens_per_gpu,
     )

@@ -9,10 +9,48 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from autopar.costs.figures import CostFigures
+from autopar.defaults import (
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_SAMPLER,
+    DEFAULT_SEED,
+    DEFAULT_TIER,
+    DEFAULT_WHATIF_BUDGET,
+)
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
+
+
+class WhatIfSettings(BaseModel):
+    """How a what-if runs (the what-if branch of the problem config tree, autopar/problem.py): the money and
+    time questions, and the search run on each hardware option."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_budget: float | str | None = Field(
+        default=None, description="tokens to train (default: workload's)"
+    )
+    tier: str = Field(default=DEFAULT_TIER, description="price tier")
+    goodput: float = Field(default=1.0, description="fraction of wall-clock time making progress")
+    deadline_s: float | None = Field(default=None, description="wall-clock deadline (s)")
+    max_cost_usd: float | None = Field(default=None, description="spending cap (USD)")
+    budget: int = Field(default=DEFAULT_WHATIF_BUDGET, description="search trials per option")
+    seed: int = Field(default=DEFAULT_SEED, description="random seed")
+    min_headroom_gib: float = Field(default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves")
+    precisions: list[str] | None = Field(default=None, description="precisions searched")
+    sampler: str = Field(default=DEFAULT_SAMPLER, description="search method per option")
+    timeout: float | None = Field(default=None, description="per-option search timeout (s)")
+    gpus_per_node: int | None = Field(default=None, description="GPUs per host [default: the GPU's]")
+    internode_bw: float | None = Field(default=None, description="NIC bytes/s per GPU per direction")
+    nvlink_domain: int | None = Field(default=None, description="GPUs sharing one NVLink fabric")
+    sensitivity: bool = Field(default=True, description="run the sensitivity analysis")
+    prices_file: str | None = Field(default=None, description="the price file the book was read from")
+    storage: str | None = Field(default=None, description="one stored study per option here")
+    study_name: str | None = Field(default=None, description="prefix of the per-option study names")
+    batch_tokens_per_gpu: float | None = Field(default=None, description="global batch grows with the count")
 
 
 @dataclass

@@ -28,7 +28,6 @@ from autopar.search.progress import SearchProgress
 from autopar.search.space import Point, Space
 from autopar.specs import Workload
 
-LOCAL_SEARCH_SHARE = 0.7  # share of trials after exploration that are one-knob moves from the front
 EXPLORE_FRACTION = 0.2  # budget fraction explored by NSGA-II alone before local search starts
 
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from autopar.defaults import LOCAL_SEARCH_SHARE
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.loops import (
     EXPLORE_FRACTION,
-    LOCAL_SEARCH_SHARE,
     Run,
     _front_neighbor,
     _unvisited,
@@ -192,102 +192,115 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState
 
     if REFERENCE_PATH:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
-    fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
-    unit: dict[int, tuple[Any, Any]] = {}  # (low, high) bounds of an n-choice one-hot draw
 
     # Optuna names the generation attr after the class: keep NSGAIISampler's names, so stored trials
     # (and studies shared with other versions or workers) carry the same system attrs.
     @keep_stock_keys
-    class _KnownSpaceNSGAII(optuna.samplers.NSGAIISampler):
-        generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
-        parents: dict[int, list[Any]]  # parent population per generation
-        # The draws of NSGAIISampler's own RandomSampler(seed) (which it keeps private): the same
-        # numpy RandomState, seeded alike; sample_independent below is the only one drawing from it.
-        independent: np.random.RandomState
-
-        def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
-            return dict(fixed)
-
-        def count_complete(self, trial: Any) -> None:
-            gen = trial.system_attrs.get(GENERATION_KEY)
-            if gen is not None and gen >= 0:
-                self.generations[gen] = self.generations.get(gen, 0) + 1
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            super().after_trial(study, trial, state, values)
-            if state == TrialState.COMPLETE:
-                self.count_complete(trial)
-
-        def get_trial_generation(self, study: Any, trial: Any) -> int:
-            gen = trial.system_attrs.get(GENERATION_KEY)
-            if gen is not None:  # a proposal's stub carries it (propose)
-                return int(gen)
-            # A trial asked from the study (not done by this loop): Optuna's scan records the same
-            # generation next_generation() gives, in the trial's system attrs.
-            return int(super().get_trial_generation(study, trial))
-
-        def get_population(self, study: Any, generation: int) -> list[Any]:
-            # Optuna filters a per-thread cache of the study's trials that only `ask` refreshes; this
-            # study gains its trials through `add_trial`, so read them as they are now.
-            done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            return [t for t in done if t.system_attrs.get(GENERATION_KEY) == generation]
-
-        def reseed_rng(self) -> None:
-            super().reseed_rng()
-            self.independent.seed()
-
-        def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
-            # RandomSampler's draw for a categorical (every knob is one), without building a
-            # _SearchSpaceTransform per call: one uniform draw in [0, 1) per choice (the one-hot
-            # columns' bounds), the largest wins. Same random numbers, same choice.
-            n = len(dist.choices)
-            bounds = unit.get(n)
-            if bounds is None:
-                bounds = unit[n] = (np.zeros(n), np.ones(n))
-            return dist.to_external_repr(self.independent.uniform(*bounds).argmax())
-
-        def next_generation(self) -> int:
-            top = max(self.generations, default=0)
-            return top if self.generations.get(top, 0) < population else top + 1
-
-        def open_slots(self) -> int:
-            """Proposals that all join the generation the next one joins: the places left in it."""
-            top = max(self.generations, default=0)
-            return population - self.generations.get(top, 0) or population
-
-        def get_parent_population(self, study: Any, generation: int) -> list[Any]:
-            # Optuna caches the parents' ids in the study's system attrs and rescans every trial per
-            # proposal to find them again (in study order, while the first call returns them in
-            # selection order); the trials never change once chosen, so keep that rescan's answer.
-            hit = self.parents.get(generation)
-            if hit is not None:
-                return hit
-            first = super().get_parent_population(study, generation)
-            self.parents[generation] = super().get_parent_population(study, generation)
-            return first
-
-        def propose(self, study: Any, dists: dict[str, Any]) -> Proposal:
-            """One child, drawn exactly as `study.ask(dists)` would draw it (same sampler calls in the
-            same order, so the same random numbers), without creating its trial: the trial is added
-            with its outcome (`_tell`), when NSGA-II would have been told it. The stub carries the
-            generation get_trial_generation would give (sample_relative's first call reads it)."""
-            stub = _stub_trial({GENERATION_KEY: self.next_generation()})
-            self.before_trial(study, stub)
-            relative = self.sample_relative(study, stub, self.infer_relative_search_space(study, stub))
-            params = {
-                k: relative[k] if k in relative else self.sample_independent(study, stub, k, d)
-                for k, d in dists.items()
-            }
-            return Proposal(params, stub.system_attrs[GENERATION_KEY])
+    class _KnownSpaceNSGAII(_KnownSpace, optuna.samplers.NSGAIISampler):
+        pass
 
     sampler = _KnownSpaceNSGAII(seed=seed, population_size=population)
+    sampler.fixed = {k: CategoricalDistribution(v) for k, v in sorted(space.distributions().items())}
+    sampler.population, sampler.unit = population, {}
     sampler.generations, sampler.parents = {}, {}
     sampler.independent = np.random.RandomState(seed)
     return sampler
+
+
+class _KnownSpace:
+    """The methods `_nsga2_sampler` overrides on NSGAIISampler (mixed in before it, so `super()` is Optuna's)."""
+
+    fixed: dict[str, Any]  # the private study's distributions, in name order
+    population: int
+    unit: dict[int, tuple[Any, Any]]  # (low, high) bounds of an n-choice one-hot draw
+    generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
+    parents: dict[int, list[Any]]  # parent population per generation
+    # The draws of NSGAIISampler's own RandomSampler(seed) (which it keeps private): the same
+    # numpy RandomState, seeded alike; sample_independent below is the only one drawing from it.
+    independent: np.random.RandomState
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return dict(self.fixed)
+
+    def count_complete(self, trial: Any) -> None:
+        gen = trial.system_attrs.get(GENERATION_KEY)
+        if gen is not None and gen >= 0:
+            self.generations[gen] = self.generations.get(gen, 0) + 1
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        from optuna.trial import TrialState
+
+        super().after_trial(study, trial, state, values)  # type: ignore[misc]  # NSGAIISampler's (mixin)
+        if state == TrialState.COMPLETE:
+            self.count_complete(trial)
+
+    def get_trial_generation(self, study: Any, trial: Any) -> int:
+        gen = trial.system_attrs.get(GENERATION_KEY)
+        if gen is not None:  # a proposal's stub carries it (propose)
+            return int(gen)
+        # A trial asked from the study (not done by this loop): Optuna's scan records the same
+        # generation next_generation() gives, in the trial's system attrs.
+        return int(super().get_trial_generation(study, trial))  # type: ignore[misc]  # NSGAIISampler's
+
+    def get_population(self, study: Any, generation: int) -> list[Any]:
+        # Optuna filters a per-thread cache of the study's trials that only `ask` refreshes; this
+        # study gains its trials through `add_trial`, so read them as they are now.
+        from optuna.trial import TrialState
+
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return [t for t in done if t.system_attrs.get(GENERATION_KEY) == generation]
+
+    def reseed_rng(self) -> None:
+        super().reseed_rng()  # type: ignore[misc]  # NSGAIISampler's (mixin)
+        self.independent.seed()
+
+    def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+        # RandomSampler's draw for a categorical (every knob is one), without building a
+        # _SearchSpaceTransform per call: one uniform draw in [0, 1) per choice (the one-hot
+        # columns' bounds), the largest wins. Same random numbers, same choice.
+        n = len(dist.choices)
+        bounds = self.unit.get(n)
+        if bounds is None:
+            bounds = self.unit[n] = (np.zeros(n), np.ones(n))
+        return dist.to_external_repr(self.independent.uniform(*bounds).argmax())
+
+    def next_generation(self) -> int:
+        top = max(self.generations, default=0)
+        return top if self.generations.get(top, 0) < self.population else top + 1
+
+    def open_slots(self) -> int:
+        """Proposals that all join the generation the next one joins: the places left in it."""
+        top = max(self.generations, default=0)
+        return self.population - self.generations.get(top, 0) or self.population
+
+    def get_parent_population(self, study: Any, generation: int) -> list[Any]:
+        # Optuna caches the parents' ids in the study's system attrs and rescans every trial per
+        # proposal to find them again (in study order, while the first call returns them in
+        # selection order); the trials never change once chosen, so keep that rescan's answer.
+        hit = self.parents.get(generation)
+        if hit is not None:
+            return hit
+        first = super().get_parent_population(study, generation)  # type: ignore[misc]  # NSGAIISampler's
+        self.parents[generation] = super().get_parent_population(study, generation)  # type: ignore[misc]
+        return first
+
+    def propose(self, study: Any, dists: dict[str, Any]) -> Proposal:
+        """One child, drawn exactly as `study.ask(dists)` would draw it (same sampler calls in the
+        same order, so the same random numbers), without creating its trial: the trial is added
+        with its outcome (`_tell`), when NSGA-II would have been told it. The stub carries the
+        generation get_trial_generation would give (sample_relative's first call reads it)."""
+        stub = _stub_trial({GENERATION_KEY: self.next_generation()})
+        self.before_trial(study, stub)  # type: ignore[attr-defined]  # NSGAIISampler's
+        space = self.infer_relative_search_space(study, stub)
+        relative = self.sample_relative(study, stub, space)  # type: ignore[attr-defined]  # NSGAIISampler's
+        params = {
+            k: relative[k] if k in relative else self.sample_independent(study, stub, k, d)
+            for k, d in dists.items()
+        }
+        return Proposal(params, stub.system_attrs[GENERATION_KEY])
 
 
 @functools.cache
@@ -400,34 +413,45 @@ def _search(
                     break
                 continue
             st.waiting = None
-            if move is None and REFERENCE_PATH:  # NSGA-II proposes through study.ask, trial by trial
-                trial = st.local.ask(odists)
-                params = trial.params
-            elif move is None:  # NSGA-II proposes: a generation's children drawn together
-                if not queue:
-                    queue.extend(_propose(st, ev, odists, budget))
-                trial = queue.popleft()
-                params = trial.params
-            elif REFERENCE_PATH:
-                st.local.enqueue_trial(space.encode(move))
-                trial, move = st.local.ask(odists), None
-                params = trial.params
-            else:
-                trial, params, move = None, space.encode(move), None
+            trial, params, move = _next(st, ev, odists, budget, queue, move)
             novel = _handle(st, ev, trial, params, odists, budget)
             run.n_trials += 1
             share = local_search if st.complete >= EXPLORE_FRACTION * budget else 0.0
             if (not novel or rng.random() < share) and len(st.seen) < space.size:
-                fresh = None
-                if local_search > 0 and len(st.tracker):
-                    fresh = _front_neighbor(space, st.seen, st.tracker, rng)
-                if fresh is None:
-                    fresh = _unvisited(space, st.seen, rng)
-                move = fresh
+                move = _move(st, rng, local_search)
             if progress and run.n_evaluated % every == 0:
                 bar.update(min(st.complete, budget), st.n_feas, len(st.tracker))
             if shared is not None and (shared.due() or len(shared.buffer) >= _batch(budget - st.synced)):
                 st.sync()
+
+
+def _next(
+    st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int, queue: deque[Proposal], move: Point | None
+) -> tuple[Any, dict[str, Any], None]:
+    """The next (trial, params) to handle: NSGA-II's next child, or the pending move (then consumed)."""
+    if move is None and REFERENCE_PATH:  # NSGA-II proposes through study.ask, trial by trial
+        trial = st.local.ask(odists)
+        return trial, trial.params, None
+    if move is None:  # NSGA-II proposes: a generation's children drawn together
+        if not queue:
+            queue.extend(_propose(st, ev, odists, budget))
+        proposal = queue.popleft()
+        return proposal, proposal.params, None
+    if REFERENCE_PATH:
+        st.local.enqueue_trial(st.space.encode(move))
+        trial = st.local.ask(odists)
+        return trial, trial.params, None
+    return None, st.space.encode(move), None
+
+
+def _move(st: _Loop, rng: random.Random, local_search: float) -> Point | None:
+    """A local-search move: a one-knob neighbour of the front (when local search is on), else any unvisited point."""
+    fresh = None
+    if local_search > 0 and len(st.tracker):
+        fresh = _front_neighbor(st.space, st.seen, st.tracker, rng)
+    if fresh is None:
+        fresh = _unvisited(st.space, st.seen, rng)
+    return fresh
 
 
 def _propose(st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int) -> list[Proposal]:

@@ -170,14 +170,11 @@ def load_result(storage: str, study_name: str | None = None, calibration: Any = 
     ref = args.pop("calibration")
     if calibration == "stored":
         calibration = _stored_calibration(ref)
-    return optimize(
-        **args,
-        budget=positive_int(study.user_attrs.get(BUDGET_ATTR)) or 1,
-        storage=storage,
-        study_name=study.study_name,
-        calibration=calibration,
-        search=False,
+    budget = positive_int(study.user_attrs.get(BUDGET_ATTR)) or 1
+    settings = args.pop("settings").model_copy(
+        update={"budget": budget, "storage": storage, "study_name": study.study_name}
     )
+    return optimize(**args, settings=settings, calibration=calibration, search=False)
 
 
 def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +213,8 @@ def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         tier = _opt(inputs, "tier", str, "on_demand")
         field = "calibration"
         ref = _opt(inputs, "calibration", str, None)
+        field = "settings"
+        settings = _settings(inputs.get("settings"), objectives, precisions, headroom, max_cost, tier)
     except (ValidationError, TypeError, ValueError) as e:
         first = str(e).strip().splitlines()
         raise AutoparError(
@@ -227,13 +226,27 @@ def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         model=model,
         clusters=clusters,
         workload=workload,
-        objectives=objectives,
+        settings=settings,
+        price_book=_StoredPrices(prices),
+        calibration=ref,
+    )
+
+
+def _settings(
+    node: Any, objectives: list[str], precisions: Any, headroom: float, max_cost: Any, tier: str
+) -> Any:
+    """The study's SearchSettings: its stored tree node (autopar/problem.py), or, for a study written before
+    the tree was stored, rebuilt from the separate fields it kept; the objectives as the study has them."""
+    from autopar.problem import SearchSettings
+
+    if node is not None:
+        return SearchSettings.model_validate({**node, "objectives": tuple(objectives)})
+    return SearchSettings(
+        objectives=tuple(objectives),
+        precisions=precisions,
         min_headroom_gib=headroom,
         max_cost=max_cost,
-        precisions=precisions,
-        price_book=_StoredPrices(prices),
         tier=tier,
-        calibration=ref,
     )
 
 

@@ -5,21 +5,20 @@ See autopar/search/loops.py for the NSGA-II and exhaustive loops and what the bu
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from autopar.defaults import DEFAULT_BUDGET, DEFAULT_MIN_HEADROOM_GIB, DEFAULT_SAMPLER
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import Objective, parse_objectives
-from autopar.search.constraints import Constraint
+from autopar.problem import SAMPLERS, SearchSettings, settings_with
 from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
 from autopar.search.evidence import evidence_of, recipe_beside, widen_records
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
-from autopar.search.loops import LOCAL_SEARCH_SHARE, Run, fingerprint, run_exhaustive
+from autopar.search.loops import Run, fingerprint, run_exhaustive
 from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
     normalized_hypervolume,
@@ -36,7 +35,7 @@ from autopar.search.sweep import can_sweep, run_sweep, sweepable
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
 
-SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
+__all__ = ["SAMPLERS", "SearchSettings", "optimize"]
 EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
 VALID_COUNT_SAMPLES = 2_000
 
@@ -122,6 +121,7 @@ def _notes(
     sampler: str,
     run: Run,
 ) -> list[str]:
+    """What the reader should know about the search: constraints, prices, the budget, how it stopped."""
     names = [o.name for o in objectives]
     notes = list(space.skipped)
     if space.excluded:
@@ -147,6 +147,12 @@ def _notes(
             f"budget {budget:,} exceeds the space size {space.size:,}: {what}; --sampler exhaustive "
             "evaluates them all faster"
         )
+    return notes + _run_notes(run)
+
+
+def _run_notes(run: Run) -> list[str]:
+    """How the run went: stopped early, how the sweep worked, failed trials of a stored study."""
+    notes = []
     if run.timed_out:
         notes.append(f"stopped by --timeout after {run.n_evaluated} evaluations")
     if run.waited_out is not None:
@@ -155,15 +161,14 @@ def _notes(
             f"none finished in {run.waited_out:.0f} s (their heartbeats were alive, so they are not stale); "
             "resume later, or fail them with Optuna"
         )
-    if run.sweep is not None and run.sweep.get("method") == "hybrid":
-        sw = run.sweep
+    sw = run.sweep
+    if sw is not None and sw.get("method") == "hybrid":
         notes.append(
             f"hybrid search: NSGA-II over {sw['layouts'][0]:,} of {sw['layouts'][1]:,} layouts (hardware, "
             f"tp/pp/cp/ep), every other knob solved exactly on arrays ({sw['evaluated']:,} strategies); "
             f"the trial list keeps the front and a sample ({sw['kept']:,} records)"
         )
-    elif run.sweep is not None:
-        sw = run.sweep
+    elif sw is not None:
         notes.append(
             f"exhaustive: {sw['evaluated']:,} strategies estimated on arrays; the trial list keeps the "
             f"front and one point in {sw['stride']} ({sw['kept']:,} records)"
@@ -181,134 +186,165 @@ def optimize(
     model: ModelSpec,
     clusters: ClusterSpec | list[ClusterSpec],
     workload: Workload,
+    settings: SearchSettings | None = None,
     *,
-    budget: int = DEFAULT_BUDGET,
-    objectives: Sequence[str] | str = ("throughput", "headroom", "cost"),
-    seed: int = 0,
-    sampler: str = DEFAULT_SAMPLER,
-    storage: Any = None,
-    study_name: str | None = None,
-    timeout: float | None = None,
-    min_headroom_gib: float = DEFAULT_MIN_HEADROOM_GIB,
-    max_cost: float | None = None,
-    precisions: list[str] | None = None,
-    price_book: Any = None,
-    tier: str = "on_demand",
     calibration: Any = None,
+    price_book: Any = None,
     progress: bool = False,
-    local_search: float = LOCAL_SEARCH_SHARE,
     estimate_fn: Any = None,
-    heartbeat_s: int | None = None,
     search: bool = True,
     stored_inputs: dict[str, Any] | None = None,
-    constraints: Sequence[Constraint] = (),
+    **fields: Any,
 ) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
 
-    `budget` counts COMPLETE trials (distinct strategies with an estimate) in the study: with a
-    shared `storage` that is every worker's trials together. `local_search` is the share of
-    post-exploration trials spent on one-knob moves from the front (0 = plain NSGA-II).
-    `heartbeat_s` sets the worker heartbeat on a database server; `search=False` only reads a
-    stored study; `stored_inputs` (JSON) is kept in the study so `autopar study report` can rebuild
-    the problem. `constraints` (autopar.search.constraints) filter the space's knob values (--fix/--forbid).
-    `estimate_fn` replaces the analytical model (tests only).
+    How the search runs is `settings` (autopar.problem.SearchSettings: budget, objectives, seed, sampler,
+    storage, constraints, ...), or its fields as keywords (`budget=300, seed=0`), which go on top of it.
+    `budget` counts COMPLETE trials (distinct strategies with an estimate) in the study: with a shared
+    `storage` that is every worker's trials together. `search=False` only reads a stored study;
+    `stored_inputs` (JSON) is kept in the study so `autopar study report` can rebuild the problem.
+    `calibration` corrects the analytical model; `price_book` prices $/Mtoken (default: the built-in
+    book); `estimate_fn` replaces the analytical model (tests only).
     """
     t0 = time.perf_counter()
-    if not search and storage is None:
+    s = settings_with(settings, fields)
+    if not search and s.storage is None:
         raise AutoparError("search=False needs a storage to read the study from")
-    if sampler not in SAMPLERS:
-        raise AutoparError(f"sampler={sampler!r}: allowed values are {', '.join(SAMPLERS)}")
-    if not 0.0 <= local_search <= 1.0:
-        raise AutoparError(f"local_search={local_search}: must be in [0, 1]")
-    if budget < 1:
-        raise AutoparError(f"budget={budget}: must be at least 1")
-    if timeout is not None and timeout <= 0:
-        raise AutoparError(f"timeout={timeout}: must be positive (seconds)")
-    if max_cost is not None and not 0 < max_cost < math.inf:  # also rejects NaN
-        raise AutoparError(f"max-cost={max_cost}: must be positive ($/Mtoken)")
-    objs = parse_objectives(objectives)
-    space = build_space(model, clusters, workload, precisions, constraints)
+    s.check()
+    objs = parse_objectives(s.objectives)
+    space = build_space(model, clusters, workload, s.precisions, s.constraints)
     if space.size == 0:
         raise AutoparError(
             f"no parallel layout of {model.name} fits these GPU counts and global_batch="
             f"{workload.global_batch} (dp must divide it); change --global-batch or --gpus"
         )
     book = price_book if price_book is not None else default_price_book()
-    prices = [resolve_price(h.cluster, book, tier) for h in space.hardware]
+    prices = [resolve_price(h.cluster, book, s.tier) for h in space.hardware]
     ev = Evaluator(
         model,
         space.hardware,
         prices=[p for p, _ in prices],
-        min_headroom_gib=min_headroom_gib,
-        max_cost=max_cost,
+        min_headroom_gib=s.min_headroom_gib,
+        max_cost=s.max_cost,
         calibration=calibration,
         estimate_fn=estimate_fn,
         space_points=True,
     )
-    fp = fingerprint(space, workload, objs, min_headroom_gib, max_cost)
+    ctx = _Context(model, workload, s, space, ev, objs, prices)
     t_search = time.perf_counter()
-    requested = sampler
-    if sampler == "auto":  # the method the space's size calls for (search/hybrid.py)
-        sampler = choose_method(space, ev, storage)
-    if sampler == "hybrid" or (requested == "auto" and sampler == "exhaustive"):
-        if storage is not None:
+    run, sampler = _search(ctx, progress, search, stored_inputs)
+    result = _result(ctx, run, sampler, time.perf_counter() - t_search, calibration)
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+@dataclass(frozen=True)
+class _Context:
+    """One search's inputs once the space is built: what every step after it reads."""
+
+    model: ModelSpec
+    workload: Workload
+    settings: SearchSettings
+    space: Space
+    ev: Evaluator
+    objs: Sequence[Objective]
+    prices: list[tuple[float, str]]
+
+    @property
+    def fingerprint(self) -> str:
+        s = self.settings
+        return fingerprint(self.space, self.workload, self.objs, s.min_headroom_gib, s.max_cost)
+
+
+def _search(
+    ctx: _Context, progress: bool, search: bool, stored_inputs: dict[str, Any] | None
+) -> tuple[Run, str]:
+    """Run the method the settings (or, for auto, the space's size) call for; (the run, the method)."""
+    s, space, ev, objs = ctx.settings, ctx.space, ctx.ev, ctx.objs
+    sampler = choose_method(space, ev, s.storage) if s.sampler == "auto" else s.sampler
+    if sampler == "hybrid" or (s.sampler == "auto" and sampler == "exhaustive"):
+        if s.storage is not None:
             raise AutoparError("storage: --sampler hybrid does not use a study; drop --storage")
         if not sweepable(space, ev):
             raise AutoparError("sampler=hybrid: needs the analytical model and rules (use nsga2)")
-        fn = run_auto if requested == "auto" else run_hybrid
-        run = fn(space, ev, objs, budget=budget, seed=seed, timeout=timeout, progress=progress)
-    elif sampler == "exhaustive":
-        if storage is not None:
+        fn = run_auto if s.sampler == "auto" else run_hybrid
+        return fn(
+            space, ev, objs, budget=s.budget, seed=s.seed, timeout=s.timeout, progress=progress
+        ), sampler
+    if sampler == "exhaustive":
+        if s.storage is not None:
             raise AutoparError("storage: --sampler exhaustive does not use a study; drop --storage")
         sweep = can_sweep(space, ev)  # large spaces: on arrays, records for the front and a sample
-        run = (run_sweep if sweep else run_exhaustive)(space, ev, objs, timeout, progress)
-    else:
-        run = run_nsga2(
-            space,
-            ev,
-            objs,
-            budget=budget,
-            seed=seed,
-            storage=storage,
-            study_name=study_name,
-            timeout=timeout,
-            progress=progress,
-            fp=fp,
-            local_search=local_search,
-            inputs=None
-            if storage is None
-            else _stored_inputs(
-                model,
-                space,
-                workload,
-                objs,
-                prices,
-                {
-                    "precisions": precisions,
-                    "min_headroom_gib": min_headroom_gib,
-                    "max_cost": max_cost,
-                    "tier": tier,
-                    **(stored_inputs or {}),
-                },
-            ),
-            heartbeat_s=heartbeat_s,
-            search=search,
-        )
-    search_s = time.perf_counter() - t_search
+        return (run_sweep if sweep else run_exhaustive)(space, ev, objs, s.timeout, progress), sampler
+    inputs = None if s.storage is None else _stored_inputs(ctx, stored_inputs or {})
+    run = run_nsga2(
+        space,
+        ev,
+        objs,
+        budget=s.budget,
+        seed=s.seed,
+        timeout=s.timeout,
+        progress=progress,
+        storage=s.storage,
+        study_name=s.study_name,
+        fp=ctx.fingerprint,
+        local_search=s.local_search,
+        inputs=inputs,
+        heartbeat_s=s.heartbeat_s,
+        search=search,
+    )
+    return run, sampler
+
+
+def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration: Any) -> SearchResult:
+    """The SearchResult of a finished run: records, front, notes, stats, recommendations."""
+    s, space, objs, workload = ctx.settings, ctx.space, ctx.objs, ctx.workload
     if sampler == "exhaustive" and run.sweep is None and not run.timed_out:
         valid, exact = sum(not o.reason.startswith("rule:") for o in run.outcomes.values()), True
     else:
-        valid, exact = count_valid(space, ev, random.Random(seed))
+        valid, exact = count_valid(space, ctx.ev, random.Random(s.seed))
     records = _records(run, space)
-    evidence = evidence_of(model, space.hardware)  # bands widened away from the measured runs (issue 21)
+    evidence = evidence_of(ctx.model, space.hardware)  # bands widened away from the measured runs (issue 21)
     widen_records(records, evidence)
     front = pareto_records(records, objs)
-    notes = _notes(space, objs, prices, budget, sampler, run)
-    if requested == "auto" and sampler == "exhaustive":
+    notes = _notes(space, objs, ctx.prices, s.budget, sampler, run)
+    if s.sampler == "auto" and sampler == "exhaustive":
         notes.append(
             f"auto: the whole space ({space.size:,} points, at most {EXACT_LIMIT:,}) was swept exactly, so "
-            f"the budget ({budget:,}) did not limit it; --sampler nsga2 searches by budget"
+            f"the budget ({s.budget:,}) did not limit it; --sampler nsga2 searches by budget"
         )
+    stats = _stats(ctx, run, records, search_s, valid, exact)
+    if front:
+        stats.update(_hypervolume(run, records, front, objs))
+    else:
+        notes.append(no_fit_message(ctx.model, space, records + _leanest(space, ctx.ev)))
+    feasible = [r for r in records if r.feasible]
+    return SearchResult(
+        model=ctx.model,
+        clusters=list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values()),
+        workload=workload,
+        objectives=[o.info for o in objs],
+        space_size=space.size,
+        trials=records,
+        pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
+        recommended=recommend(front, objs, feasible, workload.framework, evidence=evidence) if front else [],
+        seed=s.seed,
+        budget=s.budget,
+        sampler=sampler,
+        wall_s=0.0,
+        inputs=_inputs(ctx, run),
+        notes=notes,
+        calibration=_calibration_info(calibration),
+        space_valid=valid,
+        stats=stats,
+        recipe=recipe_beside(ctx.model, space.hardware, calibration) if front else None,
+    )
+
+
+def _stats(
+    ctx: _Context, run: Run, records: list[TrialRecord], search_s: float, valid: int, exact: bool
+) -> dict[str, Any]:
+    """The result's counts, timings, prices and fingerprint."""
     stats: dict[str, Any] = {
         "space_valid": valid,
         "space_valid_exact": exact,
@@ -322,10 +358,10 @@ def optimize(
         "search_s": search_s,
         "evals_per_s": run.n_evaluated / search_s if search_s > 0 else 0.0,
         "prices": {
-            h.label(): {"usd_per_gpu_hour": p, "source": s}
-            for h, (p, s) in zip(space.hardware, prices, strict=True)
+            h.label(): {"usd_per_gpu_hour": p, "source": src}
+            for h, (p, src) in zip(ctx.space.hardware, ctx.prices, strict=True)
         },
-        "fingerprint": fp,
+        "fingerprint": ctx.fingerprint,
     }
     if run.sweep is not None:  # totals over the whole space; `trials` holds the front and a sample
         stats["evaluated"] = run.sweep["evaluated"]
@@ -333,79 +369,60 @@ def optimize(
         stats["sweep"].update(
             {k: run.sweep[k] for k in ("method", "layouts", "outer_trials") if k in run.sweep}
         )
-    if front:
-        F = to_min_matrix(front, objs)
-        all_feas = [r for r in records if r.feasible]
-        swept = run.sweep["bounds"] if run.sweep else None  # every feasible point's, not the sample's
-        ideal, nadir = swept if swept is not None else reference_bounds(to_min_matrix(all_feas, objs))
-        stats["hypervolume"] = normalized_hypervolume(F, ideal, nadir)
-        stats["hypervolume_reference"] = (
+    return stats
+
+
+def _hypervolume(
+    run: Run, records: list[TrialRecord], front: list[TrialRecord], objs: Sequence[Objective]
+) -> dict[str, Any]:
+    """The front's normalized hypervolume and how it was scaled."""
+    F = to_min_matrix(front, objs)
+    all_feas = [r for r in records if r.feasible]
+    swept = run.sweep["bounds"] if run.sweep else None  # every feasible point's, not the sample's
+    ideal, nadir = swept if swept is not None else reference_bounds(to_min_matrix(all_feas, objs))
+    return {
+        "hypervolume": normalized_hypervolume(F, ideal, nadir),
+        "hypervolume_reference": (
             "objectives scaled so the best feasible value seen -> 0 and the worst -> 1 (maximised ones "
             "negated); reference point 1.1 in each"
-        )
-    else:
-        notes.append(no_fit_message(model, space, records + _leanest(space, ev)))
-    result = SearchResult(
-        model=model,
-        clusters=list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values()),
-        workload=workload,
-        objectives=[o.info for o in objs],
-        space_size=space.size,
-        trials=records,
-        pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
-        recommended=(
-            recommend(front, objs, [r for r in records if r.feasible], workload.framework, evidence=evidence)
-            if front
-            else []
         ),
-        seed=seed,
-        budget=budget,
-        sampler=sampler,
-        wall_s=0.0,
-        inputs={
-            "model": model.name,
-            "gpus": sorted({h.num_gpus for h in space.hardware}),
-            "gpu": list(dict.fromkeys(h.gpu for h in space.hardware)),
-            "precision": list(dict.fromkeys(h.precision for h in space.hardware)),
-            "seq_len": workload.seq_len,
-            "global_batch": workload.global_batch,
-            "token_budget": workload.token_budget,
-            "objectives": [o.name for o in objs],
-            "budget": budget,
-            "seed": seed,
-            "sampler": requested,
-            "storage": None if storage is None else mask(str(storage)),
-            "study_name": run.study_name,
-            "min_headroom_gib": min_headroom_gib,
-            "max_cost": max_cost,
-            "tier": tier,
-        },
-        notes=notes,
-        calibration=_calibration_info(calibration),
-        space_valid=valid,
-        stats=stats,
-        recipe=recipe_beside(model, space.hardware, calibration) if front else None,
-    )
-    result.wall_s = time.perf_counter() - t0
-    return result
+    }
 
 
-def _stored_inputs(
-    model: ModelSpec,
-    space: Space,
-    workload: Workload,
-    objs: Sequence[Objective],
-    prices: list[tuple[float, str]],
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    """What a stored study needs to be rebuilt without the original command (`autopar study report`)."""
-    clusters = list({(h.gpu, h.num_gpus): h.cluster for h in space.hardware}.values())
+def _inputs(ctx: _Context, run: Run) -> dict[str, Any]:
+    """The result's `inputs`: what was searched, as the JSON output and the report show it."""
+    s, hw, wl = ctx.settings, ctx.space.hardware, ctx.workload
     return {
-        "model": model.model_dump(mode="json"),
+        "model": ctx.model.name,
+        "gpus": sorted({h.num_gpus for h in hw}),
+        "gpu": list(dict.fromkeys(h.gpu for h in hw)),
+        "precision": list(dict.fromkeys(h.precision for h in hw)),
+        "seq_len": wl.seq_len,
+        "global_batch": wl.global_batch,
+        "token_budget": wl.token_budget,
+        "objectives": [o.name for o in ctx.objs],
+        "budget": s.budget,
+        "seed": s.seed,
+        "sampler": s.sampler,
+        "storage": None if s.storage is None else mask(str(s.storage)),
+        "study_name": run.study_name,
+        "min_headroom_gib": s.min_headroom_gib,
+        "max_cost": s.max_cost,
+        "tier": s.tier,
+    }
+
+
+def _stored_inputs(ctx: _Context, extra: dict[str, Any]) -> dict[str, Any]:
+    """What a stored study needs to be rebuilt without the original command (`autopar study report`)."""
+    hw = ctx.space.hardware
+    clusters = list({(h.gpu, h.num_gpus): h.cluster for h in hw}.values())
+    return {
+        "model": ctx.model.model_dump(mode="json"),
         "clusters": [c.model_dump(mode="json") for c in clusters],
-        "workload": workload.model_dump(mode="json"),
-        "objectives": [o.name for o in objs],
-        "prices": {h.gpu: list(p) for h, p in zip(space.hardware, prices, strict=True)},
+        "workload": ctx.workload.model_dump(mode="json"),
+        "objectives": [o.name for o in ctx.objs],
+        "prices": {h.gpu: list(p) for h, p in zip(hw, ctx.prices, strict=True)},
+        **ctx.settings.stored(),
         **extra,
     }
 

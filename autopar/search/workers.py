@@ -115,12 +115,16 @@ def run_workers(workers: int, kwargs: dict[str, Any]) -> Any:
 
     The result's wall_s covers the whole run; a worker that died or failed while this process still
     brought the study to its end is a note. KeyboardInterrupt (Ctrl-C, SIGTERM) stops every worker."""
+    from autopar.problem import SearchSettings, settings_with
     from autopar.search.study import optimize
 
     t0 = time.perf_counter()
+    fields = {k: v for k, v in kwargs.items() if k in SearchSettings.model_fields}
+    settings = settings_with(kwargs.get("settings"), fields)
+    kwargs = {**{k: v for k, v in kwargs.items() if k not in fields}, "settings": settings}
     if workers < 1:
         raise AutoparError(f"workers={workers}: must be at least 1")
-    if workers > 1 and kwargs.get("storage") is None:
+    if workers > 1 and settings.storage is None:
         raise AutoparError(
             "workers: several workers share a stored study; give --storage (a journal file, "
             "sqlite:///file.db or postgresql://...)"
@@ -128,13 +132,13 @@ def run_workers(workers: int, kwargs: dict[str, Any]) -> Any:
     if workers == 1:
         return optimize(**kwargs)
     ctx = mp.get_context("spawn")
-    seed = int(kwargs.get("seed", 0))
+    seed = settings.seed
     procs, pipes = [], []
     with _sigterm_interrupts():
         try:
             for i in range(1, workers):
                 recv, send = ctx.Pipe(duplex=False)
-                kw = {**kwargs, "seed": seed + i, "progress": False}
+                kw = {**kwargs, "settings": settings.model_copy(update={"seed": seed + i}), "progress": False}
                 p = ctx.Process(target=_worker, args=(kw, send, os.getpid()), name=f"autopar-worker-{i}")
                 p.daemon = True
                 p.start()
@@ -150,7 +154,7 @@ def run_workers(workers: int, kwargs: dict[str, Any]) -> Any:
         problems = _problems(procs, pipes)
         result = optimize(**{**kwargs, "search": False, "progress": False})
         if problems and result.stats["study_states"].get("RUNNING"):  # a dead worker's unfinished trial
-            settle_stale(kwargs["storage"], result.stats["study_name"], kwargs.get("heartbeat_s"))
+            settle_stale(settings.storage, result.stats["study_name"], settings.heartbeat_s)
             result = optimize(**{**kwargs, "search": False, "progress": False})
     for _code, line in problems:
         result.notes.append(f"{line}; the other workers finished the study")

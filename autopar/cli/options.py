@@ -1,0 +1,594 @@
+"""Every option of the problem (model, cluster, workload, search settings), declared once for every command.
+
+How: a registry of `inspect.Parameter`s (name, typer `Annotated` type, default) and a signature-building
+decorator, `with_options`. A command lists the registry keys it takes (plus its own parameters) in the order
+its `--help` shows them; the decorator gives the function that signature, so typer sees ordinary parameters,
+and calls the body with one `Flags` object. `problem_of(flags)` turns whatever problem options a command has
+into the config tree (`autopar.problem.Problem`), the one builder every command uses.
+
+Why a decorator rather than only shared `Annotated` aliases: the aliases alone still restate ~20 parameters
+(name, alias, default) in every command's signature, which is what made those functions 60-215 lines; here
+each command names its options in one tuple and each default comes from the tree (`autopar.problem`).
+
+A key `name:variant` declares another option behind the same flag where the meaning differs (one GPU count
+for an estimate, a range for a search); the parameter is still called `name`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from autopar.catalog.prices import TIERS
+from autopar.defaults import (
+    DEFAULT_BUDGET,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPU,
+    DEFAULT_GPUS,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_OBJECTIVES,
+    DEFAULT_PRECISION,
+    DEFAULT_SAMPLER,
+    DEFAULT_SEED,
+    DEFAULT_SEQ_LEN,
+    DEFAULT_TIER,
+    DEFAULT_WHATIF_BUDGET,
+)
+from autopar.knobs import SCHEDULE_NAMES
+
+if TYPE_CHECKING:
+    from autopar.problem import ClusterChoice, Problem
+
+_KW = inspect.Parameter.KEYWORD_ONLY
+HEADROOM_DEFAULT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"
+
+
+def opt(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    """One command parameter (typer reads its `Annotated` type and default)."""
+    return inspect.Parameter(name, _KW, annotation=annotation, default=default)
+
+
+def _o(*decls: str, **kw: Any) -> Any:
+    return typer.Option(*decls, **kw)
+
+
+_MODEL_HELP = f"Model name/alias or path to a Hugging Face config.json \\[default: {DEFAULT_MODEL}]."
+_PARAMS: list[tuple[str, Any, Any]] = [
+    # --- the model ---
+    ("model", Annotated[str | None, _o("--model", help=_MODEL_HELP)], None),
+    ("model:short", Annotated[str | None, _o("--model", "-m", help=_MODEL_HELP)], None),  # whatif: also -m
+    # --- the cluster ---
+    (
+        "gpu",
+        Annotated[str | None, _o(help=f"GPU type (see `autopar gpus`) \\[default: {DEFAULT_GPU}]")],
+        None,
+    ),
+    (
+        "gpu:list",
+        Annotated[
+            str | None,
+            _o(help=f"GPU type(s), comma list makes it a search dimension \\[default: {DEFAULT_GPU}]."),
+        ],
+        None,
+    ),
+    ("gpus", Annotated[int | None, _o(help=f"Number of GPUs \\[default: {DEFAULT_GPUS}]")], None),
+    (
+        "gpus:range",
+        Annotated[
+            str | None,
+            _o(
+                help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP "
+                f"\\[default: {DEFAULT_GPUS}]."
+            ),
+        ],
+        None,
+    ),
+    (
+        "gpus:fix",
+        Annotated[
+            int | None,
+            _o(
+                help="Number of GPUs; with --goal gpus the count to move to \\[default: the label's "
+                f"tp·pp·cp·dp, else {DEFAULT_GPUS}]"
+            ),
+        ],
+        None,
+    ),
+    (
+        "gpus_per_node",
+        Annotated[
+            int | None, _o("--gpus-per-node", help="GPUs per host (server or tray) \\[default: GPU's].")
+        ],
+        None,
+    ),
+    (
+        "nvlink_domain",
+        Annotated[
+            int | None,
+            _o(
+                "--nvlink-domain",
+                min=1,
+                help="GPUs sharing one NVLink fabric (GB200 NVL72 = 72, NVL36 = 36; DGX H100 = 8) "
+                "\\[default: the GPU's]. The GPU count need not be a multiple of it.",
+            ),
+        ],
+        None,
+    ),
+    (
+        "cluster_name",
+        Annotated[
+            str | None,
+            _o(
+                "--cluster",
+                help="System shorthand NAME:COUNT, e.g. gb200-nvl72:4 (4 racks = 288 GPUs) or dgx-h100:32 "
+                "(32 nodes); sets the GPU, the count, GPUs per host and the NVLink domain (`autopar "
+                "clusters`). detect:COUNT = COUNT hosts like this one (`autopar topology`); "
+                "detect@DIR:COUNT reads a folder recorded with `autopar topology --save DIR` (also: "
+                "$AUTOPAR_TOPOLOGY_DIR).",
+            ),
+        ],
+        None,
+    ),
+    (
+        "internode_gbps",
+        Annotated[
+            float | None,
+            _o("--internode-gbps", help="NIC GB/s per GPU per direction \\[default: GPU's]."),
+        ],
+        None,
+    ),
+    # --- the workload ---
+    ("seq_len", Annotated[int, _o("--seq-len", help="Sequence length (tokens).")], DEFAULT_SEQ_LEN),
+    (
+        "global_batch",
+        Annotated[
+            int | None,
+            _o(
+                "--global-batch",
+                help=f"Global batch (sequences per step) \\[default: {DEFAULT_GLOBAL_BATCH}].",
+            ),
+        ],
+        None,
+    ),
+    ("precision", Annotated[str, _o(help="GEMM precision: bf16 or fp8.")], DEFAULT_PRECISION),
+    (
+        "precision:list",
+        Annotated[str, _o("--precision", help="bf16, fp8 or bf16,fp8 (a search dimension).")],
+        DEFAULT_PRECISION,
+    ),
+    (
+        "framework",
+        Annotated[
+            str,
+            _o(
+                "--framework",
+                help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
+                "(sets kernel fusion, attention kernel, recompute semantics).",
+            ),
+        ],
+        DEFAULT_FRAMEWORK,
+    ),
+    (
+        "tp_comm_overlap",
+        Annotated[
+            bool | None,
+            _o(
+                "--tp-comm-overlap/--no-tp-comm-overlap",
+                help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async "
+                "TP); needs sequence parallelism. Default: on for megatron, as its published recipes run "
+                "it; off for the other stacks.",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    (
+        "tokens",
+        Annotated[str | None, _o(help="Token budget, e.g. 1T (for time/cost to train).")],
+        None,
+    ),
+    (
+        "memory_savers",
+        Annotated[
+            str,
+            _o(
+                "--memory-savers",
+                help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
+                "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, "
+                "Megatron, pp=1); only those the --framework ships are offered; empty = none.",
+            ),
+        ],
+        "",
+    ),
+    (
+        "fp8_recipe",
+        Annotated[
+            str | None,
+            _o(
+                "--fp8-recipe",
+                help="FP8 scaling recipe with --precision fp8: delayed (Transformer Engine default), "
+                "current, rowwise (torchao) or mxfp8 (Blackwell) \\[default: delayed].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "moe_imbalance",
+        Annotated[
+            float | None,
+            _o(
+                "--moe-imbalance",
+                min=1.0,
+                help="Routed tokens on the busiest EP rank / the mean (MoE models) \\[default: 1.1; 1.0 = "
+                "force-balanced routing].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "moe_capacity_factor",
+        Annotated[
+            float | None,
+            _o(
+                "--moe-capacity-factor",
+                min=0.01,
+                help="Expert capacity factor: tokens beyond it are dropped (MoE models) \\[default: dropless].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "moe_dispatcher",
+        Annotated[
+            str | None,
+            _o(
+                "--moe-dispatcher",
+                help="MoE token dispatcher: alltoall (one copy per routed expert) or flex (DeepEP/HybridEP: "
+                "one copy per destination rank, hierarchical across NVLink domains) \\[default: alltoall].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "moe_ep_overlap",
+        Annotated[
+            bool,
+            _o(
+                "--moe-ep-overlap",
+                help="Dispatch/combine overlap another micro-batch's compute (Megatron "
+                "--overlap-moe-expert-parallel-comm).",
+            ),
+        ],
+        False,
+    ),
+    (
+        "cuda_graphs",
+        Annotated[
+            bool,
+            _o(
+                "--cuda-graphs",
+                help="Layers run as CUDA graphs (no CPU launch floor; Megatron --cuda-graph-impl).",
+            ),
+        ],
+        False,
+    ),
+    (
+        "allow_uneven",
+        Annotated[bool, _o(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")],
+        False,
+    ),
+    # --- strategy knobs of `estimate` (unset: the best feasible, as optimize would pick) ---
+    (
+        "strategy",
+        Annotated[
+            str | None,
+            _o(
+                "--strategy",
+                help="A strategy label as optimize prints it, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
+                "(instead of the knob flags)",
+            ),
+        ],
+        None,
+    ),
+    ("tp", Annotated[int, _o(help="Tensor parallel size")], 1),
+    ("pp", Annotated[int, _o(help="Pipeline parallel size")], 1),
+    ("cp", Annotated[int, _o(help="Context parallel size")], 1),
+    (
+        "cp_comm",
+        Annotated[str, _o(help="Context-parallel variant: p2p, a2a, allgather or a2a+p2p (with --cp > 1)")],
+        "p2p",
+    ),
+    ("ep", Annotated[int, _o(help="Expert parallel size")], 1),
+    (
+        "etp",
+        Annotated[int | None, _o(help="Expert tensor parallel size (unset: the best feasible, as optimize)")],
+        None,
+    ),
+    (
+        "vpp",
+        Annotated[
+            int | None,
+            _o(help="Virtual pipeline stages per rank (interleaved when > 1; unset: best feasible)"),
+        ],
+        None,
+    ),
+    (
+        "pp_schedule",
+        Annotated[str | None, _o(help=f"{', '.join(SCHEDULE_NAMES)} (unset: best feasible)")],
+        None,
+    ),
+    (
+        "sp",
+        Annotated[bool | None, _o("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1)")],
+        None,
+    ),
+    (
+        "zero",
+        Annotated[
+            int | None,
+            _o(help="0 DDP, 1 distributed optimizer/ZeRO-1, 2 ZeRO-2, 3 FSDP/ZeRO-3 (unset: best feasible)"),
+        ],
+        None,
+    ),
+    (
+        "micro_batch",
+        Annotated[int | None, _o(help="Micro-batch size in sequences (unset: best feasible)")],
+        None,
+    ),
+    ("recompute", Annotated[str | None, _o(help="none, selective or full (unset: best feasible)")], None),
+    (
+        "activation_offload_layers",
+        Annotated[
+            int,
+            _o(
+                help="Layers whose activations go to CPU memory (Megatron --cpu-offloading-num-layers; "
+                "needs pp=1 and recompute none)"
+            ),
+        ],
+        0,
+    ),
+    # --- the search ---
+    ("budget", Annotated[int, _o(help="Distinct strategies to evaluate.")], DEFAULT_BUDGET),
+    (
+        "budget:whatif",
+        Annotated[int, _o("--budget", help="Search trials per option.")],
+        DEFAULT_WHATIF_BUDGET,
+    ),
+    (
+        "objectives",
+        Annotated[str, _o(help="2-4 of throughput,headroom,cost,step_time,mfu.")],
+        ",".join(DEFAULT_OBJECTIVES),
+    ),
+    (
+        "seed",
+        Annotated[int, _o("--seed", help="Random seed (same seed + inputs = same answer).")],
+        DEFAULT_SEED,
+    ),
+    (
+        "sampler",
+        Annotated[
+            str,
+            _o(
+                help="auto (exact sweep up to 1M points, else NSGA-II over layouts with exact inner knobs; "
+                "nsga2 with --storage), nsga2, exhaustive or hybrid."
+            ),
+        ],
+        DEFAULT_SAMPLER,
+    ),
+    (
+        "min_headroom",
+        Annotated[
+            str,
+            _o(
+                "--min-headroom",
+                help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
+                "(default keeps a margin for the memory model's error).",
+            ),
+        ],
+        HEADROOM_DEFAULT,
+    ),
+    (
+        "fix",
+        Annotated[
+            list[str] | None,
+            _o(
+                "--fix",
+                help="Search only KNOB=VALUE, e.g. tp=8 (repeatable; knobs: tp pp cp ep etp dp vpp ...)",
+            ),
+        ],
+        None,
+    ),
+    (
+        "forbid",
+        Annotated[
+            list[str] | None,
+            _o(
+                help="Pin an axis to 1 or turn a feature off (cp, ep, pp, hsdp, ...), or drop one value "
+                "(cp_comm=allgather); repeatable"
+            ),
+        ],
+        None,
+    ),
+    (
+        "prices",
+        Annotated[
+            Path | None,
+            _o(
+                "--prices",
+                help="YAML/CSV price file overriding the built-in prices (gpu,tier,usd_per_gpu_hour).",
+            ),
+        ],
+        None,
+    ),
+    ("tier", Annotated[str, _o("--tier", help=f"Price tier: {', '.join(TIERS)}.")], DEFAULT_TIER),
+    # --- the model's correction, the report ---
+    (
+        "calibration",
+        Annotated[
+            Path | None,
+            _o(
+                "--calibration",
+                help="Calibration model from `autopar calibrate fit` (default: the built-in model "
+                "trained on the shipped published runs).",
+            ),
+        ],
+        None,
+    ),
+    (
+        "no_calibration",
+        Annotated[
+            bool, _o("--no-calibration", help="Use the analytical model alone (no learned correction).")
+        ],
+        False,
+    ),
+    (
+        "plotly",
+        Annotated[
+            str,
+            _o(
+                "--plotly",
+                help="How the --out report loads plotly.js: inline (self-contained, a compressed partial "
+                "bundle, ~0.6 MB) or cdn (smaller file, needs network).",
+            ),
+        ],
+        "inline",
+    ),
+]
+OPTIONS: dict[str, inspect.Parameter] = {key: opt(key.partition(":")[0], a, d) for key, a, d in _PARAMS}
+
+# The option sets several commands share, in their --help order.
+CLUSTER = ("gpus_per_node", "nvlink_domain")
+WORKLOAD_EXTRAS = (
+    "fp8_recipe",
+    "moe_imbalance",
+    "moe_capacity_factor",
+    "moe_dispatcher",
+    "moe_ep_overlap",
+    "cuda_graphs",
+)
+SHAPE = ("cluster_name", "internode_gbps", "seq_len", "global_batch")
+STACK = ("framework", "tp_comm_overlap")
+CALIBRATION = ("calibration", "no_calibration")
+# The options of one problem evaluated on one cluster (estimate, compare, fix): model, cluster, workload.
+SINGLE = ("model", "gpu", "gpus", *CLUSTER, *WORKLOAD_EXTRAS, *SHAPE, "precision", *STACK)
+KNOBS = (
+    *(
+        "strategy",
+        "tp",
+        "pp",
+        "cp",
+        "cp_comm",
+        "ep",
+        "etp",
+        "vpp",
+        "pp_schedule",
+        "sp",
+        "zero",
+        "micro_batch",
+    ),
+    *("recompute", "activation_offload_layers"),
+)
+
+
+class Flags(SimpleNamespace):
+    """A command's option values by parameter name (what typer passed)."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def with_options(*params: str | inspect.Parameter) -> Callable[[Callable[[Flags], Any]], Callable[..., Any]]:
+    """Give a `def cmd(f: Flags)` the signature of `params` (registry keys or `opt(...)`s, in --help order)."""
+    sig = inspect.Signature([OPTIONS[p] if isinstance(p, str) else p for p in params])
+
+    def decorator(fn: Callable[[Flags], Any]) -> Callable[..., Any]:
+        def command(**kwargs: Any) -> Any:
+            return fn(Flags(**kwargs))
+
+        command.__name__, command.__qualname__ = fn.__name__, fn.__qualname__
+        command.__doc__, command.__module__ = fn.__doc__, fn.__module__
+        command.__signature__ = sig  # type: ignore[attr-defined]  # what typer and inspect read
+        return command
+
+    return decorator
+
+
+def flat(*groups: Iterable[str] | str) -> tuple[str, ...]:
+    """Option keys from keys and groups of keys, in order."""
+    return tuple(k for g in groups for k in ((g,) if isinstance(g, str) else g))
+
+
+def detect(cluster: str) -> ClusterChoice | None:
+    """`--cluster detect[@DIR][:COUNT]`: COUNT hosts like this one (or like the one recorded in DIR)."""
+    from autopar.cli.topology import detect_host, parse_detect
+    from autopar.problem import ClusterChoice
+
+    parsed = parse_detect(cluster.strip())
+    if parsed is None:
+        return None
+    from autopar.catalog.topology import describe
+
+    folder, hosts = parsed
+    d = describe(detect_host(folder), hosts)
+    return ClusterChoice(d.gpu, str(d.num_gpus), d.gpus_per_node, d.nvlink_domain, d.internode_gbps)
+
+
+def problem_of(f: Flags, **over: Any) -> Problem:
+    """The config tree of a command's problem options (absent ones keep the tree's defaults); `over` replaces
+    option values by name (e.g. the GPU count a label implies)."""
+    from autopar.problem import ClusterConfig, Problem, SearchSettings, WorkloadConfig
+    from autopar.search.parse import parse_count
+
+    g = Flags(**{**vars(f), **over}).get
+    gpus = g("gpus")
+    cluster = ClusterConfig(
+        system=g("cluster_name"),
+        gpu=g("gpu"),
+        gpus=None if gpus is None else str(gpus),
+        gpus_per_node=g("gpus_per_node"),
+        nvlink_domain=g("nvlink_domain"),
+        internode_gbps=g("internode_gbps"),
+    )
+    wl = {k: g(k) for k in (*WORKLOAD_EXTRAS, "seq_len", "precision", "framework", "tp_comm_overlap")}
+    wl = {k: v for k, v in wl.items() if v is not None}
+    if g("global_batch") is not None:
+        wl["global_batch"] = g("global_batch")
+    workload = WorkloadConfig(
+        **wl, tokens=parse_count(g("tokens")), memory_savers=_savers(g("memory_savers"))
+    )
+    search = SearchSettings(**_search_fields(f)) if hasattr(f, "budget") else SearchSettings()
+    return Problem(model=g("model") or DEFAULT_MODEL, cluster=cluster, workload=workload, search=search)
+
+
+def single_problem(f: Flags | Mapping[str, Any], **over: Any) -> tuple[Any, Any, Any]:
+    """(model, cluster, workload) of a single-cluster command's options (estimate, compare, fix, dryrun)."""
+    flags = f if isinstance(f, Flags) else Flags(**f)
+    return problem_of(flags, **over).build_one(detect)
+
+
+def _savers(value: str | None) -> tuple[str, ...]:
+    from autopar.problem import check_memory_savers
+
+    return check_memory_savers(value or "")
+
+
+def _search_fields(f: Flags) -> dict[str, Any]:
+    """SearchSettings fields from a search command's options."""
+    from autopar.search.constraints import parse_constraints
+    from autopar.search.parse import check_seed, parse_gib
+
+    out = {"budget": f.budget, "seed": check_seed(f.seed), "min_headroom_gib": parse_gib(f.min_headroom)}
+    for name in ("objectives", "sampler", "timeout", "max_cost", "tier", "storage", "study_name"):
+        if hasattr(f, name):
+            out[name] = getattr(f, name)
+    if hasattr(f, "heartbeat"):
+        out["heartbeat_s"] = f.heartbeat
+    out["constraints"] = tuple(parse_constraints(f.get("fix") or (), f.get("forbid") or ()))
+    return out

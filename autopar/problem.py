@@ -1,0 +1,349 @@
+"""The problem config tree: one definition of a training problem and how it is searched.
+
+`Problem` = model + `ClusterConfig` + `WorkloadConfig` + `SearchSettings`. It is what every CLI command builds
+from its options (`autopar.cli.options`), what the Python API takes (`Problem(...).build()`, or
+`optimize(model, clusters, workload, settings)`), what a stored study keeps (`SearchSettings` beside the built
+specs) and what a future service would accept as JSON. Every default lives here, once: the named values and
+their reasons are in `autopar.defaults`, read nowhere else.
+
+The tree holds what a user says (names, counts, "the stack's default"); `build()` resolves it against the
+catalogs into the specs the model computes with (`ModelSpec`, `ClusterSpec`, `Workload`). Errors name the
+option and the value on one line (`SpecError`/`AutoparError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autopar import knobs
+from autopar.defaults import (
+    DEFAULT_BUDGET,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_GPU,
+    DEFAULT_GPUS,
+    DEFAULT_MIN_HEADROOM_GIB,
+    DEFAULT_MODEL,
+    DEFAULT_OBJECTIVES,
+    DEFAULT_PRECISION,
+    DEFAULT_SAMPLER,
+    DEFAULT_SEED,
+    DEFAULT_SEQ_LEN,
+    DEFAULT_TIER,
+    LOCAL_SEARCH_SHARE,
+    tp_comm_overlap_default,
+)
+from autopar.errors import AutoparError, SpecError
+from autopar.search.constraints import Constraint
+from autopar.specs import ClusterSpec, ModelSpec, Workload
+
+FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
+SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    """The cluster inputs after resolving a shorthand: GPU name(s), count(s), host and domain size."""
+
+    gpu: str
+    gpus: str
+    gpus_per_node: int | None
+    nvlink_domain: int | None
+    internode_gbps: float | None = None  # set by --cluster detect (the NICs found); None: the GPU's default
+
+
+# `--cluster detect...` reads this host (autopar.cli.topology); the CLI passes it in, the tree does no I/O.
+Detector = Callable[[str], ClusterChoice | None]
+
+
+class ClusterConfig(_Config):
+    """The GPUs: a system shorthand, or the GPU type(s), count(s), host and NVLink domain size."""
+
+    system: str | None = Field(default=None, description="system shorthand NAME:COUNT (`autopar clusters`)")
+    gpu: str | None = Field(default=None, description=f"GPU type(s), comma list [default: {DEFAULT_GPU}]")
+    gpus: str | None = Field(
+        default=None,
+        description=f"GPU count: N, N,M,..., LOW..HIGH or LOW..HIGH:STEP [default: {DEFAULT_GPUS}]",
+    )
+    gpus_per_node: int | None = Field(default=None, description="GPUs per host [default: the GPU's]")
+    nvlink_domain: int | None = Field(default=None, description="GPUs sharing one NVLink fabric")
+    internode_gbps: float | None = Field(default=None, description="NIC GB/s per GPU per direction")
+
+    def choice(self, detect: Detector | None = None) -> ClusterChoice:
+        """Merge the shorthand with the explicit fields; a field the shorthand already sets is an error."""
+        if self.system is None:
+            gpus = self.gpus if self.gpus is not None else str(DEFAULT_GPUS)
+            gpu = self.gpu if self.gpu is not None else DEFAULT_GPU
+            return ClusterChoice(gpu, str(gpus), self.gpus_per_node, self.nvlink_domain, self.internode_gbps)
+        flags = (("--gpu", self.gpu), ("--gpus", self.gpus), ("--gpus-per-node", self.gpus_per_node))
+        given = [f for f, v in (*flags, ("--nvlink-domain", self.nvlink_domain)) if v is not None]
+        if given:
+            raise SpecError(
+                f"--cluster {self.system} already sets the GPU, count, host and NVLink domain; "
+                f"drop {', '.join(given)}"
+            )
+        found = detect(self.system) if detect is not None else None
+        if found is None:
+            from autopar.catalog.clusters import parse_cluster
+
+            shape = parse_cluster(self.system)
+            found = ClusterChoice(shape.gpu, str(shape.num_gpus), shape.gpus_per_node, shape.nvlink_domain)
+        if self.internode_gbps is not None:
+            found = ClusterChoice(
+                found.gpu, found.gpus, found.gpus_per_node, found.nvlink_domain, self.internode_gbps
+            )
+        return found
+
+    def build(self, detect: Detector | None = None) -> tuple[list[ClusterSpec], list[str]]:
+        """A ClusterSpec per GPU type x count (a search dimension); counts that are not host multiples are
+        skipped, each with a note."""
+        from autopar.search.parse import parse_gpu_counts, parse_list
+
+        c = self.choice(detect)
+        return build_clusters(
+            parse_list(c.gpu, "gpu"),
+            parse_gpu_counts(c.gpus, node_size=10**9),
+            c.gpus_per_node,
+            c.internode_gbps,
+            c.nvlink_domain,
+        )
+
+    def build_one(self, detect: Detector | None = None) -> ClusterSpec:
+        """The one cluster of a single estimate (one GPU type, one count)."""
+        from autopar.catalog import get_gpu
+
+        c = self.choice(detect)
+        try:
+            n = int(c.gpus)
+        except ValueError:
+            raise SpecError(f"gpus={c.gpus!r}: expected one GPU count here") from None
+        return ClusterSpec(
+            gpu=get_gpu(c.gpu),
+            num_gpus=n,
+            gpus_per_node=c.gpus_per_node,
+            nvlink_domain=c.nvlink_domain,
+            internode_bw=c.internode_gbps * 1e9 if c.internode_gbps else None,
+        )
+
+
+def build_clusters(
+    gpus: list[str],
+    counts: list[int],
+    gpus_per_node: int | None,
+    internode_gbps: float | None,
+    nvlink_domain: int | None = None,
+) -> tuple[list[ClusterSpec], list[str]]:
+    """ClusterSpecs for every GPU type x count; counts that are not host multiples are skipped (noted)."""
+    from autopar.catalog import get_gpu
+
+    out, skipped = [], []
+    for name in gpus:
+        g = get_gpu(name)
+        node = gpus_per_node or g.host_size or g.scaleup_domain
+        for n in counts:
+            if n > node and n % node:
+                skipped.append(f"{n}x {g.name}: not a multiple of {node} GPUs per node, skipped")
+                continue
+            bw = internode_gbps * 1e9 if internode_gbps else None
+            out.append(
+                ClusterSpec(
+                    gpu=g,
+                    num_gpus=n,
+                    gpus_per_node=gpus_per_node,
+                    nvlink_domain=nvlink_domain,
+                    internode_bw=bw,
+                )
+            )
+    if not out:
+        raise AutoparError("gpus: no GPU count fits a whole number of nodes (" + "; ".join(skipped) + ")")
+    return out, skipped
+
+
+class WorkloadConfig(_Config):
+    """What is trained and on which software stack."""
+
+    seq_len: int = Field(default=DEFAULT_SEQ_LEN, description="sequence length (tokens)")
+    global_batch: int = Field(default=DEFAULT_GLOBAL_BATCH, description="sequences per optimizer step")
+    precision: str = Field(
+        default=DEFAULT_PRECISION, description="bf16, fp8 or bf16,fp8 (a search dimension)"
+    )
+    framework: str = Field(default=DEFAULT_FRAMEWORK, description="software stack")
+    # None = the stack's default (defaults.tp_comm_overlap_default, the one resolution of it).
+    tp_comm_overlap: bool | None = Field(default=None, description="overlap TP collectives with GEMMs")
+    tokens: float | None = Field(default=None, description="token budget to train (time and cost to train)")
+    memory_savers: tuple[str, ...] = Field(default=(), description="memory savers the search may choose")
+    fp8_recipe: str | None = Field(default=None, description="FP8 scaling recipe (with fp8)")
+    moe_imbalance: float | None = Field(default=None, description="busiest EP rank's routed tokens / mean")
+    moe_capacity_factor: float | None = Field(default=None, description="expert capacity factor")
+    moe_dispatcher: str | None = Field(default=None, description="MoE token dispatcher")
+    moe_ep_overlap: bool = Field(default=False, description="overlap dispatch/combine with compute")
+    cuda_graphs: bool = Field(default=False, description="layers run as CUDA graphs")
+
+    def precisions(self) -> list[str]:
+        """The precision(s) searched, first = the workload's."""
+        from autopar.search.parse import parse_list
+
+        return parse_list(self.precision, "precision")
+
+    def overlap(self, stack: str | None = None) -> bool:
+        """The TP comm overlap a run on `stack` (default: this framework) uses: stated, else the stack's."""
+        return tp_comm_overlap_default(stack or self.framework, self.tp_comm_overlap)
+
+    def build(self, model: ModelSpec, stack: str | None = None) -> Workload:
+        """The Workload spec (validated); a field that cannot take effect on `model` is an error."""
+        framework = check_framework(self.framework)
+        precs = self.precisions()
+        return Workload(
+            seq_len=self.seq_len,
+            global_batch=self.global_batch,
+            precision=precs[0],
+            token_budget=self.tokens,
+            framework=framework,
+            tp_comm_overlap=self.overlap(stack),
+            memory_savers=check_memory_savers(self.memory_savers),
+            **self._extras(model, precs),
+        )
+
+    def _extras(self, model: ModelSpec, precisions: list[str]) -> dict[str, Any]:
+        """The FP8/MoE/CUDA-graph fields that were stated; one that cannot take effect is an error."""
+        out: dict[str, Any] = {"cuda_graphs": True} if self.cuda_graphs else {}
+        if self.fp8_recipe is not None:
+            if "fp8" not in precisions:
+                raise SpecError(
+                    f"--fp8-recipe {self.fp8_recipe} needs --precision fp8 (got {','.join(precisions)})"
+                )
+            out["fp8_recipe"] = self.fp8_recipe
+        for flag, field in (
+            ("--moe-imbalance", "moe_imbalance"),
+            ("--moe-capacity-factor", "moe_capacity_factor"),
+            ("--moe-dispatcher", "moe_dispatcher"),
+            ("--moe-ep-overlap", "moe_ep_overlap"),
+        ):
+            value = getattr(self, field) or None if field == "moe_ep_overlap" else getattr(self, field)
+            if value is None:
+                continue
+            if not model.is_moe:
+                raise SpecError(f"{flag} applies to MoE models; {model.name} is dense")
+            out[field] = value
+        return out
+
+
+def check_framework(name: str) -> str:
+    """Validate a --framework value (one-line error naming the allowed values)."""
+    if name not in FRAMEWORKS:
+        raise SpecError(f"framework={name!r}: expected one of {', '.join(FRAMEWORKS)}")
+    return name
+
+
+def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
+    """Validate memory savers, a comma list or a sequence (one-line error naming the allowed values)."""
+    from autopar.layouts import MEMORY_SAVERS
+
+    items = names.split(",") if isinstance(names, str) else names
+    out = tuple(dict.fromkeys(x.strip() for x in items if x.strip()))
+    bad = [x for x in out if x not in MEMORY_SAVERS]
+    if bad:
+        raise SpecError(f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}")
+    return out
+
+
+class SearchSettings(_Config):
+    """How a search runs: what it optimizes, how long, what counts as fitting, where it is stored."""
+
+    budget: int = Field(default=DEFAULT_BUDGET, description="distinct strategies to evaluate")
+    objectives: tuple[str, ...] | str = Field(default=DEFAULT_OBJECTIVES, description="2-4 objectives")
+    seed: int = Field(default=DEFAULT_SEED, description="random seed (same seed + inputs = same result)")
+    sampler: str = Field(default=DEFAULT_SAMPLER, description=f"one of {', '.join(SAMPLERS)}")
+    timeout: float | None = Field(default=None, description="stop after this many seconds")
+    min_headroom_gib: float = Field(default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves")
+    max_cost: float | None = Field(default=None, description="constraint: max $ per million tokens")
+    precisions: list[str] | None = Field(
+        default=None, description="precisions searched (None: the workload's)"
+    )
+    tier: str = Field(default=DEFAULT_TIER, description="price tier")
+    storage: Any = Field(default=None, description="study storage: journal path, sqlite:/// or postgresql://")
+    study_name: str | None = Field(default=None, description="study name in the storage")
+    heartbeat_s: int | None = Field(default=None, description="database-server worker heartbeat (s)")
+    local_search: float = Field(default=LOCAL_SEARCH_SHARE, description="share of one-knob moves (0-1)")
+    constraints: tuple[Constraint, ...] = Field(default=(), description="--fix/--forbid knob constraints")
+
+    def check(self) -> None:
+        """One-line errors for values no search can run with."""
+        import math
+
+        if self.sampler not in SAMPLERS:
+            raise AutoparError(f"sampler={self.sampler!r}: allowed values are {', '.join(SAMPLERS)}")
+        if not 0.0 <= self.local_search <= 1.0:
+            raise AutoparError(f"local_search={self.local_search}: must be in [0, 1]")
+        if self.budget < 1:
+            raise AutoparError(f"budget={self.budget}: must be at least 1")
+        if self.timeout is not None and self.timeout <= 0:
+            raise AutoparError(f"timeout={self.timeout}: must be positive (seconds)")
+        if self.max_cost is not None and not 0 < self.max_cost < math.inf:  # also rejects NaN
+            raise AutoparError(f"max-cost={self.max_cost}: must be positive ($/Mtoken)")
+
+    def stored(self) -> dict[str, Any]:
+        """What a stored study keeps of the settings, to be rebuilt (`autopar study report`): the whole tree
+        node under "settings" (without where it is stored and the --fix/--forbid filters, which the space's
+        fingerprint holds) and, as studies written before the tree have them, its fields the report reads."""
+        node = self.model_dump(mode="json", exclude={"storage", "study_name", "heartbeat_s", "constraints"})
+        keep = ("precisions", "min_headroom_gib", "max_cost", "tier")
+        return {**{k: node[k] for k in keep}, "settings": node}
+
+
+def settings_with(settings: SearchSettings | None, fields: dict[str, Any]) -> SearchSettings:
+    """`settings` (default: SearchSettings()) with `fields` on top, validated."""
+    base = settings if settings is not None else SearchSettings()
+    return SearchSettings.model_validate({**dict(base), **fields}) if fields else base
+
+
+@dataclass(frozen=True)
+class BuiltProblem:
+    """A Problem resolved against the catalogs: the specs the model computes with."""
+
+    model: ModelSpec
+    clusters: list[ClusterSpec]
+    workload: Workload
+    settings: SearchSettings
+    skipped: list[str]  # GPU counts dropped because they are not host multiples, one note each
+
+
+class Problem(_Config):
+    """One training problem and how to search it: the root of the config tree."""
+
+    model: str = Field(default=DEFAULT_MODEL, description="catalog model name/alias or a HF config.json path")
+    cluster: ClusterConfig = ClusterConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    search: SearchSettings = SearchSettings()
+
+    def build_one(self, detect: Detector | None = None) -> tuple[ModelSpec, ClusterSpec, Workload]:
+        """The specs of a single estimate: the model, one cluster, the workload in one precision."""
+        from autopar.catalog import get_model
+
+        m = get_model(self.model)
+        cluster = self.cluster.build_one(detect)
+        if len(self.workload.precisions()) > 1:
+            raise SpecError(
+                f"precision={self.workload.precision!r}: expected one precision (bf16 or fp8) here"
+            )
+        return m, cluster, self.workload.build(m)
+
+    def build(self, detect: Detector | None = None) -> BuiltProblem:
+        """The specs: model, clusters (GPU types x counts), workload; the search's precisions filled in."""
+        from autopar.catalog import get_model
+
+        m = get_model(self.model)
+        clusters, skipped = self.cluster.build(detect)
+        wl = self.workload.build(m)
+        settings = self.search
+        if settings.precisions is None:
+            settings = settings.model_copy(update={"precisions": self.workload.precisions()})
+        return BuiltProblem(m, clusters, wl, settings, skipped)
