@@ -21,6 +21,8 @@ EXTERNAL_FORMATS = {
     "calibration/records.py": "run-record CSV columns",
     "cli/calibrate.py": "run-record row keys (kept raw: importing Axis would load pydantic at CLI start-up)",
     "cli/common.py": "CLI option parameter names (same start-up reason)",
+    "cli/options.py": "CLI option parameter names (the one option registry) and the knob option keys",
+    "cli/launch.py": "CLI option parameter names of `launch` (one per mesh axis)",
     "cli/dryrun.py": "keys of the `dryrun --json` document's slice degrees",
     "dryrun/record.py": "run-record columns (as calibration/records.py)",
     "cli/estimate.py": "CLI option parameter names a --strategy label sets (same start-up reason)",
