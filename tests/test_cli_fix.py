@@ -50,7 +50,7 @@ def _fits(model, cluster, wl, s) -> bool:
 def test_readme_shows_the_oom_example() -> None:
     cmd = f'autopar fix {" ".join(PROBLEM[:2])} --gpus 16 {" ".join(PROBLEM[2:])} --strategy "{OOM_LABEL}"'
     assert cmd in README
-    assert "OOM at 32k: cp 1→2-a2a" in README
+    assert "OOM at 32k: cp 1→2-allgather" in README
 
 
 def test_readme_oom_example_is_minimal_and_fits() -> None:
@@ -62,7 +62,7 @@ def test_readme_oom_example_is_minimal_and_fits() -> None:
     current = parse_strategy_label(OOM_LABEL)
     assert not _fits(model, cluster, wl, current)
     d = doc["distance"]
-    assert d == 1 and [c["label"] for c in doc["candidates"]][0] == "TP2+SP CP2-a2a DP4/Z1 mb1"
+    assert d == 1 and [c["label"] for c in doc["candidates"]][0] == "TP2+SP CP2-allgather DP4/Z1 mb1"
     ref = columns_of([current])
     near = [  # every point of the space within d (distances on arrays: tests/test_neighbourhood.py checks them)
         lay.strategy(int(j))
@@ -144,7 +144,7 @@ def test_text_output_states_the_verdict_first() -> None:
         first.startswith(f"current: {OOM_LABEL} on 16x H100-SXM") and ": oom, 113.9 GiB of 79.2 GiB" in first
     )
     assert (
-        "1. OOM at 32k: cp 1→2-a2a (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB"
+        "1. OOM at 32k: cp 1→2-allgather (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB"
         in (res.output)
     )
 
@@ -162,7 +162,7 @@ def test_text_output_states_the_verdict_first() -> None:
         (["--strategy", "TP1 CP8-a2a DP2/Z1 mb1", "--goal", "faster", "--gpus", "32"], 2, "use --goal gpus"),
         (["--strategy", OOM_LABEL, "--allow", "precison"], 2, "did you mean precision?"),
         (["--strategy", "TP1 DP8/Z1 mb1", "--gpu", "A100-SXM-80GB", "--allow", "precision"], 2, "no FP8"),
-        (["--strategy", "TP1 CP8-a2a DP2/Z1 mb1", "--goal", "faster"], 1, "is faster and fits"),
+        (["--strategy", "TP1 CP4-allgather DP4/Z2 mb1", "--goal", "faster"], 1, "is faster and fits"),
         (["--strategy", OOM_LABEL, "--max-changes", "0"], 1, "none of the 1 valid strategy within 0 changes"),
     ],
 )

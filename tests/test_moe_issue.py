@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from autopar.calibration.records import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.perf import estimate
-from autopar.perf.efficiency import HOST_OP_S
+from autopar.perf.efficiency import HOST_OP_S, host_issue_time
 from autopar.perf.moe import MoEIssue, moe_issue_floor, synced_issue_time
 from autopar.specs import ClusterSpec, Strategy, Workload
 
@@ -81,3 +81,34 @@ def test_record_naming_deepep_runs_the_flex_dispatcher():
     assert any("moe_dispatcher=flex" in a for a in spec.assumed)
     plain = row_to_specs({**row, "framework": "Megatron-Bridge", "notes": ""})
     assert plain.workload.moe_dispatcher == "alltoall"
+
+
+def test_fp8_expert_casts_add_two_ops_per_local_expert():
+    # TE's FP8 grouped linear issues one input cast per expert for FC1 and for FC2 (grouped_linear.py
+    # split_quantize): 3 + 2 = 5 ops per local expert. 16 experts: 30 + 40 + 5 x 16 = 150 ops forward
+    # (1.5 ms at 10 us), 300 backward; BF16 keeps 118 / 236.
+    f, b = moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16, fp8=True))
+    assert f == pytest.approx(150 * HOST_OP_S) and b == pytest.approx(300 * HOST_OP_S)
+    assert host_issue_time(True, 16, fp8=True) == pytest.approx((150 * HOST_OP_S, 300 * HOST_OP_S))
+    assert host_issue_time(True, 16) == pytest.approx((118 * HOST_OP_S, 236 * HOST_OP_S))
+    # A dense layer has no experts: FP8 changes nothing there.
+    assert host_issue_time(False, 0, fp8=True) == host_issue_time(False, 0)
+
+
+def test_fp8_expert_casts_reach_the_estimate(monkeypatch):
+    # Wired through layers.py: on an issue-bound FP8 MoE problem (tiny micro-batches, no CUDA graphs) the
+    # step is longer with the per-expert casts than with them switched off.
+    from autopar.perf import efficiency
+    from autopar.perf.context import clear_perf_contexts
+
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    s = Strategy(ep=8, micro_batch=1)
+    w = Workload(seq_len=512, global_batch=64, precision="fp8")
+    clear_perf_contexts()  # per-layer costs are cached by context
+    with_casts = estimate(m, cl, w, s, check=False).time.compute
+    monkeypatch.setattr(efficiency, "FP8_OPS_PER_LOCAL_EXPERT", 0)
+    clear_perf_contexts()
+    without = estimate(m, cl, w, s, check=False).time.compute
+    clear_perf_contexts()
+    assert with_casts > without * 1.01

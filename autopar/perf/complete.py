@@ -146,22 +146,45 @@ def complete(
             cache[key] = None if isinstance(got, InvalidStrategyError) else got
         return cache[key]
 
-    names = list(cands)
-    size = 1
-    for v in cands.values():
-        size *= len(v)
-    if size <= FULL_SEARCH_LIMIT:
-        choices = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*cands.values())]
-        best = max(choices, key=lambda c: _key(run(c)))
-    else:
-        best = _descend(cands, run)
+    unchecked: dict[tuple[Any, ...], Estimate | None] = {}
+
+    def run_unchecked(choice: dict[str, Any]) -> Estimate | None:
+        """The candidate estimated without the rules (the caller vouches for the layout itself)."""
+        key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+        if key not in unchecked:
+            try:
+                unchecked[key] = estimate(model, cluster, w, _apply(s, choice), strict=strict, check=False)
+            except InvalidStrategyError:
+                unchecked[key] = None
+        return unchecked[key]
+
+    size = math.prod(len(v) for v in cands.values())
+    best = _best_choice(cands, size, run)
     est = run(best)
     if est is None and not check:
-        best = {k: v[0] for k, v in cands.items()}
-        est = estimate(model, cluster, w, _apply(s, best), strict=strict, check=False)
+        # No candidate passes the rules (e.g. a published layout the rules do not cover, such as DeepSeek-V3's
+        # 61 layers over PP2 x VP8 with Megatron's custom --pipeline-model-parallel-layout): rank the
+        # candidates estimated unchecked the same way (fits, then fastest), rather than taking the most
+        # frugal one, which made such recipes look up to a third slower (full recompute, ZeRO-3).
+        best = _best_choice(cands, size, run_unchecked)
+        est = run_unchecked(best)
+        if est is None:
+            best = {k: v[0] for k, v in cands.items()}
+            est = estimate(model, cluster, w, _apply(s, best), strict=strict, check=False)
     if est is None:  # no completion is valid: the layout itself breaks a rule; say which (first candidate)
-        raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(names)}"])
+        raise errors[0] if errors else InvalidStrategyError([f"no valid value for {', '.join(cands)}"])
     return _with_assumed(est, best, size, s.unset_knobs(model.is_moe))
+
+
+def _best_choice(
+    cands: dict[str, list[Any]], size: int, run: Callable[[dict[str, Any]], Estimate | None]
+) -> dict[str, Any]:
+    """The candidate ranked first by `_key`: all of them when few, else coordinate descent."""
+    if size <= FULL_SEARCH_LIMIT:
+        names = list(cands)
+        choices = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*cands.values())]
+        return max(choices, key=lambda c: _key(run(c)))
+    return _descend(cands, run)
 
 
 def _candidate(

@@ -42,6 +42,15 @@ MERGE_BYTES_PER_OUT_ELEMENT = 12.0
 # received fp32 buffer (read 4 + 2, write 4 B) and concatenates K and V grads for the send (read 4, write 4).
 TORCH_DKV_BYTES = 4.0
 TORCH_DKV_STEP_TRAFFIC_BYTES = 18.0
+# Ulysses as Transformer Engine runs it (AttnFuncWithCPAndQKVOA2A, flash_attn_a2a_communicate and
+# reorder_seq_chunks_for_a2a in transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py):
+# every tensor crossing an all-to-all is copied 3 times in HBM. Before attention: the input's head split
+# `movedim(-3, 0).contiguous()`, then on the received tensor `movedim(0, seq_dim).contiguous()` and the
+# `index_select` that undoes the load-balanced chunk order; after attention the mirror image (movedim +
+# index_select before the exchange, movedim(...).contiguous() after it). Per pass 4 tensors cross: Q, K, V
+# and O forward; dO, dQ, dK, dV backward. Each copy reads and writes the tensor once (one kernel each).
+A2A_COPIES_PER_TENSOR = 3
+A2A_TENSORS_PER_PASS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +125,14 @@ def _torch_ring(x: CpInputs, crosses: bool, links: comm.Links) -> CpCost:
 
 
 def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
-    """Ulysses: 4 all-to-alls forward (Q, K, V, O) and 4 backward, exposed."""
+    """Ulysses: 4 all-to-alls forward (Q, K, V, O) and 4 backward, exposed; plus the HBM copies and kernels
+    that re-layout each exchanged tensor around its all-to-all (A2A_COPIES_PER_TENSOR)."""
     per_rank = x.tokens * (2 * x.q_bytes_tok + x.kv_bytes_tok) / x.t
     one = comm.all_to_all(per_rank, size, stride, links)
     passes = 3 if x.full_recompute else 2
-    return CpCost(passes * one, 0.0)
+    copies = passes * A2A_COPIES_PER_TENSOR * 2.0 * per_rank / x.hbm_bw
+    kernels = passes * A2A_TENSORS_PER_PASS * A2A_COPIES_PER_TENSOR * x.kernel_overhead_s
+    return CpCost(passes * one, copies + kernels)
 
 
 def _allgather_slowdown(c: int, seq_len: int) -> float:

@@ -172,10 +172,23 @@ HOST_OP_S = 10e-6
 DENSE_LAYER_OPS = 30
 MOE_BLOCK_OPS = 40
 OPS_PER_LOCAL_EXPERT = 3
+# Under FP8, Transformer Engine's grouped linear (transformer_engine/pytorch/module/grouped_linear.py, forward)
+# quantises its input with one quantizer per expert (`tex.split_quantize(inp, m_splits, input_quantizers)`:
+# one cast kernel per expert) and fetches each expert's FP8 weight copy in a Python loop over the GEMMs
+# (`get_weight_workspace`), for FC1 and for FC2: 2 more issued ops per local expert forward (the backward's
+# gradient casts follow BACKWARD_OPS_FACTOR). TE issue #761 measures the FP8 te.Linear at over 2x the CPU
+# issue time of the BF16 one; TE issue #836 (timmoon10) names the extra launches: the FP8 casts and the
+# scale bookkeeping.
+FP8_OPS_PER_LOCAL_EXPERT = 2
 BACKWARD_OPS_FACTOR = 2.0
 
 
-def host_issue_time(moe: bool, local_experts: float) -> tuple[float, float]:
+def ops_per_local_expert(fp8: bool) -> int:
+    """Ops the host issues per local expert in one MoE layer's forward (FC1, activation, FC2; FP8 casts)."""
+    return OPS_PER_LOCAL_EXPERT + (FP8_OPS_PER_LOCAL_EXPERT if fp8 else 0)
+
+
+def host_issue_time(moe: bool, local_experts: float, fp8: bool = False) -> tuple[float, float]:
     """(forward, backward) CPU seconds to issue one layer's ops for one micro-batch."""
-    ops = DENSE_LAYER_OPS + (MOE_BLOCK_OPS + OPS_PER_LOCAL_EXPERT * local_experts if moe else 0)
+    ops = DENSE_LAYER_OPS + (MOE_BLOCK_OPS + ops_per_local_expert(fp8) * local_experts if moe else 0)
     return ops * HOST_OP_S, BACKWARD_OPS_FACTOR * ops * HOST_OP_S

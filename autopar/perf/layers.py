@@ -487,7 +487,8 @@ def _issue_floor(
     m_f, m_b = x.moe_fwd, x.moe_bwd
     if mlp.routed is not None:
         passes = 3 if g.rec == "full" else 2  # dispatch/combine passes: forward, backward, recompute
-        m_f, m_b = issue_bound_layer(m_f, m_b, mlp.routed, comm_moe, ep_s, passes, ctx.model.experts / g.e)
+        local = ctx.model.experts / g.e
+        m_f, m_b = issue_bound_layer(m_f, m_b, mlp.routed, comm_moe, ep_s, passes, local, ctx.fp8)
     return _Times(d_f, d_b, x.dense_re, m_f, m_b, x.moe_re)
 
 

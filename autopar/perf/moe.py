@@ -29,8 +29,8 @@ from autopar.perf.efficiency import (
     DENSE_LAYER_OPS,
     HOST_OP_S,
     MOE_BLOCK_OPS,
-    OPS_PER_LOCAL_EXPERT,
     host_issue_time,
+    ops_per_local_expert,
 )
 from autopar.perf.fp8 import quantise_time
 from autopar.specs import MOE_IMBALANCE_DEFAULT
@@ -232,6 +232,7 @@ class MoEIssue:
     a2a_fwd: float  # exposed dispatch + combine of the forward
     bwd: float  # backward with its exposed comm
     local_experts: float
+    fp8: bool = False  # FP8 expert GEMMs: per-expert casts issued too (efficiency.ops_per_local_expert)
 
 
 def moe_issue_floor(x: MoEIssue) -> tuple[float, float]:
@@ -239,7 +240,7 @@ def moe_issue_floor(x: MoEIssue) -> tuple[float, float]:
     (synced_issue_time), backward floored by its CPU issue time alone (no sync, the CPU runs ahead)."""
     pre_c = MOE_PRE_SYNC_SHARE * MOE_BLOCK_OPS * HOST_OP_S
     side_c = (MOE_BLOCK_OPS * HOST_OP_S - pre_c) / 2.0  # dispatch side, and the same on the combine side
-    experts_c = OPS_PER_LOCAL_EXPERT * x.local_experts * HOST_OP_S
+    experts_c = ops_per_local_expert(x.fp8) * x.local_experts * HOST_OP_S
     half_a2a = x.a2a_fwd / 2.0
     segments = (  # from the sync: this layer's dispatch, experts, combine, then the next layer to its sync
         (side_c, half_a2a),
@@ -248,11 +249,18 @@ def moe_issue_floor(x: MoEIssue) -> tuple[float, float]:
         (DENSE_LAYER_OPS * HOST_OP_S, x.dense_fwd),
         (pre_c, x.pre_sync_fwd),
     )
-    return synced_issue_time(segments), max(x.bwd, host_issue_time(True, x.local_experts)[1])
+    return synced_issue_time(segments), max(x.bwd, host_issue_time(True, x.local_experts, x.fp8)[1])
 
 
 def issue_bound_layer(
-    fwd: float, bwd: float, mc: MoECompute, comm_s: float, ep_s: float, a2a_passes: int, local_experts: float
+    fwd: float,
+    bwd: float,
+    mc: MoECompute,
+    comm_s: float,
+    ep_s: float,
+    a2a_passes: int,
+    local_experts: float,
+    fp8: bool = False,
 ) -> tuple[float, float]:
     """A MoE layer's (forward, backward) compute stretched to its host-issue bound (moe_issue_floor).
 
@@ -267,6 +275,7 @@ def issue_bound_layer(
         a2a_fwd=a2a_f,
         bwd=bwd_gpu,
         local_experts=local_experts,
+        fp8=fp8,
     )
     t_f, t_b = moe_issue_floor(x)
     gpu_f = fwd + comm_s / 3.0 + a2a_f
