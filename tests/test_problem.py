@@ -77,7 +77,8 @@ def test_each_problem_option_is_declared_once():
 
 def test_a_study_written_by_main_resumes(tmp_path: Path):
     # Written by main at 2bf4533 (optimize --model Llama-3.1-8B --gpus 16 --budget 10 --sampler nsga2 --seed 5
-    # --storage F --study-name from-main); main resumed its copy to --budget 16 with the figures asserted here.
+    # --storage F --study-name from-main); main resumed its copy to --budget 16 with the figures asserted here
+    # (the model has changed since only where a comment says).
     store = tmp_path / "study.journal"
     shutil.copy(FIXTURE, store)
     report = _json(["study", "report", "--storage", str(store), "--json"])
@@ -92,7 +93,8 @@ def test_a_study_written_by_main_resumes(tmp_path: Path):
     assert [r["label"] for r in doc["pareto"]] == [
         "TP1 PP2v4 CP2-a2a DP4/Z2 mb1 full-AC",
         "TP2+SP PP2v4 CP2-a2a DP2/Z2 mb1 full-AC",
-        "TP2+SP PP4v2 CP2-a2a DP1/Z2 mb1 full-AC",
+        # main had TP2+SP PP4v2 CP2-a2a here; the Ulysses copies (perf/cp.py, issue 21) made a2a CP slower
+        "TP2+SP PP4v4 CP2-allgather DP1/Z2 mb1 full-AC",
     ]
 
 
