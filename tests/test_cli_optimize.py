@@ -136,3 +136,18 @@ def test_out_calls_the_report_writer(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "report:" in r.stdout and (tmp_path / "r.html").exists()
     assert len(seen["result"].pareto) > 0
+
+
+def test_a_point_with_several_roles_is_printed_once():
+    # One fixed cluster: cost is price x GPUs / throughput, so the fastest point is the cheapest. The text
+    # output names both roles on one header and prints the point's why once (plus the cheapest role's reason).
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    res = CliRunner().invoke(app, ["optimize", "--model", "llama-3-8b", "--gpus", "8", "--budget", "30"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "fastest = cheapest: " in out
+    assert out.count("Fastest: best throughput") == 1 and out.count("Cheapest: best cost") == 1
+    assert "\ncheapest: " not in out

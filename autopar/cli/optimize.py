@@ -204,19 +204,33 @@ def _pareto_table(result: Any, top: int) -> Any:
 
 
 def _print_recommended(result: Any) -> None:
-    """Each recommendation: its role, label, why, and time and cost to train the token budget."""
+    """Each recommended point once: its roles, label, why, and time and cost to train the token budget. A
+    point that holds several roles (fastest and cheapest on one fixed cluster) is printed once, with the
+    first sentence of each further role's why (its reason for that role) after the full first one."""
     tokens = result.workload.token_budget
+    by_point: dict[int, list[Any]] = {}
     for r in result.recommended:
+        by_point.setdefault(r.trial.number, []).append(r)
+    for recs in by_point.values():
+        first = recs[0]
         console.print()
-        console.print(styled((r.role, "bold green"), f": {r.trial.strategy.label()}"))
+        roles = " = ".join(r.role for r in recs)
+        console.print(styled((roles, "bold green"), f": {first.trial.strategy.label()}"))
         train = ""
-        if tokens and r.trial.values.get("throughput"):
-            time_s = tokens / r.trial.values["throughput"]
+        if tokens and first.trial.values.get("throughput"):
+            time_s = tokens / first.trial.values["throughput"]
             train = (
                 f" Training {tokens:.3g} tokens takes {format_duration(time_s)} and costs "
-                f"${r.trial.values['cost'] * tokens / 1e6:,.0f}."
+                f"${first.trial.values['cost'] * tokens / 1e6:,.0f}."
             )
-        console.print(r.why + train, highlight=False, soft_wrap=False)
+        also = "".join(" " + _first_sentence(r.why) for r in recs[1:])
+        console.print(first.why + also + train, highlight=False, soft_wrap=False)
+
+
+def _first_sentence(text: str) -> str:
+    """'Cheapest: best cost on the front.' out of a role's why (up to the first '. ')."""
+    head, sep, _ = text.partition(". ")
+    return head + "." if sep else text
 
 
 _OPTIMIZE = (
