@@ -201,6 +201,7 @@ def test_cli_fit_with_own_cluster_and_report(tmp_path, published):
         "leave-one-source-out" in text
         and "in 80%" in text
         and "adapted to cluster 'torchtitan_bench'" in text
+        and "cluster offsets and slopes" in text  # the adapter, not the plain offsets
         and "learning curve of 'torchtitan_bench'" in text
     )
     cal = load_calibration(out)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from autopar.calibration.adapter import corrector_from_params
+from autopar.calibration.adapter import AdaptedCorrector, corrector_from_params
 from autopar.calibration.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
@@ -252,10 +252,16 @@ class Calibration:
         """One line naming the corrector and its evidence, for reports and CLI output."""
         m = self.meta
         shrink = m.choice.get("shrink", 1.0)
+        # An adapted model (calibrate fit --group) replaces the offsets by per-cluster offsets and slopes.
+        cluster = (
+            "cluster offsets and slopes"
+            if isinstance(self.corrector, AdaptedCorrector)
+            else "cluster offsets"
+        )
         what = (
-            "analytical model + cluster offsets (no global correction passed the no-worse-by-source gate)"
+            f"analytical model + {cluster} (no global correction passed the no-worse-by-source gate)"
             if shrink == 0
-            else f"ridge correction x{shrink:.1f} + cluster offsets"
+            else f"ridge correction x{shrink:.1f} + {cluster}"
         )
         text = f"{provenance(m.name, m.n_train, m.sources)}: {what}"
         overall = next((r for r in m.loso if r.get("source") == "all"), None)
