@@ -148,6 +148,18 @@ def test_no_step_lines_is_a_clear_error(tmp_path):
         check_file(p, "megatron-log", config=MEG_FLAGS)
 
 
+def test_a_non_integer_in_the_argument_dump_is_one_line_naming_it(tmp_path):
+    # Found by the ingest fuzz test: a NUL before a number in Megatron's argument dump raised a bare
+    # ValueError (a traceback). It is a DataError naming the file, the argument and the value (escaped).
+    p = tmp_path / "bad.log"
+    p.write_text(MEG.read_text(encoding="utf-8").replace("2048", "\x002048", 1), encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        check_file(p, "megatron-log", config=MEG_FLAGS)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: argument dump: seq_length = ") and "is not an integer" in msg
+    assert "\\x00" in msg and "\n" not in msg and "\x00" not in msg
+
+
 @given(st.integers(0, 10_000))
 def test_default_warmup_is_ten_percent_at_least_one(n):
     k = warmup_count(n, None)

@@ -34,6 +34,7 @@ from typing import Any
 
 from autopar.errors import DataError
 from autopar.layouts import Axis
+from autopar.text import excerpt
 
 LOG_FORMATS = ("megatron-log", "torchtitan-log")
 # What a log record cannot do without (besides the model): the throughput needs the GPU, the GPU count
@@ -226,9 +227,9 @@ def megatron_config(text: str) -> dict[str, Any]:
     """Run-record columns read from a Megatron-LM log's argument dump (empty when it prints none)."""
     every = _megatron_args(_ANSI.sub("", text))
     args = {k: v for k, v in every.items() if v != "None"}
-    cfg: dict[str, Any] = {col: int(args[k]) for k, col in MEGATRON_ARGS.items() if k in args}
+    cfg: dict[str, Any] = {col: _int_arg(args, k) for k, col in MEGATRON_ARGS.items() if k in args}
     if args.get("group_query_attention") == "True" and "num_query_groups" in args:
-        cfg["kv_heads"] = int(args["num_query_groups"])
+        cfg["kv_heads"] = _int_arg(args, "num_query_groups")
     if "sequence_parallel" in args:
         cfg["sp"] = int(args["sequence_parallel"] == "True")
     if "fp8" in args:  # present (not None): the FP8 recipe name, e.g. 'hybrid' or 'e4m3'
@@ -241,10 +242,19 @@ def megatron_config(text: str) -> dict[str, Any]:
         cfg["recompute"] = args.get("recompute_granularity", "none")
     if "cpu_offloading" in args:  # activation offloading (record column named after the Megatron flag)
         on = args["cpu_offloading"] == "True"
-        cfg["cpu_offloading_num_layers"] = int(args.get("cpu_offloading_num_layers", 0)) if on else 0
+        cfg["cpu_offloading_num_layers"] = _int_arg(args, "cpu_offloading_num_layers") if on else 0
     if "use_distributed_optimizer" in args:  # Megatron's distributed optimizer shards optimizer states
         cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
     return cfg
+
+
+def _int_arg(args: dict[str, str], name: str) -> int:
+    """An integer argument of the dump (0 when absent); a value that is not one is a DataError naming it."""
+    value = args.get(name, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise DataError(f"argument dump: {name} = {excerpt(value)!r} is not an integer") from None
 
 
 def torchtitan_config(text: str) -> dict[str, Any]:
