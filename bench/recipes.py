@@ -3,10 +3,13 @@
 Every published, measured pre-training configuration with a full layout (NVIDIA NeMo / Megatron-Bridge
 performance summaries, NeMo AutoModel, Meta's torchtitan benchmarks) is turned into its problem (model,
 GPU, count, GPUs per host, sequence, global batch, precision, stack and what the record's notes state:
-FP8 recipe, DeepEP/HybridEP dispatcher, forced routing balance) and searched with
-`optimize(..., sampler="exhaustive")`, analytical model (the default corrector's cluster offsets are the
-same for every layout of a problem, so they cancel in the ratio). The workload options a user does not
-type (TP comm overlap, MoE overlap, CUDA graphs) are the stack defaults `optimize` would use.
+FP8 recipe, forced routing balance) and searched with `optimize(..., sampler="exhaustive")`, analytical
+model (the default corrector's cluster offsets are the same for every layout of a problem, so they cancel
+in the ratio). The recipe kept for a problem brings the options the record states (records.py: a
+DeepEP/HybridEP dispatcher, and the MoE all-to-all overlap and CUDA-graph mode of the stack preset its notes
+quote, notes_moe_options); a user who runs that preset types them, so the pick is searched under the same
+workload. The options the record does not state (TP comm overlap; MoE overlap and CUDA graphs where no
+preset is quoted) are the defaults `optimize` would use.
 
 Per problem: the recipe (a problem with several published layouts keeps the best measured one), the
 pick (fastest feasible point under the default memory margin), the predicted ratio pick/recipe, the
@@ -38,7 +41,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs  # noqa: E402
+from autopar.calibration.records import (  # noqa: E402
+    measured_tokens_per_s_per_gpu,
+    notes_moe_options,
+    row_to_specs,
+)
 from autopar.calibration.runs import read_run_records  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.defaults import tp_comm_overlap_default  # noqa: E402
@@ -51,7 +58,8 @@ DEV_SOURCES = ("nemo_perf_summary", "mbridge_perf_summary")
 HELDOUT_SOURCES = ("nemo_perf_summary_2504", "nemo_automodel", "torchtitan_bench")
 # Sections of a source that are not pre-training (fine-tuning rows freeze or reuse weights).
 _NOT_PRETRAINING = ("lora", "sft", "fine-tun", "finetun")
-# Workload options a user does not type: set to what `autopar optimize` uses when the flag is not given.
+# Workload options a user types only when their stack's preset states them: set to what `autopar optimize`
+# uses when the flag is not given, unless the record's notes quote a preset that states them.
 _UNTYPED = ("moe_ep_overlap", "cuda_graphs")
 # Strategy knobs compared between recipe and pick, in label order.
 KNOBS = ("tp", "sp", "pp", "vpp", "cp", "cp_comm", "ep", "etp", "dp", "zero", "micro_batch", "recompute")
@@ -102,16 +110,19 @@ def _pretraining(row: Mapping[str, Any]) -> bool:
     return not any(k in where for k in _NOT_PRETRAINING)
 
 
-def user_workload(w: Workload) -> Workload:
-    """The record's workload with the options a user does not type at their `autopar optimize` defaults."""
+def user_workload(w: Workload, stated: Mapping[str, Any] | None = None) -> Workload:
+    """The record's workload with the options a user does not type at their `autopar optimize` defaults;
+    `stated` (records.notes_moe_options: what the record's stack preset states) overrides them."""
     base = Workload(seq_len=w.seq_len, global_batch=w.global_batch, framework=w.framework)
     update = {k: getattr(base, k) for k in _UNTYPED}
+    update.update({k: v for k, v in (stated or {}).items() if k in _UNTYPED})
     update["tp_comm_overlap"] = tp_comm_overlap_default(w.framework)
     return w.model_copy(update=update)
 
 
 def load_problems(only: str = "") -> list[Problem]:
-    """Every pre-training problem of the recipe sources, with its best measured layout."""
+    """Every pre-training problem of the recipe sources, with its best measured layout and the options
+    that layout's preset states (given to the pick too)."""
     rows = read_run_records(published_runs_path()).fillna("").to_dict("records")
     rows += read_run_records(FRONTIER).fillna("").to_dict("records")
     best: dict[tuple, Problem] = {}
@@ -123,9 +134,14 @@ def load_problems(only: str = "") -> list[Problem]:
             continue
         meas = measured_tokens_per_s_per_gpu(row)[0]
         specs = row_to_specs(row)
-        wl = user_workload(specs.workload)
+        wl = user_workload(specs.workload, notes_moe_options(row))
         c = specs.cluster
-        key = (specs.model.name, c.gpu.name, c.num_gpus, c.host_size, wl.model_dump_json())
+        # keyed without the preset's options (dispatcher, MoE overlap, CUDA graphs): they come with the recipe
+        # kept, the best measured layout of the problem
+        kw = user_workload(wl).model_copy(
+            update={"moe_dispatcher": Workload.model_fields["moe_dispatcher"].default}
+        )
+        key = (specs.model.name, c.gpu.name, c.num_gpus, c.host_size, kw.model_dump_json())
         if meas is None or (key in best and best[key].measured >= meas):
             continue
         ref = str(row.get("source_ref") or src)

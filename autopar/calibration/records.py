@@ -100,7 +100,8 @@ _FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
 
 def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
     """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling), force-balanced
-    MoE routing (moe_imbalance = 1.0) and a DeepEP/HybridEP dispatcher (moe_dispatcher = flex)."""
+    MoE routing (moe_imbalance = 1.0), a DeepEP/HybridEP dispatcher (moe_dispatcher = flex) and the stack
+    preset's MoE all-to-all overlap and CUDA-graph mode (notes_moe_options)."""
     notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
     out: dict[str, Any] = {}
     if prec == "fp8":
@@ -115,10 +116,34 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if any(k in notes + fw for k in _FLEX_MARKERS):
         out["moe_dispatcher"] = "flex"
         assumed.append("moe_dispatcher=flex (notes/framework name DeepEP or HybridEP)")
+    stated = notes_moe_options(row)
+    out.update(stated)
+    assumed.extend(f"{k}={str(v).lower()} (notes: the stack preset states it)" for k, v in stated.items())
     where = notes + str(_cell(row, "source_ref") or "").lower().replace(" ", "")
     if any(k in where for k in _LORA_MARKERS):  # frozen base weights (perf/finetune.py)
         out["finetune"] = "lora"
         assumed.append("finetune=lora (source section / notes: LoRA)")
+    return out
+
+
+# Options a record's notes quote from the stack preset that ran it (Megatron-Bridge
+# scripts/performance/utils set_workload_base_configs): `moe_a2a_overlap=True|False` (sets
+# overlap_moe_expert_parallel_comm and delay_wgrad_compute) and `cuda_graph_impl=...`; only
+# `full_iteration` captures the whole step (the per-layer transformer_engine scopes leave expert compute and
+# dispatch eager, so Workload.cuda_graphs, which removes every layer's issue floor, stays off for them).
+# Compared after removing spaces, '-' and '_'.
+_EP_OVERLAP_NOTE = re.compile(r"moea2aoverlap=(true|false)")
+_CUDA_GRAPH_NOTE = re.compile(r"cudagraphimpl=([a-z]+)")
+
+
+def notes_moe_options(row: Mapping[str, Any]) -> dict[str, bool]:
+    """Workload.moe_ep_overlap / cuda_graphs as a record's notes state them (absent when not stated)."""
+    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+    out: dict[str, bool] = {}
+    if m := _EP_OVERLAP_NOTE.search(notes):
+        out["moe_ep_overlap"] = m.group(1) == "true"
+    if m := _CUDA_GRAPH_NOTE.search(notes):
+        out["cuda_graphs"] = m.group(1) == "fulliteration"
     return out
 
 
