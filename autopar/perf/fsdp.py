@@ -76,18 +76,35 @@ def collectives(links: comm.Links) -> Collective:
 
 def _bucketed(
     coll: Collective, kind: int, total_params: Num, bucket: Num, bytes_per: float, size: Num, stride: Num,
-    window: Num, on: Num,
-) -> DpTime:  # fmt: skip
-    """Buckets issued as their gradients are ready: the last bucket never hides, the rest hide under `window`
-    (nothing where `on` is false, there are no parameters or the group is one rank)."""
+    on: Num,
+) -> tuple[Num, Num]:  # fmt: skip
+    """(last bucket, all buckets) seconds of one bucketed collective; zeros where `on` is false, there are no
+    parameters or the group is one rank."""
     on = on & (total_params > 0) & (size > 1)
     if on is False:  # one strategy with nothing to send: no collective to time
-        return DpTime(0.0, 0.0)
+        return 0.0, 0.0
     per = where(on, coll(kind, where(on, bytes_per * minimum(bucket, total_params), 0.0), size, stride), 0.0)
     n = maximum(1, -(-total_params // bucket))
-    total = n * per
-    exposed = maximum(per, total - window)
-    return DpTime(where(on, exposed, 0.0), where(on, total - exposed, 0.0))
+    return per, n * per
+
+
+def shared_window(parts: list[tuple[Num, Num]], window: Num) -> DpTime:
+    """Bucketed collectives issued in one pass (dense and expert buffers) hide under one window on one NIC.
+
+    Megatron-Core keeps dense and expert-parallel parameters in separate buffers reduced over different groups
+    (megatron/core/distributed/distributed_data_parallel.py: `buffers` over the dp·cp group,
+    `expert_parallel_buffers` over the expert-DP group); the backward hook of either launches its bucket's
+    collective as soon as the bucket is full (param_and_grad_buffer.py `_ParamAndGradBucketGroup.
+    register_grad_ready` → `start_grad_sync`), so both run during the same backward and their bytes share the
+    GPU's links: the window covers their summed time once. Each last bucket is ready only as the pass ends,
+    so the last buckets never hide: exposed = max(Σ last buckets, Σ all buckets − window).
+    """
+    last: Num = 0.0
+    total: Num = 0.0
+    for per, all_buckets in parts:
+        last, total = last + per, total + all_buckets
+    exposed = maximum(last, total - window)
+    return DpTime(exposed, total - exposed)
 
 
 def ddp_time(
@@ -103,24 +120,22 @@ def ddp_time(
 ) -> DpTime:
     """Gradient all-reduce (zero 0) or reduce-scatter + parameter all-gather (ZeRO-1/2), bucketed.
 
-    The gradient buckets hide under the last micro-batch's backward (--overlap-grad-reduce), the parameter
-    gathers under the first micro-batch's forward (--overlap-param-gather); formulas §4.2 DP.
+    The dense and expert gradient buckets share the last micro-batch's backward (--overlap-grad-reduce), the
+    parameter gathers the first micro-batch's forward (--overlap-param-gather): `shared_window`; formulas
+    §4.2 DP.
     """
     gb = 4.0  # fp32 main gradients (Megatron bf16 default; formulas §4.2)
     coll = coll or collectives(links)
-    exposed: Num = 0.0
-    overlapped: Num = 0.0
+    reduce: list[tuple[Num, Num]] = []
+    gather: list[tuple[Num, Num]] = []
     for n_params, size, stride in ((ne, g.n_shard, g.shard_stride), (ex, g.n_edp, g.edp_stride)):
         bucket = bucket_params(framework, size, gb)
         ddp, sharded = zero == 0, zero != 0
-        for kind, bytes_per, window, on in (
-            (AR, gb, bwd_mb, ddp),
-            (RS, gb, bwd_mb, sharded),
-            (AG, 2.0, fwd_mb, sharded),
-        ):
-            x = _bucketed(coll, kind, n_params, bucket, bytes_per, size, stride, window, on)
-            exposed, overlapped = exposed + x.exposed, overlapped + x.overlapped
-    return DpTime(exposed, overlapped)
+        reduce.append(_bucketed(coll, AR, n_params, bucket, gb, size, stride, ddp))
+        reduce.append(_bucketed(coll, RS, n_params, bucket, gb, size, stride, sharded))
+        gather.append(_bucketed(coll, AG, n_params, bucket, 2.0, size, stride, sharded))
+    r, a = shared_window(reduce, bwd_mb), shared_window(gather, fwd_mb)
+    return DpTime(r.exposed + a.exposed, r.overlapped + a.overlapped)
 
 
 @dataclass(frozen=True, slots=True)
