@@ -37,7 +37,7 @@ CLUSTER = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=2, gpus_per_node=2)
 WL = Workload(seq_len=2048, global_batch=GLOBAL_BATCH)
 
 WORKER = """
-import json, sys, time
+import json, os, sys, time
 from autopar.catalog import get_gpu
 from autopar.search import optimize
 from autopar.search.shared import SharedStudy
@@ -48,7 +48,10 @@ def hang(self, tid, *a, **kw):
     calls.append(tid)
     if len(calls) == int(pause_at):  # hang mid-trial (the trial is RUNNING in the study) until killed
         attrs = self.storage.get_trial(tid).user_attrs
-        open(marker, "w").write(json.dumps({"strategy": attrs["strategy"]}))
+        # written whole, then renamed: the test kills this process as soon as the marker exists
+        with open(marker + ".tmp", "w") as f:
+            f.write(json.dumps({"strategy": attrs["strategy"]}))
+        os.replace(marker + ".tmp", marker)
         time.sleep(600)
     return finish(self, tid, *a, **kw)
 SharedStudy.finish = hang
