@@ -79,3 +79,26 @@ def test_recipe_bench_keeps_stated_options_and_defaults_the_rest(monkeypatch):
     assert kept.moe_ep_overlap and kept.cuda_graphs == default.cuda_graphs
     # a stated False stays False
     assert not mod.user_workload(w, {"moe_ep_overlap": False}).moe_ep_overlap
+
+
+@pytest.mark.parametrize(
+    ("notes", "on"),
+    [
+        ("async TP on, FSDP", True),
+        ("TP comm overlap (userbuffers)", True),
+        ("TP comm overlap not stated", False),
+        ("tp_comm_overlap=False", False),
+        ("no async TP", False),
+        ("async TP, offload 2 layers", True),
+    ],
+)
+def test_tp_overlap_notes_read_negations(notes, on):
+    # A dense torchtitan row (the NeMo TP>1 default does not apply): only the notes decide.
+    row = dict(ROW, model="Llama-3.1-8B", framework="torchtitan", ep="", vpp="", pp=1, notes=notes)
+    assert row_to_specs(row).workload.tp_comm_overlap is on
+
+
+@pytest.mark.parametrize(("notes", "flex"), [("dispatcher DeepEP", True), ("alltoall, no DeepEP", False)])
+def test_dispatcher_notes_read_negations(notes, flex):
+    spec = row_to_specs(dict(ROW, notes=notes))
+    assert (spec.workload.moe_dispatcher == "flex") is flex

@@ -77,6 +77,22 @@ ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
 # Notes that say the run overlapped TP communication (optional column `tp_comm_overlap` wins when present);
 # compared after removing spaces, '-' and '_'.
 _TP_OVERLAP_MARKERS = ("asynctp", "tpcommoverlap")
+# What may follow or precede a marker to say the option was off or is unknown ("TP comm overlap not stated",
+# "tp_comm_overlap=False", "no async TP"); compared on the same squeezed text.
+_NEGATED_AFTER = re.compile(r"(notstated|unstated|unknown|=false|=0|off(?!load)|disabled|\(no\)|:no)")
+_NEGATED_BEFORE = ("no", "without", "notusing", "disabled")
+
+
+def mentions_on(notes: str, markers: tuple[str, ...]) -> bool:
+    """Whether squeezed notes name one of `markers` as used: a mention that a negation follows or precedes
+    ("... not stated", "=false", "no async TP") does not count."""
+    for k in markers:
+        for m in re.finditer(re.escape(k), notes):
+            after, before = notes[m.end() : m.end() + 12], notes[max(0, m.start() - 9) : m.start()]
+            if not _NEGATED_AFTER.match(after) and not before.endswith(_NEGATED_BEFORE):
+                return True
+    return False
+
 
 # NeMo's performance recipes turn TE userbuffers TP comm overlap on whenever TP > 1 (NVIDIA/NeMo
 # nemo/collections/llm/recipes/gpt3_175b.py `pretrain_performance_optimizations`:
@@ -109,11 +125,11 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
         if recipe is not None:
             out["fp8_recipe"] = recipe
             assumed.append(f"fp8_recipe={recipe} (from the notes)")
-    if any(k in notes for k in _BALANCE_MARKERS):
+    if mentions_on(notes, _BALANCE_MARKERS):
         out["moe_imbalance"] = 1.0
         assumed.append("moe_imbalance=1.0 (notes: routing force-balanced)")
     fw = str(_cell(row, "framework") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-    if any(k in notes + fw for k in _FLEX_MARKERS):
+    if mentions_on(notes, _FLEX_MARKERS) or any(k in fw for k in _FLEX_MARKERS):
         out["moe_dispatcher"] = "flex"
         assumed.append("moe_dispatcher=flex (notes/framework name DeepEP or HybridEP)")
     stated = notes_moe_options(row)
@@ -429,7 +445,7 @@ def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
     if overlap is not None:
         return overlap
     notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-    if any(k in notes for k in _TP_OVERLAP_MARKERS):
+    if mentions_on(notes, _TP_OVERLAP_MARKERS):
         assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
         return True
     if _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
