@@ -223,3 +223,29 @@ def test_shipped_layout_table_is_current_and_read_without_pandas():
         "assert 'pandas' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------- a team's own runs count
+def test_a_calibrations_own_runs_are_evidence():
+    """Runs a calibration was fitted on are measured evidence: a layout equal to one of them is 0 steps
+    away, where against the published runs alone (no Blackwell GPU among them) it is at least a GPU
+    family away."""
+    from autopar.calibration.apply import fit_calibration
+    from autopar.calibration.runs import check_file
+    from autopar.data import published_runs_path
+    from autopar.search.evidence import reference_for
+
+    dev = Path(__file__).resolve().parents[1] / "bench" / "data" / "frontier_runs.csv"
+    team = [r for r in check_file(dev).records if r["source"] == "mbridge_perf_summary"][:12]
+    team = [r for r in team if str(r["gpu"]).startswith("GB")]
+    assert len(team) >= 3
+    pub = [r for r in check_file(published_runs_path()).records if r["source"] == "nemo_perf_summary"]
+    cal = fit_calibration(pub + team, name="team", evaluate=False)
+    assert len(cal.meta.layouts) == cal.meta.n_train  # one layout per used run
+    p = novelty.record_point(team[0])
+    assert reference_for(None).evidence(p).steps >= novelty.CATEGORY_STEPS["family"]
+    ev = reference_for(cal).evidence(p)
+    assert ev.steps == 0.0 and str(team[0]["id"]) in ev.nearest.label
+    # kept through the JSON model file
+    back = type(cal).load(cal.save(Path(pytest.importorskip("tempfile").mkdtemp()) / "team.json"))
+    assert reference_for(back).evidence(p).steps == 0.0

@@ -108,6 +108,9 @@ class CalibrationMeta:
     memory_choice: dict[str, Any] = field(default_factory=dict)
     memory_cv: list[dict[str, Any]] = field(default_factory=list)
     memory_scheme: str = ""
+    # The throughput runs it was fitted on, as novelty sees them (calibration/novelty.py LayoutPoint fields):
+    # a prediction's band widens with the distance to these and to the published runs (issue 21).
+    layouts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def training_fingerprint(*sets: TrainingSet | None) -> str:
@@ -375,6 +378,7 @@ def fit_calibration(
         group=group,
         evaluate=evaluate,
         caps=caps,
+        records=records,
     )
 
 
@@ -420,9 +424,12 @@ def fit_training_set(
     group: str | None = None,
     evaluate: bool = True,
     caps: tuple[float | None, float | None] = (None, None),
+    records: Sequence[Mapping[str, Any]] = (),
 ) -> Calibration:
     """Fit on prepared training sets; `group` names the cluster whose offset every prediction gets.
-    `caps`: (throughput, memory) shrink caps to use instead of the nested check (None: run it)."""
+    `caps`: (throughput, memory) shrink caps to use instead of the nested check (None: run it).
+    `records`: the run records `ts` was built from; the layouts of those it used are kept (meta.layouts)
+    so that novelty counts them as measured evidence."""
     if len(ts) < 3:
         raise DataError(
             f"need at least 3 usable runs to fit a calibration, have {len(ts)}"
@@ -449,8 +456,18 @@ def fit_training_set(
         memory_choice=mchoice,
         memory_cv=mcv,
         memory_scheme=mscheme,
+        layouts=training_layouts(records, ts.ids),
     )
     return Calibration(corrector, meta, mem)
+
+
+def training_layouts(records: Sequence[Mapping[str, Any]], used: Sequence[str]) -> list[dict[str, Any]]:
+    """The novelty LayoutPoints (as plain dicts) of the records whose ids a training set used."""
+    from autopar.calibration import novelty
+
+    ids = set(used)
+    rows = [r for r in records if str(r.get("id")) in ids]
+    return [{**asdict(p), "knobs": list(p.knobs)} for p in novelty.record_points(rows)]  # JSON-shaped
 
 
 def _records(table: Any) -> list[dict[str, Any]]:

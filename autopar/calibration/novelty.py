@@ -14,7 +14,9 @@
 
 The distance is L1 (the steps add up), so "2 steps away" reads "CP 2 -> 4 and twice the GPUs per
 domain", which is what the report prints for the nearest run. The nearest run is searched among the
-published runs (autopar/data/published_runs.csv) that the shipped calibration trains on.
+published runs (autopar/data/published_runs.csv) that the shipped calibration trains on, plus the runs a
+user's calibration was fitted on (`calibrate fit` keeps their layouts: CalibrationMeta.layouts), so a
+team's own runs narrow the bands near their layouts.
 
 **Band widening**: a corrector band calibrated on left-out sources holds for layouts like those
 sources' runs. Beyond KNEE_STEPS from every measured run the band's log half-width grows by
@@ -278,6 +280,20 @@ def reference_document(points_raw: Any, *, check_only: bool = False) -> dict[str
         "published_runs_sha256": digest,
         "points_raw": rows,
     }
+
+
+def reference_with(raw_points: Sequence[dict[str, Any]]) -> Reference:
+    """The published runs plus other measured runs (a calibration's own, CalibrationMeta.layouts, as plain
+    dicts); the published reference itself when there are none."""
+    if not raw_points:
+        return published_reference()
+    return _reference_with(json.dumps(list(raw_points), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _reference_with(raw_json: str) -> Reference:
+    extra = tuple(_point_of(p) for p in json.loads(raw_json))
+    return Reference(published_points() + extra)
 
 
 def _point_of(raw: dict[str, Any]) -> LayoutPoint:

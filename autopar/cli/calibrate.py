@@ -515,7 +515,8 @@ def fit_cmd(
     records = gather_records(store, public, data)
     ts = build_training_set(records)
     grp = group if group is not None else _default_group(store, set(ts.groups))
-    cal = fit_training_set(ts, name=out.stem, memory_ts=build_training_set(records, "memory"), group=grp)
+    mem = build_training_set(records, "memory")
+    cal = fit_training_set(ts, name=out.stem, memory_ts=mem, group=grp, records=records)
     curve = _adapt(cal, ts, grp) if grp is not None else []
     cal.save(out)
     if as_json:

@@ -124,7 +124,9 @@ def evaluate(
     est, mem_band = analytical, None
     if calib is not None:
         est = calib.apply(model, cluster, workload, s, analytical)
-        est = widen_for_novelty(est, model, cluster, workload, s)  # band widens away from the data (issue 21)
+        est = widen_for_novelty(
+            est, model, cluster, workload, s, calib
+        )  # widens away from the data (issue 21)
         _, mlo, mhi = calib.memory_factor(model, cluster, workload, s, analytical)
         mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
     verdict = memory_verdict(

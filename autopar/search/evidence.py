@@ -1,7 +1,8 @@
 """The evidence behind the search's points: how far each lies from the measured runs (its band widened
 for that, autopar/calibration/novelty.py), the value it can defend, and the published recipe beside the pick.
 
-- `evidence_of(model, hardware)`: a function TrialRecord -> novelty.Evidence (cached per point).
+- `evidence_of(model, hardware, calibration)`: a function TrialRecord -> novelty.Evidence (cached per point)
+  against the published runs and those the calibration was fitted on.
 - `widen_records`: every feasible trial's throughput band widened by its novelty.
 - `defensible(r, name, ev)`: the objective value at the pessimistic end of the point's 80% throughput band
   (the band's low end for throughput and MFU, its high end for cost and step time). Without a corrector
@@ -29,11 +30,17 @@ EvidenceFn = Callable[[TrialRecord], novelty.Evidence]
 POWER = {"throughput": 1, "mfu": 1, "cost": -1, "step_time": -1}
 
 
-def evidence_of(model: Any, hardware: Sequence[Any]) -> EvidenceFn:
-    """TrialRecord -> its Evidence against the published runs; `hardware` are the search's Hardware
-    options (cluster, precision, workload), matched to a trial by GPU, count and precision."""
+def reference_for(calibration: Any = None) -> novelty.Reference:
+    """The measured runs novelty counts: the published ones plus those `calibration` was fitted on."""
+    layouts = getattr(getattr(calibration, "meta", None), "layouts", None) or ()
+    return novelty.reference_with(layouts)
+
+
+def evidence_of(model: Any, hardware: Sequence[Any], calibration: Any = None) -> EvidenceFn:
+    """TrialRecord -> its Evidence against the measured runs (reference_for); `hardware` are the search's
+    Hardware options (cluster, precision, workload), matched to a trial by GPU, count and precision."""
     by_hw = {(h.gpu, h.num_gpus, h.precision): h for h in hardware}
-    ref = novelty.published_reference()
+    ref = reference_for(calibration)
     cache: dict[tuple, novelty.Evidence] = {}
 
     def ev(t: TrialRecord) -> novelty.Evidence:
@@ -47,9 +54,11 @@ def evidence_of(model: Any, hardware: Sequence[Any]) -> EvidenceFn:
     return ev
 
 
-def widen_for_novelty(est: Estimate, model: Any, cluster: Any, workload: Any, strategy: Any) -> Estimate:
-    """One estimate's band widened for its novelty against the published runs (`estimate`, `compare`)."""
-    ev = novelty.published_reference().evidence(novelty.point(model, cluster, workload, strategy))
+def widen_for_novelty(
+    est: Estimate, model: Any, cluster: Any, workload: Any, strategy: Any, calibration: Any = None
+) -> Estimate:
+    """One estimate's band widened for its novelty against the measured runs (`estimate`, `compare`)."""
+    ev = reference_for(calibration).evidence(novelty.point(model, cluster, workload, strategy))
     return novelty.widen(est, ev)
 
 
@@ -106,6 +115,6 @@ def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) 
         if calibration is not None:
             est = calibration.apply(model, h.cluster, h.workload, rec.strategy(), est)
         s = est.strategy or rec.strategy()
-        ev = novelty.published_reference().evidence(novelty.point(model, h.cluster, h.workload, s))
+        ev = reference_for(calibration).evidence(novelty.point(model, h.cluster, h.workload, s))
         return RecipeBeside(rec, novelty.widen(est, ev), ev)
     return None

@@ -304,7 +304,9 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
     else:
         valid, exact = count_valid(space, ctx.ev, random.Random(s.seed))
     records = _records(run, space)
-    evidence = evidence_of(ctx.model, space.hardware)  # bands widened away from the measured runs (issue 21)
+    evidence = evidence_of(
+        ctx.model, space.hardware, calibration
+    )  # bands widened away from the measured runs (issue 21)
     widen_records(records, evidence)
     front = pareto_records(records, objs)
     notes = _notes(space, objs, ctx.prices, s.budget, sampler, run)
