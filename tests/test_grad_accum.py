@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from autopar.calibration.records import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.perf.context import perf_context
 from autopar.perf.estimate import estimate, grad_accum_time
@@ -50,3 +51,44 @@ def test_estimate_adds_one_pass_per_extra_micro_batch():
     ctx = perf_context(MODEL, ONE_GPU, Workload(seq_len=2048, global_batch=8, framework="deepspeed"))
     one_pass = 6.0 * count_params(MODEL).total / ctx.hbm  # the single stage holds every parameter
     assert compute(16) - 2 * compute(8) == pytest.approx(one_pass, rel=1e-9)
+
+
+def test_deepspeed_bf16_optimizer_adds_fp32_copies_every_micro_batch():
+    """BF16_Optimizer: cast (read 2, write 4) + add into fp32 (read 4 + 4, write 4) = 18 B for all m micro-batches;
+    the flag means nothing outside DeepSpeed."""
+    params, sh = StageParams(1.2e9, 0.0, 1e8), _sharding(1, 8)
+    w = Workload(seq_len=2048, global_batch=8, framework="deepspeed", bf16_optimizer=True)
+    ctx = perf_context(MODEL, ONE_GPU, w)
+    assert grad_accum_time(ctx, params, sh, 5) == pytest.approx(5 * 18.0 * 1.2e9 / ctx.hbm, rel=1e-12)
+    mg = perf_context(MODEL, ONE_GPU, w.model_copy(update={"framework": "megatron"}))
+    assert grad_accum_time(mg, params, sh, 5) == 0.0
+
+
+BLOOM_ROW = {
+    "id": "X", "model": "BLOOM-176B", "gpu": "A100-80GB", "num_gpus": 384, "gpus_per_node": 8, "tp": 4, "pp": 12,
+    "seq_len": 2048, "global_batch": 2048, "micro_batch": 2, "precision": "bf16", "zero": 1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("framework", "notes", "expected"),
+    [
+        ("Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)", "", True),
+        (
+            "Megatron-DeepSpeed (ZeRO-1)",
+            "precision: bf16 with the BF16 optimizer (fp32 grad accumulation)",
+            True,
+        ),
+        ("Megatron-DeepSpeed (ZeRO-1)", "precision: fp16", False),
+        (
+            "Megatron-DeepSpeed (ZeRO-1) fp16",
+            "the section says testing switched to the BF16 optimizer",
+            False,
+        ),
+    ],
+)
+def test_records_name_the_bf16_optimizer(framework, notes, expected):
+    prec = "fp16" if framework.endswith("fp16") else "bf16"
+    framework = framework.removesuffix(" fp16")
+    w = row_to_specs({**BLOOM_ROW, "framework": framework, "notes": notes, "precision": prec}).workload
+    assert w.framework == "deepspeed" and w.bf16_optimizer is expected

@@ -457,14 +457,24 @@ def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Shar
     return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
 
 
+# DeepSpeed's BF16_Optimizer drops the bf16 gradients before each micro-batch's backward (`clear_lp_grads`,
+# set to None) and after it adds them, cast to fp32, into fp32 copies (deepspeed/runtime/bf16_optimizer.py
+# `_update_hp_grad`: `hp_grad.add_(lp.grad.to(fp32))`): the cast reads 2 B and writes 4, the add reads 4 + 4 and
+# writes 4, per parameter and every micro-batch (the first one's too: the fp32 copies start at zero).
+BF16_OPTIMIZER_ACCUM_BYTES = 18.0
+
+
 def grad_accum_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Sharding, m: Num) -> Num:
     """Memory-bound passes that add each micro-batch's weight gradients to the accumulated ones, for the m - 1
     micro-batches after the first (the first one's gradients are stored as they are): the stack's bytes per
     parameter (software.yaml grad_accum_bytes; 0 where the weight-gradient GEMM accumulates) over the gradients
     this GPU accumulates: all of its stage's, or its shard of them when ZeRO-2/3 reduce-scatters every
-    micro-batch. The stage's parameters are the first stage's, as for the optimizer step."""
+    micro-batch; under DeepSpeed's BF16 optimizer BF16_OPTIMIZER_ACCUM_BYTES for all m. The stage's parameters
+    are the first stage's, as for the optimizer step."""
     ne, ex = params.non_expert, params.expert
     grads = where(sh.zero >= 2, ne / sh.n_shard + ex / sh.n_eshard, ne + ex) * sh.trainable
+    if ctx.w.bf16_optimizer and ctx.w.framework == "deepspeed":  # the workload's, the same for every row
+        return m * BF16_OPTIMIZER_ACCUM_BYTES * grads / ctx.hbm
     return (m - 1) * ctx.sw.grad_accum_bytes * grads / ctx.hbm
 
 
