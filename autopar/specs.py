@@ -355,6 +355,11 @@ class Workload(_Frozen):
         default=False,
         description="capture layers in CUDA graphs (Megatron --cuda-graph-impl): removes the CPU issue floor",
     )
+    bf16_optimizer: bool = Field(
+        default=False,
+        description="DeepSpeed's BF16_Optimizer (bf16 with its own ZeRO-1): after every micro-batch's backward "
+        "it adds the bf16 gradients, cast to fp32, into fp32 copies (only with framework deepspeed)",
+    )
     moe_ep_overlap: bool = Field(
         default=False,
         description="overlap dispatch/combine with another micro-batch's compute (Megatron "

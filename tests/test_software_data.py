@@ -27,6 +27,9 @@ def test_named_values_reach_the_dataclass():
     assert software_for("deepspeed").zero3_collectives_per_layer == 12
     assert isinstance(mg.zero3_collectives_per_layer, int) and isinstance(mg.elementwise_passes, float)
     assert not software_for("megatron-legacy").flash_attention
+    # gradient accumulation: fused into Megatron's wgrad GEMM (0, a legal value); autograd's in-place add of
+    # 2-byte gradients under Megatron-DeepSpeed (read accumulated + read new + write = 6 B)
+    assert (mg.grad_accum_bytes, software_for("deepspeed").grad_accum_bytes) == (0.0, 6.0)
     assert tuple(parse_software(DOC, "software.yaml")) == FRAMEWORKS  # the registry's stacks, in its order
 
 
@@ -49,6 +52,7 @@ def _broken(stack: str, **change: object) -> dict:
         ("megatron", {"tp_overlap_hidden": 1.2}, "field 'tp_overlap_hidden' must be a share in [0, 1]"),
         ("megatron", {"loss_bytes_per_logit": 0}, "field 'loss_bytes_per_logit' must be positive, got 0"),
         ("megatron", {"torch_cp": "no"}, "field 'torch_cp' must be true or false, got 'no'"),
+        ("deepspeed", {"grad_accum_bytes": -1}, "field 'grad_accum_bytes' must be zero or positive, got -1"),
         ("torchtitan", {"elementwise_passes": "2"}, "field 'elementwise_passes' must be a number, got '2'"),
         ("torchtitan", {"description": " "}, "field 'description' must be a non-empty string"),
     ],

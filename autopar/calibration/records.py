@@ -112,12 +112,16 @@ _BALANCE_MARKERS = ("forcebalance", "forcedbalance", "forceloadbalancing")
 # A record that names a deduplicating EP dispatcher (DeepEP / HybridEP, e.g. NeMo AutoModel's "Kernel
 # Optimizations=TE + DeepEP") ran Megatron's flex dispatcher path (perf/moe.py flex_a2a_time).
 _FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
+# A bf16 record that names DeepSpeed's BF16 optimizer (e.g. "Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)")
+# accumulated its gradients in fp32 after every micro-batch (perf/estimate.py grad_accum_time); an fp16 row
+# never ran it, whatever its notes say about the switch.
+_BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
 
 
 def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
     """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling), force-balanced
-    MoE routing (moe_imbalance = 1.0), a DeepEP/HybridEP dispatcher (moe_dispatcher = flex) and the stack
-    preset's MoE all-to-all overlap and CUDA-graph mode (notes_moe_options)."""
+    MoE routing (moe_imbalance = 1.0), a DeepEP/HybridEP dispatcher (moe_dispatcher = flex), DeepSpeed's BF16
+    optimizer and the stack preset's MoE all-to-all overlap and CUDA-graph mode (notes_moe_options)."""
     notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
     out: dict[str, Any] = {}
     if prec == "fp8":
@@ -132,6 +136,10 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if mentions_on(notes, _FLEX_MARKERS) or any(k in fw for k in _FLEX_MARKERS):
         out["moe_dispatcher"] = "flex"
         assumed.append("moe_dispatcher=flex (notes/framework name DeepEP or HybridEP)")
+    bf16 = str(_cell(row, "precision") or "").strip().lower() == "bf16"  # the cell: fp16 reads as bf16 here
+    if bf16 and any(k in notes + fw for k in _BF16_OPTIMIZER_MARKERS):
+        out["bf16_optimizer"] = True
+        assumed.append("bf16_optimizer=true (notes/framework name DeepSpeed's BF16 optimizer)")
     stated = notes_moe_options(row)
     out.update(stated)
     assumed.extend(f"{k}={str(v).lower()} (notes: the stack preset states it)" for k, v in stated.items())

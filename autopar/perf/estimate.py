@@ -407,7 +407,8 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     send = comm.p2p(lc.pp_bytes, crosses_node(ctx, t, c, d, p), ctx.links)
     bubble, pp_comm = pipeline.pipeline_time(k.pp_schedule, p, m, k.vpp if p > 1 else 1, st.mean_total, send)
     opt = optimizer_time(ctx, params, sh, slowest.comp - slowest.fwd)
-    tb = time_breakdown(m, slowest, dpt, bubble, pp_comm, opt, _offload_time(ctx, s, lc, st))
+    acc = grad_accum_time(ctx, params, sh, m)
+    tb = time_breakdown(m, slowest, dpt, bubble, pp_comm, opt, _offload_time(ctx, s, lc, st), acc)
     return _assemble(ctx, s, k, tb, mem, _notes(ctx, s, st))
 
 
@@ -417,12 +418,20 @@ def micro_batches(w: Workload, micro_batch: Num, d: Num) -> Num:
 
 
 def time_breakdown(
-    m: Num, slowest: StageTime, dpt: fsdp.DpTime, bubble: Num, pp_comm: Num, opt: Num, act_offload: Num
+    m: Num,
+    slowest: StageTime,
+    dpt: fsdp.DpTime,
+    bubble: Num,
+    pp_comm: Num,
+    opt: Num,
+    act_offload: Num,
+    accum: Num = 0.0,
 ) -> TimeBreakdown:
     """The step's time terms: m micro-batches on the slowest stage (the DP collectives hidden under its
-    compute slow it by OVERLAP_SLOWDOWN), and the per-step pipeline, DP, optimizer and offload terms."""
+    compute slow it by OVERLAP_SLOWDOWN) with the gradient-accumulation passes between them (`accum`,
+    grad_accum_time), and the per-step pipeline, DP, optimizer and offload terms."""
     return TimeBreakdown(
-        compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped,
+        compute=m * slowest.comp + OVERLAP_SLOWDOWN * dpt.overlapped + accum,
         recompute=m * slowest.re,
         tp_comm=m * slowest.tp,
         cp_comm=m * slowest.cp,
@@ -446,6 +455,27 @@ def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Shar
     local = memory.local_optimizer_params(params, sh)
     opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
     return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
+
+
+# DeepSpeed's BF16_Optimizer drops the bf16 gradients before each micro-batch's backward (`clear_lp_grads`,
+# set to None) and after it adds them, cast to fp32, into fp32 copies (deepspeed/runtime/bf16_optimizer.py
+# `_update_hp_grad`: `hp_grad.add_(lp.grad.to(fp32))`): the cast reads 2 B and writes 4, the add reads 4 + 4 and
+# writes 4, per parameter and every micro-batch (the first one's too: the fp32 copies start at zero).
+BF16_OPTIMIZER_ACCUM_BYTES = 18.0
+
+
+def grad_accum_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Sharding, m: Num) -> Num:
+    """Memory-bound passes that add each micro-batch's weight gradients to the accumulated ones, for the m - 1
+    micro-batches after the first (the first one's gradients are stored as they are): the stack's bytes per
+    parameter (software.yaml grad_accum_bytes; 0 where the weight-gradient GEMM accumulates) over the gradients
+    this GPU accumulates: all of its stage's, or its shard of them when ZeRO-2/3 reduce-scatters every
+    micro-batch; under DeepSpeed's BF16 optimizer BF16_OPTIMIZER_ACCUM_BYTES for all m. The stage's parameters
+    are the first stage's, as for the optimizer step."""
+    ne, ex = params.non_expert, params.expert
+    grads = where(sh.zero >= 2, ne / sh.n_shard + ex / sh.n_eshard, ne + ex) * sh.trainable
+    if ctx.w.bf16_optimizer and ctx.w.framework == "deepspeed":  # the workload's, the same for every row
+        return m * BF16_OPTIMIZER_ACCUM_BYTES * grads / ctx.hbm
+    return (m - 1) * ctx.sw.grad_accum_bytes * grads / ctx.hbm
 
 
 def _notes(ctx: PerfContext, s: Strategy, st: Stages) -> list[str]:

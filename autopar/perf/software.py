@@ -32,6 +32,7 @@ class SoftwareProfile:
     loss_bytes_per_logit: float
     zero3_grad_bytes: float
     tp_overlap_hidden: float
+    grad_accum_bytes: float
     description: str
     torch_cp: bool = False
     source: str = ""
@@ -40,11 +41,12 @@ class SoftwareProfile:
 SOFTWARE_FILE = Path(__file__).resolve().parent.parent / "data" / "software.yaml"
 _FIELDS = {f.name: f.type for f in fields(SoftwareProfile) if f.name != "name"}
 _FRACTIONS = frozenset({"selective_gemm_fraction", "zero3_overlap", "tp_overlap_hidden"})
+_NON_NEGATIVE = frozenset({"grad_accum_bytes"})  # 0 is a value: no pass (fused accumulation)
 
 
 def _field_value(where: str, key: str, v: object) -> object:
     """One field's value, checked by its type: text non-empty, flags true/false, the collective count a
-    positive integer, shares in [0, 1], the other numbers positive."""
+    positive integer, shares in [0, 1], byte counts that may be zero non-negative, the other numbers positive."""
     kind = _FIELDS[key]
     if kind == "str":
         if isinstance(v, str) and v.strip():
@@ -63,6 +65,9 @@ def _field_value(where: str, key: str, v: object) -> object:
     if key in _FRACTIONS:
         if not 0 <= v <= 1:
             raise DataError(f"{where}: field '{key}' must be a share in [0, 1], got {v!r}")
+    elif key in _NON_NEGATIVE:
+        if v < 0:
+            raise DataError(f"{where}: field '{key}' must be zero or positive, got {v!r}")
     elif v <= 0:
         raise DataError(f"{where}: field '{key}' must be positive, got {v!r}")
     return float(v)

@@ -29,6 +29,7 @@ from autopar.perf.estimate import (
     StageTime,
     crosses_node,
     estimate,
+    grad_accum_time,
     headline,
     layer_mean,
     optimizer_time,
@@ -162,8 +163,9 @@ def _time_breakdown(
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, p0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
     opt = optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0]
+    acc = grad_accum_time(ctx, _slot0(params), sh, r.m[:, None])[:, 0]
     tb = time_breakdown(
-        r.m, slow, DpTime(dp_exposed, dp_overlapped), bubble, pp_comm, opt, _act_offload(ctx, r, lt, st)
+        r.m, slow, DpTime(dp_exposed, dp_overlapped), bubble, pp_comm, opt, _act_offload(ctx, r, lt, st), acc
     )
     return {k: getattr(tb, k) for k in TIME_PARTS}
 
