@@ -282,6 +282,7 @@ def sharding_of(
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
         stage_gathered=piped,
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
+        pp_defers_grad_sync=ctx.sw.pp_defers_grad_sync,
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
 
@@ -343,7 +344,7 @@ def _dp_time(
     m: int,
 ) -> fsdp.DpTime:
     if k.zero != 3:
-        return ddp_dp_time(ctx, k.zero, g, params, st0)
+        return ddp_dp_time(ctx, k.zero, g, params, st0, m, s.pp)
     return zero3_dp_time(ctx, s.tp, s.pp, g, params, st0, m, _unit_of(ctx))
 
 
@@ -357,15 +358,17 @@ def _unit_of(ctx: PerfContext) -> UnitFn:
 
 
 def ddp_dp_time(
-    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime,
-    coll: fsdp.Collective | None = None,
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: Num,
+    p: Num, coll: fsdp.Collective | None = None,
 ) -> fsdp.DpTime:  # fmt: skip
-    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage; only trainable parameters'
-    gradients are reduced (LoRA: the adapters)."""
+    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage over m micro-batches (ZeRO-2
+    reduces every micro-batch: fsdp.grad_reductions); only trainable parameters' gradients are reduced
+    (LoRA: the adapters)."""
     f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
     ne, ex = f * params.non_expert, f * params.expert
-    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll)
+    n_red = fsdp.grad_reductions(zero, m, p, ctx.sw.pp_defers_grad_sync)
+    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll, n_red)
 
 
 def zero3_dp_time(

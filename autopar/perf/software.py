@@ -34,6 +34,7 @@ class SoftwareProfile:
     tp_overlap_hidden: float
     description: str
     torch_cp: bool = False
+    pp_defers_grad_sync: bool = False
     source: str = ""
 
 
