@@ -1,5 +1,6 @@
 """ZeRO-2 keeps the fp32 gradients sharded, so it reduce-scatters every micro-batch's gradients (fsdp.grad_reductions,
-fsdp.ddp_time `reductions`), and its memory saving is the same decision (memory.grads_sharded)."""
+fsdp.ddp_time `reductions`), and its memory saving is the same decision (memory.grads_sharded). Only a PP schedule
+that defers the sync (torchtitan's) reduces once and keeps the stage's gradients (and ZeRO-3 parameters) whole."""
 
 from __future__ import annotations
 
@@ -63,20 +64,18 @@ def test_only_torchtitan_defers_the_sync_under_pp():
         assert not software_for(fw).pp_defers_grad_sync
 
 
-def _sharding(zero: int, piped: bool, defers: bool) -> Sharding:
-    return Sharding(zero, 8, 4, 12.0, 0.0, False, 2.0, 1.0, piped, pp_defers_grad_sync=defers)
+def _sharding(zero, deferred) -> Sharding:  # deferred: PP under a schedule that defers the sync
+    return Sharding(zero, 8, 4, 12.0, 0.0, False, 2.0, 1.0, deferred)
 
 
 def test_grad_memory_follows_the_same_decision():
     # 80M dense + 40M expert parameters: sharded fp32 grads 4·(80M/8 + 40M/4) = 80 MB; unsharded 480 MB.
     sp = StageParams(80e6, 40e6, 10e6)
-    assert model_states(sp, _sharding(2, False, False))[1] == pytest.approx(80e6)
-    assert model_states(sp, _sharding(2, True, False))[1] == pytest.approx(80e6)
-    assert model_states(sp, _sharding(2, True, True))[1] == pytest.approx(480e6)
-    assert model_states(sp, _sharding(1, False, False))[1] == pytest.approx(480e6)
-    assert grads_sharded(_sharding(2, False, True)) is True
-    piped = np.array([False, True, True])
-    sh = Sharding(np.array([2, 2, 1]), 8, 4, 12.0, 0.0, False, 2.0, 1.0, piped, pp_defers_grad_sync=True)
+    assert model_states(sp, _sharding(2, False))[1] == pytest.approx(80e6)
+    assert model_states(sp, _sharding(2, True))[1] == pytest.approx(480e6)
+    assert model_states(sp, _sharding(1, False))[1] == pytest.approx(480e6)
+    assert grads_sharded(_sharding(2, False)) is True
+    sh = _sharding(np.array([2, 2, 1]), np.array([False, True, False]))
     assert list(grads_sharded(sh)) == [True, False, False]
 
 
@@ -111,3 +110,27 @@ def test_zero2_trades_step_time_for_gradient_memory(framework, global_batch, pp,
         assert z2.memory.grads == pytest.approx(z1.memory.grads, rel=1e-12)
     else:
         assert z2.memory.grads < z1.memory.grads
+
+
+def _zero3(framework: str, pp: int, global_batch: int):
+    m = get_model("Llama-3.1-8B")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    w = Workload(seq_len=4096, global_batch=global_batch, framework=framework)
+    s = Strategy(tp=2, pp=pp, sp=True, zero=3, micro_batch=1, recompute="selective")
+    return estimate(m, cl, w, s, strict=False)
+
+
+def test_zero3_under_pp_gathers_and_reduces_every_micro_batch_unless_the_schedule_defers():
+    # TP2 PP2 DP16: 256 sequences → 16 micro-batches, 512 → 32. Megatron-FSDP reshards and reduces every
+    # micro-batch under PP as without it, so its DP seconds scale with the micro-batches; torchtitan's PP keeps
+    # the stage gathered and reduces once, so its DP seconds do not depend on them, and it holds the stage's
+    # bf16 parameters and fp32 accumulated gradients (6 B a parameter, ~2B parameters a GPU) that Megatron-FSDP
+    # does not.
+    def dp_s(e):
+        return e.time.dp_comm  # exposed seconds
+
+    meg16, meg32 = _zero3("megatron", 2, 256), _zero3("megatron", 2, 512)
+    tt16, tt32 = _zero3("torchtitan", 2, 256), _zero3("torchtitan", 2, 512)
+    assert dp_s(meg32) == pytest.approx(2 * dp_s(meg16), rel=1e-9)
+    assert dp_s(tt32) == pytest.approx(dp_s(tt16), rel=1e-9)
+    assert tt16.memory.buffers > meg16.memory.buffers + 6 * 1e9

@@ -280,9 +280,8 @@ def sharding_of(
         fp8_weight_copies=ctx.fp8,
         zero3_units=1 + ZERO3_PREFETCH_DEPTH,
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
-        stage_gathered=piped,
+        stage_gathered=piped & ctx.sw.pp_defers_grad_sync,  # only where the PP schedule defers the sync
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
-        pp_defers_grad_sync=ctx.sw.pp_defers_grad_sync,
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
 
@@ -385,7 +384,7 @@ def zero3_dp_time(
         maximum(0.0, params.non_expert - root_ne) / n, params.expert / n, g, sw.zero3_collectives_per_layer
     )
     root = unit(root_ne, 0.0, g, 1)
-    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, p > 1)
+    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, (p > 1) & sw.pp_defers_grad_sync)
     idle = (g.n_shard <= 1) & (g.n_edp <= 1)
     return fsdp.DpTime(where(idle, 0.0, dt.exposed), where(idle, 0.0, dt.overlapped))
 

@@ -252,9 +252,11 @@ def zero3_time(
     """ZeRO-3/FSDP communication of one step.
 
     Without pipelining every micro-batch gathers and reduce-scatters (FSDP reshards after forward and syncs
-    gradients per micro-batch). With PP the stage stays gathered across micro-batches and gradients are
-    reduced once, at the last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch
-    pipelining disables gradient sync except on the last backward).
+    gradients per micro-batch). `pipelined` (PP under a schedule that defers the sync, software.yaml
+    pp_defers_grad_sync): the stage stays gathered across micro-batches and gradients are reduced once, at the
+    last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch pipelining disables gradient
+    sync except on the last backward). Megatron-FSDP reshards and reduces every micro-batch under PP too
+    (megatron_fsdp.py: `release_module_parameters` after each forward and backward, `grad_reduce_every_bprop`).
     """
     args = (u, root, n, c_f, c_b, hide, m)
     exposed, overlapped = choose(pipelined, _zero3_pipelined, _zero3_each_micro_batch, *args)

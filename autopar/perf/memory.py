@@ -95,10 +95,10 @@ class Sharding:
     fp8_weight_copies: bool
     zero3_units: float  # gathered ZeRO-3 units kept at once (prefetch depth + 1)
     unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
-    stage_gathered: Num  # ZeRO-3 with PP: the stage stays gathered across micro-batches
+    stage_gathered: Num  # the PP schedule defers the DP sync: the stage's params (ZeRO-3) and unsharded
+    # gradients stay across micro-batches (software.yaml pp_defers_grad_sync, with PP)
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
-    pp_defers_grad_sync: bool = False  # PP schedule syncs gradients once (software.yaml pp_defers_grad_sync)
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -140,9 +140,7 @@ def grads_sharded(sh: Sharding) -> Num:
     """ZeRO-2 keeps the fp32 gradients sharded, reduce-scattering each micro-batch's into the shard
     (perf/fsdp.py `grad_reductions`), unless the PP schedule defers the sync to the last micro-batch: then the
     stage accumulates them unsharded (torch.distributed.pipelining, software.yaml pp_defers_grad_sync)."""
-    if sh.pp_defers_grad_sync:  # a property of the stack, not of the strategy
-        return (sh.zero >= 2) & (sh.stage_gathered == 0)
-    return sh.zero >= 2
+    return (sh.zero >= 2) & (sh.stage_gathered == 0)
 
 
 def local_optimizer_params(sp: StageParams, sh: Sharding) -> Num:
