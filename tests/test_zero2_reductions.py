@@ -58,9 +58,9 @@ def test_grad_reductions_by_stage_and_stack():
     assert list(fsdp.grad_reductions(zero, m, pp, False)) == [1, 1, 8, 8]
 
 
-def test_only_torchtitan_defers_the_sync_under_pp():
-    assert software_for("torchtitan").pp_defers_grad_sync
-    for fw in ("megatron", "megatron-legacy", "fsdp", "deepspeed"):
+def test_only_torch_pipelining_stacks_defer_the_sync_under_pp():
+    assert software_for("torchtitan").pp_defers_grad_sync and software_for("fsdp").pp_defers_grad_sync
+    for fw in ("megatron", "megatron-legacy", "deepspeed"):
         assert not software_for(fw).pp_defers_grad_sync
 
 
