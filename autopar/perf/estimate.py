@@ -280,7 +280,7 @@ def sharding_of(
         fp8_weight_copies=ctx.fp8,
         zero3_units=1 + ZERO3_PREFETCH_DEPTH,
         unit_fraction=1.0 if n_coll == 1 else 3.0 / n_coll,
-        stage_gathered=piped,
+        stage_gathered=piped & ctx.sw.pp_defers_grad_sync,  # only where the PP schedule defers the sync
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
     )
@@ -343,7 +343,7 @@ def _dp_time(
     m: int,
 ) -> fsdp.DpTime:
     if k.zero != 3:
-        return ddp_dp_time(ctx, k.zero, g, params, st0)
+        return ddp_dp_time(ctx, k.zero, g, params, st0, m, s.pp)
     return zero3_dp_time(ctx, s.tp, s.pp, g, params, st0, m, _unit_of(ctx))
 
 
@@ -357,15 +357,17 @@ def _unit_of(ctx: PerfContext) -> UnitFn:
 
 
 def ddp_dp_time(
-    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime,
-    coll: fsdp.Collective | None = None,
+    ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: Num,
+    p: Num, coll: fsdp.Collective | None = None,
 ) -> fsdp.DpTime:  # fmt: skip
-    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage; only trainable parameters'
-    gradients are reduced (LoRA: the adapters)."""
+    """DDP / ZeRO-1/2 gradient and parameter collectives of the first stage over m micro-batches (ZeRO-2
+    reduces every micro-batch: fsdp.grad_reductions); only trainable parameters' gradients are reduced
+    (LoRA: the adapters)."""
     f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
     ne, ex = f * params.non_expert, f * params.expert
-    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll)
+    n_red = fsdp.grad_reductions(zero, m, p, ctx.sw.pp_defers_grad_sync)
+    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll, n_red)
 
 
 def zero3_dp_time(
@@ -382,7 +384,7 @@ def zero3_dp_time(
         maximum(0.0, params.non_expert - root_ne) / n, params.expert / n, g, sw.zero3_collectives_per_layer
     )
     root = unit(root_ne, 0.0, g, 1)
-    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, p > 1)
+    dt = fsdp.zero3_time(u, root, n, fwd / n, bwd / n, sw.zero3_overlap, m, (p > 1) & sw.pp_defers_grad_sync)
     idle = (g.n_shard <= 1) & (g.n_edp <= 1)
     return fsdp.DpTime(where(idle, 0.0, dt.exposed), where(idle, 0.0, dt.overlapped))
 

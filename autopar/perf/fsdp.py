@@ -117,12 +117,15 @@ def ddp_time(
     bwd_mb: Num,
     fwd_mb: Num,
     coll: Collective | None = None,
+    reductions: Num = 1,
 ) -> DpTime:
     """Gradient all-reduce (zero 0) or reduce-scatter + parameter all-gather (ZeRO-1/2), bucketed.
 
-    The dense and expert gradient buckets share the last micro-batch's backward (--overlap-grad-reduce), the
+    The dense and expert gradient buckets share one micro-batch's backward (--overlap-grad-reduce), the
     parameter gathers the first micro-batch's forward (--overlap-param-gather): `shared_window`; formulas
-    §4.2 DP.
+    §4.2 DP. The gradients are reduced in `reductions` backward passes, each its own window: 1 where a full
+    gradient buffer accumulates the micro-batches (DDP, ZeRO-1), every micro-batch where the gradients are
+    kept sharded (ZeRO-2: `grad_reductions`).
     """
     gb = 4.0  # fp32 main gradients (Megatron bf16 default; formulas §4.2)
     coll = coll or collectives(links)
@@ -135,7 +138,20 @@ def ddp_time(
         reduce.append(_bucketed(coll, RS, n_params, bucket, gb, size, stride, sharded))
         gather.append(_bucketed(coll, AG, n_params, bucket, 2.0, size, stride, sharded))
     r, a = shared_window(reduce, bwd_mb), shared_window(gather, fwd_mb)
-    return DpTime(r.exposed + a.exposed, r.overlapped + a.overlapped)
+    return DpTime(reductions * r.exposed + a.exposed, reductions * r.overlapped + a.overlapped)
+
+
+def grad_reductions(zero: Num, m: Num, pp: Num, pp_defers_sync: bool) -> Num:
+    """Backward passes whose gradients are reduced in one step: every micro-batch where ZeRO-2 keeps the
+    fp32 gradients sharded, there being no full buffer to accumulate them in (Megatron-FSDP `optim_grads`
+    reduces on every backward: megatron_fsdp.py `_process_post_backward_gradients` `grad_reduce_every_bprop`,
+    and waits for it as that backward ends, `_root_post_backward`; DeepSpeed stage 2: engine.py
+    `allreduce_gradients`, "ZeRO stage 2 communicates during non gradient accumulation boundaries as well").
+    Once otherwise: DDP and ZeRO-1 accumulate into a full buffer and reduce in the last micro-batch, and so does
+    a stack whose PP schedule defers the sync (torch.distributed.pipelining; software.yaml
+    pp_defers_grad_sync), keeping the stage's gradients unsharded (perf/memory.py `grads_sharded`)."""
+    each = (zero == 2) & (pp <= 1) if pp_defers_sync else zero == 2
+    return where(each, m, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +252,11 @@ def zero3_time(
     """ZeRO-3/FSDP communication of one step.
 
     Without pipelining every micro-batch gathers and reduce-scatters (FSDP reshards after forward and syncs
-    gradients per micro-batch). With PP the stage stays gathered across micro-batches and gradients are
-    reduced once, at the last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch
-    pipelining disables gradient sync except on the last backward).
+    gradients per micro-batch). `pipelined` (PP under a schedule that defers the sync, software.yaml
+    pp_defers_grad_sync): the stage stays gathered across micro-batches and gradients are reduced once, at the
+    last micro-batch (torchtitan: reshard_after_forward=False under PP; PyTorch pipelining disables gradient
+    sync except on the last backward). Megatron-FSDP reshards and reduces every micro-batch under PP too
+    (megatron_fsdp.py: `release_module_parameters` after each forward and backward, `grad_reduce_every_bprop`).
     """
     args = (u, root, n, c_f, c_b, hide, m)
     exposed, overlapped = choose(pipelined, _zero3_pipelined, _zero3_each_micro_batch, *args)

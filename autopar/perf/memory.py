@@ -95,7 +95,8 @@ class Sharding:
     fp8_weight_copies: bool
     zero3_units: float  # gathered ZeRO-3 units kept at once (prefetch depth + 1)
     unit_fraction: float  # size of one ZeRO-3 unit relative to the biggest layer (per-tensor gathers: < 1)
-    stage_gathered: Num  # ZeRO-3 with PP: the stage stays gathered across micro-batches
+    stage_gathered: Num  # the PP schedule defers the DP sync: the stage's params (ZeRO-3) and unsharded
+    # gradients stay across micro-batches (software.yaml pp_defers_grad_sync, with PP)
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
 
@@ -126,12 +127,20 @@ def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
     """ZeRO 0-2: bf16 weights everywhere; fp32 grads sharded from ZeRO-2, optimizer states from ZeRO-1."""
     ne, ex = sp.non_expert, sp.expert
     n_opt = where(sh.zero >= 1, sh.n_shard, 1), where(sh.zero >= 1, sh.n_eshard, 1)
-    n_grd = where(sh.zero >= 2, sh.n_shard, 1), where(sh.zero >= 2, sh.n_eshard, 1)
+    sharded = grads_sharded(sh)
+    n_grd = where(sharded, sh.n_shard, 1), where(sharded, sh.n_eshard, 1)
     wts = 2.0 * (ne + ex)
     grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
     opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * (1.0 - sh.offload) * sh.trainable
     buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0)
     return wts, grd, opt, buf
+
+
+def grads_sharded(sh: Sharding) -> Num:
+    """ZeRO-2 keeps the fp32 gradients sharded, reduce-scattering each micro-batch's into the shard
+    (perf/fsdp.py `grad_reductions`), unless the PP schedule defers the sync to the last micro-batch: then the
+    stage accumulates them unsharded (torch.distributed.pipelining, software.yaml pp_defers_grad_sync)."""
+    return (sh.zero >= 2) & (sh.stage_gathered == 0)
 
 
 def local_optimizer_params(sp: StageParams, sh: Sharding) -> Num:

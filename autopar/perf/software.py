@@ -35,6 +35,7 @@ class SoftwareProfile:
     grad_accum_bytes: float
     description: str
     torch_cp: bool = False
+    pp_defers_grad_sync: bool = False
     source: str = ""
 
 

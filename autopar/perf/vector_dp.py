@@ -71,7 +71,9 @@ def dp_time(
     z3 = r.zero == 3
     if (~z3).any():
         k = ~z3
-        x = ddp_dp_time(ctx, r.zero[k], _take(g, k), _take(p0, k), _take(st0, k), _collective(ctx))
+        x = ddp_dp_time(
+            ctx, r.zero[k], _take(g, k), _take(p0, k), _take(st0, k), r.m[k], r.p[k], _collective(ctx)
+        )
         exposed[k], overlapped[k] = x.exposed, x.overlapped
     if z3.any():
         k = z3
