@@ -60,6 +60,23 @@ A2A_CONCURRENT_PEERS = 8
 EP_OVERLAP_COMM_SMS = 32
 
 
+# A flex dispatcher's RDMA stage moves each token once per NVLink domain its experts sit in, the token's own
+# domain included: DeepEP's internode kernels stage the own node's copy through the same chunked RDMA
+# buffer and NVL forwarders, and both DeepEP and HybridEP report their "algorithm bandwidth" counting it
+# (DeepEP tests/test_internode.py `num_rdma_token_sent`; hybrid-ep branch tests/utils.py
+# `count_rdma_send_from_routing_map`: "we do not set the local node map to zeros"). Measured so on 50 GB/s
+# CX7 NICs, that bandwidth is about the NIC's line rate: DeepEP V1 normal kernels (24 SMs, H800) 43 / 58 / 51
+# GB/s dispatch and 43 / 57 / 50 combine at EP16 / 32 / 64 (docs/legacy.md); HybridEP on H100 (16 SMs, torch
+# API, BF16) 54 / 47 / 41 dispatch and 53 / 53 / 47 combine at 16 / 32 / 64 ranks (docs/README_Hybrid-EP.md):
+# mean 50 GB/s. So the RDMA stage runs at the nominal NIC rate (share 1.0) over every domain hit; on two
+# nodes that is twice the remote-only traffic.
+FLEX_RDMA_LINE_RATE_SHARE = 1.0
+# EFA: NVSHMEM's libfabric transport (proxy thread, no IBGDA) used one NIC per GPU before NVSHMEM 3.6.5, and
+# with 3.6.5's multi-NIC round robin the receive side still lands on one NIC per GPU (NVIDIA/nvshmem PR #76,
+# measured on p5.48xlarge, 4 EFA NICs per GPU; pythonsheets.com "NVSHMEM Multi-NIC Support with AWS EFA").
+EFA_FLEX_NICS = 1
+
+
 def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
     """(exposed all-to-all time, compute slowdown) when dispatch/combine overlap other compute."""
     hidden = min(a2a, compute)
@@ -111,22 +128,43 @@ def distinct_hits(n: int, copies: int) -> float:
 
 
 def flex_a2a_time(
-    tokens: float, topk: int, row_bytes: float, size: int, stride: int, links: comm.Links
+    tokens: float,
+    topk: int,
+    row_bytes: float,
+    size: int,
+    stride: int,
+    links: comm.Links,
+    rdma_bw: float | None = None,
 ) -> float:
     """One dispatch (or combine) by a flex dispatcher (DeepEP / HybridEP): hierarchical and deduplicated.
 
-    A token crosses the NIC once per remote NVLink domain that holds any of its experts, then is forwarded
-    over NVLink to each destination rank once, however many of its experts that rank hosts (DeepEP README:
-    "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Routing is
-    taken as uniform over the EP group; `tokens` already includes the routed load."""
+    A token goes once to each NVLink domain that holds any of its experts, then is forwarded over NVLink to
+    each destination rank once, however many of its experts that rank hosts (DeepEP README: "asymmetric-domain
+    bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Across domains the RDMA stage
+    carries every domain a token hits, its own included (FLEX_RDMA_LINE_RATE_SHARE), at `rdma_bw`
+    (flex_rdma_bandwidth; default: the links' NIC bandwidth). Routing is taken as uniform over the EP group;
+    `tokens` already includes the routed load."""
     if size <= 1 or tokens <= 0:
         return 0.0
     g, k = comm.placement(size, stride, links.node_size)
     nvl_rows = distinct_hits(size, topk) * (size - 1) / size  # destination ranks other than self
-    nic_rows = distinct_hits(k, topk) * (k - 1) / k if k > 1 else 0.0  # remote domains hit
+    nic_rows = distinct_hits(k, topk) if k > 1 else 0.0  # every domain hit, its own included
+    bw = rdma_bw or links.scaleout_bw
     t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
-    t_nic = tokens * nic_rows * row_bytes / links.scaleout_bw + (links.scaleout_lat if k > 1 else 0.0)
+    t_nic = tokens * nic_rows * row_bytes / bw + (links.scaleout_lat if k > 1 else 0.0)
     return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
+
+
+def flex_rdma_bandwidth(nic_bw: float, transport: str, nics_per_gpu: int) -> float:
+    """Per-GPU bandwidth of a flex dispatcher's RDMA stage (algorithm bandwidth, own domain counted).
+
+    InfiniBand / RoCE: the NIC's line rate (FLEX_RDMA_LINE_RATE_SHARE). EFA has no GPU-initiated RDMA
+    (IBGDA), so DeepEP's NVSHMEM puts go through NVSHMEM's libfabric proxy thread, which drives one EFA NIC
+    per GPU (EFA_FLEX_NICS): the GPU's share of its `nics_per_gpu` NICs."""
+    bw = nic_bw * FLEX_RDMA_LINE_RATE_SHARE
+    if transport == "efa":
+        return bw * EFA_FLEX_NICS / max(EFA_FLEX_NICS, nics_per_gpu)
+    return bw
 
 
 def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
@@ -178,8 +216,10 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
         quant_bwd = quantise_time(gathered * (up_n + h), w.fp8_recipe, hbm)
     a2a = 0.0
     if e > 1 and w.moe_dispatcher == "flex":
-        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links)
-        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links)
+        cl = ctx.cluster
+        rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport, cl.nics_per_gpu or 1)
+        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma)
+        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma)
     elif e > 1:
         disp = local * K * h * DISPATCH_BYTES * load
         comb = local * K * h * COMBINE_BYTES * load
