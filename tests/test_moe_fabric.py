@@ -245,17 +245,115 @@ def test_balanced_routing_is_faster_than_imbalanced():
     assert estimate(m, cl, capped, s, check=False).step_time_s == pytest.approx(t[0])
 
 
-def test_flex_dispatcher_sends_one_copy_per_remote_domain():
+def test_flex_dispatcher_sends_one_copy_per_domain_hit_own_included():
     from autopar.perf.moe import distinct_hits, flex_a2a_time
 
-    # 8 copies over 4 equally likely NVLink domains: 4*(1-(3/4)^8) = 3.5996 distinct domains hit, of which
-    # the 3/4 that are remote cross the NIC once each: 2.6997 rows per token (alltoall: 8*24/32 = 6).
+    # 8 copies over 4 equally likely NVLink domains: 4*(1-(3/4)^8) = 3.5996 distinct domains hit; the RDMA
+    # stage carries each of them, the token's own domain included (DeepEP / HybridEP count it so):
+    # 3.5996 rows per token at the NIC rate (alltoall: 8*24/32 = 6 remote rows).
     assert distinct_hits(4, 8) == pytest.approx(4 * (1 - 0.75**8))
     links = comm.Links(8, 1e30, 40e9, 0.0, 0.0)  # NVLink free: time = NIC rows only (+ 0.25 x 0)
     t = flex_a2a_time(1000, 8, 14336.0, 32, 1, links)
-    assert t == pytest.approx(1000 * 3 * (1 - 0.75**8) * 14336.0 / 40e9)
+    assert t == pytest.approx(1000 * 4 * (1 - 0.75**8) * 14336.0 / 40e9)
     flat = comm.all_to_all(1000 * 8 * 14336.0, 32, 1, links)
-    assert t / flat == pytest.approx(3 * (1 - 0.75**8) / 6)
+    assert t / flat == pytest.approx(4 * (1 - 0.75**8) / 6)
+    # Two domains, top-8: 2*(1-(1/2)^8) = 1.9922 rows, twice the remote-only 0.9961; an explicit RDMA rate.
+    t2 = flex_a2a_time(1000, 8, 4096.0, 16, 1, links, rdma_bw=50e9)
+    assert t2 == pytest.approx(1000 * 2 * (1 - 0.5**8) * 4096.0 / 50e9)
+
+
+def test_flex_rdma_bandwidth_by_transport():
+    from autopar.perf.moe import flex_rdma_bandwidth
+
+    # InfiniBand / RoCE: the NIC line rate, whatever the NIC count; EFA (NVSHMEM libfabric proxy): one NIC of
+    # the GPU's four on p5.48xlarge = 50/4 = 12.5 GB/s; one NIC per GPU: no change.
+    assert flex_rdma_bandwidth(50e9, "infiniband", 4) == 50e9
+    assert flex_rdma_bandwidth(50e9, "roce", 1) == 50e9
+    assert flex_rdma_bandwidth(50e9, "efa", 4) == pytest.approx(12.5e9)
+    assert flex_rdma_bandwidth(100e9, "efa", 1) == 100e9
+
+
+def _q30(transport: str, nics: int | None, dispatcher: str) -> float:
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64, transport=transport, nics_per_gpu=nics)
+    w = Workload(seq_len=4096, global_batch=256, moe_dispatcher=dispatcher)
+    s = Strategy(tp=2, pp=2, ep=32, etp=1, micro_batch=4, recompute="none", zero=1, vpp=1)
+    return estimate(m, cl, w, s, check=False).step_time_s
+
+
+def test_efa_slows_only_the_flex_dispatcher():
+    # NCCL all-to-all does not read the transport; DeepEP on p5 (EFA, 4 NICs per GPU) gets one NIC.
+    assert _q30("efa", 4, "alltoall") == _q30("infiniband", None, "alltoall")
+    assert _q30("efa", 4, "flex") > _q30("infiniband", 4, "flex") == _q30("infiniband", None, "flex")
+    assert _q30("efa", None, "flex") == _q30("infiniband", None, "flex")  # one NIC per GPU: no change
+    assert _q30("efa", 4, "flex") > _q30("efa", 4, "alltoall")  # AWS sweep: DeepEP EP32 up to 1.9x slower
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.floats(1.0, 1e5),
+    topk=st.integers(1, 16),
+    size=st.sampled_from([2, 4, 8, 16, 32, 64, 128]),
+    nics=st.integers(1, 8),
+)
+def test_flex_time_monotone_in_rdma_rate(tokens: float, topk: int, size: int, nics: int):
+    from autopar.perf.moe import flex_a2a_time, flex_rdma_bandwidth
+
+    # Fewer NICs reachable never speeds a dispatch up, and the own-domain rows never make it faster than
+    # the remote-only traffic at the same rate (k-1 of k domains cross, k of k are carried).
+    links = comm.Links(8, 360e9, 42.5e9, 3e-6, 8e-6)
+    ib = flex_a2a_time(tokens, topk, 4096.0, size, 1, links, flex_rdma_bandwidth(50e9, "infiniband", nics))
+    efa = flex_a2a_time(tokens, topk, 4096.0, size, 1, links, flex_rdma_bandwidth(50e9, "efa", nics))
+    assert efa >= ib > 0.0
+    if nics == 1:
+        assert efa == ib
+
+
+def test_cluster_transport_input():
+    # The AWS shorthands say EFA (and p5's 4 NICs per GPU); a bad --transport is a one-line error.
+    shape = parse_cluster("p5:2")
+    assert (shape.gpu, shape.num_gpus, shape.transport, shape.nics_per_gpu) == ("H100-SXM", 16, "efa", 4)
+    assert parse_cluster("dgx-h100:2").transport is None
+    assert ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16).transport == "infiniband"
+    with pytest.raises(ValidationError):
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16, transport="ib")
+    from autopar.problem import ClusterConfig
+
+    c = ClusterConfig(system="p5:2").build_one()
+    assert (c.transport, c.nics_per_gpu) == ("efa", 4)
+    assert ClusterConfig(system="p5:2", transport="infiniband").build_one().transport == "infiniband"
+    assert ClusterConfig(gpu="H100-SXM", gpus="16", transport="RoCE").build_one().transport == "roce"
+    with pytest.raises(SpecError, match="transport='ib': expected one of infiniband, roce, efa"):
+        ClusterConfig(gpu="H100-SXM", gpus="16", transport="ib").build_one()
+    res = CliRunner().invoke(
+        app, ["estimate", "--model", "Llama-3.1-8B", "--gpus", "16", "--transport", "ib"]
+    )
+    assert res.exit_code != 0 and "expected one of infiniband, roce, efa" in res.output
+
+
+def test_record_rows_state_the_transport():
+    from autopar.calibration.records import row_to_specs
+
+    base = {
+        "id": "X",
+        "model": "Qwen3-30B-A3B",
+        "gpu": "H100-SXM",
+        "num_gpus": 16,
+        "seq_len": 4096,
+        "global_batch": 64,
+        "tp": 1,
+        "pp": 1,
+        "ep": 16,
+        "micro_batch": 1,
+        "precision": "bf16",
+        "framework": "Megatron-Core",
+    }
+    assert row_to_specs(base).cluster.transport == "infiniband"
+    noted = row_to_specs({**base, "notes": "fabric: AWS EFA, transport=efa, nics_per_gpu=4"})
+    assert (noted.cluster.transport, noted.cluster.nics_per_gpu) == ("efa", 4)
+    assert row_to_specs({**base, "transport": "roce", "notes": "transport=efa"}).cluster.transport == "roce"
+    with pytest.raises(AutoparError, match="transport"):
+        row_to_specs({**base, "transport": "myrinet"})
 
 
 def test_ep_overlap_and_cuda_graphs_only_speed_up():
