@@ -59,7 +59,6 @@ class ClusterChoice:
     nvlink_domain: int | None
     internode_gbps: float | None = None  # set by --cluster detect (the NICs found); None: the GPU's default
     transport: str | None = None  # scale-out transport (specs.TRANSPORTS); None: InfiniBand
-    nics_per_gpu: int | None = None  # NIC ports per GPU (a system shorthand's); None: 1
 
 
 # `--cluster detect...` reads this host (autopar.cli.topology); the CLI passes it in, the tree does no I/O.
@@ -110,7 +109,6 @@ class ClusterConfig(_Config):
                 shape.gpus_per_node,
                 shape.nvlink_domain,
                 transport=shape.transport,
-                nics_per_gpu=shape.nics_per_gpu,
             )
         if self.internode_gbps is not None:
             found = replace(found, internode_gbps=self.internode_gbps)
@@ -153,13 +151,8 @@ class ClusterConfig(_Config):
 
 
 def _fabric_fields(c: ClusterChoice) -> dict[str, Any]:
-    """The ClusterSpec transport / NIC-count fields a choice states (absent: the spec's defaults)."""
-    out: dict[str, Any] = {}
-    if c.transport is not None:
-        out["transport"] = c.transport
-    if c.nics_per_gpu is not None:
-        out["nics_per_gpu"] = c.nics_per_gpu
-    return out
+    """The ClusterSpec transport a choice states (absent: the spec's default, InfiniBand)."""
+    return {} if c.transport is None else {"transport": c.transport}
 
 
 def check_transport(name: str | None) -> str | None:

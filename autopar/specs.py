@@ -265,9 +265,6 @@ class ClusterSpec(_Frozen):
         description="scale-out NIC transport: infiniband, roce or efa (AWS Elastic Fabric Adapter); sets "
         "how a flex (DeepEP/HybridEP) dispatcher reaches the NICs (perf/moe.py flex_rdma_bandwidth)",
     )
-    nics_per_gpu: int | None = Field(
-        default=None, gt=0, description="NIC ports behind one GPU's scale-out bandwidth; None = 1"
-    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

@@ -73,9 +73,9 @@ PROBLEMS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
         {"seq_len": 4096, "global_batch": 512, "moe_dispatcher": "flex", "moe_ep_overlap": True,
          "tp_comm_overlap": True, "memory_savers": SAVERS},
     ),
-    "moe-flex-efa-qwen3": (  # AWS p5: EFA, 4 NICs per GPU (the flex dispatcher's RDMA rate: perf/moe.py)
+    "moe-flex-efa-qwen3": (  # AWS p5: EFA (the flex dispatcher's RDMA rate: perf/moe.py)
         "Qwen3-30B-A3B", "H100-SXM", 64, {"seq_len": 4096, "global_batch": 256, "moe_dispatcher": "flex"},
-        {"transport": "efa", "nics_per_gpu": 4},
+        {"transport": "efa"},
     ),
 }  # fmt: skip
 

@@ -413,15 +413,13 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     return RecordSpecs(model, cluster, workload, strategy, assumed)
 
 
-# The scale-out transport and NIC ports per GPU a record states (ClusterSpec.transport / nics_per_gpu):
-# optional columns `transport` and `nics_per_gpu`, else `transport=efa` / `nics_per_gpu=4` in the notes.
-# Unstated: InfiniBand, one NIC per GPU (the DGX systems most records ran on).
+# The scale-out transport a record states (ClusterSpec.transport): optional column `transport`, else
+# `transport=efa` in the notes. Unstated: InfiniBand (the DGX systems most records ran on).
 _TRANSPORT_NOTE = re.compile(r"\btransport\s*[=:]\s*([a-z]+)")
-_NICS_NOTE = re.compile(r"\bnics[_-]?per[_-]?gpu\s*[=:]\s*(\d+)")
 
 
 def _fabric(row: Mapping[str, Any], assumed: list[str]) -> dict[str, Any]:
-    """ClusterSpec.transport and nics_per_gpu as the record states them (absent when not stated)."""
+    """ClusterSpec.transport as the record states it (absent when not stated)."""
     from autopar.specs import TRANSPORTS
 
     notes = str(_cell(row, "notes") or "").lower()
@@ -434,14 +432,6 @@ def _fabric(row: Mapping[str, Any], assumed: list[str]) -> dict[str, Any]:
         if str(transport).lower() not in TRANSPORTS:
             raise DataError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
         out["transport"] = str(transport).lower()
-    nics = _int(row, "nics_per_gpu")
-    if nics is None and (m := _NICS_NOTE.search(notes)):
-        nics = int(m.group(1))
-        assumed.append(f"nics_per_gpu={nics} (from the notes)")
-    if nics is not None:
-        if nics < 1:
-            raise DataError(f"column 'nics_per_gpu' = {nics} must be >= 1")
-        out["nics_per_gpu"] = nics
     return out
 
 

@@ -30,7 +30,6 @@ class SystemSpec(BaseModel):
     transport: Literal["infiniband", "roce", "efa"] | None = Field(
         default=None, description="scale-out transport (specs.TRANSPORTS); None: not stated (InfiniBand)"
     )
-    nics_per_gpu: int | None = Field(default=None, gt=0, description="NIC ports per GPU; None: not stated")
     source: str = ""
 
 
@@ -43,7 +42,6 @@ class ClusterShape:
     gpus_per_node: int
     nvlink_domain: int
     transport: str | None = None
-    nics_per_gpu: int | None = None
 
 
 @lru_cache(maxsize=1)
@@ -70,14 +68,7 @@ def parse_cluster(text: str) -> ClusterShape:
         raise SpecError(f"cluster={text!r}: COUNT must be a whole number of {sys_.unit}s") from None
     if n <= 0:
         raise SpecError(f"cluster={text!r}: COUNT must be at least 1 {sys_.unit}")
-    return ClusterShape(
-        sys_.gpu,
-        n * sys_.unit_gpus,
-        sys_.gpus_per_node,
-        sys_.nvlink_domain,
-        sys_.transport,
-        sys_.nics_per_gpu,
-    )
+    return ClusterShape(sys_.gpu, n * sys_.unit_gpus, sys_.gpus_per_node, sys_.nvlink_domain, sys_.transport)
 
 
 def list_systems() -> list[SystemSpec]:

@@ -26,8 +26,7 @@ def _register() -> None:
             "name", "GPU", "COUNT counts", "GPUs per unit", "GPUs per host", "NVLink domain", "transport"
         )
         for s in list_systems():
-            nics = f" ({s.nics_per_gpu} NICs/GPU)" if s.nics_per_gpu else ""
-            fabric = f"{s.transport or 'infiniband'}{nics}"
+            fabric = s.transport or "infiniband"
             t.add_row(
                 s.name, s.gpu, s.unit, str(s.unit_gpus), str(s.gpus_per_node), str(s.nvlink_domain), fabric
             )

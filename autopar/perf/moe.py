@@ -70,11 +70,22 @@ EP_OVERLAP_COMM_SMS = 32
 # API, BF16) 54 / 47 / 41 dispatch and 53 / 53 / 47 combine at 16 / 32 / 64 ranks (docs/README_Hybrid-EP.md):
 # mean 50 GB/s. So the RDMA stage runs at the nominal NIC rate (share 1.0) over every domain hit; on two
 # nodes that is twice the remote-only traffic.
+# The NVLink stage likewise writes every rank a token reaches, its own included, through the same buffers
+# (both tests count `recv_x` / `dispatched_hidden` rows, self included); at the links' NVLink rate
+# (efficiency.yaml scaleup 0.78 x 200 GB/s = 156 GB/s on H800) that is DeepEP's measured intranode 153 / 158
+# GB/s dispatch / combine (docs/legacy.md). HybridEP's Blackwell figures are lower still (8 ranks, torch
+# API, BF16, 16 SMs: 536 / 531 GB/s on B200 of 900), not modelled.
 FLEX_RDMA_LINE_RATE_SHARE = 1.0
-# EFA: NVSHMEM's libfabric transport (proxy thread, no IBGDA) used one NIC per GPU before NVSHMEM 3.6.5, and
-# with 3.6.5's multi-NIC round robin the receive side still lands on one NIC per GPU (NVIDIA/nvshmem PR #76,
-# measured on p5.48xlarge, 4 EFA NICs per GPU; pythonsheets.com "NVSHMEM Multi-NIC Support with AWS EFA").
-EFA_FLEX_NICS = 1
+# EFA has no GPU-initiated RDMA (IBGDA): DeepEP's NVSHMEM puts go through NVSHMEM's libfabric host-proxy
+# transport (awslabs/awsome-distributed-ai megatron-bridge/deepep/README.md: "host-proxy, IBGDA off"). With the
+# same DeepEP test as above (hidden 7168, 4096 tokens, top-8; NVSHMEM 3.7.0) on p5.48xlarge (50 GB/s of EFA
+# per GPU) its internode normal kernels reach 43.7 / 46.1 GB/s dispatch / combine on 4 nodes and 39.6 / 39.2
+# on 8 (micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-p5.md): mean 42.2 GB/s, 0.84 of the
+# line rate. NCCL all-to-all on the same nodes reaches 51-54 GB/s peak busbw (aws-ofi-nccl), so it keeps the
+# links' NIC rate. The same campaign's training runs (Qwen3-30B, hidden 2048) lose far more to DeepEP at EP32,
+# which the authors put down to per-message proxy overhead with small messages; no per-message cost is
+# published, so that part is not modelled.
+EFA_FLEX_RDMA_SHARE = 0.84
 
 
 def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
@@ -140,14 +151,16 @@ def flex_a2a_time(
 
     A token goes once to each NVLink domain that holds any of its experts, then is forwarded over NVLink to
     each destination rank once, however many of its experts that rank hosts (DeepEP README: "asymmetric-domain
-    bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Across domains the RDMA stage
-    carries every domain a token hits, its own included (FLEX_RDMA_LINE_RATE_SHARE), at `rdma_bw`
-    (flex_rdma_bandwidth; default: the links' NIC bandwidth). Routing is taken as uniform over the EP group;
+    bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Both stages carry the token's
+    own domain / rank too (FLEX_RDMA_LINE_RATE_SHARE): the RDMA stage every domain hit at `rdma_bw`
+    (flex_rdma_bandwidth; default: the links' NIC bandwidth), the NVLink stage every rank hit. Routing is taken as uniform over the EP group;
     `tokens` already includes the routed load."""
     if size <= 1 or tokens <= 0:
         return 0.0
     g, k = comm.placement(size, stride, links.node_size)
-    nvl_rows = distinct_hits(size, topk) * (size - 1) / size  # destination ranks other than self
+    nvl_rows = distinct_hits(
+        size, topk
+    )  # every destination rank, its own included (see FLEX_RDMA_LINE_RATE_SHARE)
     nic_rows = distinct_hits(k, topk) if k > 1 else 0.0  # every domain hit, its own included
     bw = rdma_bw or links.scaleout_bw
     t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
@@ -155,16 +168,13 @@ def flex_a2a_time(
     return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
 
 
-def flex_rdma_bandwidth(nic_bw: float, transport: str, nics_per_gpu: int) -> float:
+def flex_rdma_bandwidth(nic_bw: float, transport: str) -> float:
     """Per-GPU bandwidth of a flex dispatcher's RDMA stage (algorithm bandwidth, own domain counted).
 
-    InfiniBand / RoCE: the NIC's line rate (FLEX_RDMA_LINE_RATE_SHARE). EFA has no GPU-initiated RDMA
-    (IBGDA), so DeepEP's NVSHMEM puts go through NVSHMEM's libfabric proxy thread, which drives one EFA NIC
-    per GPU (EFA_FLEX_NICS): the GPU's share of its `nics_per_gpu` NICs."""
-    bw = nic_bw * FLEX_RDMA_LINE_RATE_SHARE
-    if transport == "efa":
-        return bw * EFA_FLEX_NICS / max(EFA_FLEX_NICS, nics_per_gpu)
-    return bw
+    InfiniBand / RoCE (IBGDA): the NIC's line rate (FLEX_RDMA_LINE_RATE_SHARE); EFA (NVSHMEM's libfabric host
+    proxy): the share DeepEP measured there (EFA_FLEX_RDMA_SHARE)."""
+    share = EFA_FLEX_RDMA_SHARE if transport == "efa" else FLEX_RDMA_LINE_RATE_SHARE
+    return nic_bw * share
 
 
 def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
@@ -217,7 +227,7 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     a2a = 0.0
     if e > 1 and w.moe_dispatcher == "flex":
         cl = ctx.cluster
-        rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport, cl.nics_per_gpu or 1)
+        rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport)
         a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma)
         a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma)
     elif e > 1:

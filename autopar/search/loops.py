@@ -77,7 +77,7 @@ def fingerprint(
 
 # ClusterSpec fields added after studies were first stored: left out of the fingerprint at their default, so
 # a study stored before them still resumes (its cluster is the same one).
-_LATER_CLUSTER_DEFAULTS = {"transport": "infiniband", "nics_per_gpu": None}
+_LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
 
 
 def _cluster_blob(cluster: Any) -> dict[str, Any]:
