@@ -153,14 +153,12 @@ def flex_a2a_time(
     each destination rank once, however many of its experts that rank hosts (DeepEP README: "asymmetric-domain
     bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Both stages carry the token's
     own domain / rank too (FLEX_RDMA_LINE_RATE_SHARE): the RDMA stage every domain hit at `rdma_bw`
-    (flex_rdma_bandwidth; default: the links' NIC bandwidth), the NVLink stage every rank hit. Routing is taken as uniform over the EP group;
-    `tokens` already includes the routed load."""
+    (flex_rdma_bandwidth; default: the links' NIC bandwidth), the NVLink stage every rank hit. Routing is
+    taken as uniform over the EP group; `tokens` already includes the routed load."""
     if size <= 1 or tokens <= 0:
         return 0.0
     g, k = comm.placement(size, stride, links.node_size)
-    nvl_rows = distinct_hits(
-        size, topk
-    )  # every destination rank, its own included (see FLEX_RDMA_LINE_RATE_SHARE)
+    nvl_rows = distinct_hits(size, topk)  # every destination rank, its own included
     nic_rows = distinct_hits(k, topk) if k > 1 else 0.0  # every domain hit, its own included
     bw = rdma_bw or links.scaleout_bw
     t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
