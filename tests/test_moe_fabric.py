@@ -267,6 +267,39 @@ def test_flex_dispatcher_sends_one_copy_per_domain_hit_own_included():
     assert t3 == pytest.approx(1000 * 8 * (1 - 0.875**8) * 14336.0 / 156e9)
 
 
+def test_group_limited_routing_reaches_fewer_domains():
+    from autopar.perf.moe import distinct_hits, domains_hit
+
+    # DeepSeek-V3 (8 groups, 4 kept, top-8). EP64 over 8 domains: one group per domain, so the 8 experts
+    # spread over the 4 kept groups hit 4*(1-(3/4)^8) = 3.5995 domains (unlimited: 8*(1-(7/8)^8) = 5.2511).
+    assert domains_hit(8, 8, 8, 4) == pytest.approx(4 * (1 - 0.75**8))
+    assert distinct_hits(8, 8) == pytest.approx(8 * (1 - 0.875**8))
+    # Two domains of 4 groups: j kept groups in domain 0 ~ C(4,j)C(4,4-j)/70 = 1,16,36,16,1 /70, missed with
+    # (1-j/4)^8: miss = (1 + 16*0.75^8 + 36*0.5^8 + 16*0.25^8)/70 = 0.039181, hit 2*(1-miss) = 1.92164.
+    miss = (1 + 16 * 0.75**8 + 36 * 0.5**8 + 16 * 0.25**8) / 70
+    assert domains_hit(2, 8, 8, 4) == pytest.approx(2 * (1 - miss))
+    # Groups that straddle domains (8 groups over 3), no groups, or all groups kept: unlimited routing.
+    assert domains_hit(3, 8, 8, 4) == distinct_hits(3, 8)
+    assert domains_hit(4, 8) == domains_hit(4, 8, 8, 8) == distinct_hits(4, 8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    k=st.sampled_from([2, 4, 8, 16, 32]),
+    topk=st.integers(1, 16),
+    per=st.integers(1, 4),
+    data=st.data(),
+)
+def test_group_limit_never_adds_domains(k: int, topk: int, per: int, data):
+    from autopar.perf.moe import distinct_hits, domains_hit
+
+    groups = k * per
+    group_topk = data.draw(st.integers(1, groups))
+    d = domains_hit(k, topk, groups, group_topk)
+    assert 0.0 < d <= distinct_hits(k, topk) + 1e-9
+    assert d <= min(k, group_topk, topk) + 1e-9
+
+
 def test_flex_rdma_bandwidth_by_transport():
     from autopar.perf.moe import flex_rdma_bandwidth
 

@@ -138,6 +138,26 @@ def distinct_hits(n: int, copies: int) -> float:
     return n * (1.0 - (1.0 - 1.0 / n) ** copies) if n > 0 else 0.0
 
 
+def domains_hit(k: int, topk: int, groups: int | None = None, group_topk: int | None = None) -> float:
+    """Expected NVLink domains (of k, equally loaded) one token's top-k experts sit in.
+
+    Unconstrained routing: distinct_hits(k, topk). Group-limited routing (DeepSeek-V3 §2.1.2 node-limited
+    routing; Megatron-Core `group_limited_topk`: the experts split into `groups` contiguous groups, a token
+    keeps `group_topk` of them and takes its top-k experts inside those) confines a token to the domains of
+    its groups when each domain holds whole groups (groups % k == 0; experts sit on EP ranks in order). With
+    j of its kept groups in a domain (hypergeometric) and the k experts spread evenly over the kept groups,
+    the domain is missed with probability (1 - j/group_topk)^topk."""
+    if not (groups and group_topk and k > 1 and groups % k == 0 and group_topk < groups):
+        return distinct_hits(k, topk)
+    per = groups // k  # groups per domain
+    total = math.comb(groups, group_topk)
+    miss = sum(
+        math.comb(per, j) * math.comb(groups - per, group_topk - j) / total * (1.0 - j / group_topk) ** topk
+        for j in range(min(per, group_topk) + 1)
+    )
+    return k * (1.0 - miss)
+
+
 def flex_a2a_time(
     tokens: float,
     topk: int,
@@ -146,6 +166,7 @@ def flex_a2a_time(
     stride: int,
     links: comm.Links,
     rdma_bw: float | None = None,
+    groups: tuple[int | None, int | None] = (None, None),
 ) -> float:
     """One dispatch (or combine) by a flex dispatcher (DeepEP / HybridEP): hierarchical and deduplicated.
 
@@ -154,12 +175,13 @@ def flex_a2a_time(
     bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Both stages carry the token's
     own domain / rank too (FLEX_RDMA_LINE_RATE_SHARE): the RDMA stage every domain hit at `rdma_bw`
     (flex_rdma_bandwidth; default: the links' NIC bandwidth), the NVLink stage every rank hit. Routing is
-    taken as uniform over the EP group; `tokens` already includes the routed load."""
+    taken as uniform over the EP group, within the kept groups of group-limited routing (`groups`: the
+    router's groups and groups kept per token; domains_hit); `tokens` already includes the routed load."""
     if size <= 1 or tokens <= 0:
         return 0.0
     g, k = comm.placement(size, stride, links.node_size)
     nvl_rows = distinct_hits(size, topk)  # every destination rank, its own included
-    nic_rows = distinct_hits(k, topk) if k > 1 else 0.0  # every domain hit, its own included
+    nic_rows = domains_hit(k, topk, *groups) if k > 1 else 0.0  # every domain hit, its own included
     bw = rdma_bw or links.scaleout_bw
     t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
     t_nic = tokens * nic_rows * row_bytes / bw + (links.scaleout_lat if k > 1 else 0.0)
@@ -226,8 +248,9 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     if e > 1 and w.moe_dispatcher == "flex":
         cl = ctx.cluster
         rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport)
-        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma)
-        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma)
+        grp = (model.router_groups, model.router_group_topk)
+        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma, grp)
+        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma, grp)
     elif e > 1:
         disp = local * K * h * DISPATCH_BYTES * load
         comb = local * K * h * COMBINE_BYTES * load
