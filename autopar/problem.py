@@ -14,7 +14,7 @@ option and the value on one line (`SpecError`/`AutoparError`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,6 +58,7 @@ class ClusterChoice:
     gpus_per_node: int | None
     nvlink_domain: int | None
     internode_gbps: float | None = None  # set by --cluster detect (the NICs found); None: the GPU's default
+    transport: str | None = None  # scale-out transport (specs.TRANSPORTS); None: InfiniBand
 
 
 # `--cluster detect...` reads this host (autopar.cli.topology); the CLI passes it in, the tree does no I/O.
@@ -76,13 +77,20 @@ class ClusterConfig(_Config):
     gpus_per_node: int | None = Field(default=None, description="GPUs per host [default: the GPU's]")
     nvlink_domain: int | None = Field(default=None, description="GPUs sharing one NVLink fabric")
     internode_gbps: float | None = Field(default=None, description="NIC GB/s per GPU per direction")
+    transport: str | None = Field(
+        default=None,
+        description="scale-out transport: infiniband, roce or efa [default: the system's, else infiniband]",
+    )
 
     def choice(self, detect: Detector | None = None) -> ClusterChoice:
         """Merge the shorthand with the explicit fields; a field the shorthand already sets is an error."""
+        transport = check_transport(self.transport)
         if self.system is None:
             gpus = self.gpus if self.gpus is not None else str(DEFAULT_GPUS)
             gpu = self.gpu if self.gpu is not None else DEFAULT_GPU
-            return ClusterChoice(gpu, str(gpus), self.gpus_per_node, self.nvlink_domain, self.internode_gbps)
+            return ClusterChoice(
+                gpu, str(gpus), self.gpus_per_node, self.nvlink_domain, self.internode_gbps, transport
+            )
         flags = (("--gpu", self.gpu), ("--gpus", self.gpus), ("--gpus-per-node", self.gpus_per_node))
         given = [f for f, v in (*flags, ("--nvlink-domain", self.nvlink_domain)) if v is not None]
         if given:
@@ -95,11 +103,17 @@ class ClusterConfig(_Config):
             from autopar.catalog.clusters import parse_cluster
 
             shape = parse_cluster(self.system)
-            found = ClusterChoice(shape.gpu, str(shape.num_gpus), shape.gpus_per_node, shape.nvlink_domain)
-        if self.internode_gbps is not None:
             found = ClusterChoice(
-                found.gpu, found.gpus, found.gpus_per_node, found.nvlink_domain, self.internode_gbps
+                shape.gpu,
+                str(shape.num_gpus),
+                shape.gpus_per_node,
+                shape.nvlink_domain,
+                transport=shape.transport,
             )
+        if self.internode_gbps is not None:
+            found = replace(found, internode_gbps=self.internode_gbps)
+        if transport is not None:
+            found = replace(found, transport=transport)
         return found
 
     def build(self, detect: Detector | None = None) -> tuple[list[ClusterSpec], list[str]]:
@@ -114,6 +128,7 @@ class ClusterConfig(_Config):
             c.gpus_per_node,
             c.internode_gbps,
             c.nvlink_domain,
+            fabric=_fabric_fields(c),
         )
 
     def build_one(self, detect: Detector | None = None) -> ClusterSpec:
@@ -131,7 +146,25 @@ class ClusterConfig(_Config):
             gpus_per_node=c.gpus_per_node,
             nvlink_domain=c.nvlink_domain,
             internode_bw=c.internode_gbps * 1e9 if c.internode_gbps else None,
+            **_fabric_fields(c),
         )
+
+
+def _fabric_fields(c: ClusterChoice) -> dict[str, Any]:
+    """The ClusterSpec transport a choice states (absent: the spec's default, InfiniBand)."""
+    return {} if c.transport is None else {"transport": c.transport}
+
+
+def check_transport(name: str | None) -> str | None:
+    """Validate a --transport value (one-line error naming the allowed values); None stays None."""
+    from autopar.specs import TRANSPORTS
+
+    if name is None:
+        return None
+    t = name.strip().lower()
+    if t not in TRANSPORTS:
+        raise SpecError(f"transport={name!r}: expected one of {', '.join(TRANSPORTS)}")
+    return t
 
 
 def build_clusters(
@@ -140,6 +173,7 @@ def build_clusters(
     gpus_per_node: int | None,
     internode_gbps: float | None,
     nvlink_domain: int | None = None,
+    fabric: dict[str, Any] | None = None,
 ) -> tuple[list[ClusterSpec], list[str]]:
     """ClusterSpecs for every GPU type x count; counts that are not host multiples are skipped (noted)."""
     from autopar.catalog import get_gpu
@@ -160,6 +194,7 @@ def build_clusters(
                     gpus_per_node=gpus_per_node,
                     nvlink_domain=nvlink_domain,
                     internode_bw=bw,
+                    **(fabric or {}),
                 )
             )
     if not out:

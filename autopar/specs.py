@@ -237,6 +237,12 @@ class GPUSpec(_Frozen):
         return self.bf16_flops
 
 
+# Scale-out NIC transports (ClusterSpec.transport): InfiniBand and RoCE run GPU-initiated RDMA (IBGDA),
+# AWS EFA does not (libfabric; NCCL through aws-ofi-nccl, NVSHMEM through its libfabric proxy transport).
+TRANSPORTS = ("infiniband", "roce", "efa")
+Transport = Literal["infiniband", "roce", "efa"]
+
+
 class ClusterSpec(_Frozen):
     """A homogeneous cluster: GPU type, count, host size, NVLink domain size and NIC bandwidth.
 
@@ -254,6 +260,11 @@ class ClusterSpec(_Frozen):
     )
     internode_bw: float | None = Field(default=None, gt=0, description="bytes/s per GPU per direction")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    transport: Transport = Field(
+        default="infiniband",
+        description="scale-out NIC transport: infiniband, roce or efa (AWS Elastic Fabric Adapter); sets "
+        "how a flex (DeepEP/HybridEP) dispatcher reaches the NICs (perf/moe.py flex_rdma_bandwidth)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

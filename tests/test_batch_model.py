@@ -77,12 +77,17 @@ PROBLEMS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
         {"seq_len": 4096, "global_batch": 512, "moe_dispatcher": "flex", "moe_ep_overlap": True,
          "tp_comm_overlap": True, "memory_savers": SAVERS},
     ),
+    "moe-flex-efa-qwen3": (  # AWS p5: EFA (the flex dispatcher's RDMA rate: perf/moe.py)
+        "Qwen3-30B-A3B", "H100-SXM", 64, {"seq_len": 4096, "global_batch": 256, "moe_dispatcher": "flex"},
+        {"transport": "efa"},
+    ),
 }  # fmt: skip
 
 
 def _build(spec: tuple) -> tuple[ModelSpec, ClusterSpec, Workload, Space]:
-    model, gpu, n, wl = spec
-    m, c, w = get_model(model), ClusterSpec(gpu=get_gpu(gpu), num_gpus=n), Workload(**wl)
+    model, gpu, n, wl, *fabric = spec
+    c = ClusterSpec(gpu=get_gpu(gpu), num_gpus=n, **(fabric[0] if fabric else {}))
+    m, w = get_model(model), Workload(**wl)
     return m, c, w, build_space(m, c, w)
 
 

@@ -245,17 +245,155 @@ def test_balanced_routing_is_faster_than_imbalanced():
     assert estimate(m, cl, capped, s, check=False).step_time_s == pytest.approx(t[0])
 
 
-def test_flex_dispatcher_sends_one_copy_per_remote_domain():
+def test_flex_dispatcher_sends_one_copy_per_domain_hit_own_included():
     from autopar.perf.moe import distinct_hits, flex_a2a_time
 
-    # 8 copies over 4 equally likely NVLink domains: 4*(1-(3/4)^8) = 3.5996 distinct domains hit, of which
-    # the 3/4 that are remote cross the NIC once each: 2.6997 rows per token (alltoall: 8*24/32 = 6).
+    # 8 copies over 4 equally likely NVLink domains: 4*(1-(3/4)^8) = 3.5996 distinct domains hit; the RDMA
+    # stage carries each of them, the token's own domain included (DeepEP / HybridEP count it so):
+    # 3.5996 rows per token at the NIC rate (alltoall: 8*24/32 = 6 remote rows).
     assert distinct_hits(4, 8) == pytest.approx(4 * (1 - 0.75**8))
     links = comm.Links(8, 1e30, 40e9, 0.0, 0.0)  # NVLink free: time = NIC rows only (+ 0.25 x 0)
     t = flex_a2a_time(1000, 8, 14336.0, 32, 1, links)
-    assert t == pytest.approx(1000 * 3 * (1 - 0.75**8) * 14336.0 / 40e9)
+    assert t == pytest.approx(1000 * 4 * (1 - 0.75**8) * 14336.0 / 40e9)
     flat = comm.all_to_all(1000 * 8 * 14336.0, 32, 1, links)
-    assert t / flat == pytest.approx(3 * (1 - 0.75**8) / 6)
+    assert t / flat == pytest.approx(4 * (1 - 0.75**8) / 6)
+    # Two domains, top-8: 2*(1-(1/2)^8) = 1.9922 rows, twice the remote-only 0.9961; an explicit RDMA rate.
+    t2 = flex_a2a_time(1000, 8, 4096.0, 16, 1, links, rdma_bw=50e9)
+    assert t2 == pytest.approx(1000 * 2 * (1 - 0.5**8) * 4096.0 / 50e9)
+    # One NVLink domain (EP8, top-8): every rank hit, its own included: 8*(1-(7/8)^8) = 5.2508 rows at the
+    # NVLink rate (DeepEP counts recv_x rows so: 153 GB/s measured on H800 ~ 0.78 x 200 GB/s).
+    nvl = comm.Links(8, 156e9, 40e9, 0.0, 0.0)
+    t3 = flex_a2a_time(1000, 8, 14336.0, 8, 1, nvl)
+    assert t3 == pytest.approx(1000 * 8 * (1 - 0.875**8) * 14336.0 / 156e9)
+
+
+def test_group_limited_routing_reaches_fewer_domains():
+    from autopar.perf.moe import distinct_hits, domains_hit
+
+    # DeepSeek-V3 (8 groups, 4 kept, top-8). EP64 over 8 domains: one group per domain, so the 8 experts
+    # spread over the 4 kept groups hit 4*(1-(3/4)^8) = 3.5995 domains (unlimited: 8*(1-(7/8)^8) = 5.2511).
+    assert domains_hit(8, 8, 8, 4) == pytest.approx(4 * (1 - 0.75**8))
+    assert distinct_hits(8, 8) == pytest.approx(8 * (1 - 0.875**8))
+    # Two domains of 4 groups: j kept groups in domain 0 ~ C(4,j)C(4,4-j)/70 = 1,16,36,16,1 /70, missed with
+    # (1-j/4)^8: miss = (1 + 16*0.75^8 + 36*0.5^8 + 16*0.25^8)/70 = 0.039181, hit 2*(1-miss) = 1.92164.
+    miss = (1 + 16 * 0.75**8 + 36 * 0.5**8 + 16 * 0.25**8) / 70
+    assert domains_hit(2, 8, 8, 4) == pytest.approx(2 * (1 - miss))
+    # Groups that straddle domains (8 groups over 3), no groups, or all groups kept: unlimited routing.
+    assert domains_hit(3, 8, 8, 4) == distinct_hits(3, 8)
+    assert domains_hit(4, 8) == domains_hit(4, 8, 8, 8) == distinct_hits(4, 8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    k=st.sampled_from([2, 4, 8, 16, 32]),
+    topk=st.integers(1, 16),
+    per=st.integers(1, 4),
+    data=st.data(),
+)
+def test_group_limit_never_adds_domains(k: int, topk: int, per: int, data):
+    from autopar.perf.moe import distinct_hits, domains_hit
+
+    groups = k * per
+    group_topk = data.draw(st.integers(1, groups))
+    d = domains_hit(k, topk, groups, group_topk)
+    assert 0.0 < d <= distinct_hits(k, topk) + 1e-9
+    assert d <= min(k, group_topk, topk) + 1e-9
+
+
+def test_flex_rdma_bandwidth_by_transport():
+    from autopar.perf.moe import flex_rdma_bandwidth
+
+    # InfiniBand / RoCE: the NIC line rate; EFA (NVSHMEM libfabric host proxy): DeepEP's measured share on
+    # p5.48xlarge, mean of 43.7, 46.1, 39.6, 39.2 GB/s over 50 GB/s = 0.843 -> 0.84.
+    assert flex_rdma_bandwidth(50e9, "infiniband") == 50e9
+    assert flex_rdma_bandwidth(50e9, "roce") == 50e9
+    assert pytest.approx(0.84, abs=0.005) == (43.7 + 46.1 + 39.6 + 39.2) / 4 / 50
+    assert flex_rdma_bandwidth(50e9, "efa") == pytest.approx(42e9)
+
+
+def _q30(transport: str, dispatcher: str) -> float:
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64, transport=transport)
+    w = Workload(seq_len=4096, global_batch=256, moe_dispatcher=dispatcher)
+    s = Strategy(tp=2, pp=2, ep=32, etp=1, micro_batch=4, recompute="none", zero=1, vpp=1)
+    return estimate(m, cl, w, s, check=False).step_time_s
+
+
+def test_efa_slows_only_the_flex_dispatcher():
+    # NCCL all-to-all (aws-ofi-nccl) keeps the NIC rate on EFA; DeepEP's host-proxy RDMA stage gets 0.84 of it.
+    assert _q30("efa", "alltoall") == _q30("infiniband", "alltoall") == _q30("roce", "alltoall")
+    assert _q30("efa", "flex") > _q30("infiniband", "flex") == _q30("roce", "flex")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.floats(1.0, 1e5),
+    topk=st.integers(1, 16),
+    size=st.sampled_from([2, 4, 8, 16, 32, 64, 128]),
+    scaleup=st.floats(50e9, 2e12),
+)
+def test_flex_time_invariants(tokens: float, topk: int, size: int, scaleup: float):
+    from autopar.perf.moe import distinct_hits, flex_a2a_time, flex_rdma_bandwidth
+
+    # EFA never speeds a dispatch up; the RDMA stage (own domain counted) never takes less than the remote
+    # rows alone at the same rate; inside one domain the NIC plays no part.
+    links = comm.Links(8, scaleup, 42.5e9, 3e-6, 8e-6)
+    ib = flex_a2a_time(tokens, topk, 4096.0, size, 1, links, flex_rdma_bandwidth(50e9, "infiniband"))
+    efa = flex_a2a_time(tokens, topk, 4096.0, size, 1, links, flex_rdma_bandwidth(50e9, "efa"))
+    assert efa >= ib > 0.0
+    _, k = comm.placement(size, 1, 8)
+    remote_only = tokens * distinct_hits(k, topk) * (k - 1) / k * 4096.0 / 50e9
+    assert ib >= remote_only
+    if size <= 8:
+        assert efa == ib
+
+
+def test_cluster_transport_input():
+    # The AWS shorthands say EFA; a bad --transport is a one-line error; unstated = InfiniBand.
+    shape = parse_cluster("p5:2")
+    assert (shape.gpu, shape.num_gpus, shape.transport) == ("H100-SXM", 16, "efa")
+    assert parse_cluster("p6-b300:4").transport == "efa"
+    assert parse_cluster("dgx-h100:2").transport is None
+    assert ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16).transport == "infiniband"
+    with pytest.raises(ValidationError):
+        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16, transport="ib")
+    from autopar.problem import ClusterConfig
+
+    assert ClusterConfig(system="p5:2").build_one().transport == "efa"
+    assert ClusterConfig(system="dgx-h100:2").build_one().transport == "infiniband"
+    assert ClusterConfig(system="p5:2", transport="infiniband").build_one().transport == "infiniband"
+    assert ClusterConfig(gpu="H100-SXM", gpus="16", transport="RoCE").build_one().transport == "roce"
+    clusters, _ = ClusterConfig(system="p5:2", transport="efa").build()
+    assert [c.transport for c in clusters] == ["efa"]
+    with pytest.raises(SpecError, match="transport='ib': expected one of infiniband, roce, efa"):
+        ClusterConfig(gpu="H100-SXM", gpus="16", transport="ib").build_one()
+    res = runner.invoke(app, ["estimate", "--model", "Llama-3.1-8B", "--gpus", "16", "--transport", "ib"])
+    assert res.exit_code != 0 and "expected one of infiniband, roce, efa" in res.output
+
+
+def test_record_rows_state_the_transport():
+    from autopar.calibration.records import row_to_specs
+
+    base = {
+        "id": "X",
+        "model": "Qwen3-30B-A3B",
+        "gpu": "H100-SXM",
+        "num_gpus": 16,
+        "seq_len": 4096,
+        "global_batch": 64,
+        "tp": 1,
+        "pp": 1,
+        "ep": 16,
+        "micro_batch": 1,
+        "precision": "bf16",
+        "framework": "Megatron-Core",
+    }
+    assert row_to_specs(base).cluster.transport == "infiniband"
+    noted = row_to_specs({**base, "notes": "fabric: AWS EFA, transport=efa"})
+    assert noted.cluster.transport == "efa" and any("transport=efa" in a for a in noted.assumed)
+    assert row_to_specs({**base, "transport": "roce", "notes": "transport=efa"}).cluster.transport == "roce"
+    with pytest.raises(AutoparError, match="transport"):
+        row_to_specs({**base, "transport": "myrinet"})
 
 
 def test_ep_overlap_and_cuda_graphs_only_speed_up():

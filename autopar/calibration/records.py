@@ -429,10 +429,34 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     num_gpus = _pos(row, "num_gpus")
     if not num_gpus:
         raise DataError("column 'num_gpus' is empty")
-    cluster = ClusterSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=_pos(row, "gpus_per_node"))
+    cluster = ClusterSpec(
+        gpu=gpu, num_gpus=num_gpus, gpus_per_node=_pos(row, "gpus_per_node"), **_fabric(row, assumed)
+    )
     workload = _workload(row, assumed)
     strategy, workload = _strategy(row, model, cluster, workload, assumed)
     return RecordSpecs(model, cluster, workload, strategy, assumed)
+
+
+# The scale-out transport a record states (ClusterSpec.transport): optional column `transport`, else
+# `transport=efa` in the notes. Unstated: InfiniBand (the DGX systems most records ran on).
+_TRANSPORT_NOTE = re.compile(r"\btransport\s*[=:]\s*([a-z]+)")
+
+
+def _fabric(row: Mapping[str, Any], assumed: list[str]) -> dict[str, Any]:
+    """ClusterSpec.transport as the record states it (absent when not stated)."""
+    from autopar.specs import TRANSPORTS
+
+    notes = str(_cell(row, "notes") or "").lower()
+    out: dict[str, Any] = {}
+    transport = _cell(row, "transport")
+    if transport is None and (m := _TRANSPORT_NOTE.search(notes)):
+        transport = m.group(1)
+        assumed.append(f"transport={transport} (from the notes)")
+    if transport is not None:
+        if str(transport).lower() not in TRANSPORTS:
+            raise DataError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+        out["transport"] = str(transport).lower()
+    return out
 
 
 def _precision(row: Mapping[str, Any], assumed: list[str]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +27,9 @@ class SystemSpec(BaseModel):
     unit_gpus: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
     nvlink_domain: int = Field(gt=0)
+    transport: Literal["infiniband", "roce", "efa"] | None = Field(
+        default=None, description="scale-out transport (specs.TRANSPORTS); None: not stated (InfiniBand)"
+    )
     source: str = ""
 
 
@@ -37,6 +41,7 @@ class ClusterShape:
     num_gpus: int
     gpus_per_node: int
     nvlink_domain: int
+    transport: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +68,7 @@ def parse_cluster(text: str) -> ClusterShape:
         raise SpecError(f"cluster={text!r}: COUNT must be a whole number of {sys_.unit}s") from None
     if n <= 0:
         raise SpecError(f"cluster={text!r}: COUNT must be at least 1 {sys_.unit}")
-    return ClusterShape(sys_.gpu, n * sys_.unit_gpus, sys_.gpus_per_node, sys_.nvlink_domain)
+    return ClusterShape(sys_.gpu, n * sys_.unit_gpus, sys_.gpus_per_node, sys_.nvlink_domain, sys_.transport)
 
 
 def list_systems() -> list[SystemSpec]:

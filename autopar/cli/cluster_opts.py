@@ -14,7 +14,7 @@ def _register() -> None:
     def clusters_cmd(
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
     ) -> None:
-        """List the `--cluster NAME:COUNT` system shorthands (GPU, unit, host size, NVLink domain)."""
+        """List the `--cluster NAME:COUNT` system shorthands (GPU, unit, host size, NVLink domain, transport)."""
         from rich.table import Table
 
         from autopar.catalog.clusters import list_systems
@@ -22,9 +22,14 @@ def _register() -> None:
         if as_json:
             emit_json([s.model_dump() for s in list_systems()])
             return
-        t = Table("name", "GPU", "COUNT counts", "GPUs per unit", "GPUs per host", "NVLink domain")
+        t = Table(
+            "name", "GPU", "COUNT counts", "GPUs per unit", "GPUs per host", "NVLink domain", "transport"
+        )
         for s in list_systems():
-            t.add_row(s.name, s.gpu, s.unit, str(s.unit_gpus), str(s.gpus_per_node), str(s.nvlink_domain))
+            fabric = s.transport or "infiniband"
+            t.add_row(
+                s.name, s.gpu, s.unit, str(s.unit_gpus), str(s.gpus_per_node), str(s.nvlink_domain), fabric
+            )
         console.print(t)
 
 

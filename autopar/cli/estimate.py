@@ -102,8 +102,9 @@ def _print_batch(preds: Any, n_ok: int, out: Path | None, calib: Any) -> None:
 
 def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est: Any, verdict: str) -> None:
     """Readable breakdown: headline figures, memory and time tables, notes."""
+    fabric = f" ({cluster.transport})" if cluster.transport != "infiniband" else ""
     head = Table(
-        title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}: {strategy.label()}",
+        title=f"{model.name} on {cluster.num_gpus}x {cluster.gpu.name}{fabric}: {strategy.label()}",
         show_header=False,
         title_justify="left",
     )

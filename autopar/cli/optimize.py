@@ -237,6 +237,7 @@ _OPTIMIZE = (
     *("model", "gpu:list", "gpus:range", "gpus_per_node", "nvlink_domain", *WORKLOAD_EXTRAS, "cluster_name"),
     *(
         "internode_gbps",
+        "transport",
         "seq_len",
         "global_batch",
         "precision:list",

@@ -144,6 +144,19 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         ],
         None,
     ),
+    (
+        "transport",
+        Annotated[
+            str | None,
+            _o(
+                "--transport",
+                help="Scale-out NIC transport: infiniband, roce or efa (AWS Elastic Fabric Adapter); sets how "
+                "a flex (DeepEP/HybridEP) MoE dispatcher reaches the NICs \\[default: the --cluster "
+                "system's, else infiniband].",
+            ),
+        ],
+        None,
+    ),
     # --- the workload ---
     ("seq_len", Annotated[int, _o("--seq-len", help="Sequence length (tokens).")], DEFAULT_SEQ_LEN),
     (
@@ -473,7 +486,7 @@ WORKLOAD_EXTRAS = (
     "moe_ep_overlap",
     "cuda_graphs",
 )
-SHAPE = ("cluster_name", "internode_gbps", "seq_len", "global_batch")
+SHAPE = ("cluster_name", "internode_gbps", "transport", "seq_len", "global_batch")
 STACK = ("framework", "tp_comm_overlap")
 CALIBRATION = ("calibration", "no_calibration")
 # The options of one problem evaluated on one cluster (estimate, compare, fix): model, cluster, workload.
@@ -555,6 +568,7 @@ def problem_of(f: Flags, **over: Any) -> Problem:
         gpus_per_node=g("gpus_per_node"),
         nvlink_domain=g("nvlink_domain"),
         internode_gbps=g("internode_gbps"),
+        transport=g("transport"),
     )
     wl = {k: g(k) for k in (*WORKLOAD_EXTRAS, "seq_len", "precision", "framework", "tp_comm_overlap")}
     wl = {k: v for k, v in wl.items() if v is not None}

@@ -60,6 +60,34 @@ A2A_CONCURRENT_PEERS = 8
 EP_OVERLAP_COMM_SMS = 32
 
 
+# A flex dispatcher's RDMA stage moves each token once per NVLink domain its experts sit in, the token's own
+# domain included: DeepEP's internode kernels stage the own node's copy through the same chunked RDMA
+# buffer and NVL forwarders, and both DeepEP and HybridEP report their "algorithm bandwidth" counting it
+# (DeepEP tests/test_internode.py `num_rdma_token_sent`; hybrid-ep branch tests/utils.py
+# `count_rdma_send_from_routing_map`: "we do not set the local node map to zeros"). Measured so on 50 GB/s
+# CX7 NICs, that bandwidth is about the NIC's line rate: DeepEP V1 normal kernels (24 SMs, H800) 43 / 58 / 51
+# GB/s dispatch and 43 / 57 / 50 combine at EP16 / 32 / 64 (docs/legacy.md); HybridEP on H100 (16 SMs, torch
+# API, BF16) 54 / 47 / 41 dispatch and 53 / 53 / 47 combine at 16 / 32 / 64 ranks (docs/README_Hybrid-EP.md):
+# mean 50 GB/s. So the RDMA stage runs at the nominal NIC rate (share 1.0) over every domain hit; on two
+# nodes that is twice the remote-only traffic.
+# The NVLink stage likewise writes every rank a token reaches, its own included, through the same buffers
+# (both tests count `recv_x` / `dispatched_hidden` rows, self included); at the links' NVLink rate
+# (efficiency.yaml scaleup 0.78 x 200 GB/s = 156 GB/s on H800) that is DeepEP's measured intranode 153 / 158
+# GB/s dispatch / combine (docs/legacy.md). HybridEP's Blackwell figures are lower still (8 ranks, torch
+# API, BF16, 16 SMs: 536 / 531 GB/s on B200 of 900), not modelled.
+FLEX_RDMA_LINE_RATE_SHARE = 1.0
+# EFA has no GPU-initiated RDMA (IBGDA): DeepEP's NVSHMEM puts go through NVSHMEM's libfabric host-proxy
+# transport (awslabs/awsome-distributed-ai megatron-bridge/deepep/README.md: "host-proxy, IBGDA off"). With the
+# same DeepEP test as above (hidden 7168, 4096 tokens, top-8; NVSHMEM 3.7.0) on p5.48xlarge (50 GB/s of EFA
+# per GPU) its internode normal kernels reach 43.7 / 46.1 GB/s dispatch / combine on 4 nodes and 39.6 / 39.2
+# on 8 (micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-p5.md): mean 42.2 GB/s, 0.84 of the
+# line rate. NCCL all-to-all on the same nodes reaches 51-54 GB/s peak busbw (aws-ofi-nccl), so it keeps the
+# links' NIC rate. The same campaign's training runs (Qwen3-30B, hidden 2048) lose far more to DeepEP at EP32,
+# which the authors put down to per-message proxy overhead with small messages; no per-message cost is
+# published, so that part is not modelled.
+EFA_FLEX_RDMA_SHARE = 0.84
+
+
 def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
     """(exposed all-to-all time, compute slowdown) when dispatch/combine overlap other compute."""
     hidden = min(a2a, compute)
@@ -110,23 +138,63 @@ def distinct_hits(n: int, copies: int) -> float:
     return n * (1.0 - (1.0 - 1.0 / n) ** copies) if n > 0 else 0.0
 
 
+def domains_hit(k: int, topk: int, groups: int | None = None, group_topk: int | None = None) -> float:
+    """Expected NVLink domains (of k, equally loaded) one token's top-k experts sit in.
+
+    Unconstrained routing: distinct_hits(k, topk). Group-limited routing (DeepSeek-V3 §2.1.2 node-limited
+    routing; Megatron-Core `group_limited_topk`: the experts split into `groups` contiguous groups, a token
+    keeps `group_topk` of them and takes its top-k experts inside those) confines a token to the domains of
+    its groups when each domain holds whole groups (groups % k == 0; experts sit on EP ranks in order). With
+    j of its kept groups in a domain (hypergeometric) and the k experts spread evenly over the kept groups,
+    the domain is missed with probability (1 - j/group_topk)^topk."""
+    if not (groups and group_topk and k > 1 and groups % k == 0 and group_topk < groups):
+        return distinct_hits(k, topk)
+    per = groups // k  # groups per domain
+    total = math.comb(groups, group_topk)
+    miss = sum(
+        math.comb(per, j) * math.comb(groups - per, group_topk - j) / total * (1.0 - j / group_topk) ** topk
+        for j in range(min(per, group_topk) + 1)
+    )
+    return k * (1.0 - miss)
+
+
 def flex_a2a_time(
-    tokens: float, topk: int, row_bytes: float, size: int, stride: int, links: comm.Links
+    tokens: float,
+    topk: int,
+    row_bytes: float,
+    size: int,
+    stride: int,
+    links: comm.Links,
+    rdma_bw: float | None = None,
+    groups: tuple[int | None, int | None] = (None, None),
 ) -> float:
     """One dispatch (or combine) by a flex dispatcher (DeepEP / HybridEP): hierarchical and deduplicated.
 
-    A token crosses the NIC once per remote NVLink domain that holds any of its experts, then is forwarded
-    over NVLink to each destination rank once, however many of its experts that rank hosts (DeepEP README:
-    "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Routing is
-    taken as uniform over the EP group; `tokens` already includes the routed load."""
+    A token goes once to each NVLink domain that holds any of its experts, then is forwarded over NVLink to
+    each destination rank once, however many of its experts that rank hosts (DeepEP README: "asymmetric-domain
+    bandwidth forwarding"; DeepSeek-V3 §3.2.2; Megatron-Core flex dispatcher). Both stages carry the token's
+    own domain / rank too (FLEX_RDMA_LINE_RATE_SHARE): the RDMA stage every domain hit at `rdma_bw`
+    (flex_rdma_bandwidth; default: the links' NIC bandwidth), the NVLink stage every rank hit. Routing is
+    taken as uniform over the EP group, within the kept groups of group-limited routing (`groups`: the
+    router's groups and groups kept per token; domains_hit); `tokens` already includes the routed load."""
     if size <= 1 or tokens <= 0:
         return 0.0
     g, k = comm.placement(size, stride, links.node_size)
-    nvl_rows = distinct_hits(size, topk) * (size - 1) / size  # destination ranks other than self
-    nic_rows = distinct_hits(k, topk) * (k - 1) / k if k > 1 else 0.0  # remote domains hit
+    nvl_rows = distinct_hits(size, topk)  # every destination rank, its own included
+    nic_rows = domains_hit(k, topk, *groups) if k > 1 else 0.0  # every domain hit, its own included
+    bw = rdma_bw or links.scaleout_bw
     t_nvl = tokens * nvl_rows * row_bytes / links.scaleup_bw + links.scaleup_lat
-    t_nic = tokens * nic_rows * row_bytes / links.scaleout_bw + (links.scaleout_lat if k > 1 else 0.0)
+    t_nic = tokens * nic_rows * row_bytes / bw + (links.scaleout_lat if k > 1 else 0.0)
     return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
+
+
+def flex_rdma_bandwidth(nic_bw: float, transport: str) -> float:
+    """Per-GPU bandwidth of a flex dispatcher's RDMA stage (algorithm bandwidth, own domain counted).
+
+    InfiniBand / RoCE (IBGDA): the NIC's line rate (FLEX_RDMA_LINE_RATE_SHARE); EFA (NVSHMEM's libfabric host
+    proxy): the share DeepEP measured there (EFA_FLEX_RDMA_SHARE)."""
+    share = EFA_FLEX_RDMA_SHARE if transport == "efa" else FLEX_RDMA_LINE_RATE_SHARE
+    return nic_bw * share
 
 
 def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
@@ -178,8 +246,11 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
         quant_bwd = quantise_time(gathered * (up_n + h), w.fp8_recipe, hbm)
     a2a = 0.0
     if e > 1 and w.moe_dispatcher == "flex":
-        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links)
-        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links)
+        cl = ctx.cluster
+        rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport)
+        grp = (model.router_groups, model.router_group_topk)
+        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma, grp)
+        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma, grp)
     elif e > 1:
         disp = local * K * h * DISPATCH_BYTES * load
         comb = local * K * h * COMBINE_BYTES * load

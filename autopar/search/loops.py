@@ -65,7 +65,7 @@ def fingerprint(
     blob = json.dumps(
         {
             "model": space.model.model_dump(mode="json"),
-            "hardware": [[h.cluster.model_dump(mode="json"), h.precision] for h in space.hardware],
+            "hardware": [[_cluster_blob(h.cluster), h.precision] for h in space.hardware],
             "workload": workload.model_dump(mode="json", exclude={"precision", "token_budget"}),
             "objectives": [o.name for o in objectives],
             "constraints": [min_headroom_gib, max_cost],
@@ -73,6 +73,20 @@ def fingerprint(
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# ClusterSpec fields added after studies were first stored: left out of the fingerprint at their default, so
+# a study stored before them still resumes (its cluster is the same one).
+_LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
+
+
+def _cluster_blob(cluster: Any) -> dict[str, Any]:
+    """A cluster's fingerprint fields (model_dump less the later fields at their defaults)."""
+    d: dict[str, Any] = cluster.model_dump(mode="json")
+    for k, default in _LATER_CLUSTER_DEFAULTS.items():
+        if k in d and d[k] == default:
+            del d[k]
+    return d
 
 
 def run_exhaustive(
