@@ -145,7 +145,8 @@ def test_a_point_with_several_roles_is_printed_once():
 
     from autopar.cli import app
 
-    res = CliRunner().invoke(app, ["optimize", "--model", "llama-3-8b", "--gpus", "8", "--budget", "30"])
+    args = ["optimize", "--model", "llama-3-8b", "--gpus", "8", "--budget", "30"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "1000"})  # no wrapping inside the phrases counted
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "fastest = cheapest: " in out
