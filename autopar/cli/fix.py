@@ -413,7 +413,7 @@ _FIX = (
         ],
         DEFAULT_MAX_CHANGES,
     ),
-    "min_headroom",
+    *("min_headroom", "memory_band"),
     opt(
         "allow",
         Annotated[
@@ -439,7 +439,8 @@ def fix_cmd(f: Flags) -> None:
     from autopar.search.parse import parse_gib
 
     calib = resolve_calibration(f.calibration, f.no_calibration)
-    margin = search_margin(calib, parse_gib(f.min_headroom), use_band=True)  # what optimize asks (issue 21)
+    # the memory margin optimize uses (issue 21): the band's upper end, plus --min-headroom
+    margin = search_margin(calib, parse_gib(f.min_headroom), use_band=f.memory_band)
     allowed = _allowed(f.allow)
     cur, cluster, workload = _current(f.strategy, f, calib)
     want = margin.required_free_gib(cur.est.peak_memory_bytes / GiB)  # free GiB the margin asks of it
