@@ -135,3 +135,16 @@ def test_nsga2_trials_carry_the_native_constraint_and_name_the_margin(tmp_path):
         assert t.system_attrs["constraints:memory_gib"] == pytest.approx(
             a["memory_margin_gib"] - a["headroom_gib"], abs=2e-3
         )
+
+
+def test_a_study_stored_before_the_band_is_rebuilt_without_it():
+    from autopar.problem import SearchSettings
+    from autopar.search.stored import _settings
+
+    node = SearchSettings(min_headroom_gib=2.0).stored()["settings"]
+    assert node["memory_band"] is True
+    assert _settings(node, ["throughput", "headroom"], None, 2.0, None, "on_demand").memory_band is True
+    old = {k: v for k, v in node.items() if k != "memory_band"}  # as written before issue 21
+    rebuilt = _settings(old, ["throughput", "headroom"], None, 2.0, None, "on_demand")
+    assert rebuilt.memory_band is False and rebuilt.min_headroom_gib == 2.0
+    assert _settings(None, ["throughput", "headroom"], None, 2.0, None, "on_demand").memory_band is False
