@@ -26,6 +26,7 @@ from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
+    DEFAULT_MEMORY_BAND,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
@@ -267,7 +268,8 @@ class SearchSettings(_Config):
         default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves on top of the memory band"
     )
     memory_band: bool = Field(
-        default=True, description="a fit must hold at the memory band's upper end (search/margin.py)"
+        default=DEFAULT_MEMORY_BAND,
+        description="a fit must hold at the memory band's upper end (search/margin.py)",
     )
     max_cost: float | None = Field(default=None, description="constraint: max $ per million tokens")
     precisions: list[str] | None = Field(

@@ -31,6 +31,7 @@ from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
+    DEFAULT_MEMORY_BAND,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
@@ -404,7 +405,7 @@ _PARAMS: list[tuple[str, Any, Any]] = [
                 "--no-memory-band: the point estimate plus --min-headroom.",
             ),
         ],
-        True,
+        DEFAULT_MEMORY_BAND,
     ),
     (
         "fix",
