@@ -26,6 +26,7 @@ from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
+    DEFAULT_MEMORY_BAND,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
@@ -298,7 +299,13 @@ class SearchSettings(_Config):
     seed: int = Field(default=DEFAULT_SEED, description="random seed (same seed + inputs = same result)")
     sampler: str = Field(default=DEFAULT_SAMPLER, description=f"one of {', '.join(SAMPLERS)}")
     timeout: float | None = Field(default=None, description="stop after this many seconds")
-    min_headroom_gib: float = Field(default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves")
+    min_headroom_gib: float = Field(
+        default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves on top of the memory band"
+    )
+    memory_band: bool = Field(
+        default=DEFAULT_MEMORY_BAND,
+        description="a fit must hold at the memory band's upper end (search/margin.py)",
+    )
     max_cost: float | None = Field(default=None, description="constraint: max $ per million tokens")
     precisions: list[str] | None = Field(
         default=None, description="precisions searched (None: the workload's)"

@@ -14,6 +14,7 @@ from autopar.catalog import get_gpu, get_model
 from autopar.layouts import EVEN_SPLIT, split_of
 from autopar.perf.vector_columns import columns_of
 from autopar.search.evaluate import Evaluator
+from autopar.search.margin import MemoryMargin
 from autopar.search.neighbourhood import (
     KNOB_GROUPS,
     MUCH_BETTER,
@@ -141,7 +142,7 @@ def test_nearest_matches_a_scalar_brute_force(label: str, headroom: float, want_
     from autopar.launch.labels import parse_strategy_label
 
     space, current = llama_space(), parse_strategy_label(label)
-    ev = make_evaluator(space, headroom, None)
+    ev = make_evaluator(space, MemoryMargin(extra_gib=headroom), None)
     nb = nearest(space, ev, current, "bf16", 3, top=3)
     truth = _brute_force(space, ev, current, 3)
     assert nb.distance == min(truth) == want_d
@@ -161,7 +162,7 @@ def test_faster_goal_keeps_only_faster_strategies() -> None:
     """With a throughput floor, only strategies above it count, at every distance; the current strategy is
     not above its own throughput."""
     space = llama_space()
-    ev = make_evaluator(space, 2.0, None)
+    ev = make_evaluator(space, MemoryMargin(extra_gib=2.0), None)
     current = next(p.strategy for p in space if p.strategy.label() == "TP1 CP8-a2a DP2/Z1 mb1")
     here = nearest(space, ev, current, "bf16", 0)
     assert here.distance == 0 and here.best[0].strategy == current

@@ -91,7 +91,13 @@ def test_exact_front_of_the_filter_equals_the_hand_filtered_front():
     objectives = ("throughput", "headroom")
     cons = parse_constraints(["tp=2"], ["cp"])
     res = optimize(
-        *SMALL, objectives=objectives, sampler="exhaustive", budget=10, min_headroom_gib=0.0, constraints=cons
+        *SMALL,
+        objectives=objectives,
+        sampler="exhaustive",
+        budget=10,
+        min_headroom_gib=0.0,
+        constraints=cons,
+        memory_band=False,
     )
     got = sorted((r["throughput"], r["headroom"]) for r in res.pareto_rows)
     ev = Evaluator(SMALL[0], build_space(*SMALL).hardware, prices=[1.0], min_headroom_gib=0.0)

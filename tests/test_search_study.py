@@ -19,6 +19,7 @@ from autopar.objectives import parse_objectives
 from autopar.perf import estimate
 from autopar.search import optimize as _optimize
 from autopar.search.evaluate import RULE_PENALTY, Evaluator
+from autopar.search.margin import band_margin
 from autopar.search.pareto import nondominated_mask_slow, to_min_matrix
 from autopar.search.recommend import NEAR_TIE_FRACTION
 from autopar.search.space import Point, build_space
@@ -145,7 +146,11 @@ def test_constraints_min_headroom_and_max_cost():
     r = optimize(L8B, H100x8, WL8B, budget=150, seed=0, min_headroom_gib=20, max_cost=5.0)
     assert not r.pareto.empty
     assert (r.pareto["headroom"] >= 20).all() and (r.pareto["cost"] <= 5.0).all()
-    assert any("headroom" in t.reason and "< min 20" in t.reason for t in r.trials if not t.feasible)
+    assert any("headroom" in t.reason and "(memory margin)" in t.reason for t in r.trials if not t.feasible)
+    # the band's upper end is on top of the 20 GiB: every feasible point leaves 20 + (factor - 1) x peak free
+    f = band_margin(None, 20).factor
+    assert f > 1 and (r.pareto["headroom"] >= 20 + (f - 1) * r.pareto["mem_gib"] - 1e-9).all()
+    assert any(n.startswith("memory margin: a strategy fits at peak memory x") for n in r.notes)
 
 
 def test_nothing_fits_message():

@@ -16,6 +16,7 @@ from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.search import optimize
+from autopar.search.margin import band_margin
 from autopar.search.storage import mask, open_storage
 from autopar.specs import ClusterSpec, Workload
 from autopar.units import GiB
@@ -49,8 +50,11 @@ def test_stored_study_is_native_optuna(tmp_path, kind):
             [rec.values["throughput"], rec.values["headroom"], rec.values["cost"]]
         )
         assert t.values[0] > 0 and t.values[2] < 1e6 and t.values[1] > -1e4  # no 0, 1e12 or -1e6 sentinels
-        # memory constraint = min headroom - headroom; feasible (<= 0) exactly when the record is
-        assert t.constraints["memory_gib"] == pytest.approx(2.0 - rec.values["headroom"])
+        # memory constraint = min headroom + (band factor - 1) x peak - headroom (search/margin.py); feasible
+        # (<= 0) exactly when the record is
+        peak = rec.estimate.peak_memory_bytes / GiB
+        want = band_margin(None, 2.0).need_gib(rec.values["headroom"], peak)
+        assert t.constraints["memory_gib"] == pytest.approx(want)
         assert (t.constraints["memory_gib"] <= 0) == rec.feasible
         assert t.user_attrs["memory_gib"] == pytest.approx(rec.estimate.peak_memory_bytes / GiB, abs=1e-3)
         assert t.user_attrs["usd_per_mtoken"] == pytest.approx(rec.values["cost"])

@@ -45,7 +45,8 @@ class Plan:
     current: Evaluation  # on the GPU count it runs on today
     cluster: Any  # the target cluster (another GPU count with --goal gpus)
     goal: str
-    min_headroom_gib: float
+    min_headroom_gib: float  # free GiB the memory margin asks of the current strategy
+    margin: Any = None  # the memory margin every candidate is held to (search/margin.py)
 
 
 def _label_world(label: str) -> int | None:
@@ -123,7 +124,7 @@ def _goal(given: str | None, ev: Evaluation, cluster: Any, label: str, min_headr
     if goal == FIT and not short:
         raise SpecError(
             f"--goal fit: {label!r} already fits with {ev.est.headroom_gib:.1f} GiB free (at least "
-            f"{min_headroom:g} GiB asked); nothing to fix (--goal faster looks for more tokens/s)"
+            f"{min_headroom:.1f} GiB the memory margin asks); nothing to fix (--goal faster looks for more tokens/s)"
         )
     return goal
 
@@ -177,7 +178,7 @@ def _problem_text(plan: Plan) -> str:
         return "faster"
     seq = _seq(ev.workload.seq_len)
     if ev.verdict == FITS:
-        return f"{ev.est.headroom_gib:.1f} GiB free at {seq} (< {plan.min_headroom_gib:g} GiB)"
+        return f"{ev.est.headroom_gib:.1f} GiB free at {seq} (< {plan.min_headroom_gib:.1f} GiB, the memory margin)"
     return f"{'OOM' if ev.verdict == OOM else 'at risk'} at {seq}"
 
 
@@ -271,7 +272,11 @@ def _found(plan: Plan, space: Any, cand: Any, calib: Any) -> Found:
 
 
 def _goal_text(plan: Plan, floor: float) -> str:
-    head = f"fits with at least {plan.min_headroom_gib:g} GiB free"
+    head = (
+        f"fits at {plan.margin.describe()}"
+        if plan.margin
+        else f"fits with {plan.min_headroom_gib:g} GiB free"
+    )
     if plan.goal == GPUS:
         return f"goal gpus: runs on {plan.cluster.num_gpus} GPUs and {head}"
     if plan.goal == FASTER:
@@ -288,7 +293,7 @@ def _none_found(plan: Plan, nb: Any) -> NoFeasibleStrategyError:
     ]
     return NoFeasibleStrategyError(
         f"--goal {plan.goal}: none of the {n:,} valid strateg{'y' if n == 1 else 'ies'} within {nb.max_changes} changes of "
-        f"{plan.label!r} {what} (with {plan.min_headroom_gib:g} GiB free); raise --max-changes, allow more "
+        f"{plan.label!r} {what} (with the memory margin); raise --max-changes, allow more "
         "(--memory-savers, --allow precision) or search the whole space with `autopar optimize`"
     )
 
@@ -408,7 +413,7 @@ _FIX = (
         ],
         DEFAULT_MAX_CHANGES,
     ),
-    "min_headroom",
+    *("min_headroom", "memory_band"),
     opt(
         "allow",
         Annotated[
@@ -429,17 +434,20 @@ _FIX = (
 def fix_cmd(f: Flags) -> None:
     """Find the nearest strategies to one that runs today that fit in memory, run faster, or run on another
     GPU count: fewest knob changes first, each change explained with its predicted effect."""
+    from autopar.search.margin import search_margin
     from autopar.search.neighbourhood import make_evaluator, nearest
     from autopar.search.parse import parse_gib
 
     calib = resolve_calibration(f.calibration, f.no_calibration)
-    headroom = parse_gib(f.min_headroom)
+    # the memory margin optimize uses (issue 21): the band's upper end, plus --min-headroom
+    margin = search_margin(calib, parse_gib(f.min_headroom), use_band=f.memory_band)
     allowed = _allowed(f.allow)
     cur, cluster, workload = _current(f.strategy, f, calib)
-    plan = Plan(f.strategy, cur, cluster, _goal(f.goal, cur, cluster, f.strategy, headroom), headroom)
+    want = margin.required_free_gib(cur.est.peak_memory_bytes / GiB)  # free GiB the margin asks of it
+    plan = Plan(f.strategy, cur, cluster, _goal(f.goal, cur, cluster, f.strategy, want), want, margin)
     space = _space(plan, cur.model, workload, allowed, f.memory_savers, f.fix, f.forbid)
     floor = cur.est.tokens_per_s * (1 + FASTER_MIN_GAIN) if plan.goal == FASTER else 0.0
-    ev = make_evaluator(space, headroom, calib)
+    ev = make_evaluator(space, margin, calib)
     nb = nearest(
         space, ev, cur.strategy, workload.precision, f.max_changes, min_tokens_per_s=floor, top=f.top
     )

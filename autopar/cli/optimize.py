@@ -282,7 +282,7 @@ _OPTIMIZE = (
         None,
     ),
     opt("timeout", Annotated[float | None, typer.Option(help="Stop after this many seconds.")], None),
-    "min_headroom",
+    *("min_headroom", "memory_band"),
     opt(
         "max_cost", Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")], None
     ),

@@ -31,6 +31,7 @@ from autopar.defaults import (
     DEFAULT_GLOBAL_BATCH,
     DEFAULT_GPU,
     DEFAULT_GPUS,
+    DEFAULT_MEMORY_BAND,
     DEFAULT_MIN_HEADROOM_GIB,
     DEFAULT_MODEL,
     DEFAULT_OBJECTIVES,
@@ -401,11 +402,23 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             str,
             _o(
                 "--min-headroom",
-                help="Minimum free memory per GPU for a strategy to count as fitting, e.g. 4GiB "
-                "(default keeps a margin for the memory model's error).",
+                help="Free memory per GPU a strategy must leave on top of the memory band's upper end, "
+                "e.g. 4GiB (the band is the margin for the memory model's error).",
             ),
         ],
         HEADROOM_DEFAULT,
+    ),
+    (
+        "memory_band",
+        Annotated[
+            bool,
+            _o(
+                "--memory-band/--no-memory-band",
+                help="A strategy fits only if the upper end of its peak-memory band (90% one-sided) does; "
+                "--no-memory-band: the point estimate plus --min-headroom.",
+            ),
+        ],
+        DEFAULT_MEMORY_BAND,
     ),
     (
         "fix",
@@ -599,6 +612,8 @@ def _search_fields(f: Flags) -> dict[str, Any]:
     from autopar.search.parse import check_seed, parse_gib
 
     out = {"budget": f.budget, "seed": check_seed(f.seed), "min_headroom_gib": parse_gib(f.min_headroom)}
+    if hasattr(f, "memory_band"):
+        out["memory_band"] = f.memory_band
     for name in ("objectives", "sampler", "timeout", "max_cost", "tier", "storage", "study_name"):
         if hasattr(f, name):
             out[name] = getattr(f, name)

@@ -2,8 +2,8 @@
 
 Infeasibility (a broken rule, out of memory, below --min-headroom, above --max-cost) is an outcome,
 never an exception. A strategy with an estimate carries its real objective values and named Optuna
-constraints (<= 0 feasible): `memory_gib` = min headroom - headroom (GiB; > 0 when short of memory)
-and, with a cost cap, `cost_excess` = (cost - cap) / cap. A strategy that breaks a rule has no
+constraints (<= 0 feasible): `memory_gib` = GiB short of fitting with the memory margin (search/margin.py:
+peak x the memory band's upper end + --min-headroom - usable; > 0 when short of memory) and, with a cost cap, `cost_excess` = (cost - cap) / cap. A strategy that breaks a rule has no
 estimate, so no objective values and no constraints: the search records it as a PRUNED trial with
 its reason, never with made-up values. `violation` (the sum of the positive constraint parts, or
 RULE_PENALTY per broken rule) orders infeasible outcomes for messages.
@@ -20,6 +20,7 @@ from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import PriceBook
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.types import Estimate
+from autopar.search.margin import MemoryMargin
 from autopar.search.space import Hardware, Point
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
@@ -78,16 +79,19 @@ class Evaluator:
         estimate_fn: EstimateFn | None = None,
         validate_fn: ValidateFn | None = None,
         space_points: bool = False,
+        memory_margin: MemoryMargin | None = None,
     ):
         """space_points=True: every point comes from a Space, which holds only strategies that pass
         validate_strategy (tests/test_search_space.py enumerates whole spaces against it), so the
-        default rules are not checked again per point."""
+        default rules are not checked again per point. `memory_margin`: what a fit must leave (default: no
+        band, `min_headroom_gib` free); optimize passes the memory band's (search/margin.py)."""
         from autopar.perf import estimate, validate_strategy
 
         self.model = model
         self.hardware = list(hardware)
         self.prices = list(prices)
-        self.min_headroom_gib = min_headroom_gib
+        self.margin = memory_margin or MemoryMargin(extra_gib=min_headroom_gib)
+        self.min_headroom_gib = self.margin.extra_gib
         self.max_cost = max_cost
         self.calibration = calibration
         self.estimate_fn = estimate_fn or _unchecked(estimate)
@@ -177,7 +181,7 @@ class Evaluator:
         hw = self.hardware[point.hw]
         values = {name: o.value(est, hw.cluster, self.prices[point.hw]) for name, o in REGISTRY.items()}
         reasons = []
-        need = self.min_headroom_gib - values["headroom"]
+        need = self.margin.need_gib(values["headroom"], est.peak_memory_bytes / GiB)
         if not est.fits:
             need = max(need, -values["headroom"], 1e-3)
             reasons.append(
@@ -185,7 +189,8 @@ class Evaluator:
                 f"{est.capacity_bytes / GiB:.1f} GiB"
             )
         elif need > 0:
-            reasons.append(f"headroom {values['headroom']:.1f} GiB < min {self.min_headroom_gib:g} GiB")
+            want = self.margin.required_free_gib(est.peak_memory_bytes / GiB)
+            reasons.append(f"headroom {values['headroom']:.1f} GiB < min {want:.3g} GiB (memory margin)")
         cons = {MEMORY_CONSTRAINT: need}
         if self.max_cost is not None:
             cons[COST_CONSTRAINT] = (values["cost"] - self.max_cost) / self.max_cost

@@ -134,7 +134,7 @@ def _solve_one(
         at = rows[Ff.argmin(axis=0)]
         vals = [float(values[o.name][i]) for o, i in zip(objectives, at, strict=True)]
         best = {o.name: int(start + i) for o, i in zip(objectives, at, strict=True)}
-        cons = {MEMORY_CONSTRAINT: float(np.min(ev.min_headroom_gib - values["headroom"][rows]))}
+        cons = {MEMORY_CONSTRAINT: float(np.min(values[MEMORY_CONSTRAINT][rows]))}
         if ev.max_cost is not None:
             cons[COST_CONSTRAINT] = float(np.min((values["cost"][rows] - ev.max_cost) / ev.max_cost))
         cons = {k: min(v, 0.0) for k, v in cons.items()}
@@ -148,7 +148,7 @@ def _least_violating(
 ) -> tuple[list[float], dict[str, float], dict[str, int]]:
     """Trial values and constraints of a layout with no feasible point: those of its least violating point
     (short of memory by at least 1e-3 GiB, as Evaluator._finish reports an out-of-memory point)."""
-    need = np.maximum(ev.min_headroom_gib - values["headroom"], 1e-3)
+    need = np.maximum(values[MEMORY_CONSTRAINT], 1e-3)
     viol = need.copy()
     excess = None
     if ev.max_cost is not None:

@@ -60,6 +60,7 @@ def fingerprint(
     objectives: Sequence[Objective],
     min_headroom_gib: float,
     max_cost: float | None,
+    margin: Any = None,
 ) -> str:
     """A short hash of everything that defines a study, so a stored study is never mixed with another."""
     blob = json.dumps(
@@ -69,6 +70,8 @@ def fingerprint(
             "workload": workload.model_dump(mode="json", exclude={"precision", "token_budget"}),
             "objectives": [o.name for o in objectives],
             "constraints": [min_headroom_gib, max_cost],
+            # the memory band's factor only when there is one, so studies stored before it keep their hash
+            **({"memory_band": margin.factor} if margin is not None and margin.factor != 1.0 else {}),
         },
         sort_keys=True,
     )

@@ -25,6 +25,7 @@ import numpy as np
 from autopar.layouts import Axis, split_of
 from autopar.perf.vector_columns import CP_COMM_CODES, SCHEDULE_CODES, StrategyColumns, columns_of
 from autopar.search.evaluate import Evaluator, resolve_price
+from autopar.search.margin import MemoryMargin
 from autopar.search.space import Layout, Space, split_code
 from autopar.search.sweep import BLOCK_ROWS, block_outcomes
 from autopar.specs import Strategy
@@ -155,14 +156,14 @@ class Neighbourhood:
     max_changes: int
 
 
-def make_evaluator(space: Space, min_headroom_gib: float, calibration: object) -> Evaluator:
-    """The evaluator of the space's points: on-demand prices, the headroom constraint, the corrector."""
+def make_evaluator(space: Space, margin: MemoryMargin, calibration: object) -> Evaluator:
+    """The evaluator of the space's points: on-demand prices, the memory margin, the corrector."""
     prices = [resolve_price(h.cluster, None, "on_demand")[0] for h in space.hardware]
     return Evaluator(
         space.model,
         space.hardware,
         prices=prices,
-        min_headroom_gib=min_headroom_gib,
+        memory_margin=margin,
         calibration=calibration,
         space_points=True,
     )

@@ -678,6 +678,9 @@ def _outcome_attrs(out: Outcome) -> dict[str, Any]:
         "usd_per_mtoken": out.values.get("cost"),
         "calibration_factor": est.calibration_factor,
     }
+    need = out.constraints.get("memory_gib")
+    if need is not None and est.fits:  # free GiB the memory margin asks of this strategy (search/margin.py)
+        attrs["memory_margin_gib"] = round(need + est.headroom_bytes / GiB, 3)
     if out.reason:
         attrs[REASON_ATTR] = out.reason
     return attrs

@@ -457,7 +457,8 @@ def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord
     s = best.strategy
     if e.fits:
         return (
-            "strategies fit in memory but none meets the constraints (--min-headroom / --max-cost); "
+            "strategies fit in memory but none meets the constraints (the memory margin: the band's upper end "
+            "and --min-headroom, or --max-cost); "
             f"the closest is {s.label()}: {best.reason}; relax the constraint"
         )
     tips = ["more GPUs (--gpus)"]

@@ -239,7 +239,10 @@ def _settings(
     the tree was stored, rebuilt from the separate fields it kept; the objectives as the study has them."""
     from autopar.problem import SearchSettings
 
+    # A study stored before the memory band (issue 21) was searched with the point estimate and its
+    # min_headroom_gib alone: rebuilt the same way, so its fingerprint still matches.
     if node is not None:
+        node = {"memory_band": False, **node}
         return SearchSettings.model_validate({**node, "objectives": tuple(objectives)})
     return SearchSettings(
         objectives=tuple(objectives),
@@ -247,6 +250,7 @@ def _settings(
         min_headroom_gib=headroom,
         max_cost=max_cost,
         tier=tier,
+        memory_band=False,
     )
 
 

@@ -19,6 +19,7 @@ from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
 from autopar.search.evidence import evidence_of, recipe_beside, widen_records
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
 from autopar.search.loops import Run, fingerprint, run_exhaustive
+from autopar.search.margin import search_margin
 from autopar.search.nsga2 import run_nsga2
 from autopar.search.pareto import (
     normalized_hypervolume,
@@ -224,11 +225,11 @@ def optimize(
         model,
         space.hardware,
         prices=[p for p, _ in prices],
-        min_headroom_gib=s.min_headroom_gib,
         max_cost=s.max_cost,
         calibration=calibration,
         estimate_fn=estimate_fn,
         space_points=True,
+        memory_margin=search_margin(calibration, s.min_headroom_gib, s.memory_band),
     )
     ctx = _Context(model, workload, s, space, ev, objs, prices)
     t_search = time.perf_counter()
@@ -253,7 +254,9 @@ class _Context:
     @property
     def fingerprint(self) -> str:
         s = self.settings
-        return fingerprint(self.space, self.workload, self.objs, s.min_headroom_gib, s.max_cost)
+        return fingerprint(
+            self.space, self.workload, self.objs, s.min_headroom_gib, s.max_cost, self.ev.margin
+        )
 
 
 def _search(
@@ -309,7 +312,8 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
     )  # bands widened away from the measured runs (issue 21)
     widen_records(records, evidence)
     front = pareto_records(records, objs)
-    notes = _notes(space, objs, ctx.prices, s.budget, sampler, run)
+    notes = [f"memory margin: a strategy fits at {ctx.ev.margin.describe()}"]
+    notes += _notes(space, objs, ctx.prices, s.budget, sampler, run)
     if s.sampler == "auto" and sampler == "exhaustive":
         notes.append(
             f"auto: the whole space ({space.size:,} points, at most {EXACT_LIMIT:,}) was swept exactly, so "
@@ -409,6 +413,8 @@ def _inputs(ctx: _Context, run: Run) -> dict[str, Any]:
         "storage": None if s.storage is None else mask(str(s.storage)),
         "study_name": run.study_name,
         "min_headroom_gib": s.min_headroom_gib,
+        "memory_margin": ctx.ev.margin.describe(),
+        "memory_band_factor": ctx.ev.margin.factor,
         "max_cost": s.max_cost,
         "tier": s.tier,
     }
@@ -425,6 +431,7 @@ def _stored_inputs(ctx: _Context, extra: dict[str, Any]) -> dict[str, Any]:
         "objectives": [o.name for o in ctx.objs],
         "prices": {h.gpu: list(p) for h, p in zip(hw, ctx.prices, strict=True)},
         **ctx.settings.stored(),
+        "memory_margin": ctx.ev.margin.to_json(),
         **extra,
     }
 

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from autopar.objectives import REGISTRY, Objective
-from autopar.search.evaluate import Evaluator
+from autopar.search.evaluate import MEMORY_CONSTRAINT, Evaluator
 from autopar.search.loops import Run
 from autopar.search.pareto import nondominated_mask
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Space
+from autopar.units import GiB
 
 KEEP_ALL_LIMIT = 20_000  # spaces up to this size keep every point's record (loops.run_exhaustive)
 BLOCK_ROWS = 8192  # points estimated together: bounds the sweep's memory
@@ -133,7 +134,10 @@ def block_outcomes(space: Space, ev: Evaluator, block: Any) -> tuple[dict[str, n
     est = calibrated_arrays(ev, hw, block.columns, vest)
     price = ev.prices[block.hw]
     values = {name: np.asarray(o.fn(est, hw.cluster, price), dtype=float) for name, o in REGISTRY.items()}
-    feasible = est.fits & (ev.min_headroom_gib - values["headroom"] <= 0)
+    # GiB short of the memory margin (search/margin.py), the trial's `memory_gib` constraint; not an objective
+    peak_gib = (vest.capacity_bytes - est.headroom_bytes) / GiB
+    values[MEMORY_CONSTRAINT] = ev.margin.need_gib(values["headroom"], peak_gib)
+    feasible = est.fits & (values[MEMORY_CONSTRAINT] <= 0)
     if ev.max_cost is not None:
         feasible &= (values["cost"] - ev.max_cost) / ev.max_cost <= 0
     return values, feasible

@@ -1,0 +1,96 @@
+"""The memory margin a strategy must leave to count as fitting: the memory band's upper end, plus --min-headroom.
+
+A strategy fits when the upper end of its peak-memory band, plus the extra margin the user asks for, is within
+usable memory: peak x factor + extra <= usable, with factor = exp(high end of the memory corrector's log band).
+The band is the calibration's (the user's, else the shipped default's): a split-conformal band fitted on runs
+that measured their peak, scored on runs left out of the fit (calibration/corrector.py). Its nominal coverage
+is two-sided (0.8: 10th to 90th percentile of measured / predicted), so its upper end is a one-sided bound at
+(1 + coverage) / 2 = 90%: about one strategy in ten admitted at the very edge would exceed usable memory.
+The upper end alone is used because only an under-predicted peak makes a recommendation fail (OOM); an
+over-predicted one only costs speed. The default calibration's memory corrector applies no correction
+(shrink 0), so its band is the analytical model's own error, which is why the search uses it even without a
+calibration (`optimize(calibration=None)`, `--no-calibration`). Replaces the fixed 2 GiB margin of earlier
+versions (issue 21): a fixed margin is 2.5% of an 80 GiB GPU, an error the model makes on most runs.
+
+`need_gib` is the Optuna constraint `memory_gib` (<= 0 feasible) and runs on floats and numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.perf.arith import Num
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMargin:
+    """How much memory a fit must leave: peak x `factor` + `extra_gib` <= usable."""
+
+    factor: float = 1.0  # upper end of the memory band over the point estimate (>= 1; 1: no band)
+    extra_gib: float = 0.0  # --min-headroom: free GiB asked on top of the band
+    coverage: float = 0.0  # one-sided coverage of the upper end (0: no band)
+    source: str = ""  # where the band comes from, in words
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and self.factor >= 1.0):
+            raise ValueError(f"memory band factor {self.factor}: must be finite and >= 1")
+        if not math.isfinite(self.extra_gib):
+            raise ValueError(f"min headroom {self.extra_gib}: must be finite")
+
+    def need_gib(self, headroom_gib: Num, peak_gib: Num) -> Num:
+        """GiB short of fitting (> 0: does not fit with the margin), from the point estimate's free memory
+        (usable - peak) and peak: peak x factor + extra - usable; floats or arrays. Written as extra - free +
+        (factor - 1) x peak so that without a band it is exactly the old `min headroom - headroom`."""
+        return self.extra_gib - headroom_gib + (self.factor - 1.0) * peak_gib
+
+    def required_free_gib(self, peak_gib: float) -> float:
+        """Free GiB a strategy with this point-estimate peak must leave: (factor - 1) x peak + extra."""
+        return (self.factor - 1.0) * peak_gib + self.extra_gib
+
+    def describe(self) -> str:
+        """The margin in words, for reports and the CLI."""
+        extra = f" + {self.extra_gib:g} GiB (--min-headroom)" if self.extra_gib else ""
+        if self.factor == 1.0 and not self.coverage:
+            return f"point estimate of peak memory{extra or ' (no margin)'}"
+        return (
+            f"peak memory x{self.factor:.3f}, the {self.coverage:.0%} upper end of the memory band "
+            f"({self.source}){extra}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (stored studies, reports)."""
+        return {
+            "factor": self.factor,
+            "extra_gib": self.extra_gib,
+            "coverage": self.coverage,
+            "source": self.source,
+        }
+
+
+def band_margin(calibration: Any, extra_gib: float) -> MemoryMargin:
+    """The margin from `calibration`'s memory band (its upper end), else from the shipped default's; a
+    calibration with no memory model falls back to the default's band too (the analytical model's error)."""
+    corrector = getattr(calibration, "memory_corrector", None)
+    if corrector is None:
+        from autopar.calibration.apply import load_default_calibration
+
+        calibration = load_default_calibration()
+        corrector = calibration.memory_corrector
+    if corrector is None:  # a default fitted without memory data: nothing measured to widen by
+        return MemoryMargin(extra_gib=extra_gib)
+    meta = calibration.meta
+    hi = float(corrector.band_[1])
+    source = f"{meta.memory_n_train} measured peaks: {', '.join(meta.memory_sources)}"
+    return MemoryMargin(
+        factor=math.exp(max(hi, 0.0)),
+        extra_gib=extra_gib,
+        coverage=(1.0 + float(corrector.coverage)) / 2.0,
+        source=source,
+    )
+
+
+def search_margin(calibration: Any, extra_gib: float, use_band: bool) -> MemoryMargin:
+    """The margin a search uses: the band's (see band_margin) unless `use_band` is False, then `extra_gib`."""
+    return band_margin(calibration, extra_gib) if use_band else MemoryMargin(extra_gib=extra_gib)
