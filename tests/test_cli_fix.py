@@ -44,7 +44,7 @@ def _problem(gpus: int = 16):
 def _fits(model, cluster, wl, s) -> bool:
     """Fits with the memory margin fix uses by default: peak x the band's upper end + min headroom <= usable."""
     e = estimate(model, cluster, wl, s.with_dp(cluster.num_gpus))
-    need = band_margin(None, DEFAULT_MIN_HEADROOM_GIB).need_gib(
+    need = band_margin(None, DEFAULT_MIN_HEADROOM_GIB, wl.framework).need_gib(
         e.headroom_bytes / GiB, e.peak_memory_bytes / GiB
     )
     return need <= 0

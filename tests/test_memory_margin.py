@@ -22,7 +22,7 @@ from autopar.units import GiB
 SMALL = (
     get_model("Llama-3.1-8B"),
     ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8),
-    Workload(seq_len=16384, global_batch=16),
+    Workload(seq_len=16384, global_batch=16, framework="torchtitan"),  # a stack the shipped band measured
 )
 
 
@@ -148,3 +148,23 @@ def test_a_study_stored_before_the_band_is_rebuilt_without_it():
     rebuilt = _settings(old, ["throughput", "headroom"], None, 2.0, None, "on_demand")
     assert rebuilt.memory_band is False and rebuilt.min_headroom_gib == 2.0
     assert _settings(None, ["throughput", "headroom"], None, 2.0, None, "on_demand").memory_band is False
+
+
+def test_a_stack_the_band_never_saw_keeps_the_fixed_margin():
+    """The shipped band was fitted on torchtitan peaks only: a Megatron search keeps the fixed 2 GiB (plus
+    what the user asks) and says why; a torchtitan search uses the band."""
+    from autopar.calibration.apply import load_default_calibration
+    from autopar.search.margin import FIXED_MARGIN_GIB
+
+    assert load_default_calibration().meta.memory_stacks == ["torchtitan"]
+    meg = band_margin(None, 1.0, "megatron")
+    assert (meg.factor, meg.extra_gib) == (1.0, 1.0 + FIXED_MARGIN_GIB)
+    assert "no measured peak of a megatron run" in meg.describe()
+    assert band_margin(None, 1.0, "torchtitan") == band_margin(None, 1.0)
+    m, c, w = SMALL
+    res = optimize(m, c, w.model_copy(update={"framework": "megatron"}), sampler="exhaustive",
+                   objectives=("throughput", "headroom"))  # fmt: skip
+    assert "+ 2 GiB: no measured peak of a megatron run" in res.notes[0]
+    for t in res.trials:
+        if t.feasible:
+            assert t.values["headroom"] >= FIXED_MARGIN_GIB - 1e-9

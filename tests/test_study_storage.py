@@ -53,7 +53,7 @@ def test_stored_study_is_native_optuna(tmp_path, kind):
         # memory constraint = min headroom + (band factor - 1) x peak - headroom (search/margin.py); feasible
         # (<= 0) exactly when the record is
         peak = rec.estimate.peak_memory_bytes / GiB
-        want = band_margin(None, 2.0).need_gib(rec.values["headroom"], peak)
+        want = band_margin(None, 2.0, WL.framework).need_gib(rec.values["headroom"], peak)
         assert t.constraints["memory_gib"] == pytest.approx(want)
         assert (t.constraints["memory_gib"] <= 0) == rec.feasible
         assert t.user_attrs["memory_gib"] == pytest.approx(rec.estimate.peak_memory_bytes / GiB, abs=1e-3)

@@ -111,6 +111,9 @@ class CalibrationMeta:
     # The throughput runs it was fitted on, as novelty sees them (calibration/novelty.py LayoutPoint fields):
     # a prediction's band widens with the distance to these and to the published runs (issue 21).
     layouts: list[dict[str, Any]] = field(default_factory=list)
+    # The software stacks (Workload.framework) of the runs the memory band was fitted on: the band's upper end
+    # is the search's memory margin only for these stacks (search/margin.py).
+    memory_stacks: list[str] = field(default_factory=list)
 
 
 def training_fingerprint(*sets: TrainingSet | None) -> str:
@@ -453,6 +456,7 @@ def fit_training_set(
         loso=loso,
         memory_n_train=len(memory_ts) if use_memory else 0,
         memory_sources=sorted(set(memory_ts.sources)) if use_memory else [],
+        memory_stacks=sorted(set(memory_ts.stacks)) if use_memory else [],
         memory_choice=mchoice,
         memory_cv=mcv,
         memory_scheme=mscheme,

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -215,6 +215,7 @@ class TrainingSet:
     how: list[str]  # how the measurement was obtained (measured, step time, TFLOP/s)
     skipped: list[tuple[str, str]]  # (id, reason) of records that could not be used
     target: str = "throughput"
+    stacks: list[str] = field(default_factory=list)  # the software stack (Workload.framework) of each run
 
     def __len__(self) -> int:
         return len(self.y)
@@ -231,12 +232,21 @@ def group_of(rec: Mapping[str, Any]) -> str:
 
 def record_features(rec: Mapping[str, Any], target: str = "throughput") -> tuple[np.ndarray, Estimate, str]:
     """Features, analytical estimate and GPU family of one run record (raises AutoparError if unusable)."""
+    x, est, family, _ = record_features_stack(rec, target)
+    return x, est, family
+
+
+def record_features_stack(
+    rec: Mapping[str, Any], target: str = "throughput"
+) -> tuple[np.ndarray, Estimate, str, str]:
+    """record_features plus the software stack (Workload.framework) the record ran."""
     from autopar.calibration.records import row_to_specs  # pandas: loaded only when records are read
 
     sp = row_to_specs(rec)
     est = estimate(sp.model, sp.cluster, sp.workload, sp.strategy, strict=False)
     fn = memory_features if target == "memory" else features
-    return fn(sp.model, sp.cluster, sp.workload, sp.strategy, est), est, sp.cluster.gpu.family
+    x = fn(sp.model, sp.cluster, sp.workload, sp.strategy, est)
+    return x, est, sp.cluster.gpu.family, str(sp.workload.framework)
 
 
 def _measured(rec: Mapping[str, Any], target: str) -> tuple[float | None, str]:
@@ -260,7 +270,8 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
     xs: list[np.ndarray] = []
     ys: list[float] = []
     meta: dict[str, list[Any]] = {
-        k: [] for k in ("ids", "sources", "groups", "cohorts", "gpus", "families", "meas", "pred", "how")
+        k: []
+        for k in ("ids", "sources", "groups", "cohorts", "gpus", "families", "meas", "pred", "how", "stacks")
     }
     skipped: list[tuple[str, str]] = []
     for rec in records:
@@ -271,7 +282,7 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
                 skipped.append((rid, "no tokens/s, step time or TFLOP/s with a known FLOP convention"))
             continue
         try:
-            x, est, family = record_features(rec, target)
+            x, est, family, stack = record_features_stack(rec, target)
         except (AutoparError, ValueError, ZeroDivisionError) as e:
             skipped.append((rid, " ".join(str(e).split())[:200]))
             continue
@@ -291,6 +302,7 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
             ("meas", meas),
             ("pred", pred),
             ("how", how),
+            ("stacks", stack),
         ):
             meta[k].append(v)
     names = MEMORY_FEATURE_NAMES if target == "memory" else FEATURE_NAMES
@@ -309,4 +321,5 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
         how=meta["how"],
         skipped=skipped,
         target=target,
+        stacks=meta["stacks"],
     )

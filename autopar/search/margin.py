@@ -23,6 +23,11 @@ from typing import Any
 
 from autopar.perf.arith import Num
 
+# Free GiB a fit must leave on a stack whose peaks the memory band never saw (band_margin): the margin autopar
+# used everywhere before the band (issue 21), about the memory model's median error on the runs that report
+# memory at the time it was set.
+FIXED_MARGIN_GIB = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryMargin:
@@ -52,6 +57,8 @@ class MemoryMargin:
     def describe(self) -> str:
         """The margin in words, for reports and the CLI."""
         extra = f" + {self.extra_gib:g} GiB (--min-headroom)" if self.extra_gib else ""
+        if self.factor == 1.0 and not self.coverage and self.source:  # a stack the band never saw
+            return f"point estimate of peak memory + {self.extra_gib:g} GiB: {self.source}"
         if self.factor == 1.0 and not self.coverage:
             return f"point estimate of peak memory{extra or ' (no margin)'}"
         return (
@@ -69,9 +76,15 @@ class MemoryMargin:
         }
 
 
-def band_margin(calibration: Any, extra_gib: float) -> MemoryMargin:
+def band_margin(calibration: Any, extra_gib: float, framework: str | None = None) -> MemoryMargin:
     """The margin from `calibration`'s memory band (its upper end), else from the shipped default's; a
-    calibration with no memory model falls back to the default's band too (the analytical model's error)."""
+    calibration with no memory model falls back to the default's band too (the analytical model's error).
+
+    A band holds for the stacks whose measured peaks it was fitted on (CalibrationMeta.memory_stacks). For
+    another `framework` nothing measured says how far its peaks sit from the model, so the fixed
+    FIXED_MARGIN_GIB stands in for the band (plus `extra_gib`): a band learned on one stack's allocator and
+    kernels is not another's, and the shipped one (torchtitan peaks) would refuse Megatron-Core layouts that
+    ran (24 Megatron-Bridge runs, all three Llama-3 405B runs: see README "Memory margin")."""
     corrector = getattr(calibration, "memory_corrector", None)
     if corrector is None:
         from autopar.calibration.apply import load_default_calibration
@@ -81,6 +94,12 @@ def band_margin(calibration: Any, extra_gib: float) -> MemoryMargin:
     if corrector is None:  # a default fitted without memory data: nothing measured to widen by
         return MemoryMargin(extra_gib=extra_gib)
     meta = calibration.meta
+    stacks = list(getattr(meta, "memory_stacks", None) or ())
+    if framework is not None and framework not in stacks:
+        return MemoryMargin(
+            extra_gib=extra_gib + FIXED_MARGIN_GIB,
+            source=f"no measured peak of a {framework} run (band fitted on {', '.join(stacks) or 'none'})",
+        )
     hi = float(corrector.band_[1])
     source = f"{meta.memory_n_train} measured peaks: {', '.join(meta.memory_sources)}"
     return MemoryMargin(
@@ -91,6 +110,11 @@ def band_margin(calibration: Any, extra_gib: float) -> MemoryMargin:
     )
 
 
-def search_margin(calibration: Any, extra_gib: float, use_band: bool) -> MemoryMargin:
-    """The margin a search uses: the band's (see band_margin) unless `use_band` is False, then `extra_gib`."""
-    return band_margin(calibration, extra_gib) if use_band else MemoryMargin(extra_gib=extra_gib)
+def search_margin(
+    calibration: Any, extra_gib: float, use_band: bool, framework: str | None = None
+) -> MemoryMargin:
+    """The margin a search uses: the band's for `framework` (see band_margin) unless `use_band` is False,
+    then `extra_gib` alone."""
+    if not use_band:
+        return MemoryMargin(extra_gib=extra_gib)
+    return band_margin(calibration, extra_gib, framework)
