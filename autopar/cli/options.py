@@ -342,7 +342,17 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         Annotated[int | None, _o(help="Micro-batch size in sequences (unset: best feasible)")],
         None,
     ),
-    ("recompute", Annotated[str | None, _o(help="none, selective or full (unset: best feasible)")], None),
+    (
+        "recompute",
+        Annotated[
+            str | None,
+            _o(
+                help="none, selective, full, or Megatron's recompute modules as sel:MOD+MOD, e.g. "
+                "sel:mla_up_proj, sel:layernorm+moe_act (unset: best feasible)"
+            ),
+        ],
+        None,
+    ),
     (
         "activation_offload_layers",
         Annotated[
