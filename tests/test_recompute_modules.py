@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autopar.calibration.logs import log_config
 from autopar.calibration.records import notes_recompute
 from autopar.catalog import get_gpu, get_model
 from autopar.knobs import (
@@ -231,3 +232,22 @@ def test_notes_state_the_presets_modules():
     said = []
     assert notes_recompute({"notes": "selective recompute_modules moe"}, said) is None
     assert "does not model" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("modules", "rec"),
+    [
+        ("['mla_up_proj', 'mlp']", "sel:mla_up_proj+mlp"),
+        ("['core_attn']", "selective"),
+        ("['moe_act', 'layernorm']", "sel:layernorm+moe_act"),
+        ("['moe']", None),  # not modelled: left to completion
+    ],
+)
+def test_megatron_log_dump_reads_the_recompute_modules(modules, rec):
+    text = (
+        "------------------------ arguments ------------------------\n"
+        "  recompute_granularity ........................... selective\n"
+        f"  recompute_modules ............................... {modules}\n"
+        "-------------------- end of arguments ---------------------\n"
+    )
+    assert log_config(text, "megatron-log").get("recompute") == rec
