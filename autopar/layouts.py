@@ -206,8 +206,9 @@ def candidate_layers(layers: int) -> list[int]:
     return sorted((n for n in picks if 0 < n < layers), reverse=True)
 
 
-# Every Workload.memory_savers name: the optimizer savers above and layer-wise activation offload.
-MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
+# Every Workload.memory_savers name: the optimizer savers above, layer-wise activation offload and Megatron's
+# selective recompute modules (recompute_values).
+MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload", "recompute_modules")
 
 
 def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
@@ -693,24 +694,27 @@ def recompute_rules(model: ModelSpec, workload: Workload, recompute: str) -> Ite
         yield _v(None, Level.HARD, msg)
 
 
-# Selective recompute module sets the search offers on Megatron-Core besides none/selective/full: the ones the
+# Selective recompute module sets the search offers on Megatron-Core besides none/selective/full, when
+# Workload.memory_savers has "recompute_modules" (a record whose preset states modules sets it): the ones the
 # Megatron-Bridge presets run (GPT-OSS layernorm+moe_act, DeepSeek-V3 mla_up_proj) and, for MLA MoE models,
 # the union of the three output-discarding modules. Each frees activations for elementwise work or the small
 # up-projection GEMMs, between selective (core attention) and full recompute in cost; "mlp" (dense layers only,
-# a few in MoE models) and moe_act alone are left to explicit strategies and records.
+# a few in MoE models) and moe_act alone are left to explicit strategies and records. Opt-in like the other
+# memory savers: offered by default, the cheap memory they free let the search pick layouts the model rates
+# too fast on MoE models (bench/recipes.py: median x1.037 -> x1.046, max x1.84 -> x1.89).
 SEARCH_RECOMPUTE_MODULE_SETS: tuple[str, ...] = (
     "sel:layernorm+moe_act", "sel:mla_up_proj", "sel:layernorm+mla_up_proj+moe_act",
 )  # fmt: skip
 
 
 def recompute_values(model: ModelSpec, workload: Workload) -> tuple[str, ...]:
-    """Recompute modes the search offers: none, selective and full, plus the module sets that apply to the
-    model on a stack with --recompute-modules (least memory-frugal first, full last)."""
+    """Recompute modes the search offers: none, selective and full, plus, with the "recompute_modules" memory
+    saver, the module sets that apply to the model on a stack with --recompute-modules (least memory-frugal
+    first, full last)."""
     fw = workload.framework
+    offered = SEARCH_RECOMPUTE_MODULE_SETS if "recompute_modules" in workload.memory_savers else ()
     extra = tuple(
-        r
-        for r in SEARCH_RECOMPUTE_MODULE_SETS
-        if _ok([*recompute_rules(model, workload, r), *stack_rules(fw, recompute=r)])
+        r for r in offered if _ok([*recompute_rules(model, workload, r), *stack_rules(fw, recompute=r)])
     )
     return (*RECOMPUTE_LEVELS[:2], *extra, RECOMPUTE_LEVELS[2])
 

@@ -174,9 +174,11 @@ def test_rules_follow_megatrons_checks():
     assert any("--recompute-modules" in v.message for v in bad)
 
 
-def test_search_offers_module_sets_on_megatron_only():
-    assert recompute_values(LLAMA, WL) == RECOMPUTE_LEVELS
-    assert recompute_values(GPT_OSS, WL) == ("none", "selective", "sel:layernorm+moe_act", "full")
+def test_search_offers_module_sets_on_megatron_with_the_saver_only():
+    assert recompute_values(DSV3, WL) == RECOMPUTE_LEVELS  # opt-in: Workload.memory_savers
+    wl = WL.model_copy(update={"memory_savers": ("recompute_modules",)})
+    assert recompute_values(LLAMA, wl) == RECOMPUTE_LEVELS
+    assert recompute_values(GPT_OSS, wl) == ("none", "selective", "sel:layernorm+moe_act", "full")
     dsv3 = (
         "none",
         "selective",
@@ -184,9 +186,22 @@ def test_search_offers_module_sets_on_megatron_only():
         "sel:mla_up_proj",
         "sel:layernorm+mla_up_proj+moe_act",
     )
-    assert recompute_values(DSV3, WL) == (*dsv3, "full")
+    assert recompute_values(DSV3, wl) == (*dsv3, "full")
     for fw in ("torchtitan", "deepspeed", "megatron-legacy"):
-        assert recompute_values(DSV3, WL.model_copy(update={"framework": fw})) == RECOMPUTE_LEVELS
+        assert recompute_values(DSV3, wl.model_copy(update={"framework": fw})) == RECOMPUTE_LEVELS
+
+
+def test_a_record_stating_modules_lets_the_search_choose_them():
+    import csv
+    from pathlib import Path
+
+    from autopar.calibration.records import row_to_specs
+
+    path = Path(__file__).parents[1] / "bench" / "data" / "frontier_runs.csv"
+    rows = {r["id"]: r for r in csv.DictReader(path.open())}
+    sp = row_to_specs(rows["MBR-069"])  # DeepSeek-V3 GB200 preset: recompute_modules mla_up_proj
+    assert sp.strategy.recompute == "sel:mla_up_proj"
+    assert "recompute_modules" in sp.workload.memory_savers
 
 
 # ---- launch -------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError
-from autopar.knobs import RECOMPUTE_MODES, recompute_of_modules
+from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -543,6 +543,8 @@ def _strategy(
     if dp_derived and mb and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
     offload_layers, savers = _act_offload(row, workload.framework, pp, rec, assumed)
+    if rec in RECOMPUTE_MODULE_SETS and rec != "selective":  # the preset's modules: its user lets the search
+        savers = (*savers, "recompute_modules")  # choose among them too (layouts.recompute_values)
     if savers:
         workload = workload.model_copy(update={"memory_savers": savers})
     strategy = Strategy(

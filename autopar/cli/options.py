@@ -202,7 +202,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
                 "--memory-savers",
                 help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
                 "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, "
-                "Megatron, pp=1); only those the --framework ships are offered; empty = none.",
+                "Megatron, pp=1), recompute_modules (Megatron's selective recompute modules); only those the "
+                "--framework ships are offered; empty = none.",
             ),
         ],
         "",
