@@ -15,7 +15,7 @@ memory of each schedule are perf/pipeline.py's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, get_args
@@ -39,19 +39,79 @@ class Axis(StrEnum):
 # ------------------------------------------------------------------------------------------------ domains
 # Each categorical domain once, as the type the specs use; its values, in this order, are the array model's
 # codes (perf/vector_columns.py): append new values at the end so stored codes keep their meaning.
-Recompute = Literal["none", "selective", "full"]
+# Recompute: none, Megatron's default selective (core attention), full, then Megatron-Core's selective recompute
+# modules (RECOMPUTE_MODULE_SETS below), each value "sel:" + its module names sorted and joined by "+".
+Recompute = Literal[
+    "none",
+    "selective",
+    "full",
+    "sel:moe_act",
+    "sel:layernorm+moe_act",
+    "sel:mla_up_proj",
+    "sel:mla_up_proj+mlp",
+    "sel:mlp",
+    "sel:layernorm+mla_up_proj+moe_act",
+]
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"]
 CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
 OptimizerStates = Literal["fp32", "bf16", "8bit"]
 # Software stacks (layouts.STACKS holds what each ships; perf/efficiency.py their kernel profiles).
 Framework = Literal["megatron", "megatron-legacy", "torchtitan", "fsdp", "deepspeed"]
 
-RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)  # least memory-frugal first
+RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)  # the array model's codes (append only)
+# The three levels every stack has, least memory-frugal first: what `estimate` completes an unset recompute to
+# (perf/complete.py) and what the search offers outside Megatron-Core.
+RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
 CP_COMM_NAMES: tuple[CpComm, ...] = get_args(CpComm)
 OPTIMIZER_STATES: tuple[OptimizerStates, ...] = get_args(OptimizerStates)
 FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
-# Label token of each recompute mode ("none" shows nothing).
-_AC_TOKENS: dict[str, str] = {"selective": "sel-AC", "full": "full-AC"}
+
+# ------------------------------------------------------------------------------------------------ recompute
+# Megatron-Core's --recompute-granularity selective --recompute-modules (TransformerConfig.recompute_modules;
+# the allowed set of core_v0.17.1 to core_v0.19.0, megatron/core/transformer/transformer_config.py
+# __post_init__). "moe_act", "layernorm" and "mla_up_proj" are output-discarding checkpoints
+# (tensor_parallel.CheckpointWithoutOutput: the output's storage is freed after its consumer ran and refilled
+# by re-running the module before that consumer's backward); "core_attn", "mlp", "moe" and "shared_experts"
+# are normal checkpoints (the module's inputs kept, its internals re-run). Megatron's default list is
+# ["core_attn"], autopar's "selective".
+MEGATRON_RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+)  # fmt: skip
+# The module sets autopar models (perf/layers.py): the four the Megatron-Bridge presets state (DeepSeek-V3:
+# mla_up_proj, mla_up_proj+mlp, mlp; GPT-OSS: layernorm+moe_act), moe_act alone, and the union of the three
+# output-discarding ones. "moe" and "shared_experts" (re-running the MoE layer with its all-to-alls) are not
+# modelled.
+RECOMPUTE_MODULE_SETS: dict[str, frozenset[str]] = {
+    "selective": frozenset({"core_attn"}),
+    **{m: frozenset(m.removeprefix("sel:").split("+")) for m in RECOMPUTE_MODES if m.startswith("sel:")},
+}
+# Memory-frugality order (least first) for the search's moves and the report's axis: full keeps least.
+RECOMPUTE_BY_FRUGALITY: tuple[Recompute, ...] = (*RECOMPUTE_MODES[:2], *RECOMPUTE_MODES[3:], "full")
+
+
+def recompute_modules(rec: str | None) -> frozenset[str]:
+    """The Megatron-Core modules a selective recompute mode re-runs (empty for none and full)."""
+    return RECOMPUTE_MODULE_SETS.get(rec or "none", frozenset())
+
+
+def recompute_of_modules(modules: Iterable[str]) -> Recompute:
+    """The recompute mode of a Megatron --recompute-modules list; ValueError for a set autopar does not model."""
+    mods = frozenset(modules)
+    for rec, ms in RECOMPUTE_MODULE_SETS.items():
+        if ms == mods:
+            return rec  # type: ignore[return-value]
+    bad = sorted(mods - set(MEGATRON_RECOMPUTE_MODULES))
+    what = f"unknown Megatron module(s) {', '.join(bad)}" if bad else "a module set autopar does not model"
+    known = ", ".join("+".join(sorted(m)) for m in RECOMPUTE_MODULE_SETS.values())
+    raise ValueError(f"recompute modules {'+'.join(sorted(mods))}: {what} (modelled: {known})")
+
+
+# Label token of each recompute mode ("none" shows nothing): "sel-AC", "full-AC", "sel:mla_up_proj+mlp-AC".
+_AC_TOKENS: dict[str, str] = {
+    "selective": "sel-AC",
+    "full": "full-AC",
+    **{m: f"{m}-AC" for m in RECOMPUTE_MODES if m.startswith("sel:")},
+}
 
 
 # ------------------------------------------------------------------------------------------------ schedules
@@ -270,7 +330,7 @@ def _offload(s: Any) -> str:
     return "offload" + (f"{f:g}" if f != 1.0 else "") if f else ""
 
 
-_REC_BY_TOKEN = {v.split("-")[0]: k for k, v in _AC_TOKENS.items()}
+_REC_BY_TOKEN = {v.removesuffix("-AC"): k for k, v in _AC_TOKENS.items()}
 _SCHED_RX = _alt(SCHEDULE_NAMES)
 
 LABEL_TOKENS: tuple[LabelToken, ...] = (

@@ -32,7 +32,13 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 # The axes and the schedule table are declared in the knob registry; re-exported here with the rules.
-from autopar.knobs import CP_COMM_NAMES, implied_schedule, stack_schedules
+from autopar.knobs import (
+    CP_COMM_NAMES,
+    RECOMPUTE_LEVELS,
+    implied_schedule,
+    recompute_modules,
+    stack_schedules,
+)
 from autopar.knobs import SCHEDULE_NAMES as SCHEDULE_NAMES
 from autopar.knobs import SCHEDULES as SCHEDULES
 from autopar.knobs import Axis as Axis
@@ -200,8 +206,9 @@ def candidate_layers(layers: int) -> list[int]:
     return sorted((n for n in picks if 0 < n < layers), reverse=True)
 
 
-# Every Workload.memory_savers name: the optimizer savers above and layer-wise activation offload.
-MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload")
+# Every Workload.memory_savers name: the optimizer savers above, layer-wise activation offload and Megatron's
+# selective recompute modules (recompute_values).
+MEMORY_SAVERS: tuple[str, ...] = (*MEMORY_SAVER_VALUES, "act_offload", "recompute_modules")
 
 
 def saver_choices(memory_savers: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
@@ -673,6 +680,45 @@ def offload_rules(
         yield _v(None, Level.SEARCH, msg)
 
 
+def recompute_rules(model: ModelSpec, workload: Workload, recompute: str) -> Iterator[Violation]:
+    """Megatron-Core's checks on the selective recompute modules (TransformerConfig.__post_init__, core_v0.19.0):
+    mla_up_proj needs multi-latent attention, moe_act an MoE model (grouped GEMM), and moe_act/layernorm under
+    FP8 no delayed scaling."""
+    mods = recompute_modules(recompute)
+    if "mla_up_proj" in mods and not model.is_mla:
+        yield _v(None, Level.HARD, f"recompute={recompute}: mla_up_proj needs multi-latent attention")
+    if "moe_act" in mods and not model.is_moe:
+        yield _v(None, Level.HARD, f"recompute={recompute}: moe_act needs an MoE model")
+    if {"moe_act", "layernorm"} & mods and workload.precision == "fp8" and workload.fp8_recipe == "delayed":
+        msg = f"recompute={recompute}: Megatron has no moe_act/layernorm recompute with FP8 delayed scaling"
+        yield _v(None, Level.HARD, msg)
+
+
+# Selective recompute module sets the search offers on Megatron-Core besides none/selective/full, when
+# Workload.memory_savers has "recompute_modules" (a record whose preset states modules sets it): the ones the
+# Megatron-Bridge presets run (GPT-OSS layernorm+moe_act, DeepSeek-V3 mla_up_proj) and, for MLA MoE models,
+# the union of the three output-discarding modules. Each frees activations for elementwise work or the small
+# up-projection GEMMs, between selective (core attention) and full recompute in cost; "mlp" (dense layers only,
+# a few in MoE models) and moe_act alone are left to explicit strategies and records. Opt-in like the other
+# memory savers: offered by default, the cheap memory they free let the search pick layouts the model rates
+# too fast on MoE models (bench/recipes.py: median x1.037 -> x1.046, max x1.84 -> x1.89).
+SEARCH_RECOMPUTE_MODULE_SETS: tuple[str, ...] = (
+    "sel:layernorm+moe_act", "sel:mla_up_proj", "sel:layernorm+mla_up_proj+moe_act",
+)  # fmt: skip
+
+
+def recompute_values(model: ModelSpec, workload: Workload) -> tuple[str, ...]:
+    """Recompute modes the search offers: none, selective and full, plus, with the "recompute_modules" memory
+    saver, the module sets that apply to the model on a stack with --recompute-modules (least memory-frugal
+    first, full last)."""
+    fw = workload.framework
+    offered = SEARCH_RECOMPUTE_MODULE_SETS if "recompute_modules" in workload.memory_savers else ()
+    extra = tuple(
+        r for r in offered if _ok([*recompute_rules(model, workload, r), *stack_rules(fw, recompute=r)])
+    )
+    return (*RECOMPUTE_LEVELS[:2], *extra, RECOMPUTE_LEVELS[2])
+
+
 # ---------------------------------------------------------------------------------------------- stacks
 # What each software stack ships in the release the launch writers target (autopar/launch/schema.py;
 # the vendored argument/config schemas in autopar/data/launch_schemas/ record each commit). The search
@@ -699,6 +745,8 @@ class Stack:
     model_code: dict[str, str] = field(default_factory=dict)
     # expert TP of any degree; False: only 1 or the dense TP degree (torchtitan's ParallelDims asserts it)
     expert_tp_any: bool = True
+    # Megatron-Core's --recompute-modules (knobs.MEGATRON_RECOMPUTE_MODULES); others: none/selective/full only
+    recompute_modules: bool = False
 
 
 STACKS: dict[str, Stack] = {
@@ -720,6 +768,7 @@ STACKS: dict[str, Stack] = {
         True,
         True,
         "NVIDIA/Megatron-LM core_v0.19.0 megatron/training/arguments.py",
+        recompute_modules=True,  # --recompute-modules (TransformerConfig.recompute_modules)
     ),
     # Megatron-LM before Megatron-Core (2019-2022; Narayanan et al. 2021): 1F1B and interleaved schedules and
     # the distributed optimizer (ZeRO-1, 2022); context parallelism, Megatron-FSDP, optimizer offload and
@@ -824,6 +873,7 @@ def stack_rules(
     ep: int = 1,
     etp: int | None = None,
     tp: int = 1,
+    recompute: str = "none",
 ) -> Iterator[Violation]:
     """Knob values the stack does not ship (level SEARCH: a what-if still estimates, the search never offers
     them). Each knob defaults to a value every stack runs, so a generator can ask about one knob at a time."""
@@ -852,6 +902,9 @@ def stack_rules(
     if ep > 1 and etp not in (None, 1, tp) and not st.expert_tp_any:
         msg = f"etp={etp}: {fw} supports expert TP = 1 or = TP only (tp={tp})"
         yield _v(Axis.ETP, Level.SEARCH, msg)
+    if recompute not in RECOMPUTE_LEVELS and not st.recompute_modules:
+        msg = f"recompute={recompute}: {fw} has no per-module selective recompute (Megatron-Core's --recompute-modules)"
+        yield _v(None, Level.SEARCH, msg)
     yield from model_code_rules(framework, pp=pp, cp=cp, ep=ep)
 
 
@@ -886,6 +939,7 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
             ep=s.ep,
             etp=s.etp,
             tp=s.tp,
+            recompute=s.recompute or "none",
         )
     )
 
@@ -1007,6 +1061,7 @@ def check(
         *batch_rules(workload, dims, k.micro_batch),
         *precision_rules(cluster, workload.precision),
         *offload_rules(model, workload, s.pp, k.recompute, s.activation_offload_layers or 0),
+        *recompute_rules(model, workload, k.recompute),
         *strategy_stack_rules(workload.framework, s),
         *family_rules(workload.framework, model, pp=s.pp, cp=s.cp),
     ]

@@ -311,7 +311,7 @@ class ClusterSpec(_Frozen):
         return max(1, -(-self.num_gpus // self.node_size))
 
 
-MemorySaver = Literal["offload", "bf16_states", "8bit_states", "act_offload"]
+MemorySaver = Literal["offload", "bf16_states", "8bit_states", "act_offload", "recompute_modules"]
 
 
 class Workload(_Frozen):
@@ -337,7 +337,8 @@ class Workload(_Frozen):
         default=(),
         description="memory-saving options the search may choose: CPU optimizer offload, bf16 or 8-bit "
         "optimizer states, activation CPU offload (act_offload: completion may set an unset "
-        "Strategy.activation_offload_layers); an explicit strategy may always use them",
+        "Strategy.activation_offload_layers), Megatron's selective recompute modules (recompute_modules: "
+        "layouts.SEARCH_RECOMPUTE_MODULE_SETS); an explicit strategy may always use them",
     )
     # --- FP8 recipe and MoE routing (moe engineer, issue 11: perf/fp8.py, perf/moe.py) ---
     fp8_recipe: Literal["delayed", "current", "rowwise", "mxfp8"] = Field(

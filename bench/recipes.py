@@ -136,10 +136,14 @@ def load_problems(only: str = "") -> list[Problem]:
         specs = row_to_specs(row)
         wl = user_workload(specs.workload, notes_moe_options(row))
         c = specs.cluster
-        # keyed without the preset's options (dispatcher, MoE overlap, CUDA graphs): they come with the recipe
-        # kept, the best measured layout of the problem
+        # keyed without the preset's options (dispatcher, MoE overlap, CUDA graphs, the recompute-modules saver
+        # its stated modules allow): they come with the recipe kept, the best measured layout of the problem
+        savers = tuple(x for x in wl.memory_savers if x != "recompute_modules")
         kw = user_workload(wl).model_copy(
-            update={"moe_dispatcher": Workload.model_fields["moe_dispatcher"].default}
+            update={
+                "moe_dispatcher": Workload.model_fields["moe_dispatcher"].default,
+                "memory_savers": savers,
+            }
         )
         key = (specs.model.name, c.gpu.name, c.num_gpus, c.host_size, kw.model_dump_json())
         if meas is None or (key in best and best[key].measured >= meas):

@@ -45,13 +45,18 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 REL = 0.0  # exact: a block row is the single estimate, bit for bit
 SAMPLE = 200
-SAVERS = ("offload", "bf16_states", "8bit_states", "act_offload")
+SAVERS = ("offload", "bf16_states", "8bit_states", "act_offload", "recompute_modules")
 
 # name -> (model, gpu, gpus, workload keywords)
 PROBLEMS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "dense-70B-64xH100": ("Llama-3.1-70B", "H100-SXM", 64, {"seq_len": 8192, "global_batch": 512}),
     "moe-mixtral-256xH100": ("Mixtral-8x7B", "H100-SXM", 256, {"seq_len": 4096, "global_batch": 1024}),
     "mla-moe-deepseek-v3-256xH100": ("DeepSeek-V3", "H100-SXM", 256, {"seq_len": 4096, "global_batch": 1024}),
+    "recompute-modules-deepseek-v3-fp8-B200": (  # Megatron's selective recompute modules (the saver offers them)
+        "DeepSeek-V3", "B200", 256,
+        {"seq_len": 4096, "global_batch": 4096, "precision": "fp8", "fp8_recipe": "mxfp8",
+         "memory_savers": ("recompute_modules",)},
+    ),
     "cp-long-8B-seq128k": ("Llama-3.1-8B", "H100-SXM", 64, {"seq_len": 131072, "global_batch": 64}),
     "fp8-70B-64xB200": ("Llama-3.1-70B", "B200", 64, {"seq_len": 8192, "global_batch": 512, "precision": "fp8"}),
     "fp8-mxfp8-70B-72xGB200": (

@@ -100,7 +100,7 @@ def test_valid_row_normalized_and_tokens_from_step_time():
     [
         ("seq_len", "abc", "valid integer"),
         ("num_gpus", 0, "greater than 0"),
-        ("recompute", "sometimes", "'none', 'selective' or 'full'"),
+        ("recompute", "sometimes", "'none', 'selective', 'full'"),
         ("measured_mfu", 44, "less than or equal to 1"),
         ("zero", 4, "less than or equal to 3"),
         ("tp", 2.5, "fractional part"),

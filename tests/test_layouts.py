@@ -26,6 +26,7 @@ from autopar.layouts import (
     explain,
     grid_problems,
     mesh_problems,
+    recompute_values,
     split_of,
 )
 from autopar.perf import validate_strategy
@@ -105,8 +106,10 @@ def _old_knobs(s):
 
 def _space(model, cluster, wl, project=False):
     got = {pt.strategy for pt in build_space(model, cluster, wl)}
-    if project:  # ZeRO stage and recompute are free knobs: every layout offers all 12 combinations
-        assert {(s.zero, s.recompute) for s in got} == set(ZR)
+    if project:  # ZeRO stage and recompute are free knobs: every layout offers every combination (with
+        # Megatron's recompute module sets that apply: layernorm+moe_act on an MoE model)
+        zr = set(itertools.product([0, 1, 2, 3], recompute_values(model, wl)))
+        assert {(s.zero, s.recompute) for s in got} == zr
         return {s for s in got if (s.zero, s.recompute) == (1, "none")}
     return got
 

@@ -26,6 +26,7 @@ Real excerpts these parsers are checked on: tests/fixtures/logs/PROVENANCE.md.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import statistics
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.errors import DataError
+from autopar.knobs import recompute_of_modules
 from autopar.layouts import Axis
 from autopar.text import excerpt
 
@@ -239,13 +241,29 @@ def megatron_config(text: str) -> dict[str, Any]:
     elif args.get("fp16") == "True":
         cfg["precision"] = "fp16"
     if "recompute_granularity" in every:  # None: no activation recomputation
-        cfg["recompute"] = args.get("recompute_granularity", "none")
+        rec = _megatron_recompute(args)
+        if rec is not None:
+            cfg["recompute"] = rec
     if "cpu_offloading" in args:  # activation offloading (record column named after the Megatron flag)
         on = args["cpu_offloading"] == "True"
         cfg["cpu_offloading_num_layers"] = _int_arg(args, "cpu_offloading_num_layers") if on else 0
     if "use_distributed_optimizer" in args:  # Megatron's distributed optimizer shards optimizer states
         cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
     return cfg
+
+
+def _megatron_recompute(args: dict[str, str]) -> str | None:
+    """The recompute mode of the dump: none, full, or selective with its recompute_modules (printed as a Python
+    list; Megatron's default ['core_attn'] is autopar's "selective"); None (left to completion) for a module set
+    autopar does not model."""
+    gran = args.get("recompute_granularity", "none")
+    if gran != "selective" or "recompute_modules" not in args:
+        return gran
+    try:
+        mods = ast.literal_eval(args["recompute_modules"])
+        return recompute_of_modules(mods)
+    except (ValueError, SyntaxError, TypeError):
+        return None
 
 
 def _int_arg(args: dict[str, str], name: str) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError
-from autopar.knobs import RECOMPUTE_MODES
+from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -169,6 +169,26 @@ def notes_moe_options(row: Mapping[str, Any]) -> dict[str, bool]:
     if m := _CUDA_GRAPH_NOTE.search(notes):
         out["cuda_graphs"] = m.group(1) == "fulliteration"
     return out
+
+
+# The selective recompute modules a record's stack preset states ("selective recompute_modules mla_up_proj+mlp",
+# Megatron-Bridge's recompute_modules list joined by '+'; "recompute_modules none stated" names none).
+_RECOMPUTE_MODULES_NOTE = re.compile(r"selective\s+recompute_modules\s+([a-z_]+(?:\+[a-z_]+)*)")
+
+
+def notes_recompute(row: Mapping[str, Any], assumed: list[str]) -> str | None:
+    """Strategy.recompute as the notes state Megatron's recompute modules (knobs.recompute_of_modules), else
+    None; a stated set autopar does not model stays unset, with a note in `assumed`."""
+    m = _RECOMPUTE_MODULES_NOTE.search(str(_cell(row, "notes") or "").lower())
+    if not m or m.group(1) == "none":
+        return None
+    try:
+        rec = recompute_of_modules(m.group(1).split("+"))
+    except ValueError as e:
+        assumed.append(f"recompute completed ({e})")
+        return None
+    assumed.append(f"recompute={rec} (the notes' recompute_modules {m.group(1)})")
+    return rec
 
 
 # LoRA fine-tuning named by a record's source section or notes (e.g. Megatron-Bridge "LoRA Performance").
@@ -536,7 +556,7 @@ def _sp_recompute(row: Mapping[str, Any], tp: int, assumed: list[str]) -> tuple[
         rec = str(rec).lower()
         if rec not in RECOMPUTE_MODES:
             raise DataError(f"column 'recompute' = {rec!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
-    return sp, rec
+    return sp, rec if rec is not None else notes_recompute(row, assumed)
 
 
 def _strategy(
@@ -555,6 +575,8 @@ def _strategy(
     if dp_derived and mb and gbs % (mb * dp_derived):
         raise DataError(f"global_batch={gbs} is not divisible by micro_batch*dp = {mb}*{dp_derived}")
     offload_layers, savers = _act_offload(row, workload.framework, pp, rec, assumed)
+    if rec in RECOMPUTE_MODULE_SETS and rec != "selective":  # the preset's modules: its user lets the search
+        savers = (*savers, "recompute_modules")  # choose among them too (layouts.recompute_values)
     if savers:
         workload = workload.model_copy(update={"memory_savers": savers})
     strategy = Strategy(

@@ -216,7 +216,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
                 "--memory-savers",
                 help="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
                 "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, "
-                "Megatron, pp=1); only those the --framework ships are offered; empty = none.",
+                "Megatron, pp=1), recompute_modules (Megatron's selective recompute modules); only those the "
+                "--framework ships are offered; empty = none.",
             ),
         ],
         "",
@@ -356,7 +357,17 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         Annotated[int | None, _o(help="Micro-batch size in sequences (unset: best feasible)")],
         None,
     ),
-    ("recompute", Annotated[str | None, _o(help="none, selective or full (unset: best feasible)")], None),
+    (
+        "recompute",
+        Annotated[
+            str | None,
+            _o(
+                help="none, selective, full, or Megatron's recompute modules as sel:MOD+MOD, e.g. "
+                "sel:mla_up_proj, sel:layernorm+moe_act (unset: best feasible)"
+            ),
+        ],
+        None,
+    ),
     (
         "activation_offload_layers",
         Annotated[

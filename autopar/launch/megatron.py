@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.knobs import MEGATRON_RECOMPUTE_MODULES, recompute_modules
 from autopar.launch.split import strategy_split
 from autopar.layouts import STACKS, stack_notes
 from autopar.perf.cp import hierarchical_sizes
@@ -257,6 +258,9 @@ def _parallel(
     a += _hsdp_and_savers(s, notes)
     if s.recompute == "selective":
         a.append("--recompute-granularity selective")
+    elif mods := recompute_modules(s.recompute):  # TransformerConfig.recompute_modules, Megatron's order
+        named = " ".join(m for m in MEGATRON_RECOMPUTE_MODULES if m in mods)
+        a += ["--recompute-granularity selective", f"--recompute-modules {named}"]
     elif s.recompute == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if s.activation_offload_layers:

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from autopar.errors import SpecError
+from autopar.knobs import MEGATRON_RECOMPUTE_MODULES
 from autopar.launch.split import torchtitan_stage_count
 
 # framework -> supported versions, the default (the newest release in the stored sources) first.
@@ -174,6 +175,19 @@ def _megatron_rules(a: dict[str, list[str]]) -> list[str]:
         out.append("--sequence-parallel with tensor-model-parallel-size 1")
     if "--tp-comm-overlap" in a and "--sequence-parallel" not in a:
         out.append("--tp-comm-overlap needs --sequence-parallel")
+    return out + _recompute_modules_rule(a)
+
+
+def _recompute_modules_rule(a: dict[str, list[str]]) -> list[str]:
+    """TransformerConfig.__post_init__ (core_v0.17.1 to core_v0.19.0): every --recompute-modules entry among the
+    allowed modules; Megatron reads them only with --recompute-granularity selective."""
+    mods = a.get("--recompute-modules")
+    if mods is None:
+        return []
+    bad = [m for m in mods if m not in MEGATRON_RECOMPUTE_MODULES]
+    out = [f"--recompute-modules {m}: not one of {', '.join(MEGATRON_RECOMPUTE_MODULES)}" for m in bad]
+    if a.get("--recompute-granularity") != ["selective"]:
+        out.append("--recompute-modules needs --recompute-granularity selective")
     return out
 
 

@@ -188,7 +188,8 @@ def torchtitan_unsupported(model: ModelSpec, s: Strategy, version: str) -> str |
         )
     # the limits the torchtitan search reads too (layouts.FAMILY_LIMITS, Stack.expert_tp_any)
     etp = [] if not model.is_moe else stack_rules("torchtitan", ep=s.ep, etp=s.expert_tp, tp=s.tp)
-    refused = [v.message for v in (*family_rules("torchtitan", model, pp=s.pp, cp=s.cp), *etp)]
+    rec = stack_rules("torchtitan", recompute=s.recompute or "none")  # Megatron's recompute modules
+    refused = [v.message for v in (*family_rules("torchtitan", model, pp=s.pp, cp=s.cp), *etp, *rec)]
     return "; ".join(refused) or None
 
 

@@ -25,7 +25,7 @@ from autopar.perf import pipeline
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
-RECOMPUTE_MODES: tuple[str, ...] = tuple(reversed(knobs.RECOMPUTE_MODES))  # most memory-frugal first
+RECOMPUTE_MODES: tuple[str, ...] = tuple(reversed(knobs.RECOMPUTE_LEVELS))  # most memory-frugal first
 MAX_MICRO_BATCH = 64
 FULL_SEARCH_LIMIT = 256  # candidate products up to this size are searched exhaustively
 

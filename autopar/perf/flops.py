@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.knobs import RECOMPUTE_MODES
+from autopar.knobs import RECOMPUTE_MODES, recompute_modules
 from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.types import FLOPS_BASIS
 from autopar.specs import ModelSpec, Workload
@@ -111,7 +111,22 @@ def hardware_flops_per_step(
         return base + tokens * (f.total - f.logits)
     if recompute == "selective":
         return base + tokens * f.attn_core
-    return base
+    return base + tokens * module_recompute_flops_per_token(m, f, recompute_modules(recompute))
+
+
+def module_recompute_flops_per_token(m: ModelSpec, f: ForwardFlops, mods: frozenset[str]) -> float:
+    """Forward FLOPs per token (all layers) Megatron's selective recompute modules re-run (perf/layers.py
+    _module_recompute): core attention, the MLA up-projections, the dense layers' MLPs; layernorm and moe_act
+    re-run elementwise work only."""
+    from autopar.perf.params import count_params
+
+    out = f.attn_core if "core_attn" in mods else 0.0
+    if "mla_up_proj" in mods and m.is_mla:
+        rq, rkv, dn, dr, dv = m.mla
+        out += 2.0 * m.layers * m.heads * ((dn + dr) * (rq or m.hidden) + (dn + dv) * rkv)
+    if "mlp" in mods:
+        out += 2.0 * (m.layers - m.moe_layers) * count_params(m).dense_mlp
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.knobs import recompute_modules
 from autopar.perf import comm
 from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.efficiency import host_issue_time
@@ -66,6 +67,9 @@ ROPE_BYTES_PER_QK = 4.0  # RoPE on q and k: read + write bf16 per element of the
 # The MLP activation per ffn element: SwiGLU reads gate and up and writes the product (6 B); GeLU 2 + 2 B.
 ACTIVATION_BYTES_PER_FFN = {3: 6.0, 2: 4.0}  # keyed by the MLP's weight matrices (3 = SwiGLU, 2 = GeLU)
 ELEMENTWISE_BWD_RATIO = 2.0  # backward elementwise ~2x the forward (reads the saved input and the gradient)
+# The two norms' share of NORM_RESIDUAL_BYTES_PER_HIDDEN (read + write bf16 each): what Megatron's "layernorm"
+# recompute module re-runs.
+NORM_BYTES_PER_HIDDEN = 8.0
 # Selective recompute re-runs part of the elementwise work (norm/RoPE/activation, not the residual adds and
 # not the backward's own passes): taken as half of the forward's.
 SELECTIVE_ELEMENTWISE_FRACTION = 0.5
@@ -151,6 +155,7 @@ class _Attention:
     qk_dim: int
     v_dim: int
     kv_bytes_tok: float  # K and V bytes per token exchanged by the CP ring
+    up_gemm: float = 0.0  # MLA: the q and KV up-projection GEMMs forward (Megatron's "mla_up_proj" module)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,13 +264,22 @@ def _attention(ctx: PerfContext, g: _Shard) -> _Attention:
     """Projection GEMMs and core attention of one layer (MLA or MHA/GQA/MQA)."""
     if ctx.model.is_mla:
         gemm, qk_dim, v_dim, kv_bytes_tok = _mla_projections(ctx, g)
+        up = _mla_up_gemm(ctx, g)
     else:
         gemm, qk_dim, v_dim, kv_bytes_tok = _gqa_projections(ctx, g)
+        up = 0.0
     if ctx.sw.flash_attention:
         fwd, bwd = _flash_attention(ctx, g, qk_dim, v_dim)
     else:
         fwd, bwd = _unfused_attention(ctx, g, qk_dim, v_dim)
-    return _Attention(gemm, fwd, bwd, qk_dim, v_dim, kv_bytes_tok)
+    return _Attention(gemm, fwd, bwd, qk_dim, v_dim, kv_bytes_tok, up)
+
+
+def _mla_up_gemm(ctx: PerfContext, g: _Shard) -> float:
+    """MLA's q up-projection (from the q latent, or h without one) and K/V up-projection GEMMs forward."""
+    model, gemm = ctx.model, ctx.gemm
+    rq, rkv, dn, dr, dv = model.mla
+    return gemm(g.T, g.a * (dn + dr) / g.t, rq or g.h, g.fp8) + gemm(g.T, g.a * (dn + dv) / g.t, rkv, g.fp8)
 
 
 def _mla_projections(ctx: PerfContext, g: _Shard) -> tuple[float, int, int, float]:
@@ -401,6 +415,8 @@ def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fw
     moe_bwd = wg * (at.gemm + mlp.moe_gemm) + at.bwd + eb * elem_fwd + q_bm + mlp.moe_bwd_extra
     if g.rec == "full":
         dense_re, moe_re = dense_fwd, moe_fwd
+    elif g.rec.startswith("sel:"):
+        dense_re, moe_re = _module_recompute(ctx, g, at, mlp)
     elif g.rec == "selective":
         # Megatron: core attention only (Korthikanti 2022); torchtitan per-op SAC: also half the matmuls.
         base, frac = at.fwd + SELECTIVE_ELEMENTWISE_FRACTION * elem_fwd, ctx.sw.selective_gemm_fraction
@@ -409,6 +425,24 @@ def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fw
     else:
         dense_re = moe_re = 0.0
     return _Times(dense_fwd, dense_bwd, dense_re, moe_fwd, moe_bwd, moe_re)
+
+
+def _module_recompute(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp) -> tuple[float, float]:
+    """Recompute time of a dense and a MoE layer under Megatron-Core's selective recompute modules: each module
+    re-runs its forward once before its backward (transformer_layer.py, multi_latent_attention.py,
+    moe/experts.py): core_attn the core attention; layernorm the two norms; mla_up_proj the q/KV up-projection
+    GEMMs and RoPE; mlp the dense MLP (dense layers only: Megatron skips it on MoE layers); moe_act the routed
+    experts' activation function."""
+    mods, passes = recompute_modules(g.rec), ctx.sw.elementwise_passes * g.T / ctx.hbm
+    act = ACTIVATION_BYTES_PER_FFN[g.n_mat]
+    both = at.fwd if "core_attn" in mods else 0.0
+    if "layernorm" in mods:
+        both += passes * NORM_BYTES_PER_HIDDEN * g.h / g.sp_div
+    if "mla_up_proj" in mods:
+        both += at.up_gemm + passes * ROPE_BYTES_PER_QK * (g.a + g.k) * g.dh / g.t
+    dense = both + (mlp.dense_gemm + passes * act * g.f / g.t if "mlp" in mods else 0.0)
+    moe = both + (passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t if "moe_act" in mods else 0.0)
+    return dense, moe
 
 
 def _logits_time(ctx: PerfContext, g: _Shard) -> float:
@@ -439,8 +473,9 @@ def _tp_comm(
     t, full = g.t, g.rec == "full"
     ar_tp = comm.all_reduce(BF16_BYTES * g.T * g.h, t, 1, ctx.links) if t > 1 else 0.0
     n_tp_dense = TP_COLLECTIVES_FWD_BWD + (TP_COLLECTIVES_FULL_RECOMPUTE if full else 0)
-    tp_dense = n_tp_dense * ar_tp
     tp_moe = (n_tp_dense / 2) * ar_tp * (1 + (1 if g.te > 1 else 0))  # the MLP's half again with expert TP
+    # the "mlp" recompute module re-runs the dense MLP with its forward collective (a normal checkpoint)
+    tp_dense = (n_tp_dense + ("mlp" in recompute_modules(g.rec))) * ar_tp
     if not (ctx.w.tp_comm_overlap and g.sp and t > 1):
         return tp_dense, tp_moe, x
     passes = GEMM_PASSES_FWD_BWD + (1 if full else 0)
@@ -518,6 +553,9 @@ class _ActivationTerms:
     score_tok: float  # unfused attention: the s x s scores kept
     mlp_tok: float
     moe_tok: float
+    norm_out_tok: float  # the 2 norm outputs = QKV and MLP GEMM inputs (in rep_tok): "layernorm" frees them
+    up_tok: float  # MLA: the up-projected per-head Q, K, V (in qkv_tok): "mla_up_proj" frees them
+    moe_act_tok: float  # routed experts' FC2 inputs = activation outputs (in moe_tok): "moe_act" frees them
     gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
 
     @staticmethod
@@ -542,6 +580,9 @@ class _ActivationTerms:
             score_tok=0.0 if sw.flash_attention else score * a * g.S,
             mlp_tok=mlp_tok,
             moe_tok=_moe_activations(ctx, g, mlp, gemm_in),
+            norm_out_tok=2.0 * gemm_in * h,
+            up_tok=_mla_up_activations(ctx, g),
+            moe_act_tok=model.topk * mlp.load * gemm_in * mlp.fe if model.is_moe else 0.0,
             gemm_frac=sw.selective_gemm_fraction,
         )
 
@@ -553,6 +594,8 @@ class _ActivationTerms:
         full = T * ((self.rep_tok + self.drop_tok) / sp_div + (attn + mlp + self.score_tok) / t)
         if kind == "none":
             return full
+        if kind.startswith("sel:"):
+            return full - T * self.module_freed(moe, kind)
         if kind == "selective":
             if self.gemm_frac > 0:  # per-op SAC: layer input, attention output, every other matmul output
                 return T * (
@@ -563,6 +606,16 @@ class _ActivationTerms:
             return full - T * self.score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
         return T * BF16_BYTES * g.h / sp_div  # full recompute: the layer input only
 
+    def module_freed(self, moe: bool, kind: str) -> float:
+        """Bytes per token Megatron's selective recompute modules free (see _module_recompute): the tensors a
+        module's output-discarding checkpoint drops, or a normal checkpoint's internals."""
+        mods, sp_div, t = recompute_modules(kind), self.g.sp_div, self.g.t
+        freed = self.score_tok / t if "core_attn" in mods else 0.0
+        freed += self.norm_out_tok / sp_div if "layernorm" in mods else 0.0
+        freed += self.up_tok / t if "mla_up_proj" in mods else 0.0
+        freed += self.mlp_tok / t if "mlp" in mods and not moe else 0.0
+        return freed + (self.moe_act_tok / t if "moe_act" in mods and moe else 0.0)
+
 
 def _attention_activations(ctx: PerfContext, g: _Shard) -> tuple[float, float]:
     """Q/K/V and attention-output bytes per token in bf16 (MLA: also the compressed latents, replicated)."""
@@ -572,6 +625,14 @@ def _attention_activations(ctx: PerfContext, g: _Shard) -> tuple[float, float]:
         qkv = BF16_BYTES * (a * (dn + dr) * 2 + a * dv) + BF16_BYTES * (rq + rkv) * g.t
         return qkv, BF16_BYTES * a * dv
     return BF16_BYTES * g.dh * (a + 2 * g.k), BF16_BYTES * a * g.dh
+
+
+def _mla_up_activations(ctx: PerfContext, g: _Shard) -> float:
+    """MLA: the per-head Q, K (with RoPE) and V bytes per token that the up-projections write."""
+    if not ctx.model.is_mla:
+        return 0.0
+    _, _, dn, dr, dv = ctx.model.mla
+    return BF16_BYTES * g.a * ((dn + dr) * 2 + dv)
 
 
 def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> float:

@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from autopar.knobs import RECOMPUTE_MODES
+from autopar.knobs import RECOMPUTE_BY_FRUGALITY
 from autopar.reports.common import cluster_label, fmt_value, pareto_trials
 from autopar.reports.decision import recommendation_cards
 from autopar.search.result import ObjectiveInfo, SearchResult, TrialRecord
@@ -247,7 +247,7 @@ class ParallelCoordsInfo:
     numbers: tuple[int, ...]
 
 
-_RECOMPUTE = {r: float(i) for i, r in enumerate(RECOMPUTE_MODES)}  # axis position, least frugal first
+_RECOMPUTE = {r: float(i) for i, r in enumerate(RECOMPUTE_BY_FRUGALITY)}  # axis position, least frugal first
 
 
 def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
@@ -269,7 +269,7 @@ def parallel_coords_info(result: SearchResult) -> ParallelCoordsInfo:
             "recompute",
             col(lambda t: _RECOMPUTE[t.strategy.recompute]),
             tuple(_RECOMPUTE.values()),
-            RECOMPUTE_MODES,
+            RECOMPUTE_BY_FRUGALITY,
         )
     )
     if len({t.num_gpus for t in rows}) > 1:

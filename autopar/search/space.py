@@ -21,7 +21,7 @@ from typing import Any
 
 from autopar import layouts as lay_rules
 from autopar.errors import AutoparError
-from autopar.knobs import KNOB_NAMES, ORDERED_KNOBS, RECOMPUTE_MODES
+from autopar.knobs import KNOB_NAMES, ORDERED_KNOBS, RECOMPUTE_BY_FRUGALITY, RECOMPUTE_LEVELS
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
 from autopar.search.constraints import Constraint, apply_constraints
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -29,7 +29,7 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-RECOMPUTE: tuple[str, ...] = RECOMPUTE_MODES
+RECOMPUTE: tuple[str, ...] = RECOMPUTE_LEVELS  # a Layout's default (build_layouts: layouts.recompute_values)
 MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
 
 
@@ -245,6 +245,7 @@ def _expert_layouts(
         "split": lay_rules.split_values(model, dims.pp),
         "savers": lay_rules.saver_values(wl),
         "act_offload": lay_rules.act_offload_values(model, wl, dims.pp),
+        "recompute": lay_rules.recompute_values(model, wl),
     }
     if not common["cp_comm"]:  # the stack runs no CP variant on this grid (e.g. DeepSpeed: Ulysses alone)
         return out
@@ -334,7 +335,9 @@ class Space:
             "sp": sorted(_uniq(s for lay in self.layouts for s in lay.sp)),
             "zero": sorted(_uniq(z for lay in self.layouts for z in lay.zero)),
             "micro_batch": sorted(_uniq(mb for lay in self.layouts for mb, _ in lay.mb_vpp)),
-            "recompute": [r for r in RECOMPUTE if any(r in lay.recompute for lay in self.layouts)],
+            "recompute": [
+                r for r in RECOMPUTE_BY_FRUGALITY if any(r in lay.recompute for lay in self.layouts)
+            ],
             "pp_schedule": _uniq(x for lay in self.layouts for _, _, x in lay.pipe),
             "cp_comm": _uniq(x for lay in self.layouts for x in lay.cp_comm),
             "dp_shard": [None, *sorted(_uniq(x for lay in self.layouts for x in lay.dp_shard))],
