@@ -260,6 +260,19 @@ def _measured(rec: Mapping[str, Any], target: str) -> tuple[float | None, str]:
     return (v, "measured") if v > 0 else (None, "none")
 
 
+def _row_context(rec: Mapping[str, Any], rid: str, family: str, stack: str) -> dict[str, str]:
+    """The per-run context a TrainingSet keeps beside its features (TrainingSet fields)."""
+    return {
+        "ids": rid,
+        "sources": str(rec.get("source") or "unknown"),
+        "groups": group_of(rec),
+        "cohorts": f"{rec.get('model')}|{rec.get('num_gpus')}",
+        "gpus": str(rec.get("gpu")),
+        "families": family,
+        "stacks": stack,
+    }
+
+
 def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "throughput") -> TrainingSet:
     """Features and log-ratio targets of every usable record (records without the measurement skipped).
 
@@ -292,19 +305,11 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
             continue
         xs.append(x)
         ys.append(math.log(meas / pred))
-        for k, v in (
-            ("ids", rid),
-            ("sources", str(rec.get("source") or "unknown")),
-            ("groups", group_of(rec)),
-            ("cohorts", f"{rec.get('model')}|{rec.get('num_gpus')}"),
-            ("gpus", str(rec.get("gpu"))),
-            ("families", family),
-            ("meas", meas),
-            ("pred", pred),
-            ("how", how),
-            ("stacks", stack),
-        ):
+        for k, v in _row_context(rec, rid, family, stack).items():
             meta[k].append(v)
+        meta["meas"].append(meas)
+        meta["pred"].append(pred)
+        meta["how"].append(how)
     names = MEMORY_FEATURE_NAMES if target == "memory" else FEATURE_NAMES
     X = np.vstack(xs) if xs else np.empty((0, len(names)))
     return TrainingSet(
