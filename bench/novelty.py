@@ -12,7 +12,8 @@ helped to fit).
 
 Usage: python bench/novelty.py [--cache FILE] [--categories]
   --cache FILE: per-run predictions, reused when present; --categories: the left-out-source pinball loss of
-  each GPU-family / CP-exchange step cost (novelty.CATEGORY_STEPS' comment quotes it).
+  each GPU-family / CP-exchange and ZeRO-sharding / recompute step cost (novelty.CATEGORY_STEPS' comment
+  quotes it).
 """
 
 from __future__ import annotations
@@ -176,15 +177,26 @@ def left_out_loss(ev: pd.DataFrame) -> float:
     return total
 
 
+# Category step costs scored by --categories, each grid with the other costs as shipped.
+CATEGORY_GRIDS: tuple[dict[str, tuple[float, ...]], ...] = (
+    {"family": (2.0, 3.0, 4.0), "cp_variant": (0.0, 1.0)},
+    {"sharding": (0.0, 1.0, 2.0), "recompute": (0.0, 1.0, 2.0)},
+)
+
+
 def categories(ev: pd.DataFrame) -> None:
-    """The left-out loss for GPU-family steps 2/3/4 and CP-exchange steps 0/1 (the rest as shipped)."""
+    """The left-out loss over each CATEGORY_GRIDS grid of category step costs (the rest as shipped)."""
+    import itertools
+
     keep = dict(novelty.CATEGORY_STEPS)
     try:
-        for fam in (2.0, 3.0, 4.0):
-            for cpv in (0.0, 1.0):
-                novelty.CATEGORY_STEPS.update(family=fam, cp_variant=cpv)
+        for grid in CATEGORY_GRIDS:
+            for values in itertools.product(*grid.values()):
+                novelty.CATEGORY_STEPS.update(dict(zip(grid, values, strict=True)))
                 e2 = ev.assign(steps=_steps_all(ev)).dropna(subset=["meas", "pred", "lo", "hi", "steps"])
-                print(f"family {fam:g}, CP exchange {cpv:g}: left-out loss {left_out_loss(e2):.3f}")
+                what = ", ".join(f"{k} {v:g}" for k, v in zip(grid, values, strict=True))
+                print(f"{what}: left-out loss {left_out_loss(e2):.3f}")
+            novelty.CATEGORY_STEPS.update(keep)
     finally:
         novelty.CATEGORY_STEPS.update(keep)
 

@@ -58,6 +58,38 @@ def test_distance_adds_doublings_and_mismatches():
     assert novelty.evidence(c, [b]).steps == pytest.approx(novelty.CATEGORY_STEPS["family"])
 
 
+def test_zero_sharding_and_recompute_classes_by_hand(monkeypatch):
+    assert [novelty.sharding_class(z) for z in (None, 0, 1, 2, 3)] == [
+        "",
+        "states",
+        "states",
+        "grads",
+        "params",
+    ]
+    assert [novelty.recompute_class(r) for r in (None, "none", "selective", "sel:moe_act", "full")] == [
+        "",
+        "none",
+        "selective",
+        "selective",
+        "full",
+    ]
+    monkeypatch.setitem(novelty.CATEGORY_STEPS, "sharding", 1.0)
+    monkeypatch.setitem(novelty.CATEGORY_STEPS, "recompute", 1.0)
+    ref = novelty.point(LLAMA70, H100_64, W8K, Strategy(tp=8, micro_batch=1, zero=1, recompute="none"), "r")
+    same = Strategy(tp=8, micro_batch=1, zero=None, recompute=None)  # unstated
+    # Z1 -> Z3 and no recompute -> full: two mismatches; Z1 -> Z0 shards the same (optimizer states only)
+    z3 = novelty.point(LLAMA70, H100_64, W8K, same.model_copy(update={"zero": 3, "recompute": "full"}))
+    assert novelty.evidence(z3, [ref]).steps == 2.0
+    assert novelty.evidence(z3, [ref]).differences == ("ZeRO shards states → params", "recompute none → full")
+    z0 = novelty.point(LLAMA70, H100_64, W8K, same.model_copy(update={"zero": 0, "recompute": "none"}))
+    assert novelty.evidence(z0, [ref]).steps == 0.0
+    # an unstated knob on either side is no difference
+    unknown = novelty.point(LLAMA70, H100_64, W8K, same)
+    assert novelty.evidence(unknown, [ref]).steps == 0.0
+    ref_unknown = novelty.point(LLAMA70, H100_64, W8K, same, "u")
+    assert novelty.evidence(z3, [ref_unknown]).steps == 0.0
+
+
 def test_a_never_seen_gpu_family_is_at_least_its_mismatch_away():
     ascend = ClusterSpec(gpu=get_gpu("Ascend-910B"), num_gpus=8)
     p = novelty.point(get_model("Llama-2-7B"), ascend, Workload(seq_len=4096, global_batch=256), Strategy())

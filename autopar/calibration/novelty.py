@@ -62,7 +62,17 @@ KNOBS: tuple[str, ...] = (
 # of each other (noise with 10 sources), and (3, 1) is kept because it also prices the CP exchanges that
 # no measured run uses (issue 21's CP-a2a/allgather picks) and gives the never-seen Ascend runs the same
 # coverage (71%) with a narrower band (31% vs 41% wide).
-CATEGORY_STEPS: dict[str, float] = {"family": 3.0, "stack": 1.0, "precision": 1.0, "cp_variant": 1.0}
+CATEGORY_STEPS: dict[str, float] = {
+    "family": 3.0,
+    "stack": 1.0,
+    "precision": 1.0,
+    "cp_variant": 1.0,
+    "sharding": 0.0,
+    "recompute": 0.0,
+}
+# Categories a run may leave unknown (a record that does not state its ZeRO stage or recompute): '' there
+# matches anything, so an unstated knob never counts as a difference.
+OPTIONAL_CATEGORIES = ("sharding", "recompute")
 
 # Fitted by `python bench/novelty.py` (see the module docstring; regenerate after the published runs
 # or the model change): within KNEE_STEPS of a measured run the calibrated band holds; beyond it, its log
@@ -81,6 +91,8 @@ class LayoutPoint:
     precision: str
     cp_variant: str = ""  # the CP exchange (Strategy.cp_comm) when cp > 1, else ''
     label: str = ""  # what to call it in a sentence (a run id and layout)
+    sharding: str = ""  # what ZeRO shards: sharding_class(zero); '' unknown
+    recompute: str = ""  # recompute level: none, selective (any module set) or full; '' unknown
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,21 @@ class Evidence:
         )
 
 
+def sharding_class(zero: int | None) -> str:
+    """What a ZeRO stage shards, as novelty compares it: optimizer states (0-1: the gradients and weights
+    stay whole), gradients (2) or parameters (3); '' when unset."""
+    if zero is None:
+        return ""
+    return {0: "states", 1: "states", 2: "grads"}.get(int(zero), "params")
+
+
+def recompute_class(recompute: str | None) -> str:
+    """The recompute level novelty compares: none, selective (Megatron's module sets included) or full."""
+    if not recompute:
+        return ""
+    return recompute if recompute in ("none", "full") else "selective"
+
+
 def point(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, label: str = ""
 ) -> LayoutPoint:
@@ -131,6 +158,8 @@ def point(
         precision=workload.precision,
         cp_variant=str(s.cp_comm) if cp > 1 else "",
         label=label,
+        sharding=sharding_class(s.zero),
+        recompute=recompute_class(s.recompute),
     )
 
 
@@ -154,7 +183,12 @@ class Reference:
         """Steps from p to each run (L1 over the log2 knobs + categorical mismatches)."""
         d = np.abs(self.knobs - np.array(p.knobs)).sum(axis=1)
         for cat, cost in CATEGORY_STEPS.items():
-            d += cost * (self.cats[cat] != self.codes[cat].get(getattr(p, cat), -1))
+            value = getattr(p, cat)
+            differ = self.cats[cat] != self.codes[cat].get(value, -1)
+            if cat in OPTIONAL_CATEGORIES:  # unknown on either side matches
+                differ &= self.cats[cat] != self.codes[cat].get("", -2)
+                differ &= value != ""
+            d += cost * differ
         return d
 
     def evidence(self, p: LayoutPoint) -> Evidence:
@@ -173,11 +207,20 @@ def differences(p: LayoutPoint, ref: LayoutPoint) -> tuple[str, ...]:
         for name, a, b in zip(KNOBS, p.knobs, ref.knobs, strict=True)
         if abs(a - b) > 1e-9
     ]
-    words = {"family": "GPU family", "stack": "stack", "precision": "precision", "cp_variant": "CP exchange"}
+    words = {
+        "family": "GPU family",
+        "stack": "stack",
+        "precision": "precision",
+        "cp_variant": "CP exchange",
+        "sharding": "ZeRO shards",
+        "recompute": "recompute",
+    }
     out += [
         f"{words[c]} {getattr(ref, c) or 'none'} → {getattr(p, c) or 'none'}"
         for c in CATEGORY_STEPS
         if getattr(p, c) != getattr(ref, c)
+        and CATEGORY_STEPS[c] > 0
+        and not (c in OPTIONAL_CATEGORIES and "" in (getattr(p, c), getattr(ref, c)))
     ]
     return tuple(out) or ("same knobs",)
 
@@ -241,7 +284,7 @@ def published_reference() -> Reference:
 # checked by its --check): reading them from the records needs pandas and the records' parser (~0.4 s), which
 # every optimize and estimate would otherwise pay to find the nearest run.
 REFERENCE_FILE = "published_layouts.json"
-REFERENCE_SCHEMA = 1
+REFERENCE_SCHEMA = 2
 
 
 @functools.cache
