@@ -40,7 +40,7 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, SpecError
 from autopar.search.constraints import Constraint
-from autopar.specs import ClusterSpec, ModelSpec, Workload
+from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
 SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
@@ -222,6 +222,9 @@ class WorkloadConfig(_Config):
     moe_dispatcher: str | None = Field(default=None, description="MoE token dispatcher")
     moe_ep_overlap: bool = Field(default=False, description="overlap dispatch/combine with compute")
     cuda_graphs: bool = Field(default=False, description="layers run as CUDA graphs")
+    grad_reduce_dtype: str | None = Field(
+        default=None, description="main-gradient buffer and DP reduction dtype (fp32, bf16)"
+    )
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
@@ -251,6 +254,12 @@ class WorkloadConfig(_Config):
     def _extras(self, model: ModelSpec, precisions: list[str]) -> dict[str, Any]:
         """The FP8/MoE/CUDA-graph fields that were stated; one that cannot take effect is an error."""
         out: dict[str, Any] = {"cuda_graphs": True} if self.cuda_graphs else {}
+        if self.grad_reduce_dtype is not None:
+            if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+                raise SpecError(
+                    f"--grad-reduce-dtype {self.grad_reduce_dtype}: expected one of {', '.join(GRAD_REDUCE_DTYPES)}"
+                )
+            out["grad_reduce_dtype"] = self.grad_reduce_dtype
         if self.fp8_recipe is not None:
             if "fp8" not in precisions:
                 raise SpecError(

@@ -5,7 +5,7 @@ All quantities are SI inside: bytes, seconds, FLOP, FLOP/s, bytes/s (per GPU, pe
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -312,6 +312,9 @@ class ClusterSpec(_Frozen):
 
 
 MemorySaver = Literal["offload", "bf16_states", "8bit_states", "act_offload", "recompute_modules"]
+# Main-gradient buffer / data-parallel reduction dtypes (Workload.grad_reduce_dtype; bytes: perf/memory.py)
+GradReduceDtype = Literal["fp32", "bf16"]
+GRAD_REDUCE_DTYPES: tuple[str, ...] = get_args(GradReduceDtype)
 
 
 class Workload(_Frozen):
@@ -371,6 +374,14 @@ class Workload(_Frozen):
         default=False,
         description="DeepSpeed's BF16_Optimizer (bf16 with its own ZeRO-1): after every micro-batch's backward "
         "it adds the bf16 gradients, cast to fp32, into fp32 copies (only with framework deepspeed)",
+    )
+    grad_reduce_dtype: GradReduceDtype = Field(
+        default="fp32",
+        description="dtype of the main-gradient buffer and of its data-parallel reduce-scatter/all-reduce "
+        "outside ZeRO-3 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32: fp32, the default "
+        "of Megatron-LM, Megatron-Bridge and NeMo; bf16 = Megatron --grad-reduce-in-bf16, NeMo "
+        "grad_sync_dtype: bf16 / plugins.grad_reduce_in_fp32=False). ZeRO-3/FSDP reduce in the stack's own "
+        "dtype (software.yaml zero3_grad_bytes)",
     )
     moe_ep_overlap: bool = Field(
         default=False,

@@ -76,6 +76,9 @@ PROBLEMS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
         "Llama-3.1-8B", "A100-80GB", 32,
         {"seq_len": 2048, "global_batch": 256, "framework": "deepspeed", "bf16_optimizer": True},
     ),
+    "bf16-grads-70B-64xH100": (
+        "Llama-3.1-70B", "H100-SXM", 64, {"seq_len": 8192, "global_batch": 512, "grad_reduce_dtype": "bf16"},
+    ),
     "lora-70B-16xH100": ("Llama-3.1-70B", "H100-SXM", 16, {"seq_len": 4096, "global_batch": 64, "finetune": "lora"}),
     "moe-flex-overlap-qwen3": (
         "Qwen3-30B-A3B", "H100-SXM", 64,

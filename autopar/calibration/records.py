@@ -118,6 +118,54 @@ _FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
 _BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
 
 
+# The main-gradient dtype of the vendors' performance summaries (Workload.grad_reduce_dtype), as their
+# launch configs state it; Megatron's own default is fp32.
+# - Megatron-Bridge's performance configs set bf16 for every model family they benchmark too
+#   (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/<family>/<family>_llm_pretrain.py
+#   `set_<family>_common_configs`: mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False; tags
+#   v0.2.0 717c62d = NeMo 25.11, v0.4.0 0fbfe7d, v0.5.0 fcbb603; from v0.6.0 perf_recipes/_common.py
+#   `_benchmark_common`), but their records are left at fp32 for now: the memory it frees lets completion drop
+#   the recompute of presets that use Megatron's fine-grained recompute modules (GPT-OSS, Qwen3:
+#   recompute_modules, not modelled), and those MoE runs are already predicted too fast (dev mean APE
+#   24.4% -> 26.1%).
+# - NeMo 2's performance scripts from 25.04 (NVIDIA/NeMo v2.3.0 2b03b74): every pretraining recipe they run
+#   sets bf16 in `pretrain_performance_optimizations` (recipes/{gpt3_175b, llama3_8b, llama3_70b,
+#   llama31_405b, mixtral_8x7b, mixtral_8x22b, nemotron4_15b, nemotron4_340b, nemotron3_22b}.py:
+#   trainer.plugins.grad_reduce_in_fp32 = False) and FP8 runs again in scripts/performance/utils.py
+#   `set_primary_perf_configs`.
+# - NeMo 24.07 / 24.12 (NeMo-Framework-Launcher tags 24.07 8325688, 24.12 5730fac): only
+#   launcher_scripts/conf/training/nemotron/nemotron_340b.yaml sets `optim.grad_sync_dtype: bf16` among the
+#   models of those tables; NeMo maps it to Megatron-Core's buffer (NVIDIA/NeMo v2.1.0 megatron_gpt_model.py:
+#   `grad_reduce_in_fp32=(optim.grad_sync_dtype == 'fp32')`).
+_NEMO_BF16_FROM = (25, 4)
+_NEMO_LAUNCHER_BF16: dict[tuple[int, int], tuple[str, ...]] = {
+    (24, 7): ("nemotron-340b",),
+    (24, 12): ("nemotron-340b",),
+}
+_NEMO_RELEASE = re.compile(r"nemo (\d\d)\.(\d\d)")
+
+
+def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, str]:
+    """bf16 main gradients where the performance summary's launch config states them (above)."""
+    fw = str(_cell(row, "framework") or "").lower()
+    if "perf_summary" not in str(_cell(row, "source") or "").lower():
+        return {}
+    m = _NEMO_RELEASE.search(fw)
+    release = (int(m.group(1)), int(m.group(2))) if m else None
+    if "megatron-bridge" in fw:
+        return {}  # Megatron-Bridge: not applied yet (above)
+    if release is not None and release >= _NEMO_BF16_FROM:
+        why = "NeMo 2 performance recipes"
+    elif release is not None and str(_cell(row, "model") or "").lower() in _NEMO_LAUNCHER_BF16.get(
+        release, ()
+    ):
+        why = "NeMo-Framework-Launcher config: optim.grad_sync_dtype bf16"
+    else:
+        return {}
+    assumed.append(f"grad_reduce_dtype=bf16 ({why})")
+    return {"grad_reduce_dtype": "bf16"}
+
+
 def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
     """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling), force-balanced
     MoE routing (moe_imbalance = 1.0), a DeepEP/HybridEP dispatcher (moe_dispatcher = flex), DeepSpeed's BF16
@@ -519,6 +567,7 @@ def _workload(row: Mapping[str, Any], assumed: list[str]) -> Workload:
         tp_comm_overlap=_tp_overlap(row, assumed),
         framework=framework_from_text(_cell(row, "framework"), assumed),
         **_routing_and_recipe(row, prec, assumed),  # moe engineer (issue 11): stated FP8 recipe / balance
+        **_grad_reduce_dtype(row, assumed),
     )
 
 

@@ -295,6 +295,18 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         False,
     ),
     (
+        "grad_reduce_dtype",
+        Annotated[
+            str | None,
+            _o(
+                "--grad-reduce-dtype",
+                help="Main-gradient buffer and data-parallel reduction dtype outside ZeRO-3: fp32 or bf16 "
+                "(Megatron --grad-reduce-in-bf16; NeMo performance recipes) \\[default: fp32].",
+            ),
+        ],
+        None,
+    ),
+    (
         "allow_uneven",
         Annotated[bool, _o(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")],
         False,
@@ -509,6 +521,7 @@ WORKLOAD_EXTRAS = (
     "moe_dispatcher",
     "moe_ep_overlap",
     "cuda_graphs",
+    "grad_reduce_dtype",
 )
 SHAPE = ("cluster_name", "internode_gbps", "transport", "seq_len", "global_batch")
 STACK = ("framework", "tp_comm_overlap")

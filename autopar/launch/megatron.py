@@ -243,6 +243,8 @@ def _parallel(
         a.append("--sequence-parallel")
         if workload.tp_comm_overlap:
             a.append("--tp-comm-overlap")  # Transformer Engine userbuffers; needs --sequence-parallel
+    if workload.grad_reduce_dtype == "bf16":
+        a.append("--grad-reduce-in-bf16")  # bf16 main-gradient buffer and DP reduction
     if s.zero == 1:
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif s.zero in (2, 3):

@@ -283,6 +283,7 @@ def sharding_of(
         stage_gathered=piped & ctx.sw.pp_defers_grad_sync,  # only where the PP schedule defers the sync
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
+        grad_bytes=memory.GRAD_BYTES[ctx.w.grad_reduce_dtype],
     )
 
 
@@ -367,7 +368,8 @@ def ddp_dp_time(
     bwd, fwd = st0.comp - st0.fwd, st0.fwd
     ne, ex = f * params.non_expert, f * params.expert
     n_red = fsdp.grad_reductions(zero, m, p, ctx.sw.pp_defers_grad_sync)
-    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll, n_red)
+    gb = memory.GRAD_BYTES[ctx.w.grad_reduce_dtype]
+    return fsdp.ddp_time(zero, ne, ex, g, ctx.links, ctx.w.framework, bwd, fwd, coll, n_red, gb)
 
 
 def zero3_dp_time(
@@ -455,7 +457,9 @@ def crosses_node(ctx: PerfContext, t: Num, c: Num, d: Num, p: Num) -> Num:
 def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Sharding, window: Num) -> Num:
     """The optimizer step on the GPU (memory bound) plus the exposed CPU offload of its share."""
     local = memory.local_optimizer_params(params, sh)
-    opt = memory.optimizer_step_bytes(sh.state_bytes) * local * (1 - sh.offload) / ctx.hbm
+    # the main-gradient dtype (Workload.grad_reduce_dtype) outside ZeRO-3; ZeRO-3 paths keep their fp32 read
+    grad = where(sh.zero == 3, 4.0, sh.grad_bytes)
+    opt = memory.optimizer_step_bytes(sh.state_bytes, grad) * local * (1 - sh.offload) / ctx.hbm
     return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
 
 

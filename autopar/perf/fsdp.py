@@ -118,6 +118,7 @@ def ddp_time(
     fwd_mb: Num,
     coll: Collective | None = None,
     reductions: Num = 1,
+    gb: float = 4.0,
 ) -> DpTime:
     """Gradient all-reduce (zero 0) or reduce-scatter + parameter all-gather (ZeRO-1/2), bucketed.
 
@@ -125,9 +126,9 @@ def ddp_time(
     parameter gathers the first micro-batch's forward (--overlap-param-gather): `shared_window`; formulas
     §4.2 DP. The gradients are reduced in `reductions` backward passes, each its own window: 1 where a full
     gradient buffer accumulates the micro-batches (DDP, ZeRO-1), every micro-batch where the gradients are
-    kept sharded (ZeRO-2: `grad_reductions`).
+    kept sharded (ZeRO-2: `grad_reductions`). `gb`: bytes per reduced gradient element, the main-gradient
+    buffer's dtype (fp32: 4, Megatron's default; bf16: 2, --grad-reduce-in-bf16; perf/memory.py GRAD_BYTES).
     """
-    gb = 4.0  # fp32 main gradients (Megatron bf16 default; formulas §4.2)
     coll = coll or collectives(links)
     reduce: list[tuple[Num, Num]] = []
     gather: list[tuple[Num, Num]] = []

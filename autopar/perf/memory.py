@@ -1,8 +1,8 @@
 """Per-GPU memory of one pipeline stage: parameters held, model states by ZeRO stage, activations, overheads.
 
 Model-state bytes per parameter follow ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054 §3.1, §5) and
-Megatron's distributed optimizer (docs/user-guide/features/dist_optimizer.md): bf16 weights 2 B, fp32
-main gradients 4 B (2 B under ZeRO-3/FSDP), optimizer states by OPTIMIZER_STATE_BYTES.
+Megatron's distributed optimizer (docs/user-guide/features/dist_optimizer.md): bf16 weights 2 B, main
+gradients 4 B in fp32 or 2 B in bf16 (GRAD_BYTES; ZeRO-3/FSDP: 2 B), optimizer states by OPTIMIZER_STATE_BYTES.
 """
 
 from __future__ import annotations
@@ -38,13 +38,18 @@ OPTIMIZER_STATES_OF: dict[str, str] = {
 # reduce dtype (torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.to_accumulated_grad_if_needed), which
 # torchtitan sets to float32 (training.mixed_precision_reduce = "float32"); other stacks: bf16 (2 B).
 ACCUM_GRAD_BYTES: dict[str, float] = {"torchtitan": 4.0}
+# Workload.grad_reduce_dtype -> bytes per main-gradient element outside ZeRO-3. Megatron-Core allocates the
+# gradient buffer in the reduce dtype (megatron/core/distributed/distributed_data_parallel.py:
+# `grad_dtype = torch.float if self.ddp_config.grad_reduce_in_fp32 else param.dtype`) and reduces that buffer.
+GRAD_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0}
 DDP_BUCKET_BYTES = 0.125 * GiB  # gradient-bucket staging outside ZeRO-3 (Megatron/DDP buckets, formulas §3.5)
 
 
-def optimizer_step_bytes(state_bytes: float) -> float:
-    """HBM traffic of one optimizer step per local parameter: read the fp32 grad (4) and the states, write the
-    states back, write the bf16 copy (2), plus the grad-norm pass (2) — 32 B for fp32 Adam (formulas §6)."""
-    return 8.0 + 2.0 * state_bytes
+def optimizer_step_bytes(state_bytes: Num, grad_bytes: float = 4.0) -> Num:
+    """HBM traffic of one optimizer step per local parameter: read the main grad (`grad_bytes`: 4 in fp32)
+    and the states, write the states back, write the bf16 copy (2), plus the grad-norm pass (2) — 32 B for
+    fp32 Adam with fp32 grads (formulas §6)."""
+    return grad_bytes + 4.0 + 2.0 * state_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,7 @@ class Sharding:
     # gradients stay across micro-batches (software.yaml pp_defers_grad_sync, with PP)
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
+    grad_bytes: float = 4.0  # main-gradient bytes per element outside ZeRO-3 (GRAD_BYTES of the reduce dtype)
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -124,13 +130,14 @@ def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
 
 
 def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
-    """ZeRO 0-2: bf16 weights everywhere; fp32 grads sharded from ZeRO-2, optimizer states from ZeRO-1."""
+    """ZeRO 0-2: bf16 weights everywhere; main grads (fp32 or bf16: sh.grad_bytes) sharded from ZeRO-2,
+    optimizer states from ZeRO-1."""
     ne, ex = sp.non_expert, sp.expert
     n_opt = where(sh.zero >= 1, sh.n_shard, 1), where(sh.zero >= 1, sh.n_eshard, 1)
     sharded = grads_sharded(sh)
     n_grd = where(sharded, sh.n_shard, 1), where(sharded, sh.n_eshard, 1)
     wts = 2.0 * (ne + ex)
-    grd = 4.0 * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
+    grd = sh.grad_bytes * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
     opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * (1.0 - sh.offload) * sh.trainable
     buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0)
     return wts, grd, opt, buf

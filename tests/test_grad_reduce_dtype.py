@@ -1,0 +1,123 @@
+"""Workload.grad_reduce_dtype: the main-gradient buffer's dtype (Megatron-Core grad_reduce_in_fp32) sets its
+memory (2 or 4 B a parameter outside ZeRO-3), the DP reduction's bytes, the optimizer step's grad read, the
+Megatron launch flag, the CLI option and the NeMo performance-summary records that state it."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.calibration.records import row_to_specs
+from autopar.calibration.runs import read_run_records
+from autopar.catalog import get_gpu, get_model
+from autopar.cli import app
+from autopar.data import published_runs_path
+from autopar.launch.schema import check_megatron
+from autopar.launch.settings import launch_settings
+from autopar.perf import fsdp, memory
+from autopar.perf.estimate import estimate
+from autopar.specs import ClusterSpec, Strategy, Workload
+
+GiB = 2**30
+
+
+def _sharding(zero: int, grad_bytes: float) -> memory.Sharding:
+    return memory.Sharding(
+        zero=zero, n_shard=4, n_eshard=2, state_bytes=12.0, offload=0.0, fp8_weight_copies=False,
+        zero3_units=2, unit_fraction=1.0, stage_gathered=0, grad_bytes=grad_bytes,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("zero", "fp32", "bf16"), [(0, 4.0 * 1.5e9, 2.0 * 1.5e9), (1, 6e9, 3e9), (2, 2e9, 1e9)]
+)
+def test_replicated_grads_are_two_or_four_bytes_a_parameter(zero: int, fp32: float, bf16: float) -> None:
+    # 1e9 dense + 0.5e9 expert parameters; ZeRO-2 shards them over 4 (dense) and 2 (expert):
+    # fp32: 4·(1e9/4 + 0.5e9/2) = 2e9 B, bf16: half; ZeRO 0-1 keep all 1.5e9: 6e9 / 3e9 B.
+    sp = memory.StageParams(non_expert=1e9, expert=0.5e9, biggest_layer=1e8)
+    assert memory.model_states(sp, _sharding(zero, 4.0))[1] == pytest.approx(fp32)
+    assert memory.model_states(sp, _sharding(zero, 2.0))[1] == pytest.approx(bf16)
+    # weights and optimizer states do not depend on it
+    a, b = memory.model_states(sp, _sharding(zero, 4.0)), memory.model_states(sp, _sharding(zero, 2.0))
+    assert (a[0], a[2], a[3]) == (b[0], b[2], b[3])
+
+
+def test_zero3_states_ignore_it() -> None:
+    sp = memory.StageParams(non_expert=1e9, expert=0.0, biggest_layer=1e8)
+    assert memory.model_states(sp, _sharding(3, 4.0)) == memory.model_states(sp, _sharding(3, 2.0))
+
+
+def test_optimizer_step_reads_the_main_grad_in_its_dtype() -> None:
+    assert memory.optimizer_step_bytes(12.0) == 32.0  # fp32 Adam, fp32 grads (formulas §6)
+    assert memory.optimizer_step_bytes(12.0, 2.0) == 30.0
+
+
+def _toy(kind: int, nbytes: fsdp.Num, size: fsdp.Num, stride: fsdp.Num) -> fsdp.Num:
+    return nbytes * 1e-9  # 1 GB/s for every collective
+
+
+GROUPS = fsdp.DpGroups(n_shard=8, shard_stride=1, n_rep=1, rep_stride=8, n_edp=4, edp_stride=2)
+
+
+def test_reduction_bytes_halve_in_bf16() -> None:
+    # ZeRO-1, 160M dense parameters, no window: reduce-scatter 4 B (0.64 s) or 2 B (0.32 s) a parameter, the
+    # bf16 parameter all-gather 2 B (0.32 s) either way.
+    args = (1, 160e6, 0.0, GROUPS, None, "megatron", 0.0, 0.0, _toy)
+    fp32 = fsdp.ddp_time(*args)  # type: ignore[arg-type]
+    bf16 = fsdp.ddp_time(*args, 1, 2.0)  # type: ignore[arg-type]
+    assert fp32.exposed == pytest.approx(0.64 + 0.32)
+    assert bf16.exposed == pytest.approx(0.32 + 0.32)
+
+
+def _nemotron_340b() -> tuple:
+    m = get_model("Nemotron-4-340B")
+    c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=128)
+    s = Strategy(
+        tp=8, pp=8, vpp=12, sp=True, zero=1, micro_batch=1, recompute="none", pp_schedule="interleaved"
+    )
+    return m, c, s
+
+
+def test_estimate_frees_two_bytes_a_parameter_under_zero1() -> None:
+    m, c, s = _nemotron_340b()
+    w32 = Workload(seq_len=4096, global_batch=32, precision="fp8")
+    w16 = w32.model_copy(update={"grad_reduce_dtype": "bf16"})
+    a, b = estimate(m, c, w32, s, check=False), estimate(m, c, w16, s, check=False)
+    assert b.memory.grads == pytest.approx(a.memory.grads / 2)  # ZeRO-1 keeps the whole buffer
+    assert a.memory.weights == b.memory.weights and a.memory.grads == pytest.approx(a.memory.weights * 2)
+    assert b.headroom_bytes - a.headroom_bytes == pytest.approx(a.memory.grads / 2)
+    assert b.step_time_s <= a.step_time_s
+
+
+def _row(rid: str) -> dict:
+    rows = read_run_records(published_runs_path()).fillna("").to_dict("records")
+    return next(r for r in rows if r["id"] == rid)
+
+
+def test_nemo_summary_rows_take_the_launcher_configs_dtype() -> None:
+    # NeMo-Framework-Launcher 24.07 / 24.12 nemotron_340b.yaml: optim.grad_sync_dtype bf16; the other models'
+    # configs keep fp32
+    for rid in ("NEMO2407-10", "NEMO2412-10"):
+        assert row_to_specs(_row(rid)).workload.grad_reduce_dtype == "bf16"
+    for rid in ("NEMO2407-03", "NEMO2412-01", "NEMO2412-12"):
+        assert row_to_specs(_row(rid)).workload.grad_reduce_dtype == "fp32"
+    other = {**_row("NEMO2412-10"), "source": "other"}
+    assert row_to_specs(other).workload.grad_reduce_dtype == "fp32"
+
+
+def test_megatron_launch_flag_is_valid() -> None:
+    m, c, s = _nemotron_340b()
+    w = Workload(seq_len=4096, global_batch=32, grad_reduce_dtype="bf16")
+    ls = launch_settings(m, c, w, s)
+    assert "--grad-reduce-in-bf16" in ls.megatron_args
+    assert check_megatron(ls.megatron_args, "core_v0.19.0", list(ls.placeholders)) == []
+    plain = launch_settings(m, c, w.model_copy(update={"grad_reduce_dtype": "fp32"}), s)
+    assert "--grad-reduce-in-bf16" not in plain.megatron_args
+
+
+def test_cli_option_and_its_error() -> None:
+    base = ["estimate", "--model", "Llama-3.1-8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--json"]
+    bad = CliRunner().invoke(app, [*base, "--grad-reduce-dtype", "fp16"])
+    assert bad.exit_code == 2 and "--grad-reduce-dtype fp16: expected one of fp32, bf16" in bad.output
+    ok = CliRunner().invoke(app, [*base, "--grad-reduce-dtype", "bf16"])
+    assert ok.exit_code == 0, ok.output
