@@ -67,7 +67,7 @@ def fingerprint(
         {
             "model": space.model.model_dump(mode="json"),
             "hardware": [[_cluster_blob(h.cluster), h.precision] for h in space.hardware],
-            "workload": workload.model_dump(mode="json", exclude={"precision", "token_budget"}),
+            "workload": _workload_blob(workload),
             "objectives": [o.name for o in objectives],
             "constraints": [min_headroom_gib, max_cost],
             # the memory band's factor only when there is one, so studies stored before it keep their hash
@@ -81,6 +81,20 @@ def fingerprint(
 # ClusterSpec fields added after studies were first stored: left out of the fingerprint at their default, so
 # a study stored before them still resumes (its cluster is the same one).
 _LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
+
+
+# Workload fields added after studies were first stored, left out at their defaults (as for clusters).
+_LATER_WORKLOAD_DEFAULTS = {"grad_reduce_dtype": "fp32", "bf16_optimizer": False}
+
+
+def _workload_blob(workload: Workload) -> dict[str, Any]:
+    """A workload's fingerprint fields (less precision and token budget, and the later fields at their
+    defaults)."""
+    blob = workload.model_dump(mode="json", exclude={"precision", "token_budget"})
+    for k, default in _LATER_WORKLOAD_DEFAULTS.items():
+        if blob.get(k, default) == default:
+            blob.pop(k, None)
+    return blob
 
 
 def _cluster_blob(cluster: Any) -> dict[str, Any]:
