@@ -122,7 +122,7 @@ def test_worked_example_plan_ingest_plan(tmp_path):
         r["steps"] == SHORT_RUN_WARMUP + SHORT_RUN_MEASURED for r in before["runs"]
     )
     db = tmp_path / "runs.db"
-    logs = [str(PLAN / f"run{n}.log") for n in (1, 2, 3)]
+    logs = [str(PLAN / f"run{n}.log") for n in range(1, len(simulate.RUNS) + 1)]
     r = runner.invoke(
         app,
         ["calibrate", "ingest", *logs, "--store", str(db), "--model", "Llama-3.1-8B", "--gpu", "H100-SXM"]
@@ -132,7 +132,7 @@ def test_worked_example_plan_ingest_plan(tmp_path):
     after = _plan("--store", str(db), "--group", "mycluster")
     pick_before = next(c for c in before["candidates"] if c["strategy"] == before["pick"])
     pick_after = next(c for c in after["candidates"] if c["strategy"] == after["pick"])
-    assert after["pick"] == before["pick"] and after["own_runs"] == 3
+    assert after["pick"] == before["pick"] and after["own_runs"] == len(simulate.RUNS)
     # derived: the Gaussian model's posterior variance does not depend on what the runs measure, so the
     # band after ingesting the proposed runs is the one the plan announced for them ...
     assert pick_after["band_pct"] == pytest.approx(before["runs"][-1]["pick_band_pct_after"], abs=0.05)
@@ -140,7 +140,7 @@ def test_worked_example_plan_ingest_plan(tmp_path):
     # v = (band / Z80)^2 shrinks to v n^2 / (v + n^2) with n = NOISE_SD
     v = (math.log1p(pick_before["band_pct"] / 100) / Z80) ** 2
     bound = 100 * math.expm1(Z80 * math.sqrt(v * NOISE_SD**2 / (v + NOISE_SD**2)))
-    assert pick_after["band_pct"] <= bound + 1e-9 and pick_before["band_pct"] / pick_after["band_pct"] > 9
+    assert pick_after["band_pct"] <= bound + 1e-9 and pick_before["band_pct"] / pick_after["band_pct"] > 5
     # the center moved to the simulated truth (analytical x exp(-0.15 - 0.5 share_comm)), over the median
     # of the logs' +-1% step-time jitter on the measured steps 11..30
     jitter = float(np.median([1 + 0.01 * math.sin(i) for i in range(11, 31)]))
@@ -151,7 +151,7 @@ def test_worked_example_plan_ingest_plan(tmp_path):
 @pytest.mark.skipif(not os.environ.get("AUTOPAR_RUN_SLOW"), reason="calibrate fit on the shipped runs: ~15 s")
 def test_worked_example_refit_keeps_the_band_narrow(tmp_path):
     db = tmp_path / "runs.db"
-    logs = [str(PLAN / f"run{n}.log") for n in (1, 2, 3)]
+    logs = [str(PLAN / f"run{n}.log") for n in range(1, len(simulate.RUNS) + 1)]
     runner.invoke(
         app,
         ["calibrate", "ingest", *logs, "--store", str(db), "--model", "Llama-3.1-8B"]
