@@ -124,10 +124,8 @@ _BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
 #   (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/<family>/<family>_llm_pretrain.py
 #   `set_<family>_common_configs`: mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False; tags
 #   v0.2.0 717c62d = NeMo 25.11, v0.4.0 0fbfe7d, v0.5.0 fcbb603; from v0.6.0 perf_recipes/_common.py
-#   `_benchmark_common`), but their records are left at fp32 for now: the memory it frees lets completion drop
-#   the recompute of presets that use Megatron's fine-grained recompute modules (GPT-OSS, Qwen3:
-#   recompute_modules, not modelled), and those MoE runs are already predicted too fast (dev mean APE
-#   24.4% -> 26.1%).
+#   `_benchmark_common`). Applied once the records state their presets' recompute modules (issue 21: with
+#   the modules unstated, the memory it freed let completion drop the GPT-OSS presets' recompute).
 # - NeMo 2's performance scripts from 25.04 (NVIDIA/NeMo v2.3.0 2b03b74): every pretraining recipe they run
 #   sets bf16 in `pretrain_performance_optimizations` (recipes/{gpt3_175b, llama3_8b, llama3_70b,
 #   llama31_405b, mixtral_8x7b, mixtral_8x22b, nemotron4_15b, nemotron4_340b, nemotron3_22b}.py:
@@ -138,6 +136,7 @@ _BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
 #   models of those tables; NeMo maps it to Megatron-Core's buffer (NVIDIA/NeMo v2.1.0 megatron_gpt_model.py:
 #   `grad_reduce_in_fp32=(optim.grad_sync_dtype == 'fp32')`).
 _NEMO_BF16_FROM = (25, 4)
+_MBRIDGE_BF16_FROM = (25, 11)
 _NEMO_LAUNCHER_BF16: dict[tuple[int, int], tuple[str, ...]] = {
     (24, 7): ("nemotron-340b",),
     (24, 12): ("nemotron-340b",),
@@ -152,9 +151,11 @@ def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, 
         return {}
     m = _NEMO_RELEASE.search(fw)
     release = (int(m.group(1)), int(m.group(2))) if m else None
-    if "megatron-bridge" in fw:
-        return {}  # Megatron-Bridge: not applied yet (above)
-    if release is not None and release >= _NEMO_BF16_FROM:
+    if "megatron-bridge" in fw and release is not None and release >= _MBRIDGE_BF16_FROM:
+        why = "Megatron-Bridge performance configs"
+    elif "megatron-bridge" in fw:
+        return {}
+    elif release is not None and release >= _NEMO_BF16_FROM:
         why = "NeMo 2 performance recipes"
     elif release is not None and str(_cell(row, "model") or "").lower() in _NEMO_LAUNCHER_BF16.get(
         release, ()
