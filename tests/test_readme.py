@@ -94,7 +94,7 @@ def workspace(tmp_path_factory):
     shutil.copytree(TOPOLOGY_FIXTURE, d / "gpu-node")  # what `autopar topology --save gpu-node` records
     shutil.copy(LOGS / "megatron_gpt_tp2.log", d / "train.log")
     shutil.copy(LOGS / "megatron_gpt_tp2.yaml", d / "run.yaml")
-    for n in (1, 2, 3):  # the `calibrate plan` worked example's simulated logs
+    for n in (1, 2):  # the `calibrate plan` worked example's simulated logs
         shutil.copy(ROOT / "tests" / "fixtures" / "plan" / f"run{n}.log", d / f"run{n}.log")
     old_cwd, old_home = os.getcwd(), os.environ.get("AUTOPAR_HOME")
     os.chdir(d)

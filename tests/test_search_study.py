@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -185,27 +186,37 @@ def test_cost_collapse_note_only_for_a_fixed_cluster():
 
 
 def test_recommendations():
-    r = optimize(
-        get_model("Llama-3.1-70B"),
-        ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64),
-        Workload(seq_len=8192, global_batch=512),
-        budget=150,
-        seed=0,
-    )
+    from autopar.calibration import novelty
+
+    m, c = get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    w = Workload(seq_len=8192, global_batch=512)
+    r = optimize(m, c, w, budget=150, seed=0)
     roles = {x.role: x for x in r.recommended}
     assert set(roles) == {"fastest", "most_headroom", "cheapest", "balanced"}
     df = r.pareto
-    # fastest: among the near-ties of the best throughput (recommend.NEAR_TIE_FRACTION), the most free memory
-    top = df["throughput"].max()
-    ties = df[df["throughput"] >= (1 - NEAR_TIE_FRACTION) * top]
-    assert roles["fastest"].trial.values["throughput"] >= (1 - NEAR_TIE_FRACTION) * top
-    assert roles["fastest"].trial.values["headroom"] == ties["headroom"].max()
+    # The roles rank by what each point's band defends (search/evidence.py: throughput at the band's low end,
+    # cost at its high end; the band widened by novelty), then near-ties (recommend.NEAR_TIE_FRACTION) by free
+    # memory.
+    front = [t for t in r.trials if t.feasible and t.strategy.label() in set(df["label"])]
+
+    def low(t) -> float:  # uncalibrated: the novelty widening alone
+        s = t.estimate.strategy or t.strategy
+        steps = novelty.published_reference().evidence(novelty.point(m, c, w, s)).steps
+        return math.exp(-novelty.widening(steps))
+
+    tps = {t.strategy.label(): t.values["throughput"] * low(t) for t in front}
+    cost = {t.strategy.label(): t.values["cost"] / low(t) for t in front}
+    top, cheapest = max(tps.values()), min(cost.values())
+    fastest = roles["fastest"].trial.strategy.label()
+    assert tps[fastest] >= (1 - NEAR_TIE_FRACTION) * top
+    ties = [t for t in front if tps[t.strategy.label()] >= (1 - NEAR_TIE_FRACTION) * top]
+    assert roles["fastest"].trial.values["headroom"] == max(t.values["headroom"] for t in ties)
     # most headroom among the points with >= 90% of the best throughput (the extreme point is uselessly slow)
     safe = df[df["throughput"] >= 0.9 * df["throughput"].max()]
     assert roles["most_headroom"].trial.values["headroom"] == safe["headroom"].max()
     assert roles["most_headroom"].trial.values["throughput"] >= 0.9 * df["throughput"].max()
-    cheap = df[df["cost"] <= (1 + NEAR_TIE_FRACTION) * df["cost"].min()]
-    assert roles["cheapest"].trial.values["headroom"] == cheap["headroom"].max()
+    cheap = [t for t in front if cost[t.strategy.label()] <= (1 + NEAR_TIE_FRACTION) * cheapest]
+    assert roles["cheapest"].trial.values["headroom"] == max(t.values["headroom"] for t in cheap)
     # balanced: min Euclidean distance to the ideal after scaling each objective to [0, 1] over the front
     Z = np.column_stack(
         [

@@ -333,7 +333,27 @@ def _meta_from(d: Any) -> CalibrationMeta:
     meta = CalibrationMeta(**{k: v for k, v in d.items() if k in known})
     if not isinstance(meta.name, str) or not isinstance(meta.feature_names, list):
         raise ValueError("name/feature_names")
+    if not isinstance(meta.layouts, list) or not all(_is_layout(p) for p in meta.layouts):
+        raise ValueError("layouts must be a list of layout objects")
+    if not isinstance(meta.memory_stacks, list) or not all(isinstance(x, str) for x in meta.memory_stacks):
+        raise ValueError("memory_stacks must be a list of names")
     return meta
+
+
+def _is_layout(raw: Any) -> bool:
+    """Whether `raw` is a novelty LayoutPoint as a JSON object (knobs a list of numbers, the rest text)."""
+    from autopar.calibration.novelty import KNOBS, LayoutPoint
+
+    names = {f.name for f in fields(LayoutPoint)}
+    required = {"knobs", "family", "stack", "precision"}
+    if not isinstance(raw, dict) or set(raw) - names or required - set(raw):
+        return False
+    if not isinstance(raw["knobs"], list):
+        return False
+    knobs_ok = len(raw["knobs"]) == len(KNOBS) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in raw["knobs"]
+    )
+    return knobs_ok and all(isinstance(v, str) for k, v in raw.items() if k != "knobs")
 
 
 def _check_schema(p: Path, meta: CalibrationMeta) -> None:
