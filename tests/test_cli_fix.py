@@ -53,7 +53,7 @@ def _fits(model, cluster, wl, s) -> bool:
 def test_readme_shows_the_oom_example() -> None:
     cmd = f'autopar fix {" ".join(PROBLEM[:2])} --gpus 16 {" ".join(PROBLEM[2:])} --strategy "{OOM_LABEL}"'
     assert cmd in README
-    assert "OOM at 32k: tp 2→4" in README
+    assert "OOM at 32k: cp 1→2-allgather" in README
 
 
 def test_readme_oom_example_is_minimal_and_fits() -> None:
@@ -65,7 +65,7 @@ def test_readme_oom_example_is_minimal_and_fits() -> None:
     current = parse_strategy_label(OOM_LABEL)
     assert not _fits(model, cluster, wl, current)
     d = doc["distance"]
-    assert d == 1 and [c["label"] for c in doc["candidates"]][0] == "TP4+SP DP4/Z1 mb1"
+    assert d == 1 and [c["label"] for c in doc["candidates"]][0] == "TP2+SP CP2-allgather DP4/Z1 mb1"
     ref = columns_of([current])
     near = [  # every point of the space within d (distances on arrays: tests/test_neighbourhood.py checks them)
         lay.strategy(int(j))
@@ -146,7 +146,10 @@ def test_text_output_states_the_verdict_first() -> None:
     assert (
         first.startswith(f"current: {OOM_LABEL} on 16x H100-SXM") and ": oom, 113.9 GiB of 79.2 GiB" in first
     )
-    assert "1. OOM at 32k: tp 2→4 (DP 8→4, grad-accum 8→16); predicted 60.7 GiB of 79.2 GiB" in (res.output)
+    assert (
+        "1. OOM at 32k: cp 1→2-allgather (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB"
+        in res.output
+    )
 
 
 @pytest.mark.parametrize(
