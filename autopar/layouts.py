@@ -1262,6 +1262,25 @@ def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:
     )
 
 
+def idle_saver(model: ModelSpec, workload: Workload, saver: str) -> str:
+    """Why memory saver `saver` cannot take effect for `model` on the workload's stack ('' when it can): the
+    search would offer nothing it adds (saver_values, act_offload, recompute_values)."""
+    fw = workload.framework
+    alone = workload.model_copy(update={"memory_savers": (saver,)})
+    if saver in MEMORY_SAVER_VALUES:
+        if len(saver_values(alone)) > 1:
+            return ""
+        what = {"offload": "CPU offload of the optimizer", "bf16_states": "bf16 optimizer states"}
+        return f"the {fw} stack ships no {what.get(saver, '8-bit optimizer states')}"
+    if saver == "act_offload":
+        return "" if STACKS[fw].act_offload else f"the {fw} stack has no activation CPU offload"
+    if saver == "recompute_modules":
+        if len(recompute_values(model, alone)) > len(RECOMPUTE_LEVELS):
+            return ""
+        return f"no recompute module set applies to {model.name} on the {fw} stack (--recompute-modules: megatron, MoE or MLA models)"
+    return ""
+
+
 def act_offload_values(model: ModelSpec, workload: Workload, pp: int) -> tuple[int, ...]:
     """Activation-offload layer counts the search offers (besides 0), each with recompute "none" only."""
     fw = workload.framework

@@ -240,7 +240,7 @@ class WorkloadConfig(_Config):
         """The Workload spec (validated); a field that cannot take effect on `model` is an error."""
         framework = check_framework(self.framework)
         precs = self.precisions()
-        return Workload(
+        wl = Workload(
             seq_len=self.seq_len,
             global_batch=self.global_batch,
             precision=precs[0],
@@ -250,6 +250,7 @@ class WorkloadConfig(_Config):
             memory_savers=check_memory_savers(self.memory_savers),
             **self._extras(model, precs),
         )
+        return check_savers_take_effect(model, wl)
 
     def _extras(self, model: ModelSpec, precisions: list[str]) -> dict[str, Any]:
         """The FP8/MoE/CUDA-graph fields that were stated; one that cannot take effect is an error."""
@@ -286,6 +287,16 @@ def check_framework(name: str) -> str:
     if name not in FRAMEWORKS:
         raise SpecError(f"framework={name!r}: expected one of {', '.join(FRAMEWORKS)}")
     return name
+
+
+def check_savers_take_effect(model: ModelSpec, workload: Workload) -> Workload:
+    """The workload, or a one-line SpecError for a memory saver that cannot take effect (layouts.idle_saver)."""
+    from autopar.layouts import idle_saver
+
+    for saver in workload.memory_savers:
+        if why := idle_saver(model, workload, saver):
+            raise SpecError(f"--memory-savers {saver} cannot take effect: {why}")
+    return workload
 
 
 def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:

@@ -226,3 +226,41 @@ def test_deepspeed_writer_refuses_through_the_search_rule(knobs):
     rule = [v.message for v in strategy_stack_rules("deepspeed", s) if "model code" in v.message]
     assert ls.deepspeed is None and len(rule) == 1 and ls.deepspeed_reason.endswith(rule[0])
     assert "runs it only in model code" in ls.deepspeed_reason
+
+
+@pytest.mark.parametrize(
+    ("framework", "saver", "says"),
+    [
+        ("torchtitan", "act_offload", "the torchtitan stack has no activation CPU offload"),
+        ("fsdp", "offload", "the fsdp stack ships no CPU offload of the optimizer"),
+        ("megatron", "8bit_states", "the megatron stack ships no 8-bit optimizer states"),
+        (
+            "torchtitan",
+            "recompute_modules",
+            "no recompute module set applies to Mixtral-8x7B on the torchtitan",
+        ),
+    ],
+)
+def test_a_memory_saver_that_cannot_take_effect_is_an_error(framework, saver, says):
+    """The standard: a flag that cannot take effect in a mode is an error (one line, exit 2), not ignored."""
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    args = ["optimize", "--model", "mixtral-8x7b", "--gpus", "16", "--framework", framework]
+    res = CliRunner().invoke(app, [*args, "--memory-savers", saver, "--sampler", "nsga2", "--budget", "4"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert res.output.startswith(f"error: --memory-savers {saver} cannot take effect: {says}")
+
+
+def test_memory_savers_that_take_effect_pass():
+    from autopar.catalog import get_model
+    from autopar.layouts import idle_saver
+    from autopar.specs import Workload
+
+    mix, llama = get_model("mixtral-8x7b"), get_model("llama-3.1-8b")
+    w = Workload(seq_len=4096, global_batch=64, framework="megatron")
+    assert [
+        idle_saver(mix, w, s) for s in ("act_offload", "offload", "bf16_states", "recompute_modules")
+    ] == [""] * 4
+    assert idle_saver(llama, w, "recompute_modules")  # dense, no MLA: no module set applies
