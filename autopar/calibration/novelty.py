@@ -185,6 +185,8 @@ class Reference:
         """Steps from p to each run (L1 over the log2 knobs + categorical mismatches)."""
         d = np.abs(self.knobs - np.array(p.knobs)).sum(axis=1)
         for cat, cost in CATEGORY_STEPS.items():
+            if cost == 0:  # carried, not priced
+                continue
             value = getattr(p, cat)
             differ = self.cats[cat] != self.codes[cat].get(value, -1)
             if cat in OPTIONAL_CATEGORIES:  # unknown on either side matches
