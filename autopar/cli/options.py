@@ -425,8 +425,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             str,
             _o(
                 "--min-headroom",
-                help="Free memory per GPU a strategy must leave on top of the memory band's upper end, "
-                "e.g. 4GiB (the band is the margin for the memory model's error).",
+                help="Free memory per GPU a strategy must leave on top of the memory margin, e.g. 4GiB (the "
+                "margin: the memory band's upper end on a stack whose peaks it measured, else 2 GiB).",
             ),
         ],
         HEADROOM_DEFAULT,
@@ -437,7 +437,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             bool,
             _o(
                 "--memory-band/--no-memory-band",
-                help="A strategy fits only if the upper end of its peak-memory band (90% one-sided) does; "
+                help="A strategy fits only if the upper end of its peak-memory band (90% one-sided) does, on "
+                "the stacks whose measured peaks the band was fitted on (others: 2 GiB free); "
                 "--no-memory-band: the point estimate plus --min-headroom.",
             ),
         ],
