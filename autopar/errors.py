@@ -8,6 +8,12 @@ from collections.abc import Iterable
 from autopar.text import excerpt
 
 
+def close_hint(value: str, choices: Iterable[str]) -> str:
+    """'; did you mean X?' for the choices close to a mistyped value, else ''."""
+    close = difflib.get_close_matches(str(value), list(choices), n=2, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
 class AutoparError(Exception):
     """A user-facing error; the CLI prints ``str(err)`` on one line and exits 2."""
 

@@ -38,7 +38,7 @@ from autopar.defaults import (
     LOCAL_SEARCH_SHARE,
     tp_comm_overlap_default,
 )
-from autopar.errors import AutoparError, SpecError
+from autopar.errors import AutoparError, SpecError, close_hint
 from autopar.search.constraints import Constraint
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
@@ -164,7 +164,9 @@ def check_transport(name: str | None) -> str | None:
         return None
     t = name.strip().lower()
     if t not in TRANSPORTS:
-        raise SpecError(f"transport={name!r}: expected one of {', '.join(TRANSPORTS)}")
+        raise SpecError(
+            f"transport={name!r}: expected one of {', '.join(TRANSPORTS)}{close_hint(name, TRANSPORTS)}"
+        )
     return t
 
 
@@ -307,7 +309,10 @@ def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
     out = tuple(dict.fromkeys(x.strip() for x in items if x.strip()))
     bad = [x for x in out if x not in MEMORY_SAVERS]
     if bad:
-        raise SpecError(f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}")
+        raise SpecError(
+            f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}"
+            + close_hint(bad[0], MEMORY_SAVERS)
+        )
     return out
 
 

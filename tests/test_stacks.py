@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
+from autopar.errors import SpecError
 from autopar.launch.schema import TT_MULTI_STAGE, TT_SINGLE_STAGE, VERSIONS, load_schema
 from autopar.launch.settings import launch_settings
 from autopar.layouts import MEMORY_SAVERS, STACKS, Level, check, strategy_stack_rules
@@ -264,3 +265,14 @@ def test_memory_savers_that_take_effect_pass():
         idle_saver(mix, w, s) for s in ("act_offload", "offload", "bf16_states", "recompute_modules")
     ] == [""] * 4
     assert idle_saver(llama, w, "recompute_modules")  # dense, no MLA: no module set applies
+
+
+def test_mistyped_saver_and_transport_suggest_the_close_value():
+    from autopar.problem import check_memory_savers, check_transport
+
+    with pytest.raises(SpecError, match=r"'recompute_module'.*; did you mean recompute_modules\?$"):
+        check_memory_savers("recompute_module")
+    with pytest.raises(SpecError, match=r"did you mean infiniband\?$"):
+        check_transport("infiniban")
+    with pytest.raises(SpecError, match=r"expected one of infiniband, roce, efa$"):
+        check_transport("xyz")  # nothing close: no hint
