@@ -230,16 +230,11 @@ def group_of(rec: Mapping[str, Any]) -> str:
     return "unknown"
 
 
-def record_features(rec: Mapping[str, Any], target: str = "throughput") -> tuple[np.ndarray, Estimate, str]:
-    """Features, analytical estimate and GPU family of one run record (raises AutoparError if unusable)."""
-    x, est, family, _ = record_features_stack(rec, target)
-    return x, est, family
-
-
-def record_features_stack(
+def record_features(
     rec: Mapping[str, Any], target: str = "throughput"
 ) -> tuple[np.ndarray, Estimate, str, str]:
-    """record_features plus the software stack (Workload.framework) the record ran."""
+    """Features, analytical estimate, GPU family and software stack (Workload.framework) of one run record
+    (raises AutoparError if unusable)."""
     from autopar.calibration.records import row_to_specs  # pandas: loaded only when records are read
 
     sp = row_to_specs(rec)
@@ -295,7 +290,7 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
                 skipped.append((rid, "no tokens/s, step time or TFLOP/s with a known FLOP convention"))
             continue
         try:
-            x, est, family, stack = record_features_stack(rec, target)
+            x, est, family, stack = record_features(rec, target)
         except (AutoparError, ValueError, ZeroDivisionError) as e:
             skipped.append((rid, " ".join(str(e).split())[:200]))
             continue

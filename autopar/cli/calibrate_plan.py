@@ -98,7 +98,7 @@ def _own_runs(cal: Any, store: Path | None, group: str | None) -> tuple[Any, Any
         meas, _ = measured_tokens_per_s_per_gpu(rec)
         if group_of(rec) != group or meas is None:
             continue
-        x, est, _ = record_features(rec)
+        x, est, *_ = record_features(rec)
         f = cal.factors(x, [group])[0][0]
         zs.append((x - cal.corrector.mean_) / cal.corrector.scale_)
         ys.append(math.log(meas / (est.tokens_per_s_per_gpu * f)))
