@@ -10,6 +10,7 @@ from typing import Annotated, Literal, NamedTuple, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # The knob domains and the completable knobs are declared in the registry (autopar/knobs.py); re-exported here.
+from autopar.defaults import tp_comm_overlap_default
 from autopar.knobs import COMPLETABLE_KNOBS as COMPLETABLE_KNOBS
 from autopar.knobs import CpComm as CpComm
 from autopar.knobs import Framework, format_label
@@ -330,7 +331,8 @@ class Workload(_Frozen):
     tp_comm_overlap: bool = Field(
         default=False,
         description="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan "
-        "async TP); needs sequence parallelism",
+        "async TP); needs sequence parallelism; unstated: the stack's recipe default "
+        "(defaults.tp_comm_overlap_default: on for megatron)",
     )
     framework: Framework = Field(
         default="megatron",
@@ -394,6 +396,17 @@ class Workload(_Frozen):
         "adapters trained (no base weight gradients, optimizer states or weight-gradient GEMMs)",
     )
     lora_dim: int = Field(default=LORA_DIM_DEFAULT, gt=0, description="LoRA adapter rank (finetune=lora)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack_tp_overlap(cls, data: object) -> object:
+        """An unstated (or None) tp_comm_overlap takes the stack's recipe default, as the CLI does."""
+        if isinstance(data, dict) and data.get("tp_comm_overlap") is None:
+            data = {
+                **data,
+                "tp_comm_overlap": tp_comm_overlap_default(str(data.get("framework", "megatron"))),
+            }
+        return data
 
     @property
     def tokens_per_step(self) -> int:

@@ -190,7 +190,7 @@ def test_tp_comm_overlap_hides_tp_time():
 
     m, cl = get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
     st = Strategy(tp=8, pp=2, sp=True)
-    base = estimate(m, cl, Workload(seq_len=8192, global_batch=512), st)
+    base = estimate(m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=False), st)
     over = estimate(m, cl, Workload(seq_len=8192, global_batch=512, tp_comm_overlap=True), st)
     # TE userbuffers (megatron profile): every chunk but the first hides, exposed = tp * (1 - 7/8) = tp / 8
     # when GEMMs are long enough (perf/efficiency.py tp_overlap_hidden)

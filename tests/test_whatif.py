@@ -273,3 +273,19 @@ def test_cluster_overrides_reach_the_search():
 
     run(optimize_fn=spy, internode_bw=25e9, gpus_per_node=4, budget=7, tier="on-demand", sensitivity=False)
     assert seen == [(4, 25e9, None, 2.5, "set in code", 7), (4, 25e9, None, 5.0, "set in code", 7)]
+
+
+def test_transport_reaches_every_option_cluster():
+    # --transport (WhatIfSettings.transport) is the scale-out NIC transport of every option's cluster;
+    # unstated, the cluster keeps ClusterSpec's default (InfiniBand).
+    seen: list[str] = []
+
+    def spy(model, cluster, workload, **kw):
+        seen.append(cluster.transport)
+        return fake_optimize(model, cluster, workload, **kw)
+
+    run(optimize_fn=spy, transport="efa", sensitivity=False)
+    assert seen == ["efa", "efa"]
+    seen.clear()
+    run(optimize_fn=spy, sensitivity=False)
+    assert seen == ["infiniband", "infiniband"]

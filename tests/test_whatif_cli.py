@@ -176,3 +176,17 @@ def test_html_labels_a_borrowed_price(tmp_path):
     page = out.read_text(encoding="utf-8")
     assert "(B200&#x27;s)" in page or "(B200's)" in page  # the options table's price cell
     assert "H100-SXM" in page and page.count("B200") >= 1
+
+
+def test_whatif_cluster_shorthand_keeps_its_transport():
+    # An AWS shorthand runs over EFA (catalog systems), unless --transport says otherwise; a bad value is a
+    # one-line error with the allowed values.
+    from autopar.cli.whatif import _hardware_options
+    from autopar.errors import SpecError
+
+    assert _hardware_options(None, "p5:8", None, None, None, None).transport == "efa"
+    assert _hardware_options(None, "p5:8", None, None, None, "infiniband").transport == "infiniband"
+    assert _hardware_options(["H100-SXM:64"], None, None, None, None, "roce").transport == "roce"
+    assert _hardware_options(["H100-SXM:64"], None, None, None, None, None).transport is None
+    with pytest.raises(SpecError, match="transport='ib': expected one of infiniband, roce, efa"):
+        _hardware_options(["H100-SXM:64"], None, None, None, None, "ib")

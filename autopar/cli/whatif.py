@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from rich import box
@@ -222,30 +222,44 @@ def _report_writer(out: Path):
     return write_whatif_report
 
 
+class Hardware(NamedTuple):
+    """A what-if's hardware options and the cluster shape every option shares (None: the GPU's own)."""
+
+    options: list[str]
+    gpus_per_node: int | None
+    nvlink_domain: int | None
+    internode_gbps: float | None
+    transport: str | None
+
+
 def _hardware_options(
     option: list[str] | None,
     cluster: str | None,
     gpus_per_node: int | None,
     nvlink_domain: int | None,
     internode_gbps: float | None,
-) -> tuple[list[str], int | None, int | None, float | None]:
-    """--option GPU:COUNT (repeatable) or one --cluster NAME:COUNT shorthand, never both."""
+    transport: str | None,
+) -> Hardware:
+    """--option GPU:COUNT (repeatable) or one --cluster NAME:COUNT shorthand, never both; a system
+    shorthand's transport (e.g. AWS p5: efa) unless --transport says otherwise."""
+    from autopar.problem import ClusterConfig, check_transport
+
+    transport = check_transport(transport)
     if cluster is None:
         if not option:
             raise SpecError("give --option GPU:COUNT (repeatable) or --cluster NAME:COUNT")
-        return option, gpus_per_node, nvlink_domain, internode_gbps
+        return Hardware(option, gpus_per_node, nvlink_domain, internode_gbps, transport)
     if option:
         raise SpecError(f"--cluster {cluster} already names the hardware; drop --option")
-    from autopar.problem import ClusterConfig
-
     given = ClusterConfig(
         system=cluster,
         gpus_per_node=gpus_per_node,
         nvlink_domain=nvlink_domain,
         internode_gbps=internode_gbps,
+        transport=transport,
     )
     c = given.choice(detect)
-    return [f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, c.internode_gbps
+    return Hardware([f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, c.internode_gbps, c.transport)
 
 
 _WHATIF = (
@@ -292,7 +306,7 @@ _WHATIF = (
         ],
         None,
     ),
-    *("precision:list", *CLUSTER, "cluster_name", "internode_gbps", "tier", "prices"),
+    *("precision:list", *CLUSTER, "cluster_name", "internode_gbps", "transport", "tier", "prices"),
     opt(
         "deadline",
         Annotated[
@@ -361,7 +375,7 @@ _WHATIF = (
 # The WhatIfSettings fields `run_sizing` takes as keywords too (a sizing has no cap, storage or sensitivity).
 _SIZING_FIELDS = (
     *("token_budget", "tier", "goodput", "budget", "seed", "min_headroom_gib", "precisions", "gpus_per_node"),
-    *("internode_bw", "nvlink_domain", "batch_tokens_per_gpu"),
+    *("internode_bw", "nvlink_domain", "batch_tokens_per_gpu", "transport"),
 )
 
 
@@ -401,19 +415,24 @@ def whatif(f: Flags) -> None:
     _run_ranking(spec, hw[0], wl, settings, runtime, f.as_json, f.out, f.plotly)
 
 
-def _hardware(f: Flags, sizing: list | None) -> tuple[list[str], int | None, int | None, float | None]:
-    """(--option values, GPUs per host, NVLink domain, NIC GB/s) of a ranked what-if or a sizing."""
+def _hardware(f: Flags, sizing: list | None) -> Hardware:
+    """(--option values, GPUs per host, NVLink domain, NIC GB/s, transport) of a ranked what-if or a sizing."""
     if sizing is None and f.max_gpus is not None:
         raise SpecError(
             f"max-gpus={f.max_gpus}: only --deadline sizing uses it (an --option GPU without a count); drop it"
         )
     if sizing is None:
-        return _hardware_options(f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, f.internode_gbps)
+        return _hardware_options(
+            f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, f.internode_gbps, f.transport
+        )
     _check_sizing_flags(f.out, f.max_spend, f.storage, f.no_sensitivity)
-    per_node, domain = f.gpus_per_node, f.nvlink_domain
+    from autopar.problem import check_transport
+
+    per_node, domain, transport = f.gpus_per_node, f.nvlink_domain, check_transport(f.transport)
     if f.cluster_name is not None:
-        per_node, domain = _system_shape(f.cluster_name)
-    return f.option or [], per_node, domain, f.internode_gbps
+        per_node, domain, own = _system_shape(f.cluster_name)
+        transport = transport or own
+    return Hardware(f.option or [], per_node, domain, f.internode_gbps, transport)
 
 
 def _settings(
@@ -425,7 +444,7 @@ def _settings(
 
     if f.study_name is not None and f.storage is None:
         raise AutoparError("study-name: names the stored per-option studies; give --storage too")
-    _, gpus_per_node, nvlink_domain, internode_gbps = hw
+    _, gpus_per_node, nvlink_domain, internode_gbps, transport = hw
     return WhatIfSettings(
         token_budget=f.tokens,
         tier=f.tier,
@@ -439,6 +458,7 @@ def _settings(
         gpus_per_node=gpus_per_node,
         internode_bw=internode_gbps * 1e9 if internode_gbps is not None else None,
         nvlink_domain=nvlink_domain,
+        transport=transport,
         sensitivity=not f.no_sensitivity,
         prices_file=str(f.prices) if f.prices else None,
         storage=f.storage,
@@ -500,12 +520,12 @@ def _is_system(cluster: str) -> bool:
     return exact_key(cluster) in system_catalog().exact
 
 
-def _system_shape(cluster: str) -> tuple[int, int]:
-    """(GPUs per host, NVLink domain) of a --cluster system shorthand."""
+def _system_shape(cluster: str) -> tuple[int, int, str | None]:
+    """(GPUs per host, NVLink domain, transport) of a --cluster system shorthand."""
     from autopar.catalog.clusters import system_catalog
 
     sys_ = system_catalog().get(cluster.strip())
-    return sys_.gpus_per_node, sys_.nvlink_domain
+    return sys_.gpus_per_node, sys_.nvlink_domain, sys_.transport
 
 
 def _check_sizing_flags(out: Path | None, max_spend: str | None, storage: str | None, no_sens: bool) -> None:

@@ -169,13 +169,15 @@ class SizingContext:
     internode_bw: float | None = None
     nvlink_domain: int | None = None
     progress: Callable[[str], None] | None = None
+    transport: str | None = None
 
     def cluster(self, gpu: GPUSpec, ho: HardwareOption, opt: SizingOption) -> ClusterSpec:
         """The cluster of one candidate count (a system's host and NVLink domain, else the run's)."""
         from autopar.costs.whatif import _cluster
 
         per_node = opt.gpus_per_node or self.gpus_per_node
-        return _cluster(gpu, ho, per_node, self.internode_bw, opt.nvlink_domain or self.nvlink_domain)
+        domain = opt.nvlink_domain or self.nvlink_domain
+        return _cluster(gpu, ho, per_node, self.internode_bw, domain, self.transport)
 
     def search(self, cluster: ClusterSpec, wl: Workload, ho: HardwareOption) -> OptionResult:
         """The what-if's search of one count: its fastest fitting strategy, priced."""
@@ -321,6 +323,7 @@ def run_sizing(
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
     nvlink_domain: int | None = None,
+    transport: str | None = None,
     optimize_fn: Callable[..., Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DeadlineResult:
@@ -348,7 +351,7 @@ def run_sizing(
     wl = workload.model_copy(update={"token_budget": tokens})
     ctx = SizingContext(
         model, wl, tokens, goodput, deadline_s, precisions or [wl.precision], batch_tokens_per_gpu, prices,
-        search_kwargs, optimize_fn, gpus_per_node, internode_bw, nvlink_domain, progress,
+        search_kwargs, optimize_fn, gpus_per_node, internode_bw, nvlink_domain, progress, transport,
     )  # fmt: skip
     rows = [size_option(o, max_gpus, ctx) for o in options]
     return DeadlineResult(

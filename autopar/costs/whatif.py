@@ -55,6 +55,7 @@ def _cluster(
     gpus_per_node: int | None = None,
     internode_bw: float | None = None,
     nvlink_domain: int | None = None,
+    transport: str | None = None,
 ) -> ClusterSpec:
     """The cluster for one option; SpecError naming the option if invalid. Its price is not set on it: the
     search resolves the same price from the same book and tier, keeping the price's source (not "override")."""
@@ -65,6 +66,7 @@ def _cluster(
             gpus_per_node=gpus_per_node,
             nvlink_domain=nvlink_domain,
             internode_bw=internode_bw,
+            **({} if transport is None else {"transport": transport}),
         )
     except ValidationError as e:
         msg = "; ".join(err.get("msg", "invalid").removeprefix("Value error, ") for err in e.errors())
@@ -298,7 +300,7 @@ def _prepare(
     for opt in opts:
         gpu = get_gpu(opt.gpu)
         entry = resolve_price(gpu, book, s.tier)
-        cluster = _cluster(gpu, opt, s.gpus_per_node, s.internode_bw, s.nvlink_domain)
+        cluster = _cluster(gpu, opt, s.gpus_per_node, s.internode_bw, s.nvlink_domain, s.transport)
         scaled_workload(workload, opt.count, s.batch_tokens_per_gpu)  # a batch under one sequence: error now
         prepared.append((opt, cluster, entry))
     return prepared

@@ -20,7 +20,7 @@ from autopar.defaults import (
     DEFAULT_WHATIF_BUDGET,
 )
 from autopar.perf.types import Estimate
-from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Transport, Workload
 from autopar.units import SECONDS_PER_DAY
 
 
@@ -46,6 +46,9 @@ class WhatIfSettings(BaseModel):
     gpus_per_node: int | None = Field(default=None, description="GPUs per host [default: the GPU's]")
     internode_bw: float | None = Field(default=None, description="NIC bytes/s per GPU per direction")
     nvlink_domain: int | None = Field(default=None, description="GPUs sharing one NVLink fabric")
+    transport: Transport | None = Field(
+        default=None, description="scale-out NIC transport (specs.TRANSPORTS) [default: infiniband]"
+    )
     sensitivity: bool = Field(default=True, description="run the sensitivity analysis")
     prices_file: str | None = Field(default=None, description="the price file the book was read from")
     storage: str | None = Field(default=None, description="one stored study per option here")

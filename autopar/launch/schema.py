@@ -276,8 +276,8 @@ def check_torchtitan(text: str, version: str, num_gpus: int, layers: int) -> lis
                 problems.append(f"unknown key {key} in [{section}]")
             elif not _tt_type_ok(f["annotation"], v):
                 problems.append(f"[{section}] {key} = {v!r} does not fit {f['annotation']}")
-            elif "choices" in f and v not in f["choices"]:
-                problems.append(f"[{section}] {key} = {v!r} not one of {f['choices']}")
+            elif "choices" in f and any(x not in f["choices"] for x in (v if isinstance(v, list) else [v])):
+                problems.append(f"[{section}] {key} = {v!r} not one of {f['choices']}")  # list[Literal]: each
     return problems + _torchtitan_rules(doc, schema, num_gpus, layers)
 
 
