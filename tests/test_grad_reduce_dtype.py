@@ -121,3 +121,21 @@ def test_cli_option_and_its_error() -> None:
     assert bad.exit_code == 2 and "--grad-reduce-dtype fp16: expected one of fp32, bf16" in bad.output
     ok = CliRunner().invoke(app, [*base, "--grad-reduce-dtype", "bf16"])
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_megatron_fsdp_launch_names_the_priced_gradient_dtype(zero: int, dtype: str) -> None:
+    # Megatron-FSDP ignores --grad-reduce-in-bf16 since Megatron-Core 0.17 (b969f76: main grads 'auto' = the
+    # compute dtype): the launch names --megatron-fsdp-main-grads-dtype, valid for every pinned parser
+    m = get_model("Llama-3.1-8B")
+    c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+    s = Strategy(tp=1, pp=1, zero=zero, micro_batch=1, recompute="none")
+    w = Workload(seq_len=4096, global_batch=64, grad_reduce_dtype=dtype)
+    ls = launch_settings(m, c, w, s)
+    args = ls.megatron_args
+    assert f"--megatron-fsdp-main-grads-dtype {dtype}" in args
+    for version in ("core_v0.19.0", "core_v0.18.2", "core_v0.17.1"):
+        assert check_megatron(args, version, list(ls.placeholders)) == []
+    plain = launch_settings(m, c, w, s.model_copy(update={"zero": 1})).megatron_args
+    assert not any(a.startswith("--megatron-fsdp") for a in plain)

@@ -253,6 +253,10 @@ def _parallel(
             "--use-megatron-fsdp",
             f"--data-parallel-sharding-strategy {strat}",
             "--ckpt-format fsdp_dtensor",
+            # Megatron-FSDP keeps its own main-gradient dtype: since Megatron-Core 0.17 (b969f76) 'auto', the
+            # compute dtype (bf16), whatever --grad-reduce-in-bf16 says; name the dtype the estimate priced
+            # (fp32 unless the workload reduces in bf16), as its README recommends fp32 for accuracy at scale.
+            f"--megatron-fsdp-main-grads-dtype {workload.grad_reduce_dtype}",
         ]
         a += ["--overlap-grad-reduce", "--overlap-param-gather"]
     else:
