@@ -112,3 +112,31 @@ def test_fp8_expert_casts_reach_the_estimate(monkeypatch):
     without = estimate(m, cl, w, s, check=False).time.compute
     clear_perf_contexts()
     assert with_casts > without * 1.01
+
+
+def test_alltoall_resorts_received_rows_by_local_expert():
+    # Megatron's alltoall dispatcher sorts the received rows into local-expert order after the dispatch and
+    # back before the combine (token_dispatcher.py sort_chunks_by_idxs), when a rank holds more than one
+    # expert; the flex dispatcher permutes once. Qwen3-30B-A3B (h 2048, top-8, 128 experts), EP8, 4096
+    # tokens, balanced routing: the busiest rank receives 4096 x 8 = 32768 rows; 2 sorts x (read + write)
+    # x 2 bytes x 2048 x 32768 = 536,870,912 bytes of HBM traffic per forward, the same again backward.
+    from autopar.perf.context import perf_context
+    from autopar.perf.moe import LOCAL_SORT_PASSES, routed_expert_costs
+
+    m, cl = get_model("Qwen3-30B-A3B"), ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    base = Workload(seq_len=4096, global_batch=64, moe_imbalance=1.0)
+    a2a = perf_context(m, cl, base)
+    flex = perf_context(m, cl, base.model_copy(update={"moe_dispatcher": "flex"}))
+    extra = LOCAL_SORT_PASSES * 2 * 2 * 2048 * 4096 * 8
+    assert extra == 536_870_912
+    one, two = routed_expert_costs(a2a, 4096, 1, 8, 1, 3), routed_expert_costs(flex, 4096, 1, 8, 1, 3)
+    assert one.overhead_fwd - two.overhead_fwd == pytest.approx(extra / a2a.hbm)
+    assert one.overhead_bwd - two.overhead_bwd == pytest.approx(extra / a2a.hbm)
+    # One expert per rank (EP128 of 128 experts): nothing to re-sort.
+    big = ClusterSpec(gpu=get_gpu("B200"), num_gpus=128)
+    a2a, flex = (
+        perf_context(m, big, base),
+        perf_context(m, big, base.model_copy(update={"moe_dispatcher": "flex"})),
+    )
+    one, two = routed_expert_costs(a2a, 4096, 1, 128, 1, 3), routed_expert_costs(flex, 4096, 1, 128, 1, 3)
+    assert one.overhead_fwd == pytest.approx(two.overhead_fwd)
