@@ -36,17 +36,21 @@ def test_synced_issue_time_between_max_and_sum(groups):
 
 
 def test_moe_issue_floor_by_hand():
-    # 16 local experts, forward ops: 30 dense + 40 MoE block + 3 x 16 expert = 118 at 10 us = 1.18 ms;
-    # backward 2 x 118 ops = 2.36 ms. With no GPU work both are the issue time.
+    # 16 local experts, forward ops: 30 dense + 40 MoE block + 3 x 16 expert = 118 at 20 us = 2.36 ms;
+    # backward 2 x 118 ops = 4.72 ms. With no GPU work both are the issue time.
+    assert abs(HOST_OP_S - 20 * US) < 1e-12
     idle = MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16)
     f, b = moe_issue_floor(idle)
     assert f == pytest.approx(118 * HOST_OP_S) and b == pytest.approx(236 * HOST_OP_S)
-    # Groups from the sync (CPU us): dispatch side 10 ops = 100, experts 480, combine side 100, dense 300,
-    # router side 20 ops = 200; total 1180. 1 ms of expert GEMMs: 100 + 1000 = 1100 < 1180 -> 1.18 ms.
-    assert moe_issue_floor(MoEIssue(0.0, 0.0, 1e-3, 0.0, 0.0, 16))[0] == pytest.approx(1.18e-3)
-    # 2 ms of attention block (dense) after the sync: issued after dispatch (100 us), experts (480 us) and
-    # combine (100 us): 680 us + 2 ms = 2.68 ms, where max(CPU, GPU) alone would give 2 ms.
-    assert moe_issue_floor(MoEIssue(2e-3, 0.0, 0.0, 0.0, 0.0, 16))[0] == pytest.approx(2.68e-3)
+    # Groups from the sync (CPU us): dispatch side 10 ops = 200, experts 960, combine side 200, dense 600,
+    # router side 20 ops = 400; total 2360. 2 ms of expert GEMMs: 200 + 2000 = 2200 < 2360 -> 2.36 ms.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 2e-3, 0.0, 0.0, 16))[0] == pytest.approx(2.36e-3)
+    # 3 ms of expert GEMMs: the GPU starts them after the dispatch side (200 us) and runs them to the end
+    # of the CPU's issue of everything after: 200 + 3000 = 3.2 ms.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 3e-3, 0.0, 0.0, 16))[0] == pytest.approx(3.2e-3)
+    # 2 ms of attention block (dense) after the sync: issued after dispatch (200 us), experts (960 us) and
+    # combine (200 us): 1360 us + 2 ms = 3.36 ms, where max(CPU, GPU) alone would give 2.36 ms.
+    assert moe_issue_floor(MoEIssue(2e-3, 0.0, 0.0, 0.0, 0.0, 16))[0] == pytest.approx(3.36e-3)
     # Backward has no sync: floored by its issue time only.
     assert moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 5e-3, 16))[1] == pytest.approx(5e-3)
 
@@ -86,7 +90,7 @@ def test_record_naming_deepep_runs_the_flex_dispatcher():
 def test_fp8_expert_casts_add_two_ops_per_local_expert():
     # TE's FP8 grouped linear issues one input cast per expert for FC1 and for FC2 (grouped_linear.py
     # split_quantize): 3 + 2 = 5 ops per local expert. 16 experts: 30 + 40 + 5 x 16 = 150 ops forward
-    # (1.5 ms at 10 us), 300 backward; BF16 keeps 118 / 236.
+    # (3 ms at 20 us), 300 backward; BF16 keeps 118 / 236.
     f, b = moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16, fp8=True))
     assert f == pytest.approx(150 * HOST_OP_S) and b == pytest.approx(300 * HOST_OP_S)
     assert host_issue_time(True, 16, fp8=True) == pytest.approx((150 * HOST_OP_S, 300 * HOST_OP_S))
