@@ -409,7 +409,7 @@ def test_ep_overlap_and_cuda_graphs_only_speed_up():
 def test_cpu_issue_floor_binds_only_short_layers():
     from autopar.perf.efficiency import HOST_OP_S, host_issue_time
 
-    # ~30 ops forward and 2x backward for a dense layer at 10 us each: 0.3 ms + 0.6 ms.
+    # ~30 ops forward and 2x backward for a dense layer at 20 us each: 0.6 ms + 1.2 ms.
     assert host_issue_time(False, 0) == pytest.approx((30 * HOST_OP_S, 60 * HOST_OP_S))
     tiny = get_model("Qwen3-30B-A3B")
     cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)

@@ -36,17 +36,21 @@ def test_synced_issue_time_between_max_and_sum(groups):
 
 
 def test_moe_issue_floor_by_hand():
-    # 16 local experts, forward ops: 30 dense + 40 MoE block + 3 x 16 expert = 118 at 10 us = 1.18 ms;
-    # backward 2 x 118 ops = 2.36 ms. With no GPU work both are the issue time.
+    # 16 local experts, forward ops: 30 dense + 40 MoE block + 3 x 16 expert = 118 at 20 us = 2.36 ms;
+    # backward 2 x 118 ops = 4.72 ms. With no GPU work both are the issue time.
+    assert abs(HOST_OP_S - 20 * US) < 1e-12
     idle = MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16)
     f, b = moe_issue_floor(idle)
     assert f == pytest.approx(118 * HOST_OP_S) and b == pytest.approx(236 * HOST_OP_S)
-    # Groups from the sync (CPU us): dispatch side 10 ops = 100, experts 480, combine side 100, dense 300,
-    # router side 20 ops = 200; total 1180. 1 ms of expert GEMMs: 100 + 1000 = 1100 < 1180 -> 1.18 ms.
-    assert moe_issue_floor(MoEIssue(0.0, 0.0, 1e-3, 0.0, 0.0, 16))[0] == pytest.approx(1.18e-3)
-    # 2 ms of attention block (dense) after the sync: issued after dispatch (100 us), experts (480 us) and
-    # combine (100 us): 680 us + 2 ms = 2.68 ms, where max(CPU, GPU) alone would give 2 ms.
-    assert moe_issue_floor(MoEIssue(2e-3, 0.0, 0.0, 0.0, 0.0, 16))[0] == pytest.approx(2.68e-3)
+    # Groups from the sync (CPU us): dispatch side 10 ops = 200, experts 960, combine side 200, dense 600,
+    # router side 20 ops = 400; total 2360. 2 ms of expert GEMMs: 200 + 2000 = 2200 < 2360 -> 2.36 ms.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 2e-3, 0.0, 0.0, 16))[0] == pytest.approx(2.36e-3)
+    # 3 ms of expert GEMMs: the GPU starts them after the dispatch side (200 us) and runs them to the end
+    # of the CPU's issue of everything after: 200 + 3000 = 3.2 ms.
+    assert moe_issue_floor(MoEIssue(0.0, 0.0, 3e-3, 0.0, 0.0, 16))[0] == pytest.approx(3.2e-3)
+    # 2 ms of attention block (dense) after the sync: issued after dispatch (200 us), experts (960 us) and
+    # combine (200 us): 1360 us + 2 ms = 3.36 ms, where max(CPU, GPU) alone would give 2.36 ms.
+    assert moe_issue_floor(MoEIssue(2e-3, 0.0, 0.0, 0.0, 0.0, 16))[0] == pytest.approx(3.36e-3)
     # Backward has no sync: floored by its issue time only.
     assert moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 5e-3, 16))[1] == pytest.approx(5e-3)
 
@@ -86,7 +90,7 @@ def test_record_naming_deepep_runs_the_flex_dispatcher():
 def test_fp8_expert_casts_add_two_ops_per_local_expert():
     # TE's FP8 grouped linear issues one input cast per expert for FC1 and for FC2 (grouped_linear.py
     # split_quantize): 3 + 2 = 5 ops per local expert. 16 experts: 30 + 40 + 5 x 16 = 150 ops forward
-    # (1.5 ms at 10 us), 300 backward; BF16 keeps 118 / 236.
+    # (3 ms at 20 us), 300 backward; BF16 keeps 118 / 236.
     f, b = moe_issue_floor(MoEIssue(0.0, 0.0, 0.0, 0.0, 0.0, 16, fp8=True))
     assert f == pytest.approx(150 * HOST_OP_S) and b == pytest.approx(300 * HOST_OP_S)
     assert host_issue_time(True, 16, fp8=True) == pytest.approx((150 * HOST_OP_S, 300 * HOST_OP_S))
@@ -112,3 +116,31 @@ def test_fp8_expert_casts_reach_the_estimate(monkeypatch):
     without = estimate(m, cl, w, s, check=False).time.compute
     clear_perf_contexts()
     assert with_casts > without * 1.01
+
+
+def test_alltoall_resorts_received_rows_by_local_expert():
+    # Megatron's alltoall dispatcher sorts the received rows into local-expert order after the dispatch and
+    # back before the combine (token_dispatcher.py sort_chunks_by_idxs), when a rank holds more than one
+    # expert; the flex dispatcher permutes once. Qwen3-30B-A3B (h 2048, top-8, 128 experts), EP8, 4096
+    # tokens, balanced routing: the busiest rank receives 4096 x 8 = 32768 rows; 2 sorts x (read + write)
+    # x 2 bytes x 2048 x 32768 = 536,870,912 bytes of HBM traffic per forward, the same again backward.
+    from autopar.perf.context import perf_context
+    from autopar.perf.moe import LOCAL_SORT_PASSES, routed_expert_costs
+
+    m, cl = get_model("Qwen3-30B-A3B"), ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    base = Workload(seq_len=4096, global_batch=64, moe_imbalance=1.0)
+    a2a = perf_context(m, cl, base)
+    flex = perf_context(m, cl, base.model_copy(update={"moe_dispatcher": "flex"}))
+    extra = LOCAL_SORT_PASSES * 2 * 2 * 2048 * 4096 * 8
+    assert extra == 536_870_912
+    one, two = routed_expert_costs(a2a, 4096, 1, 8, 1, 3), routed_expert_costs(flex, 4096, 1, 8, 1, 3)
+    assert one.overhead_fwd - two.overhead_fwd == pytest.approx(extra / a2a.hbm)
+    assert one.overhead_bwd - two.overhead_bwd == pytest.approx(extra / a2a.hbm)
+    # One expert per rank (EP128 of 128 experts): nothing to re-sort.
+    big = ClusterSpec(gpu=get_gpu("B200"), num_gpus=128)
+    a2a, flex = (
+        perf_context(m, big, base),
+        perf_context(m, big, base.model_copy(update={"moe_dispatcher": "flex"})),
+    )
+    one, two = routed_expert_costs(a2a, 4096, 1, 128, 1, 3), routed_expert_costs(flex, 4096, 1, 128, 1, 3)
+    assert one.overhead_fwd == pytest.approx(two.overhead_fwd)

@@ -58,6 +58,14 @@ A2A_CONCURRENT_PEERS = 8
 # compute and occupy SMs: NVIDIA's Megatron-Bridge recipes give HybridEP 32 SMs (moe_hybridep_num_sms = 32,
 # src/megatron/bridge/perf_recipes/deepseek/common.py), so compute under the overlap loses 32/SMs.
 EP_OVERLAP_COMM_SMS = 32
+# The alltoall dispatcher permutes twice on each side when a rank holds more than one expert: the first
+# permutation groups the local tokens by destination rank before the all-to-all, and the received rows,
+# which arrive ordered by source rank, are then re-sorted into local-expert order (`sort_chunks_by_idxs`
+# in MoEAlltoAllTokenDispatcher.dispatch_postprocess; the inverse sort in combine_preprocess; fused or not,
+# each reads and writes every received row). The flex dispatchers permute once, after the dispatch.
+# Passes of the received token copies (read + write each) per forward for that second sort: 2 (dispatch
+# sort, combine unsort); the backward runs their mirror images.
+LOCAL_SORT_PASSES = 2
 
 
 # A flex dispatcher's RDMA stage moves each token once per NVLink domain its experts sit in, the token's own
@@ -240,6 +248,8 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     router_mem = local * E * ROUTER_BYTES_PER_SCORE / hbm
     permute = 2.0 * 2.0 * h * (local + copies) / hbm  # permute + unpermute: bf16 read + write each
     gathered = copies * te  # rows entering the grouped GEMM on this rank
+    if w.moe_dispatcher != "flex" and groups > 1:  # alltoall: received rows re-sorted by local expert
+        permute += LOCAL_SORT_PASSES * 2.0 * 2.0 * h * gathered / hbm
     quant_fwd = quant_bwd = 0.0
     if fp8:  # expert GEMM inputs forward, output gradients backward
         quant_fwd = quantise_time(gathered * (h + fe), w.fp8_recipe, hbm)
