@@ -84,3 +84,21 @@ def test_zb2p_keeps_twice_the_micro_batches_of_1f1b() -> None:
         est[sched] = estimate(s.model, s.cluster, s.workload, s.strategy).memory
     assert est["ZB-2p"].activations == pytest.approx(2 * est["1F1B"].activations, rel=0.05)
     assert est["ZB-2p"].weights == est["1F1B"].weights
+
+
+def test_zero_bubble_with_fewer_micro_batches_than_stages_by_hand() -> None:
+    from autopar.perf.pipeline import bubble_fraction, few_microbatch_idle
+
+    # Appendix H: with m <= p a ZB step takes (m + p - 1)(T_F + T_B) + T_W. T_F = T_B = T_W = 1 (t_b = 2 t_f,
+    # half of it W): p = 8, m = 2 -> 9 * 2 + 1 = 19 against the ideal 2 * 3 = 6, bubble 13/6.
+    assert few_microbatch_idle(8, 2) == pytest.approx(13.0)
+    assert bubble_fraction("zb-2p", 8, 2) == pytest.approx(13 / 6)
+    assert bubble_fraction("zb-h1", 8, 2) == pytest.approx(
+        13 / 6
+    )  # "ZB-1p and ZB-2p are essentially the same"
+    # at m = p it is ZB-H1's own (p-1)(T_F + T_B - T_W) = 7; beyond p the closed forms stand
+    assert few_microbatch_idle(8, 8) == pytest.approx(7.0) and few_microbatch_idle(8, 9) == 0.0
+    assert bubble_fraction("zb-2p", 8, 32) == 0.0 and bubble_fraction("zb-h1", 8, 32) == pytest.approx(7 / 96)
+    # never better than at m = p + 1, never worse than 1F1B's (p - 1)/m of the m(T_F + T_B + T_W) ideal
+    for m in range(1, 9):
+        assert bubble_fraction("zb-2p", 8, m) <= bubble_fraction("1f1b", 8, m) + 1e-12
