@@ -141,3 +141,29 @@ def test_dtensor_sp_keeps_the_gathered_gemm_inputs_by_hand(monkeypatch) -> None:
     assert activation_bytes_per_layer(model, cluster, w, st1) == activation_bytes_per_layer(
         model, cluster, w, st1
     )
+
+
+def test_compiled_loss_keeps_bf16_logits_and_gradient_by_hand() -> None:
+    """torchtitan from commit bbb1b616 (2025-04-02) compiles the loss under --training.compile: 4 B per logit
+    (bf16 logits kept + bf16 gradient) against eager's 12. Llama-3.1-8B, micro-batch 2 x 8192 tokens, vocab
+    128256, no TP: 16384 * 128256 * (12 - 4) bytes less (15.66 GiB)."""
+    from autopar.catalog import get_gpu, get_model
+    from autopar.data import published_runs_path
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    model, cluster = get_model("llama-3.1-8b"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
+    st = Strategy(micro_batch=2, recompute="selective", zero=3)
+    mem = {}
+    for compiled in (False, True):
+        w = Workload(seq_len=8192, global_batch=16, framework="torchtitan", compiled_loss=compiled)
+        mem[compiled] = estimate(model, cluster, w, st).memory.logits
+    assert mem[False] - mem[True] == pytest.approx(16384 * 128256 * 8, rel=1e-12)
+    # only torchtitan's loss: another stack's flag changes nothing
+    w_mg = [
+        Workload(seq_len=8192, global_batch=16, framework="megatron", compiled_loss=c) for c in (False, True)
+    ]
+    assert len({estimate(model, cluster, w, st).memory.logits for w in w_mg}) == 1
+    # the records: June 2025 (torchtitan e7c0cae, loss compiled) yes; Dec 2024 torch.compile (9dec370) no
+    rows = {r["id"]: r for r in read_run_records(published_runs_path()).fillna("").to_dict("records")}
+    assert row_to_specs(rows["TT25-H200-1"]).workload.compiled_loss
+    assert not row_to_specs(rows["TT24-T1-2"]).workload.compiled_loss

@@ -116,6 +116,9 @@ _FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
 # accumulated its gradients in fp32 after every micro-batch (perf/estimate.py grad_accum_time); an fp16 row
 # never ran it, whatever its notes say about the switch.
 _BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
+# A torchtitan record whose notes say the loss was compiled (torchtitan from commit bbb1b616, 2025-04-02,
+# compiles it under --training.compile): Workload.compiled_loss.
+_COMPILED_LOSS_MARKERS = ("losscompiled", "compiledloss")
 
 
 # The main-gradient dtype of the vendors' performance summaries (Workload.grad_reduce_dtype), as their
@@ -189,6 +192,9 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if bf16 and any(k in notes + fw for k in _BF16_OPTIMIZER_MARKERS):
         out["bf16_optimizer"] = True
         assumed.append("bf16_optimizer=true (notes/framework name DeepSpeed's BF16 optimizer)")
+    if "torchtitan" in fw and any(k in notes for k in _COMPILED_LOSS_MARKERS):
+        out["compiled_loss"] = True
+        assumed.append("compiled_loss=true (notes: torchtitan compiled the loss)")
     stated = notes_moe_options(row)
     out.update(stated)
     assumed.extend(f"{k}={str(v).lower()} (notes: the stack preset states it)" for k, v in stated.items())

@@ -248,7 +248,7 @@ def _compute_layer_costs(
         act_moe=act.layer(True, rec),
         act_dense_full=act.layer(False, "none"),
         act_moe_full=act.layer(True, "none"),
-        logits_mem=g.T * model.vocab / t * ctx.sw.loss_bytes_per_logit + _gathered_output_input(ctx, g),
+        logits_mem=g.T * model.vocab / t * loss_bytes_per_logit(ctx) + _gathered_output_input(ctx, g),
         embed_mem=g.T * g.h * BF16_BYTES / g.sp_div,
         pp_bytes=BF16_BYTES * g.T * g.h / g.sp_div,
         attn_fwd=at.fwd,
@@ -258,6 +258,21 @@ def _compute_layer_costs(
 
 
 # ---- attention ---------------------------------------------------------------------------------------------
+
+
+# torch.compile of torchtitan's loss (Workload.compiled_loss): inductor fuses `cross_entropy(pred.float(), ...)`
+# and its backward into row reductions, so the loss keeps only its bf16 input (2 B per logit) and writes the
+# bf16 gradient (2 B), where eager keeps the fp32 log-softmax output and materialises fp32 gradients
+# (software.yaml loss_bytes_per_logit 12; torchtitan components/loss.py `build_cross_entropy_loss`, commit
+# bbb1b616: "compiling the loss function ... result in reduction of memory").
+COMPILED_LOSS_BYTES_PER_LOGIT = 4.0
+
+
+def loss_bytes_per_logit(ctx: PerfContext) -> float:
+    """Peak bytes per logit element in the loss: the stack's, or the compiled loss's (torchtitan only)."""
+    if ctx.w.compiled_loss and ctx.w.framework == "torchtitan":
+        return min(COMPILED_LOSS_BYTES_PER_LOGIT, ctx.sw.loss_bytes_per_logit)
+    return ctx.sw.loss_bytes_per_logit
 
 
 def _gathered_output_input(ctx: PerfContext, g: _Shard) -> float:
