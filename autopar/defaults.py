@@ -37,11 +37,11 @@ DEFAULT_OBJECTIVES = ("throughput", "headroom", "cost")
 # or a checkpoint writer the model does not know about).
 DEFAULT_MIN_HEADROOM_GIB = 0.0
 # Whether a fit must hold at the memory band's upper end (search/margin.py) on the stacks whose measured peaks
-# the band was fitted on. The shipped band (20 torchtitan peaks) is x1.243 at its 90% upper end: it covers 90%
-# of those peaks and 71% of the never-seen BLOOM (Megatron-DeepSpeed) ones. Stacks it never saw keep the fixed
-# 2 GiB (search/margin.py FIXED_MARGIN_GIB): at x1.243, 58 of 313 published runs that ran would not fit, 24 of
-# them Megatron-Bridge runs and all three Llama-3 405B runs (Megatron-Core memory is not measured anywhere we
-# have). --no-memory-band --min-headroom 2GiB: the fixed margin everywhere, as before issue 21.
+# the band was fitted on. The shipped band (20 torchtitan peaks) is x1.174 at its 90% upper end (README "Memory
+# margin" has its coverage). Stacks it never saw keep the fixed 2 GiB (search/margin.py FIXED_MARGIN_GIB): at
+# x1.174, 41 of 313 measured runs that ran would not fit, 12 of them Megatron-Bridge runs (Megatron-Core peaks
+# are measured nowhere we have; the Zero Bubble rows, bench/data/memory_runs.csv, validate legacy Megatron-LM's
+# pipeline accounting only). --no-memory-band --min-headroom 2GiB: the fixed margin everywhere, as before issue 21.
 DEFAULT_MEMORY_BAND = True
 # How an HTML report loads plotly.js (autopar/reports/plotlyjs.py): inlined partial bundle, or the CDN.
 PLOTLY_MODES = ("inline", "cdn")
