@@ -377,6 +377,14 @@ class Workload(_Frozen):
         description="DeepSpeed's BF16_Optimizer (bf16 with its own ZeRO-1): after every micro-batch's backward "
         "it adds the bf16 gradients, cast to fp32, into fp32 copies (only with framework deepspeed)",
     )
+    compiled_loss: bool = Field(
+        default=False,
+        description="torchtitan compiles the cross-entropy with torch.compile (--training.compile from torchtitan "
+        "commit bbb1b616, 2025-04-02; compile.components 'loss' later): inductor fuses the fp32 upcast, "
+        "log-softmax and gradient, so the loss keeps the bf16 logits and writes a bf16 gradient "
+        "(perf/layers.py COMPILED_LOSS_BYTES_PER_LOGIT) instead of eager's fp32 copies (only with framework "
+        "torchtitan)",
+    )
     grad_reduce_dtype: GradReduceDtype = Field(
         default="fp32",
         description="dtype of the main-gradient buffer and of its data-parallel reduce-scatter/all-reduce "

@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.max_columns", 40)
     pd.set_option("display.max_rows", 1000)
     if args.rows:
-        cols = ["id", "group", "meas_tps", "tps_ana", "tps_in", "tps_loso", "lo_loso", "hi_loso", "meas_mem"]
+        cols = ["id", "group", "meas_tps", "tps_ana", "tps_in", "tps_loso", "lo_loso", "hi_loso"]
+        cols += ["meas_mem", "mem_ana", "mem_loso"]
         print(ev[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print("tokens/s per GPU — analytical | corrector in-sample | corrector leave-one-source-out")
     print(throughput_table(ev).to_string(index=False))

@@ -54,3 +54,10 @@ def test_parse_list():
     assert parse_list("H100-SXM, H200,,H100-SXM", "gpu") == ["H100-SXM", "H200"]
     with pytest.raises(AutoparError, match="gpu"):
         parse_list(" , ", "gpu")
+
+
+def test_gpu_counts_refuse_non_ascii_digits_in_one_line():
+    # '²'.isdigit() is True but int('²') raises ValueError: found by tests/test_fuzz_inputs.py
+    for text in ("²", "8,²", "³2"):
+        with pytest.raises(AutoparError, match="expected N"):
+            parse_gpu_counts(text)

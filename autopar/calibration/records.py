@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError
-from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, recompute_of_modules
+from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -131,6 +131,9 @@ _FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
 # accumulated its gradients in fp32 after every micro-batch (perf/estimate.py grad_accum_time); an fp16 row
 # never ran it, whatever its notes say about the switch.
 _BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
+# A torchtitan record whose notes say the loss was compiled (torchtitan from commit bbb1b616, 2025-04-02,
+# compiles it under --training.compile): Workload.compiled_loss.
+_COMPILED_LOSS_MARKERS = ("losscompiled", "compiledloss")
 
 
 # The main-gradient dtype of the vendors' performance summaries (Workload.grad_reduce_dtype), as their
@@ -204,6 +207,9 @@ def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -
     if bf16 and any(k in notes + fw for k in _BF16_OPTIMIZER_MARKERS):
         out["bf16_optimizer"] = True
         assumed.append("bf16_optimizer=true (notes/framework name DeepSpeed's BF16 optimizer)")
+    if "torchtitan" in fw and any(k in notes for k in _COMPILED_LOSS_MARKERS):
+        out["compiled_loss"] = True
+        assumed.append("compiled_loss=true (notes: torchtitan compiled the loss)")
     stated = notes_moe_options(row)
     out.update(stated)
     assumed.extend(f"{k}={str(v).lower()} (notes: the stack preset states it)" for k, v in stated.items())
@@ -367,16 +373,18 @@ _MODEL_CELLS = (
     "topk",
     "shared_experts",
     "moe_ffn_hidden",
+    "dropout_stated",  # not a column: whether the notes state dropout on (_DROPOUT_NOTE), set by _model_from_row
 )
 
 
 def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
-    cells = tuple(_cell(row, c) for c in _MODEL_CELLS)
+    stated = bool(_DROPOUT_NOTE.search(str(_cell(row, "notes") or "").lower()))
+    cells = tuple(stated if c == "dropout_stated" else _cell(row, c) for c in _MODEL_CELLS)
     try:
         hash(cells)
     except TypeError:  # an unhashable cell (a list from JSONL): build it uncached, it errors as before
-        return _build_model(row, assumed)
+        return _build_model({**row, "dropout_stated": stated}, assumed)
     model, notes = _model_from_cells(cells)
     assumed.extend(notes)
     return model
@@ -417,6 +425,9 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         vocab = catalog_model.vocab if catalog_model else 51200
         assumed.append(f"vocab={vocab}")
     activation, tied, norm, dropout = _block_style(catalog_model, ffn, hidden, assumed)
+    if not dropout and row.get("dropout_stated"):
+        dropout = True
+        assumed.append("dropout=true (notes: hidden/attention dropout on)")
     fields: dict[str, Any] = dict(
         name=name,
         layers=layers,
@@ -432,6 +443,11 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         dropout=dropout,
     )
     return ModelSpec(**fields, **_moe_fields(row, ffn, catalog_model))
+
+
+# Notes that state a nonzero dropout ("dropout 0.1", "attention_dropout=0.1"): Megatron-LM's own defaults
+# (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1), which GPT-era scripts keep.
+_DROPOUT_NOTE = re.compile(r"dropout[ =:]+0?\.0*[1-9]")
 
 
 def _block_style(
@@ -489,7 +505,10 @@ def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
     """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile."""
     t = str(text or "").lower()
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", t)]
-    legacy = bool(years) and max(years) <= 2022 or "examples/pretrain_gpt3_175b" in t
+    # a Megatron run that names its attention unfused (no --use-flash-attn) is the pre-FlashAttention profile
+    legacy = (
+        bool(years) and max(years) <= 2022 or any(k in t for k in ("examples/pretrain_gpt3_175b", "unfused"))
+    )
     if legacy and any(k in t for k in ("megatron", "deepspeed", "nemo")):
         return "megatron-legacy"
     if "torchtitan" in t:
@@ -686,11 +705,20 @@ def _account_options(
     return opts
 
 
+# A schedule the notes name explicitly, e.g. "pp_schedule=zb-2p" (bench/data/memory_runs.csv: the Zero Bubble
+# paper's ZB-1p/ZB-2p/ZB-V runs); any of knobs.SCHEDULE_NAMES.
+_SCHEDULE_NOTE = re.compile(r"pp_schedule=([a-z0-9-]+)")
+
+
 def _schedule(vpp: int | None, pp: int, notes: Any) -> str | None:
-    """The pipeline schedule a record states (vpp > 1, or its notes name it); None = unset."""
+    """The pipeline schedule a record states (its notes' pp_schedule=NAME, vpp > 1, or its notes name
+    interleaving or 1F1B); None = unset."""
+    text = str(notes or "").lower()
+    m = _SCHEDULE_NOTE.search(text)
+    if pp > 1 and m and m.group(1) in SCHEDULE_NAMES:
+        return m.group(1)
     if vpp is not None and vpp > 1:
         return "interleaved"
-    text = str(notes or "").lower()
     if pp > 1 and "interleaved" in text:
         return "interleaved"
     if pp > 1 and "1f1b" in text:

@@ -40,7 +40,7 @@ def parse_counts(text: str, field: str = "option") -> list[int]:
             while n <= hi:
                 counts.append(n)
                 n *= 2
-        elif part.isdigit() and int(part) > 0:
+        elif part.isascii() and part.isdigit() and int(part) > 0:
             counts.append(int(part))
         else:
             raise SpecError(

@@ -248,7 +248,7 @@ def _compute_layer_costs(
         act_moe=act.layer(True, rec),
         act_dense_full=act.layer(False, "none"),
         act_moe_full=act.layer(True, "none"),
-        logits_mem=g.T * model.vocab / t * ctx.sw.loss_bytes_per_logit,
+        logits_mem=g.T * model.vocab / t * loss_bytes_per_logit(ctx) + _gathered_output_input(ctx, g),
         embed_mem=g.T * g.h * BF16_BYTES / g.sp_div,
         pp_bytes=BF16_BYTES * g.T * g.h / g.sp_div,
         attn_fwd=at.fwd,
@@ -258,6 +258,30 @@ def _compute_layer_costs(
 
 
 # ---- attention ---------------------------------------------------------------------------------------------
+
+
+# torch.compile of torchtitan's loss (Workload.compiled_loss): inductor fuses `cross_entropy(pred.float(), ...)`
+# and its backward into row reductions, so the loss keeps only its bf16 input (2 B per logit) and writes the
+# bf16 gradient (2 B), where eager keeps the fp32 log-softmax output and materialises fp32 gradients
+# (software.yaml loss_bytes_per_logit 12; torchtitan components/loss.py `build_cross_entropy_loss`, commit
+# bbb1b616: "compiling the loss function ... result in reduction of memory").
+COMPILED_LOSS_BYTES_PER_LOGIT = 4.0
+
+
+def loss_bytes_per_logit(ctx: PerfContext) -> float:
+    """Peak bytes per logit element in the loss: the stack's, or the compiled loss's (torchtitan only)."""
+    if ctx.w.compiled_loss and ctx.w.framework == "torchtitan":
+        return min(COMPILED_LOSS_BYTES_PER_LOGIT, ctx.sw.loss_bytes_per_logit)
+    return ctx.sw.loss_bytes_per_logit
+
+
+def _gathered_output_input(ctx: PerfContext, g: _Shard) -> float:
+    """Bytes of the output layer's input kept beyond its SP shard: a stack whose SP keeps GEMM inputs
+    all-gathered (software.yaml sp_saves_gathered_inputs; torchtitan's TP plan redistributes the final norm's
+    Shard(1) output to Replicate() for the vocab-parallel output projection) keeps the full sequence."""
+    if not ctx.sw.sp_saves_gathered_inputs:
+        return 0.0
+    return g.T * g.h * BF16_BYTES * (1.0 - 1.0 / g.sp_div)
 
 
 def _attention(ctx: PerfContext, g: _Shard) -> _Attention:
@@ -554,6 +578,9 @@ class _ActivationTerms:
     mlp_tok: float
     moe_tok: float
     norm_out_tok: float  # the 2 norm outputs = QKV and MLP GEMM inputs (in rep_tok): "layernorm" frees them
+    gathered_tok: (
+        float  # the same GEMM inputs kept all-gathered under SP (sw.sp_saves_gathered_inputs), else 0
+    )
     up_tok: float  # MLA: the up-projected per-head Q, K, V (in qkv_tok): "mla_up_proj" frees them
     moe_act_tok: float  # routed experts' FC2 inputs = activation outputs (in moe_tok): "moe_act" frees them
     gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
@@ -581,6 +608,7 @@ class _ActivationTerms:
             mlp_tok=mlp_tok,
             moe_tok=_moe_activations(ctx, g, mlp, gemm_in),
             norm_out_tok=2.0 * gemm_in * h,
+            gathered_tok=2.0 * gemm_in * h if sw.sp_saves_gathered_inputs else 0.0,
             up_tok=_mla_up_activations(ctx, g),
             moe_act_tok=model.topk * mlp.load * gemm_in * mlp.fe if model.is_moe else 0.0,
             gemm_frac=sw.selective_gemm_fraction,
@@ -591,7 +619,8 @@ class _ActivationTerms:
         g, T, sp_div, t = self.g, self.g.T, self.g.sp_div, self.g.t
         mlp = self.moe_tok if moe else self.mlp_tok
         attn = self.qkv_tok + self.ctx_tok + self.lse_tok
-        full = T * ((self.rep_tok + self.drop_tok) / sp_div + (attn + mlp + self.score_tok) / t)
+        gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)  # the full-sequence copies beyond the SP shard
+        full = T * ((self.rep_tok + self.drop_tok) / sp_div + gathered + (attn + mlp + self.score_tok) / t)
         if kind == "none":
             return full
         if kind.startswith("sel:"):
@@ -611,7 +640,8 @@ class _ActivationTerms:
         module's output-discarding checkpoint drops, or a normal checkpoint's internals."""
         mods, sp_div, t = recompute_modules(kind), self.g.sp_div, self.g.t
         freed = self.score_tok / t if "core_attn" in mods else 0.0
-        freed += self.norm_out_tok / sp_div if "layernorm" in mods else 0.0
+        gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)
+        freed += self.norm_out_tok / sp_div + gathered if "layernorm" in mods else 0.0
         freed += self.up_tok / t if "mla_up_proj" in mods else 0.0
         freed += self.mlp_tok / t if "mlp" in mods and not moe else 0.0
         return freed + (self.moe_act_tok / t if "moe_act" in mods and moe else 0.0)

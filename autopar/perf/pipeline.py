@@ -45,6 +45,17 @@ from autopar.perf.arith import Num, where
 WGRAD_SHARE_OF_BACKWARD = 0.5
 
 
+def few_microbatch_idle(p: int, m: int, w_share: float = WGRAD_SHARE_OF_BACKWARD) -> float:
+    """Idle time (in T_F units, t_b = 2·t_f) of a zero-bubble schedule with no more micro-batches than stages:
+    with m ≤ p the warm-up cannot fill the first backward's round trip, and ZB-1p and ZB-2p both take
+    (m + p − 1)·(T_F + T_B) + T_W against the ideal m·(T_F + T_B + T_W) [Qi et al., ICLR 2024, arXiv 2401.10241
+    Appendix H, Table 12], i.e. ZB-H1's (p−1)·(T_F + T_B − T_W) plus (p − m)·T_W. 0 for m > p."""
+    if m > p:
+        return 0.0
+    tf, t_b, t_w = 1.0, 2.0 * (1 - w_share), 2.0 * w_share
+    return (m + p - 1) * (tf + t_b) + t_w - m * (tf + t_b + t_w)
+
+
 def bubble_fraction(
     schedule: str, p: int, m: int, v: int = 1, w_share: float = WGRAD_SHARE_OF_BACKWARD
 ) -> float:
@@ -58,11 +69,14 @@ def bubble_fraction(
         return (p - 1) / (v * m)
     if schedule == "zb-h1":  # (p−1)(T_F + T_B − T_W) with T_B = (1−w)·t_b, T_W = w·t_b, t_b = 2 t_f
         tf, tb = 1.0, 2.0
-        return (p - 1) * (tf + (1 - w_share) * tb - w_share * tb) / ((tf + tb) * m)
+        idle = (p - 1) * (tf + (1 - w_share) * tb - w_share * tb)
+        return max(idle, few_microbatch_idle(p, m, w_share)) / ((tf + tb) * m)
     if schedule in ("zb-2p", "zb-v"):  # ZB-H2's (p−1)(T_F + T_B − 2·T_W) ≥ 0; ZB-V: half-stage chunks
         tf, tb = 1.0, 2.0
         idle = max(0.0, (p - 1) * (tf + (1 - w_share) * tb - 2 * w_share * tb))
-        return idle / (2.0 if schedule == "zb-v" else 1.0) / ((tf + tb) * m)
+        if schedule == "zb-2p":
+            return max(idle, few_microbatch_idle(p, m, w_share)) / ((tf + tb) * m)
+        return idle / 2.0 / ((tf + tb) * m)
     if schedule == "dualpipe":  # (p/2−1)(F&B + B − 3W), F&B taken as F + B (no overlap credit)
         tf, tb = 1.0, 2.0
         tw = w_share * tb

@@ -36,6 +36,7 @@ class SoftwareProfile:
     description: str
     torch_cp: bool = False
     pp_defers_grad_sync: bool = False
+    sp_saves_gathered_inputs: bool = False
     source: str = ""
 
 

@@ -84,7 +84,7 @@ _LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
 
 
 # Workload fields added after studies were first stored, left out at their defaults (as for clusters).
-_LATER_WORKLOAD_DEFAULTS = {"grad_reduce_dtype": "fp32", "bf16_optimizer": False}
+_LATER_WORKLOAD_DEFAULTS = {"grad_reduce_dtype": "fp32", "bf16_optimizer": False, "compiled_loss": False}
 
 
 def _workload_blob(workload: Workload) -> dict[str, Any]:

@@ -105,9 +105,9 @@ def parse_gpu_counts(text: str | int, node_size: int = 8, field: str = "gpus") -
         m = re.fullmatch(r"(\d{1,30})\s*\.\.\s*(\d{1,30})(?::(\d{1,30}))?", part)
         if m:
             counts.update(_range_counts(part, int(m.group(1)), int(m.group(2)), m.group(3), field))
-        elif part.isdigit() and len(part) <= 30 and 0 < int(part) <= MAX_GPU_COUNT:
+        elif part.isascii() and part.isdigit() and len(part) <= 30 and 0 < int(part) <= MAX_GPU_COUNT:
             counts.add(int(part))
-        elif part.isdigit() and len(part) <= 30 and int(part) > MAX_GPU_COUNT:
+        elif part.isascii() and part.isdigit() and len(part) <= 30 and int(part) > MAX_GPU_COUNT:
             raise AutoparError(f"{field}={part!r}: at most {MAX_GPU_COUNT} GPUs")
         else:
             raise AutoparError(f"{field}={part!r}: expected N, N,M,..., LOW..HIGH or LOW..HIGH:STEP")
