@@ -118,12 +118,14 @@ def test_first_pick_skips_layouts_predicted_out_of_memory() -> None:
 
 def test_sweep_rows_read_as_stated() -> None:
     """The bench's own reading of a row: EP overlap from the notes, a stated 'none' recompute kept, a
-    layout's options part of the layout (the AWS Qwen3-30B sweep: 2 EP degrees x mb/overlap x 2 dispatchers)."""
+    layout's options part of the layout (the AWS Qwen3-30B sweep: 2 EP degrees x mb/overlap x 2 dispatchers).
+    Its overlap=off rows ran the Megatron-Bridge recipe's full recompute (bench_qwen3_pretrain.py clears it only
+    for overlap=on), so they state full."""
     df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
     rows = {r["id"]: r for r in df.to_dict("records")}
     on, off = rk._specs(rows["AWSW-Q30-07"]), rk._specs(rows["AWSW-Q30-01"])
     assert on.workload.moe_ep_overlap and not off.workload.moe_ep_overlap
-    assert on.strategy.recompute == "none" and off.strategy.recompute == "none"
+    assert on.strategy.recompute == "none" and off.strategy.recompute == "full"
     assert (
         off.workload.moe_dispatcher == "alltoall"
         and rk._specs(rows["AWSW-Q30-02"]).workload.moe_dispatcher == "flex"

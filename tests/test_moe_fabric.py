@@ -311,6 +311,33 @@ def test_flex_rdma_bandwidth_by_transport():
     assert flex_rdma_bandwidth(50e9, "efa") == pytest.approx(42e9)
 
 
+def test_efa_proxy_bandwidth_scales_with_row_width():
+    from autopar.perf.moe import EFA_PROXY_REF_ROW_BYTES, flex_rdma_bandwidth
+
+    # The EFA share was measured with BF16 rows of hidden 7168 (14,336 bytes); DeepEP puts one message per
+    # chunk of tokens, so on the host proxy a row half as wide moves at half the bandwidth, a wider one at no
+    # more than the measured share. By hand: Qwen3-30B (hidden 2048, BF16: 4,096 bytes) on 50 GB/s of EFA
+    # gets 0.84 x 50 x 4096 / 14336 = 12.0 GB/s; Qwen3-235B (hidden 4096) 24.0 GB/s; DeepSeek-V3 (7168) 42.
+    assert EFA_PROXY_REF_ROW_BYTES == 14336.0
+    assert flex_rdma_bandwidth(50e9, "efa", 4096.0) == pytest.approx(12.0e9)
+    assert flex_rdma_bandwidth(50e9, "efa", 8192.0) == pytest.approx(24.0e9)
+    assert flex_rdma_bandwidth(50e9, "efa", 14336.0) == pytest.approx(42.0e9)
+    assert flex_rdma_bandwidth(50e9, "efa", 4 * 14336.0) == pytest.approx(42.0e9)
+    # IBGDA transports put from the GPU: no proxy, the row width does not matter.
+    assert (
+        flex_rdma_bandwidth(50e9, "infiniband", 4096.0) == flex_rdma_bandwidth(50e9, "roce", 4096.0) == 50e9
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(row=st.floats(16.0, 1e5), wider=st.floats(1.0, 8.0), nic=st.floats(1e9, 1e11))
+def test_efa_proxy_bandwidth_monotone(row: float, wider: float, nic: float):
+    from autopar.perf.moe import flex_rdma_bandwidth
+
+    narrow, wide = flex_rdma_bandwidth(nic, "efa", row), flex_rdma_bandwidth(nic, "efa", row * wider)
+    assert 0.0 < narrow <= wide <= flex_rdma_bandwidth(nic, "efa") <= flex_rdma_bandwidth(nic, "infiniband")
+
+
 def _q30(transport: str, dispatcher: str) -> float:
     m = get_model("Qwen3-30B-A3B")
     cl = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64, transport=transport)

@@ -102,3 +102,27 @@ def test_tp_overlap_notes_read_negations(notes, on):
 def test_dispatcher_notes_read_negations(notes, flex):
     spec = row_to_specs(dict(ROW, notes=notes))
     assert (spec.workload.moe_dispatcher == "flex") is flex
+
+
+@pytest.mark.parametrize(
+    ("notes", "on"),
+    [
+        (
+            "TP-communication overlap not stated",
+            True,
+        ),  # silent: the NeMo / Bridge recipes' default (on at TP > 1)
+        ("tp_comm_overlap unknown", True),
+        (
+            "derived: tp_comm_overlap=false (recipe comm_overlap None)",
+            False,
+        ),  # stated off: the default yields
+        ("TP comm overlap off", False),
+        ("no async TP", False),
+        ("TP comm overlap (userbuffers)", True),
+    ],
+)
+def test_tp_overlap_stated_off_beats_the_stack_default(notes, on):
+    # The AWS Megatron-Bridge sweeps (bench/data/sweeps.csv AWSW-*) built on the library recipes, which leave
+    # TP comm overlap off; a record that says so must not get the performance recipes' TP > 1 default.
+    row = dict(ROW, framework="Megatron-Bridge 0.4.2", sp=1, notes=notes)
+    assert row_to_specs(row).workload.tp_comm_overlap is on

@@ -99,6 +99,21 @@ def mentions_on(notes: str, markers: tuple[str, ...]) -> bool:
 # MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_...)).
 
 
+# A negation that states the option off, as opposed to one saying it is unknown ("not stated").
+_STATED_OFF_AFTER = re.compile(r"(=false|=0|off(?!load)|disabled|\(no\)|:no)")
+
+
+def mentions_off(notes: str, markers: tuple[str, ...]) -> bool:
+    """Whether squeezed notes state one of `markers` as off ("=false", "off", "no async TP"); "not stated"
+    and "unknown" do not count."""
+    for k in markers:
+        for m in re.finditer(re.escape(k), notes):
+            after, before = notes[m.end() : m.end() + 12], notes[max(0, m.start() - 9) : m.start()]
+            if _STATED_OFF_AFTER.match(after) or before.endswith(_NEGATED_BEFORE):
+                return True
+    return False
+
+
 def _nemo_tp_overlap(row: Mapping[str, Any]) -> bool:
     """A NeMo / Megatron-Bridge performance run with TP > 1 whose record is silent on TP comm overlap."""
     fw = str(_cell(row, "framework") or "").lower()
@@ -560,7 +575,7 @@ def _precision(row: Mapping[str, Any], assumed: list[str]) -> str:
 
 
 def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
-    """The `tp_comm_overlap` cell, else async TP named in the notes, else NeMo's recipes' default."""
+    """The `tp_comm_overlap` cell, else async TP named on or off in the notes, else NeMo's recipes' default."""
     overlap = _bool(row, "tp_comm_overlap")
     if overlap is not None:
         return overlap
@@ -568,6 +583,8 @@ def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
     if mentions_on(notes, _TP_OVERLAP_MARKERS):
         assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
         return True
+    if mentions_off(notes, _TP_OVERLAP_MARKERS):  # stated off: the NeMo recipes' default does not apply
+        return False
     if _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
         assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
         return True

@@ -91,9 +91,19 @@ FLEX_RDMA_LINE_RATE_SHARE = 1.0
 # on 8 (micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-p5.md): mean 42.2 GB/s, 0.84 of the
 # line rate. NCCL all-to-all on the same nodes reaches 51-54 GB/s peak busbw (aws-ofi-nccl), so it keeps the
 # links' NIC rate. The same campaign's training runs (Qwen3-30B, hidden 2048) lose far more to DeepEP at EP32,
-# which the authors put down to per-message proxy overhead with small messages; no per-message cost is
-# published, so that part is not modelled.
+# which the authors put down to per-message proxy overhead with small messages: EFA_PROXY_REF_ROW_BYTES.
 EFA_FLEX_RDMA_SHARE = 0.84
+# DeepEP's internode dispatch/combine issue their RDMA traffic per chunk of tokens, not per byte: for each
+# destination node a warp puts at most `num_max_rdma_chunked_send_tokens` tokens in one message and then
+# bumps the receiver's tail with an atomic (csrc/kernels/legacy/internode.cu, dispatch: `num_bytes_per_msg
+# = num_bytes_per_token * num_tokens_to_issue`, `nvshmemi_ibgda_put_nbi_warp`, `nvshmemi_ibgda_amo_nonfetch_
+# add`), so the message count grows with the tokens whatever their width. On EFA each of those messages is
+# handled by a CPU proxy thread (NVSHMEM's libfabric transport; UCCL-EP's proxy likewise), which is where
+# the campaign puts the loss (awsome-distributed-ai qwen3-30b RESULTS.md: "DeepEP's per-dispatch
+# proxy/kernel-launch overhead dominates" with hidden 2048). The only EFA measurement (EFA_FLEX_RDMA_SHARE)
+# was taken with BF16 rows of hidden 7168; taken as message-bound, a narrower row costs the proxy the
+# same time per token as that one did, so its bandwidth shrinks in proportion to the row width.
+EFA_PROXY_REF_ROW_BYTES = 7168 * 2.0
 
 
 def ep_exposed(a2a: float, compute: float, sms: int) -> tuple[float, float]:
@@ -196,13 +206,16 @@ def flex_a2a_time(
     return max(t_nvl, t_nic) + 0.25 * min(t_nvl, t_nic)
 
 
-def flex_rdma_bandwidth(nic_bw: float, transport: str) -> float:
+def flex_rdma_bandwidth(nic_bw: float, transport: str, row_bytes: float | None = None) -> float:
     """Per-GPU bandwidth of a flex dispatcher's RDMA stage (algorithm bandwidth, own domain counted).
 
     InfiniBand / RoCE (IBGDA): the NIC's line rate (FLEX_RDMA_LINE_RATE_SHARE); EFA (NVSHMEM's libfabric host
-    proxy): the share DeepEP measured there (EFA_FLEX_RDMA_SHARE)."""
-    share = EFA_FLEX_RDMA_SHARE if transport == "efa" else FLEX_RDMA_LINE_RATE_SHARE
-    return nic_bw * share
+    proxy): the share DeepEP measured there (EFA_FLEX_RDMA_SHARE), scaled down for rows (`row_bytes` per
+    token) narrower than the measured ones (EFA_PROXY_REF_ROW_BYTES: the proxy's cost is per message)."""
+    if transport != "efa":
+        return nic_bw * FLEX_RDMA_LINE_RATE_SHARE
+    narrow = min(1.0, row_bytes / EFA_PROXY_REF_ROW_BYTES) if row_bytes else 1.0
+    return nic_bw * EFA_FLEX_RDMA_SHARE * narrow
 
 
 def grouped_gemm(ctx: PerfContext, m: float, n: float, k: float, groups: float, fp8: bool) -> float:
@@ -257,10 +270,10 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     a2a = 0.0
     if e > 1 and w.moe_dispatcher == "flex":
         cl = ctx.cluster
-        rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport)
         grp = (model.router_groups, model.router_group_topk)
-        a2a = flex_a2a_time(local * load, K, h * DISPATCH_BYTES, e, te, ctx.links, rdma, grp)
-        a2a += flex_a2a_time(local * load, K, h * COMBINE_BYTES, e, te, ctx.links, rdma, grp)
+        for row in (h * DISPATCH_BYTES, h * COMBINE_BYTES):
+            rdma = flex_rdma_bandwidth(cl.nic_bw, cl.transport, row)
+            a2a += flex_a2a_time(local * load, K, row, e, te, ctx.links, rdma, grp)
     elif e > 1:
         disp = local * K * h * DISPATCH_BYTES * load
         comb = local * K * h * COMBINE_BYTES * load
