@@ -36,6 +36,7 @@ class SoftwareProfile:
     description: str
     torch_cp: bool = False
     pp_defers_grad_sync: bool = False
+    moe_eager_clamp_bias: bool = False
     source: str = ""
 
 
