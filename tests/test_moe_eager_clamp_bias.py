@@ -77,3 +77,12 @@ def test_moe_act_recompute_reruns_the_clamp_and_frees_its_copy():
     # without the checkpoint the clamped copy (bf16, 5760 per routed row) is kept besides the FC1 output
     assert o.act_moe - p.act_moe == pytest.approx(copies * 2 * 5760)
     assert o.act_dense == p.act_dense
+
+
+def test_studies_stored_before_the_fields_keep_their_fingerprint():
+    # search/loops.py fingerprint: expert_bias / glu_clamp enter the model blob only when set
+    from autopar.search.loops import _model_blob
+
+    llama = _model_blob(get_model("Llama-3.1-8B"))
+    assert "expert_bias" not in llama and "glu_clamp" not in llama
+    assert (_model_blob(OSS)["expert_bias"], _model_blob(OSS)["glu_clamp"]) == (True, 7.0)
