@@ -90,6 +90,15 @@ class ModelSpec(_Frozen):
     moe_ffn_hidden: int | None = Field(default=None, gt=0)
     shared_ffn_hidden: int | None = Field(default=None, gt=0, description="None = moe_ffn_hidden")
     dense_layers: int = Field(default=0, ge=0, description="leading dense layers before the MoE layers")
+    expert_bias: bool = Field(
+        default=False, description="routed experts' linear layers have biases (GPT-OSS)"
+    )
+    glu_clamp: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="routed experts' GLU inputs clamped to +-this limit (GPT-OSS swiglu_limit)",
+    )
     # MLA (DeepSeek-V2/V3)
     q_lora_rank: int | None = Field(default=None, gt=0)
     kv_lora_rank: int | None = Field(default=None, gt=0)

@@ -38,6 +38,8 @@ from autopar.perf.moe import routed_load
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 DSV3, GPT_OSS, LLAMA = get_model("DeepSeek-V3"), get_model("GPT-OSS-120B"), get_model("Llama-3.1-70B")
+# GPT-OSS's shape without its eager clamp and expert biases (tests/test_moe_eager_clamp_bias.py prices those)
+OSS_SHAPE = GPT_OSS.model_copy(update={"expert_bias": False, "glu_clamp": None})
 QWEN3 = get_model("Qwen3-30B-A3B")
 B200 = ClusterSpec(gpu=get_gpu("B200"), num_gpus=256)
 WL = Workload(seq_len=4096, global_batch=4096)
@@ -99,8 +101,8 @@ def test_layernorm_and_moe_act_free_the_norm_outputs_and_fc2_inputs():
     # GPT-OSS-120B on EP8, TP2 with SP: 2 norm outputs of h = 2880 (bf16, SP-sharded over 2); each of the topk 4
     # routed copies' FC2 input of f_e = 2880 (bf16), over tp 2 as the layer's other TP-region terms
     wl = WL.model_copy(update={"framework": "megatron"})
-    none = _lc(GPT_OSS, "none", wl, t=2, e=8, sp=True)
-    both = _lc(GPT_OSS, "sel:layernorm+moe_act", wl, t=2, e=8, sp=True)
+    none = _lc(OSS_SHAPE, "none", wl, t=2, e=8, sp=True)
+    both = _lc(OSS_SHAPE, "sel:layernorm+moe_act", wl, t=2, e=8, sp=True)
     load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
     norms = 2 * BF16_BYTES * 2880 / 2
     fc2 = 4 * load * BF16_BYTES * 2880 / 2
@@ -110,7 +112,7 @@ def test_layernorm_and_moe_act_free_the_norm_outputs_and_fc2_inputs():
 
 def test_fp8_moe_act_frees_the_fp8_fc2_input():
     wl = WL.model_copy(update={"precision": "fp8", "fp8_recipe": "mxfp8"})
-    none, act = _lc(GPT_OSS, "none", wl, e=8), _lc(GPT_OSS, "sel:moe_act", wl, e=8)
+    none, act = _lc(OSS_SHAPE, "none", wl, e=8), _lc(OSS_SHAPE, "sel:moe_act", wl, e=8)
     load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
     assert none.act_moe - act.act_moe == pytest.approx(4096 * 4 * load * FP8_BYTES * 2880)
 
@@ -120,8 +122,8 @@ def test_fp8_moe_act_frees_the_fp8_fc2_input():
 
 def test_layernorm_moe_act_recompute_time_is_their_elementwise_traffic():
     wl = WL.model_copy(update={"framework": "megatron"})
-    ctx = perf_context(GPT_OSS, B200, wl)
-    lc = _lc(GPT_OSS, "sel:layernorm+moe_act", wl, e=8)
+    ctx = perf_context(OSS_SHAPE, B200, wl)
+    lc = _lc(OSS_SHAPE, "sel:layernorm+moe_act", wl, e=8)
     load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
     bytes_tok = NORM_BYTES_PER_HIDDEN * 2880 + ACTIVATION_BYTES_PER_FFN[3] * 2880 * 4 * load
     assert lc.moe_re == pytest.approx(ctx.sw.elementwise_passes * 4096 * bytes_tok / ctx.hbm)

@@ -388,12 +388,15 @@ def _deepseek(r: _Reader) -> Fields:
 
 
 def _gpt_oss(r: _Reader) -> Fields:
-    """GPT-OSS: MoE SwiGLU experts, attention biases, alternating sliding/full attention."""
+    """GPT-OSS: MoE SwiGLU experts with biases and clamped inputs (swiglu_limit, 7.0 in transformers'
+    GptOssConfig), attention biases, alternating sliding/full attention."""
     f = _decoder(r, bias_default=True) | {"head_dim": r.integer("head_dim", 64)}
     f |= {
         "experts": r.first_int("num_local_experts", "num_experts"),
         "topk": r.first_int("num_experts_per_tok", "experts_per_token"),
         "moe_ffn_hidden": f["ffn_hidden"],
+        "expert_bias": True,
+        "glu_clamp": r.number("swiglu_limit", 7.0, maximum=1e6),
     }
     if r.cfg.get("layer_types"):
         return f | _window_from_layer_types(r, f["layers"])

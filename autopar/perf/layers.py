@@ -465,7 +465,11 @@ def _module_recompute(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp) ->
     if "mla_up_proj" in mods:
         both += at.up_gemm + passes * ROPE_BYTES_PER_QK * (g.a + g.k) * g.dh / g.t
     dense = both + (mlp.dense_gemm + passes * act * g.f / g.t if "mlp" in mods else 0.0)
-    moe = both + (passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t if "moe_act" in mods else 0.0)
+    if "moe_act" in mods:  # the activation, and an eager GLU clamp inside the checkpoint (perf/moe.py)
+        clamp = mlp.routed.clamp_fwd if mlp.routed else 0.0
+        moe = both + passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t + clamp
+    else:
+        moe = both
     return dense, moe
 
 
@@ -610,7 +614,9 @@ class _ActivationTerms:
             norm_out_tok=2.0 * gemm_in * h,
             gathered_tok=2.0 * gemm_in * h if sw.sp_saves_gathered_inputs else 0.0,
             up_tok=_mla_up_activations(ctx, g),
-            moe_act_tok=model.topk * mlp.load * gemm_in * mlp.fe if model.is_moe else 0.0,
+            moe_act_tok=model.topk * mlp.load * (gemm_in * mlp.fe + _clamp_copy(ctx, g, mlp))
+            if model.is_moe
+            else 0.0,
             gemm_frac=sw.selective_gemm_fraction,
         )
 
@@ -676,8 +682,17 @@ def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> 
     def expert_tok(width: float) -> float:
         return gemm_in * h + BF16_BYTES * (g.n_mat - 1) * width + gemm_in * width
 
-    routed = model.topk * mlp.load * expert_tok(mlp.fe)
+    routed = model.topk * mlp.load * (expert_tok(mlp.fe) + _clamp_copy(ctx, g, mlp))
     return routed + model.shared_experts * expert_tok(model.shared_ffn) + FP32_BYTES * model.experts
+
+
+def _clamp_copy(ctx: PerfContext, g: _Shard, mlp: _Mlp) -> float:
+    """Bytes per routed row an eager GLU clamp keeps besides the FC1 output (perf/moe.py CLAMP_BYTES_FWD):
+    the clamped copy the fused activation saves for its backward, while clamp's own backward keeps the FC1
+    output; the moe_act checkpoint keeps neither (its inputs, the FC1 output, are counted already)."""
+    if not (ctx.sw.moe_eager_clamp_bias and ctx.model.glu_clamp is not None):
+        return 0.0
+    return BF16_BYTES * (g.n_mat - 1) * mlp.fe
 
 
 def activation_bytes_per_layer(

@@ -66,6 +66,23 @@ EP_OVERLAP_COMM_SMS = 32
 # Passes of the received token copies (read + write each) per forward for that second sort: 2 (dispatch
 # sort, combine unsort); the backward runs their mirror images.
 LOCAL_SORT_PASSES = 2
+# Routed experts with clamped GLU inputs and biases (GPT-OSS) under a stack that runs both eagerly
+# (software.yaml `moe_eager_clamp_bias`: Megatron-Core TEGroupedMLP without the TE op fuser), bytes moved per
+# element of the tensor they touch, activations in bf16 (Megatron's router casts the probs to the logits'
+# dtype: moe_utils.py `topk_routing_with_score_function`, probs.type_as(logits)).
+# Clamp, on the FC1 output ((n_mat - 1) x f_e per routed row), fused_bias_geglu.py
+# `weighted_bias_quick_geglu_impl`: forward chunk (views), clamp of each half (read 2 + write 2) and cat
+# (read 2 + write 2) = 8; backward: each clamp's masked gradient (read the gradient and the saved input, write:
+# 6) and the two halves' gradients put together into the FC1 output's gradient (read 2 + write 2) = 10. It is
+# inside the moe_act checkpoint, so that recompute re-runs its forward.
+CLAMP_BYTES_FWD = 8.0
+CLAMP_BYTES_BWD = 10.0
+# FC2 bias, on the FC2 output (h per routed row), experts.py `TEGroupedMLP._apply_bias`: per local expert
+# bias x prob (write 2) and the add (read 2 + 2, write 2), then cat (read 2 + write 2) = 12; backward: the
+# gradient flows to the FC2 output unchanged (cat and add backward are views), and the bias and prob
+# gradients are reductions of gradient x prob and gradient x bias (read 2, write 2, reduce-read 2 each) = 12.
+BIAS_BYTES_FWD = 12.0
+BIAS_BYTES_BWD = 12.0
 
 
 # A flex dispatcher's RDMA stage moves each token once per NVLink domain its experts sit in, the token's own
@@ -235,6 +252,20 @@ class MoECompute:
     overhead_fwd: float  # router, permute/unpermute, FP8 quantisation (memory-bound)
     overhead_bwd: float
     dispatch_combine: float  # one forward's dispatch + combine all-to-alls (the backward repeats it)
+    clamp_fwd: float = 0.0  # eager GLU clamp forward (in overhead_fwd); the moe_act recompute re-runs it
+
+
+def eager_clamp_bias_bytes(ctx: PerfContext, up_n: float, h: int) -> tuple[float, float, float]:
+    """Bytes per routed row of the eager clamp and FC2-bias passes (see CLAMP_BYTES_FWD, BIAS_BYTES_FWD):
+    (forward, backward, the clamp's forward alone); zero unless the model has them and the stack runs them
+    eagerly."""
+    model = ctx.model
+    if not ctx.sw.moe_eager_clamp_bias:
+        return 0.0, 0.0, 0.0
+    clamp = up_n if model.glu_clamp is not None else 0.0
+    bias = float(h) if model.expert_bias else 0.0
+    fwd = CLAMP_BYTES_FWD * clamp + BIAS_BYTES_FWD * bias
+    return fwd, CLAMP_BYTES_BWD * clamp + BIAS_BYTES_BWD * bias, CLAMP_BYTES_FWD * clamp
 
 
 def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int, n_mat: int) -> MoECompute:
@@ -263,6 +294,7 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     gathered = copies * te  # rows entering the grouped GEMM on this rank
     if w.moe_dispatcher != "flex" and groups > 1:  # alltoall: received rows re-sorted by local expert
         permute += LOCAL_SORT_PASSES * 2.0 * 2.0 * h * gathered / hbm
+    eager_f, eager_b, clamp_f = eager_clamp_bias_bytes(ctx, up_n, h)
     quant_fwd = quant_bwd = 0.0
     if fp8:  # expert GEMM inputs forward, output gradients backward
         quant_fwd = quantise_time(gathered * (h + fe), w.fp8_recipe, hbm)
@@ -281,9 +313,10 @@ def routed_expert_costs(ctx: PerfContext, tokens: float, t: int, e: int, te: int
     return MoECompute(
         fwd,
         dgrad + wgrad,
-        router_gemm + router_mem + permute + quant_fwd,
-        2.0 * router_gemm + router_mem + permute + quant_bwd,
+        router_gemm + router_mem + permute + quant_fwd + gathered * eager_f / hbm,
+        2.0 * router_gemm + router_mem + permute + quant_bwd + gathered * eager_b / hbm,
         a2a,
+        gathered * clamp_f / hbm,
     )
 
 

@@ -37,6 +37,7 @@ class SoftwareProfile:
     torch_cp: bool = False
     pp_defers_grad_sync: bool = False
     sp_saves_gathered_inputs: bool = False
+    moe_eager_clamp_bias: bool = False
     source: str = ""
 
 

@@ -26,7 +26,7 @@ from autopar.search.evaluate import Evaluator, Outcome
 from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Point, Space
-from autopar.specs import Workload
+from autopar.specs import ModelSpec, Workload
 
 EXPLORE_FRACTION = 0.2  # budget fraction explored by NSGA-II alone before local search starts
 
@@ -65,7 +65,7 @@ def fingerprint(
     """A short hash of everything that defines a study, so a stored study is never mixed with another."""
     blob = json.dumps(
         {
-            "model": space.model.model_dump(mode="json"),
+            "model": _model_blob(space.model),
             "hardware": [[_cluster_blob(h.cluster), h.precision] for h in space.hardware],
             "workload": _workload_blob(workload),
             "objectives": [o.name for o in objectives],
@@ -81,6 +81,19 @@ def fingerprint(
 # ClusterSpec fields added after studies were first stored: left out of the fingerprint at their default, so
 # a study stored before them still resumes (its cluster is the same one).
 _LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
+
+
+# ModelSpec fields added after studies were first stored, left out at their defaults (as for clusters).
+_LATER_MODEL_DEFAULTS: dict[str, Any] = {"expert_bias": False, "glu_clamp": None}
+
+
+def _model_blob(model: ModelSpec) -> dict[str, Any]:
+    """A model's fingerprint fields (the later fields at their defaults left out)."""
+    blob = model.model_dump(mode="json")
+    for k, default in _LATER_MODEL_DEFAULTS.items():
+        if blob.get(k, default) == default:
+            blob.pop(k, None)
+    return blob
 
 
 # Workload fields added after studies were first stored, left out at their defaults (as for clusters).
