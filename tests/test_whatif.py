@@ -284,8 +284,10 @@ def test_transport_reaches_every_option_cluster():
         seen.append(cluster.transport)
         return fake_optimize(model, cluster, workload, **kw)
 
-    run(optimize_fn=spy, transport="efa", sensitivity=False)
+    r = run(optimize_fn=spy, transport="efa", sensitivity=False)
     assert seen == ["efa", "efa"]
+    assert any(n.startswith("scale-out transport efa:") for n in r.notes)  # the what-if says which it used
     seen.clear()
-    run(optimize_fn=spy, sensitivity=False)
+    r = run(optimize_fn=spy, sensitivity=False)
     assert seen == ["infiniband", "infiniband"]
+    assert not any(n.startswith("scale-out transport") for n in r.notes)

@@ -182,6 +182,10 @@ def _notes(
         "throughput"
         + (f" ({_calibrated_by(calibration)})" if calibration is not None else " (analytical, uncalibrated)")
     )
+    fabrics = sorted({cl.transport for _, cl, _ in prepared if cl.transport != "infiniband"})
+    notes.extend(
+        f"scale-out transport {t}: it sets the flex (DeepEP/HybridEP) dispatcher's RDMA rate" for t in fabrics
+    )
     notes.extend(f"{o.label}: {o.reason}" for o in results if not o.feasible)
     return notes
 
