@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from runfiles import cited_test_set
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "ranking.py"
@@ -69,12 +70,7 @@ def test_metrics_bounds_and_perfect_order(pairs: list[tuple[float, float]]) -> N
 
 
 def test_sweeps_file_is_cited_and_not_calibration_data() -> None:
-    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
-    pub = pd.read_csv(ROOT / "autopar" / "data" / "published_runs.csv", dtype=str, keep_default_na=False)
-    assert list(df.columns) == list(pub.columns)
-    assert df["id"].is_unique
-    assert (df["source_ref"].str.len() > 20).all() and df["notes"].str.startswith("verbatim:").all()
-    assert not set(df["source"]) & set(pub["source"])  # a test set: no source shared with calibration data
+    df = cited_test_set(SWEEPS)
     assert len(set(df["source"])) >= 2 and (df["arch"] == "moe").any()
     # every tokens/s is what the row's own step time, batch, sequence and GPU count give
     tps = (

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from runfiles import cited_test_set
 
 from autopar.calibration.records import row_to_specs
 from autopar.calibration.runs import read_run_records
@@ -27,12 +28,7 @@ def _row(rid: str) -> dict:
 
 
 def test_memory_runs_file_is_cited_and_not_calibration_data() -> None:
-    df = pd.read_csv(MEMORY_RUNS, dtype=str, keep_default_na=False)
-    pub = pd.read_csv(ROOT / "autopar" / "data" / "published_runs.csv", dtype=str, keep_default_na=False)
-    assert list(df.columns) == list(pub.columns)
-    assert df["id"].is_unique
-    assert (df["source_ref"].str.len() > 20).all() and df["notes"].str.startswith("verbatim:").all()
-    assert not set(df["source"]) & set(pub["source"])  # a test set: no source shared with calibration data
+    df = cited_test_set(MEMORY_RUNS)
     mem = pd.to_numeric(df["measured_mem_gb_per_gpu"])
     assert mem.notna().all() and ((mem > 0) & (mem <= 80)).all()  # every row measured, on 80 GB GPUs
     # every row says what its memory figure is and which stack ran it
