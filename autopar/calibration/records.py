@@ -20,7 +20,7 @@ import numpy as np
 from autopar.errors import AutoparError, DataError
 from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
-from autopar.perf.estimate import estimate
+from autopar.perf.estimate import estimate, stage_memories
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -765,6 +765,7 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
         return {"id": rid, "status": "error: " + "; ".join(x.strip() for x in msg[:3])}
     except Exception as e:  # noqa: BLE001 - one odd row must not stop a batch; say what happened
         return {"id": rid, "status": f"error: could not evaluate ({type(e).__name__}: {e})"}
+    mem = measured_stage_memory(row, specs, est)
     out: dict[str, Any] = {
         "id": rid,
         "status": "ok",
@@ -773,18 +774,34 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
         "pred_tflops_per_gpu": est.model_tflops_per_gpu,
         "pred_hw_tflops_per_gpu": est.hw_tflops_per_gpu,
         "pred_mfu": est.mfu,
-        "pred_mem_gib_per_gpu": est.memory.total / GiB,
+        "pred_mem_gib_per_gpu": mem.total / GiB,
         "pred_fits": est.fits,
         "pred_headroom_gib": est.headroom_gib,
         "bottleneck": est.bottleneck,
     }
-    for k, v in est.memory.as_dict().items():
+    for k, v in mem.as_dict().items():
         out[f"mem_{k}_gib"] = v / GiB
     for k, v in est.time.as_dict().items():
         out[f"time_{k}_s"] = v
     out["assumed"] = "; ".join([*specs.assumed, *est.assumed])
     out["strategy"] = (est.strategy or specs.strategy).label()
     return out
+
+
+# The pipeline stage a record's memory figure was measured on, where its notes state one ("stage=last":
+# Megatron-LM logs torch.cuda.memory_stats() on its tensorboard rank, the last global rank, which is on the last
+# pipeline stage: megatron/training/global_vars.py `_set_tensorboard_writer`). Unstated: the peak over stages.
+_STAGE_NOTE = re.compile(r"\bstage\s*=\s*(first|last)\b")
+
+
+def measured_stage_memory(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:
+    """The memory breakdown to compare with the record's measured peak: the stage its notes name (first or
+    last pipeline stage), else the estimate's peak over the stages."""
+    m = _STAGE_NOTE.search(str(_cell(row, "notes") or "").lower())
+    if m is None or specs.strategy.pp <= 1:
+        return est.memory
+    per_stage = stage_memories(specs.model, specs.cluster, specs.workload, est.strategy or specs.strategy)
+    return per_stage[0] if m.group(1) == "first" else per_stage[-1]
 
 
 def row_ids(df: pd.DataFrame) -> list[str]:
