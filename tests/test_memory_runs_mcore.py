@@ -48,10 +48,19 @@ def test_every_row_resolves_to_its_stated_layout() -> None:
         assert st.tp * st.pp * st.dp == s.cluster.num_gpus == int(row["num_gpus"]), row["id"]
         # the expert grid fits the world: ETP x EP x PP divides it (megatron/core/parallel_state.py)
         assert s.cluster.num_gpus % (st.expert_tp * st.ep * st.pp) == 0, row["id"]
-        assert s.workload.framework == "megatron" and st.zero == 1 and st.sp and st.recompute == "none"
+        assert s.workload.framework == "megatron" and st.zero == 1 and st.recompute == "none"
         assert s.workload.grad_reduce_dtype == "fp32"  # bf16 default: fp32 main grads (arguments.py)
         assert st.pp_schedule == ("interleaved" if int(row["vpp"]) > 1 else "1f1b"), row["id"]
-        assert s.model.experts == 8 and s.model.topk == 2 and not s.model.tied_embeddings
+        assert not s.model.tied_embeddings  # --untie-embeddings-and-output-weights in every config
+        if row["arch"] == "moe":  # Mixtral: 8 experts, top-2, SP on
+            assert s.model.experts == 8 and s.model.topk == 2 and st.sp, row["id"]
+        else:  # GPT-7B: Megatron's defaults (4h GeLU MLP, LayerNorm, dropout 0.1), no SP
+            assert (s.model.activation, s.model.norm, s.model.dropout, st.sp) == (
+                "gelu",
+                "layernorm",
+                True,
+                False,
+            )
 
 
 def test_interleaved_inflight_is_megatrons_warmup_count_by_hand() -> None:
@@ -68,6 +77,19 @@ def test_interleaved_inflight_is_megatrons_warmup_count_by_hand() -> None:
     assert [inflight_microbatches("1f1b", 8, 32, rank=r) for r in (0, 1, 7)] == [8.0, 7.0, 1.0]
     assert inflight_microbatches("zb-2p", 8, 32, rank=1) == 14.0
     assert inflight_microbatches("interleaved", 8, 32, 1, rank=7) == 1.0  # v = 1 is plain 1F1B
+
+
+def test_few_micro_batches_cap_the_first_stage_at_m_by_hand() -> None:
+    """GPT-7B TP1 PP4 VPP8, global batch 8 over DP2: m = 4, so 32 chunk-forwards in a step; rank 0's warm-up
+    of 34 is capped at 32 (all forwards first): 4.0 stage-units, not Korthikanti's 4.375; the last rank keeps
+    29 chunks (3.625), and with its 6 GiB of logits (8192 tokens x 131200 vocab x 6 B) it is the peak stage."""
+    s = row_to_specs(_row("MCORE-gpt3-7b-tp1pp4vpp8-H100"))
+    mod = importlib.import_module("autopar.perf.estimate")
+    specs, _ = mod.stage_specs_of(s.model, 4, 8, "interleaved", 4, (None, None, False, False))
+    assert [sp.inflight for sp in specs] == [4.0, 4.0, 3.625]
+    per_stage = stage_memories(s.model, s.cluster, s.workload, s.strategy)
+    assert per_stage[-1].logits == pytest.approx(8192 * 131200 * 6, rel=1e-12)
+    assert max(per_stage, key=lambda m: m.total) is per_stage[-1]
 
 
 def test_last_stage_keeps_29_layer_micro_batches_under_vpp() -> None:
@@ -107,7 +129,7 @@ def test_model_states_match_the_logged_allocation() -> None:
         VPP_ROW: 19743387648,
         "MCORE-8x22b-tp2pp8ep8vpp1-H100": 23002929152,
         "MCORE-8x7b-alltoall-tp2pp4ep4-H100": 17705224192,
-    }
+    }  # the dense rows' data-parallel size comes from the recipe spec (8 GPUs), not from this
     for rid, cur in logged.items():
         row = _row(rid)
         ratios = []

@@ -374,17 +374,22 @@ _MODEL_CELLS = (
     "shared_experts",
     "moe_ffn_hidden",
     "dropout_stated",  # not a column: whether the notes state dropout on (_DROPOUT_NOTE), set by _model_from_row
+    "untied_stated",  # not a column: whether the notes state untied embeddings (_UNTIED_NOTE), likewise
 )
 
 
 def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
-    stated = bool(_DROPOUT_NOTE.search(str(_cell(row, "notes") or "").lower()))
-    cells = tuple(stated if c == "dropout_stated" else _cell(row, c) for c in _MODEL_CELLS)
+    notes = str(_cell(row, "notes") or "").lower()
+    said = {
+        "dropout_stated": bool(_DROPOUT_NOTE.search(notes)),
+        "untied_stated": bool(_UNTIED_NOTE.search(notes)),
+    }
+    cells = tuple(said[c] if c in said else _cell(row, c) for c in _MODEL_CELLS)
     try:
         hash(cells)
     except TypeError:  # an unhashable cell (a list from JSONL): build it uncached, it errors as before
-        return _build_model({**row, "dropout_stated": stated}, assumed)
+        return _build_model({**row, **said}, assumed)
     model, notes = _model_from_cells(cells)
     assumed.extend(notes)
     return model
@@ -428,6 +433,9 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     if not dropout and row.get("dropout_stated"):
         dropout = True
         assumed.append("dropout=true (notes: hidden/attention dropout on)")
+    if tied and row.get("untied_stated"):
+        tied = False
+        assumed.append("tied_embeddings=false (notes: --untie-embeddings-and-output-weights)")
     fields: dict[str, Any] = dict(
         name=name,
         layers=layers,
@@ -448,6 +456,9 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
 # Notes that state a nonzero dropout ("dropout 0.1", "attention_dropout=0.1"): Megatron-LM's own defaults
 # (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1), which GPT-era scripts keep.
 _DROPOUT_NOTE = re.compile(r"dropout[ =:]+0?\.0*[1-9]")
+# Megatron-LM's flag for separate input embedding and output layer weights (megatron/training/arguments.py
+# --untie-embeddings-and-output-weights), where a record's notes quote it.
+_UNTIED_NOTE = re.compile(r"untie[-_ ]embeddings[-_ ]and[-_ ]output[-_ ]weights")
 
 
 def _block_style(
