@@ -380,10 +380,10 @@ _MODEL_CELLS = (
 
 def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
-    notes = str(_cell(row, "notes") or "").lower()
+    text = str(_cell(row, "notes") or "").lower()
     said = {
-        "dropout_stated": bool(_DROPOUT_NOTE.search(notes)),
-        "untied_stated": bool(_UNTIED_NOTE.search(notes)),
+        "dropout_stated": bool(_DROPOUT_NOTE.search(text)),
+        "untied_stated": bool(_UNTIED_NOTE.search(text)),
     }
     cells = tuple(said[c] if c in said else _cell(row, c) for c in _MODEL_CELLS)
     try:
