@@ -149,3 +149,19 @@ def test_last_stage_peaks_within_6_percent() -> None:
     for row in _rows():
         pred = estimate_row(row)["pred_mem_gib_per_gpu"]
         assert pred / float(row["measured_mem_gb_per_gpu"]) == pytest.approx(1.0, abs=0.06), row["id"]
+
+
+def test_memory_calibration_learns_against_the_stated_stage() -> None:
+    """A memory calibration fitted on these rows would learn log(measured / predicted) of the stage measured
+    (and its features), not of the peak over stages (features.build_training_set, batch._row_features)."""
+    from autopar.calibration.features import build_training_set, record_features
+
+    row = _row(VPP_ROW)
+    s = row_to_specs(row)
+    last = stage_memories(s.model, s.cluster, s.workload, s.strategy)[-1]
+    _, est, _, _ = record_features(row, "memory")
+    assert est.memory == last
+    _, est_tps, _, _ = record_features(row, "throughput")
+    assert est_tps.memory.total > last.total  # throughput features keep the estimate as it is
+    ts = build_training_set([row], target="memory")
+    assert ts.predicted[0] == pytest.approx(last.total / GiB)

@@ -815,6 +815,15 @@ def measured_stage_memory(row: Mapping[str, Any], specs: RecordSpecs, est: Any) 
     return per_stage[0] if m.group(1) == "first" else per_stage[-1]
 
 
+def stage_estimate(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:
+    """`est` with its memory replaced by the stage the record's peak was measured on (measured_stage_memory),
+    so that a memory calibration learns and predicts like for like; `est` itself when no stage is stated."""
+    import dataclasses
+
+    mem = measured_stage_memory(row, specs, est)
+    return est if mem is est.memory else dataclasses.replace(est, memory=mem)
+
+
 def row_ids(df: pd.DataFrame) -> list[str]:
     """Each row's id as estimate_row reports it ('' when missing)."""
     if "id" not in df.columns:
