@@ -24,8 +24,11 @@ An empty interval rules the shape out (given autopar's eager estimate). The key 
 estimate's per-token error: B200 (180 GB) OOMs at mb2 while GB200 (186 GB) runs mb4 at the same tokens per
 step, so whatever the graph adds must grow when the micro-batch shrinks by more than the eager activations
 and logits of 2 sequences shrink (autopar: 34 GiB; even the bf16 logits alone are 2.3 GiB per 2 sequences),
-i.e. a cost per captured micro-batch, not per token. No mechanism for it was found in the source read
-(full_cuda_graph.py, paged_stash.py, combined_1f1b.py at Megatron-LM d98e8a6), so autopar models none.
+i.e. a cost per captured micro-batch, not per token. The Qwen3-235B full-iteration recipes that ran (OTHER_RUNS)
+bound such a cost far lower (MBR-018 captures 256 micro-batches with 97 GiB free: under 0.4 GiB each), so it
+could only be specific to PP=1 (Megatron's combined_1f1b_schedule_for_no_pipelining) or to B200. No mechanism
+for it was found in the source read (full_cuda_graph.py, paged_stash.py, combined_1f1b.py at Megatron-LM
+d98e8a6), so autopar models none.
 Capacities are the catalog's (B300: 288 GB; Megatron-Bridge PR #5356 says 279 GB, which lowers its free by
 about 8 GiB and binds nothing). Usage: python bench/graph_memory.py
 """
@@ -69,6 +72,10 @@ CASES = (
     Case("MBR-013", 1, 8, True, "MBR-013 (26.06, GB300, full_iteration preset), measured"),
 )
 
+# Full-iteration recipes of another model that ran (Qwen3-235B-A22B, 26.06 container, records' notes:
+# cuda_graph_impl=full_iteration): with pipelining they capture many more micro-batches per step.
+OTHER_RUNS = ("MBR-017", "MBR-018")
+
 
 def evaluate(case: Case) -> dict[str, float | str | bool]:
     """autopar's eager prediction for the case under the full-iteration helper's options."""
@@ -94,6 +101,22 @@ def evaluate(case: Case) -> dict[str, float | str | bool]:
         "n_mb": wl.global_batch / (dp * case.micro_batch),
         "tok": wl.global_batch * wl.seq_len / dp / 1e6,
         "source": case.source,
+    }
+
+
+def recipe_run(row: str) -> dict[str, float | str | bool]:
+    """A measured full-iteration recipe as published (its record's workload), for the bounds it sets."""
+    (p,) = [q for q in load_problems(row) if q.row_id == row]
+    e = estimate(p.model, p.cluster, p.workload, p.recipe, check=False)
+    st = e.strategy or p.recipe
+    m = e.memory
+    return {
+        "case": f"{p.model.name} {p.cluster.gpu.name} {st.label()}",
+        "fits": True,
+        "free": e.headroom_bytes / GiB,
+        "act": (m.activations + m.logits) / GiB,
+        "n_mb": p.workload.global_batch / (st.dp * (st.micro_batch or 1)),
+        "source": f"{row}, measured",
     }
 
 
@@ -132,6 +155,14 @@ def main() -> int:
         lo, hi = interval(rows, scale)
         verdict = f"{lo:.2f} < coef < {hi:.2f} {unit}" if lo < hi else f"empty ({lo:.2f} > {hi:.2f})"
         print(f"  {name:7s} {verdict}")
+    print(
+        "\nfull-iteration recipes of Qwen3-235B-A22B that ran: the upper bound each sets on the coefficient"
+    )
+    for r in (recipe_run(x) for x in OTHER_RUNS):
+        print(
+            f"  {r['case']}: free {r['free']:.1f} GiB, {r['n_mb']:.0f} micro-batches per step -> "
+            f"pool k < {float(r['free']) / float(r['act']):.2f}, per-mb c < {float(r['free']) / float(r['n_mb']):.2f} GiB"
+        )
     return 0
 
 
