@@ -91,3 +91,20 @@ def test_block_path_prices_the_same_bytes(dtype: str):
         e = estimate(m, c, w, x, check=False)
         assert math.isclose(float(v.time["dp_comm"][i]), e.time.dp_comm, rel_tol=0.0, abs_tol=0.0)
         assert float(v.step_time_s[i]) == e.step_time_s
+
+
+def test_modelzoo_fsdp_row_expert_traffic_floor():
+    # MZSW-Q235-02 (ModelZoo Qwen3-235B, TP2 EP8 DP128 Megatron-FSDP, mb4 GA4, full recompute, 17.6 s a step)
+    # at its documented launch (31c5686 run_235b.sh: no --grad-reduce-in-bf16, so fp32 main grads). Per
+    # micro-batch each of the 94 blocks gathers its expert shard twice (forward; recompute and backward share
+    # one gather) and reduce-scatters it once, all on the 32-rank expert-DP ring, one GPU (and one 50 GB/s
+    # NIC) per node. At the NIC's full line rate and no latency: gather 31/32 · 603,979,776 B / 50e9 =
+    # 11.70 ms, fp32 reduce-scatter 23.40 ms; 376 block-passes · 46.81 ms = 17.60 s of wire time alone, the
+    # whole measured step. bf16 main grads would make it 13.20 s.
+    line = comm.Links(node_size=8, scaleup_bw=900e9, scaleout_bw=50e9, scaleup_lat=0.0, scaleout_lat=0.0)
+    passes = 94 * 4
+    fp32 = fsdp.zero3_unit(0.0, EXPERT_PER_LAYER, MZ_GROUPS, line, 4.0, 1)
+    bf16 = fsdp.zero3_unit(0.0, EXPERT_PER_LAYER, MZ_GROUPS, line, 2.0, 1)
+    assert fp32.ag == pytest.approx(11.702e-3, abs=1e-6) and fp32.rs == pytest.approx(23.404e-3, abs=1e-6)
+    assert passes * (2 * fp32.ag + fp32.rs) == pytest.approx(17.60, abs=0.005)
+    assert passes * (2 * bf16.ag + bf16.rs) == pytest.approx(13.20, abs=0.005)
