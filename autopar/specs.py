@@ -399,8 +399,9 @@ class Workload(_Frozen):
         description="dtype of the main-gradient buffer and of its data-parallel reduce-scatter/all-reduce "
         "outside ZeRO-3 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32: fp32, the default "
         "of Megatron-LM, Megatron-Bridge and NeMo; bf16 = Megatron --grad-reduce-in-bf16, NeMo "
-        "grad_sync_dtype: bf16 / plugins.grad_reduce_in_fp32=False). ZeRO-3/FSDP reduce in the stack's own "
-        "dtype (software.yaml zero3_grad_bytes)",
+        "grad_sync_dtype: bf16 / plugins.grad_reduce_in_fp32=False). Megatron-FSDP's ZeRO-3 reduce-scatter moves "
+        "this buffer too; the other ZeRO-3/FSDP stacks reduce in their own dtype (software.yaml "
+        "zero3_reduces_main_grads, zero3_grad_bytes)",
     )
     moe_ep_overlap: bool = Field(
         default=False,

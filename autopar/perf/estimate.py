@@ -384,7 +384,17 @@ UnitFn = Callable[[Num, Num, fsdp.DpGroups, int], fsdp.Zero3Unit]
 
 
 def _unit_of(ctx: PerfContext) -> UnitFn:
-    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, ctx.sw.zero3_grad_bytes, n_coll)
+    gb = zero3_grad_bytes(ctx)
+    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, gb, n_coll)
+
+
+def zero3_grad_bytes(ctx: PerfContext) -> float:
+    """Bytes per gradient element of the ZeRO-3 reduce-scatter: the main-gradient dtype where the stack
+    reduce-scatters its main-gradient buffer (Megatron-FSDP: software.yaml zero3_reduces_main_grads), else the
+    stack's own (zero3_grad_bytes)."""
+    if ctx.sw.zero3_reduces_main_grads:
+        return memory.GRAD_BYTES[ctx.w.grad_reduce_dtype]
+    return ctx.sw.zero3_grad_bytes
 
 
 def ddp_dp_time(

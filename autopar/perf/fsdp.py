@@ -227,8 +227,11 @@ def zero3_round(
 
     Forward: the first unit's (and the root's) gather is exposed; each later gather hides under the previous
     unit's forward compute c_f. Backward: the last block stays gathered; each earlier unit's re-gather and the
-    previous unit's reduce-scatter (+ HSDP all-reduce) hide under one unit's backward c_b; the final
-    reduce-scatter and the root's (embedding gradients come last) are exposed. `hide` bounds the share of
+    previous unit's reduce-scatter (+ HSDP all-reduce) hide under one unit's backward c_b, one after the other:
+    a group's gather and reduce-scatter share its NCCL communicator, which runs them in launch order even from
+    separate CUDA streams (Megatron-LM megatron/core/distributed/fsdp/src/docs/runtime_schedule.md
+    "Prefetching"; Megatron-FSDP issues the reduce-scatter on a side stream, custom_fsdp
+    GradReducePipeline). The final reduce-scatter and the root's (embedding gradients come last) are exposed. `hide` bounds the share of
     compute that can cover communication (DeepSpeed's bounded prefetch < 1). (FSDP: Zhao et al. 2023
     arXiv 2304.11277 §3.3-3.4 "backward/forward prefetching"; torchtitan keeps the last block unsharded.)
     """

@@ -38,6 +38,7 @@ class SoftwareProfile:
     pp_defers_grad_sync: bool = False
     sp_saves_gathered_inputs: bool = False
     moe_eager_clamp_bias: bool = False
+    zero3_reduces_main_grads: bool = False
     source: str = ""
 
 
