@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from autopar.calibration.features import features, group_of, memory_features
-from autopar.calibration.records import batch_estimate, distinct_records
+from autopar.calibration.records import batch_estimate, distinct_records, stage_estimate
 from autopar.calibration.verdict import OOM, memory_verdicts
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
@@ -32,8 +32,8 @@ def _row_features(row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal
         return None
     sp, est = evaluated
     try:
-        args = (sp.model, sp.cluster, sp.workload, sp.strategy, est)
-        x, xm = features(*args), memory_features(*args)
+        args = (sp.model, sp.cluster, sp.workload, sp.strategy)
+        x, xm = features(*args, est), memory_features(*args, stage_estimate(row, sp, est))
     except Exception:  # noqa: BLE001 - the row's status column already says why
         return None
     g = group_of(row)

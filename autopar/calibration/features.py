@@ -234,11 +234,14 @@ def record_features(
     rec: Mapping[str, Any], target: str = "throughput"
 ) -> tuple[np.ndarray, Estimate, str, str]:
     """Features, analytical estimate, GPU family and software stack (Workload.framework) of one run record
-    (raises AutoparError if unusable)."""
-    from autopar.calibration.records import row_to_specs  # pandas: loaded only when records are read
+    (raises AutoparError if unusable). Memory: the estimate's memory is the stage the record's peak was
+    measured on, where its notes state one (records.stage_estimate)."""
+    from autopar.calibration.records import row_to_specs, stage_estimate  # pandas: loaded only when read
 
     sp = row_to_specs(rec)
     est = estimate(sp.model, sp.cluster, sp.workload, sp.strategy, strict=False)
+    if target == "memory":
+        est = stage_estimate(rec, sp, est)
     fn = memory_features if target == "memory" else features
     x = fn(sp.model, sp.cluster, sp.workload, sp.strategy, est)
     return x, est, sp.cluster.gpu.family, str(sp.workload.framework)

@@ -20,7 +20,7 @@ import numpy as np
 from autopar.errors import AutoparError, DataError
 from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
-from autopar.perf.estimate import estimate
+from autopar.perf.estimate import estimate, stage_memories
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -374,17 +374,22 @@ _MODEL_CELLS = (
     "shared_experts",
     "moe_ffn_hidden",
     "dropout_stated",  # not a column: whether the notes state dropout on (_DROPOUT_NOTE), set by _model_from_row
+    "untied_stated",  # not a column: whether the notes state untied embeddings (_UNTIED_NOTE), likewise
 )
 
 
 def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
-    stated = bool(_DROPOUT_NOTE.search(str(_cell(row, "notes") or "").lower()))
-    cells = tuple(stated if c == "dropout_stated" else _cell(row, c) for c in _MODEL_CELLS)
+    text = str(_cell(row, "notes") or "").lower()
+    said = {
+        "dropout_stated": bool(_DROPOUT_NOTE.search(text)),
+        "untied_stated": bool(_UNTIED_NOTE.search(text)),
+    }
+    cells = tuple(said[c] if c in said else _cell(row, c) for c in _MODEL_CELLS)
     try:
         hash(cells)
     except TypeError:  # an unhashable cell (a list from JSONL): build it uncached, it errors as before
-        return _build_model({**row, "dropout_stated": stated}, assumed)
+        return _build_model({**row, **said}, assumed)
     model, notes = _model_from_cells(cells)
     assumed.extend(notes)
     return model
@@ -428,6 +433,9 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
     if not dropout and row.get("dropout_stated"):
         dropout = True
         assumed.append("dropout=true (notes: hidden/attention dropout on)")
+    if tied and row.get("untied_stated"):
+        tied = False
+        assumed.append("tied_embeddings=false (notes: --untie-embeddings-and-output-weights)")
     fields: dict[str, Any] = dict(
         name=name,
         layers=layers,
@@ -448,6 +456,9 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
 # Notes that state a nonzero dropout ("dropout 0.1", "attention_dropout=0.1"): Megatron-LM's own defaults
 # (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1), which GPT-era scripts keep.
 _DROPOUT_NOTE = re.compile(r"dropout[ =:]+0?\.0*[1-9]")
+# Megatron-LM's flag for separate input embedding and output layer weights (megatron/training/arguments.py
+# --untie-embeddings-and-output-weights), where a record's notes quote it.
+_UNTIED_NOTE = re.compile(r"untie[-_ ]embeddings[-_ ]and[-_ ]output[-_ ]weights")
 
 
 def _block_style(
@@ -765,6 +776,7 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
         return {"id": rid, "status": "error: " + "; ".join(x.strip() for x in msg[:3])}
     except Exception as e:  # noqa: BLE001 - one odd row must not stop a batch; say what happened
         return {"id": rid, "status": f"error: could not evaluate ({type(e).__name__}: {e})"}
+    mem = measured_stage_memory(row, specs, est)
     out: dict[str, Any] = {
         "id": rid,
         "status": "ok",
@@ -773,18 +785,43 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
         "pred_tflops_per_gpu": est.model_tflops_per_gpu,
         "pred_hw_tflops_per_gpu": est.hw_tflops_per_gpu,
         "pred_mfu": est.mfu,
-        "pred_mem_gib_per_gpu": est.memory.total / GiB,
+        "pred_mem_gib_per_gpu": mem.total / GiB,
         "pred_fits": est.fits,
         "pred_headroom_gib": est.headroom_gib,
         "bottleneck": est.bottleneck,
     }
-    for k, v in est.memory.as_dict().items():
+    for k, v in mem.as_dict().items():
         out[f"mem_{k}_gib"] = v / GiB
     for k, v in est.time.as_dict().items():
         out[f"time_{k}_s"] = v
     out["assumed"] = "; ".join([*specs.assumed, *est.assumed])
     out["strategy"] = (est.strategy or specs.strategy).label()
     return out
+
+
+# The pipeline stage a record's memory figure was measured on, where its notes state one ("stage=last":
+# Megatron-LM logs torch.cuda.memory_stats() on its tensorboard rank, the last global rank, which is on the last
+# pipeline stage: megatron/training/global_vars.py `_set_tensorboard_writer`). Unstated: the peak over stages.
+_STAGE_NOTE = re.compile(r"\bstage\s*=\s*(first|last)\b")
+
+
+def measured_stage_memory(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:
+    """The memory breakdown to compare with the record's measured peak: the stage its notes name (first or
+    last pipeline stage), else the estimate's peak over the stages."""
+    m = _STAGE_NOTE.search(str(_cell(row, "notes") or "").lower())
+    if m is None or specs.strategy.pp <= 1:
+        return est.memory
+    per_stage = stage_memories(specs.model, specs.cluster, specs.workload, est.strategy or specs.strategy)
+    return per_stage[0] if m.group(1) == "first" else per_stage[-1]
+
+
+def stage_estimate(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:
+    """`est` with its memory replaced by the stage the record's peak was measured on (measured_stage_memory),
+    so that a memory calibration learns and predicts like for like; `est` itself when no stage is stated."""
+    import dataclasses
+
+    mem = measured_stage_memory(row, specs, est)
+    return est if mem is est.memory else dataclasses.replace(est, memory=mem)
 
 
 def row_ids(df: pd.DataFrame) -> list[str]:

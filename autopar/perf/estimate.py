@@ -29,7 +29,13 @@ from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, Knobs, ModelSpec, Strategy, Workload
 
-__all__ = ["activation_bytes_per_layer", "estimate", "strategy_violations", "usable_memory_bytes"]
+__all__ = [
+    "activation_bytes_per_layer",
+    "estimate",
+    "stage_memories",
+    "strategy_violations",
+    "usable_memory_bytes",
+]
 
 
 def estimate(
@@ -242,10 +248,11 @@ def stage_specs_of(
             _mix(model, 0, lay.first), True, dual, False, pipeline.inflight_microbatches(sched, p, m, v)
         )
     ]
-    if p > 2:
-        mid_inflight = pipeline.inflight_microbatches(sched, p - 1, m, v)
+    if p > 2:  # the middle stage is rank 1's (the most loaded of the middle ranks)
+        mid_inflight = pipeline.inflight_microbatches(sched, p, m, v, rank=1)
         specs.append(StageSpec(_mix(model, lay.first, lay.middle), False, False, False, mid_inflight))
-    specs.append(StageSpec(_mix(model, model.layers - lay.last, lay.last), dual, True, True, 1.0))
+    last_inflight = pipeline.inflight_microbatches(sched, p, m, v, rank=p - 1)
+    specs.append(StageSpec(_mix(model, model.layers - lay.last, lay.last), dual, True, True, last_inflight))
     return tuple(specs), lay.note
 
 
@@ -291,23 +298,46 @@ def _memory(
     ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, st: Stages, sh: memory.Sharding
 ) -> tuple[MemoryBreakdown, memory.StageParams]:
     """Peak memory over the distinct stages, and the parameters of the first stage."""
+    per_stage = _stage_memories(ctx, s, k, lc, st, sh)
+    best = per_stage[0][1]
+    for _, mb in per_stage[1:]:
+        if mb.total > best.total:
+            best = mb
+    return best, per_stage[0][0]
+
+
+def _stage_memories(
+    ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, st: Stages, sh: memory.Sharding
+) -> list[tuple[memory.StageParams, MemoryBreakdown]]:
+    """(parameters, memory) of each distinct stage: first, middle when p > 2, last."""
     copies = float(pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1)
     off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
     full = k.recompute == "full"
-    best: MemoryBreakdown | None = None
-    first_params: memory.StageParams | None = None
+    out = []
     for sp in st.specs:
         params = memory.stage_params(
             ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
         )
-        first_params = first_params or params
         mb = memory.stage_memory_of(
             params, sh, lc, *sp.mix, sp.inflight, full, sp.first, sp.last, copies, off
         )
-        if best is None or mb.total > best.total:
-            best = mb
-    assert best is not None and first_params is not None
-    return best, first_params
+        out.append((params, mb))
+    return out
+
+
+def stage_memories(
+    model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy
+) -> tuple[MemoryBreakdown, ...]:
+    """Memory of each distinct pipeline stage (first, middle when p > 2, last) of a completed strategy (an
+    Estimate's `strategy`), for comparing a measurement taken on one stage (e.g. Megatron-LM logs the last
+    rank's, which is the last pipeline stage); `estimate`'s memory is the largest of them."""
+    ctx = perf_context(model, cluster, w)
+    s = s.with_dp(cluster.num_gpus)
+    t, c, d, k = s.tp, s.cp, s.dp, s.knobs()
+    lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
+    st = _stages(ctx, s, k, lc, micro_batches(w, k.micro_batch, d))
+    sh = _sharding(ctx, s, k, fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard))
+    return tuple(mb for _, mb in _stage_memories(ctx, s, k, lc, st, sh))
 
 
 def layer_mean(mix: tuple[int, int], dense: float, moe: float) -> float:

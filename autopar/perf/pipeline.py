@@ -84,18 +84,34 @@ def bubble_fraction(
     return (p - 1) / m
 
 
-def inflight_microbatches(schedule: str, p: int, m: int, v: int = 1) -> float:
-    """Micro-batches of activations the first (most loaded) stage keeps, in units of its own layers."""
+def inflight_microbatches(schedule: str, p: int, m: int, v: int = 1, rank: int = 0) -> float:
+    """Micro-batches of activations pipeline rank `rank` keeps, in units of its own layers (rank 0, the
+    first stage, is the most loaded). Interleaved 1F1B follows Megatron-Core's warm-up count
+    (`interleaved_inflight`); the other schedules keep their first-stage rule over the p − rank stages from
+    this rank on (1F1B: min(p − rank, m); the last rank one micro-batch)."""
+    if schedule == "interleaved" and v > 1 and p > 1:
+        return interleaved_inflight(p, m, v, rank)
+    p = p - rank
     if p <= 1:
         return 1.0
     if schedule == "dualpipe":
         return float(min(p + 1, m))
     if schedule == "zb-2p":  # the 2p micro-batch activation budget (ZB-2p, module docstring)
         return float(min(2 * p, m))
-    base = float(min(p, m))  # 1F1B, ZB-H1 and ZB-V
-    if schedule == "interleaved" and v > 1:
-        return base * (1 + (p - 1) / (p * v))
-    return base
+    return float(min(p, m))  # 1F1B, ZB-H1, ZB-V (and interleaved without virtual stages)
+
+
+def interleaved_inflight(p: int, m: int, v: int, rank: int) -> float:
+    """Micro-batches (in units of the rank's layers) that rank `rank` of an interleaved 1F1B pipeline keeps.
+
+    Megatron-Core (megatron/core/pipeline_parallel/schedules.py `get_pp_rank_microbatches`) runs
+    2·(p − rank − 1) + (v − 1)·g warm-up forwards of model chunks (g = microbatch_group_size_per_vp_stage,
+    p by default), capped at the m·v chunk-forwards of the step; its steady phase then runs one more forward
+    before each backward, so warm-up + 1 chunk activations are live (all m·v when the cap binds). A chunk is
+    1/v of the rank's layers. Rank 0 keeps (p·v + p − 1)/v = p·(1 + (p − 1)/(p·v)), Korthikanti et al. 2022
+    §4.2.3's figure; the last rank keeps ((v − 1)·p + 1)/v, not the single micro-batch of plain 1F1B."""
+    chunks = min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
+    return chunks / v
 
 
 # DualPipe overlaps one micro-batch's forward with another's backward so that the expert all-to-all and the
