@@ -54,10 +54,19 @@ _REASONS = {
 }
 
 
+def expand_user(path: str | Path) -> Path:
+    """`~` and `~user` expanded as the shell does; a `~user` that names no user here stays literal (pathlib
+    raises RuntimeError for it, which would otherwise surface as a traceback from a path option)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def autopar_home() -> Path:
     """autopar's data folder: $AUTOPAR_HOME, else ~/.autopar."""
     env = os.environ.get(HOME_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".autopar"
+    return expand_user(env) if env else Path.home() / ".autopar"
 
 
 def kind_of(mode: int) -> str:
@@ -90,7 +99,7 @@ def _blocked_by(found: tuple[Path, str]) -> str:
     blocker, kind = found
     kind = "file" if kind == "regular file" else kind
     env = os.environ.get(HOME_ENV)
-    if env and Path(env).expanduser() == blocker:
+    if env and expand_user(env) == blocker:
         return f"{HOME_ENV}='{env}' is a {kind}, not a directory (point it at a directory, or unset it)"
     return f"'{blocker}' is a {kind}, not a directory"
 

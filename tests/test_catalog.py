@@ -554,3 +554,23 @@ def test_version_command():
     runner, app = _cli()
     r = runner.invoke(app, ["version"])
     assert r.exit_code == 0 and f"autopar {__version__}" in r.stdout and "optuna" in r.stdout
+
+
+@pytest.mark.parametrize("model", ["~0", "~0.json", "~no_such_user_autopar/config.json"])
+def test_model_tilde_naming_no_user_is_a_clear_error(model):
+    """`~user` that names no user on the machine: pathlib's expanduser raises RuntimeError ("Could not
+    determine home directory"), found by test_fuzz_inputs; it must read as a name or a missing file."""
+    runner, app = _cli()
+    res = runner.invoke(app, ["estimate", "--model", model])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error:") and model in line
+
+
+def test_expand_user_keeps_an_unknown_user_literal(tmp_path, monkeypatch):
+    from autopar.files import expand_user
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert expand_user("~/x.json") == tmp_path / "x.json"
+    assert expand_user("~no_such_user_autopar/x.json") == Path("~no_such_user_autopar/x.json")

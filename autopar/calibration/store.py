@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autopar.errors import DataError
-from autopar.files import autopar_home, ensure_dir
+from autopar.files import autopar_home, ensure_dir, expand_user
 
 SCHEMA_VERSION = "1"
 _DDL = """
@@ -56,7 +56,7 @@ class RunStore:
     """A SQLite file of run records; `add` is atomic and idempotent (fingerprint is UNIQUE)."""
 
     def __init__(self, path: str | Path | None = None):
-        self.path = Path(path).expanduser() if path else default_store_path()
+        self.path = expand_user(path) if path else default_store_path()
 
     @contextmanager
     def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:

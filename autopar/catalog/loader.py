@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from autopar.catalog.hf import canonical_fields, model_from_hf_config
 from autopar.catalog.names import NameIndex
 from autopar.errors import DataError
+from autopar.files import expand_user
 from autopar.inputs import CONFIG_MAX_BYTES, parse_document, read_text
 from autopar.specs import GPUSpec, ModelSpec
 
@@ -115,7 +116,7 @@ def _looks_like_path(text: str) -> bool:
     if text.lower().endswith((".json", ".yaml", ".yml")):
         return True
     try:  # a name longer than the OS allows for a path (ENAMETOOLONG) is a name, not a file
-        p = Path(text).expanduser()
+        p = expand_user(text)
         return p.is_file() or (p.is_dir() and (p / "config.json").is_file())
     except (OSError, ValueError):
         return False
@@ -135,7 +136,7 @@ def get_model(name_or_path: str) -> ModelSpec:
 
 def load_model_file(path: str | Path) -> ModelSpec:
     """Read a model from a Hugging Face config.json, or from a JSON/YAML mapping of ModelSpec fields."""
-    p = Path(path).expanduser()
+    p = expand_user(path)
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from autopar.errors import DataError, SpecError
+from autopar.files import expand_user
 
 # Seconds one tool may run (nvidia-smi -q on a busy 8-GPU host takes a few seconds).
 TOOL_TIMEOUT_S = 30
@@ -71,7 +72,7 @@ def read_recorded(folder: str | Path) -> dict[str, str]:
     from autopar.catalog.topology import RECORDED_FILES
     from autopar.inputs import read_text
 
-    d = Path(folder).expanduser()
+    d = expand_user(folder)
     if not d.is_dir():
         raise DataError(f"topology folder '{folder}' does not exist or is not a folder")
     files = {

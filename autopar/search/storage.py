@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from autopar.errors import AutoparError, StorageError
+from autopar.files import expand_user
 from autopar.search.optuna_compat import (
     RDB_LOGGER,
     STALE_TRIAL_IDS_HOOK,
@@ -285,7 +286,7 @@ def _checked_file(path: str, shown: str, create: bool) -> Path:
     """The file behind a journal or SQLite storage: its folder exists, it is a regular file (not a
     folder, device or pipe, which would be read without end), and it exists unless `create`."""
     try:
-        p = Path(path).expanduser()
+        p = expand_user(path)
         folder = p.resolve().parent
         ok, exists, regular = folder.is_dir(), p.exists(), p.is_file()
     except (OSError, ValueError, RuntimeError) as e:  # e.g. an embedded NUL byte, a symlink loop
