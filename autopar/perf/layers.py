@@ -587,7 +587,7 @@ class _ActivationTerms:
     )
     up_tok: float  # MLA: the up-projected per-head Q, K, V (in qkv_tok): "mla_up_proj" frees them
     moe_act_tok: float  # routed experts' FC2 inputs = activation outputs (in moe_tok): "moe_act" frees them
-    router_in_tok: float  # MoE layers: the router keeps the bf16 MLP-norm output beyond rep_tok's GEMM-input copy
+    router_in_tok: float  # MoE: the router keeps the bf16 MLP-norm output beyond rep_tok's GEMM-input copy
     gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
 
     @staticmethod
@@ -650,7 +650,8 @@ class _ActivationTerms:
         mods, sp_div, t = recompute_modules(kind), self.g.sp_div, self.g.t
         freed = self.score_tok / t if "core_attn" in mods else 0.0
         gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)
-        norm_out = self.norm_out_tok + (self.router_in_tok if moe else 0.0)  # the router's input is a norm output
+        # the router's input is the MLP-norm output: "layernorm" frees it with the norm's other outputs
+        norm_out = self.norm_out_tok + (self.router_in_tok if moe else 0.0)
         freed += norm_out / sp_div + gathered if "layernorm" in mods else 0.0
         freed += self.up_tok / t if "mla_up_proj" in mods else 0.0
         freed += self.mlp_tok / t if "mlp" in mods and not moe else 0.0
