@@ -22,9 +22,10 @@ CL = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=8)
 SEQ = 4096
 
 
-def _ctx(model=QWEN, precision="bf16", router_bytes=None):
+def _ctx(model=QWEN, precision="bf16", router_bytes=None, recipe=None):
     # uncached (perf_context caches contexts): this one's software profile may be changed
-    ctx = PerfContext(model, CL, Workload(seq_len=SEQ, global_batch=64, precision=precision))
+    extra = {"fp8_recipe": recipe} if recipe else {}
+    ctx = PerfContext(model, CL, Workload(seq_len=SEQ, global_batch=64, precision=precision, **extra))
     if router_bytes is not None:
         ctx.sw = dataclasses.replace(ctx.sw, moe_router_bytes_per_expert=router_bytes)
     return ctx
@@ -65,10 +66,11 @@ def test_layernorm_recompute_frees_the_routers_input_too():
         assert full - sel == pytest.approx(SEQ * (gemm_in + 2) * 2048)
 
 
-def test_shared_experts_fc1_input_is_the_norm_output_in_bf16():
+def test_shared_experts_fc1_input_is_the_norm_output_unless_delayed_scaling():
     shared = QWEN.model_copy(update={"shared_experts": 1, "shared_ffn_hidden": 1024})
-    for precision, fc1_in in (("bf16", 0), ("fp8", 1)):
-        plain, with_shared = _act(_ctx(precision=precision))[0], _act(_ctx(shared, precision))[0]
+    for precision, recipe, fc1_in in (("bf16", None, 0), ("fp8", "delayed", 1), ("fp8", "current", 0)):
+        plain = _act(_ctx(precision=precision, recipe=recipe))[0]
+        with_shared = _act(_ctx(shared, precision, recipe=recipe))[0]
         gemm_in = 2 if precision == "bf16" else 1
         # FC1 input (a new copy only in FP8), gate/up output 2 x 1024 bf16, FC2 input 1024
         assert with_shared - plain == pytest.approx(SEQ * (fc1_in * 2048 + 2 * 2 * 1024 + gemm_in * 1024))

@@ -679,9 +679,11 @@ def _mla_up_activations(ctx: PerfContext, g: _Shard) -> float:
 def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> float:
     """Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input (h, FP8
     when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the FC2 input (f_e,
-    FP8 when FP8); shared experts likewise per token, but their FC1 input is the MLP-norm output itself in bf16
-    (counted in rep_tok / router_in_tok; only FP8 adds a quantised copy); the router's fp32 scores and routing
-    map (software.yaml moe_router_bytes_per_expert)."""
+    FP8 when FP8); shared experts likewise per token, but their FC1 input is the MLP-norm output the router
+    keeps (rep_tok + router_in_tok): Megatron-Core's SharedExpertMLP saves that original tensor under FP8 too
+    (moe/shared_experts.py: set_save_original_input on linear_fc1), except with delayed scaling, which Transformer
+    Engine refuses there, so a 1-byte copy is kept; the router's fp32 scores and routing map (software.yaml
+    moe_router_bytes_per_expert)."""
     model, h = ctx.model, g.h
     if not model.is_moe:
         return 0.0
@@ -690,7 +692,8 @@ def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> 
         return fc1_in * h + BF16_BYTES * (g.n_mat - 1) * width + gemm_in * width
 
     routed = model.topk * mlp.load * (expert_tok(mlp.fe, gemm_in) + _clamp_copy(ctx, g, mlp))
-    shared = model.shared_experts * expert_tok(model.shared_ffn, gemm_in if g.fp8 else 0.0)
+    fc1_copy = FP8_BYTES if g.fp8 and ctx.w.fp8_recipe == "delayed" else 0.0
+    shared = model.shared_experts * expert_tok(model.shared_ffn, fc1_copy)
     return routed + shared + ctx.sw.moe_router_bytes_per_expert * model.experts
 
 
