@@ -587,6 +587,7 @@ class _ActivationTerms:
     )
     up_tok: float  # MLA: the up-projected per-head Q, K, V (in qkv_tok): "mla_up_proj" frees them
     moe_act_tok: float  # routed experts' FC2 inputs = activation outputs (in moe_tok): "moe_act" frees them
+    router_in_tok: float  # MoE: the router keeps the bf16 MLP-norm output beyond rep_tok's GEMM-input copy
     gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
 
     @staticmethod
@@ -617,6 +618,7 @@ class _ActivationTerms:
             moe_act_tok=model.topk * mlp.load * (gemm_in * mlp.fe + _clamp_copy(ctx, g, mlp))
             if model.is_moe
             else 0.0,
+            router_in_tok=(BF16_BYTES - gemm_in) * h if model.is_moe else 0.0,
             gemm_frac=sw.selective_gemm_fraction,
         )
 
@@ -624,9 +626,10 @@ class _ActivationTerms:
         """Bytes one layer keeps per micro-batch under recompute `kind`."""
         g, T, sp_div, t = self.g, self.g.T, self.g.sp_div, self.g.t
         mlp = self.moe_tok if moe else self.mlp_tok
+        rep = self.rep_tok + (self.router_in_tok if moe else 0.0)
         attn = self.qkv_tok + self.ctx_tok + self.lse_tok
         gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)  # the full-sequence copies beyond the SP shard
-        full = T * ((self.rep_tok + self.drop_tok) / sp_div + gathered + (attn + mlp + self.score_tok) / t)
+        full = T * ((rep + self.drop_tok) / sp_div + gathered + (attn + mlp + self.score_tok) / t)
         if kind == "none":
             return full
         if kind.startswith("sel:"):
@@ -647,7 +650,9 @@ class _ActivationTerms:
         mods, sp_div, t = recompute_modules(kind), self.g.sp_div, self.g.t
         freed = self.score_tok / t if "core_attn" in mods else 0.0
         gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)
-        freed += self.norm_out_tok / sp_div + gathered if "layernorm" in mods else 0.0
+        # the router's input is the MLP-norm output: "layernorm" frees it with the norm's other outputs
+        norm_out = self.norm_out_tok + (self.router_in_tok if moe else 0.0)
+        freed += norm_out / sp_div + gathered if "layernorm" in mods else 0.0
         freed += self.up_tok / t if "mla_up_proj" in mods else 0.0
         freed += self.mlp_tok / t if "mlp" in mods and not moe else 0.0
         return freed + (self.moe_act_tok / t if "moe_act" in mods and moe else 0.0)
@@ -674,16 +679,22 @@ def _mla_up_activations(ctx: PerfContext, g: _Shard) -> float:
 def _moe_activations(ctx: PerfContext, g: _Shard, mlp: _Mlp, gemm_in: float) -> float:
     """Per routed token copy (Megatron TEGroupedMLP, probs applied inside the activation): the FC1 input (h, FP8
     when FP8), the FC1 output for the activation's backward ((n_mat - 1) x f_e in bf16) and the FC2 input (f_e,
-    FP8 when FP8); shared experts likewise per token; router scores in fp32."""
+    FP8 when FP8); shared experts likewise per token, but their FC1 input is the MLP-norm output the router
+    keeps (rep_tok + router_in_tok): Megatron-Core's SharedExpertMLP saves that original tensor under FP8 too
+    (moe/shared_experts.py: set_save_original_input on linear_fc1), except with delayed scaling, which Transformer
+    Engine refuses there, so a 1-byte copy is kept; the router's fp32 scores and routing map (software.yaml
+    moe_router_bytes_per_expert)."""
     model, h = ctx.model, g.h
     if not model.is_moe:
         return 0.0
 
-    def expert_tok(width: float) -> float:
-        return gemm_in * h + BF16_BYTES * (g.n_mat - 1) * width + gemm_in * width
+    def expert_tok(width: float, fc1_in: float) -> float:
+        return fc1_in * h + BF16_BYTES * (g.n_mat - 1) * width + gemm_in * width
 
-    routed = model.topk * mlp.load * (expert_tok(mlp.fe) + _clamp_copy(ctx, g, mlp))
-    return routed + model.shared_experts * expert_tok(model.shared_ffn) + FP32_BYTES * model.experts
+    routed = model.topk * mlp.load * (expert_tok(mlp.fe, gemm_in) + _clamp_copy(ctx, g, mlp))
+    fc1_copy = FP8_BYTES if g.fp8 and ctx.w.fp8_recipe == "delayed" else 0.0
+    shared = model.shared_experts * expert_tok(model.shared_ffn, fc1_copy)
+    return routed + shared + ctx.sw.moe_router_bytes_per_expert * model.experts
 
 
 def _clamp_copy(ctx: PerfContext, g: _Shard, mlp: _Mlp) -> float:

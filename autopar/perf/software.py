@@ -38,6 +38,7 @@ class SoftwareProfile:
     pp_defers_grad_sync: bool = False
     sp_saves_gathered_inputs: bool = False
     moe_eager_clamp_bias: bool = False
+    moe_router_bytes_per_expert: float = 4.0
     zero3_reduces_main_grads: bool = False
     source: str = ""
 
