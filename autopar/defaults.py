@@ -64,3 +64,20 @@ TP_COMM_OVERLAP_BY_STACK: dict[str, bool] = {"megatron": True}
 def tp_comm_overlap_default(framework: str, stated: bool | None = None) -> bool:
     """The TP comm overlap a run on `framework` uses: what the user stated, else the stack's recipe default."""
     return TP_COMM_OVERLAP_BY_STACK.get(framework, False) if stated is None else stated
+
+
+# Main-gradient buffer / DP reduction dtype a stack's published training recipes use when the user does not say
+# (`--grad-reduce-dtype`). Megatron-Core as NVIDIA runs it reduces in bf16: Megatron-Bridge's performance configs
+# set mixed_precision.grad_reduce_in_fp32 = ddp.grad_reduce_in_fp32 = False for every model family they
+# benchmark (scripts/performance/configs/<family>/<family>_llm_pretrain.py `set_<family>_common_configs`, tags
+# v0.2.0 717c62d to v0.5.0 fcbb603; from v0.6.0 perf_recipes/_common.py `_benchmark_common`), as NeMo 2's
+# performance recipes did from 25.04 (`pretrain_performance_optimizations`: plugins.grad_reduce_in_fp32 = False);
+# Megatron-Core >= 0.17 also defaults Megatron-FSDP's main gradients to the parameters' dtype. Megatron-LM's own
+# argument default (accumulate and reduce in fp32 for bf16 training: megatron-legacy), torchtitan's FSDP2
+# reduce dtype, DeepSpeed and plain FSDP stay fp32 (calibration/records.py states fp32 for runs that do not say).
+GRAD_REDUCE_DTYPE_BY_STACK: dict[str, str] = {"megatron": "bf16"}
+
+
+def grad_reduce_dtype_default(framework: str, stated: str | None = None) -> str:
+    """The main-gradient dtype a run on `framework` uses: what the user stated, else the stack's recipe default."""
+    return GRAD_REDUCE_DTYPE_BY_STACK.get(framework, "fp32") if stated is None else stated

@@ -10,7 +10,7 @@ from typing import Annotated, Literal, NamedTuple, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # The knob domains and the completable knobs are declared in the registry (autopar/knobs.py); re-exported here.
-from autopar.defaults import tp_comm_overlap_default
+from autopar.defaults import grad_reduce_dtype_default, tp_comm_overlap_default
 from autopar.knobs import COMPLETABLE_KNOBS as COMPLETABLE_KNOBS
 from autopar.knobs import CpComm as CpComm
 from autopar.knobs import Framework, format_label
@@ -397,11 +397,12 @@ class Workload(_Frozen):
     grad_reduce_dtype: GradReduceDtype = Field(
         default="fp32",
         description="dtype of the main-gradient buffer and of its data-parallel reduce-scatter/all-reduce "
-        "outside ZeRO-3 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32: fp32, the default "
-        "of Megatron-LM, Megatron-Bridge and NeMo; bf16 = Megatron --grad-reduce-in-bf16, NeMo "
-        "grad_sync_dtype: bf16 / plugins.grad_reduce_in_fp32=False). Megatron-FSDP's ZeRO-3 reduce-scatter moves "
-        "this buffer too; the other ZeRO-3/FSDP stacks reduce in their own dtype (software.yaml "
-        "zero3_reduces_main_grads, zero3_grad_bytes)",
+        "outside ZeRO-3 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32; bf16 = Megatron "
+        "--grad-reduce-in-bf16, NeMo grad_sync_dtype: bf16 / plugins.grad_reduce_in_fp32=False). Unstated: the "
+        "stack's recipe default (defaults.grad_reduce_dtype_default: bf16 for megatron, as Megatron-Bridge's "
+        "performance configs run; fp32 elsewhere). Megatron-FSDP's ZeRO-3 reduce-scatter moves this buffer too; "
+        "the other ZeRO-3/FSDP stacks reduce in their own dtype (software.yaml zero3_reduces_main_grads, "
+        "zero3_grad_bytes)",
     )
     moe_ep_overlap: bool = Field(
         default=False,
@@ -417,13 +418,16 @@ class Workload(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _stack_tp_overlap(cls, data: object) -> object:
-        """An unstated (or None) tp_comm_overlap takes the stack's recipe default, as the CLI does."""
-        if isinstance(data, dict) and data.get("tp_comm_overlap") is None:
-            data = {
-                **data,
-                "tp_comm_overlap": tp_comm_overlap_default(str(data.get("framework", "megatron"))),
-            }
+    def _stack_defaults(cls, data: object) -> object:
+        """An unstated (or None) tp_comm_overlap / grad_reduce_dtype takes the stack's recipe default, as the
+        CLI does."""
+        if not isinstance(data, dict):
+            return data
+        stack = str(data.get("framework", "megatron"))
+        if data.get("tp_comm_overlap") is None:
+            data = {**data, "tp_comm_overlap": tp_comm_overlap_default(stack)}
+        if data.get("grad_reduce_dtype") is None:
+            data = {**data, "grad_reduce_dtype": grad_reduce_dtype_default(stack)}
         return data
 
     @property

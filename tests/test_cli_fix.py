@@ -144,10 +144,10 @@ def test_text_output_states_the_verdict_first() -> None:
     assert res.exit_code == 0, res.output
     first = res.output.splitlines()[0]
     assert (
-        first.startswith(f"current: {OOM_LABEL} on 16x H100-SXM") and ": oom, 113.9 GiB of 79.2 GiB" in first
+        first.startswith(f"current: {OOM_LABEL} on 16x H100-SXM") and ": oom, 106.4 GiB of 79.2 GiB" in first
     )
     assert (
-        "1. OOM at 32k: cp 1→2-allgather (DP 8→4, grad-accum 8→16); keeps TP2; predicted 71.9 GiB of 79.2 GiB"
+        "1. OOM at 32k: cp 1→2-allgather (DP 8→4, grad-accum 8→16); keeps TP2; predicted 64.4 GiB of 79.2 GiB"
         in res.output
     )
 

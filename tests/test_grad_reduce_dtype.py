@@ -80,7 +80,7 @@ def _nemotron_340b() -> tuple:
 
 def test_estimate_frees_two_bytes_a_parameter_under_zero1() -> None:
     m, c, s = _nemotron_340b()
-    w32 = Workload(seq_len=4096, global_batch=32, precision="fp8")
+    w32 = Workload(seq_len=4096, global_batch=32, precision="fp8", grad_reduce_dtype="fp32")
     w16 = w32.model_copy(update={"grad_reduce_dtype": "bf16"})
     a, b = estimate(m, c, w32, s, check=False), estimate(m, c, w16, s, check=False)
     assert b.memory.grads == pytest.approx(a.memory.grads / 2)  # ZeRO-1 keeps the whole buffer
@@ -139,3 +139,22 @@ def test_megatron_fsdp_launch_names_the_priced_gradient_dtype(zero: int, dtype: 
         assert check_megatron(args, version, list(ls.placeholders)) == []
     plain = launch_settings(m, c, w, s.model_copy(update={"zero": 1})).megatron_args
     assert not any(a.startswith("--megatron-fsdp") for a in plain)
+
+
+def test_unstated_dtype_is_the_stacks_recipe_default() -> None:
+    # Megatron-Bridge performance configs (set_<family>_common_configs: grad_reduce_in_fp32 = False) for
+    # megatron; every other stack's library default is fp32
+    assert Workload(seq_len=4096, global_batch=32).grad_reduce_dtype == "bf16"
+    assert Workload(seq_len=4096, global_batch=32, framework="torchtitan").grad_reduce_dtype == "fp32"
+    assert Workload(seq_len=4096, global_batch=32, framework="megatron-legacy").grad_reduce_dtype == "fp32"
+    assert Workload(seq_len=4096, global_batch=32, grad_reduce_dtype="fp32").grad_reduce_dtype == "fp32"
+    assert Workload(seq_len=4096, global_batch=32, grad_reduce_dtype=None).grad_reduce_dtype == "bf16"
+
+
+def test_a_record_that_does_not_state_its_dtype_ran_fp32() -> None:
+    # a measured run is read as its stack's library default (Megatron-LM reduces bf16 training's gradients in
+    # fp32), not as the megatron search default
+    for rid in ("NEMO2407-01", "NEMO2412-01"):
+        specs = row_to_specs(_row(rid))
+        assert specs.workload.framework == "megatron"
+        assert specs.workload.grad_reduce_dtype == "fp32"

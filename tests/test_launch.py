@@ -106,6 +106,7 @@ def test_megatron_args_llama70b_interleaved() -> None:
         "--num-layers-per-virtual-pipeline-stage 20",
         "--sequence-parallel",
         "--tp-comm-overlap",  # the megatron stack's recipe default (defaults.TP_COMM_OVERLAP_BY_STACK)
+        "--grad-reduce-in-bf16",  # the megatron stack's recipe default (defaults.GRAD_REDUCE_DTYPE_BY_STACK)
         "--use-distributed-optimizer",
         "--overlap-grad-reduce",
         "--overlap-param-gather",

@@ -128,7 +128,7 @@ def _brute_force(space, ev: Evaluator, current: Strategy, max_d: int) -> dict[in
 @cache
 def llama_space():
     """Llama-3.1-8B at 32k on 16 H100 (20,514 points): small enough for a scalar brute force."""
-    wl = Workload(seq_len=32768, global_batch=64, tp_comm_overlap=True)
+    wl = Workload(seq_len=32768, global_batch=64, tp_comm_overlap=True, grad_reduce_dtype="fp32")
     return build_space(get_model("llama-3.1-8b"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16), wl)
 
 

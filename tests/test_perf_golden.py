@@ -88,12 +88,12 @@ def test_korthikanti_table2_activation_memory(recompute: str, sp: bool, tp: int)
     )
 
 
-def _states_per_param(zero: int, n: int) -> float:
+def _states_per_param(zero: int, n: int, grads: str = "fp32") -> float:
     """(weights + grads + optimizer) bytes per parameter for a model with no TP/PP split."""
     m = get_model("Llama-3.1-8B")
     cluster = ClusterSpec(gpu=get_gpu("H200"), num_gpus=n)
     st = Strategy(zero=zero, micro_batch=1).with_dp(n)
-    e = estimate(m, cluster, Workload(seq_len=1024, global_batch=n), st)
+    e = estimate(m, cluster, Workload(seq_len=1024, global_batch=n, grad_reduce_dtype=grads), st)
     return (e.memory.weights + e.memory.grads + e.memory.optimizer) / count_params(m).total
 
 
@@ -105,6 +105,10 @@ def test_megatron_optimizer_state_bytes():
     assert _states_per_param(1, 64) == pytest.approx(6 + 12 / 64, rel=1e-12)
     # ZeRO paper §5: stage 3 keeps 16/n bytes per parameter (2 + 2 + 12 spread over n ranks).
     assert _states_per_param(3, 8) == pytest.approx(16 / 8, rel=1e-12)
+    # --grad-reduce-in-bf16 (megatron's default here, as Megatron-Bridge's performance configs run): the main-
+    # gradient buffer is bf16, 2 + 2 + 12 = 16 B, and 4 + 12/d with the distributed optimizer
+    assert _states_per_param(0, 8, "bf16") == pytest.approx(16.0, rel=1e-12)
+    assert _states_per_param(1, 8, "bf16") == pytest.approx(4 + 12 / 8, rel=1e-12)
 
 
 def test_h100_exposes_79_2_gib():

@@ -162,17 +162,24 @@ _NEMO_LAUNCHER_BF16: dict[tuple[int, int], tuple[str, ...]] = {
 _NEMO_RELEASE = re.compile(r"nemo (\d\d)\.(\d\d)")
 
 
+# A run that does not state its main-gradient dtype ran its stack's library default: fp32 (Megatron-LM
+# accumulates and reduces bf16 training's gradients in fp32; so do torchtitan's FSDP2, DeepSpeed and FSDP). Stated
+# explicitly, so that the megatron search default (defaults.grad_reduce_dtype_default: bf16, as the performance
+# recipes run) does not rewrite what a measured run did.
+_RECORD_GRAD_DTYPE = "fp32"
+
+
 def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, str]:
-    """bf16 main gradients where the performance summary's launch config states them (above)."""
+    """bf16 main gradients where the performance summary's launch config states them (above), else fp32."""
     fw = str(_cell(row, "framework") or "").lower()
     if "perf_summary" not in str(_cell(row, "source") or "").lower():
-        return {}
+        return {"grad_reduce_dtype": _RECORD_GRAD_DTYPE}
     m = _NEMO_RELEASE.search(fw)
     release = (int(m.group(1)), int(m.group(2))) if m else None
     if "megatron-bridge" in fw and release is not None and release >= _MBRIDGE_BF16_FROM:
         why = "Megatron-Bridge performance configs"
     elif "megatron-bridge" in fw:
-        return {}
+        return {"grad_reduce_dtype": _RECORD_GRAD_DTYPE}
     elif release is not None and release >= _NEMO_BF16_FROM:
         why = "NeMo 2 performance recipes"
     elif release is not None and str(_cell(row, "model") or "").lower() in _NEMO_LAUNCHER_BF16.get(
@@ -180,7 +187,7 @@ def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, 
     ):
         why = "NeMo-Framework-Launcher config: optim.grad_sync_dtype bf16"
     else:
-        return {}
+        return {"grad_reduce_dtype": _RECORD_GRAD_DTYPE}
     assumed.append(f"grad_reduce_dtype=bf16 ({why})")
     return {"grad_reduce_dtype": "bf16"}
 

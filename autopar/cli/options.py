@@ -301,7 +301,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             _o(
                 "--grad-reduce-dtype",
                 help="Main-gradient buffer and data-parallel reduction dtype outside ZeRO-3: fp32 or bf16 "
-                "(Megatron --grad-reduce-in-bf16; NeMo performance recipes) \\[default: fp32].",
+                "(Megatron --grad-reduce-in-bf16) \\[default: the stack's recipes: bf16 for megatron, as "
+                "Megatron-Bridge's performance configs run; fp32 elsewhere].",
             ),
         ],
         None,

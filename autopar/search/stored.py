@@ -192,7 +192,7 @@ def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
             raise TypeError("not a list of clusters")
         clusters = [ClusterSpec.model_validate(c) for c in raw]
         field = "workload"
-        workload = Workload.model_validate(inputs.get("workload"))
+        workload = Workload.model_validate(_stored_workload(inputs.get("workload")))
         field = "objectives"
         objectives = inputs.get("objectives")
         if not isinstance(objectives, list) or not all(isinstance(o, str) for o in objectives):
@@ -230,6 +230,12 @@ def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         price_book=_StoredPrices(prices),
         calibration=ref,
     )
+
+
+def _stored_workload(node: Any) -> Any:
+    """The stored workload; one stored before Workload.grad_reduce_dtype existed ran fp32 main gradients (the
+    default then; megatron's is bf16 now), so it is rebuilt with fp32 and its fingerprint still matches."""
+    return {"grad_reduce_dtype": "fp32", **node} if isinstance(node, dict) else node
 
 
 def _settings(
