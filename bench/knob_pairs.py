@@ -97,9 +97,18 @@ def layout_options(p: Problem) -> dict[str, dict[str, object]]:
     return out
 
 
+# A speed-up within this of 1 counts as no change (rounding makes 3a/3b and a/b differ in the last bit).
+TIE = 1e-9
+
+
+def _direction(ratio: float) -> int:
+    """+1 faster, -1 slower, 0 no change (within TIE)."""
+    return 0 if abs(ratio - 1.0) <= TIE else (1 if ratio > 1.0 else -1)
+
+
 def summary(pairs: Sequence[Pair]) -> tuple[int, int, float]:
     """n pairs, how many agree in sign, and the median predicted / measured ratio."""
-    agree = sum((q.predicted > 1) == (q.measured > 1) for q in pairs)
+    agree = sum(_direction(q.predicted) == _direction(q.measured) for q in pairs)
     med = statistics.median(q.predicted / q.measured for q in pairs) if pairs else math.nan
     return len(pairs), agree, med
 
