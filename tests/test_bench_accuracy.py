@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pandas as pd
+from runfiles import load_bench
 
 from autopar.data import published_runs_path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "accuracy.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_accuracy", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("accuracy")
 
 
 def test_accuracy_bench_on_extra_files(tmp_path, capsys):

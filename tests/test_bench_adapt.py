@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from runfiles import load_bench
 
 from autopar.calibration.features import FEATURE_NAMES
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "adapt.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_adapt", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("adapt")
 
 
 def test_adapt_protocol_counts_and_learns_a_known_offset():

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from runfiles import load_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench" / "graph_memory.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_graph_memory", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gm = _bench()
+gm = load_bench("graph_memory")
 
 
 def _row(free: float, fits: bool, act: float = 1.0, n_mb: float = 1.0) -> dict:

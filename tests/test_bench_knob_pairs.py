@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from runfiles import load_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-kp = _load("knob_pairs")
+kp = load_bench("knob_pairs")
 
 from autopar.specs import Strategy  # noqa: E402
 

@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from runfiles import cited_test_set
+from runfiles import cited_test_set, load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench" / "ranking.py"
 SWEEPS = ROOT / "bench" / "data" / "sweeps.csv"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_ranking", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rk = _bench()
+rk = load_bench("ranking")
 
 
 def test_spearman_hand_computed() -> None:
