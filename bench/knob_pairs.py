@@ -18,6 +18,7 @@ Usage: python bench/knob_pairs.py [--data FILE ...] [--no-seen] [--only SUBSTRIN
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import statistics
 import sys
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", action="store_true", help="print every pair")
     args = ap.parse_args(argv)
     if args.knob and args.knob not in KNOBS:
-        print(f"error: --knob {args.knob!r}: expected one of {', '.join(KNOBS)}", file=sys.stderr)
+        close = difflib.get_close_matches(args.knob.replace("-", "_"), KNOBS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        print(f"error: --knob {args.knob!r}: expected one of {', '.join(KNOBS)}{hint}", file=sys.stderr)
         return 2
     try:
         probs = load_problems(args.data or [SWEEPS], seen=not args.no_seen, only=args.only)

@@ -76,3 +76,5 @@ def test_knob_pairs_runs_on_the_sweeps(capsys) -> None:
     assert out.splitlines()[0].split()[:2] == ["knob", "pairs"]
     assert out.splitlines()[1].split()[0] == "micro_batch"
     assert kp.main(["--knob", "nosuch"]) == 2
+    assert kp.main(["--knob", "micro-batch"]) == 2
+    assert "did you mean micro_batch?" in capsys.readouterr().err
