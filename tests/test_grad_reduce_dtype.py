@@ -4,6 +4,8 @@ Megatron launch flag, the CLI option and the NeMo performance-summary records th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -158,3 +160,75 @@ def test_a_record_that_does_not_state_its_dtype_ran_fp32() -> None:
         specs = row_to_specs(_row(rid))
         assert specs.workload.framework == "megatron"
         assert specs.workload.grad_reduce_dtype == "fp32"
+
+
+def _dump(**args: str) -> str:
+    """A Megatron-LM argument dump (`  name ..... value`, as megatron/training/arguments.py prints it)."""
+    lines = [f"  {k} {'.' * (48 - len(k))} {v}" for k, v in {"world_size": "16", **args}.items()]
+    return "\n".join(
+        ["-" * 24 + " arguments " + "-" * 24, *lines, "-" * 20 + " end of arguments " + "-" * 21]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "dtype"),
+    [
+        # validate_args: --grad-reduce-in-bf16 sets accumulate_allreduce_grads_in_fp32 = False for a bf16 run
+        ({"bf16": "True", "accumulate_allreduce_grads_in_fp32": "False"}, "bf16"),
+        # ... which a bf16 run otherwise forces to True: fp32, the record default, so no column
+        ({"bf16": "True", "accumulate_allreduce_grads_in_fp32": "True"}, None),
+        # an fp16 run keeps fp16 gradients (False is its default): not a bf16 buffer
+        ({"bf16": "False", "fp16": "True", "accumulate_allreduce_grads_in_fp32": "False"}, None),
+        # Megatron-FSDP names its own buffer dtype (core 0.17+), whatever the DDP flag says
+        ({"bf16": "True", "use_megatron_fsdp": "True", "accumulate_allreduce_grads_in_fp32": "False",
+          "megatron_fsdp_main_grads_dtype": "torch.float32"}, None),
+        ({"bf16": "True", "use_megatron_fsdp": "True", "accumulate_allreduce_grads_in_fp32": "True",
+          "megatron_fsdp_main_grads_dtype": "auto"}, "bf16"),
+        # an older dump without the field: nothing is read
+        ({"bf16": "True"}, None),
+    ],
+)  # fmt: skip
+def test_megatron_log_states_the_main_gradient_dtype(args: dict[str, str], dtype: str | None) -> None:
+    from autopar.calibration.logs import log_config
+
+    assert log_config(_dump(**args), "megatron-log").get("grad_reduce_dtype") == dtype
+
+
+def test_a_record_column_states_the_dtype() -> None:
+    from autopar.errors import DataError
+
+    row = _row("NEMO2412-01")  # a summary row read as fp32 when unstated (above)
+    assert row_to_specs({**row, "grad_reduce_dtype": "bf16"}).workload.grad_reduce_dtype == "bf16"
+    assert row_to_specs({**row, "grad_reduce_dtype": " FP32 "}).workload.grad_reduce_dtype == "fp32"
+    with pytest.raises(DataError) as e:
+        row_to_specs({**row, "grad_reduce_dtype": "bf61"})
+    assert (
+        str(e.value) == "column 'grad_reduce_dtype' = 'bf61': expected one of fp32, bf16; did you mean bf16?"
+    )
+
+
+def test_ingested_bf16_log_is_priced_bf16_and_reingests_as_a_duplicate(tmp_path) -> None:
+    from autopar.calibration.records import row_to_specs as specs_of
+    from autopar.calibration.store import RunStore
+
+    plan = Path(__file__).parent / "fixtures" / "plan" / "run1.log"
+    text = plan.read_text()
+    bf16 = tmp_path / "bf16.log"
+    bf16.write_text(
+        text.replace(
+            "  cpu_offloading ", "  accumulate_allreduce_grads_in_fp32 ...... False\n  cpu_offloading ", 1
+        )
+    )
+    db = tmp_path / "runs.db"
+    base = ["calibrate", "ingest", "--store", str(db), "--model", "Llama-3.1-8B", "--gpu", "H100-SXM"]
+    for _ in range(2):  # idempotent: the second ingest adds nothing
+        r = CliRunner().invoke(app, [*base, str(plan), str(bf16), "--gpus-per-node", "8"])
+        assert r.exit_code == 0, r.output
+    records = RunStore(db).records()
+    assert len(records) == 2
+    half = next(rec for rec in records if rec.get("grad_reduce_dtype") == "bf16")
+    full = next(rec for rec in records if rec is not half)
+    # the fp32 log's record has no such key: its fingerprint is what it was before the column existed
+    assert full.get("grad_reduce_dtype") is None
+    assert specs_of(half).workload.grad_reduce_dtype == "bf16"
+    assert specs_of(full).workload.grad_reduce_dtype == "fp32"

@@ -249,7 +249,29 @@ def megatron_config(text: str) -> dict[str, Any]:
         cfg["cpu_offloading_num_layers"] = _int_arg(args, "cpu_offloading_num_layers") if on else 0
     if "use_distributed_optimizer" in args:  # Megatron's distributed optimizer shards optimizer states
         cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
+    if _megatron_bf16_grads(args):
+        cfg["grad_reduce_dtype"] = "bf16"
     return cfg
+
+
+# Megatron-FSDP's main-gradient dtype as the dump prints it (--megatron-fsdp-main-grads-dtype, Megatron-Core
+# 0.17+: a torch dtype, a name, or 'auto' = the compute dtype).
+_BF16_NAMES = ("bf16", "bfloat16", "auto")
+
+
+def _megatron_bf16_grads(args: dict[str, str]) -> bool:
+    """Whether a bf16 run's main gradients (accumulation buffer and data-parallel reduction) were bf16.
+    Megatron-LM `validate_args`: --grad-reduce-in-bf16 sets accumulate_allreduce_grads_in_fp32 = False, which
+    the DDP config takes as grad_reduce_in_fp32; a bf16 run leaves it True otherwise. Megatron-FSDP names its
+    own dtype. Only bf16 is returned: fp32 is a record's default (records._RECORD_GRAD_DTYPE), so the
+    fingerprint of an fp32 run ingested before this column existed is unchanged."""
+    if args.get("bf16") != "True":
+        return False
+    fsdp = "True" in (args.get("use_megatron_fsdp"), args.get("use_custom_fsdp"))
+    fsdp_dtype = args.get("megatron_fsdp_main_grads_dtype", "").lower()
+    if fsdp and fsdp_dtype:
+        return any(name in fsdp_dtype for name in _BF16_NAMES)
+    return args.get("accumulate_allreduce_grads_in_fp32") == "False"
 
 
 def _megatron_recompute(args: dict[str, str]) -> str | None:

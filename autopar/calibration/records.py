@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopar.errors import AutoparError, DataError
+from autopar.errors import AutoparError, DataError, close_hint
 from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
 from autopar.perf.estimate import estimate, stage_memories
-from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
+from autopar.text import excerpt
 from autopar.units import GiB
 
 if TYPE_CHECKING:
@@ -170,7 +171,18 @@ _RECORD_GRAD_DTYPE = "fp32"
 
 
 def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, str]:
-    """bf16 main gradients where the performance summary's launch config states them (above), else fp32."""
+    """The record's `grad_reduce_dtype` column (a Megatron log's argument dump fills it: logs.py); else bf16
+    where the performance summary's launch config states it (above); else fp32."""
+    stated = _cell(row, "grad_reduce_dtype")
+    if stated is not None:
+        value = str(stated).strip().lower()
+        if value not in GRAD_REDUCE_DTYPES:
+            hint = close_hint(value, GRAD_REDUCE_DTYPES)
+            raise DataError(
+                f"column 'grad_reduce_dtype' = {excerpt(str(stated))!r}: expected one of "
+                f"{', '.join(GRAD_REDUCE_DTYPES)}{hint}"
+            )
+        return {"grad_reduce_dtype": value}
     fw = str(_cell(row, "framework") or "").lower()
     if "perf_summary" not in str(_cell(row, "source") or "").lower():
         return {"grad_reduce_dtype": _RECORD_GRAD_DTYPE}
