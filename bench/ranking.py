@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autopar.calibration import pairs as pair_record  # noqa: E402
 from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs  # noqa: E402
 from autopar.calibration.runs import read_run_records  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
@@ -290,13 +291,57 @@ def _print_problem(s: dict[str, Any], explain: bool, p: Problem) -> None:
         print(f"    first vs best (predicted): {drivers(f, b)}")
 
 
+def measured_pairs(probs: Sequence[Problem]) -> list[pair_record.MeasuredPair]:
+    """Every pair of measured layouts of each independent problem, as the model orders it."""
+    out = []
+    for p in probs:
+        if p.seen:
+            continue
+        for i, a in enumerate(p.layouts):
+            for b in p.layouts[i + 1 :]:
+                pair = pair_record.orient(p.source, p.name, a.predicted, b.predicted, a.measured, b.measured)
+                if pair is not None:
+                    out.append(pair)
+    return out
+
+
+def pair_lines(groups: Sequence[pair_record.GainGroup]) -> list[str]:
+    """The record on measured pairs, one line per predicted-gain group."""
+    lines = [
+        "predicted gain  pairs  problems  sources  measured faster  realised median  realised p20  holds"
+    ]
+    for g in groups:
+        lines.append(
+            f"{g.span():>14}  {g.pairs:>5}  {g.problems:>8}  {len(g.sources):>7}  {g.held_share:>15.0%}  "
+            f"{g.realised_median:>15.3f}  {g.realised_low:>12.3f}  {'yes' if g.holds else 'no'}"
+        )
+    return lines
+
+
+def export_pairs(path: Path, probs: Sequence[Problem]) -> None:
+    """Write the shipped record on measured pairs (autopar/calibration/pairs.py PAIRS_FILE)."""
+    import json
+
+    doc = pair_record.record_document(
+        pair_record.group_pairs(measured_pairs(probs)), SWEEPS.relative_to(ROOT).as_posix()
+    )
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", type=Path, default=[], help="sweep file (default: sweeps.csv)")
     ap.add_argument("--no-seen", action="store_true", help=f"leave out {', '.join(SEEN_SOURCES)}")
     ap.add_argument("--only", default="", help="rows whose id or model contains this")
     ap.add_argument("--explain", action="store_true", help="time breakdown per layout and why the pick won")
+    ap.add_argument(
+        "--export-pairs", type=Path, help="write the record on measured pairs (sweeps.csv) and stop"
+    )
     args = ap.parse_args(argv)
+    if args.export_pairs:
+        export_pairs(args.export_pairs, load_problems([SWEEPS], seen=False))
+        return 0
     t0 = time.perf_counter()
     try:
         probs = load_problems(args.data or [SWEEPS], seen=not args.no_seen, only=args.only)
@@ -308,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         _print_problem(s, args.explain, p)
     print()
     print("\n".join(headline(scores)) if scores else "no problem with 2+ measured layouts")
+    groups = pair_record.group_pairs(measured_pairs(probs))
+    if groups:
+        print(
+            "\nThe record on measured pairs (independent problems; every pair of layouts, as the model orders it):"
+        )
+        print("\n".join(pair_lines(groups)))
     print(f"\n{len(probs)} problems in {time.perf_counter() - t0:.1f} s")
     return 0
 

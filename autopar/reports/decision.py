@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autopar.calibration.pairs import pair_record
 from autopar.perf.types import Estimate
 from autopar.reports.common import cluster_label, role_title, trial_cluster
 from autopar.reports.comparison import STEP_SPLIT
@@ -225,6 +226,7 @@ class RecipeView:
     ratio: float | None  # pick / recipe, predicted
     reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
     remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
+    record: str = ""  # the model's record on measured pairs separated by this much (calibration/pairs.py)
 
     def sentence(self, reasons: bool = True) -> str:
         """The recipe in one paragraph (CLI and report; the report lists the reasons apart)."""
@@ -240,8 +242,9 @@ class RecipeView:
             else f"the pick is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
         )
         why = f"; the step differs most in {_and(list(self.reasons))}" if self.reasons and reasons else ""
-        return f"{head}: predicted {self.tokens_per_s:,.0f} tokens/s{band}; {verdict}{why}." + (
-            " " + " ".join(self.remarks) if self.remarks else ""
+        after = [self.record] if self.record and abs(rel) > 100 * MATERIAL_FRACTION else []
+        return f"{head}: predicted {self.tokens_per_s:,.0f} tokens/s{band}; {verdict}{why}." + "".join(
+            " " + x for x in (*after, *self.remarks)
         )
 
 
@@ -299,7 +302,16 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
         ratio=pe.tokens_per_s / est.tokens_per_s,
         reasons=_reasons(pe, est),
         remarks=_recipe_remarks(result, rb, pick),
+        record=pair_sentence(pe.tokens_per_s / est.tokens_per_s),
     )
+
+
+def pair_sentence(ratio: float) -> str:
+    """What the model's record on measured layout pairs says of a predicted ratio ('' for a near-tie or
+    without the shipped record)."""
+    record = pair_record()
+    group = record.for_gain(ratio) if record is not None else None
+    return group.sentence() if group is not None else ""
 
 
 def recipe_text(result: SearchResult) -> str:
