@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autopar.calibration.pairs import pair_record  # noqa: E402
 from autopar.calibration.records import (  # noqa: E402
     measured_tokens_per_s_per_gpu,
     notes_moe_options,
@@ -236,10 +237,18 @@ def headline(results: list[dict[str, Any]]) -> str:
     if not r:
         return "no problem evaluated"
     over = ", ".join(f">{t:.2f}: {sum(v > t for v in r)}" for t in THRESHOLDS)
+    backed = _record_backed(r, THRESHOLDS[-1])
     return (
         f"n={len(r)}  median x{statistics.median(r):.3f}  p90 x{quantile(r, 0.9):.3f}  "
-        f"max x{max(r):.3f}  {over}"
+        f"max x{max(r):.3f}  {over} (the record on measured pairs holds for {backed})"
     )
+
+
+def _record_backed(ratios: list[float], above: float) -> int:
+    """How many ratios above `above` fall in a predicted-gain group whose record holds (calibration/pairs.py)."""
+    record = pair_record()
+    groups = [record.for_gain(v) if record is not None else None for v in ratios if v > above]
+    return sum(g is not None and g.holds for g in groups)
 
 
 def _print(results: list[dict[str, Any]]) -> None:
@@ -250,8 +259,17 @@ def _print(results: list[dict[str, Any]]) -> None:
             f"    pick   {x['pick']}\n"
             f"    pick/recipe x{x['ratio']:.3f}  recipe measured {x['measured']:,.0f}  predicted "
             f"{x['pred_recipe']:,.0f} tok/s/GPU ({x['pred_recipe'] / x['measured'] - 1:+.0%})"
-            f"  differ: {x['differs'] or '-'}"
+            f"  differ: {x['differs'] or '-'}{_record_note(x['ratio'])}"
         )
+
+
+def _record_note(ratio: float) -> str:
+    """'; record: 20-40% holds' (the predicted gain's group on measured pairs), '' for a near-tie."""
+    record = pair_record()
+    group = record.for_gain(ratio) if record is not None and ratio == ratio else None
+    if group is None:
+        return ""
+    return f"; record at {group.span()}: {'holds' if group.holds else 'verify'}"
 
 
 def main(argv: list[str] | None = None) -> int:
