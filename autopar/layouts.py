@@ -613,6 +613,45 @@ def sp_rules(model: ModelSpec, tp: int, ep: int, sp: bool) -> Iterator[Violation
         )
 
 
+# Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm, Workload.moe_ep_overlap) runs only
+# where TransformerConfig.__post_init__ accepts it (core_v0.17.1 to core_v0.19.0, the pinned releases): EP > 1,
+# no full recompute (nor a recompute method), no "moe" recompute module, and with PP > 1 the interleaved
+# schedule (virtual_pipeline_model_parallel_size set; the overlap pairs one micro-batch's dispatch with another
+# chunk's compute). Elsewhere the flag is refused, so a layout there runs without it: the model prices no
+# overlap and the launch does not write the flag (it says so). No other stack ships such an overlap
+# (torchtitan v0.2.x, DeepSpeed, Megatron-LM's legacy models): `--moe-ep-overlap` there is an error.
+EP_OVERLAP_STACKS = ("megatron",)
+
+
+def ep_overlap_recompute_ok(recompute: str) -> bool:
+    """Whether Megatron-Core accepts the EP all-to-all overlap with this recompute mode."""
+    return recompute != "full" and "moe" not in recompute_modules(recompute)
+
+
+def ep_overlap_applies(framework: str, requested: bool, ep: int, pp: int, vpp: int, recompute: str) -> bool:
+    """Whether a requested EP all-to-all overlap takes effect for this layout (see EP_OVERLAP_STACKS)."""
+    if not requested or ep <= 1 or framework not in EP_OVERLAP_STACKS:
+        return False
+    return ep_overlap_recompute_ok(recompute) and (pp == 1 or vpp > 1)
+
+
+def ep_overlap_note(framework: str, requested: bool, ep: int, pp: int, vpp: int, recompute: str) -> str:
+    """Why a requested EP overlap does not apply to this layout ('' when it does or was not requested)."""
+    if not requested or ep <= 1 or ep_overlap_applies(framework, requested, ep, pp, vpp, recompute):
+        return ""
+    if framework not in EP_OVERLAP_STACKS:
+        return f"moe_ep_overlap: {framework} has no dispatch/combine overlap; this layout runs without it"
+    why = (
+        f"recompute={recompute}"
+        if not ep_overlap_recompute_ok(recompute)
+        else f"pp={pp} without virtual stages"
+    )
+    return (
+        f"moe_ep_overlap: Megatron-Core refuses --overlap-moe-expert-parallel-comm with {why} "
+        "(TransformerConfig); this layout runs and is priced without it"
+    )
+
+
 def vpp_rules(model: ModelSpec, pp: int, vpp: int, schedule: str) -> Iterator[Violation]:
     """Virtual stages: need pp > 1, a schedule that runs that many chunks per rank (the interleaved one, or a
     V-shaped one: knobs.SCHEDULES vpp), and an even split of the layers."""

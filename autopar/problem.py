@@ -39,6 +39,7 @@ from autopar.defaults import (
     tp_comm_overlap_default,
 )
 from autopar.errors import AutoparError, SpecError, close_hint
+from autopar.layouts import EP_OVERLAP_STACKS
 from autopar.search.constraints import Constraint
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
@@ -280,6 +281,11 @@ class WorkloadConfig(_Config):
                 continue
             if not model.is_moe:
                 raise SpecError(f"{flag} applies to MoE models; {model.name} is dense")
+            if field == "moe_ep_overlap" and self.framework not in EP_OVERLAP_STACKS:
+                raise SpecError(
+                    f"{flag} applies to --framework {', '.join(EP_OVERLAP_STACKS)} (Megatron-Core "
+                    f"--overlap-moe-expert-parallel-comm); {self.framework} has no dispatch/combine overlap"
+                )
             out[field] = value
         return out
 

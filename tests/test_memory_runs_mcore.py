@@ -99,8 +99,8 @@ def test_last_stage_keeps_29_layer_micro_batches_under_vpp() -> None:
     row = _row(VPP_ROW)
     s = row_to_specs(row)
     last = stage_memories(s.model, s.cluster, s.workload, s.strategy)[-1]
-    mod = importlib.import_module("autopar.perf.estimate")
-    lc = mod.layer_costs(mod.perf_context(s.model, s.cluster, s.workload), 2, 1, 1, 8, 1, True, "none")
+    mod = importlib.import_module("autopar.perf.layers")
+    lc = mod.layer_costs(mod.perf_context(s.model, s.cluster, s.workload), 2, 1, 1, 8, 1, True, "none", False)
     assert last.activations == pytest.approx(29 * lc.act_moe, rel=1e-12)
     transient = (35505844224 - 19743387648) / GiB
     assert transient / (8 * lc.act_moe / GiB) == pytest.approx(3.7, abs=0.1)

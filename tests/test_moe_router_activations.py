@@ -32,7 +32,7 @@ def _ctx(model=QWEN, precision="bf16", router_bytes=None, recipe=None):
 
 
 def _act(ctx, rec="none"):
-    lc = layer_costs(ctx, 1, 1, 1, 8, 1, False, rec)  # TP1, CP1, micro-batch 1, EP8, ETP1, no SP
+    lc = layer_costs(ctx, 1, 1, 1, 8, 1, False, rec, False)  # TP1, CP1, micro-batch 1, EP8, ETP1, no SP
     return lc.act_moe, lc.act_dense
 
 

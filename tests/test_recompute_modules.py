@@ -79,7 +79,7 @@ def test_registry_names_the_presets_module_lists():
 
 
 def _lc(model, rec, wl=WL, t=1, b=1, e=32, sp=False):
-    return layer_costs(perf_context(model, B200, wl), t, 1, b, e, 1, sp, rec)
+    return layer_costs(perf_context(model, B200, wl), t, 1, b, e, 1, sp, rec, False)
 
 
 def test_mla_up_proj_frees_the_per_head_qkv():

@@ -57,7 +57,7 @@ def _attention(gpu: GPUSpec, head_dim: int = 64, seq: int = 8192) -> tuple[float
     heads = 4096 // head_dim
     model = get_model("Llama-3-8B").model_copy(update={"heads": heads, "kv_heads": 8, "head_dim": head_dim})
     ctx = PerfContext(model, ClusterSpec(gpu=gpu, num_gpus=8), Workload(seq_len=seq, global_batch=8))
-    lc = layer_costs(ctx, 1, 1, 1, 1, 1, False, "none")
+    lc = layer_costs(ctx, 1, 1, 1, 1, 1, False, "none", False)
     return lc.attn_fwd, lc.attn_bwd
 
 

@@ -177,7 +177,7 @@ _LAUNCH = (
         ],
         None,
     ),
-    *("allow_uneven", "tp_comm_overlap"),
+    *("allow_uneven", "tp_comm_overlap", "moe_dispatcher", "moe_ep_overlap"),
     opt("out", Annotated[Path | None, typer.Option(help="Also write the files into this folder.")], None),
     opt("as_json", Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")], False),
 )

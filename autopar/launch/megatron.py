@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from autopar.knobs import MEGATRON_RECOMPUTE_MODULES, recompute_modules
 from autopar.launch.split import strategy_split
-from autopar.layouts import STACKS, stack_notes
+from autopar.layouts import STACKS, ep_overlap_applies, ep_overlap_note, stack_notes
 from autopar.perf.cp import hierarchical_sizes
 from autopar.perf.pipeline import SCHEDULES
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -157,7 +157,29 @@ def _experts(model: ModelSpec) -> list[str]:
         if model.dense_layers:
             a.append(f"--moe-layer-freq '([0]*{model.dense_layers}+[1]*{model.moe_layers})'")
         a += _router(model)
-        a += ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+        a.append("--moe-grouped-gemm")
+    return a
+
+
+# Workload.moe_dispatcher -> Megatron-LM --moe-token-dispatcher-type (core_v0.17.1 to core_v0.19.0). The flex
+# dispatcher's backend follows the Megatron-Bridge performance presets: HybridEP where the NVLink domain spans
+# hosts (GB200/GB300 NVL72), DeepEP otherwise (scripts/performance/configs/*_workload_base_configs.py).
+_DISPATCHER_ARG = {"alltoall": "alltoall", "flex": "flex"}
+
+
+def _moe_dispatch(cluster: ClusterSpec, workload: Workload, s: Strategy, notes: list[str]) -> list[str]:
+    """The token dispatcher the estimate priced, and the EP all-to-all overlap where Megatron-Core accepts it
+    (layouts.ep_overlap_applies; where it does not, a note says the layout runs without it)."""
+    a = [f"--moe-token-dispatcher-type {_DISPATCHER_ARG[workload.moe_dispatcher]}"]
+    if workload.moe_dispatcher == "flex":
+        backend = "hybridep" if cluster.node_size > cluster.host_size else "deepep"
+        a.append(f"--moe-flex-dispatcher-backend {backend}")
+    k = s.knobs()
+    args = ("megatron", workload.moe_ep_overlap, s.ep, s.pp, k.vpp, k.recompute)
+    if ep_overlap_applies(*args):
+        a.append("--overlap-moe-expert-parallel-comm")
+    elif note := ep_overlap_note(*args):
+        notes.append(note)
     return a
 
 
@@ -239,6 +261,7 @@ def _parallel(
         a += _context_parallel(cluster, s)
     if model.is_moe:
         a += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.expert_tp}"]
+        a += _moe_dispatch(cluster, workload, s, notes)
     if s.sp and s.tp > 1:
         a.append("--sequence-parallel")
         if workload.tp_comm_overlap:

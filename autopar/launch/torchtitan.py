@@ -14,7 +14,7 @@ from autopar.knobs import implied_schedule
 from autopar.launch.megatron import CHECKPOINT_INTERVAL
 from autopar.launch.schema import load_schema, schema_source
 from autopar.launch.split import strategy_split, torchtitan_split
-from autopar.layouts import STACKS, family_rules, stack_notes, stack_rules
+from autopar.layouts import STACKS, ep_overlap_note, family_rules, stack_notes, stack_rules
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.text import one_line
 
@@ -118,6 +118,25 @@ def _parallelism(model: ModelSpec, workload: Workload, s: Strategy) -> tuple[dic
     return par, notes
 
 
+def _dispatch(model: ModelSpec, workload: Workload, s: Strategy, version: str, notes: list[str]) -> dict:
+    """The flex (DeepEP) dispatcher the estimate priced: [parallelism] expert_parallel_comm_backend = "deepep"
+    where the release has it (v0.2.1 on); a note where it does not, and for an EP overlap torchtitan lacks."""
+    if not (model.is_moe and s.ep > 1):
+        return {}
+    if workload.moe_ep_overlap:  # written by `launch --framework all`: the search ran on megatron
+        notes.append(ep_overlap_note("torchtitan", True, s.ep, s.pp, s.vpp or 1, str(s.recompute)))
+    if workload.moe_dispatcher != "flex":
+        return {}
+    fields = load_schema("torchtitan", version)["sections"].get("parallelism", {})
+    if "deepep" in fields.get("expert_parallel_comm_backend", {}).get("choices", ()):
+        return {"expert_parallel_comm_backend": "deepep"}
+    notes.append(
+        f"moe_dispatcher=flex: torchtitan {version} has no DeepEP backend (expert_parallel_comm_backend, "
+        "from v0.2.1); this config runs its standard all-to-all"
+    )
+    return {}
+
+
 def _label_split(layers: int, s: Strategy) -> tuple[int, ...] | None:
     """Layers per stage of the strategy's own uneven split (first/last stages, account-for options), or None
     for the most even one (also with virtual stages: Megatron interleaves even chunks only)."""
@@ -199,6 +218,7 @@ def torchtitan_toml(
     """The TOML job config and notes (call torchtitan_unsupported first)."""
     name, flavor = torchtitan_model(model, version) or ("", "")
     par, notes = _parallelism(model, workload, s)
+    par.update(_dispatch(model, workload, s, version, notes))
     local = workload.global_batch // s.dp if s.pp > 1 else s.micro_batch
     training: dict[str, object] = {
         "local_batch_size": local,

@@ -24,7 +24,12 @@ from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.arith import Num, maximum, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
 from autopar.perf.finetune import trainable_fraction
-from autopar.perf.layers import OVERLAP_SLOWDOWN, LayerCosts, activation_bytes_per_layer, layer_costs
+from autopar.perf.layers import (
+    OVERLAP_SLOWDOWN,
+    LayerCosts,
+    activation_bytes_per_layer,
+    strategy_layer_costs,
+)
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, Knobs, ModelSpec, Strategy, Workload
@@ -78,7 +83,7 @@ def strategy_violations(
 def _host_memory_problems(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) -> list[str]:
     """Host (CPU) memory the offloaded layers' activations need, against the GPU's share of it (perf/act_offload)."""
     ctx, k = perf_context(model, cluster, w), s.knobs()
-    lc = layer_costs(ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute)
+    lc = strategy_layer_costs(ctx, s, k)
     act = (model.dense_layers * lc.act_dense + model.moe_layers * lc.act_moe) / model.layers
     if not model.is_moe:
         act = lc.act_dense
@@ -334,7 +339,7 @@ def stage_memories(
     ctx = perf_context(model, cluster, w)
     s = s.with_dp(cluster.num_gpus)
     t, c, d, k = s.tp, s.cp, s.dp, s.knobs()
-    lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
+    lc = strategy_layer_costs(ctx, s, k)
     st = _stages(ctx, s, k, lc, micro_batches(w, k.micro_batch, d))
     sh = _sharding(ctx, s, k, fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard))
     return tuple(mb for _, mb in _stage_memories(ctx, s, k, lc, st, sh))
@@ -441,7 +446,7 @@ def _estimate(model: ModelSpec, cluster: ClusterSpec, w: Workload, s: Strategy) 
     ctx = perf_context(model, cluster, w)
     t, p, c, d, k = s.tp, s.pp, s.cp, s.dp, s.knobs()
     m = micro_batches(w, k.micro_batch, d)
-    lc = layer_costs(ctx, t, c, k.micro_batch, s.ep, s.expert_tp, s.sp and t > 1, k.recompute)
+    lc = strategy_layer_costs(ctx, s, k)
     st = _stages(ctx, s, k, lc, m)
     g = fsdp.dp_groups(t, c, d, s.ep, s.expert_tp, s.dp_shard)
     sh = _sharding(ctx, s, k, g)

@@ -11,8 +11,10 @@ the CPU issue floor and activation bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autopar.knobs import recompute_modules
+from autopar.layouts import ep_overlap_applies
 from autopar.perf import comm
 from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.efficiency import host_issue_time
@@ -140,6 +142,7 @@ class _Shard:
     n_mat: int  # weight matrices of the MLP: 3 SwiGLU (gate, up, down), 2 GeLU
     wg: int  # backward GEMMs per weight GEMM (2; 1 with frozen LoRA base weights)
     fp8: bool
+    ovl: bool  # the EP all-to-all overlaps compute (layouts.ep_overlap_applies)
 
     @property
     def sp_div(self) -> int:
@@ -182,17 +185,29 @@ class _Times:
     moe_re: float
 
 
-def layer_costs(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> LayerCosts:
-    """Per-layer costs for one layer sharding, computed once per context."""
-    key = (t, c, b, e, te, sp, rec)
+def layer_costs(
+    ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str, ovl: bool
+) -> LayerCosts:
+    """Per-layer costs for one layer sharding (`ovl`: the EP all-to-all overlaps compute), computed once per
+    context."""
+    key = (t, c, b, e, te, sp, rec, ovl)
     lc = ctx.layers.get(key)
     if lc is None:
-        lc = _compute_layer_costs(ctx, t, c, b, e, te, sp, rec)
+        lc = _compute_layer_costs(ctx, t, c, b, e, te, sp, rec, ovl)
         ctx.layers[key] = lc
     return lc
 
 
-def _shard(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str) -> _Shard:
+def strategy_layer_costs(ctx: PerfContext, s: Strategy, k: Any) -> LayerCosts:
+    """`layer_costs` of a strategy with dp set (`k`: its completed knobs, Strategy.knobs())."""
+    w = ctx.w
+    ovl = ep_overlap_applies(w.framework, w.moe_ep_overlap, s.ep, s.pp, k.vpp, k.recompute)
+    return layer_costs(ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute, ovl)
+
+
+def _shard(
+    ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str, ovl: bool = False
+) -> _Shard:
     """The layer sharding with its derived sizes (tokens per micro-batch on this CP shard, TP-adjusted KV heads)."""
     model = ctx.model
     S = ctx.w.seq_len
@@ -214,14 +229,15 @@ def _shard(ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, 
         n_mat=n_mat,
         wg=weight_grad_gemms(ctx.w),
         fp8=ctx.fp8,
+        ovl=ovl,
     )
 
 
 def _compute_layer_costs(
-    ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str
+    ctx: PerfContext, t: int, c: int, b: int, e: int, te: int, sp: bool, rec: str, ovl: bool
 ) -> LayerCosts:
     """Compute and communication per layer per micro-batch, and activation bytes (formulas §2-4)."""
-    g = _shard(ctx, t, c, b, e, te, sp, rec)
+    g = _shard(ctx, t, c, b, e, te, sp, rec, ovl)
     model = ctx.model
     at = _attention(ctx, g)
     mlp = _mlp(ctx, g)
@@ -531,7 +547,7 @@ def _ep_comm(ctx: PerfContext, g: _Shard, mlp: _Mlp, x: _Times) -> tuple[float, 
     """Dispatch + combine forward, their mirror images backward, once more under full recompute; with
     --overlap-moe-expert-parallel-comm hidden under another micro-batch's MoE-layer compute."""
     ep_layer = 2 * mlp.ep_a2a + (mlp.ep_a2a if g.rec == "full" else 0.0)
-    if not (ep_layer and ctx.w.moe_ep_overlap):
+    if not (ep_layer and g.ovl):
         return ep_layer, x
     ep_layer, slow = ep_exposed(ep_layer, x.moe_fwd + x.moe_bwd + x.moe_re, ctx.eff.sms)
     m_f, m_b = _spread(x.moe_fwd, x.moe_bwd, slow)
@@ -712,6 +728,4 @@ def activation_bytes_per_layer(
     """Activation bytes one dense layer keeps for backward per micro-batch (Korthikanti Table 2 form)."""
     s = strategy.with_dp(cluster.num_gpus)
     ctx, k = perf_context(model, cluster, workload), s.knobs()
-    return layer_costs(
-        ctx, s.tp, s.cp, k.micro_batch, s.ep, s.expert_tp, s.sp and s.tp > 1, k.recompute
-    ).act_dense
+    return strategy_layer_costs(ctx, s, k).act_dense

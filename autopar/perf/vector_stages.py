@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from autopar.layouts import EP_OVERLAP_STACKS, ep_overlap_recompute_ok
 from autopar.perf.context import PerfContext
 from autopar.perf.estimate import (
     StageSpec,
@@ -85,21 +86,30 @@ class LayerTable:
     """Per-layer costs of every row: the distinct LayerCosts, each row's key, and the fields as columns."""
 
     costs: list[LayerCosts]
-    keys: list[tuple[int, int, int, int, int, bool, str]]
+    keys: list[tuple[int, int, int, int, int, bool, str, bool]]
     inv: np.ndarray
     col: dict[str, np.ndarray]
 
 
-def layer_table(ctx: PerfContext, r: Rows) -> LayerTable:
-    """`layer_costs` once per distinct (tp, cp, micro-batch, ep, etp, sp, recompute)."""
-    keys: list[tuple[int, int, int, int, int, bool, str]] = []
+def ep_overlap_column(ctx: PerfContext, r: Rows) -> np.ndarray:
+    """layouts.ep_overlap_applies of every row, as a boolean column."""
+    w = ctx.w
+    if not w.moe_ep_overlap or w.framework not in EP_OVERLAP_STACKS:
+        return np.zeros(len(r.t), dtype=bool)
+    rc_ok = np.array([ep_overlap_recompute_ok(x) for x in RECOMPUTE_CODES], dtype=bool)[r.rc]
+    return (r.e > 1) & rc_ok & ((r.p == 1) | (r.v > 1))
 
-    def one(t: int, c: int, b: int, e: int, te: int, sp: bool, rc: int) -> LayerCosts:
-        keys.append((t, c, b, e, te, sp, RECOMPUTE_CODES[rc]))
+
+def layer_table(ctx: PerfContext, r: Rows) -> LayerTable:
+    """`layer_costs` once per distinct (tp, cp, micro-batch, ep, etp, sp, recompute, EP overlap)."""
+    keys: list[tuple[int, int, int, int, int, bool, str, bool]] = []
+
+    def one(t: int, c: int, b: int, e: int, te: int, sp: bool, rc: int, ovl: bool) -> LayerCosts:
+        keys.append((t, c, b, e, te, sp, RECOMPUTE_CODES[rc], ovl))
         return layer_costs(ctx, *keys[-1])
 
-    cols = (r.t, r.c, r.mb, r.e, r.te, r.sp, r.rc)
-    costs, inv = per_key(one, cols, (int, int, int, int, int, bool, int))
+    cols = (r.t, r.c, r.mb, r.e, r.te, r.sp, r.rc, ep_overlap_column(ctx, r))
+    costs, inv = per_key(one, cols, (int, int, int, int, int, bool, int, bool))
     table = np.array([[getattr(lc, f) for f in LC_FIELDS] for lc in costs], dtype=np.float64)[inv]
     return LayerTable(costs, keys, inv, {f: table[:, i] for i, f in enumerate(LC_FIELDS)})
 
@@ -112,7 +122,7 @@ def cp_costs(ctx: PerfContext, r: Rows, lt: LayerTable) -> tuple[np.ndarray, np.
         key = (lt.keys[k], variant)
         hit = cache.get(key)
         if hit is None:
-            t, c, b, _, _, _, rc = lt.keys[k]
+            t, c, b, _, _, _, rc, _ = lt.keys[k]
             x = cp_cost_of(ctx, t, c, b, rc, CP_COMM_CODES[variant], lt.costs[k])
             hit = cache[key] = (x.comm, x.compute)
         return hit
