@@ -293,6 +293,16 @@ def _moe() -> list[Case]:
             "H100-SXM",
             1024,
             _w(4096, 8192, **fp8, moe_dispatcher="flex", moe_ep_overlap=True),
+            {"tp": 2, "pp": 1, "ep": 64, "etp": 1, "sp": True, "recompute": "selective"},
+        ),
+        # Megatron-Core refuses the overlap with PP and no virtual stages (layouts.ep_overlap_applies): priced
+        # without it
+        _case(
+            "dsv3-ep-overlap-refused-pp",
+            "DeepSeek-V3",
+            "H100-SXM",
+            1024,
+            _w(4096, 8192, **fp8, moe_dispatcher="flex", moe_ep_overlap=True),
             {
                 "tp": 2,
                 "pp": 8,
