@@ -69,10 +69,16 @@ def test_moe_act_recompute_reruns_the_clamp_and_frees_its_copy():
     w = ctx_o.w
     copies = 4096 * 4 * routed_load(w.moe_imbalance, w.moe_capacity_factor)
     sel = "sel:layernorm+moe_act"
-    o, p = layer_costs(ctx_o, 1, 1, 1, 8, 1, False, sel, False), layer_costs(ctx_p, 1, 1, 1, 8, 1, False, sel, False)
+    o, p = (
+        layer_costs(ctx_o, 1, 1, 1, 8, 1, False, sel, False),
+        layer_costs(ctx_p, 1, 1, 1, 8, 1, False, sel, False),
+    )
     assert o.moe_re - p.moe_re == pytest.approx(copies * 46080 / ctx_o.hbm)
     assert o.act_moe == pytest.approx(p.act_moe)  # the checkpoint keeps only the FC1 output
-    o, p = layer_costs(ctx_o, 1, 1, 1, 8, 1, False, "none", False), layer_costs(ctx_p, 1, 1, 1, 8, 1, False, "none", False)
+    o, p = (
+        layer_costs(ctx_o, 1, 1, 1, 8, 1, False, "none", False),
+        layer_costs(ctx_p, 1, 1, 1, 8, 1, False, "none", False),
+    )
     assert o.moe_re == p.moe_re == 0.0
     # without the checkpoint the clamped copy (bf16, 5760 per routed row) is kept besides the FC1 output
     assert o.act_moe - p.act_moe == pytest.approx(copies * 2 * 5760)
