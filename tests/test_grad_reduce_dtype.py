@@ -211,14 +211,13 @@ def test_ingested_bf16_log_is_priced_bf16_and_reingests_as_a_duplicate(tmp_path)
     from autopar.calibration.records import row_to_specs as specs_of
     from autopar.calibration.store import RunStore
 
-    plan = Path(__file__).parent / "fixtures" / "plan" / "run1.log"
-    text = plan.read_text()
-    bf16 = tmp_path / "bf16.log"
-    bf16.write_text(
-        text.replace(
-            "  cpu_offloading ", "  accumulate_allreduce_grads_in_fp32 ...... False\n  cpu_offloading ", 1
-        )
-    )
+    # the plan example's first log: a run of autopar's megatron launch, whose dump states bf16 main gradients
+    bf16 = Path(__file__).parent / "fixtures" / "plan" / "run1.log"
+    text = bf16.read_text()
+    stated = "  accumulate_allreduce_grads_in_fp32 .............. False\n"
+    assert stated in text
+    plan = tmp_path / "fp32.log"  # the same run without --grad-reduce-in-bf16
+    plan.write_text(text.replace(stated, stated.replace("False", "True"), 1))
     db = tmp_path / "runs.db"
     base = ["calibrate", "ingest", "--store", str(db), "--model", "Llama-3.1-8B", "--gpu", "H100-SXM"]
     for _ in range(2):  # idempotent: the second ingest adds nothing
@@ -232,3 +231,13 @@ def test_ingested_bf16_log_is_priced_bf16_and_reingests_as_a_duplicate(tmp_path)
     assert full.get("grad_reduce_dtype") is None
     assert specs_of(half).workload.grad_reduce_dtype == "bf16"
     assert specs_of(full).workload.grad_reduce_dtype == "fp32"
+
+
+def test_megatron_log_states_tp_comm_overlap() -> None:
+    # Megatron-LM --tp-comm-overlap (dest tp_comm_overlap), which the megatron launch writes for TP + SP: read
+    # into the record column; off (the record default for a Megatron-LM run) adds no column
+    from autopar.calibration.logs import log_config
+
+    on = log_config(_dump(bf16="True", tp_comm_overlap="True"), "megatron-log")
+    off = log_config(_dump(bf16="True", tp_comm_overlap="False"), "megatron-log")
+    assert on["tp_comm_overlap"] == 1 and "tp_comm_overlap" not in off

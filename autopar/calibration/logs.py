@@ -251,6 +251,8 @@ def megatron_config(text: str) -> dict[str, Any]:
         cfg["zero"] = int(args["use_distributed_optimizer"] == "True")
     if _megatron_bf16_grads(args):
         cfg["grad_reduce_dtype"] = "bf16"
+    if args.get("tp_comm_overlap") == "True":  # TE userbuffers (record column; off is a record's default)
+        cfg["tp_comm_overlap"] = 1
     return cfg
 
 
