@@ -97,7 +97,8 @@ def ep_overlap_column(ctx: PerfContext, r: Rows) -> np.ndarray:
     if not w.moe_ep_overlap or w.framework not in EP_OVERLAP_STACKS:
         return np.zeros(len(r.t), dtype=bool)
     rc_ok = np.array([ep_overlap_recompute_ok(x) for x in RECOMPUTE_CODES], dtype=bool)[r.rc]
-    return (r.e > 1) & rc_ok & ((r.p == 1) | (r.v > 1))
+    out: np.ndarray = (r.e > 1) & rc_ok & ((r.p == 1) | (r.v > 1))
+    return out
 
 
 def layer_table(ctx: PerfContext, r: Rows) -> LayerTable:
