@@ -101,3 +101,22 @@ def test_recipe_comparison_quotes_the_record() -> None:
     near = RecipeView("R", "src", "TP1", 1000.0, None, 1.01, (), (), pair_sentence(1.01))
     assert pair_sentence(1.01) == "" and "near-tie" in near.sentence()
     assert not math.isnan(group.realised_low)
+
+
+def test_optimize_json_carries_the_recipe_and_its_record() -> None:
+    # the default problem has a published preset (LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1, bench/recipes.py)
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    r = CliRunner().invoke(app, ["optimize", "--budget", "50", "--json"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)["recipe"]
+    assert rec["id"] == "LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1"
+    pick = json.loads(r.output)["recommended"][0]
+    assert rec["pick_over_recipe"] == pytest.approx(pick["throughput"] / rec["tokens_per_s"], rel=1e-6)
+    group = pairs.pair_record().for_gain(rec["pick_over_recipe"])
+    if group is None:
+        assert rec["record"] is None
+    else:
+        assert rec["record"]["pairs"] == group.pairs and rec["record"]["holds"] is group.holds

@@ -79,6 +79,7 @@ def _json_objective(o: Any) -> dict[str, Any]:
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
     from autopar.reports.counts import search_counts
+    from autopar.reports.decision import recipe_json
     from autopar.search.pareto import record_row
 
     n = search_counts(result)
@@ -104,6 +105,7 @@ def result_json(result: Any) -> dict[str, Any]:
         "recommended": [
             {"role": r.role, **_json_row(record_row(r.trial)), "why": r.why} for r in result.recommended
         ],
+        "recipe": recipe_json(result),
         "notes": result.notes,
         "hypervolume": result.stats.get("hypervolume"),
         "calibration": result.calibration,

@@ -314,6 +314,39 @@ def pair_sentence(ratio: float) -> str:
     return group.sentence() if group is not None else ""
 
 
+def recipe_json(result: SearchResult) -> dict[str, Any] | None:
+    """The recipe beside the first recommendation as `optimize --json` gives it (None without one): the
+    recipe, its prediction and band, pick/recipe, the step terms that differ, and the model's record on
+    measured pairs at that gain (calibration/pairs.py; null for a near-tie)."""
+    if not result.recommended:
+        return None
+    view = recipe_view(result, result.recommended[0].trial)
+    if view is None:
+        return None
+    record = pair_record()
+    group = record.for_gain(view.ratio) if record is not None and view.ratio is not None else None
+    return {
+        "id": view.name,
+        "source": view.source,
+        "strategy": view.label,
+        "tokens_per_s": view.tokens_per_s,
+        "band": list(view.band) if view.band else None,
+        "pick_over_recipe": view.ratio,
+        "differs_most": list(view.reasons),
+        "remarks": list(view.remarks),
+        "record": None
+        if group is None
+        else {
+            "predicted_gain": group.span(),
+            "pairs": group.pairs,
+            "measured_faster_share": group.held_share,
+            "realised_median": group.realised_median,
+            "realised_p20": group.realised_low,
+            "holds": group.holds,
+        },
+    }
+
+
 def recipe_text(result: SearchResult) -> str:
     """The recipe paragraph for the first recommendation's point ('' without a matching recipe)."""
     if not result.recommended:
