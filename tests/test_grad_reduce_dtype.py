@@ -17,6 +17,7 @@ from autopar.data import published_runs_path
 from autopar.launch.schema import check_megatron
 from autopar.launch.settings import launch_settings
 from autopar.perf import fsdp, memory
+from autopar.perf.params import count_params
 from autopar.perf.estimate import estimate
 from autopar.specs import ClusterSpec, Strategy, Workload
 
@@ -47,6 +48,23 @@ def test_replicated_grads_are_two_or_four_bytes_a_parameter(zero: int, fp32: flo
 def test_zero3_states_ignore_it() -> None:
     sp = memory.StageParams(non_expert=1e9, expert=0.0, biggest_layer=1e8)
     assert memory.model_states(sp, _sharding(3, 4.0)) == memory.model_states(sp, _sharding(3, 2.0))
+
+
+@pytest.mark.parametrize(
+    ("framework", "dtype", "per_param"),
+    [("megatron", "fp32", 18.0), ("megatron", "bf16", 16.0), ("torchtitan", "fp32", 16.0)],
+)
+def test_zero3_state_bytes_per_parameter(framework: str, dtype: str, per_param: float) -> None:
+    # Megatron-FSDP (optim_grads_params) keeps sharded bf16 weights (2 B), fp32 main weights (4), the main-gradient
+    # buffer in its dtype (4 or 2) and Adam's two fp32 moments (8): 18 or 16 B per parameter over the shard group
+    # (Megatron-LM megatron/core/distributed/fsdp param_and_grad_buffer, --megatron-fsdp-main-grads-dtype);
+    # FSDP2 16 B (fp32 shard + fp32 gradient + 8 B Adam)
+    m = get_model("Llama-3.1-8B")
+    c = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+    w = Workload(seq_len=4096, global_batch=64, grad_reduce_dtype=dtype, framework=framework)
+    e = estimate(m, c, w, Strategy(tp=1, pp=1, zero=3, micro_batch=1, recompute="full"))
+    states = e.memory.weights + e.memory.grads + e.memory.optimizer
+    assert states == pytest.approx(per_param * count_params(m).total / 16, rel=1e-9)
 
 
 def test_optimizer_step_reads_the_main_grad_in_its_dtype() -> None:

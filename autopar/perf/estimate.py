@@ -296,6 +296,7 @@ def sharding_of(
         accum_grad_bytes=memory.ACCUM_GRAD_BYTES.get(ctx.w.framework, 2.0),
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
         grad_bytes=memory.GRAD_BYTES[ctx.w.grad_reduce_dtype],
+        zero3_grad_bytes=zero3_grad_bytes(ctx) if ctx.sw.zero3_reduces_main_grads else 2.0,
     )
 
 

@@ -105,6 +105,11 @@ class Sharding:
     accum_grad_bytes: float = 2.0  # unsharded gradient accumulated across micro-batches without sync
     trainable: float = 1.0  # share of parameters with gradients and optimizer states (LoRA: perf/finetune.py)
     grad_bytes: float = 4.0  # main-gradient bytes per element outside ZeRO-3 (GRAD_BYTES of the reduce dtype)
+    # ZeRO-3 gradient-shard bytes per element: 2 (the 16 B/parameter convention: FSDP2's fp32 shard counted
+    # with the weights and optimizer states), or the main-gradient dtype's where the stack keeps a sharded
+    # main-gradient buffer beside bf16 weights and fp32 main weights (Megatron-FSDP: 2 + 4 + 4 + 8 = 18 B with
+    # fp32 main grads; software.yaml zero3_reduces_main_grads)
+    zero3_grad_bytes: float = 2.0
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -113,7 +118,8 @@ def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
 
 
 def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
-    """ZeRO-3: 16/n bytes per parameter + gathered units (ZeRO §5; FSDP: Zhao et al. 2023 §3)."""
+    """ZeRO-3: 16/n bytes per parameter (18/n on Megatron-FSDP with fp32 main grads) + gathered units (ZeRO §5;
+    FSDP: Zhao et al. 2023 §3)."""
     ne, ex, big = sp.non_expert, sp.expert, sp.biggest_layer
     local = ne / sh.n_shard + ex / sh.n_eshard
     opt = sh.state_bytes * local * (1.0 - sh.offload) * sh.trainable
@@ -126,7 +132,7 @@ def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
         (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0,
         big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0),
     )
-    return 2.0 * local, 2.0 * local * sh.trainable, opt, buf
+    return 2.0 * local, sh.zero3_grad_bytes * local * sh.trainable, opt, buf
 
 
 def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
