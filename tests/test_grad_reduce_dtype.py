@@ -17,8 +17,8 @@ from autopar.data import published_runs_path
 from autopar.launch.schema import check_megatron
 from autopar.launch.settings import launch_settings
 from autopar.perf import fsdp, memory
-from autopar.perf.params import count_params
 from autopar.perf.estimate import estimate
+from autopar.perf.params import count_params
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 GiB = 2**30
