@@ -583,6 +583,56 @@ def saver_rules(workload: Workload, states: str | None, offload: float) -> Itera
         yield _v(None, Level.SEARCH, msg)
 
 
+def optimizer_saver_rules(
+    framework: str, zero: int, states: str | None, offload: float
+) -> Iterator[Violation]:
+    """Reduced-precision optimizer states and optimizer CPU offload on a stack that runs them only inside its
+    sharded optimizer (Stack.saver_min_zero; Megatron-Core refuses them at start-up without it: HARD)."""
+    need = STACKS[framework].saver_min_zero
+    if zero >= need or not (states or offload):
+        return
+    used = " and ".join(
+        x
+        for x, on in ((f"optimizer_states={states}", states), (f"optimizer_offload={offload:g}", offload))
+        if on
+    )
+    msg = (
+        f"{used} needs zero >= {need} on framework={framework} (--use-precision-aware-optimizer runs only "
+        "with the distributed optimizer)"
+    )
+    yield _v(Axis.DP, Level.HARD, msg)
+
+
+def saver_runs_with(framework: str, zero: int, saver: tuple[str | None, float]) -> bool:
+    """Whether an (optimizer_states, optimizer_offload) pair runs with this ZeRO stage (optimizer_saver_rules)."""
+    return not any(optimizer_saver_rules(framework, zero, *saver))
+
+
+# Megatron-Core's flex token dispatcher (Workload.moe_dispatcher "flex") runs DeepEP where one NVLink domain is one
+# host and HybridEP where the domain spans hosts (GB200/GB300 NVL72), as the Megatron-Bridge performance presets
+# choose (scripts/performance/configs/*_workload_base_configs.py). DeepEP asserts TP x EP > 1
+# (megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__: line 1770 at core_v0.19.0,
+# 1365 at core_v0.17.1), where TP is the expert TP group (MoETokenDispatcher: tp_group = pg_collection.expt_tp,
+# line 83); HybridEP has no such check.
+FLEX_DISPATCH_STACKS = ("megatron",)
+
+
+def flex_backend(cluster: ClusterSpec) -> str:
+    """The flex dispatcher's backend on this cluster: hybridep across hosts in one NVLink domain, else deepep."""
+    return "hybridep" if cluster.node_size > cluster.host_size else "deepep"
+
+
+def dispatcher_rules(
+    framework: str, cluster: ClusterSpec, dispatcher: str, moe: bool, etp: int, ep: int
+) -> Iterator[Violation]:
+    """The MoE token dispatcher's own limits (see FLEX_DISPATCH_STACKS): DeepEP needs etp*ep > 1."""
+    if not moe or dispatcher != "flex" or framework not in FLEX_DISPATCH_STACKS or etp * ep > 1:
+        return
+    if flex_backend(cluster) == "deepep":
+        msg = "moe_dispatcher=flex runs DeepEP here, which needs etp*ep > 1 (Megatron-Core asserts it)"
+        yield _v(Axis.EP, Level.HARD, msg)
+
+
 def expert_rules(model: ModelSpec, dims: ParallelDims, etp_set: bool) -> Iterator[Violation]:
     """EP/ETP on the folded expert mesh: ep | experts, (tp·cp·dp) % (ep·etp) == 0, etp | moe_ffn_hidden."""
     ep, etp = dims.ep, dims.etp
@@ -786,6 +836,9 @@ class Stack:
     expert_tp_any: bool = True
     # Megatron-Core's --recompute-modules (knobs.MEGATRON_RECOMPUTE_MODULES); others: none/selective/full only
     recompute_modules: bool = False
+    # the least ZeRO stage its reduced-precision optimizer states and optimizer CPU offload run with
+    # (optimizer_saver_rules); 0 = any
+    saver_min_zero: int = 0
 
 
 STACKS: dict[str, Stack] = {
@@ -808,6 +861,12 @@ STACKS: dict[str, Stack] = {
         True,
         "NVIDIA/Megatron-LM core_v0.19.0 megatron/training/arguments.py",
         recompute_modules=True,  # --recompute-modules (TransformerConfig.recompute_modules)
+        # --exp-avg-dtype bf16 and --optimizer-cpu-offload run through --use-precision-aware-optimizer
+        # (validate_args asserts it for the offload: arguments.py:1803-1807 at core_v0.19.0, 1496-1500 at
+        # core_v0.17.1), which OptimizerConfig.__post_init__ allows only with the distributed optimizer
+        # (megatron/core/optimizer/optimizer_config.py:430-436 at core_v0.19.0, 394-400 at core_v0.17.1);
+        # Megatron-FSDP turns that on itself (arguments.py:1106-1112), so ZeRO-1 and up
+        saver_min_zero=1,
     ),
     # Megatron-LM before Megatron-Core (2019-2022; Narayanan et al. 2021): 1F1B and interleaved schedules and
     # the distributed optimizer (ZeRO-1, 2022); context parallelism, Megatron-FSDP, optimizer offload and
@@ -1090,7 +1149,11 @@ def check(
         *cp_comm_rules(model, cluster, s.tp, s.cp, s.cp_comm),
         *dp_shard_rules(cluster, dims, k.zero, s.dp_shard),
         *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
+        *optimizer_saver_rules(workload.framework, k.zero, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
+        *dispatcher_rules(
+            workload.framework, cluster, workload.moe_dispatcher, model.is_moe, s.expert_tp, s.ep
+        ),
         *(
             domain_rules(Axis.ETP, dims.etp, cluster, allow_cross_node_tp)
             if s.etp not in (None, s.tp)
@@ -1207,9 +1270,14 @@ def grid_problems(
 
 
 def expert_degrees(
-    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims, framework: str = "megatron"
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    dims: ParallelDims,
+    framework: str = "megatron",
+    dispatcher: str = "alltoall",
 ) -> list[tuple[int, int | None]]:
-    """(ep, etp) pairs on the folded expert mesh; etp explicit (1 included) for MoE, (1, None) for dense."""
+    """(ep, etp) pairs on the folded expert mesh that the token dispatcher runs; etp explicit (1 included) for
+    MoE, (1, None) for dense."""
     if not model.is_moe:
         return [(1, None)]
     out: list[tuple[int, int | None]] = []
@@ -1220,6 +1288,7 @@ def expert_degrees(
                 *expert_rules(model, d, True),
                 *domain_rules(Axis.ETP, etp, cluster, False),
                 *stack_rules(framework, ep=ep, etp=etp, tp=dims.tp),
+                *dispatcher_rules(framework, cluster, dispatcher, True, etp, ep),
             ]
             if _ok(rules):
                 out.append((ep, etp))

@@ -1,0 +1,170 @@
+"""Layouts Megatron-Core refuses at start-up, which the megatron search must neither offer nor price.
+
+Sources (NVIDIA/Megatron-LM, the pinned releases core_v0.17.1 to core_v0.19.0):
+- optimizer savers: megatron/training/arguments.py validate_args asserts `args.use_precision_aware_optimizer`
+  when `args.optimizer_cpu_offload` (core_v0.19.0 lines 1803-1807, core_v0.17.1 lines 1496-1500), and
+  megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__ asserts
+  `use_distributed_optimizer` when `use_precision_aware_optimizer` (core_v0.19.0 lines 430-436); bf16 Adam
+  moments (--exp-avg-dtype bf16) run through the same precision-aware optimizer. So both need ZeRO >= 1
+  (Megatron-FSDP sets use_distributed_optimizer itself, arguments.py:1106-1112).
+- flex dispatcher: megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ asserts
+  `self.tp_size * self.ep_size > 1, "DeepEP dispatcher requires TPxEP > 1"` (core_v0.19.0 line 1770,
+  core_v0.17.1 line 1365), its tp_size being the expert TP group (MoETokenDispatcher.__init__:
+  `self.tp_group = pg_collection.expt_tp`); the HybridEP branch has no such assert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autopar.catalog import get_gpu, get_model
+from autopar.errors import InvalidStrategyError
+from autopar.launch.schema import VERSIONS, check_megatron
+from autopar.launch.settings import launch_settings
+from autopar.layouts import (
+    Level,
+    ParallelDims,
+    check,
+    dispatcher_rules,
+    expert_degrees,
+    flex_backend,
+    optimizer_saver_rules,
+    saver_runs_with,
+)
+from autopar.perf import estimate
+from autopar.perf.vector import estimate_columns
+from autopar.search import build_space
+from autopar.specs import ClusterSpec, Strategy, Workload
+
+DENSE = get_model("Llama-3-8B")
+MOE = get_model("Qwen3-30B-A3B")
+H100 = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=16)
+GB200 = ClusterSpec(gpu=get_gpu("GB200"), num_gpus=64)
+SAVERS = ("bf16_states", "offload")
+
+
+# ------------------------------------------------------------------------------------------ optimizer savers
+
+
+@pytest.mark.parametrize(
+    ("zero", "states", "offload", "refused"),
+    [
+        (0, "bf16", 0.0, True),  # precision-aware optimizer without the distributed optimizer
+        (0, None, 1.0, True),  # CPU offload: precision-aware optimizer, hence the distributed optimizer
+        (0, "bf16", 0.5, True),
+        (0, None, 0.0, False),  # no saver: plain DDP runs
+        (1, "bf16", 1.0, False),  # --use-distributed-optimizer
+        (2, None, 1.0, False),  # Megatron-FSDP turns the distributed optimizer on
+        (3, "bf16", 0.0, False),
+    ],
+)
+def test_megatron_savers_need_the_distributed_optimizer(zero, states, offload, refused):
+    got = list(optimizer_saver_rules("megatron", zero, states, offload))
+    assert bool(got) is refused
+    assert all(v.level == Level.HARD for v in got)
+    assert saver_runs_with("megatron", zero, (states, offload)) is not refused
+    # other stacks keep their own rules (torchtitan/fsdp ship no such savers: stack_rules says so)
+    assert not list(optimizer_saver_rules("torchtitan", zero, states, offload))
+
+
+def test_check_rejects_a_zero0_saver_on_megatron_only():
+    wl = Workload(seq_len=4096, global_batch=64)
+    s = Strategy(tp=2, pp=1, micro_batch=1, recompute="none", zero=0, optimizer_states="bf16")
+    msgs = [v.message for v in check(DENSE, H100, wl, s, level=Level.HARD)]
+    assert any("needs zero >= 1" in m for m in msgs)
+    with pytest.raises(InvalidStrategyError, match="needs zero >= 1"):
+        estimate(DENSE, H100, wl, s, strict=False)
+    ok = s.model_copy(update={"zero": 1})
+    assert not [v for v in check(DENSE, H100, wl, ok, level=Level.HARD)]
+
+
+def _saver_space(framework: str = "megatron"):
+    wl = Workload(seq_len=4096, global_batch=64, memory_savers=SAVERS, framework=framework)
+    return wl, build_space(DENSE, H100, wl)
+
+
+def test_search_space_never_offers_a_zero0_saver():
+    _, space = _saver_space()
+    seen = set()
+    for lay in space.layouts:
+        strategies = [lay.strategy(j) for j in range(lay.size)]
+        keys = {(s.zero, s.dp_shard, s.optimizer_states, s.optimizer_offload, s.micro_batch, s.vpp,
+                 s.sp, s.recompute, s.cp_comm, s.activation_offload_layers) for s in strategies}  # fmt: skip
+        assert len(keys) == lay.size  # one strategy per index, none repeated
+        for s in strategies:
+            seen.add((s.zero, s.optimizer_states, s.optimizer_offload))
+    assert not {x for x in seen if x[0] == 0 and (x[1] or x[2])}
+    # every other saver still offered: with ZeRO >= 1, and ZeRO-0 without savers
+    assert {(1, "bf16", 1.0), (3, None, 1.0), (0, None, 0.0)} <= seen
+
+
+def test_saver_space_arrays_equal_the_scalar_strategies():
+    wl, space = _saver_space()
+    for block in space.column_blocks(2048):
+        cols = block.columns
+        vest = estimate_columns(DENSE, H100, wl, cols)
+        for i in range(0, len(cols.zero), 11):
+            s = space.point(block.start + i).strategy
+            assert cols.zero[i] == s.zero and cols.optimizer_offload[i] == s.optimizer_offload
+            e = estimate(DENSE, H100, wl, s, check=False)
+            assert vest.tokens_per_s_per_gpu[i] == pytest.approx(e.tokens_per_s_per_gpu, rel=1e-9)
+        assert not np.any((cols.zero == 0) & ((cols.optimizer_offload > 0) | (cols.optimizer_states >= 0)))
+
+
+def test_launch_writes_the_precision_aware_optimizer_with_the_offload():
+    wl = Workload(seq_len=4096, global_batch=64, memory_savers=SAVERS)
+    s = Strategy(tp=2, pp=1, micro_batch=1, recompute="none", zero=1, optimizer_offload=1.0)
+    ls = launch_settings(DENSE, H100, wl, s)
+    assert "--use-precision-aware-optimizer" in ls.megatron_args
+    assert "--optimizer-cpu-offload" in ls.megatron_args
+    for version in VERSIONS["megatron"]:
+        assert check_megatron(ls.megatron_args, version, list(ls.placeholders)) == []
+    # what check_megatron says of the combinations Megatron refuses
+    base = [a for a in ls.megatron_args if a != "--use-precision-aware-optimizer"]
+    assert any("needs --use-precision-aware-optimizer" in p for p in check_megatron(base, "core_v0.19.0"))
+    ddp = [a for a in ls.megatron_args if not a.startswith("--use-distributed-optimizer")]
+    ddp = [a for a in ddp if not a.startswith("--overlap-param-gather")]
+    assert any("needs --use-distributed-optimizer" in p for p in check_megatron(ddp, "core_v0.19.0"))
+
+
+# ------------------------------------------------------------------------------------------ flex dispatcher
+
+
+def test_flex_backend_follows_the_nvlink_domain():
+    assert flex_backend(H100) == "deepep"  # one 8-GPU host per NVLink domain
+    assert flex_backend(GB200) == "hybridep"  # NVL72 spans 4-GPU hosts
+
+
+@pytest.mark.parametrize(
+    ("cluster", "dispatcher", "etp", "ep", "refused"),
+    [
+        (H100, "flex", 1, 1, True),  # DeepEP with one rank in its expert TP x EP group
+        (H100, "flex", 2, 1, False),
+        (H100, "flex", 1, 8, False),
+        (H100, "alltoall", 1, 1, False),
+        (GB200, "flex", 1, 1, False),  # HybridEP: no such assert
+    ],
+)
+def test_deepep_needs_etp_times_ep_above_one(cluster, dispatcher, etp, ep, refused):
+    got = list(dispatcher_rules("megatron", cluster, dispatcher, True, etp, ep))
+    assert bool(got) is refused
+    assert not list(dispatcher_rules("megatron", cluster, dispatcher, False, etp, ep))  # dense: no dispatcher
+
+
+def test_search_drops_tp1_ep1_with_deepep():
+    dims = ParallelDims(16, 1, 1, 1, 16)
+    flex = expert_degrees(MOE, H100, dims, "megatron", "flex")
+    a2a = expert_degrees(MOE, H100, dims, "megatron", "alltoall")
+    assert (1, 1) in a2a and (1, 2) in flex and set(flex) == set(a2a) - {(1, 1)}
+    wl = Workload(seq_len=4096, global_batch=64, moe_dispatcher="flex")
+    space = build_space(MOE, H100, wl)
+    assert not [lay for lay in space.layouts if (lay.etp or lay.tp) * lay.ep == 1]
+    assert [lay for lay in space.layouts if lay.tp * lay.ep == 1]  # TP1 EP1 with expert TP > 1 stays
+    s = Strategy(tp=1, pp=1, ep=1, etp=1, micro_batch=1, recompute="none", zero=3)
+    with pytest.raises(InvalidStrategyError, match="DeepEP"):
+        estimate(MOE, H100, wl, s, strict=False)
+    ls = launch_settings(MOE, H100, wl.model_copy(update={"moe_dispatcher": "alltoall"}), s)
+    args = [*ls.megatron_args, "--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+    args = [a for a in args if a != "--moe-token-dispatcher-type alltoall"]
+    assert any("deepep needs expert tp x ep > 1" in p for p in check_megatron(args, "core_v0.17.1"))
