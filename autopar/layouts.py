@@ -551,8 +551,13 @@ def hsdp_degree(cluster: ClusterSpec, dims: ParallelDims) -> int | None:
     return fits[-1] if fits else None
 
 
+# Stacks whose HSDP replicas split the expert mesh too (Megatron-Core: one distributed-optimizer instance per
+# replica over the dense and the expert data-parallel groups, parallel_state.py initialize_model_parallel).
+HSDP_EXPERT_MESH_STACKS = ("megatron",)
+
+
 def dp_shard_rules(
-    cluster: ClusterSpec, dims: ParallelDims, zero: int | None, ds: int | None
+    cluster: ClusterSpec, dims: ParallelDims, zero: int | None, ds: int | None, framework: str = "megatron"
 ) -> Iterator[Violation]:
     """HSDP (perf/fsdp.py): ZeRO-3 sharded over ds·cp ranks, replicated across dp/ds; the search offers only
     hsdp_degree (shard groups filling one NVLink domain when full sharding would leave it)."""
@@ -562,6 +567,14 @@ def dp_shard_rules(
     if d % ds or zero != 3:
         yield _v(Axis.DP, Level.HARD, f"dp_shard={ds} needs zero=3 and to divide dp={d} (HSDP)")
         return
+    if framework in HSDP_EXPERT_MESH_STACKS and dims.edp % (d // ds):
+        # "Expert data parallel size should be divisible by partial DistOpt shard factor" (parallel_state.py
+        # line 1449 at core_v0.19.0, 1269 at core_v0.17.1)
+        msg = (
+            f"dp_shard={ds}: its dp/dp_shard = {d // ds} replicas do not divide the expert data-parallel "
+            f"degree edp = {dims.edp} (Megatron-Core asserts it)"
+        )
+        yield _v(Axis.DP, Level.HARD, msg)
     if ds != hsdp_degree(cluster, dims):
         group = dims.tp * dims.cp * ds
         msg = (
@@ -1147,7 +1160,7 @@ def check(
         *schedule_rules(s.pp, k.vpp, m, k.pp_schedule, model.is_moe),
         *cp_rules(workload, s.cp),
         *cp_comm_rules(model, cluster, s.tp, s.cp, s.cp_comm),
-        *dp_shard_rules(cluster, dims, k.zero, s.dp_shard),
+        *dp_shard_rules(cluster, dims, k.zero, s.dp_shard, workload.framework),
         *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
         *optimizer_saver_rules(workload.framework, k.zero, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
@@ -1353,10 +1366,14 @@ def zero_values(workload: Workload) -> tuple[int, ...]:
 
 
 def dp_shard_values(cluster: ClusterSpec, workload: Workload, dims: ParallelDims) -> tuple[int, ...]:
-    """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp)."""
+    """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp), for the expert
+    degrees in `dims` (dp_shard_rules)."""
     ds = hsdp_degree(cluster, dims)
-    ok = ds is not None and _ok(stack_rules(workload.framework, zero=3, dp_shard=ds))
-    return (ds,) if ok and ds is not None else ()
+    if ds is None:
+        return ()
+    fw = workload.framework
+    ok = _ok([*stack_rules(fw, zero=3, dp_shard=ds), *dp_shard_rules(cluster, dims, 3, ds, fw)])
+    return (ds,) if ok else ()
 
 
 def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:

@@ -11,6 +11,7 @@ Sources (NVIDIA/Megatron-LM, the pinned releases core_v0.17.1 to core_v0.19.0):
   `self.tp_size * self.ep_size > 1, "DeepEP dispatcher requires TPxEP > 1"` (core_v0.19.0 line 1770,
   core_v0.17.1 line 1365), its tp_size being the expert TP group (MoETokenDispatcher.__init__:
   `self.tp_group = pg_collection.expt_tp`); the HybridEP branch has no such assert.
+- HSDP: megatron/core/parallel_state.py (below).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from autopar.layouts import (
     ParallelDims,
     check,
     dispatcher_rules,
+    dp_shard_rules,
+    dp_shard_values,
     expert_degrees,
     flex_backend,
+    hsdp_degree,
     optimizer_saver_rules,
     saver_runs_with,
 )
@@ -168,3 +172,34 @@ def test_search_drops_tp1_ep1_with_deepep():
     args = [*ls.megatron_args, "--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
     args = [a for a in args if a != "--moe-token-dispatcher-type alltoall"]
     assert any("deepep needs expert tp x ep > 1" in p for p in check_megatron(args, "core_v0.17.1"))
+
+
+# ------------------------------------------------------------------------------------------ HSDP and experts
+# megatron/core/parallel_state.py initialize_model_parallel asserts "Expert data parallel size should be
+# divisible by partial DistOpt shard factor" (line 1449 at core_v0.19.0, 1269 at core_v0.17.1): the
+# dp/dp_shard HSDP replicas (--num-distributed-optimizer-instances) must divide edp = tp*cp*dp / (ep*etp).
+
+H100_64 = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+
+
+@pytest.mark.parametrize(("ep", "refused"), [(8, False), (4, False), (16, True), (64, True)])
+def test_hsdp_replicas_divide_the_expert_data_parallel_degree(ep, refused):
+    # TP1 DP64 on 8-GPU nodes: HSDP shards over 8 (one node), so 8 replicas; edp = 64 / ep
+    dims = ParallelDims(64, 1, 1, 1, 64, 1, ep, 1)
+    assert hsdp_degree(H100_64, dims) == 8
+    got = list(dp_shard_rules(H100_64, dims, 3, 8, "megatron"))
+    assert bool(got) is refused and all(v.level == Level.HARD for v in got)
+    assert not list(dp_shard_rules(H100_64, dims, 3, 8, "torchtitan"))  # its own mesh rules, not these
+    wl = Workload(seq_len=4096, global_batch=256)
+    assert dp_shard_values(H100_64, wl, dims) == (() if refused else (8,))
+
+
+def test_search_offers_hsdp_only_where_the_expert_mesh_splits():
+    wl = Workload(seq_len=4096, global_batch=256)
+    space = build_space(MOE, H100_64, wl)
+    flat = [lay for lay in space.layouts if lay.tp == lay.cp == lay.pp == 1 and lay.etp == 1]
+    offered = {lay.ep: lay.dp_shard for lay in flat}
+    assert offered[8] == (8,) and offered[16] == () and offered[64] == ()
+    s = Strategy(tp=1, pp=1, ep=16, etp=1, micro_batch=1, recompute="none", zero=3, dp_shard=8)
+    with pytest.raises(InvalidStrategyError, match="expert data-parallel"):
+        estimate(MOE, H100_64, wl, s, strict=False)

@@ -252,7 +252,6 @@ def _expert_layouts(
     common = {
         "zero": lay_rules.zero_values(wl),
         "cp_comm": lay_rules.cp_comm_values(model, cl, wl, dims.tp, dims.cp),
-        "dp_shard": lay_rules.dp_shard_values(cl, wl, dims),
         "split": lay_rules.split_values(model, dims.pp),
         "savers": lay_rules.saver_values(wl),
         "act_offload": lay_rules.act_offload_values(model, wl, dims.pp),
@@ -268,9 +267,13 @@ def _expert_layouts(
             sp = lay_rules.sp_values(model, dims.tp, ep, wl.framework)
             if not sp:  # MoE with tp > 1 and ep > 1 wants SP, which the stack does not ship
                 continue
+            ds = lay_rules.dp_shard_values(cl, wl, d)  # HSDP degrees the expert mesh also splits into
             out.append(
-                Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, **common)
-            )
+                Layout(
+                    h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, dp_shard=ds,
+                    **common,
+                )
+            )  # fmt: skip
     return out
 
 
