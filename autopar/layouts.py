@@ -621,29 +621,18 @@ def saver_runs_with(framework: str, zero: int, saver: tuple[str | None, float]) 
     return not any(optimizer_saver_rules(framework, zero, *saver))
 
 
-# Megatron-Core's flex token dispatcher (Workload.moe_dispatcher "flex") runs DeepEP where one NVLink domain is one
-# host and HybridEP where the domain spans hosts (GB200/GB300 NVL72), as the Megatron-Bridge performance presets
-# choose (scripts/performance/configs/*_workload_base_configs.py). DeepEP asserts TP x EP > 1
-# (megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__: line 1770 at core_v0.19.0,
-# 1365 at core_v0.17.1), where TP is the expert TP group (MoETokenDispatcher: tp_group = pg_collection.expt_tp,
-# line 83); HybridEP has no such check.
-FLEX_DISPATCH_STACKS = ("megatron",)
+# Megatron-Core's flex token dispatcher (Workload.moe_dispatcher "flex") has two backends. DeepEP asserts
+# TP x EP > 1 (megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__: line 1770 at
+# core_v0.19.0, 1365 at core_v0.17.1), TP being the expert TP group (MoETokenDispatcher: tp_group =
+# pg_collection.expt_tp); HybridEP has no such check. The Megatron-Bridge performance presets run HybridEP on
+# rack-scale NVLink (GB200/GB300 NVL72) and on most 8-GPU hosts too (bench/data/frontier_runs.csv notes: B300,
+# H100), DeepEP on some 8-GPU hosts; the launch writes DeepEP only where one NVLink domain is one host and
+# DeepEP can run, so no layout the search offers is refused for its backend.
 
 
-def flex_backend(cluster: ClusterSpec) -> str:
-    """The flex dispatcher's backend on this cluster: hybridep across hosts in one NVLink domain, else deepep."""
-    return "hybridep" if cluster.node_size > cluster.host_size else "deepep"
-
-
-def dispatcher_rules(
-    framework: str, cluster: ClusterSpec, dispatcher: str, moe: bool, etp: int, ep: int
-) -> Iterator[Violation]:
-    """The MoE token dispatcher's own limits (see FLEX_DISPATCH_STACKS): DeepEP needs etp*ep > 1."""
-    if not moe or dispatcher != "flex" or framework not in FLEX_DISPATCH_STACKS or etp * ep > 1:
-        return
-    if flex_backend(cluster) == "deepep":
-        msg = "moe_dispatcher=flex runs DeepEP here, which needs etp*ep > 1 (Megatron-Core asserts it)"
-        yield _v(Axis.EP, Level.HARD, msg)
+def flex_backend(cluster: ClusterSpec, etp: int, ep: int) -> str:
+    """The flex dispatcher's backend the launch writes: deepep inside one host when etp*ep > 1, else hybridep."""
+    return "deepep" if cluster.node_size <= cluster.host_size and etp * ep > 1 else "hybridep"
 
 
 def expert_rules(model: ModelSpec, dims: ParallelDims, etp_set: bool) -> Iterator[Violation]:
@@ -1164,9 +1153,6 @@ def check(
         *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
         *optimizer_saver_rules(workload.framework, k.zero, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
-        *dispatcher_rules(
-            workload.framework, cluster, workload.moe_dispatcher, model.is_moe, s.expert_tp, s.ep
-        ),
         *(
             domain_rules(Axis.ETP, dims.etp, cluster, allow_cross_node_tp)
             if s.etp not in (None, s.tp)
@@ -1283,14 +1269,9 @@ def grid_problems(
 
 
 def expert_degrees(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    dims: ParallelDims,
-    framework: str = "megatron",
-    dispatcher: str = "alltoall",
+    model: ModelSpec, cluster: ClusterSpec, dims: ParallelDims, framework: str = "megatron"
 ) -> list[tuple[int, int | None]]:
-    """(ep, etp) pairs on the folded expert mesh that the token dispatcher runs; etp explicit (1 included) for
-    MoE, (1, None) for dense."""
+    """(ep, etp) pairs on the folded expert mesh; etp explicit (1 included) for MoE, (1, None) for dense."""
     if not model.is_moe:
         return [(1, None)]
     out: list[tuple[int, int | None]] = []
@@ -1301,7 +1282,6 @@ def expert_degrees(
                 *expert_rules(model, d, True),
                 *domain_rules(Axis.ETP, etp, cluster, False),
                 *stack_rules(framework, ep=ep, etp=etp, tp=dims.tp),
-                *dispatcher_rules(framework, cluster, dispatcher, True, etp, ep),
             ]
             if _ok(rules):
                 out.append((ep, etp))

@@ -7,7 +7,8 @@ Sources (NVIDIA/Megatron-LM, the pinned releases core_v0.17.1 to core_v0.19.0):
   `use_distributed_optimizer` when `use_precision_aware_optimizer` (core_v0.19.0 lines 430-436); bf16 Adam
   moments (--exp-avg-dtype bf16) run through the same precision-aware optimizer. So both need ZeRO >= 1
   (Megatron-FSDP sets use_distributed_optimizer itself, arguments.py:1106-1112).
-- flex dispatcher: megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ asserts
+- flex dispatcher (the launch's backend choice): megatron/core/transformer/moe/token_dispatcher.py
+  MoEFlexTokenDispatcher.__init__ asserts
   `self.tp_size * self.ep_size > 1, "DeepEP dispatcher requires TPxEP > 1"` (core_v0.19.0 line 1770,
   core_v0.17.1 line 1365), its tp_size being the expert TP group (MoETokenDispatcher.__init__:
   `self.tp_group = pg_collection.expt_tp`); the HybridEP branch has no such assert.
@@ -27,7 +28,6 @@ from autopar.layouts import (
     Level,
     ParallelDims,
     check,
-    dispatcher_rules,
     dp_shard_rules,
     dp_shard_values,
     expert_degrees,
@@ -135,43 +135,27 @@ def test_launch_writes_the_precision_aware_optimizer_with_the_offload():
 # ------------------------------------------------------------------------------------------ flex dispatcher
 
 
-def test_flex_backend_follows_the_nvlink_domain():
-    assert flex_backend(H100) == "deepep"  # one 8-GPU host per NVLink domain
-    assert flex_backend(GB200) == "hybridep"  # NVL72 spans 4-GPU hosts
+def test_flex_backend_runs_the_layout():
+    assert flex_backend(H100, 1, 8) == "deepep"  # one 8-GPU host per NVLink domain
+    assert flex_backend(H100, 2, 1) == "deepep"  # expert TP alone makes the group
+    assert flex_backend(H100, 1, 1) == "hybridep"  # DeepEP would assert TPxEP > 1
+    assert flex_backend(GB200, 1, 8) == "hybridep"  # NVL72 spans 4-GPU hosts
 
 
-@pytest.mark.parametrize(
-    ("cluster", "dispatcher", "etp", "ep", "refused"),
-    [
-        (H100, "flex", 1, 1, True),  # DeepEP with one rank in its expert TP x EP group
-        (H100, "flex", 2, 1, False),
-        (H100, "flex", 1, 8, False),
-        (H100, "alltoall", 1, 1, False),
-        (GB200, "flex", 1, 1, False),  # HybridEP: no such assert
-    ],
-)
-def test_deepep_needs_etp_times_ep_above_one(cluster, dispatcher, etp, ep, refused):
-    got = list(dispatcher_rules("megatron", cluster, dispatcher, True, etp, ep))
-    assert bool(got) is refused
-    assert not list(dispatcher_rules("megatron", cluster, dispatcher, False, etp, ep))  # dense: no dispatcher
-
-
-def test_search_drops_tp1_ep1_with_deepep():
+def test_tp1_ep1_with_flex_is_searched_and_launched_with_hybridep():
     dims = ParallelDims(16, 1, 1, 1, 16)
-    flex = expert_degrees(MOE, H100, dims, "megatron", "flex")
-    a2a = expert_degrees(MOE, H100, dims, "megatron", "alltoall")
-    assert (1, 1) in a2a and (1, 2) in flex and set(flex) == set(a2a) - {(1, 1)}
+    assert (1, 1) in expert_degrees(MOE, H100, dims, "megatron")
     wl = Workload(seq_len=4096, global_batch=64, moe_dispatcher="flex")
-    space = build_space(MOE, H100, wl)
-    assert not [lay for lay in space.layouts if (lay.etp or lay.tp) * lay.ep == 1]
-    assert [lay for lay in space.layouts if lay.tp * lay.ep == 1]  # TP1 EP1 with expert TP > 1 stays
     s = Strategy(tp=1, pp=1, ep=1, etp=1, micro_batch=1, recompute="none", zero=3)
-    with pytest.raises(InvalidStrategyError, match="DeepEP"):
-        estimate(MOE, H100, wl, s, strict=False)
-    ls = launch_settings(MOE, H100, wl.model_copy(update={"moe_dispatcher": "alltoall"}), s)
-    args = [*ls.megatron_args, "--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
-    args = [a for a in args if a != "--moe-token-dispatcher-type alltoall"]
-    assert any("deepep needs expert tp x ep > 1" in p for p in check_megatron(args, "core_v0.17.1"))
+    ls = launch_settings(MOE, H100, wl, s)
+    assert "--moe-flex-dispatcher-backend hybridep" in ls.megatron_args
+    for version in VERSIONS["megatron"]:
+        assert check_megatron(ls.megatron_args, version, list(ls.placeholders)) == []
+    # what check_megatron says of DeepEP there
+    deepep = [a.replace("hybridep", "deepep") for a in ls.megatron_args]
+    assert any("deepep needs expert tp x ep > 1" in p for p in check_megatron(deepep, "core_v0.17.1"))
+    ok = launch_settings(MOE, H100, wl, s.model_copy(update={"ep": 8, "zero": 1}))
+    assert "--moe-flex-dispatcher-backend deepep" in ok.megatron_args
 
 
 # ------------------------------------------------------------------------------------------ HSDP and experts

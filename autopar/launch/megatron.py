@@ -169,8 +169,8 @@ def _experts(model: ModelSpec) -> list[str]:
 
 
 # Workload.moe_dispatcher -> Megatron-LM --moe-token-dispatcher-type (core_v0.17.1 to core_v0.19.0). The flex
-# dispatcher's backend follows the Megatron-Bridge performance presets: HybridEP where the NVLink domain spans
-# hosts (GB200/GB300 NVL72), DeepEP otherwise (scripts/performance/configs/*_workload_base_configs.py).
+# dispatcher's backend: layouts.flex_backend (HybridEP across hosts and where DeepEP's TP x EP > 1 check would
+# refuse the layout, DeepEP otherwise; Megatron-Bridge scripts/performance/configs/*_workload_base_configs.py).
 _DISPATCHER_ARG = {"alltoall": "alltoall", "flex": "flex"}
 
 
@@ -179,7 +179,7 @@ def _moe_dispatch(cluster: ClusterSpec, workload: Workload, s: Strategy, notes: 
     (layouts.ep_overlap_applies; where it does not, a note says the layout runs without it)."""
     a = [f"--moe-token-dispatcher-type {_DISPATCHER_ARG[workload.moe_dispatcher]}"]
     if workload.moe_dispatcher == "flex":
-        a.append(f"--moe-flex-dispatcher-backend {flex_backend(cluster)}")
+        a.append(f"--moe-flex-dispatcher-backend {flex_backend(cluster, s.expert_tp, s.ep)}")
     k = s.knobs()
     args = ("megatron", workload.moe_ep_overlap, s.ep, s.pp, k.vpp, k.recompute)
     if ep_overlap_applies(*args):

@@ -260,7 +260,7 @@ def _expert_layouts(
     }
     if not common["cp_comm"]:  # the stack runs no CP variant on this grid (e.g. DeepSpeed: Ulysses alone)
         return out
-    for ep, etp in lay_rules.expert_degrees(model, cl, dims, wl.framework, wl.moe_dispatcher):
+    for ep, etp in lay_rules.expert_degrees(model, cl, dims, wl.framework):
         d = ParallelDims(dims.world, dims.tp, dims.cp, dims.pp, dims.dp, 1, ep, etp or dims.tp)
         pairs, pipe = _pipe_memo(memo, model, wl, d)
         if pairs:
