@@ -551,8 +551,13 @@ def hsdp_degree(cluster: ClusterSpec, dims: ParallelDims) -> int | None:
     return fits[-1] if fits else None
 
 
+# Stacks whose HSDP replicas split the expert mesh too (Megatron-Core: one distributed-optimizer instance per
+# replica over the dense and the expert data-parallel groups, parallel_state.py initialize_model_parallel).
+HSDP_EXPERT_MESH_STACKS = ("megatron",)
+
+
 def dp_shard_rules(
-    cluster: ClusterSpec, dims: ParallelDims, zero: int | None, ds: int | None
+    cluster: ClusterSpec, dims: ParallelDims, zero: int | None, ds: int | None, framework: str = "megatron"
 ) -> Iterator[Violation]:
     """HSDP (perf/fsdp.py): ZeRO-3 sharded over ds·cp ranks, replicated across dp/ds; the search offers only
     hsdp_degree (shard groups filling one NVLink domain when full sharding would leave it)."""
@@ -562,6 +567,14 @@ def dp_shard_rules(
     if d % ds or zero != 3:
         yield _v(Axis.DP, Level.HARD, f"dp_shard={ds} needs zero=3 and to divide dp={d} (HSDP)")
         return
+    if framework in HSDP_EXPERT_MESH_STACKS and dims.edp % (d // ds):
+        # "Expert data parallel size should be divisible by partial DistOpt shard factor" (parallel_state.py
+        # line 1449 at core_v0.19.0, 1269 at core_v0.17.1)
+        msg = (
+            f"dp_shard={ds}: its dp/dp_shard = {d // ds} replicas do not divide the expert data-parallel "
+            f"degree edp = {dims.edp} (Megatron-Core asserts it)"
+        )
+        yield _v(Axis.DP, Level.HARD, msg)
     if ds != hsdp_degree(cluster, dims):
         group = dims.tp * dims.cp * ds
         msg = (
@@ -581,6 +594,45 @@ def saver_rules(workload: Workload, states: str | None, offload: float) -> Itera
     if offload not in allowed["optimizer_offload"]:
         msg = f"optimizer_offload={offload} is not among the memory savers allowed (memory_savers)"
         yield _v(None, Level.SEARCH, msg)
+
+
+def optimizer_saver_rules(
+    framework: str, zero: int, states: str | None, offload: float
+) -> Iterator[Violation]:
+    """Reduced-precision optimizer states and optimizer CPU offload on a stack that runs them only inside its
+    sharded optimizer (Stack.saver_min_zero; Megatron-Core refuses them at start-up without it: HARD)."""
+    need = STACKS[framework].saver_min_zero
+    if zero >= need or not (states or offload):
+        return
+    used = " and ".join(
+        x
+        for x, on in ((f"optimizer_states={states}", states), (f"optimizer_offload={offload:g}", offload))
+        if on
+    )
+    msg = (
+        f"{used} needs zero >= {need} on framework={framework} (--use-precision-aware-optimizer runs only "
+        "with the distributed optimizer)"
+    )
+    yield _v(Axis.DP, Level.HARD, msg)
+
+
+def saver_runs_with(framework: str, zero: int, saver: tuple[str | None, float]) -> bool:
+    """Whether an (optimizer_states, optimizer_offload) pair runs with this ZeRO stage (optimizer_saver_rules)."""
+    return not any(optimizer_saver_rules(framework, zero, *saver))
+
+
+# Megatron-Core's flex token dispatcher (Workload.moe_dispatcher "flex") has two backends. DeepEP asserts
+# TP x EP > 1 (megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__: line 1770 at
+# core_v0.19.0, 1365 at core_v0.17.1), TP being the expert TP group (MoETokenDispatcher: tp_group =
+# pg_collection.expt_tp); HybridEP has no such check. The Megatron-Bridge performance presets run HybridEP on
+# rack-scale NVLink (GB200/GB300 NVL72) and on most 8-GPU hosts too (bench/data/frontier_runs.csv notes: B300,
+# H100), DeepEP on some 8-GPU hosts; the launch writes DeepEP only where one NVLink domain is one host and
+# DeepEP can run, so no layout the search offers is refused for its backend.
+
+
+def flex_backend(cluster: ClusterSpec, etp: int, ep: int) -> str:
+    """The flex dispatcher's backend the launch writes: deepep inside one host when etp*ep > 1, else hybridep."""
+    return "deepep" if cluster.node_size <= cluster.host_size and etp * ep > 1 else "hybridep"
 
 
 def expert_rules(model: ModelSpec, dims: ParallelDims, etp_set: bool) -> Iterator[Violation]:
@@ -786,6 +838,9 @@ class Stack:
     expert_tp_any: bool = True
     # Megatron-Core's --recompute-modules (knobs.MEGATRON_RECOMPUTE_MODULES); others: none/selective/full only
     recompute_modules: bool = False
+    # the least ZeRO stage its reduced-precision optimizer states and optimizer CPU offload run with
+    # (optimizer_saver_rules); 0 = any
+    saver_min_zero: int = 0
 
 
 STACKS: dict[str, Stack] = {
@@ -808,6 +863,12 @@ STACKS: dict[str, Stack] = {
         True,
         "NVIDIA/Megatron-LM core_v0.19.0 megatron/training/arguments.py",
         recompute_modules=True,  # --recompute-modules (TransformerConfig.recompute_modules)
+        # --exp-avg-dtype bf16 and --optimizer-cpu-offload run through --use-precision-aware-optimizer
+        # (validate_args asserts it for the offload: arguments.py:1803-1807 at core_v0.19.0, 1496-1500 at
+        # core_v0.17.1), which OptimizerConfig.__post_init__ allows only with the distributed optimizer
+        # (megatron/core/optimizer/optimizer_config.py:430-436 at core_v0.19.0, 394-400 at core_v0.17.1);
+        # Megatron-FSDP turns that on itself (arguments.py:1106-1112), so ZeRO-1 and up
+        saver_min_zero=1,
     ),
     # Megatron-LM before Megatron-Core (2019-2022; Narayanan et al. 2021): 1F1B and interleaved schedules and
     # the distributed optimizer (ZeRO-1, 2022); context parallelism, Megatron-FSDP, optimizer offload and
@@ -1088,8 +1149,9 @@ def check(
         *schedule_rules(s.pp, k.vpp, m, k.pp_schedule, model.is_moe),
         *cp_rules(workload, s.cp),
         *cp_comm_rules(model, cluster, s.tp, s.cp, s.cp_comm),
-        *dp_shard_rules(cluster, dims, k.zero, s.dp_shard),
+        *dp_shard_rules(cluster, dims, k.zero, s.dp_shard, workload.framework),
         *saver_rules(workload, s.optimizer_states, s.optimizer_offload),
+        *optimizer_saver_rules(workload.framework, k.zero, s.optimizer_states, s.optimizer_offload),
         *expert_rules(model, dims, s.etp is not None),
         *(
             domain_rules(Axis.ETP, dims.etp, cluster, allow_cross_node_tp)
@@ -1284,10 +1346,14 @@ def zero_values(workload: Workload) -> tuple[int, ...]:
 
 
 def dp_shard_values(cluster: ClusterSpec, workload: Workload, dims: ParallelDims) -> tuple[int, ...]:
-    """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp)."""
+    """HSDP shard degrees the search offers with ZeRO-3 (besides None: shard over all of dp), for the expert
+    degrees in `dims` (dp_shard_rules)."""
     ds = hsdp_degree(cluster, dims)
-    ok = ds is not None and _ok(stack_rules(workload.framework, zero=3, dp_shard=ds))
-    return (ds,) if ok and ds is not None else ()
+    if ds is None:
+        return ()
+    fw = workload.framework
+    ok = _ok([*stack_rules(fw, zero=3, dp_shard=ds), *dp_shard_rules(cluster, dims, 3, ds, fw)])
+    return (ds,) if ok else ()
 
 
 def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from autopar.knobs import MEGATRON_RECOMPUTE_MODULES, recompute_modules
 from autopar.launch.split import strategy_split
-from autopar.layouts import STACKS, ep_overlap_applies, ep_overlap_note, stack_notes
+from autopar.layouts import (
+    STACKS,
+    ep_overlap_applies,
+    ep_overlap_note,
+    flex_backend,
+    optimizer_saver_rules,
+    stack_notes,
+)
 from autopar.perf.cp import hierarchical_sizes
 from autopar.perf.pipeline import SCHEDULES
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -162,8 +169,8 @@ def _experts(model: ModelSpec) -> list[str]:
 
 
 # Workload.moe_dispatcher -> Megatron-LM --moe-token-dispatcher-type (core_v0.17.1 to core_v0.19.0). The flex
-# dispatcher's backend follows the Megatron-Bridge performance presets: HybridEP where the NVLink domain spans
-# hosts (GB200/GB300 NVL72), DeepEP otherwise (scripts/performance/configs/*_workload_base_configs.py).
+# dispatcher's backend: layouts.flex_backend (HybridEP across hosts and where DeepEP's TP x EP > 1 check would
+# refuse the layout, DeepEP otherwise; Megatron-Bridge scripts/performance/configs/*_workload_base_configs.py).
 _DISPATCHER_ARG = {"alltoall": "alltoall", "flex": "flex"}
 
 
@@ -172,8 +179,7 @@ def _moe_dispatch(cluster: ClusterSpec, workload: Workload, s: Strategy, notes: 
     (layouts.ep_overlap_applies; where it does not, a note says the layout runs without it)."""
     a = [f"--moe-token-dispatcher-type {_DISPATCHER_ARG[workload.moe_dispatcher]}"]
     if workload.moe_dispatcher == "flex":
-        backend = "hybridep" if cluster.node_size > cluster.host_size else "deepep"
-        a.append(f"--moe-flex-dispatcher-backend {backend}")
+        a.append(f"--moe-flex-dispatcher-backend {flex_backend(cluster, s.expert_tp, s.ep)}")
     k = s.knobs()
     args = ("megatron", workload.moe_ep_overlap, s.ep, s.pp, k.vpp, k.recompute)
     if ep_overlap_applies(*args):
@@ -225,15 +231,21 @@ def _hsdp_and_savers(s: Strategy, notes: list[str]) -> list[str]:
             f"--num-distributed-optimizer-instances {s.dp // s.dp_shard}",
             "--outer-dp-sharding-strategy no_shard",
         ]
+    # both savers run through the precision-aware optimizer (validate_args asserts it for the offload; the
+    # distributed optimizer it needs: layouts.optimizer_saver_rules)
+    if s.optimizer_states == "bf16" or s.optimizer_offload:
+        a.append("--use-precision-aware-optimizer")
     if s.optimizer_states == "bf16":
-        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+        a += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     elif s.optimizer_states == "8bit":
         notes.append("8-bit optimizer states (bitsandbytes): Megatron-LM's nearest is "
                      "--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8")  # fmt: skip
     if s.optimizer_offload:
         a += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {s.optimizer_offload:g}"]
-        if s.zero == 0:
-            notes.append("--optimizer-cpu-offload needs the distributed optimizer (zero >= 1)")
+    zero = s.zero if s.zero is not None else 0
+    notes += [
+        v.message for v in optimizer_saver_rules("megatron", zero, s.optimizer_states, s.optimizer_offload)
+    ]
     return a
 
 

@@ -175,7 +175,34 @@ def _megatron_rules(a: dict[str, list[str]]) -> list[str]:
         out.append("--sequence-parallel with tensor-model-parallel-size 1")
     if "--tp-comm-overlap" in a and "--sequence-parallel" not in a:
         out.append("--tp-comm-overlap needs --sequence-parallel")
-    return out + _recompute_modules_rule(a)
+    return out + _recompute_modules_rule(a) + _optimizer_rules(a) + _dispatcher_rule(a)
+
+
+def _optimizer_rules(a: dict[str, list[str]]) -> list[str]:
+    """validate_args (arguments.py:1803-1807 at core_v0.19.0, 1496-1500 at core_v0.17.1): CPU offload needs the
+    precision-aware optimizer; OptimizerConfig.__post_init__ (optimizer_config.py:430-436): that needs the
+    distributed optimizer, which --use-megatron-fsdp turns on itself."""
+    out = []
+    if "--optimizer-cpu-offload" in a and "--use-precision-aware-optimizer" not in a:
+        out.append("--optimizer-cpu-offload needs --use-precision-aware-optimizer")
+    sharded = "--use-distributed-optimizer" in a or "--use-megatron-fsdp" in a
+    if "--use-precision-aware-optimizer" in a and not sharded:
+        out.append(
+            "--use-precision-aware-optimizer needs --use-distributed-optimizer (or --use-megatron-fsdp)"
+        )
+    return out
+
+
+def _dispatcher_rule(a: dict[str, list[str]]) -> list[str]:
+    """MoEFlexTokenDispatcher (token_dispatcher.py:1770 at core_v0.19.0, 1365 at core_v0.17.1): DeepEP needs
+    expert TP (default: tensor-model-parallel-size) x expert-model-parallel-size > 1."""
+    flex = a.get("--moe-token-dispatcher-type") == ["flex"]
+    deepep = flex and a.get("--moe-flex-dispatcher-backend") == ["deepep"]
+    etp = _int(a, "--expert-tensor-parallel-size", _int(a, "--tensor-model-parallel-size", 1)) or 1
+    ep = _int(a, "--expert-model-parallel-size", 1) or 1
+    return (
+        ["--moe-flex-dispatcher-backend deepep needs expert tp x ep > 1"] if deepep and etp * ep == 1 else []
+    )
 
 
 def _recompute_modules_rule(a: dict[str, list[str]]) -> list[str]:

@@ -56,7 +56,9 @@ def _axis(name: str) -> Knob:
 
 
 def _keep(lay: Layout, **fields: tuple[Any, ...]) -> Layout | None:
-    return replace(lay, **fields) if all(fields.values()) else None
+    """The layout restricted to these values; None when a knob, or every (zero, saver) pair, is left empty."""
+    new = replace(lay, **fields) if all(fields.values()) else None
+    return new if new is not None and new.zero_saver else None
 
 
 def _tuple(name: str, field: str, key: Callable[[Any], Any] = lambda x: x, **kw: Any) -> Knob:

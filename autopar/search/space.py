@@ -130,6 +130,7 @@ class Layout:
     split: tuple[Split, ...] = (EVEN_SPLIT,)
     savers: tuple[Saver, ...] = ((None, 0.0),)
     act_offload: tuple[int, ...] = ()  # activation-offload layer counts offered (with recompute "none" only)
+    framework: str = "megatron"  # the stack, whose ZeRO stages its optimizer savers need (zero_saver)
 
     @cached_property
     def pipe(self) -> tuple[tuple[int, int, str], ...]:
@@ -143,6 +144,17 @@ class Layout:
         return tuple((z, None) for z in self.zero) + hsdp
 
     @cached_property
+    def zero_saver(self) -> tuple[tuple[int, int | None, Saver], ...]:
+        """(zero, dp_shard, saver) triples: each (zero, dp_shard) pair with each memory saver the stack runs at
+        that ZeRO stage (layouts.optimizer_saver_rules: Megatron-Core's need the distributed optimizer)."""
+        ok = lay_rules.saver_runs_with
+        return tuple((z, d, v) for z, d in self.zero_shard for v in self.savers if ok(self.framework, z, v))
+
+    def savers_at(self, zero: int) -> tuple[Saver, ...]:
+        """The memory savers offered with this ZeRO stage."""
+        return tuple(v for z, _, v in self.zero_saver if z == zero)
+
+    @cached_property
     def rc_offload(self) -> tuple[tuple[str, int], ...]:
         """(recompute, activation_offload_layers) pairs: every mode without offload, plus "none" with each
         offered count (Megatron offloads only without recompute, layouts.offload_rules)."""
@@ -151,8 +163,8 @@ class Layout:
 
     @property
     def size(self) -> int:
-        per_pipe = len(self.sp) * len(self.zero_shard) * len(self.rc_offload) * len(self.cp_comm)
-        return len(self.pipe) * per_pipe * len(self.split) * len(self.savers)
+        per_pipe = len(self.sp) * len(self.zero_saver) * len(self.rc_offload) * len(self.cp_comm)
+        return len(self.pipe) * per_pipe * len(self.split)
 
     @cached_property
     def tables(self) -> Any:
@@ -171,16 +183,15 @@ class Layout:
     def strategy(self, j: int) -> Strategy:
         """The j-th strategy of this layout (0 <= j < size)."""
         j, r = divmod(j, len(self.rc_offload))
-        j, z = divmod(j, len(self.zero_shard))
+        j, z = divmod(j, len(self.zero_saver))
         j, s = divmod(j, len(self.sp))
         j, c = divmod(j, len(self.cp_comm))
-        j, v = divmod(j, len(self.savers))
         j, k = divmod(j, len(self.split))
         mb, vpp, sched = self.pipe[j]
-        zero, ds = self.zero_shard[z]
+        zero, ds, saver = self.zero_saver[z]
         rc, ao = self.rc_offload[r]
         return make_strategy(
-            self, mb, vpp, sched, self.sp[s], zero, ds, rc, self.cp_comm[c], self.split[k], self.savers[v], ao,
+            self, mb, vpp, sched, self.sp[s], zero, ds, rc, self.cp_comm[c], self.split[k], saver, ao,
         )  # fmt: skip
 
 
@@ -241,11 +252,11 @@ def _expert_layouts(
     common = {
         "zero": lay_rules.zero_values(wl),
         "cp_comm": lay_rules.cp_comm_values(model, cl, wl, dims.tp, dims.cp),
-        "dp_shard": lay_rules.dp_shard_values(cl, wl, dims),
         "split": lay_rules.split_values(model, dims.pp),
         "savers": lay_rules.saver_values(wl),
         "act_offload": lay_rules.act_offload_values(model, wl, dims.pp),
         "recompute": lay_rules.recompute_values(model, wl),
+        "framework": wl.framework,
     }
     if not common["cp_comm"]:  # the stack runs no CP variant on this grid (e.g. DeepSpeed: Ulysses alone)
         return out
@@ -256,9 +267,13 @@ def _expert_layouts(
             sp = lay_rules.sp_values(model, dims.tp, ep, wl.framework)
             if not sp:  # MoE with tp > 1 and ep > 1 wants SP, which the stack does not ship
                 continue
+            ds = lay_rules.dp_shard_values(cl, wl, d)  # HSDP degrees the expert mesh also splits into
             out.append(
-                Layout(h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, **common)
-            )
+                Layout(
+                    h, dims.tp, dims.pp, dims.cp, ep, dims.dp, etp, pairs, sp, schedules=pipe, dp_shard=ds,
+                    **common,
+                )
+            )  # fmt: skip
     return out
 
 
@@ -395,7 +410,8 @@ class Space:
         vs = [v for m, v in lay.mb_vpp if m == mb and v <= v_want]
         vpp = max(vs) if vs else 1
         sp = lay.sp[0] if len(lay.sp) == 1 else bool(params.get("sp", False))
-        zero = _nearest_below(lay.zero, params.get("zero", lay.zero[0]))
+        zeros = tuple(dict.fromkeys(z for z, _, _ in lay.zero_saver))  # the stages some saver runs with
+        zero = _nearest_below(zeros, params.get("zero", zeros[0]))
         rc = params.get("recompute", lay.recompute[0])
         rc = rc if rc in lay.recompute else lay.recompute[0]  # a mode the search constraints removed
         return Point(h, make_strategy(lay, mb, vpp, _pick_schedule(lay, mb, vpp, params), sp, zero,
@@ -505,7 +521,8 @@ def _pick_rest(
     )
     ao = params.get("activation_offload_layers", 0)
     ao = ao if (rc, ao) in lay.rc_offload else 0
-    return ds, rc, cpc, split, want if want in lay.savers else lay.savers[0], ao
+    savers = lay.savers_at(zero)
+    return ds, rc, cpc, split, want if want in savers else savers[0], ao
 
 
 _ORDERED = {"num_gpus", *ORDERED_KNOBS}  # the knobs whose values have an order (knobs.KNOBS)

@@ -45,10 +45,10 @@ class KnobTables:
 
     pipe: tuple[np.ndarray, np.ndarray, np.ndarray]  # micro_batch, vpp, schedule code
     split: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # first, last (-1 = None), emb, loss
-    savers: tuple[np.ndarray, np.ndarray]  # states code (-1 = None), offload
+    savers: tuple[np.ndarray, np.ndarray]  # states code (-1 = None), offload; per zero_saver row
     cp_comm: np.ndarray
     sp: np.ndarray
-    zero_shard: tuple[np.ndarray, np.ndarray]  # zero, dp_shard (0 = None)
+    zero_shard: tuple[np.ndarray, np.ndarray]  # zero, dp_shard (0 = None); per zero_saver row
     rc_offload: tuple[np.ndarray, np.ndarray]  # recompute code, activation_offload_layers
 
 
@@ -72,12 +72,15 @@ def knob_tables(lay: Layout) -> KnobTables:
             _arr([x.account_loss for x in lay.split], bool),
         ),
         savers=(
-            _arr([-1 if x is None else STATES_CODES.index(x) for x, _ in lay.savers]),
-            _arr([x for _, x in lay.savers], np.float64),
+            _arr([-1 if x is None else STATES_CODES.index(x) for _, _, (x, _) in lay.zero_saver]),
+            _arr([x for _, _, (_, x) in lay.zero_saver], np.float64),
         ),
         cp_comm=_arr([CP_COMM_CODES.index(x) for x in lay.cp_comm]),
         sp=_arr(list(lay.sp), bool),
-        zero_shard=(_arr([z for z, _ in lay.zero_shard]), _arr([none(d, 0) for _, d in lay.zero_shard])),
+        zero_shard=(
+            _arr([z for z, _, _ in lay.zero_saver]),
+            _arr([none(d, 0) for _, d, _ in lay.zero_saver]),
+        ),
         rc_offload=(
             _arr([RECOMPUTE_CODES.index(r) for r, _ in lay.rc_offload]),
             _arr([a for _, a in lay.rc_offload]),
@@ -89,10 +92,9 @@ def layout_columns(lay: Layout, tables: KnobTables, start: int, stop: int) -> St
     """Rows start..stop-1 of a layout (row j = lay.strategy(j)), decoded as Layout.strategy does."""
     j = np.arange(start, stop, dtype=np.int64)
     j, r = np.divmod(j, len(lay.rc_offload))
-    j, z = np.divmod(j, len(lay.zero_shard))
+    j, z = np.divmod(j, len(lay.zero_saver))
     j, s = np.divmod(j, len(lay.sp))
     j, c = np.divmod(j, len(lay.cp_comm))
-    j, v = np.divmod(j, len(lay.savers))
     j, k = np.divmod(j, len(lay.split))
     n = len(j)
     full = lambda x: np.full(n, x, dtype=np.int64)  # noqa: E731
@@ -103,7 +105,7 @@ def layout_columns(lay: Layout, tables: KnobTables, start: int, stop: int) -> St
         dp_shard=T.zero_shard[1][z], micro_batch=T.pipe[0][j], recompute=T.rc_offload[0][r],
         pp_schedule=T.pipe[2][j], cp_comm=T.cp_comm[c], pp_first_layers=T.split[0][k],
         pp_last_layers=T.split[1][k], pp_account_embedding=T.split[2][k], pp_account_loss=T.split[3][k],
-        optimizer_states=T.savers[0][v], optimizer_offload=T.savers[1][v],
+        optimizer_states=T.savers[0][z], optimizer_offload=T.savers[1][z],
         activation_offload_layers=T.rc_offload[1][r],
     )  # fmt: skip
 
