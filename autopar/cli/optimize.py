@@ -79,7 +79,7 @@ def _json_objective(o: Any) -> dict[str, Any]:
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
     from autopar.reports.counts import search_counts
-    from autopar.reports.decision import recipe_json
+    from autopar.reports.recipe import recipe_json
     from autopar.search.pareto import record_row
 
     n = search_counts(result)
@@ -134,7 +134,7 @@ def print_result(result: Any, top: int) -> None:
             highlight=False,
         )
     _print_recommended(result)
-    from autopar.reports.decision import recipe_text
+    from autopar.reports.recipe import recipe_text
 
     recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
     if recipe:

@@ -12,10 +12,11 @@ import plotly.graph_objects as go
 
 from autopar.files import write_atomic
 from autopar.reports.counts import search_counts  # noqa: F401 - re-exported for the report modules
+from autopar.reports.names import cluster_label, trial_cluster  # noqa: F401 - re-exported
 from autopar.reports.plotlyjs import RENDER_JS, plotly_script
 from autopar.reports.plotlyjs import figure_html as _figure_html
 from autopar.search.result import SearchResult, TrialRecord
-from autopar.specs import ClusterSpec, Workload
+from autopar.specs import Workload
 from autopar.units import format_duration
 
 ROLE_TITLES = {
@@ -75,22 +76,6 @@ def fmt_value(x: float | None, unit: str) -> str:
     if unit == "s":
         return format_duration(x)
     return f"{fmt_num(x)} {unit}".strip()
-
-
-def cluster_label(gpu: str, num_gpus: int) -> str:
-    """'64 × H100-SXM'."""
-    return f"{num_gpus} × {gpu}"
-
-
-def trial_cluster(result: SearchResult, trial: TrialRecord) -> ClusterSpec:
-    """The cluster a trial ran on (matched by GPU name and count; first cluster as fallback)."""
-    for c in result.clusters:
-        if c.gpu.name == trial.gpu and c.num_gpus == trial.num_gpus:
-            return c
-    for c in result.clusters:
-        if c.gpu.name == trial.gpu:
-            return c.model_copy(update={"num_gpus": trial.num_gpus})
-    return result.clusters[0]
 
 
 def trial_workload(result: SearchResult, trial: TrialRecord) -> Workload:

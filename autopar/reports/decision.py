@@ -18,21 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from autopar.calibration.pairs import pair_record
-from autopar.perf.types import Estimate
-from autopar.reports.common import cluster_label, role_title, trial_cluster
-from autopar.reports.comparison import STEP_SPLIT
-from autopar.search.recommend import NEAR_TIE_FRACTION, SAFE_SPEED_FRACTION, bottleneck_hint
+from autopar.reports.common import role_title
+from autopar.reports.names import cluster_label, trial_cluster
+from autopar.reports.recipe import (  # noqa: F401 - re-exported: the decision card shows the recipe
+    MATERIAL_FRACTION,
+    RecipeView,
+    and_join,
+    pair_sentence,
+    recipe_json,
+    recipe_text,
+    recipe_view,
+)
+from autopar.search.recommend import SAFE_SPEED_FRACTION, bottleneck_hint
 from autopar.search.result import ObjectiveInfo, Recommendation, SearchResult, TrialRecord
 from autopar.units import SECONDS_PER_DAY, GiB, usd_per_mtoken
 
-# A difference on an objective is material only beyond NEAR_TIE_FRACTION (search/recommend.py: no
-# measurement we have ranks points closer than that): relative to the value for ratio objectives, and
-# of the GPU's memory for headroom (the memory model's error scales with the memory used, not with
-# what is left over).
-MATERIAL_FRACTION = NEAR_TIE_FRACTION
 # Memory "binds" when less than this fraction of the GPU is free: the next memory-hungry change (a
 # larger micro-batch, less recompute) typically needs more than a tenth of the GPU.
 MEMORY_BINDS_FRACTION = 0.10
@@ -101,10 +102,6 @@ def trade(objectives: Sequence[ObjectiveInfo], a: TrialRecord, b: TrialRecord) -
     return Trade(tuple(gains), tuple(losses))
 
 
-def _and(items: Sequence[str]) -> str:
-    return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1] if items else ""
-
-
 @dataclass(frozen=True)
 class Card:
     """One recommended point with every role that chose it; `buys` says why one would take it over the
@@ -142,8 +139,8 @@ def recommendation_cards(
         if not tr.gains and roles == ("balanced",):
             continue  # a compromise that buys nothing against the first card is no choice
         buys = (
-            f"Against {head.title.lower()}: buys {_and(tr.gains)}"
-            + (f" for {_and(tr.losses)}" if tr.losses else "")
+            f"Against {head.title.lower()}: buys {and_join(tr.gains)}"
+            + (f" for {and_join(tr.losses)}" if tr.losses else "")
             + "."
             if tr.gains
             else f"Within {100 * MATERIAL_FRACTION:.0f}% of {head.title.lower()} on every objective."
@@ -208,153 +205,6 @@ def decision_info(result: SearchResult, cards: Sequence[Card]) -> Decision | Non
     )
 
 
-# A time component explains the pick-vs-recipe difference when it moves by at least this fraction of the
-# pick's step (1%: below it the split rounds away in the compare table); at most REASONS_SHOWN are named.
-REASON_FRACTION = 0.01
-REASONS_SHOWN = 3
-
-
-@dataclass(frozen=True)
-class RecipeView:
-    """The published recipe beside the pick: what it is, its prediction and why the two differ."""
-
-    name: str  # the recipe's id, e.g. LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1
-    source: str
-    label: str  # its strategy as estimated
-    tokens_per_s: float | None
-    band: tuple[float, float] | None
-    ratio: float | None  # pick / recipe, predicted
-    reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
-    remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
-    record: str = ""  # the model's record on measured pairs separated by this much (calibration/pairs.py)
-
-    def sentence(self, reasons: bool = True) -> str:
-        """The recipe in one paragraph (CLI and report; the report lists the reasons apart)."""
-        head = f"Published recipe for this problem: {self.label} ({self.name}; {self.source})"
-        if self.tokens_per_s is None or self.ratio is None:
-            return head + ". " + " ".join(self.remarks)
-        band = f", 80% band {self.band[0]:,.0f}–{self.band[1]:,.0f}" if self.band else ""
-        rel = 100 * (self.ratio - 1)
-        verdict = (
-            f"within {100 * MATERIAL_FRACTION:.0f}% of the pick: a near-tie, and the recipe is the "
-            "better-evidenced choice"
-            if abs(rel) <= 100 * MATERIAL_FRACTION
-            else f"the pick is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
-        )
-        why = f"; the step differs most in {_and(list(self.reasons))}" if self.reasons and reasons else ""
-        after = [self.record] if self.record and abs(rel) > 100 * MATERIAL_FRACTION else []
-        return f"{head}: predicted {self.tokens_per_s:,.0f} tokens/s{band}; {verdict}{why}." + "".join(
-            " " + x for x in (*after, *self.remarks)
-        )
-
-
-def _reasons(pick: Estimate, rec: Estimate) -> tuple[str, ...]:
-    """The STEP_SPLIT components (as `autopar compare` names them) that differ most, pick vs recipe."""
-    step = pick.step_time_s or 1.0
-    diffs = []
-    for field_, name in STEP_SPLIT:
-        a, b = getattr(pick.time, field_), getattr(rec.time, field_)
-        if abs(a - b) >= REASON_FRACTION * step:
-            diffs.append((-abs(a - b), name.split(" (")[0], a, b))
-    return tuple(
-        f"{n} {a:.1f} s (pick) vs {b:.1f} s (recipe)" for _, n, a, b in sorted(diffs)[:REASONS_SHOWN]
-    )
-
-
-def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[str, ...]:
-    r, w = rb.recipe, result.workload
-    out = []
-    if (r.gpu, r.num_gpus, r.precision) != (pick.gpu, pick.num_gpus, pick.precision):
-        out.append(
-            f"The recipe is for {cluster_label(r.gpu, r.num_gpus)} · {r.precision}; the pick runs on "
-            f"{cluster_label(pick.gpu, pick.num_gpus)} · {pick.precision}."
-        )
-    if r.global_batch != w.global_batch:
-        out.append(f"The recipe was tuned at global batch {r.global_batch} (this problem: {w.global_batch}).")
-    if r.framework != w.framework:
-        out.append(f"It runs on {r.framework} (this search: {w.framework}).")
-    if r.measured is not None:
-        out.append(f"Published measurement: {r.measured:,.0f} tokens/s per GPU.")
-    if rb.evidence is not None and rb.evidence.beyond:
-        out.append(rb.evidence.sentence())
-    if rb.estimate is None:
-        out.append(f"The model could not estimate it: {rb.reason}")
-    return tuple(out)
-
-
-def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
-    """The recipe matching the search's problem (SearchResult.recipe) against the pick, or None."""
-    rb = getattr(result, "recipe", None)
-    if rb is None:
-        return None
-    est, pe = rb.estimate, pick.estimate
-    label = (est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy()).label()
-    if est is None or pe is None or est.tokens_per_s <= 0:
-        return RecipeView(
-            rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)
-        )
-    return RecipeView(
-        name=rb.recipe.id,
-        source=rb.recipe.source,
-        label=label,
-        tokens_per_s=est.tokens_per_s,
-        band=est.tokens_per_s_band,
-        ratio=pe.tokens_per_s / est.tokens_per_s,
-        reasons=_reasons(pe, est),
-        remarks=_recipe_remarks(result, rb, pick),
-        record=pair_sentence(pe.tokens_per_s / est.tokens_per_s),
-    )
-
-
-def pair_sentence(ratio: float) -> str:
-    """What the model's record on measured layout pairs says of a predicted ratio ('' for a near-tie or
-    without the shipped record)."""
-    record = pair_record()
-    group = record.for_gain(ratio) if record is not None else None
-    return group.sentence() if group is not None else ""
-
-
-def recipe_json(result: SearchResult) -> dict[str, Any] | None:
-    """The recipe beside the first recommendation as `optimize --json` gives it (None without one): the
-    recipe, its prediction and band, pick/recipe, the step terms that differ, and the model's record on
-    measured pairs at that gain (calibration/pairs.py; null for a near-tie)."""
-    if not result.recommended:
-        return None
-    view = recipe_view(result, result.recommended[0].trial)
-    if view is None:
-        return None
-    record = pair_record()
-    group = record.for_gain(view.ratio) if record is not None and view.ratio is not None else None
-    return {
-        "id": view.name,
-        "source": view.source,
-        "strategy": view.label,
-        "tokens_per_s": view.tokens_per_s,
-        "band": list(view.band) if view.band else None,
-        "pick_over_recipe": view.ratio,
-        "differs_most": list(view.reasons),
-        "remarks": list(view.remarks),
-        "record": None
-        if group is None
-        else {
-            "predicted_gain": group.span(),
-            "pairs": group.pairs,
-            "measured_faster_share": group.held_share,
-            "realised_median": group.realised_median,
-            "realised_p20": group.realised_low,
-            "holds": group.holds,
-        },
-    }
-
-
-def recipe_text(result: SearchResult) -> str:
-    """The recipe paragraph for the first recommendation's point ('' without a matching recipe)."""
-    if not result.recommended:
-        return ""
-    view = recipe_view(result, result.recommended[0].trial)
-    return view.sentence() if view is not None else ""
-
-
 def _front(result: SearchResult) -> list[TrialRecord]:
     return sorted((r for r in result.trials if r.feasible and not r.dominated), key=lambda r: r.number)
 
@@ -387,8 +237,8 @@ def objective_leads(result: SearchResult, t: TrialRecord) -> list[str]:
             if (best.gpu, best.num_gpus) == (t.gpu, t.num_gpus)
             else f" on {cluster_label(best.gpu, best.num_gpus)}"
         )
-        at = f", at {_and(list(tr.losses))}" if tr.losses else ""
-        out.append(f"{_and(gains)}: {best.strategy.label()}{hw}{at}.")
+        at = f", at {and_join(list(tr.losses))}" if tr.losses else ""
+        out.append(f"{and_join(gains)}: {best.strategy.label()}{hw}{at}.")
     return out
 
 
