@@ -103,8 +103,11 @@ def test_megatron_optimizer_state_bytes():
     assert _states_per_param(0, 8) == pytest.approx(18.0, rel=1e-12)
     assert _states_per_param(1, 8) == pytest.approx(6 + 12 / 8, rel=1e-12)
     assert _states_per_param(1, 64) == pytest.approx(6 + 12 / 64, rel=1e-12)
-    # ZeRO paper §5: stage 3 keeps 16/n bytes per parameter (2 + 2 + 12 spread over n ranks).
-    assert _states_per_param(3, 8) == pytest.approx(16 / 8, rel=1e-12)
+    # ZeRO paper §5: stage 3 keeps 16/n bytes per parameter (2 + 2 + 12 spread over n ranks); Megatron-FSDP's
+    # sharded main-gradient buffer is fp32 here, beside the bf16 and fp32 weight shards: 2 + 4 + 12 = 18/n
+    # (16/n with bf16 main gradients, below)
+    assert _states_per_param(3, 8) == pytest.approx(18 / 8, rel=1e-12)
+    assert _states_per_param(3, 8, "bf16") == pytest.approx(16 / 8, rel=1e-12)
     # --grad-reduce-in-bf16 (megatron's default here, as Megatron-Bridge's performance configs run): the main-
     # gradient buffer is bf16, 2 + 2 + 12 = 16 B, and 4 + 12/d with the distributed optimizer
     assert _states_per_param(0, 8, "bf16") == pytest.approx(16.0, rel=1e-12)
