@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autopar.calibration.pairs import pair_record  # noqa: E402
+from autopar.calibration.pairs import pair_record, quantile  # noqa: E402
 from autopar.calibration.records import (  # noqa: E402
     measured_tokens_per_s_per_gpu,
     notes_moe_options,
@@ -220,15 +220,6 @@ def run_problem(p: Problem) -> dict[str, Any]:
     out["ratio"] = pick.tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu
     out["differs"] = differing(rec.strategy or p.recipe, pick.strategy or fastest.strategy)
     return out
-
-
-def quantile(xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile of a non-empty list."""
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def headline(results: list[dict[str, Any]]) -> str:

@@ -105,7 +105,7 @@ def orient(
     return MeasuredPair(source, problem, 1.0 / gain, meas_b / meas_a)
 
 
-def _low(xs: Sequence[float], q: float) -> float:
+def quantile(xs: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile q of a non-empty sequence."""
     s = sorted(xs)
     pos = q * (len(s) - 1)
@@ -133,7 +133,7 @@ def group_pairs(pairs: Sequence[MeasuredPair], edges: Sequence[float] = GAIN_EDG
                 sources=tuple(sorted({p.source for p in g})),
                 held_share=sum(r > 1.0 for r in realised) / len(g),
                 realised_median=statistics.median(realised),
-                realised_low=_low(realised, 0.2),
+                realised_low=quantile(realised, 0.2),
             )
         )
     return out
