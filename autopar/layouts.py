@@ -347,21 +347,34 @@ def domain_rules(
         yield _v(axis, Level.STRICT, msg)
 
 
-def tp_rules(model: ModelSpec, cluster: ClusterSpec, tp: int, allow_cross_node: bool) -> Iterator[Violation]:
+# Stacks that replicate KV heads when TP exceeds them: Megatron-Core accepts num_query_groups a multiple or a
+# divisor of TP (transformer_config.py `TransformerConfig.__post_init__`, "must be a multiple or divisor of";
+# attention.py `Attention.__init__`: with num_query_groups < TP every rank computes one KV head and its
+# num_heads / num_query_groups query heads, then keeps its own share), in core_v0.17.1, 0.18.2 and 0.19.0.
+# Elsewhere KV heads shard like the rest (torchtitan's colwise wk/wv need kv % tp == 0): real runs bend that.
+KV_REPLICATING_STACKS = ("megatron",)
+
+
+def tp_rules(
+    model: ModelSpec, cluster: ClusterSpec, tp: int, allow_cross_node: bool, framework: str = "megatron"
+) -> Iterator[Violation]:
     """TP splits attention heads, KV heads (or replicates them) and the dense FFN; stays in NVLink."""
     if model.heads % tp:
         yield _v(Axis.TP, Level.HARD, f"tp={tp} does not divide heads={model.heads}")
     if not model.is_mla and model.kv % tp:
-        # tp > kv_heads with tp % kv == 0 replicates KV heads across TP ranks (real runs do; Megatron does not)
-        level = Level.STRICT if tp % model.kv == 0 else Level.HARD
-        yield _v(
-            Axis.TP,
-            level,
-            f"tp={tp} does not divide kv_heads={model.kv} (Megatron needs query groups % tp == 0)",
-        )
+        yield from _kv_rule(model.kv, tp, framework)
     if model.ffn_hidden % tp and model.layers > model.moe_layers:
         yield _v(Axis.TP, Level.HARD, f"tp={tp} does not divide ffn_hidden={model.ffn_hidden}")
     yield from domain_rules(Axis.TP, tp, cluster, allow_cross_node)
+
+
+def _kv_rule(kv: int, tp: int, framework: str) -> Iterator[Violation]:
+    """kv_heads neither a multiple of tp (sharded) nor, on a replicating stack, a divisor of it (replicated)."""
+    if tp % kv:
+        yield _v(Axis.TP, Level.HARD, f"tp={tp} neither divides nor is a multiple of kv_heads={kv}")
+    elif framework not in KV_REPLICATING_STACKS:
+        msg = f"tp={tp} exceeds kv_heads={kv}: {framework} shards KV heads (only {', '.join(KV_REPLICATING_STACKS)} replicates them)"
+        yield _v(Axis.TP, Level.STRICT, msg)
 
 
 class Split(NamedTuple):
@@ -1143,7 +1156,7 @@ def check(
     m = max(1, workload.global_batch // (k.micro_batch * dims.dp))
     rules = [
         *world_rules(cluster.num_gpus, s.tp, s.pp, s.cp, s.dp),
-        *tp_rules(model, cluster, s.tp, allow_cross_node_tp),
+        *tp_rules(model, cluster, s.tp, allow_cross_node_tp, workload.framework),
         *pp_rules(model, s.pp, split, k.vpp),
         *vpp_rules(split_model(model, s.pp, split), s.pp, k.vpp, k.pp_schedule),
         *schedule_rules(s.pp, k.vpp, m, k.pp_schedule, model.is_moe),
@@ -1194,9 +1207,9 @@ def _ok(violations: Iterable[Violation]) -> bool:
     return not _keep(violations, Level.SEARCH)
 
 
-def tp_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """TP degrees the search offers."""
-    return [t for t in divisors(cluster.num_gpus) if _ok(tp_rules(model, cluster, t, False))]
+def tp_degrees(model: ModelSpec, cluster: ClusterSpec, framework: str = "megatron") -> list[int]:
+    """TP degrees the search offers on `framework`."""
+    return [t for t in divisors(cluster.num_gpus) if _ok(tp_rules(model, cluster, t, False, framework))]
 
 
 def pp_degrees(model: ModelSpec, rest: int, framework: str = "megatron") -> list[int]:

@@ -117,6 +117,12 @@ def test_any_row_gets_a_status_never_an_exception(cells):
         assert 0 < out["pred_tokens_per_s_per_gpu"] < 1e7 and out["pred_step_s"] > 0
 
 
+def test_whole_number_beyond_float_counting_is_a_row_error():
+    """The fuzz's find: head_dim 2.6e299 reached the model as an int too large for a float (OverflowError)."""
+    status = estimate_row({**_BASE, "id": "big", "head_dim": 2.64570026465745e299})["status"]
+    assert status.startswith("error: column 'head_dim'") and "out of range" in status
+
+
 def test_unperturbed_row_is_ok_and_close_to_its_measurement():
     out = estimate_row({**_BASE, "id": "base"})
     assert out["status"] == "ok"

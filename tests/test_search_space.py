@@ -32,22 +32,24 @@ def test_divisors():
 
 
 def test_tiny_space_size_by_hand():
-    # tp in {1,2} (kv_heads=2); pp | 4 layers and | 4/tp; cp in {1,2} (2048 % 2cp == 0, >= 1024 tokens/rank).
+    # tp in {1,2,4} (heads=4, kv_heads=2: Megatron-Core replicates the 2 KV heads at tp=4, layouts._kv_rule);
+    # pp | 4 layers and | 4/tp; cp in {1,2} (2048 % 2cp == 0, >= 1024 tokens/rank).
     # Layouts (tp,pp,cp) -> dp, (mb,vpp) pairs [mb | 8/dp; vpp>1 needs pp>1, 4 % (pp*vpp) == 0, m % pp == 0]:
     #  (1,1,1) dp4 mb{1,2}: 2       (1,1,2) dp2 mb{1,2,4}: 3
     #  (1,2,1) dp2 mb1 v{1,2}, mb2 v{1,2}, mb4 v1: 5
     #  (1,2,2) dp1 mb1,2,4 v{1,2}, mb8 v1: 7      (1,4,1) dp1 mb{1,2,4,8} (4/4 layers: no vpp): 4
-    #  (2,1,1) dp2: 3   (2,1,2) dp1: 4   (2,2,1) dp1: 7
-    # tp=1: 21 pairs x 1 sp; tp=2: 14 pairs x 2 sp; x 4 zero x 3 recompute -> (21 + 28) x 12 = 588.
+    #  (2,1,1) dp2: 3   (2,1,2) dp1: 4   (2,2,1) dp1: 7   (4,1,1) dp1 mb{1,2,4,8}: 4
+    # tp=1: 21 pairs x 1 sp; tp=2: 14, tp=4: 4 pairs x 2 sp; x 4 zero x 3 recompute -> (21 + 28 + 8) x 12 = 684.
     # Schedules: Megatron (the default framework) ships 1F1B and interleaved only (layouts.STACKS), so no
     # ZB-H1/DualPipe. CP variants with cp=2: tp=1 p2p, a2a (4 and 2 heads divide by 2), allgather; tp=2 p2p,
     # allgather (1 KV head per rank: no a2a); hierarchical needs two NVLink domains.
     # No HSDP: tp*cp*dp = 4 fits the NVLink domain. Megatron ships ZeRO 0-3 (Megatron-FSDP for 2 and 3).
-    # tp=1: 2 + 3x3 + 5 + 7x3 + 4 = 41; tp=2: (3 + 4x2 + 7) x 2 sp = 36 -> 77 x 12 = 924.
+    # tp=1: 2 + 3x3 + 5 + 7x3 + 4 = 41; tp=2: (3 + 4x2 + 7) x 2 sp = 36; tp=4 (no CP: tp*cp = 8 > 4 GPUs):
+    # 4 x 2 sp = 8 -> 85 x 12 = 1020.
     space = tiny_space()
-    assert len(space.layouts) == 8
-    assert space.size == 924
-    assert len(list(space)) == 924
+    assert len(space.layouts) == 9
+    assert space.size == 1020
+    assert len(list(space)) == 1020
 
 
 def test_space_equals_rule_valid_set():

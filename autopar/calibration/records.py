@@ -338,6 +338,11 @@ def _cell(row: Mapping[str, Any], key: str) -> Any:
     return v
 
 
+# The largest whole number a record cell may hold: beyond 2**53 a float no longer counts in ones, and no layout
+# degree, dimension or batch comes near it (a fuzzed head_dim of 1e299 overflowed the model's float arithmetic).
+MAX_WHOLE_CELL = float(2**53)
+
+
 def _int(row: Mapping[str, Any], key: str) -> int | None:
     v = _cell(row, key)
     if v is None:
@@ -348,6 +353,8 @@ def _int(row: Mapping[str, Any], key: str) -> int | None:
         raise DataError(f"column '{key}' = {v!r} is not a number") from e
     if not math.isfinite(f) or f != int(f):
         raise DataError(f"column '{key}' = {v!r} is not a whole number")
+    if abs(f) > MAX_WHOLE_CELL:
+        raise DataError(f"column '{key}' = {v!r} is out of range (at most {MAX_WHOLE_CELL:.0f})")
     return int(f)
 
 
@@ -589,7 +596,27 @@ def _fabric(row: Mapping[str, Any], assumed: list[str]) -> dict[str, Any]:
         if str(transport).lower() not in TRANSPORTS:
             raise DataError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
         out["transport"] = str(transport).lower()
+    out.update(_internode_bw(row, assumed))
     return out
+
+
+def _internode_bw(row: Mapping[str, Any], assumed: list[str]) -> dict[str, float]:
+    """ClusterSpec.internode_bw (bytes/s per GPU per direction): the record's `internode_gbps` column (GB/s),
+    else what its source's hardware description states (calibration/fabrics.py), else absent (the GPU's
+    catalog default)."""
+    from autopar.calibration.fabrics import parse_internode_gbps, source_fabrics
+
+    stated = _cell(row, "internode_gbps")
+    if stated is not None:
+        return {"internode_bw": parse_internode_gbps("column 'internode_gbps'", stated) * 1e9}
+    known = source_fabrics().get(str(_cell(row, "source") or ""))
+    if known is None:
+        return {}
+    assumed.append(f"internode_gbps={known.internode_gbps:g} (the source's hardware: {SOURCE_FABRICS_NOTE})")
+    return {"internode_bw": known.internode_gbps * 1e9}
+
+
+SOURCE_FABRICS_NOTE = "autopar/data/source_fabrics.yaml"
 
 
 def _precision(row: Mapping[str, Any], assumed: list[str]) -> str:

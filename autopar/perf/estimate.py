@@ -403,6 +403,17 @@ def zero3_grad_bytes(ctx: PerfContext) -> float:
     return ctx.sw.zero3_grad_bytes
 
 
+def sync_windows(ctx: PerfContext, st0: StageTime, p: Num) -> tuple[Num, Num]:
+    """(backward, forward) seconds the gradient reduction and the parameter gather may hide under: one
+    micro-batch's backward and forward, or none where the stack's pipeline schedule runs the data-parallel
+    sync after the flush (software.yaml pp_syncs_after_flush: DeepSpeed's PipelineEngine)."""
+    bwd, fwd = st0.comp - st0.fwd, st0.fwd
+    if not ctx.sw.pp_syncs_after_flush:
+        return bwd, fwd
+    serial = p > 1
+    return where(serial, 0.0, bwd), where(serial, 0.0, fwd)
+
+
 def ddp_dp_time(
     ctx: PerfContext, zero: Num, g: fsdp.DpGroups, params: memory.StageParams, st0: StageTime, m: Num,
     p: Num, coll: fsdp.Collective | None = None,
@@ -411,7 +422,7 @@ def ddp_dp_time(
     reduces every micro-batch: fsdp.grad_reductions); only trainable parameters' gradients are reduced
     (LoRA: the adapters)."""
     f = trainable_fraction(ctx.model, ctx.w, ctx.pc)
-    bwd, fwd = st0.comp - st0.fwd, st0.fwd
+    bwd, fwd = sync_windows(ctx, st0, p)
     ne, ex = f * params.non_expert, f * params.expert
     n_red = fsdp.grad_reductions(zero, m, p, ctx.sw.pp_defers_grad_sync)
     gb = memory.GRAD_BYTES[ctx.w.grad_reduce_dtype]

@@ -40,6 +40,7 @@ class SoftwareProfile:
     moe_eager_clamp_bias: bool = False
     moe_router_bytes_per_expert: float = 4.0
     zero3_reduces_main_grads: bool = False
+    pp_syncs_after_flush: bool = False
     source: str = ""
 
 

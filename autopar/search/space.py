@@ -219,7 +219,7 @@ def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout
     memo: dict[tuple[Any, ...], Any] = {}
     for h, hw in enumerate(hardware):
         n, wl = hw.num_gpus, hw.workload
-        for tp in lay_rules.tp_degrees(model, hw.cluster):
+        for tp in lay_rules.tp_degrees(model, hw.cluster, wl.framework):
             for pp in lay_rules.pp_degrees(model, n // tp, wl.framework):
                 for cp in lay_rules.cp_degrees(wl, n // (tp * pp), model):
                     dims = ParallelDims(n, tp, cp, pp, n // (tp * pp * cp))
