@@ -901,12 +901,13 @@ STACKS: dict[str, Stack] = {
     # pipeline_parallel_schedule names a torch.distributed.pipelining schedule class (which ones, per autopar
     # schedule: knobs.SCHEDULES stacks); data_parallel_shard_degree (FSDP2) with data_parallel_replicate_degree
     # (DDP or HSDP); context_parallel_rotate_method {allgather, alltoall} (ring passing K/V = p2p; no
-    # Ulysses); optimizer-state precision and activation offload are not job-config options.
+    # Ulysses), "allgather" by default (listed first: default_cp_comm); optimizer-state precision and activation
+    # offload are not job-config options.
     "torchtitan": Stack(
         "torchtitan",
         stack_schedules("torchtitan"),
         (0, 3),
-        ("p2p", "allgather"),
+        ("allgather", "p2p"),
         True,
         (),
         False,
@@ -1238,14 +1239,17 @@ def cp_degrees(workload: Workload, rest: int, model: ModelSpec | None = None) ->
         c
         for c in divisors(rest)
         if _ok(cp_rules(workload, c))
-        and _ok(stack_rules(fw, cp=c, cp_comm=_first_cp_comm(fw)))
+        and _ok(stack_rules(fw, cp=c, cp_comm=default_cp_comm(fw)))
         and (model is None or _ok(family_rules(fw, model, cp=c)))
     ]
 
 
-def _first_cp_comm(framework: str) -> str:
-    """The first CP variant a stack ships (p2p for a stack without CP: no effect with cp=1)."""
-    return (STACKS[framework].cp_comm or ("p2p",))[0]
+def default_cp_comm(framework: str) -> str:
+    """The CP variant a stack runs unless told otherwise: the first it ships (Stack.cp_comm lists the default
+    first: Megatron's --cp-comm-type p2p, torchtitan's context_parallel_rotate_method "allgather"); p2p for a
+    stack without CP (no effect with cp=1). A run record that does not state its variant ran this one."""
+    stack = STACKS.get(framework)
+    return ((stack.cp_comm if stack else ()) or ("p2p",))[0]
 
 
 def grid_problems(
@@ -1271,7 +1275,7 @@ def grid_problems(
         ep=ep,
         etp=etp,
         sp=tp > 1 and STACKS[workload.framework].sp,
-        cp_comm=_first_cp_comm(workload.framework),
+        cp_comm=default_cp_comm(workload.framework),
         zero=STACKS[workload.framework].zero[0],
         pp_first_layers=split.first,
         pp_last_layers=split.last,

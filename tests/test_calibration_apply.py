@@ -218,8 +218,10 @@ def test_cli_fit_with_own_cluster_and_report(tmp_path, published):
     ts = build_training_set([r for r in published if r["source"] == "torchtitan_bench"])
     own = cal.corrector.predict(ts.X, ["torchtitan_bench"] * len(ts))
     unseen = cal.corrector.predict(ts.X, ["elsewhere"] * len(ts))
-    # (mean squared log error: what a posterior mean lowers; this cluster's residuals are bimodal)
-    assert np.mean((ts.y - own) ** 2) < 0.8 * np.mean((ts.y - unseen) ** 2)
+    # (mean squared log error: what a posterior mean lowers; this cluster's residuals are bimodal). How much
+    # it lowers it is the cluster's bias under the analytical model: 0.0362 -> 0.0267 before issue 21's seventh
+    # session priced torchtitan's CP as PyTorch runs it, 0.0299 -> 0.0253 since (both sides smaller).
+    assert np.mean((ts.y - own) ** 2) < 0.9 * np.mean((ts.y - unseen) ** 2)
     html = tmp_path / "rep.html"
     r2 = runner.invoke(
         app, ["calibrate", "report", "--store", str(db), "--out", str(html), "--plotlyjs", "cdn"]

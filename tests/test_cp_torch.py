@@ -34,32 +34,72 @@ def _inputs(kv_rep: float = 16.0, torch_ring: bool = True, c: int = 2, full: boo
 
 
 def test_torch_ring_hand_derived() -> None:
-    """cp=2 over tp=8 crosses the 8-GPU domain: every exchange is on the 10 GB/s NIC.
+    """The all-gather rotater (torchtitan's default), cp=2 over tp=8: it crosses the 8-GPU domain, so every
+    exchange is on the 10 GB/s NIC.
 
     K, V per rank with GQA repeated 16x: 16 * 4096 B * 1000 tokens / tp 8 = 8.192 MB.
     Forward all-gather of 2 x 8.192 MB over 2 ranks: (1/2) * 16.384 MB / 10 GB/s = 0.8192 ms, of which
     step 0's attention (1 ms / 2 = 0.5 ms) hides 0.5 ms -> 0.3192 ms exposed.
     Backward: the re-gather hides under one step's backward (2 ms / 2 = 1 ms); the fp32 dK, dV hop
-    (2 x 8.192 MB = 16.384 MB) takes 1.6384 ms, 0.6384 ms of it beyond the 1 ms step -> 0.9576 ms in all.
+    (2 x 8.192 MB = 16.384 MB) takes 1.6384 ms: the one sent after step 0 hides 1 ms under step 1's backward
+    (0.6384 ms exposed), the one sent after the last step is awaited after the loop (1.6384 ms) -> 2.2768 ms.
     Compute adds (c - 1) x 18 B per dK/dV element (4.096 M bf16 elements) at 1 TB/s = 73.728 us.
     """
     x = _inputs()
-    got = cp.cp_cost("p2p", x, LINKS)
-    assert got.comm == pytest.approx(0.3192e-3 + 0.6384e-3, rel=1e-9)
+    got = cp.cp_cost("allgather", x, LINKS)
+    assert got.comm == pytest.approx(0.3192e-3 + 0.6384e-3 + 1.6384e-3, rel=1e-9)
     te = cp.cp_cost("p2p", _inputs(kv_rep=1.0, torch_ring=False), LINKS)
     assert te.comm == 0.0  # TE's ring: 0.512 MB per hop hides under every step
     assert got.compute - te.compute == pytest.approx(18.0 * 4.096e6 / 1e12, rel=1e-9)
     # Full recompute re-runs the forward and its all-gather.
-    assert cp.cp_cost("p2p", _inputs(full=True), LINKS).comm == pytest.approx(2 * 0.3192e-3 + 0.6384e-3)
+    full = cp.cp_cost("allgather", _inputs(full=True), LINKS).comm
+    assert full == pytest.approx(2 * 0.3192e-3 + 0.6384e-3 + 1.6384e-3)
+
+
+def test_torch_permute_ring_hand_derived() -> None:
+    """The all-to-all rotater (torchtitan's "alltoall", autopar's p2p), same inputs: the K, V hop (8.192 MB /
+    10 GB/s = 0.8192 ms) hides 0.5 ms under step 0's forward -> 0.3192 ms; backward the K, V hop and the fp32
+    dK, dV hop (1.6384 ms) share step 0's 1 ms backward -> 1.4576 ms, plus the last dK, dV hop after the loop
+    (1.6384 ms) -> 3.096 ms. The loop's kernels and merges are the all-gather rotater's (same compute)."""
+    got = cp.cp_cost("p2p", _inputs(), LINKS)
+    assert got.comm == pytest.approx(0.3192e-3 + 1.4576e-3 + 1.6384e-3, rel=1e-9)
+    assert got.compute == cp.cp_cost("allgather", _inputs(), LINKS).compute
+
+
+def test_torch_allgather_is_not_transformer_engines() -> None:
+    """torchtitan's "allgather" runs PyTorch's ring loop (c SDPA steps, fp32 merges, dK/dV round the ring):
+    dearer than Transformer Engine's all-gather form (two query-chunk kernels, one reduce-scatter), which the
+    search priced it as before issue 21's seventh session."""
+    torch_ag = cp.cp_cost("allgather", _inputs(c=4), LINKS)
+    te_ag = cp.cp_cost("allgather", _inputs(c=4, kv_rep=1.0, torch_ring=False), LINKS)
+    assert torch_ag.comm + torch_ag.compute > te_ag.comm + te_ag.compute
+
+
+def test_torchtitan_runs_allgather_unless_told() -> None:
+    """torchtitan v0.2.2's job config defaults context_parallel_rotate_method to "allgather" (vendored
+    schema), so a torchtitan run record that does not state its CP variant is read as that one."""
+    import json
+
+    from autopar.launch.schema import load_schema
+    from autopar.layouts import default_cp_comm
+
+    text = json.dumps(load_schema("torchtitan", "v0.2.2"))
+    key = text.index('"context_parallel_rotate_method"')
+    assert '"default": "allgather"' in text[key : key + 200]
+    assert default_cp_comm("torchtitan") == "allgather"
+    assert default_cp_comm("megatron") == "p2p"  # --cp-comm-type's default
+    assert default_cp_comm("deepspeed") == "a2a"  # Ulysses, its only form
+    assert default_cp_comm("megatron-legacy") == "p2p"  # no CP: no effect with cp=1
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1.0, 32.0), st.floats(1.0, 32.0), st.sampled_from([2, 4, 8]), st.booleans())
 def test_torch_ring_cost_grows_with_the_exchanged_kv(r1: float, r2: float, c: int, full: bool) -> None:
     lo, hi = sorted((r1, r2))
-    a = cp.cp_cost("p2p", _inputs(kv_rep=lo, c=c, full=full), LINKS)
-    b = cp.cp_cost("p2p", _inputs(kv_rep=hi, c=c, full=full), LINKS)
-    assert 0.0 <= a.comm <= b.comm and 0.0 <= a.compute <= b.compute
+    for variant in ("p2p", "allgather"):
+        a = cp.cp_cost(variant, _inputs(kv_rep=lo, c=c, full=full), LINKS)
+        b = cp.cp_cost(variant, _inputs(kv_rep=hi, c=c, full=full), LINKS)
+        assert 0.0 <= a.comm <= b.comm and 0.0 <= a.compute <= b.compute
 
 
 def test_torch_kv_rep_gqa_and_mla() -> None:

@@ -293,6 +293,12 @@ def test_why_names_schedule_split_cp_variant_hsdp_and_savers():
         TrialRecord(0, s, 1024, "H100-SXM", "fp8", None, {}, True), "torchtitan"
     )
     assert explain_layout(TrialRecord(0, Strategy(), 8, "H100-SXM", "bf16", None, {}, True)) == ""
+    # torchtitan's CP variants are PyTorch's ring attention with one of its two rotate methods (perf/cp.py)
+    tt_cp = TrialRecord(0, Strategy(cp=2, cp_comm="allgather"), 16, "H100-SXM", "bf16", None, {}, True)
+    assert "CP2 allgather: PyTorch's ring attention, K/V all-gathered once" in explain_layout(
+        tt_cp, "torchtitan"
+    )
+    assert "the Llama 3 form" in explain_layout(tt_cp)
 
 
 def test_neighbors_move_the_new_knobs():

@@ -18,7 +18,7 @@ import csv
 import functools
 from dataclasses import dataclass
 
-from autopar.layouts import Axis
+from autopar.layouts import Axis, default_cp_comm
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 RECIPES_FILE = "recipes.csv"
@@ -53,6 +53,7 @@ class Recipe:
             tp=self.tp,
             pp=self.pp,
             cp=self.cp,
+            cp_comm=default_cp_comm(self.framework),
             ep=self.ep,
             vpp=self.vpp,
             pp_schedule="interleaved" if (self.vpp or 1) > 1 else "1f1b",

@@ -19,7 +19,7 @@ import numpy as np
 
 from autopar.errors import AutoparError, DataError, close_hint
 from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
-from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS
+from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, default_cp_comm
 from autopar.perf.estimate import estimate, stage_memories
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.text import excerpt
@@ -727,6 +727,7 @@ def _strategy(
         tp=tp,
         pp=pp,
         cp=cp,
+        cp_comm=default_cp_comm(workload.framework),  # records do not state the variant: the stack's default
         ep=_pos(row, "ep") or 1,
         etp=_pos(row, "etp"),
         vpp=vpp,

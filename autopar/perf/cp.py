@@ -10,7 +10,11 @@ Variants (Megatron `--cp-comm-type`, megatron/training/arguments.py; Megatron do
   arXiv 2407.21783 §3.3.2 uses this form).
 - "a2a+p2p" hierarchical: a2a inside the NVLink domain, ring across (Megatron
   --hierarchical-context-parallel-sizes).
-PyTorch's `context_parallel` (torchtitan) runs "p2p" its own way (`torch_ring`, see `_torch_ring`).
+PyTorch's `context_parallel` (torchtitan) runs both of its variants as one ring loop of c SDPA steps with an
+fp32 merge (torch/distributed/tensor/experimental/_attention.py `_templated_ring_attention`); its rotate method
+only decides how K, V reach the ranks: "allgather" (torchtitan's default) gathers them once per pass
+(`_torch_ring`), "alltoall" (autopar's "p2p") passes them one hop per step (`_torch_permute_ring`). Neither is
+Transformer Engine's all-gather form (`_allgather`), which runs two query-chunk kernels and no merge.
 Every per-layer time below is per micro-batch, on one GPU.
 """
 
@@ -104,24 +108,53 @@ def _ring(x: CpInputs, steps: int, crosses: bool, links: comm.Links) -> CpCost:
     return CpCost(exposed, extra + kernels * x.kernel_overhead_s + merge)
 
 
+def _torch_kv_chunk(x: CpInputs) -> float:
+    """Bytes of this rank's K, V as PyTorch's ring exchanges them: those SDPA receives, GQA heads already
+    repeated to the query heads (x.kv_rep)."""
+    return x.kv_rep * x.kv_bytes_tok * x.tokens / (1 if x.mla else x.t)
+
+
+def _torch_ring_compute(x: CpInputs, crosses: bool, links: comm.Links) -> float:
+    """Extra compute of PyTorch's ring loop, whatever its rotate method: per-chunk SDPA kernels, launches and
+    fp32 merges as in any ring (`_ring`), plus the fp32 dK, dV accumulation of every step after the first."""
+    elems = _torch_kv_chunk(x) / 2.0  # bf16 elements of this rank's K and V
+    accum = (x.c - 1) * TORCH_DKV_STEP_TRAFFIC_BYTES * elems / x.hbm_bw
+    return _ring(x, x.c, crosses, links).compute + accum
+
+
 def _torch_ring(x: CpInputs, crosses: bool, links: comm.Links) -> CpCost:
-    """PyTorch's ring attention (torchtitan `context_parallel`, default rotate method all-gather):
+    """PyTorch's ring attention with the all-gather rotater (torchtitan `context_parallel_rotate_method =
+    "allgather"`, its default; `_AllGatherRotater`: "Only one communication will be done"):
 
     forward: one all-gather of every rank's K, V issued before step 0 and awaited at step 1, so only step
     0's attention hides it; backward: K, V gathered again the same way, and the fp32 dK, dV accumulators
-    travel one hop per step (hidden behind that step's backward kernel when it is shorter). The K, V
-    exchanged are those SDPA receives, GQA heads already repeated to the query heads (x.kv_rep)."""
+    travel one hop per step (`dkv_rotater` is always the all-to-all one): each of the c − 1 hops sent after
+    a step hides behind the next step's backward kernel when it is shorter; the last one is awaited after the
+    loop (`_templated_ring_attention_backward`'s final `dkv_rotater.next_buffer()`), exposed."""
     c = x.c
-    chunk = x.kv_rep * x.kv_bytes_tok * x.tokens / (1 if x.mla else x.t)
+    chunk = _torch_kv_chunk(x)
     ag = comm.all_gather(chunk * c, c, x.t, links)
     dkv = comm.p2p(chunk * TORCH_DKV_BYTES / 2.0, crosses, links)
     step_f, step_b = x.attn_fwd / c, x.attn_bwd / c
     fwd = max(0.0, ag - step_f)
-    bwd = max(0.0, ag - step_b) + (c - 1) * max(0.0, dkv - step_b)
-    base = _ring(x, c, crosses, links)  # per-chunk kernels, launches and merges as in any ring
-    elems = chunk / 2.0  # bf16 elements of this rank's K and V
-    accum = (c - 1) * TORCH_DKV_STEP_TRAFFIC_BYTES * elems / x.hbm_bw
-    return CpCost(fwd * (2 if x.full_recompute else 1) + bwd, base.compute + accum)
+    bwd = max(0.0, ag - step_b) + (c - 1) * max(0.0, dkv - step_b) + dkv
+    return CpCost(fwd * (2 if x.full_recompute else 1) + bwd, _torch_ring_compute(x, crosses, links))
+
+
+def _torch_permute_ring(x: CpInputs, crosses: bool, links: comm.Links) -> CpCost:
+    """PyTorch's ring attention with the all-to-all rotater (torchtitan `context_parallel_rotate_method =
+    "alltoall"`; `_AllToAllRotater.exchange_buffers`: `permute_tensor` to the next rank): each of the c − 1
+    steps after the first receives the next rank's K, V, sent while the step before runs its SDPA; backward
+    the K, V hop and the fp32 dK, dV hop share one communicator (one process group) under each step's
+    backward kernel; the last dK, dV hop is awaited after the loop, exposed (as in `_torch_ring`)."""
+    c = x.c
+    chunk = _torch_kv_chunk(x)
+    kv = comm.p2p(chunk, crosses, links)
+    dkv = comm.p2p(chunk * TORCH_DKV_BYTES / 2.0, crosses, links)
+    step_f, step_b = x.attn_fwd / c, x.attn_bwd / c
+    fwd = (c - 1) * max(0.0, kv - step_f)
+    bwd = (c - 1) * max(0.0, kv + dkv - step_b) + dkv
+    return CpCost(fwd * (2 if x.full_recompute else 1) + bwd, _torch_ring_compute(x, crosses, links))
 
 
 def _a2a(x: CpInputs, size: int, stride: int, links: comm.Links) -> CpCost:
@@ -167,6 +200,9 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     if x.c <= 1:
         return CpCost(0.0, 0.0)
     G = links.node_size
+    if x.torch_ring:  # PyTorch's context_parallel: its two rotate methods (layouts.STACKS torchtitan cp_comm)
+        torch_variant = _torch_ring if variant == "allgather" else _torch_permute_ring
+        return torch_variant(x, x.t * x.c > G, links)
     if variant == "a2a":
         return _a2a(x, x.c, x.t, links)
     if variant == "allgather":
@@ -176,6 +212,4 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
         a = _a2a(x, inner, x.t, links) if inner > 1 else CpCost(0.0, 0.0)
         r = _ring(x, outer, True, links) if outer > 1 else CpCost(0.0, 0.0)
         return CpCost(a.comm + r.comm, a.compute + r.compute)
-    if x.torch_ring:
-        return _torch_ring(x, x.t * x.c > G, links)
     return _ring(x, x.c, x.t * x.c > G, links)

@@ -15,6 +15,7 @@ import numpy as np
 from autopar.layouts import STACKS
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.pipeline import SCHEDULES
+from autopar.perf.software import software_for
 from autopar.perf.types import Estimate
 from autopar.search.evidence import EvidenceFn, defensible, low_factor
 from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
@@ -152,6 +153,12 @@ _CP_WHY = {
     "allgather": "K/V of the whole sequence all-gathered before attention (the Llama 3 form)",
     "a2a+p2p": "all-to-all inside the NVLink domain, ring across",
 }
+# PyTorch's context_parallel (torchtitan; software.yaml torch_cp) runs both variants as one ring loop of SDPA
+# steps; its rotate method only decides how K/V travel (perf/cp.py `_torch_ring`, `_torch_permute_ring`).
+_TORCH_CP_WHY = {
+    "p2p": "PyTorch's ring attention, K/V passed one hop per step (rotate method alltoall)",
+    "allgather": "PyTorch's ring attention, K/V all-gathered once per pass (rotate method allgather)",
+}
 
 
 def _ships(framework: str, what: str, name: str | None, offered: Sequence[str]) -> str:
@@ -187,7 +194,10 @@ def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
         cp = f", {100 * e.time.cp_comm / step:.0f}% exposed" if e is not None else ""
         ok = s.cp_comm in stack.cp_comm
         where = _ships(framework, "CP variants", s.cp_comm if ok else None, stack.cp_comm)
-        out.append(f"CP{s.cp} {s.cp_comm}: {_CP_WHY[s.cp_comm]}{cp}{where}")
+        why = (_TORCH_CP_WHY if software_for(framework).torch_cp else _CP_WHY).get(
+            s.cp_comm, _CP_WHY[s.cp_comm]
+        )
+        out.append(f"CP{s.cp} {s.cp_comm}: {why}{cp}{where}")
     if s.dp_shard:
         out.append(
             f"HSDP: ZeRO-3 over groups of {s.dp_shard} data-parallel ranks in one NVLink domain, replicated across"
