@@ -113,3 +113,21 @@ def test_torch_kv_rep_gqa_and_mla() -> None:
     assert _torch_kv_rep(llama, 16, 4.0 * 16 * 128) == 8.0
     ds = get_model("deepseek-v3")
     assert _torch_kv_rep(ds, 8, 2.0 * (512 + 64)) == pytest.approx(2 * 128 * 320 / (8 * 1152))
+
+
+def test_a_record_that_names_no_cp_variant_ran_its_stacks_default() -> None:
+    """A torchtitan run record with CP and no stated variant is read as torchtitan's all-gather rotater, a
+    Megatron one as --cp-comm-type's p2p (the record's own columns never name the variant)."""
+    import csv
+
+    from autopar.calibration.records import row_to_specs
+    from autopar.data import published_runs_path
+
+    with open(published_runs_path(), newline="", encoding="utf-8") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    tt = row_to_specs(rows["TT24-T2-2"])  # torchtitan, Llama-3.1-8B, CP 2 (benchmarks md, Table 2)
+    assert tt.strategy.cp == 2 and tt.strategy.cp_comm == "allgather"
+    cp_megatron = next(
+        r for r in rows.values() if r["framework"].lower().startswith("nemo") and r["cp"] not in ("", "1")
+    )
+    assert row_to_specs(cp_megatron).strategy.cp_comm == "p2p"
