@@ -209,6 +209,7 @@ def run_problem(p: Problem) -> dict[str, Any]:
         "measured": p.measured,
         "pred_recipe": rec.tokens_per_s_per_gpu,
         "pick": "",
+        "pick_free_gib": float("nan"),
         "ratio": float("nan"),
         "differs": "",
     }
@@ -217,6 +218,7 @@ def run_problem(p: Problem) -> dict[str, Any]:
         return out
     pick = fastest.estimate
     out["pick"] = (pick.strategy or fastest.strategy).label()
+    out["pick_free_gib"] = pick.headroom_gib
     out["ratio"] = pick.tokens_per_s_per_gpu / rec.tokens_per_s_per_gpu
     out["differs"] = differing(rec.strategy or p.recipe, pick.strategy or fastest.strategy)
     return out
@@ -247,7 +249,7 @@ def _print(results: list[dict[str, Any]]) -> None:
         print(
             f"{x['id']:<12} {x['set']:<7} {x['problem']}\n"
             f"    recipe {x['recipe']}  (free {x['recipe_free_gib']:.1f} GiB)\n"
-            f"    pick   {x['pick']}\n"
+            f"    pick   {x['pick']}  (free {x['pick_free_gib']:.1f} GiB)\n"
             f"    pick/recipe x{x['ratio']:.3f}  recipe measured {x['measured']:,.0f}  predicted "
             f"{x['pred_recipe']:,.0f} tok/s/GPU ({x['pred_recipe'] / x['measured'] - 1:+.0%})"
             f"  differ: {x['differs'] or '-'}{_record_note(x['ratio'])}"
