@@ -1060,7 +1060,10 @@ def strategy_stack_rules(framework: str, s: Strategy) -> list[Violation]:
 
 # Model families a stack runs with fewer axes than its job config offers. torchtitan has no generic model:
 # it runs an architecture as one of its registered models (TrainSpec, torchtitan/models/<name>/__init__.py),
-# and some of those cannot take an axis at all (the trainer raises: level HARD).
+# and some of those cannot take an axis at all (the trainer raises: level HARD). On the PyTorch-FSDP stack a
+# MoE model runs as NeMo AutoModel's custom MoE (nemo_automodel/components/moe: FSDP2 + expert parallelism),
+# whose parallelizer refuses TP and wires CP into Transformer Engine's ring alone (llm-foundry's MegaBlocks
+# MoE has neither TP nor CP).
 
 
 @dataclass(frozen=True, slots=True)
@@ -1071,6 +1074,8 @@ class FamilyLimit:
     family: str  # the stack's model name
     axis: Axis
     reason: str
+    # Axis.CP only: the CP variants the family runs (None: no CP at all, the degree must be 1)
+    cp_variants: tuple[str, ...] | None = None
 
 
 def torchtitan_family(model: ModelSpec) -> str | None:
@@ -1085,6 +1090,16 @@ def torchtitan_family(model: ModelSpec) -> str | None:
         return "gpt_oss"
     if model.qk_norm and not model.sliding_window and not model.shared_experts:
         return "qwen3"
+    return None
+
+
+def model_family(framework: str, model: ModelSpec) -> str | None:
+    """The stack's own model an architecture runs as, where a FamilyLimit depends on it: torchtitan's
+    registered models (torchtitan_family); on the PyTorch-FSDP stack every MoE model is a custom MoE."""
+    if framework == "torchtitan":
+        return torchtitan_family(model)
+    if framework == "fsdp" and model.is_moe:
+        return "custom_moe"
     return None
 
 
@@ -1118,17 +1133,59 @@ FAMILY_LIMITS: tuple[FamilyLimit, ...] = (
         "torchtitan's gpt_oss raises 'CP support for gpt-oss model is still in progress' (torchtitan v0.2.2 "
         "torchtitan/models/gpt_oss/model/args.py:89-92)",
     ),
+    FamilyLimit(
+        "fsdp",
+        "custom_moe",
+        Axis.TP,
+        "NeMo AutoModel's custom MoE parallelizer asserts 'Tensor parallelism not supported for custom MoE "
+        "models' (nemo_automodel/components/moe/parallelizer.py parallelize_model, commit 037e04a, the release "
+        "its published MoE benchmark configs ran; later releases replicate attention and the router across TP "
+        "and accept only pretrained weights, so pre-training still runs TP 1)",
+    ),
+    FamilyLimit(
+        "fsdp",
+        "custom_moe",
+        Axis.ETP,
+        "NeMo AutoModel's custom MoE shards its experts by expert parallelism alone (apply_ep: "
+        "ExpertParallel over the ep mesh, then FSDP over ep_shard; no expert tensor parallelism; "
+        "nemo_automodel/components/moe/parallelizer.py, commit 037e04a)",
+    ),
+    FamilyLimit(
+        "fsdp",
+        "custom_moe",
+        Axis.CP,
+        "NeMo AutoModel's custom MoE runs CP as Transformer Engine's ring: apply_cp sets every "
+        "DotProductAttention to cp_comm_type='p2p' and the parallelizer passes no other "
+        "(nemo_automodel/components/moe/parallelizer.py, commit 037e04a)",
+        cp_variants=("p2p",),
+    ),
 )
 
 
-def family_rules(framework: str, model: ModelSpec, *, pp: int = 1, cp: int = 1) -> Iterator[Violation]:
-    """Axes the stack's model family for this architecture cannot use (HARD: the trainer raises)."""
-    family = torchtitan_family(model) if framework == "torchtitan" else None
-    degrees = {Axis.PP: pp, Axis.CP: cp}
+def family_rules(
+    framework: str,
+    model: ModelSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    cp_comm: str | None = None,
+    etp: int = 1,
+) -> Iterator[Violation]:
+    """Axes (and CP variants) the stack's model family for this architecture cannot use (HARD: the trainer
+    raises or never runs them)."""
+    family = model_family(framework, model)
+    degrees = {Axis.TP: tp, Axis.PP: pp, Axis.CP: cp, Axis.ETP: etp}
     for lim in FAMILY_LIMITS:
-        if lim.framework == framework and lim.family == family and degrees[lim.axis] > 1:
-            msg = f"{lim.axis}={degrees[lim.axis]}: framework={framework} cannot run it for {model.name}: {lim.reason}"
-            yield _v(lim.axis, Level.HARD, msg)
+        if lim.framework != framework or lim.family != family or degrees[lim.axis] <= 1:
+            continue
+        if lim.cp_variants is not None:
+            if cp_comm is not None and cp_comm not in lim.cp_variants:
+                msg = f"cp_comm={cp_comm}: framework={framework} runs only {', '.join(lim.cp_variants)} for {model.name}: {lim.reason}"
+                yield _v(Axis.CP, Level.HARD, msg)
+            continue
+        msg = f"{lim.axis}={degrees[lim.axis]}: framework={framework} cannot run it for {model.name}: {lim.reason}"
+        yield _v(lim.axis, Level.HARD, msg)
 
 
 def stack_notes(framework: str, s: Strategy) -> list[str]:
@@ -1178,7 +1235,7 @@ def check(
         *offload_rules(model, workload, s.pp, k.recompute, s.activation_offload_layers or 0),
         *recompute_rules(model, workload, k.recompute),
         *strategy_stack_rules(workload.framework, s),
-        *family_rules(workload.framework, model, pp=s.pp, cp=s.cp),
+        *family_rules(workload.framework, model, tp=s.tp, pp=s.pp, cp=s.cp, cp_comm=s.cp_comm, etp=dims.etp),
     ]
     return _keep(rules, level)
 
@@ -1210,7 +1267,11 @@ def _ok(violations: Iterable[Violation]) -> bool:
 
 def tp_degrees(model: ModelSpec, cluster: ClusterSpec, framework: str = "megatron") -> list[int]:
     """TP degrees the search offers on `framework`."""
-    return [t for t in divisors(cluster.num_gpus) if _ok(tp_rules(model, cluster, t, False, framework))]
+    return [
+        t
+        for t in divisors(cluster.num_gpus)
+        if _ok([*tp_rules(model, cluster, t, False, framework), *family_rules(framework, model, tp=t)])
+    ]
 
 
 def pp_degrees(model: ModelSpec, rest: int, framework: str = "megatron") -> list[int]:
@@ -1299,6 +1360,7 @@ def expert_degrees(
                 *expert_rules(model, d, True),
                 *domain_rules(Axis.ETP, etp, cluster, False),
                 *stack_rules(framework, ep=ep, etp=etp, tp=dims.tp),
+                *family_rules(framework, model, etp=etp),
             ]
             if _ok(rules):
                 out.append((ep, etp))
@@ -1353,7 +1415,13 @@ def cp_comm_values(
     return tuple(
         v
         for v in CP_VARIANTS
-        if _ok([*cp_comm_rules(model, cluster, tp, cp, v), *stack_rules(fw, cp=cp, cp_comm=v)])
+        if _ok(
+            [
+                *cp_comm_rules(model, cluster, tp, cp, v),
+                *stack_rules(fw, cp=cp, cp_comm=v),
+                *family_rules(fw, model, cp=cp, cp_comm=v),
+            ]
+        )
     )
 
 
