@@ -20,7 +20,8 @@ set separately.
 
 Dev (mechanisms were looked at on these): public.csv nemo_perf_summary and frontier_runs.csv
 mbridge_perf_summary (pre-training rows). Held out (whole sources, looked at only at the end):
-nemo_perf_summary_2504 (GB200, NeMo 25.04), nemo_automodel (FSDP2 + DeepEP) and torchtitan_bench (Meta).
+nemo_perf_summary_2504 (GB200, NeMo 25.04), nemo_automodel (FSDP2 + DeepEP) and torchtitan_bench (Meta). Issue
+21's seventh session looked at all three before the issue's end, so their figures are a dev set's since.
 
 Usage: python bench/recipes.py [--only SUBSTRING] [--heldout] [--csv out.csv]
        python bench/recipes.py --export autopar/data/recipes.csv   (the recipe table the tool shows beside
