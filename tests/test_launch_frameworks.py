@@ -335,3 +335,15 @@ def test_torchtitan_runs_zb_v_under_its_own_name(tmp_path) -> None:
     ls = _ls("llama-3.1-70b", 64, Strategy(tp=8, pp=4, sp=True, pp_schedule="zb-2p"))
     assert 'pipeline_parallel_schedule = "1F1B"' in ls.torchtitan
     assert any("zb-2p" in n for n in ls.framework_notes["torchtitan"])
+
+
+@pytest.mark.parametrize(("cp_comm", "rotate"), [("allgather", "allgather"), ("p2p", "alltoall")])
+def test_torchtitan_runs_the_cp_rotate_method_the_estimate_priced(cp_comm, rotate, tmp_path) -> None:
+    """perf/cp.py prices torchtitan's "allgather" as PyTorch's all-gather rotater and p2p as its all-to-all
+    rotater; torchtitan's own config classes read back the method the TOML names, and accept the file."""
+    s = Strategy(tp=2, sp=True, cp=4, cp_comm=cp_comm, zero=3)
+    ls = _ls("llama-3.1-8b", 64, s, seq_len=65536, global_batch=16, framework="torchtitan")
+    assert torchtitan_problems(ls.torchtitan, 64, tmp_path) == []
+    cfg = torchtitan_config(ls.torchtitan, tmp_path)
+    assert cfg.parallelism.context_parallel_rotate_method == rotate
+    assert cfg.parallelism.context_parallel_degree == 4
