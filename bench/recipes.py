@@ -51,6 +51,7 @@ from autopar.calibration.records import (  # noqa: E402
 from autopar.calibration.runs import read_run_records  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.defaults import tp_comm_overlap_default  # noqa: E402
+from autopar.errors import close_hint  # noqa: E402
 from autopar.perf import estimate  # noqa: E402
 from autopar.search import optimize  # noqa: E402
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload  # noqa: E402
@@ -266,6 +267,15 @@ def _record_note(ratio: float) -> str:
     return f"; record at {group.span()}: {'holds' if group.holds else 'verify'}"
 
 
+def _no_match(only: str, matched: list[Problem]) -> str:
+    """Why --only selects nothing: it names held-out problems only, or nothing (with close ids/models)."""
+    if matched:
+        return f"--only {only!r} matches {len(matched)} held-out problem(s) only: add --heldout"
+    every = load_problems()
+    names = sorted({p.row_id for p in every} | {p.model.name for p in every})
+    return f"--only {only!r} matches no problem id or model{close_hint(only, names)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="problems whose row id or model contains this")
@@ -277,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         export(args.export)
         return 0
     t0 = time.perf_counter()
-    probs = [p for p in load_problems(args.only) if args.heldout or not p.heldout]
+    matched = load_problems(args.only)
+    probs = [p for p in matched if args.heldout or not p.heldout]
+    if not probs:
+        print(f"error: {_no_match(args.only, matched)}", file=sys.stderr)
+        return 2
     results = [run_problem(p) for p in probs]
     _print(results)
     for name in ("dev", "heldout"):

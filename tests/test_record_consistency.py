@@ -51,3 +51,16 @@ def test_the_corrected_row_adds_up_with_its_column() -> None:
     assert (int(r["micro_batch"]), dp) == (1, 16)
     assert int(r["global_batch"]) / (int(r["micro_batch"]) * dp) == pytest.approx(32)
     assert "GA = 512/16 = 32" in r["notes"]
+
+
+def test_recipe_bench_only_names_what_it_matched(capsys) -> None:
+    """bench/recipes.py --only that selects nothing is one line, exit 2: held-out ids need --heldout, and a
+    typo gets the close ids."""
+    from runfiles import load_bench
+
+    recipes = load_bench("recipes")
+    assert recipes.main(["--only", "NAM-001"]) == 2
+    assert "matches 1 held-out problem(s) only: add --heldout" in capsys.readouterr().err
+    assert recipes.main(["--only", "MBR-9999"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matches no problem id or model; did you mean MBR-0" in err
