@@ -1309,8 +1309,7 @@ def default_cp_comm(framework: str) -> str:
     """The CP variant a stack runs unless told otherwise: the first it ships (Stack.cp_comm lists the default
     first: Megatron's --cp-comm-type p2p, torchtitan's context_parallel_rotate_method "allgather"); p2p for a
     stack without CP (no effect with cp=1). A run record that does not state its variant ran this one."""
-    stack = STACKS.get(framework)
-    return ((stack.cp_comm if stack else ()) or ("p2p",))[0]
+    return (STACKS[framework].cp_comm or ("p2p",))[0]
 
 
 def grid_problems(
