@@ -60,6 +60,17 @@ def test_holds_needs_pairs_sources_and_share() -> None:
     assert "held in only 70%" in pairs.group_pairs(worse)[0].sentence()
 
 
+def test_holds_needs_no_dominant_source() -> None:
+    # 9 pairs of s0 and 1 of s1: two sources, but s0 supplies 90% > MAX_SOURCE_SHARE: its record, not a broad one
+    lopsided = [_pair(1.5, 1.4, "s0" if i < 9 else "s1", str(i)) for i in range(10)]
+    g = pairs.group_pairs(lopsided)[0]
+    assert g.sources == ("s0", "s1") and g.largest_source_share == pytest.approx(0.9)
+    assert not g.holds and "90% of the pairs from one source" in g.sentence()
+    # 8 and 2: 80% is at the limit, so the record holds
+    even = [_pair(1.5, 1.4, "s0" if i < 8 else "s1", str(i)) for i in range(10)]
+    assert pairs.group_pairs(even)[0].holds
+
+
 @given(
     st.lists(
         st.tuples(st.floats(1.0001, 5.0), st.floats(0.2, 5.0), st.sampled_from("abc")),
