@@ -132,7 +132,9 @@ def top1_regret(
 
 def _layout_key(specs: Any) -> tuple:
     w, c = specs.workload, specs.cluster
-    rest = w.model_dump_json(exclude=set(LAYOUT_OPTIONS))
+    # memory_savers only widen what a search may choose; a measured layout's estimate does not read them (a row
+    # that states its recompute modules would otherwise sit in a problem of its own)
+    rest = w.model_dump_json(exclude={*LAYOUT_OPTIONS, "memory_savers"})
     return (specs.model.model_dump_json(), c.gpu.name, c.num_gpus, c.host_size, rest)
 
 
