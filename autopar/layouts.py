@@ -919,13 +919,16 @@ STACKS: dict[str, Stack] = {
     ),
     # PyTorch FSDP (torch/distributed/fsdp ShardingStrategy NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
     # HYBRID_SHARD) with torch.distributed.pipelining (knobs.SCHEDULES stacks) and
-    # torch.distributed.tensor.experimental.context_parallel (set_rotate_method "alltoall"/"allgather").
+    # torch.distributed.tensor.experimental.context_parallel (set_rotate_method "alltoall"/"allgather"),
+    # "allgather" by default (listed first: default_cp_comm): PyTorch's _ContextParallelOptions.rotate_method
+    # defaults to _RotateMethod.ALL_GATHER, and NeMo AutoModel's sharder passes cp_rotate_method="allgather"
+    # (nemo_automodel/components/distributed/context_parallel/sharder.py, commit 36044ad).
     # Its CPUOffload moves parameters too, not the optimizer alone; no launch writer targets it.
     "fsdp": Stack(
         "fsdp",
         stack_schedules("fsdp"),
         (0, 2, 3),
-        ("p2p", "allgather"),
+        ("allgather", "p2p"),
         True,
         (),
         False,
@@ -1076,6 +1079,9 @@ class FamilyLimit:
     reason: str
     # Axis.CP only: the CP variants the family runs (None: no CP at all, the degree must be 1)
     cp_variants: tuple[str, ...] | None = None
+    # Axis.CP only: the family runs Transformer Engine's CP where the stack's own is PyTorch's
+    # (software.yaml torch_cp): the variants are then priced as Transformer Engine runs them
+    te_cp: bool = False
 
 
 def torchtitan_family(model: ModelSpec) -> str | None:
@@ -1158,6 +1164,7 @@ FAMILY_LIMITS: tuple[FamilyLimit, ...] = (
         "DotProductAttention to cp_comm_type='p2p' and the parallelizer passes no other "
         "(nemo_automodel/components/moe/parallelizer.py, commit 037e04a)",
         cp_variants=("p2p",),
+        te_cp=True,
     ),
 )
 
@@ -1300,16 +1307,34 @@ def cp_degrees(workload: Workload, rest: int, model: ModelSpec | None = None) ->
         c
         for c in divisors(rest)
         if _ok(cp_rules(workload, c))
-        and _ok(stack_rules(fw, cp=c, cp_comm=default_cp_comm(fw)))
+        and _ok(stack_rules(fw, cp=c, cp_comm=default_cp_comm(fw, model)))
         and (model is None or _ok(family_rules(fw, model, cp=c)))
     ]
 
 
-def default_cp_comm(framework: str) -> str:
+def default_cp_comm(framework: str, model: ModelSpec | None = None) -> str:
     """The CP variant a stack runs unless told otherwise: the first it ships (Stack.cp_comm lists the default
-    first: Megatron's --cp-comm-type p2p, torchtitan's context_parallel_rotate_method "allgather"); p2p for a
-    stack without CP (no effect with cp=1). A run record that does not state its variant ran this one."""
+    first: Megatron's --cp-comm-type p2p, torchtitan's and PyTorch's rotate method "allgather"), or, for a
+    `model` whose family runs fewer (FamilyLimit.cp_variants), the first of those; p2p for a stack without CP
+    (no effect with cp=1). A run record that does not state its variant ran this one."""
+    limit = _cp_family_limit(framework, model) if model is not None else None
+    if limit is not None and limit.cp_variants:
+        return limit.cp_variants[0]
     return (STACKS[framework].cp_comm or ("p2p",))[0]
+
+
+def _cp_family_limit(framework: str, model: ModelSpec) -> FamilyLimit | None:
+    family = model_family(framework, model)
+    return next(
+        (x for x in FAMILY_LIMITS if (x.framework, x.family, x.axis) == (framework, family, Axis.CP)), None
+    )
+
+
+def family_runs_te_cp(framework: str, model: ModelSpec) -> bool:
+    """Whether the model's family on this stack runs Transformer Engine's CP (FamilyLimit.te_cp), not the
+    stack's own (software.yaml torch_cp)."""
+    limit = _cp_family_limit(framework, model)
+    return limit is not None and limit.te_cp
 
 
 def grid_problems(
@@ -1335,7 +1360,7 @@ def grid_problems(
         ep=ep,
         etp=etp,
         sp=tp > 1 and STACKS[workload.framework].sp,
-        cp_comm=default_cp_comm(workload.framework),
+        cp_comm=default_cp_comm(workload.framework, model),
         zero=STACKS[workload.framework].zero[0],
         pp_first_layers=split.first,
         pp_last_layers=split.last,

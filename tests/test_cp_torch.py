@@ -131,3 +131,53 @@ def test_a_record_that_names_no_cp_variant_ran_its_stacks_default() -> None:
         r for r in rows.values() if r["framework"].lower().startswith("nemo") and r["cp"] not in ("", "1")
     )
     assert row_to_specs(cp_megatron).strategy.cp_comm == "p2p"
+
+
+def _inputs_of(framework: str, model_name: str, variant: str = "allgather") -> cp.CpInputs:
+    """The CpInputs an estimate of `framework` prices CP with (tp 1, cp 4, micro-batch 1, full recompute)."""
+    import importlib
+    from unittest import mock
+
+    from autopar.catalog import get_gpu, get_model
+    from autopar.perf.context import perf_context
+    from autopar.specs import ClusterSpec, Strategy, Workload
+
+    # the module: autopar.perf.estimate is also the name of the function autopar.perf exports
+    est = importlib.import_module("autopar.perf.estimate")
+    model = get_model(model_name)
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
+    ctx = perf_context(model, cluster, Workload(seq_len=32768, global_batch=64, framework=framework))
+    s = Strategy(tp=1, cp=4, cp_comm=variant, micro_batch=1, recompute="full").with_dp(64)
+    seen: list[cp.CpInputs] = []
+    real = cp.cp_cost
+    with mock.patch.object(est.cp, "cp_cost", lambda v, x, links: seen.append(x) or real(v, x, links)):
+        est.cp_cost_of(ctx, 1, 4, 1, "full", variant, est.strategy_layer_costs(ctx, s, s.knobs()))
+    return seen[0]
+
+
+def test_fsdp_stack_runs_pytorchs_context_parallel() -> None:
+    """The PyTorch-FSDP stack's CP is PyTorch's context_parallel (layouts.STACKS "fsdp"): rotate method
+    "allgather" by default (PyTorch _ContextParallelOptions.rotate_method = ALL_GATHER; NeMo AutoModel's
+    sharder passes "allgather"), priced as the ring loop (perf/cp.py `_torch_ring`), not Transformer Engine's
+    all-gather form as before issue 21's eighth session. Hugging Face models hand SDPA the K/V heads as they are
+    (enable_gqa without a mask: transformers `use_gqa_in_sdpa`), so the ring passes Llama-3.1-8B's 8 KV heads,
+    where torchtitan repeats them to its 32 query heads first (`repeat_kv`)."""
+    from autopar.layouts import default_cp_comm
+
+    assert default_cp_comm("fsdp") == "allgather"
+    x = _inputs_of("fsdp", "llama3.1-8b")
+    assert x.torch_ring and x.kv_rep == 1.0
+    assert _inputs_of("torchtitan", "llama3.1-8b").kv_rep == 4.0  # 32 query heads / 8 KV heads at tp 1
+
+
+def test_fsdp_custom_moe_keeps_transformer_engines_ring() -> None:
+    """NeMo AutoModel's custom MoE sets Transformer Engine's cp_comm_type='p2p' (layouts.FAMILY_LIMITS, te_cp):
+    on the same stack a MoE model's CP is TE's ring, its default variant p2p."""
+    from autopar.catalog import get_model
+    from autopar.layouts import default_cp_comm, family_runs_te_cp
+
+    moe = get_model("qwen3-30b-a3b")
+    assert family_runs_te_cp("fsdp", moe) and not family_runs_te_cp("fsdp", get_model("llama3.1-8b"))
+    assert default_cp_comm("fsdp", moe) == "p2p" and default_cp_comm("fsdp") == "allgather"
+    x = _inputs_of("fsdp", "qwen3-30b-a3b", "p2p")
+    assert not x.torch_ring and x.kv_rep == 1.0

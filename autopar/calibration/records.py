@@ -727,7 +727,7 @@ def _strategy(
         tp=tp,
         pp=pp,
         cp=cp,
-        cp_comm=default_cp_comm(workload.framework),  # records do not state the variant: the stack's default
+        cp_comm=default_cp_comm(workload.framework, model),  # records state no variant: the stack's default
         ep=_pos(row, "ep") or 1,
         etp=_pos(row, "etp"),
         vpp=vpp,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
-from autopar.layouts import stack_notes
+from autopar.layouts import family_runs_te_cp, stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.arith import Num, maximum, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
@@ -142,6 +142,8 @@ def cp_cost_of(ctx: PerfContext, t: int, c: int, b: int, rec: str, variant: str,
     if c == 1:
         return _NO_CP
     model, w = ctx.model, ctx.w
+    # the stack's PyTorch ring, unless the model's family runs Transformer Engine's (NeMo AutoModel's custom MoE)
+    torch_ring = ctx.sw.torch_cp and not family_runs_te_cp(w.framework, model)
     dv = model.mla.v if model.is_mla else model.dh
     qk = (model.mla.qk_nope + model.mla.qk_rope) if model.is_mla else model.dh
     x = cp.CpInputs(
@@ -158,8 +160,8 @@ def cp_cost_of(ctx: PerfContext, t: int, c: int, b: int, rec: str, variant: str,
         full_recompute=rec == "full",
         kernel_overhead_s=ctx.eff.kernel_overhead_s,
         hbm_bw=ctx.hbm,
-        torch_ring=ctx.sw.torch_cp,
-        kv_rep=_torch_kv_rep(model, t, lc.kv_bytes_tok) if ctx.sw.torch_cp else 1.0,
+        torch_ring=torch_ring,
+        kv_rep=_torch_kv_rep(model, t, lc.kv_bytes_tok) if torch_ring and ctx.sw.torch_cp_repeats_kv else 1.0,
     )
     return cp.cp_cost(variant, x, ctx.links)
 

@@ -35,6 +35,7 @@ class SoftwareProfile:
     grad_accum_bytes: float
     description: str
     torch_cp: bool = False
+    torch_cp_repeats_kv: bool = False
     pp_defers_grad_sync: bool = False
     sp_saves_gathered_inputs: bool = False
     moe_eager_clamp_bias: bool = False

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autopar.layouts import STACKS
+from autopar.layouts import STACKS, family_runs_te_cp
 from autopar.objectives import REGISTRY, Objective
 from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.software import software_for
@@ -170,9 +170,10 @@ def _ships(framework: str, what: str, name: str | None, offered: Sequence[str]) 
     return f"; {framework} does not ship it (a what-if)"
 
 
-def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
+def explain_layout(r: TrialRecord, framework: str = "megatron", model: ModelSpec | None = None) -> str:
     """One sentence on the pipeline schedule and split, CP variant, HSDP and memory savers a point uses,
-    saying what the stack (layouts.STACKS) calls each choice or that it does not ship it."""
+    saying what the stack (layouts.STACKS) calls each choice or that it does not ship it; `model` tells
+    whether its family runs Transformer Engine's CP on a PyTorch-CP stack."""
     stack = STACKS[framework]
     s, e = r.strategy, r.estimate
     step = (e.step_time_s if e is not None else 0.0) or 1.0
@@ -194,9 +195,8 @@ def explain_layout(r: TrialRecord, framework: str = "megatron") -> str:
         cp = f", {100 * e.time.cp_comm / step:.0f}% exposed" if e is not None else ""
         ok = s.cp_comm in stack.cp_comm
         where = _ships(framework, "CP variants", s.cp_comm if ok else None, stack.cp_comm)
-        why = (_TORCH_CP_WHY if software_for(framework).torch_cp else _CP_WHY).get(
-            s.cp_comm, _CP_WHY[s.cp_comm]
-        )
+        torch = software_for(framework).torch_cp and not (model and family_runs_te_cp(framework, model))
+        why = (_TORCH_CP_WHY if torch else _CP_WHY).get(s.cp_comm, _CP_WHY[s.cp_comm])
         out.append(f"CP{s.cp} {s.cp_comm}: {why}{cp}{where}")
     if s.dp_shard:
         out.append(
@@ -227,6 +227,7 @@ def _why(
     dist: float | None = None,
     framework: str = "megatron",
     tied: int = 0,
+    model: ModelSpec | None = None,
 ) -> str:
     """The paragraph for one recommendation (`tied`: other points within NEAR_TIE_FRACTION of it)."""
     if role == "balanced":
@@ -246,7 +247,7 @@ def _why(
     text = [lead, _head(r)]
     if r.estimate is not None:
         text += [explain_time(r.estimate, r), explain_memory(r.estimate)]
-    text += [x for x in (explain_layout(r, framework),) if x]
+    text += [x for x in (explain_layout(r, framework, model),) if x]
     if runner is not None:
         trades = [
             _delta(o.name, r.values[o.name], runner.values[o.name])
@@ -398,6 +399,7 @@ def recommend(
     feasible: Sequence[TrialRecord] = (),
     framework: str = "megatron",
     evidence: EvidenceFn | None = None,
+    model: ModelSpec | None = None,
 ) -> list[Recommendation]:
     """Fastest / cheapest / most headroom (per chosen objective) and the balanced knee, with reasons.
 
@@ -427,7 +429,16 @@ def recommend(
             best, ties = near_tie_choice(ranked, o.name, value)
         rest = [r for r in ranked if r is not best]
         runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
-        why = _why(ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework, tied=len(ties))
+        why = _why(
+            ROLE_OF[o.name],
+            best,
+            runner,
+            o.name,
+            objectives,
+            framework=framework,
+            tied=len(ties),
+            model=model,
+        )
         if ties:
             why += (
                 f" Near-tie: {len(ties)} other point(s) within {100 * NEAR_TIE_FRACTION:.0f}% on this objective "
@@ -447,7 +458,9 @@ def recommend(
     runner = front[order[1]] if len(order) > 1 else None
     out.append(
         Recommendation(
-            "balanced", best, _why("balanced", best, runner, None, objectives, float(d[order[0]]), framework)
+            "balanced",
+            best,
+            _why("balanced", best, runner, None, objectives, float(d[order[0]]), framework, model=model),
         )
     )
     return out

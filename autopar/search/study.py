@@ -333,7 +333,9 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
         space_size=space.size,
         trials=records,
         pareto_rows=_with_training(pareto_rows(front, objs), workload.token_budget),
-        recommended=recommend(front, objs, feasible, workload.framework, evidence=evidence) if front else [],
+        recommended=recommend(front, objs, feasible, workload.framework, evidence=evidence, model=ctx.model)
+        if front
+        else [],
         seed=s.seed,
         budget=s.budget,
         sampler=sampler,
