@@ -150,7 +150,12 @@ def _inputs_of(framework: str, model_name: str, variant: str = "allgather") -> c
     s = Strategy(tp=1, cp=4, cp_comm=variant, micro_batch=1, recompute="full").with_dp(64)
     seen: list[cp.CpInputs] = []
     real = cp.cp_cost
-    with mock.patch.object(est.cp, "cp_cost", lambda v, x, links: seen.append(x) or real(v, x, links)):
+
+    def spy(variant: str, x: cp.CpInputs, links: Links) -> cp.CpCost:
+        seen.append(x)
+        return real(variant, x, links)
+
+    with mock.patch.object(est.cp, "cp_cost", spy):
         est.cp_cost_of(ctx, 1, 4, 1, "full", variant, est.strategy_layer_costs(ctx, s, s.knobs()))
     return seen[0]
 

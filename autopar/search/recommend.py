@@ -407,52 +407,14 @@ def recommend(
     leads: the analytical leader may have left the corrected front. With `evidence` (search/evidence.py)
     the throughput-like objectives rank by what each point can defend: its value at the pessimistic end of
     its 80% band, widened where no measured run resembles it (see `defended_why`)."""
-    out: list[Recommendation] = []
     if not front:
-        return out
+        return []
     names = {o.name for o in objectives}
     best_tps = max(r.values["throughput"] for r in front) if "throughput" in names else None
-    for o in objectives:
-        pool = front
-        if o.name == "headroom" and best_tps is not None:
-            # The front's extreme headroom point is usually uselessly slow: offer the most headroom among
-            # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
-            pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
-
-        def value(r: TrialRecord, o: Objective = o) -> float:
-            return defensible(r, o.name, evidence)
-
-        ranked = sorted(pool, key=lambda r, o=o, v=value: (o.to_min(v(r)), r.number))
-        best = ranked[0]
-        ties: list[TrialRecord] = []
-        if o.name != "headroom":  # most headroom is already the tie-break
-            best, ties = near_tie_choice(ranked, o.name, value)
-        rest = [r for r in ranked if r is not best]
-        runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
-        why = _why(
-            ROLE_OF[o.name],
-            best,
-            runner,
-            o.name,
-            objectives,
-            framework=framework,
-            tied=len(ties),
-            model=model,
-        )
-        if ties:
-            why += (
-                f" Near-tie: {len(ties)} other point(s) within {100 * NEAR_TIE_FRACTION:.0f}% on this objective "
-                f"(e.g. {ties[0].strategy.label()}); this one is chosen for the most free memory among them."
-            )
-        _, tie, note = correction_effect(best, [*pool, *feasible], o)
-        if note:
-            why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
-        said = ""
-        if evidence is not None and o.name in _POWER:
-            why += defended_why(best, pool, o, evidence, ties)
-            said = evidence(best).sentence()
-            why += f" {said}" if said else ""
-        out.append(Recommendation(ROLE_OF[o.name], best, why, said))
+    out = [
+        _recommend_for(o, front, objectives, feasible, framework, evidence, model, best_tps)
+        for o in objectives
+    ]
     order, d = knee_order(front, objectives)
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None
@@ -464,6 +426,52 @@ def recommend(
         )
     )
     return out
+
+
+def _recommend_for(
+    o: Objective,
+    front: Sequence[TrialRecord],
+    objectives: Sequence[Objective],
+    feasible: Sequence[TrialRecord],
+    framework: str,
+    evidence: EvidenceFn | None,
+    model: ModelSpec | None,
+    best_tps: float | None,
+) -> Recommendation:
+    """The recommendation for one objective (see `recommend`)."""
+    pool = front
+    if o.name == "headroom" and best_tps is not None:
+        # The front's extreme headroom point is usually uselessly slow: offer the most headroom among
+        # strategies within SAFE_SPEED_FRACTION of the best throughput instead.
+        pool = [r for r in front if r.values["throughput"] >= SAFE_SPEED_FRACTION * best_tps] or front
+
+    def value(r: TrialRecord) -> float:
+        return defensible(r, o.name, evidence)
+
+    ranked = sorted(pool, key=lambda r: (o.to_min(value(r)), r.number))
+    best = ranked[0]
+    ties: list[TrialRecord] = []
+    if o.name != "headroom":  # most headroom is already the tie-break
+        best, ties = near_tie_choice(ranked, o.name, value)
+    rest = [r for r in ranked if r is not best]
+    runner = next((r for r in rest if r.values[o.name] != best.values[o.name]), rest[0] if rest else None)
+    why = _why(
+        ROLE_OF[o.name], best, runner, o.name, objectives, framework=framework, tied=len(ties), model=model
+    )
+    if ties:
+        why += (
+            f" Near-tie: {len(ties)} other point(s) within {100 * NEAR_TIE_FRACTION:.0f}% on this objective "
+            f"(e.g. {ties[0].strategy.label()}); this one is chosen for the most free memory among them."
+        )
+    _, tie, note = correction_effect(best, [*pool, *feasible], o)
+    if note:
+        why = ("Tie (within the corrector's band). " if tie else "") + why + " " + note
+    said = ""
+    if evidence is not None and o.name in _POWER:
+        why += defended_why(best, pool, o, evidence, ties)
+        said = evidence(best).sentence()
+        why += f" {said}" if said else ""
+    return Recommendation(ROLE_OF[o.name], best, why, said)
 
 
 def no_fit_message(model: ModelSpec, space: Space, records: Sequence[TrialRecord]) -> str:
