@@ -3,6 +3,8 @@
 Columns added to `batch_estimate`'s: `pred_tokens_per_s_per_gpu_analytical`, `pred_tokens_per_s_per_gpu`
 (corrected), `pred_tokens_per_s_per_gpu_lo` / `_hi` (80% band), the same four for `pred_mem_gib_per_gpu`,
 `calibration_factor` / `memory_factor` and `pred_memory_verdict` (fits / at risk / oom, autopar.calibration.verdict).
+The throughput band is widened for each record's novelty, its distance in steps to the nearest measured run
+(`pred_novelty_steps`; calibration/novelty.py), as `estimate` widens one strategy's band.
 Step time, TFLOP/s and MFU follow the throughput factor; headroom follows the memory factor, and `pred_fits` is
 False only when the verdict is oom (the whole 80% memory band over usable memory). Without a calibration the corrected columns equal the analytical
 ones and the band columns are empty. A row's cluster offset is its own group's (its `cluster`, else its
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autopar.calibration import novelty
 from autopar.calibration.features import features, group_of, memory_features
 from autopar.calibration.records import batch_estimate, distinct_records, stage_estimate
 from autopar.calibration.verdict import OOM, memory_verdicts
@@ -54,6 +57,19 @@ def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
     return out
 
 
+def _novelty_steps(evaluated: list, calibration: Any) -> np.ndarray:
+    """Steps from each distinct record to the nearest measured run (NaN where unevaluated), against the
+    published runs and the calibration's own (search/evidence.py `reference_for`, as `estimate` uses)."""
+    ref = novelty.reference_with(getattr(calibration.meta, "layouts", None) or ())
+    out = np.full(len(evaluated), np.nan)
+    for i, ev in enumerate(evaluated):
+        if ev is not None:
+            sp, est = ev
+            s = est.strategy or sp.strategy
+            out[i] = ref.evidence(novelty.point(sp.model, sp.cluster, sp.workload, s)).steps
+    return out
+
+
 def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory."""
     evaluated: list[Any] = []  # (specs, estimate) of each distinct configuration, reused for the factors
@@ -70,9 +86,13 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
         return _with_verdict(out)
     codes, uniq = distinct  # the distinct configurations batch_estimate evaluated, in its order
     fac = _batch_factors(uniq, evaluated, calibration)[codes]
+    steps = _novelty_steps(evaluated, calibration)[codes]
+    wide = np.exp(np.array([novelty.widening(x) for x in steps]))
     tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
-    out[TPS], out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 0], tps * fac[:, 1], tps * fac[:, 2]
+    out[TPS] = tps * fac[:, 0]
+    out[TPS + "_lo"], out[TPS + "_hi"] = tps * fac[:, 1] / wide, tps * fac[:, 2] * wide
+    out["pred_novelty_steps"] = steps
     out[MEM], out[MEM + "_lo"], out[MEM + "_hi"] = mem * fac[:, 3], mem * fac[:, 4], mem * fac[:, 5]
     if calibration.memory_corrector is None:  # no memory model: no band to report
         out[MEM + "_lo"], out[MEM + "_hi"] = np.nan, np.nan
