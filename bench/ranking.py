@@ -41,7 +41,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pandas as pd  # noqa: E402
+
 from autopar.calibration import pairs as pair_record  # noqa: E402
+from autopar.calibration.apply import load_default_calibration  # noqa: E402
+from autopar.calibration.batch import calibrated_batch  # noqa: E402
 from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs  # noqa: E402
 from autopar.calibration.runs import read_run_records  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
@@ -340,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--export-pairs", type=Path, help="write the record on measured pairs (sweeps.csv) and stop"
     )
+    ap.add_argument(
+        "--bands",
+        action="store_true",
+        help="also: how often the shipped calibration's 80%% band (widened for novelty) holds each measurement",
+    )
     args = ap.parse_args(argv)
     if args.export_pairs:
         export_pairs(args.export_pairs, load_problems([SWEEPS], seen=False))
@@ -361,8 +370,44 @@ def main(argv: list[str] | None = None) -> int:
             "\nThe record on measured pairs (independent problems; every pair of layouts, as the model orders it):"
         )
         print("\n".join(pair_lines(groups)))
+    if args.bands:
+        print("\n" + "\n".join(band_lines(band_table(args.data or [SWEEPS], args.no_seen))))
     print(f"\n{len(probs)} problems in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def band_table(paths: Sequence[Path], no_seen: bool) -> pd.DataFrame:
+    """Per source: measured layouts, the share inside the shipped calibration's 80% throughput band (widened
+    for each layout's novelty, as `estimate` shows it), the median measured / predicted and the median steps
+    to the nearest published run. Clusters the calibration never saw: a test of the bands, not a fit."""
+    df = pd.concat([read_run_records(p) for p in paths], ignore_index=True)
+    pred = calibrated_batch(df, load_default_calibration())
+    meas = pd.to_numeric(df["measured_tokens_per_s_per_gpu"], errors="coerce")
+    lo, hi = pred["pred_tokens_per_s_per_gpu_lo"], pred["pred_tokens_per_s_per_gpu_hi"]
+    t = pd.DataFrame(
+        {
+            "source": df["source"],
+            "inside": (meas >= lo) & (meas <= hi),
+            "ratio": meas / pred["pred_tokens_per_s_per_gpu"],
+            "steps": pred["pred_novelty_steps"],
+        }
+    )[meas.notna() & (pred["status"] == "ok")]
+    if no_seen:
+        t = t[~t["source"].isin(SEEN_SOURCES)]
+    return t.groupby("source").agg(
+        layouts=("inside", "size"),
+        cover=("inside", "mean"),
+        ratio=("ratio", "median"),
+        steps=("steps", "median"),
+    )
+
+
+def band_lines(table: pd.DataFrame) -> list[str]:
+    lines = ["The shipped calibration's 80% band on the sweeps (widened for novelty; clusters it never saw):"]
+    lines.append(f"{'source':32} {'layouts':>7} {'inside':>7} {'measured/predicted':>19} {'steps':>6}")
+    for src, r in table.iterrows():
+        lines.append(f"{src:32} {int(r.layouts):7d} {100 * r.cover:6.0f}% {r.ratio:19.2f} {r.steps:6.1f}")
+    return lines
 
 
 if __name__ == "__main__":

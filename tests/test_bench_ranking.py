@@ -118,3 +118,18 @@ def test_sweep_rows_read_as_stated() -> None:
     (q30,) = [p for p in rk.load_problems([SWEEPS], seen=False, only="AWSW-Q30")]
     # 17 rows; UCCL and NVSHMEM are both DeepEP (flex) for the model, so each pair is one layout: 12 layouts
     assert len(q30.layouts) == 12
+
+
+def test_bands_table_counts_layouts_inside_the_widened_band() -> None:
+    """--bands: per source, the share of measured layouts inside the shipped calibration's 80% band as
+    `estimate --batch` widens it. The H800 sweep's 9 layouts are all far from the published runs (the steps
+    median exceeds the widening's knee), and the table counts exactly the rows with a measurement."""
+    from autopar.calibration import novelty
+
+    table = rk.band_table([SWEEPS], no_seen=True)
+    df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
+    assert int(table["layouts"].sum()) == len(df)
+    xt = table.loc["xtuner_megatron_moe"]
+    assert int(xt["layouts"]) == 9 and xt["steps"] > novelty.KNEE_STEPS
+    assert ((table["cover"] >= 0) & (table["cover"] <= 1)).all()
+    assert rk.band_lines(table)[0].startswith("The shipped calibration's 80% band")
