@@ -14,6 +14,7 @@ memory of each schedule are perf/pipeline.py's.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -446,5 +447,33 @@ def parse_label(label: str) -> dict[str, Any]:
                 fields.update(t.read(m))
                 break
         else:
-            raise ValueError(f"strategy label token '{tok}' not understood (expected e.g. '{LABEL_EXAMPLE}')")
+            raise ValueError(
+                f"strategy label token '{tok}' not understood{_token_hint(tok)} (expected e.g. '{LABEL_EXAMPLE}')"
+            )
     return fields
+
+
+def _token_forms() -> tuple[str, ...]:
+    """Every token shape a label may hold, numbers written as '#' (for the close-match hint)."""
+    forms = ["TP#", "TP#+SP", "PP#", "PP#v#", "first#", "last#", "emb-split", "loss-split", "CP#", "EP#"]
+    forms += [f"PP#-{n}" for n in SCHEDULE_NAMES] + [f"PP#v#-{n}" for n in SCHEDULE_NAMES]
+    forms += [f"CP#-{c}" for c in CP_COMM_NAMES] + ["ETP#", "DP#/Z#", "Z#", "DP#", "HSDP#", "mb#"]
+    forms += [f"{r}-AC" for r in _REC_BY_TOKEN] + [f"{o}-states" for o in OPTIMIZER_STATES]
+    return (*forms, "offload", "offload#", "AO#")
+
+
+def token_candidates(tok: str) -> list[str]:
+    """Every token shape (_token_forms) written with `tok`'s own numbers, in order ('1' where it has too few)."""
+    numbers = re.findall(r"\d+(?:\.\d+)?", tok)
+
+    def fill(form: str) -> str:
+        it = iter(numbers)
+        return re.sub("#", lambda _: next(it, "1"), form)
+
+    return [fill(f) for f in _token_forms()]
+
+
+def _token_hint(tok: str) -> str:
+    """'; did you mean 'CP2-allgather'?' for a mistyped token: the closest known shape, its numbers kept."""
+    close = difflib.get_close_matches(tok, token_candidates(tok), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
