@@ -21,7 +21,9 @@ set separately.
 Dev (mechanisms were looked at on these): public.csv nemo_perf_summary and frontier_runs.csv
 mbridge_perf_summary (pre-training rows). Held out (whole sources, looked at only at the end):
 nemo_perf_summary_2504 (GB200, NeMo 25.04), nemo_automodel (FSDP2 + DeepEP) and torchtitan_bench (Meta). Issue
-21's seventh session looked at all three before the issue's end, so their figures are a dev set's since.
+21's seventh session looked at all three before the issue's end, so their figures are a dev set's since. The
+eighth added xtuner_megatron_moe (sweeps.csv: Pai-Megatron-Patch on 256 H800, each global batch's best measured
+layout), a source no mechanism was tuned on.
 
 Usage: python bench/recipes.py [--only SUBSTRING] [--heldout] [--csv out.csv]
        python bench/recipes.py --export autopar/data/recipes.csv   (the recipe table the tool shows beside
@@ -57,8 +59,13 @@ from autopar.search import optimize  # noqa: E402
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload  # noqa: E402
 
 FRONTIER = ROOT / "bench" / "data" / "frontier_runs.csv"
+SWEEPS = ROOT / "bench" / "data" / "sweeps.csv"
 DEV_SOURCES = ("nemo_perf_summary", "mbridge_perf_summary")
-HELDOUT_SOURCES = ("nemo_perf_summary_2504", "nemo_automodel", "torchtitan_bench")
+# The ranking sweeps whose authors published the optimum they tuned (InternLM/xtuner's Megatron MoE guide,
+# section "Optimal Strategy Summary": Qwen3-235B on 256 H800); the other sweeps compare options (dispatchers,
+# micro-batch sizes, pipeline schedules) without calling one of them the recipe.
+SWEEP_RECIPE_SOURCES = ("xtuner_megatron_moe",)
+HELDOUT_SOURCES = ("nemo_perf_summary_2504", "nemo_automodel", "torchtitan_bench", *SWEEP_RECIPE_SOURCES)
 # Sections of a source that are not pre-training (fine-tuning rows freeze or reuse weights).
 _NOT_PRETRAINING = ("lora", "sft", "fine-tun", "finetun")
 # Workload options a user types only when their stack's preset states them: set to what `autopar optimize`
@@ -75,17 +82,17 @@ THRESHOLDS = (1.10, 1.25)
 _MB_PRESETS = "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py"
 PRESETS = (
     ("LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1", "Llama-3-70B", "H100-SXM", 64, "bf16", 8192, 256,
-     "megatron", 4, 4, 2, 1, 5, 1, "", _MB_PRESETS),
+     "megatron", 4, 4, 2, 1, 5, 1, "", _MB_PRESETS, ""),
     ("LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V1", "Llama-3-70B", "H100-SXM", 64, "fp8", 8192, 256,
-     "megatron", 4, 8, 1, 1, 5, 1, "", _MB_PRESETS),
+     "megatron", 4, 8, 1, 1, 5, 1, "", _MB_PRESETS, ""),
     ("LLAMA3_70B_PRETRAIN_CONFIG_B200_BF16_V1", "Llama-3-70B", "B200", 64, "bf16", 8192, 256,
-     "megatron", 2, 4, 2, 1, 5, 1, "", _MB_PRESETS),
+     "megatron", 2, 4, 2, 1, 5, 1, "", _MB_PRESETS, ""),
     ("LLAMA3_8B_PRETRAIN_CONFIG_H100_BF16_V1", "Llama-3-8B", "H100-SXM", 8, "bf16", 8192, 128,
-     "megatron", 1, 1, 2, 1, "", 1, "", _MB_PRESETS),
+     "megatron", 1, 1, 2, 1, "", 1, "", _MB_PRESETS, ""),
 )  # fmt: skip
 RECIPE_COLUMNS = (
     "id", "model", "gpu", "num_gpus", "precision", "seq_len", "global_batch", "framework",
-    "tp", "pp", "cp", "ep", "vpp", "micro_batch", "measured_tokens_per_s_per_gpu", "source",
+    "tp", "pp", "cp", "ep", "vpp", "micro_batch", "measured_tokens_per_s_per_gpu", "source", "recompute",
 )  # fmt: skip
 
 
@@ -128,6 +135,8 @@ def load_problems(only: str = "") -> list[Problem]:
     that layout's preset states (given to the pick too)."""
     rows = read_run_records(published_runs_path()).fillna("").to_dict("records")
     rows += read_run_records(FRONTIER).fillna("").to_dict("records")
+    sweeps = read_run_records(SWEEPS).fillna("").to_dict("records")
+    rows += [r for r in sweeps if r.get("source") in SWEEP_RECIPE_SOURCES]
     best: dict[tuple, Problem] = {}
     for row in rows:
         src = str(row.get("source") or "")
@@ -164,7 +173,7 @@ def recipe_rows(problems: list[Problem]) -> list[tuple]:
         out.append(
             (p.row_id, p.model.name, c.gpu.name, c.num_gpus, w.precision, w.seq_len, w.global_batch,
              w.framework, s.tp, s.pp, s.cp, s.ep, s.vpp or "", s.micro_batch or "", f"{p.measured:.6g}",
-             p.source_ref)
+             p.source_ref, s.recompute or "")
         )  # fmt: skip
     return out + list(PRESETS)
 

@@ -46,6 +46,7 @@ class Recipe:
     micro_batch: int | None
     measured: float | None  # tokens/s per GPU as published; None for a preset without a measurement
     source: str
+    recompute: str | None = None  # as published (Strategy.recompute); None where the source does not say
 
     def strategy(self) -> Strategy:
         """The recipe's layout; knobs it does not state are left for the estimate to complete."""
@@ -59,6 +60,7 @@ class Recipe:
             pp_schedule="interleaved" if (self.vpp or 1) > 1 else "1f1b",
             sp=self.tp > 1,
             micro_batch=self.micro_batch,
+            recompute=self.recompute,
         )
 
     def who(self) -> str:
@@ -89,6 +91,7 @@ def _row(r: dict[str, str]) -> Recipe:
         micro_batch=_int(r["micro_batch"]),
         measured=float(m) if m else None,
         source=r["source"],
+        recompute=(r.get("recompute") or "").strip() or None,
     )
 
 
