@@ -281,3 +281,18 @@ def test_a_calibrations_own_runs_are_evidence():
     # kept through the JSON model file
     back = type(cal).load(cal.save(Path(pytest.importorskip("tempfile").mkdtemp()) / "team.json"))
     assert reference_for(back).evidence(p).steps == 0.0
+
+
+def test_a_recipe_keeps_the_recompute_its_source_states():
+    """xtuner's tuned optimum for Qwen3-235B on 256 H800 at global batch 4,096 ran full recompute (its table:
+    'tp1, ep8, pp32, vpp3, mbs=4, recompute=full'); the recipe beside the pick is that layout, not one with a
+    recompute the estimate would complete. A preset that states none leaves it to the estimate."""
+    from autopar.catalog import get_model
+
+    qwen = get_model("Qwen3-235B-A22B")
+    h800 = ClusterSpec(gpu=get_gpu("H800"), num_gpus=256)
+    r = match(qwen, h800, Workload(seq_len=4096, global_batch=4096, framework="megatron"))
+    assert r is not None and r.id == "XTSW-4096-01" and r.measured == 1540.68
+    assert r.strategy().recompute == "full" and r.strategy().label().endswith("mb4 full-AC")
+    preset = match(LLAMA70, H100_64, W8K)
+    assert preset is not None and preset.strategy().recompute is None
