@@ -442,7 +442,7 @@ def fix_cmd(f: Flags) -> None:
     # the memory margin optimize uses (issue 21): the band's upper end, plus --min-headroom
     allowed = _allowed(f.allow)
     cur, cluster, workload = _current(f.strategy, f, calib)
-    margin = search_margin(calib, parse_gib(f.min_headroom), f.memory_band, workload.framework)
+    margin = search_margin(calib, parse_gib(f.min_headroom), f.memory_band, workload.framework, cur.model)
     want = margin.required_free_gib(cur.est.peak_memory_bytes / GiB)  # free GiB the margin asks of it
     plan = Plan(f.strategy, cur, cluster, _goal(f.goal, cur, cluster, f.strategy, want), want, margin)
     space = _space(plan, cur.model, workload, allowed, f.memory_savers, f.fix, f.forbid)

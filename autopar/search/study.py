@@ -229,7 +229,9 @@ def optimize(
         calibration=calibration,
         estimate_fn=estimate_fn,
         space_points=True,
-        memory_margin=search_margin(calibration, s.min_headroom_gib, s.memory_band, workload.framework),
+        memory_margin=search_margin(
+            calibration, s.min_headroom_gib, s.memory_band, workload.framework, model
+        ),
     )
     ctx = _Context(model, workload, s, space, ev, objs, prices)
     t_search = time.perf_counter()
