@@ -427,7 +427,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             _o(
                 "--min-headroom",
                 help="Free memory per GPU a strategy must leave on top of the memory margin, e.g. 4GiB (the "
-                "margin: the memory band's upper end on a stack whose peaks it measured, else 2 GiB).",
+                "margin: the memory band's upper end on a stack whose peaks it measured and for top-k > 2 MoE "
+                "on megatron, else 2 GiB).",
             ),
         ],
         HEADROOM_DEFAULT,
@@ -439,7 +440,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             _o(
                 "--memory-band/--no-memory-band",
                 help="A strategy fits only if the upper end of its peak-memory band (90% one-sided) does, on "
-                "the stacks whose measured peaks the band was fitted on (others: 2 GiB free); "
+                "the stacks whose measured peaks the band was fitted on and for top-k > 2 MoE on megatron "
+                "(others: 2 GiB free); "
                 "--no-memory-band: the point estimate plus --min-headroom.",
             ),
         ],
