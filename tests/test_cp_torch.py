@@ -186,3 +186,16 @@ def test_fsdp_custom_moe_keeps_transformer_engines_ring() -> None:
     assert default_cp_comm("fsdp", moe) == "p2p" and default_cp_comm("fsdp") == "allgather"
     x = _inputs_of("fsdp", "qwen3-30b-a3b", "p2p")
     assert not x.torch_ring and x.kv_rep == 1.0
+
+
+def test_a_recipe_with_cp_takes_its_familys_variant() -> None:
+    """A published recipe states no CP variant: it runs the stack's default, or its model family's where the
+    family runs fewer (NeMo AutoModel's custom MoE: Transformer Engine's p2p only)."""
+    from autopar.calibration.recipes import Recipe
+    from autopar.catalog import get_model
+
+    r = Recipe(
+        "R", "Qwen3-30B-A3B", "H100-SXM", 8, "bf16", 32768, 8, "fsdp", 1, 1, 2, 4, None, 1, None, "src"
+    )
+    assert r.strategy(get_model("qwen3-30b-a3b")).cp_comm == "p2p"
+    assert r.strategy(get_model("llama3.1-8b")).cp_comm == "allgather" == r.strategy().cp_comm

@@ -48,13 +48,14 @@ class Recipe:
     source: str
     recompute: str | None = None  # as published (Strategy.recompute); None where the source does not say
 
-    def strategy(self) -> Strategy:
-        """The recipe's layout; knobs it does not state are left for the estimate to complete."""
+    def strategy(self, model: ModelSpec | None = None) -> Strategy:
+        """The recipe's layout; knobs it does not state are left for the estimate to complete (its CP variant:
+        the stack's default, or `model`'s family's where the family runs fewer, layouts.default_cp_comm)."""
         return Strategy(
             tp=self.tp,
             pp=self.pp,
             cp=self.cp,
-            cp_comm=default_cp_comm(self.framework),
+            cp_comm=default_cp_comm(self.framework, model),
             ep=self.ep,
             vpp=self.vpp,
             pp_schedule="interleaved" if (self.vpp or 1) > 1 else "1f1b",

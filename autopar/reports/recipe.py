@@ -106,7 +106,9 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
     if rb is None:
         return None
     est, pe = rb.estimate, pick.estimate
-    label = (est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy()).label()
+    label = (
+        est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy(result.model)
+    ).label()
     if est is None or pe is None or est.tokens_per_s <= 0:
         return RecipeView(
             rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)

@@ -109,12 +109,12 @@ def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) 
         if rec is None:
             continue
         try:
-            est = estimate(model, h.cluster, h.workload, rec.strategy(), check=False)
+            est = estimate(model, h.cluster, h.workload, rec.strategy(model), check=False)
         except (AutoparError, ValueError) as err:
             return RecipeBeside(rec, None, None, str(err))
         if calibration is not None:
-            est = calibration.apply(model, h.cluster, h.workload, rec.strategy(), est)
-        s = est.strategy or rec.strategy()
+            est = calibration.apply(model, h.cluster, h.workload, rec.strategy(model), est)
+        s = est.strategy or rec.strategy(model)
         ev = reference_for(calibration).evidence(novelty.point(model, h.cluster, h.workload, s))
         return RecipeBeside(rec, novelty.widen(est, ev), ev)
     return None
