@@ -49,3 +49,20 @@ def test_a_calibration_run_is_not_widened() -> None:
     df = pd.read_csv(published_runs_path(), dtype=str, keep_default_na=False)
     got = calibrated_batch(df[df["id"] == "NAR21-T2-04"], load_default_calibration()).iloc[0]
     assert got["pred_novelty_steps"] == 0.0
+
+
+def test_novelty_bench_fits_on_the_unwidened_band(tmp_path) -> None:
+    """bench/novelty.py fits the widening on the corrector's band as calibrated: were its unseen runs' bands
+    already widened (the batch default), the fit would see them covered and find nothing to widen."""
+    from runfiles import load_bench
+
+    nv = load_bench("novelty")
+    rows = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
+    path = tmp_path / "one.csv"
+    rows[rows["id"] == "XTSW-2048-01"].to_csv(path, index=False)
+    got = nv._unseen_rows("dev", path).iloc[0]
+    cal = load_default_calibration()
+    plain = calibrated_batch(pd.read_csv(path, dtype=str, keep_default_na=False), cal, widen=False).iloc[0]
+    wide = calibrated_batch(pd.read_csv(path, dtype=str, keep_default_na=False), cal).iloc[0]
+    assert got["hi"] == pytest.approx(plain["pred_tokens_per_s_per_gpu_hi"], rel=1e-9)
+    assert wide["pred_tokens_per_s_per_gpu_hi"] > plain["pred_tokens_per_s_per_gpu_hi"]

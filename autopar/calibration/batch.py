@@ -70,8 +70,9 @@ def _novelty_steps(evaluated: list, calibration: Any) -> np.ndarray:
     return out
 
 
-def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
-    """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory."""
+def calibrated_batch(df: pd.DataFrame, calibration: Any | None, widen: bool = True) -> pd.DataFrame:
+    """batch_estimate(df) plus analytical / corrected / band columns for throughput and memory; `widen=False`
+    keeps the corrector's throughput band as calibrated (bench/novelty.py fits the widening on it)."""
     evaluated: list[Any] = []  # (specs, estimate) of each distinct configuration, reused for the factors
     distinct = distinct_records(df)
     out = batch_estimate(df, keep=evaluated, distinct=distinct)
@@ -87,7 +88,7 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None) -> pd.DataFrame:
     codes, uniq = distinct  # the distinct configurations batch_estimate evaluated, in its order
     fac = _batch_factors(uniq, evaluated, calibration)[codes]
     steps = _novelty_steps(evaluated, calibration)[codes]
-    wide = np.exp(np.array([novelty.widening(x) for x in steps]))
+    wide = np.exp(np.array([novelty.widening(x) if widen else 0.0 for x in steps]))
     tps = pd.to_numeric(out[TPS + "_analytical"], errors="coerce").to_numpy(dtype=float)
     mem = pd.to_numeric(out[MEM + "_analytical"], errors="coerce").to_numpy(dtype=float)
     out[TPS] = tps * fac[:, 0]
