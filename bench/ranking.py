@@ -382,13 +382,17 @@ def band_table(paths: Sequence[Path], no_seen: bool) -> pd.DataFrame:
     to the nearest published run. Clusters the calibration never saw: a test of the bands, not a fit."""
     df = pd.concat([read_run_records(p) for p in paths], ignore_index=True)
     pred = calibrated_batch(df, load_default_calibration())
-    meas = pd.to_numeric(df["measured_tokens_per_s_per_gpu"], errors="coerce")
-    lo, hi = pred["pred_tokens_per_s_per_gpu_lo"], pred["pred_tokens_per_s_per_gpu_hi"]
+    cols = ("pred_tokens_per_s_per_gpu", "pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi")
+    if not set(cols) <= set(pred.columns):  # no row could be evaluated
+        return pd.DataFrame(columns=["layouts", "cover", "ratio", "steps"])
+    rows = df.fillna("").to_dict("records")
+    meas = pd.Series([measured_tokens_per_s_per_gpu(r)[0] for r in rows], dtype=float)
+    est, lo, hi = (pd.to_numeric(pred[c], errors="coerce") for c in cols)
     t = pd.DataFrame(
         {
-            "source": df["source"],
+            "source": [str(r.get("source") or "") for r in rows],
             "inside": (meas >= lo) & (meas <= hi),
-            "ratio": meas / pred["pred_tokens_per_s_per_gpu"],
+            "ratio": meas / est,
             "steps": pred["pred_novelty_steps"],
         }
     )[meas.notna() & (pred["status"] == "ok")]
@@ -407,6 +411,8 @@ def band_lines(table: pd.DataFrame) -> list[str]:
     lines.append(f"{'source':32} {'layouts':>7} {'inside':>7} {'measured/predicted':>19} {'steps':>6}")
     for src, r in table.iterrows():
         lines.append(f"{src:32} {int(r.layouts):7d} {100 * r.cover:6.0f}% {r.ratio:19.2f} {r.steps:6.1f}")
+    if table.empty:
+        lines.append("(no row with a measurement could be evaluated: see `autopar estimate --batch FILE`)")
     return lines
 
 

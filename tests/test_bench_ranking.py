@@ -133,3 +133,10 @@ def test_bands_table_counts_layouts_inside_the_widened_band() -> None:
     assert int(xt["layouts"]) == 9 and xt["steps"] > novelty.KNEE_STEPS
     assert ((table["cover"] >= 0) & (table["cover"] <= 1)).all()
     assert rk.band_lines(table)[0].startswith("The shipped calibration's 80% band")
+
+
+def test_bands_on_a_file_with_no_measurement_says_so(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model\nx,Nope\n", encoding="utf-8")
+    assert rk.main(["--data", str(bad), "--no-seen", "--bands"]) == 0
+    assert "no row with a measurement could be evaluated" in capsys.readouterr().out
