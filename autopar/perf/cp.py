@@ -10,8 +10,8 @@ Variants (Megatron `--cp-comm-type`, megatron/training/arguments.py; Megatron do
   arXiv 2407.21783 §3.3.2 uses this form).
 - "a2a+p2p" hierarchical: a2a inside the NVLink domain, ring across (Megatron
   --hierarchical-context-parallel-sizes).
-PyTorch's `context_parallel` (torchtitan) runs both of its variants as one ring loop of c SDPA steps with an
-fp32 merge (torch/distributed/tensor/experimental/_attention.py `_templated_ring_attention`); its rotate method
+PyTorch's `context_parallel` (torchtitan; the fsdp stack's dense models) runs both of its variants as one
+ring loop of c SDPA steps with an fp32 merge (torch/distributed/tensor/experimental/_attention.py `_templated_ring_attention`); its rotate method
 only decides how K, V reach the ranks: "allgather" (torchtitan's default) gathers them once per pass
 (`_torch_ring`), "alltoall" (autopar's "p2p") passes them one hop per step (`_torch_permute_ring`). Neither is
 Transformer Engine's all-gather form (`_allgather`), which runs two query-chunk kernels and no merge.
@@ -74,8 +74,8 @@ class CpInputs:
     full_recompute: bool
     kernel_overhead_s: float
     hbm_bw: float
-    torch_ring: bool = False  # PyTorch context_parallel (torchtitan) instead of Transformer Engine's ring
-    kv_rep: float = 1.0  # exchanged K/V size over the model's (torchtitan repeats KV heads before SDPA)
+    torch_ring: bool = False  # PyTorch context_parallel (torchtitan, fsdp) instead of Transformer Engine's ring
+    kv_rep: float = 1.0  # exchanged K/V size over the model's (torchtitan repeats KV heads before SDPA; HF does not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ def cp_cost(variant: str, x: CpInputs, links: comm.Links) -> CpCost:
     if x.c <= 1:
         return CpCost(0.0, 0.0)
     G = links.node_size
-    if x.torch_ring:  # PyTorch's context_parallel: its two rotate methods (layouts.STACKS torchtitan cp_comm)
+    if x.torch_ring:  # PyTorch's context_parallel (torchtitan, fsdp): its two rotate methods
         torch_variant = _torch_ring if variant == "allgather" else _torch_permute_ring
         return torch_variant(x, x.t * x.c > G, links)
     if variant == "a2a":
