@@ -74,8 +74,8 @@ class CpInputs:
     full_recompute: bool
     kernel_overhead_s: float
     hbm_bw: float
-    torch_ring: bool = False  # PyTorch context_parallel (torchtitan, fsdp) instead of Transformer Engine's ring
-    kv_rep: float = 1.0  # exchanged K/V size over the model's (torchtitan repeats KV heads before SDPA; HF does not)
+    torch_ring: bool = False  # PyTorch context_parallel (torchtitan, fsdp), not Transformer Engine's
+    kv_rep: float = 1.0  # exchanged K/V over the model's (torchtitan repeats KV heads; HF does not)
 
 
 @dataclass(frozen=True, slots=True)
