@@ -35,8 +35,8 @@ FIXED_MARGIN_GIB = 2.0
 # (tests/test_xtuner_memory_claims.py), and NVIDIA runs Qwen3-235B TP1 PP8 EP8 at micro-batch 2 on B300 but 1 on
 # B200, where the model fits micro-batch 2 at 152 of 178 GiB. For such a layout the band's upper end, the one
 # measured spread of the memory model's error, stands in for the fixed margin (issue 21's eighth session).
-# Both statements are Megatron-Core's; on the PyTorch-FSDP stack NeMo AutoModel runs Qwen3-30B-A3B (top-8) at
-# 0.2 GiB above the model's point estimate (NAM-003), so the fixed margin stays there.
+# Both statements are Megatron-Core's; on the PyTorch-FSDP stack NeMo AutoModel ran Qwen3-30B-A3B (top-8) where
+# the model leaves 0.2 GiB free (NAM-003), so nothing says its peaks run above the point estimate: 2 GiB stays.
 MEASURED_TOPK_MAX = 2
 FINE_MOE_BAND_STACKS = ("megatron",)
 
