@@ -1,0 +1,112 @@
+"""Is a published recipe the measured best of its problem? Measured runs that ran faster per GPU.
+
+A recipe beside the pick (bench/recipes.py, search/evidence.py) stands for "what the experts found
+fastest". That holds only where nobody measured a faster layout of the same problem. A measured run
+*supports* a pick that beats the recipe when it is the same problem at a nearby scale and was measured
+faster per GPU than the recipe:
+
+- the same network (calibration/recipes.py SHAPE_FIELDS), GPU, precision (and FP8 scaling recipe),
+  sequence length and software as the record names it (its `framework` text: NeMo's rows name the
+  container release, so a newer release's gain is not taken for a layout's): what the per-GPU throughput
+  of a layout depends on besides the layout;
+- a GPU count within SCALE_DOUBLINGS doublings of the recipe's: novelty's "NVLink domains spanned"
+  steps (calibration/novelty.py), kept under its knee (KNEE_STEPS = 3.5), within which the calibrated
+  band holds without widening;
+- sequences per GPU per step within BATCH_DOUBLINGS doubling: the global batch per GPU sets the
+  micro-batches a pipeline fills and what each data-parallel exchange is amortised over.
+
+The supporting gain is the run's measured throughput over the recipe's; a pick's claim beyond it
+(claim / gain) is what no measurement backs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from autopar.calibration.recipes import SHAPE_FIELDS
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+SCALE_DOUBLINGS = 2
+BATCH_DOUBLINGS = 1
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured run: its problem, its layout and its measured tokens/s per GPU."""
+
+    id: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    strategy: Strategy
+    measured: float
+    software: str = ""  # the record's `framework` text (release included where the record names it)
+
+
+@dataclass(frozen=True)
+class Support:
+    """The fastest measured run of the recipe's problem family and its gain over the recipe (> 1)."""
+
+    run: MeasuredRun
+    gain: float
+
+    def sentence(self) -> str:
+        """'TT24-T3-3 measured TP1 DP128/Z3 mb2 sel-AC on 128 GPUs (gb256) x1.50 the recipe'."""
+        r = self.run
+        return (
+            f"{r.id} measured {r.strategy.label()} on {r.cluster.num_gpus} GPUs "
+            f"(gb{r.workload.global_batch}) x{self.gain:.2f} the recipe"
+        )
+
+
+def _shape(m: ModelSpec) -> tuple:
+    return tuple(getattr(m, f, None) for f in SHAPE_FIELDS)
+
+
+def _doublings(a: float, b: float) -> float:
+    return abs(math.log2(a / b))
+
+
+def same_family(
+    run: MeasuredRun, model: ModelSpec, cluster: ClusterSpec, workload: Workload, software: str = ""
+) -> bool:
+    """Whether `run` is the problem (model, cluster, workload, on `software`) at a nearby scale (module
+    docstring)."""
+    w = run.workload
+    if _shape(run.model) != _shape(model) or run.cluster.gpu.name != cluster.gpu.name:
+        return False
+    if run.software != software:
+        return False
+    if (w.precision, w.seq_len, w.framework) != (workload.precision, workload.seq_len, workload.framework):
+        return False
+    if w.precision == "fp8" and w.fp8_recipe != workload.fp8_recipe:
+        return False
+    if _doublings(run.cluster.num_gpus, cluster.num_gpus) > SCALE_DOUBLINGS:
+        return False
+    per_gpu = workload.global_batch / cluster.num_gpus
+    return _doublings(w.global_batch / run.cluster.num_gpus, per_gpu) <= BATCH_DOUBLINGS
+
+
+def measured_support(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    recipe_measured: float,
+    runs: Iterable[MeasuredRun],
+    exclude: str = "",
+    software: str = "",
+) -> Support | None:
+    """The fastest run of the problem's family (on `software`, the recipe record's framework text) measured
+    faster per GPU than the recipe (`recipe_measured` tokens/s per GPU), the recipe's own row `exclude` left
+    out; None when the recipe is the measured best. Ties go to the smaller id (a fixed order)."""
+    best: MeasuredRun | None = None
+    for r in runs:
+        if r.id == exclude or r.measured <= recipe_measured:
+            continue
+        if not same_family(r, model, cluster, workload, software):
+            continue
+        if best is None or (r.measured, best.id) > (best.measured, r.id):
+            best = r
+    return Support(best, best.measured / recipe_measured) if best is not None else None

@@ -1,0 +1,107 @@
+"""A recipe is the measured best of its problem unless a run of the same family ran faster per GPU
+(calibration/support.py): checked on published figures, then on the family's bounds one by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs
+from autopar.calibration.runs import read_run_records
+from autopar.calibration.support import (
+    BATCH_DOUBLINGS,
+    SCALE_DOUBLINGS,
+    MeasuredRun,
+    measured_support,
+    same_family,
+)
+from autopar.data import published_runs_path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHTITAN_2024 = ROOT / "bench" / "data" / "torchtitan_2024_runs.csv"
+
+
+def _runs(*paths: Path) -> dict[str, MeasuredRun]:
+    out = {}
+    for path in paths:
+        for row in read_run_records(path).fillna("").to_dict("records"):
+            meas = measured_tokens_per_s_per_gpu(row)[0]
+            if meas is None:
+                continue
+            s = row_to_specs(row)
+            rid = str(row["id"])
+            out[rid] = MeasuredRun(rid, s.model, s.cluster, s.workload, s.strategy, meas, str(row["framework"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, MeasuredRun]:
+    return _runs(published_runs_path(), TORCHTITAN_2024)
+
+
+def _support(runs: dict[str, MeasuredRun], rid: str):
+    r = runs[rid]
+    return measured_support(r.model, r.cluster, r.workload, r.measured, runs.values(), rid, r.software)
+
+
+def test_async_tp_8b_layout_is_not_torchtitans_measured_best(runs):
+    """torchtitan's async-TP page runs Llama-3.1-8B as FSDP8 x TP8 on 64 H100 (float8 tensorwise, 5,570.1
+    tokens/s/GPU); its Dec-2024 page measured FSDP alone on 128 of the same GPUs at 8,380 (Table 3)."""
+    sup = _support(runs, "TT25-ATP-10")
+    assert sup is not None and sup.run.id == "TT24-T3-3"
+    assert sup.gain == pytest.approx(8380 / 5570.1)
+
+
+def test_405b_without_pipeline_stages_measured_faster(runs):
+    """Llama-3.1-405B on H100 96 GB, fp8, seq 8192: interleaved TP8 PP8 FSDP8 on 512 GPUs measured 128
+    tokens/s/GPU (Dec-2024 Table 5); the Aug-2024 page measured FSDP16 x TP8 (no pipeline) on 128 GPUs at
+    185 (Float8 + async TP)."""
+    sup = _support(runs, "TT24-T5-2")
+    assert sup is not None and sup.run.id == "TTP24-405B-3"
+    assert sup.gain == pytest.approx(185 / 128)
+
+
+def test_long_sequence_405b_has_no_support(runs):
+    """No run of 405B at 32k tokens but the recipe's own: its pick's gain is backed by nothing measured."""
+    assert _support(runs, "TT24-T6-1") is None
+
+
+def _scaled(r: MeasuredRun, rid: str, gpus: int, batch: int, measured: float, **wl) -> MeasuredRun:
+    cluster = r.cluster.model_copy(update={"num_gpus": gpus})
+    workload = r.workload.model_copy(update={"global_batch": batch, **wl})
+    return MeasuredRun(rid, r.model, cluster, workload, r.strategy, measured, r.software)
+
+
+def test_bounds_of_the_family(runs):
+    """TT24-T3-2 (8B, 128 H100, gb256: 2 sequences per GPU) against copies moved one bound at a time."""
+    base = runs["TT24-T3-2"]
+    g, b = base.cluster.num_gpus, base.workload.global_batch
+    in_scale = _scaled(base, "x", g * 2**SCALE_DOUBLINGS, b * 2**SCALE_DOUBLINGS, 1.0)
+    out_scale = _scaled(base, "x", g * 2 ** (SCALE_DOUBLINGS + 1), b * 2 ** (SCALE_DOUBLINGS + 1), 1.0)
+    in_batch = _scaled(base, "x", g, b * 2**BATCH_DOUBLINGS, 1.0)
+    out_batch = _scaled(base, "x", g, b * 2 ** (BATCH_DOUBLINGS + 1), 1.0)
+    longer = _scaled(base, "x", g, b, 1.0, seq_len=2 * base.workload.seq_len)
+    fp8 = _scaled(base, "x", g, b, 1.0, precision="fp8")
+    args = (base.model, base.cluster, base.workload, base.software)
+    assert same_family(in_scale, *args) and same_family(in_batch, *args)
+    assert not any(same_family(x, *args) for x in (out_scale, out_batch, longer, fp8))
+    other_release = MeasuredRun("x", base.model, base.cluster, base.workload, base.strategy, 1.0, "other")
+    assert not same_family(other_release, *args)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(1000, 20000), min_size=1, max_size=6), st.randoms())
+def test_support_is_the_fastest_faster_run_whatever_the_order(runs, speeds, rnd):
+    base = runs["TT24-T3-2"]
+    cands = [_scaled(base, f"r{i}", 128, 256, v) for i, v in enumerate(speeds)]
+    rnd.shuffle(cands)
+    sup = measured_support(base.model, base.cluster, base.workload, base.measured, cands, "", base.software)
+    faster = [v for v in speeds if v > base.measured]
+    if not faster:
+        assert sup is None
+    else:
+        assert sup is not None and sup.gain > 1
+        assert sup.run.measured == max(faster)
