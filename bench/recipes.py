@@ -59,10 +59,10 @@ from autopar.calibration.records import (  # noqa: E402
     row_to_specs,
 )
 from autopar.calibration.runs import read_run_records  # noqa: E402
-from autopar.calibration.support import MeasuredRun, Support, measured_support  # noqa: E402
+from autopar.calibration.support import MeasuredRun, Support, recipe_support, runs_from_rows  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.defaults import tp_comm_overlap_default  # noqa: E402
-from autopar.errors import AutoparError, close_hint  # noqa: E402
+from autopar.errors import close_hint  # noqa: E402
 from autopar.perf import estimate  # noqa: E402
 from autopar.search import optimize  # noqa: E402
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload  # noqa: E402
@@ -181,28 +181,14 @@ def load_problems(only: str = "") -> list[Problem]:
 
 
 def measured_runs() -> list[MeasuredRun]:
-    """Every measured row the support search looks at (module docstring), as specs; rows the records
-    module cannot read are skipped (they are not runs of a problem autopar can state)."""
+    """Every measured row the support search looks at (module docstring)."""
     files = (published_runs_path(), FRONTIER, SWEEPS, *SUPPORT_ONLY)
-    out = []
-    for path in files:
-        for row in read_run_records(path).fillna("").to_dict("records"):
-            meas = measured_tokens_per_s_per_gpu(row)[0]
-            if meas is None:
-                continue
-            try:
-                s = row_to_specs(row)
-            except (AutoparError, ValueError):
-                continue
-            soft = str(row.get("framework") or "")
-            out.append(MeasuredRun(str(row["id"]), s.model, s.cluster, s.workload, s.strategy, meas, soft))
-    return out
+    return [r for path in files for r in runs_from_rows(read_run_records(path).fillna("").to_dict("records"))]
 
 
 def support_for(p: Problem, runs: list[MeasuredRun]) -> Support | None:
     """The measured run backing a pick that beats p's recipe (calibration/support.py), or None."""
-    soft = next((r.software for r in runs if r.id == p.row_id), "")
-    return measured_support(p.model, p.cluster, p.workload, p.measured, runs, p.row_id, soft)
+    return recipe_support(p.row_id, runs)
 
 
 def recipe_rows(problems: list[Problem]) -> list[tuple]:

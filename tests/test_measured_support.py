@@ -33,7 +33,9 @@ def _runs(*paths: Path) -> dict[str, MeasuredRun]:
                 continue
             s = row_to_specs(row)
             rid = str(row["id"])
-            out[rid] = MeasuredRun(rid, s.model, s.cluster, s.workload, s.strategy, meas, str(row["framework"]))
+            out[rid] = MeasuredRun(
+                rid, s.model, s.cluster, s.workload, s.strategy, meas, str(row["framework"])
+            )
     return out
 
 
@@ -105,3 +107,21 @@ def test_support_is_the_fastest_faster_run_whatever_the_order(runs, speeds, rnd)
     else:
         assert sup is not None and sup.gain > 1
         assert sup.run.measured == max(faster)
+
+
+def test_optimize_says_the_recipe_is_not_the_measured_best():
+    """`optimize` on TT25-ATP-10's problem shows torchtitan's faster FSDP-only run beside the recipe, in the
+    text and in --json (gain 8,380 / 5,570.1 from the two published tables)."""
+    from autopar.catalog import get_gpu, get_model
+    from autopar.reports.recipe import recipe_json, recipe_text
+    from autopar.search import optimize
+    from autopar.specs import ClusterSpec, Workload
+
+    cluster = ClusterSpec(gpu=get_gpu("H100-SXM-96GB-500W"), num_gpus=64)
+    wl = Workload(seq_len=8192, global_batch=96, precision="fp8", framework="torchtitan")
+    res = optimize(get_model("Llama-3.1-8B"), cluster, wl, budget=60, seed=0)
+    js = recipe_json(res)
+    assert js is not None and js["id"] == "TT25-ATP-10"
+    assert js["measured_support"]["id"] == "TT24-T3-3"
+    assert js["measured_support"]["over_recipe"] == pytest.approx(8380 / 5570.1)
+    assert "not the measured best" in recipe_text(res)

@@ -21,9 +21,11 @@ The supporting gain is the run's measured throughput over the recipe's; a pick's
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from autopar.calibration.recipes import SHAPE_FIELDS
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -110,3 +112,43 @@ def measured_support(
         if best is None or (r.measured, best.id) > (best.measured, r.id):
             best = r
     return Support(best, best.measured / recipe_measured) if best is not None else None
+
+
+def runs_from_rows(rows: Iterable[Mapping[Any, Any]]) -> tuple[MeasuredRun, ...]:
+    """Run-record rows (calibration/records.py columns) with a measured throughput, as MeasuredRuns; a row
+    the records module cannot state as a problem is left out (it is no run of a problem autopar can
+    compare)."""
+    from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs
+    from autopar.errors import AutoparError
+
+    out = []
+    for row in rows:
+        meas = measured_tokens_per_s_per_gpu(row)[0]
+        if meas is None:
+            continue
+        try:
+            s = row_to_specs(row)
+        except (AutoparError, ValueError):
+            continue
+        soft = str(row.get("framework") or "")
+        out.append(MeasuredRun(str(row["id"]), s.model, s.cluster, s.workload, s.strategy, meas, soft))
+    return tuple(out)
+
+
+@functools.cache
+def published_runs() -> tuple[MeasuredRun, ...]:
+    """The shipped published runs (autopar/data/published_runs.csv) as MeasuredRuns."""
+    from autopar.calibration.runs import read_run_records
+    from autopar.data import published_runs_path
+
+    return runs_from_rows(read_run_records(published_runs_path()).fillna("").to_dict("records"))
+
+
+def recipe_support(recipe_id: str, runs: Iterable[MeasuredRun]) -> Support | None:
+    """The support for beating the recipe measured as run `recipe_id` (its own problem, software and
+    measurement), among `runs`; None when no run has that id or the recipe is the measured best."""
+    runs = tuple(runs)
+    own = next((r for r in runs if r.id == recipe_id), None)
+    if own is None:
+        return None
+    return measured_support(own.model, own.cluster, own.workload, own.measured, runs, own.id, own.software)

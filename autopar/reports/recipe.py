@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.calibration.pairs import pair_record
+from autopar.calibration.support import BATCH_DOUBLINGS, SCALE_DOUBLINGS
 from autopar.perf.types import Estimate
 from autopar.reports.comparison import STEP_SPLIT
 from autopar.reports.names import cluster_label
@@ -93,6 +94,12 @@ def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[s
         out.append(f"It runs on {r.framework} (this search: {w.framework}).")
     if r.measured is not None:
         out.append(f"Published measurement: {r.measured:,.0f} tokens/s per GPU.")
+    if getattr(rb, "support", None) is not None:
+        out.append(
+            f"The recipe is not the measured best of its problem: {rb.support.sentence()} (same model, "
+            f"GPU, precision, sequence and software; GPU count within {SCALE_DOUBLINGS} doublings, sequences "
+            f"per GPU within {BATCH_DOUBLINGS})."
+        )
     if rb.evidence is not None and rb.evidence.beyond:
         out.append(rb.evidence.sentence())
     if rb.estimate is None:
@@ -154,6 +161,7 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
         "pick_over_recipe": view.ratio,
         "differs_most": list(view.reasons),
         "remarks": list(view.remarks),
+        "measured_support": _support_json(result),
         "record": None
         if group is None
         else {
@@ -164,6 +172,22 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
             "realised_p20": group.realised_low,
             "holds": group.holds,
         },
+    }
+
+
+def _support_json(result: SearchResult) -> dict[str, Any] | None:
+    """The published run measured faster than the recipe (calibration/support.py), or None."""
+    sup = getattr(getattr(result, "recipe", None), "support", None)
+    if sup is None:
+        return None
+    r = sup.run
+    return {
+        "id": r.id,
+        "strategy": r.strategy.label(),
+        "num_gpus": r.cluster.num_gpus,
+        "global_batch": r.workload.global_batch,
+        "tokens_per_s_per_gpu": r.measured,
+        "over_recipe": sup.gain,
     }
 
 
