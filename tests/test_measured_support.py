@@ -125,3 +125,13 @@ def test_optimize_says_the_recipe_is_not_the_measured_best():
     assert js["measured_support"]["id"] == "TT24-T3-3"
     assert js["measured_support"]["over_recipe"] == pytest.approx(8380 / 5570.1)
     assert "not the measured best" in recipe_text(res)
+
+
+def test_published_support_only_for_published_recipes():
+    """A preset (no measured row) has no support; a published recipe gets it from the shipped runs."""
+    from autopar.calibration.support import published_support
+
+    assert published_support("LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1") is None
+    sup = published_support("TT25-ATP-08")
+    assert sup is not None and sup.run.id == "TT24-T3-2"
+    assert sup.gain == pytest.approx(6514 / 4809.4)

@@ -144,6 +144,25 @@ def published_runs() -> tuple[MeasuredRun, ...]:
     return runs_from_rows(read_run_records(published_runs_path()).fillna("").to_dict("records"))
 
 
+@functools.cache
+def published_ids() -> frozenset[str]:
+    """The ids of the shipped published runs (read without building their specs)."""
+    import csv
+
+    from autopar.data import published_runs_path
+
+    with published_runs_path().open(newline="", encoding="utf-8") as f:
+        return frozenset(row["id"] for row in csv.DictReader(f))
+
+
+def published_support(recipe_id: str) -> Support | None:
+    """recipe_support among the shipped published runs; their specs are built only when the recipe is
+    one of them (a preset or a dev-set recipe is not)."""
+    if recipe_id not in published_ids():
+        return None
+    return recipe_support(recipe_id, published_runs())
+
+
 def recipe_support(recipe_id: str, runs: Iterable[MeasuredRun]) -> Support | None:
     """The support for beating the recipe measured as run `recipe_id` (its own problem, software and
     measurement), among `runs`; None when no run has that id or the recipe is the measured best."""

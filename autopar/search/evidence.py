@@ -22,7 +22,7 @@ from typing import Any
 
 from autopar.calibration import novelty
 from autopar.calibration.recipes import Recipe, match
-from autopar.calibration.support import Support, published_runs, recipe_support
+from autopar.calibration.support import Support, published_support
 from autopar.perf.types import Estimate
 from autopar.search.result import TrialRecord
 
@@ -111,7 +111,7 @@ def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) 
         rec = match(model, h.cluster, h.workload)
         if rec is None:
             continue
-        support = recipe_support(rec.id, published_runs())
+        support = published_support(rec.id)
         try:
             est = estimate(model, h.cluster, h.workload, rec.strategy(model), check=False)
         except (AutoparError, ValueError) as err:
