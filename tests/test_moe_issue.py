@@ -144,3 +144,33 @@ def test_alltoall_resorts_received_rows_by_local_expert():
     )
     one, two = routed_expert_costs(a2a, 4096, 1, 128, 1, 3), routed_expert_costs(flex, 4096, 1, 128, 1, 3)
     assert one.overhead_fwd == pytest.approx(two.overhead_fwd)
+
+
+def test_recompute_shares_the_dense_issue_floor_by_hand():
+    """perf/layers.py _floor: GPU 1 + 2 + 1 (fwd, bwd, recompute) = 4 ms against CPU 2 + 4 + 2 = 8 ms; the
+    missing 4 ms go by the CPU's shares 2/8, 4/8, 2/8."""
+    from autopar.perf.layers import _floor
+
+    ms = 1e-3
+    f, b, r = _floor(1 * ms, 2 * ms, 2 * ms, 4 * ms, 0.0, 1 * ms, 2 * ms)
+    assert (f, b, r) == pytest.approx((2 * ms, 4 * ms, 2 * ms))
+    # GPU-bound: nothing moves.
+    assert _floor(5 * ms, 5 * ms, 2 * ms, 4 * ms, 0.0, 5 * ms, 2 * ms) == pytest.approx((5 * ms, 5 * ms, 5 * ms))
+
+
+def test_full_recompute_reissues_the_synced_moe_forward():
+    """Eager Qwen3-30B-A3B at micro-batch 1 (issue-bound): full recompute re-runs the forward from Python and
+    the dispatcher syncs again, so the recompute is stretched exactly as the forward is; with CUDA graphs
+    nothing is stretched."""
+    from autopar.perf.context import perf_context
+    from autopar.perf.layers import layer_costs
+
+    m = get_model("Qwen3-30B-A3B")
+    cl = ClusterSpec(gpu=get_gpu("B200"), num_gpus=8)
+    wl = Workload(seq_len=512, global_batch=64, precision="bf16")
+    eager = layer_costs(perf_context(m, cl, wl), 1, 1, 1, 8, 1, False, "full", False)
+    graphed_ctx = perf_context(m, cl, wl.model_copy(update={"cuda_graphs": True}))
+    graphed = layer_costs(graphed_ctx, 1, 1, 1, 8, 1, False, "full", False)
+    stretch = eager.moe_fwd - graphed.moe_fwd
+    assert stretch > 0
+    assert eager.moe_re - graphed.moe_re == pytest.approx(stretch)

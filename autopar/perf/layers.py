@@ -558,27 +558,39 @@ def _issue_floor(
     ctx: PerfContext, g: _Shard, x: _Times, mlp: _Mlp, comm_dense: float, comm_moe: float, ep_s: float
 ) -> _Times:
     """CPU issue floor (no CUDA graphs): a layer's GPU work cannot outrun the issue of its ops; a MoE layer's
-    forward also waits on one host sync before its dispatch (perf/moe.py moe_issue_floor)."""
+    forward also waits on one host sync before its dispatch (perf/moe.py moe_issue_floor).
+
+    Full recompute re-runs the layer's forward from Python inside the backward (Megatron-Core
+    `tensor_parallel.checkpoint` and torch.utils.checkpoint call the forward function again): every forward op
+    is issued a second time and, in a MoE layer, the dispatcher syncs the host again before its all-to-all
+    (token_dispatcher.py `cuda_sync_point`, reached by the same forward code), so the recompute gets the
+    forward's floor. Selective recompute re-runs a few ops and no dispatcher (not floored)."""
     if ctx.w.cuda_graphs:
         return x
+    full = g.rec == "full"
     hf, hb = host_issue_time(False, 0)
-    d_f, d_b = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense)
-    m_f, m_b = x.moe_fwd, x.moe_bwd
+    d_f, d_b, d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense, x.dense_re, hf if full else 0.0)
+    m_f, m_b, m_re = x.moe_fwd, x.moe_bwd, x.moe_re
     if mlp.routed is not None:
-        passes = 3 if g.rec == "full" else 2  # dispatch/combine passes: forward, backward, recompute
+        passes = 3 if full else 2  # dispatch/combine passes: forward, backward, recompute
         local = ctx.model.experts / g.e
         m_f, m_b = issue_bound_layer(m_f, m_b, mlp.routed, comm_moe, ep_s, passes, local, ctx.fp8)
-    return _Times(d_f, d_b, x.dense_re, m_f, m_b, x.moe_re)
+        if full:  # the recompute re-runs the synced forward: the same stretch
+            m_re = x.moe_re + (m_f - x.moe_fwd)
+    return _Times(d_f, d_b, d_re, m_f, m_b, m_re)
 
 
-def _floor(fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float) -> tuple[float, float]:
-    """Stretch a layer's forward/backward so GPU time (with its exposed comm) is at least the CPU issue time."""
-    gpu = fwd + bwd + comm_s
-    host = host_f + host_b
+def _floor(
+    fwd: float, bwd: float, host_f: float, host_b: float, comm_s: float, re: float = 0.0, host_re: float = 0.0
+) -> tuple[float, float, float]:
+    """Stretch a layer's forward/backward/recompute so GPU time (with its exposed comm) is at least the CPU
+    issue time of their ops (the CPU runs ahead across them: a dense layer never syncs the host)."""
+    gpu = fwd + bwd + re + comm_s
+    host = host_f + host_b + host_re
     if host <= gpu:
-        return fwd, bwd
+        return fwd, bwd, re
     extra = host - gpu
-    return fwd + extra * host_f / host, bwd + extra * host_b / host
+    return fwd + extra * host_f / host, bwd + extra * host_b / host, re + extra * host_re / host
 
 
 # ---- activations ----------------------------------------------------------------------------------------
