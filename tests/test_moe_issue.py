@@ -155,7 +155,9 @@ def test_recompute_shares_the_dense_issue_floor_by_hand():
     f, b, r = _floor(1 * ms, 2 * ms, 2 * ms, 4 * ms, 0.0, 1 * ms, 2 * ms)
     assert (f, b, r) == pytest.approx((2 * ms, 4 * ms, 2 * ms))
     # GPU-bound: nothing moves.
-    assert _floor(5 * ms, 5 * ms, 2 * ms, 4 * ms, 0.0, 5 * ms, 2 * ms) == pytest.approx((5 * ms, 5 * ms, 5 * ms))
+    assert _floor(5 * ms, 5 * ms, 2 * ms, 4 * ms, 0.0, 5 * ms, 2 * ms) == pytest.approx(
+        (5 * ms, 5 * ms, 5 * ms)
+    )
 
 
 def test_full_recompute_reissues_the_synced_moe_forward():
