@@ -24,7 +24,7 @@ doublings, sequences per GPU within one) ran faster per GPU than the recipe: the
 best there. Each problem prints that run and its gain; the headline adds the ratios divided by that gain (the
 claim beyond every measurement). The runs searched: every measured row of the published runs, the dev files,
 the sweeps and bench/data/torchtitan_2024_runs.csv (torchtitan's earlier performance page: Llama-3.1-405B
-without pipeline stages on 128 H100, Llama 3 on 64 A100), a source no mechanism was tuned on.
+without pipeline stages on 128 H100, Llama 2 and 3 on 64 A100), a source no mechanism was tuned on.
 
 Dev (mechanisms were looked at on these): public.csv nemo_perf_summary and frontier_runs.csv
 mbridge_perf_summary (pre-training rows). Held out (whole sources, looked at only at the end):

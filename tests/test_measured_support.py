@@ -135,3 +135,32 @@ def test_published_support_only_for_published_recipes():
     sup = published_support("TT25-ATP-08")
     assert sup is not None and sup.run.id == "TT24-T3-2"
     assert sup.gain == pytest.approx(6514 / 4809.4)
+
+
+def _bench_recipes():
+    import importlib.util
+    import sys
+
+    path = ROOT / "bench" / "recipes.py"
+    spec = importlib.util.spec_from_file_location("bench_recipes_support", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recipe_bench_backs_a_problem_and_divides_its_claim():
+    """bench/recipes.py: TT25-ATP-10's problem is backed by TT24-T3-3 (the bench searches the published runs,
+    dev files, sweeps and torchtitan's 2024 page), and the second headline divides each ratio by its
+    support: ratios 1.5 and 1.2 with gains 1.5 and 1 leave 1.0 and 1.2 (median 1.1, one above 1.10)."""
+    mod = _bench_recipes()
+    (p,) = mod.load_problems("TT25-ATP-10")
+    sup = mod.support_for(p, mod.measured_runs())
+    assert sup is not None and sup.run.id == "TT24-T3-3"
+    line = mod.beyond_headline([{"ratio": 1.5, "support_gain": 1.5}, {"ratio": 1.2, "support_gain": 1.0}])
+    assert (
+        "median x1.100" in line
+        and ">1.10: 1, >1.25: 0" in line
+        and "(1 recipe(s) not the measured best)" in line
+    )
