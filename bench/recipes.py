@@ -332,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, help="write the per-problem table here")
     ap.add_argument("--export", type=Path, help="write the recipe table (no search) and stop")
     args = ap.parse_args(argv)
+    for flag, out in (("--csv", args.csv), ("--export", args.export)):
+        if out is not None and not out.resolve().parent.is_dir():
+            print(f"error: {flag} {out}: directory {out.resolve().parent} does not exist", file=sys.stderr)
+            return 2
     if args.export:
         export(args.export)
         return 0

@@ -164,3 +164,12 @@ def test_recipe_bench_backs_a_problem_and_divides_its_claim():
         and ">1.10: 1, >1.25: 0" in line
         and "(1 recipe(s) not the measured best)" in line
     )
+
+
+def test_recipe_bench_refuses_an_output_path_it_cannot_write_before_searching(capsys):
+    """A --csv or --export path in a missing directory: one line, exit 2, before minutes of search are lost."""
+    mod = _bench_recipes()
+    for flag in ("--csv", "--export"):
+        assert mod.main([flag, "/nonexistent-dir/out.csv"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {flag} /nonexistent-dir/out.csv: directory /nonexistent-dir does not exist"]
