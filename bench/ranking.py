@@ -351,6 +351,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.export_pairs:
+        where = args.export_pairs.resolve().parent
+        if not where.is_dir():
+            print(
+                f"error: --export-pairs {args.export_pairs}: directory {where} does not exist",
+                file=sys.stderr,
+            )
+            return 2
         export_pairs(args.export_pairs, load_problems([SWEEPS], seen=False))
         return 0
     t0 = time.perf_counter()

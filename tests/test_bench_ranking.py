@@ -140,3 +140,11 @@ def test_bands_on_a_file_with_no_measurement_says_so(tmp_path, capsys) -> None:
     bad.write_text("id,model\nx,Nope\n", encoding="utf-8")
     assert rk.main(["--data", str(bad), "--no-seen", "--bands"]) == 0
     assert "no row with a measurement could be evaluated" in capsys.readouterr().out
+
+
+def test_export_pairs_into_a_missing_directory_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert rk.main(["--export-pairs", "/nonexistent-dir/pairs.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: --export-pairs /nonexistent-dir/pairs.json: directory /nonexistent-dir does not exist"
+    ]
