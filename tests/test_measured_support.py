@@ -123,8 +123,13 @@ def test_optimize_says_the_recipe_is_not_the_measured_best():
     js = recipe_json(res)
     assert js is not None and js["id"] == "TT25-ATP-10"
     assert js["measured_support"]["id"] == "TT24-T3-3"
-    assert js["measured_support"]["over_recipe"] == pytest.approx(8380 / 5570.1)
-    assert "not the measured best" in recipe_text(res)
+    sup = js["measured_support"]
+    assert sup["over_recipe"] == pytest.approx(8380 / 5570.1)
+    assert sup["pick_beyond"] == pytest.approx(js["pick_over_recipe"] / sup["over_recipe"])
+    text = recipe_text(res)
+    assert "not the measured best" in text
+    if js["pick_over_recipe"] > 1:  # the claim beyond the measurement, as the paragraph rounds it
+        assert f"beyond it the pick claims {100 * (sup['pick_beyond'] - 1):+.0f}%" in text
 
 
 def test_published_support_only_for_published_recipes():

@@ -120,16 +120,27 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
         return RecipeView(
             rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)
         )
+    ratio = pe.tokens_per_s / est.tokens_per_s
     return RecipeView(
         name=rb.recipe.id,
         source=rb.recipe.source,
         label=label,
         tokens_per_s=est.tokens_per_s,
         band=est.tokens_per_s_band,
-        ratio=pe.tokens_per_s / est.tokens_per_s,
+        ratio=ratio,
         reasons=_reasons(pe, est),
-        remarks=_recipe_remarks(result, rb, pick),
-        record=pair_sentence(pe.tokens_per_s / est.tokens_per_s),
+        remarks=_recipe_remarks(result, rb, pick) + _beyond_support(ratio, getattr(rb, "support", None)),
+        record=pair_sentence(ratio),
+    )
+
+
+def _beyond_support(ratio: float, support: Any) -> tuple[str, ...]:
+    """What the pick claims beyond the measured run that beat the recipe (calibration/support.py), if any."""
+    if support is None or ratio <= 1.0:
+        return ()
+    return (
+        f"Of the pick's predicted {100 * (ratio - 1):+.0f}% over the recipe, that run already measured "
+        f"x{support.gain:.2f}; beyond it the pick claims {100 * (ratio / support.gain - 1):+.0f}%.",
     )
 
 
@@ -161,7 +172,7 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
         "pick_over_recipe": view.ratio,
         "differs_most": list(view.reasons),
         "remarks": list(view.remarks),
-        "measured_support": _support_json(result),
+        "measured_support": _support_json(result, view.ratio),
         "record": None
         if group is None
         else {
@@ -175,8 +186,9 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
     }
 
 
-def _support_json(result: SearchResult) -> dict[str, Any] | None:
-    """The published run measured faster than the recipe (calibration/support.py), or None."""
+def _support_json(result: SearchResult, ratio: float | None) -> dict[str, Any] | None:
+    """The published run measured faster than the recipe (calibration/support.py) and the pick's predicted
+    gain over the recipe divided by it (`pick_beyond`; null without a prediction), or None."""
     sup = getattr(getattr(result, "recipe", None), "support", None)
     if sup is None:
         return None
@@ -188,6 +200,7 @@ def _support_json(result: SearchResult) -> dict[str, Any] | None:
         "global_batch": r.workload.global_batch,
         "tokens_per_s_per_gpu": r.measured,
         "over_recipe": sup.gain,
+        "pick_beyond": ratio / sup.gain if ratio is not None else None,
     }
 
 
