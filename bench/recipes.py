@@ -53,13 +53,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autopar.calibration.pairs import pair_record, quantile  # noqa: E402
+from autopar.calibration.recipes import Support  # noqa: E402
 from autopar.calibration.records import (  # noqa: E402
     measured_tokens_per_s_per_gpu,
     notes_moe_options,
     row_to_specs,
 )
 from autopar.calibration.runs import read_run_records  # noqa: E402
-from autopar.calibration.support import MeasuredRun, Support, recipe_support, runs_from_rows  # noqa: E402
+from autopar.calibration.support import MeasuredRun, recipe_support, runs_from_rows  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.defaults import tp_comm_overlap_default  # noqa: E402
 from autopar.errors import close_hint  # noqa: E402
@@ -108,7 +109,9 @@ PRESETS = (
 RECIPE_COLUMNS = (
     "id", "model", "gpu", "num_gpus", "precision", "seq_len", "global_batch", "framework",
     "tp", "pp", "cp", "ep", "vpp", "micro_batch", "measured_tokens_per_s_per_gpu", "source", "recompute",
+    "support_id", "support_strategy", "support_num_gpus", "support_global_batch", "support_measured",
 )  # fmt: skip
+NO_SUPPORT = ("", "", "", "", "")
 
 
 @dataclass
@@ -191,17 +194,24 @@ def support_for(p: Problem, runs: list[MeasuredRun]) -> Support | None:
     return recipe_support(p.row_id, runs)
 
 
-def recipe_rows(problems: list[Problem]) -> list[tuple]:
-    """The recipe table (RECIPE_COLUMNS): every problem's recipe, then PRESETS."""
+def recipe_rows(problems: list[Problem], runs: list[MeasuredRun]) -> list[tuple]:
+    """The recipe table (RECIPE_COLUMNS): every problem's recipe with its measured support among `runs`,
+    then PRESETS (published without a measurement: no support)."""
     out = []
     for p in sorted(problems, key=lambda p: p.row_id):
         s, c, w = p.recipe, p.cluster, p.workload
+        sup = support_for(p, runs)
+        support = (
+            (sup.id, sup.strategy, sup.num_gpus, sup.global_batch, f"{sup.measured:.6g}")
+            if sup
+            else NO_SUPPORT
+        )
         out.append(
             (p.row_id, p.model.name, c.gpu.name, c.num_gpus, w.precision, w.seq_len, w.global_batch,
              w.framework, s.tp, s.pp, s.cp, s.ep, s.vpp or "", s.micro_batch or "", f"{p.measured:.6g}",
-             p.source_ref, s.recompute or "")
+             p.source_ref, s.recompute or "", *support)
         )  # fmt: skip
-    return out + list(PRESETS)
+    return out + [(*row, *NO_SUPPORT) for row in PRESETS]
 
 
 def export(path: Path) -> None:
@@ -211,7 +221,7 @@ def export(path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         wr = csv.writer(f, lineterminator="\n")
         wr.writerow(RECIPE_COLUMNS)
-        wr.writerows(recipe_rows(load_problems()))
+        wr.writerows(recipe_rows(load_problems(), measured_runs()))
     print(f"wrote {path}")
 
 

@@ -5,7 +5,9 @@ NVIDIA's Megatron-Bridge performance presets (`scripts/performance/configs/*_wor
 and the measured rows of the NeMo / Megatron-Bridge performance summaries, NeMo AutoModel and Meta's
 torchtitan benchmarks (the problems of bench/recipes.py, exported by `python bench/recipes.py --export`).
 Each row cites its source; `measured_tokens_per_s_per_gpu` is empty for a preset published without a
-measurement.
+measurement. The `support_*` columns name the fastest measured run of the recipe's problem family that ran
+faster per GPU than the recipe (calibration/support.py; found by the bench among the published, dev, sweep and
+torchtitan-2024 runs, so the tool reads no run record to show it), empty where the recipe is the measured best.
 
 A problem matches a recipe when the model has the recipe model's shape (Llama 3 and 3.1 share one), and
 the GPU, GPU count, precision and sequence length are the same. Among matches the one on the same stack,
@@ -24,6 +26,26 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 RECIPES_FILE = "recipes.csv"
 # The fields that make two model specs the same network for a layout (name and metadata aside).
 SHAPE_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts", "topk")
+
+
+@dataclass(frozen=True)
+class Support:
+    """A measured run of the recipe's problem family that ran faster per GPU than the recipe
+    (calibration/support.py): its id, layout label, GPU count, global batch, tokens/s per GPU and gain."""
+
+    id: str
+    strategy: str
+    num_gpus: int
+    global_batch: int
+    measured: float
+    gain: float  # measured / the recipe's measured tokens/s per GPU (> 1)
+
+    def sentence(self) -> str:
+        """'TT24-T3-3 measured TP1 DP128/Z3 mb2 sel-AC on 128 GPUs (gb256) x1.50 the recipe'."""
+        return (
+            f"{self.id} measured {self.strategy} on {self.num_gpus} GPUs (gb{self.global_batch}) "
+            f"x{self.gain:.2f} the recipe"
+        )
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,7 @@ class Recipe:
     measured: float | None  # tokens/s per GPU as published; None for a preset without a measurement
     source: str
     recompute: str | None = None  # as published (Strategy.recompute); None where the source does not say
+    support: Support | None = None  # a faster measured run of the same problem family (support_* columns)
 
     def strategy(self, model: ModelSpec | None = None) -> Strategy:
         """The recipe's layout; knobs it does not state are left for the estimate to complete (its CP variant:
@@ -73,6 +96,15 @@ def _int(v: str) -> int | None:
     return int(v) if v.strip() else None
 
 
+def _support(r: dict[str, str], measured: float | None) -> Support | None:
+    sid = (r.get("support_id") or "").strip()
+    if not sid or not measured:
+        return None
+    run = float(r["support_measured"])
+    n, gb = int(r["support_num_gpus"]), int(r["support_global_batch"])
+    return Support(sid, r["support_strategy"], n, gb, run, run / measured)
+
+
 def _row(r: dict[str, str]) -> Recipe:
     m = r["measured_tokens_per_s_per_gpu"].strip()
     return Recipe(
@@ -93,6 +125,7 @@ def _row(r: dict[str, str]) -> Recipe:
         measured=float(m) if m else None,
         source=r["source"],
         recompute=(r.get("recompute") or "").strip() or None,
+        support=_support(r, float(m) if m else None),
     )
 
 

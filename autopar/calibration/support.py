@@ -16,18 +16,18 @@ faster per GPU than the recipe:
   micro-batches a pipeline fills and what each data-parallel exchange is amortised over.
 
 The supporting gain is the run's measured throughput over the recipe's; a pick's claim beyond it
-(claim / gain) is what no measurement backs.
+(claim / gain) is what no measurement backs. The bench (`python bench/recipes.py --export`) writes each recipe's
+support into the shipped recipe table (calibration/recipes.py `Support`), so the tool reads no run record.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autopar.calibration.recipes import SHAPE_FIELDS
+from autopar.calibration.recipes import SHAPE_FIELDS, Support
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 SCALE_DOUBLINGS = 2
@@ -45,22 +45,6 @@ class MeasuredRun:
     strategy: Strategy
     measured: float
     software: str = ""  # the record's `framework` text (release included where the record names it)
-
-
-@dataclass(frozen=True)
-class Support:
-    """The fastest measured run of the recipe's problem family and its gain over the recipe (> 1)."""
-
-    run: MeasuredRun
-    gain: float
-
-    def sentence(self) -> str:
-        """'TT24-T3-3 measured TP1 DP128/Z3 mb2 sel-AC on 128 GPUs (gb256) x1.50 the recipe'."""
-        r = self.run
-        return (
-            f"{r.id} measured {r.strategy.label()} on {r.cluster.num_gpus} GPUs "
-            f"(gb{r.workload.global_batch}) x{self.gain:.2f} the recipe"
-        )
 
 
 def _shape(m: ModelSpec) -> tuple:
@@ -111,7 +95,11 @@ def measured_support(
             continue
         if best is None or (r.measured, best.id) > (best.measured, r.id):
             best = r
-    return Support(best, best.measured / recipe_measured) if best is not None else None
+    if best is None:
+        return None
+    label = best.strategy.label()
+    n, gb = best.cluster.num_gpus, best.workload.global_batch
+    return Support(best.id, label, n, gb, best.measured, best.measured / recipe_measured)
 
 
 def runs_from_rows(rows: Iterable[Mapping[Any, Any]]) -> tuple[MeasuredRun, ...]:
@@ -133,34 +121,6 @@ def runs_from_rows(rows: Iterable[Mapping[Any, Any]]) -> tuple[MeasuredRun, ...]
         soft = str(row.get("framework") or "")
         out.append(MeasuredRun(str(row["id"]), s.model, s.cluster, s.workload, s.strategy, meas, soft))
     return tuple(out)
-
-
-@functools.cache
-def published_runs() -> tuple[MeasuredRun, ...]:
-    """The shipped published runs (autopar/data/published_runs.csv) as MeasuredRuns."""
-    from autopar.calibration.runs import read_run_records
-    from autopar.data import published_runs_path
-
-    return runs_from_rows(read_run_records(published_runs_path()).fillna("").to_dict("records"))
-
-
-@functools.cache
-def published_ids() -> frozenset[str]:
-    """The ids of the shipped published runs (read without building their specs)."""
-    import csv
-
-    from autopar.data import published_runs_path
-
-    with published_runs_path().open(newline="", encoding="utf-8") as f:
-        return frozenset(row["id"] for row in csv.DictReader(f))
-
-
-def published_support(recipe_id: str) -> Support | None:
-    """recipe_support among the shipped published runs; their specs are built only when the recipe is
-    one of them (a preset or a dev-set recipe is not)."""
-    if recipe_id not in published_ids():
-        return None
-    return recipe_support(recipe_id, published_runs())
 
 
 def recipe_support(recipe_id: str, runs: Iterable[MeasuredRun]) -> Support | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.calibration.pairs import pair_record
+from autopar.calibration.recipes import Support
 from autopar.calibration.support import BATCH_DOUBLINGS, SCALE_DOUBLINGS
 from autopar.perf.types import Estimate
 from autopar.reports.comparison import STEP_SPLIT
@@ -94,9 +95,9 @@ def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[s
         out.append(f"It runs on {r.framework} (this search: {w.framework}).")
     if r.measured is not None:
         out.append(f"Published measurement: {r.measured:,.0f} tokens/s per GPU.")
-    if getattr(rb, "support", None) is not None:
+    if r.support is not None:
         out.append(
-            f"The recipe is not the measured best of its problem: {rb.support.sentence()} (same model, "
+            f"The recipe is not the measured best of its problem: {r.support.sentence()} (same model, "
             f"GPU, precision, sequence and software; GPU count within {SCALE_DOUBLINGS} doublings, sequences "
             f"per GPU within {BATCH_DOUBLINGS})."
         )
@@ -129,12 +130,12 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
         band=est.tokens_per_s_band,
         ratio=ratio,
         reasons=_reasons(pe, est),
-        remarks=_recipe_remarks(result, rb, pick) + _beyond_support(ratio, getattr(rb, "support", None)),
+        remarks=_recipe_remarks(result, rb, pick) + _beyond_support(ratio, rb.recipe.support),
         record=pair_sentence(ratio),
     )
 
 
-def _beyond_support(ratio: float, support: Any) -> tuple[str, ...]:
+def _beyond_support(ratio: float, support: Support | None) -> tuple[str, ...]:
     """What the pick claims beyond the measured run that beat the recipe (calibration/support.py), if any."""
     if support is None or ratio <= 1.0:
         return ()
@@ -189,16 +190,15 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
 def _support_json(result: SearchResult, ratio: float | None) -> dict[str, Any] | None:
     """The published run measured faster than the recipe (calibration/support.py) and the pick's predicted
     gain over the recipe divided by it (`pick_beyond`; null without a prediction), or None."""
-    sup = getattr(getattr(result, "recipe", None), "support", None)
+    sup = result.recipe.recipe.support if result.recipe is not None else None
     if sup is None:
         return None
-    r = sup.run
     return {
-        "id": r.id,
-        "strategy": r.strategy.label(),
-        "num_gpus": r.cluster.num_gpus,
-        "global_batch": r.workload.global_batch,
-        "tokens_per_s_per_gpu": r.measured,
+        "id": sup.id,
+        "strategy": sup.strategy,
+        "num_gpus": sup.num_gpus,
+        "global_batch": sup.global_batch,
+        "tokens_per_s_per_gpu": sup.measured,
         "over_recipe": sup.gain,
         "pick_beyond": ratio / sup.gain if ratio is not None else None,
     }

@@ -9,8 +9,8 @@ for that, autopar/calibration/novelty.py), the value it can defend, and the publ
   band the analytical value is taken at the novelty widening alone, so an uncalibrated search is also
   ranked by what the measured runs support.
 - `recipe_beside`: the published recipe matching the problem (calibration/recipes.py), estimated like the
-  searched points (same calibration, same widening), and the published run of its problem family measured
-  faster than it, if any (calibration/support.py: then the recipe is not the measured best).
+  searched points (same calibration, same widening); the recipe carries the measured run of its problem
+  family that ran faster, if any (Recipe.support: then it is not the measured best).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 
 from autopar.calibration import novelty
 from autopar.calibration.recipes import Recipe, match
-from autopar.calibration.support import Support, published_support
 from autopar.perf.types import Estimate
 from autopar.search.result import TrialRecord
 
@@ -98,7 +97,6 @@ class RecipeBeside:
     estimate: Estimate | None
     evidence: novelty.Evidence | None
     reason: str = ""
-    support: Support | None = None  # a published run of the recipe's problem family measured faster
 
 
 def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) -> RecipeBeside | None:
@@ -111,14 +109,13 @@ def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) 
         rec = match(model, h.cluster, h.workload)
         if rec is None:
             continue
-        support = published_support(rec.id)
         try:
             est = estimate(model, h.cluster, h.workload, rec.strategy(model), check=False)
         except (AutoparError, ValueError) as err:
-            return RecipeBeside(rec, None, None, str(err), support)
+            return RecipeBeside(rec, None, None, str(err))
         if calibration is not None:
             est = calibration.apply(model, h.cluster, h.workload, rec.strategy(model), est)
         s = est.strategy or rec.strategy(model)
         ev = reference_for(calibration).evidence(novelty.point(model, h.cluster, h.workload, s))
-        return RecipeBeside(rec, novelty.widen(est, ev), ev, support=support)
+        return RecipeBeside(rec, novelty.widen(est, ev), ev)
     return None
