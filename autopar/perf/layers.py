@@ -569,9 +569,10 @@ def _issue_floor(
         return x
     full = g.rec == "full"
     hf, hb = host_issue_time(False, 0)
-    re, host_re = (x.dense_re, hf) if full else (0.0, 0.0)  # selective: its GPU time left out, as before
-    d_f, d_b, d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense, re, host_re)
-    d_re = d_re if full else x.dense_re
+    if full:
+        d_f, d_b, d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense, x.dense_re, hf)
+    else:  # selective: a few re-run ops, left out of the floor
+        (d_f, d_b, _), d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense), x.dense_re
     m_f, m_b, m_re = x.moe_fwd, x.moe_bwd, x.moe_re
     if mlp.routed is not None:
         passes = 3 if full else 2  # dispatch/combine passes: forward, backward, recompute
