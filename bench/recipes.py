@@ -16,7 +16,9 @@ pick (fastest feasible point under the default memory margin), the predicted rat
 measured and predicted recipe throughput, and the knobs that differ. A ratio far above 1 means the
 model sees a gain the vendor, who measured, did not find: a blind spot of the model, not a discovery.
 Headline: median, p90, max ratio and the counts above 1.10 and 1.25, for the dev set and the held-out
-set separately.
+set separately, and in each for tuned recipes and demonstrations apart: a page that fixed its layout to show
+something else (torchtitan's 1D-to-4D and async-TP benchmarks, a platform baseline: recipes.py
+DEMONSTRATION_PAGES) published a measurement, not a layout its team swept.
 
 Measured support (calibration/support.py): a pick that beats the recipe is backed where another measured
 run of the same problem family (same network, GPU, precision, sequence and software as the record names it; GPU count within two
@@ -53,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autopar.calibration.pairs import pair_record, quantile  # noqa: E402
-from autopar.calibration.recipes import Support  # noqa: E402
+from autopar.calibration.recipes import Support, demonstration_of  # noqa: E402
 from autopar.calibration.records import (  # noqa: E402
     measured_tokens_per_s_per_gpu,
     notes_moe_options,
@@ -131,6 +133,12 @@ class Problem:
     @property
     def heldout(self) -> bool:
         return self.source in HELDOUT_SOURCES
+
+    @property
+    def demonstration(self) -> str:
+        """What the recipe's page set out to show where it fixed the layout for that (recipes.py
+        DEMONSTRATION_PAGES); '' for a tuned recipe."""
+        return demonstration_of(self.source_ref)
 
 
 def _pretraining(row: Mapping[str, Any]) -> bool:
@@ -251,6 +259,7 @@ def run_problem(p: Problem, runs: list[MeasuredRun] | None = None) -> dict[str, 
     out = {
         "id": p.row_id,
         "set": "heldout" if p.heldout else "dev",
+        "tuned": not p.demonstration,
         "problem": f"{p.model.name} {p.cluster.num_gpus}x{p.cluster.gpu.name} {p.workload.precision} "
         f"s{p.workload.seq_len} gb{p.workload.global_batch} {p.workload.framework}",
         "recipe": (rec.strategy or p.recipe).label(),
@@ -359,10 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_problem(p, runs) for p in probs]
     _print(results)
     for name in ("dev", "heldout"):
-        sub = [x for x in results if x["set"] == name]
-        if sub:
-            print(f"{name:<8} {headline(sub)}")
-            print(f"{'':<8} beyond measured support: {beyond_headline(sub)}")
+        for tuned, kind in ((True, "tuned recipes"), (False, "demonstrations (layout fixed by the page)")):
+            sub = [x for x in results if x["set"] == name and x["tuned"] == tuned]
+            if sub:
+                print(f"{name:<8} {kind}: {headline(sub)}")
+                print(f"{'':<8} beyond measured support: {beyond_headline(sub)}")
     if args.csv:
         import pandas as pd
 

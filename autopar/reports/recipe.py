@@ -95,6 +95,11 @@ def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[s
         out.append(f"It runs on {r.framework} (this search: {w.framework}).")
     if r.measured is not None:
         out.append(f"Published measurement: {r.measured:,.0f} tokens/s per GPU.")
+    if r.demonstration:
+        out.append(
+            f"Not a tuned recipe: it comes from {r.demonstration}, so a gain over it is not a gain over a "
+            "layout its team swept."
+        )
     if r.support is not None:
         out.append(
             f"The recipe is not the measured best of its problem: {r.support.sentence()} (same model, "
@@ -173,6 +178,7 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
         "pick_over_recipe": view.ratio,
         "differs_most": list(view.reasons),
         "remarks": list(view.remarks),
+        "tuned": not result.recipe.recipe.demonstration if result.recipe is not None else None,
         "measured_support": _support_json(result, view.ratio),
         "record": None
         if group is None
