@@ -112,8 +112,9 @@ RECIPE_COLUMNS = (
     "id", "model", "gpu", "num_gpus", "precision", "seq_len", "global_batch", "framework",
     "tp", "pp", "cp", "ep", "vpp", "micro_batch", "measured_tokens_per_s_per_gpu", "source", "recompute",
     "support_id", "support_strategy", "support_num_gpus", "support_global_batch", "support_measured",
+    "support_stack",
 )  # fmt: skip
-NO_SUPPORT = ("", "", "", "", "")
+NO_SUPPORT = ("", "", "", "", "", "")
 
 
 @dataclass
@@ -210,7 +211,7 @@ def recipe_rows(problems: list[Problem], runs: list[MeasuredRun]) -> list[tuple]
         s, c, w = p.recipe, p.cluster, p.workload
         sup = support_for(p, runs)
         support = (
-            (sup.id, sup.strategy, sup.num_gpus, sup.global_batch, f"{sup.measured:.6g}")
+            (sup.id, sup.strategy, sup.num_gpus, sup.global_batch, f"{sup.measured:.6g}", sup.stack)
             if sup
             else NO_SUPPORT
         )

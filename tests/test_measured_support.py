@@ -16,12 +16,14 @@ from autopar.calibration.support import (
     SCALE_DOUBLINGS,
     MeasuredRun,
     measured_support,
+    other_stack,
     same_family,
 )
 from autopar.data import published_runs_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHTITAN_2024 = ROOT / "bench" / "data" / "torchtitan_2024_runs.csv"
+FRONTIER = ROOT / "bench" / "data" / "frontier_runs.csv"
 
 
 def _runs(*paths: Path) -> dict[str, MeasuredRun]:
@@ -69,6 +71,33 @@ def test_405b_without_pipeline_stages_measured_faster(runs):
 def test_long_sequence_405b_has_no_support(runs):
     """No run of 405B at 32k tokens but the recipe's own: its pick's gain is backed by nothing measured."""
     assert _support(runs, "TT24-T6-1") is None
+
+
+def test_another_stack_on_the_same_system_backs_a_recipe():
+    """Qwen3-30B-A3B on H100 at 4k: Megatron-Bridge's FP8 recipe EP16 on 16 GPUs measured 8,960 tokens/s/GPU
+    (26.04.01 summary); NeMo AutoModel measured EP8 x FSDP8 at micro-batch 4 on 8 of the same GPUs at 12,040
+    in BF16 (its performance summary): support from another stack at a slower precision, gain 12040/8960."""
+    runs = _runs(FRONTIER)
+    sup = _support(runs, "MBR-052")
+    assert sup is not None and sup.id == "NAM-003" and sup.gain == pytest.approx(12040 / 8960)
+    assert sup.stack.startswith("NeMo AutoModel") and sup.stack.endswith(", bf16")
+    assert "on another stack (NeMo AutoModel" in sup.sentence()
+
+
+def test_other_stack_bounds(runs):
+    """A run on another stack backs a recipe only at a precision no faster than the recipe's, and never on
+    the recipe's own stack (another release of it is not taken, same_family's software rule)."""
+    base = runs["TT24-T3-3"]  # torchtitan, fp8
+    g, b = base.cluster.num_gpus, base.workload.global_batch
+    bf16_other = _scaled(base, "x", g, b, 1.0, precision="bf16", framework="megatron")
+    fp8_other = _scaled(base, "x", g, b, 1.0, framework="megatron")
+    same_stack = _scaled(base, "x", g, b, 1.0, precision="bf16")
+    args = (base.model, base.cluster, base.workload)
+    assert other_stack(bf16_other, *args) and other_stack(fp8_other, *args)
+    assert not other_stack(same_stack, *args)
+    bf16_recipe = base.workload.model_copy(update={"precision": "bf16"})
+    assert not other_stack(fp8_other, base.model, base.cluster, bf16_recipe)
+    assert other_stack(bf16_other, base.model, base.cluster, bf16_recipe)
 
 
 def _scaled(r: MeasuredRun, rid: str, gpus: int, batch: int, measured: float, **wl) -> MeasuredRun:

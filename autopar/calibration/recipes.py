@@ -55,11 +55,14 @@ class Support:
     global_batch: int
     measured: float
     gain: float  # measured / the recipe's measured tokens/s per GPU (> 1)
+    stack: str = ""  # the run's software and precision where it ran on another stack; '' on the recipe's own
 
     def sentence(self) -> str:
-        """'TT24-T3-3 measured TP1 DP128/Z3 mb2 sel-AC on 128 GPUs (gb256) x1.50 the recipe'."""
+        """'TT24-T3-3 measured TP1 DP128/Z3 mb2 sel-AC on 128 GPUs (gb256) x1.50 the recipe', with
+        ' on another stack (its software, precision)' where it ran on one."""
+        on = f" on another stack ({self.stack})" if self.stack else ""
         return (
-            f"{self.id} measured {self.strategy} on {self.num_gpus} GPUs (gb{self.global_batch}) "
+            f"{self.id} measured {self.strategy} on {self.num_gpus} GPUs (gb{self.global_batch}){on} "
             f"x{self.gain:.2f} the recipe"
         )
 
@@ -129,7 +132,7 @@ def _support(r: dict[str, str], measured: float | None) -> Support | None:
         return None
     run = float(r["support_measured"])
     n, gb = int(r["support_num_gpus"]), int(r["support_global_batch"])
-    return Support(sid, r["support_strategy"], n, gb, run, run / measured)
+    return Support(sid, r["support_strategy"], n, gb, run, run / measured, r.get("support_stack") or "")
 
 
 def _row(r: dict[str, str]) -> Recipe:

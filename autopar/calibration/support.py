@@ -15,8 +15,16 @@ faster per GPU than the recipe:
 - sequences per GPU per step within BATCH_DOUBLINGS doubling: the global batch per GPU sets the
   micro-batches a pipeline fills and what each data-parallel exchange is amortised over.
 
-The supporting gain is the run's measured throughput over the recipe's; a pick's claim beyond it
-(claim / gain) is what no measurement backs. The bench (`python bench/recipes.py --export`) writes each recipe's
+A run on *another stack* of the same system supports it too (`other_stack`): the same network, GPU and
+sequence, the same scale rules, run by another framework (`Workload.framework`: NeMo AutoModel's FSDP2
+against Megatron-Bridge) at a precision no faster than the recipe's (PRECISION_RANK: a BF16 run backs an FP8
+recipe, FP8 GEMMs running at twice the BF16 peak; an FP8 run does not back a BF16 one). It answers issue 21's
+"a cited measurement shows the pick's layout really is faster on that system": the hardware is the same, and
+the other stack's software is a confound the sentence names. Another *release* of the same stack is not
+taken (a newer one's gain would be read as a layout's).
+
+The supporting gain is the run's measured throughput over the recipe's (the larger of the two kinds); a pick's
+claim beyond it (claim / gain) is what no measurement backs. The bench (`python bench/recipes.py --export`) writes each recipe's
 support into the shipped recipe table (calibration/recipes.py `Support`), so the tool reads no run record.
 """
 
@@ -32,6 +40,9 @@ from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 SCALE_DOUBLINGS = 2
 BATCH_DOUBLINGS = 1
+# How fast a precision's GEMMs run relative to the others (dense peaks: FP8 twice BF16 on every GPU that has
+# it, catalog GPUSpec.fp8_flops): a run backs a recipe on another stack only at a rank no higher.
+PRECISION_RANK = {"bf16": 0, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -55,24 +66,40 @@ def _doublings(a: float, b: float) -> float:
     return abs(math.log2(a / b))
 
 
+def same_system(run: MeasuredRun, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> bool:
+    """Whether `run` trains the same network on the same GPU and sequence at a nearby scale: GPU count and
+    sequences per GPU within SCALE_DOUBLINGS and BATCH_DOUBLINGS (module docstring)."""
+    w = run.workload
+    if _shape(run.model) != _shape(model) or run.cluster.gpu.name != cluster.gpu.name:
+        return False
+    if w.seq_len != workload.seq_len:
+        return False
+    if _doublings(run.cluster.num_gpus, cluster.num_gpus) > SCALE_DOUBLINGS:
+        return False
+    per_gpu = workload.global_batch / cluster.num_gpus
+    return _doublings(w.global_batch / run.cluster.num_gpus, per_gpu) <= BATCH_DOUBLINGS
+
+
 def same_family(
     run: MeasuredRun, model: ModelSpec, cluster: ClusterSpec, workload: Workload, software: str = ""
 ) -> bool:
     """Whether `run` is the problem (model, cluster, workload, on `software`) at a nearby scale (module
     docstring)."""
     w = run.workload
-    if _shape(run.model) != _shape(model) or run.cluster.gpu.name != cluster.gpu.name:
+    if run.software != software or not same_system(run, model, cluster, workload):
         return False
-    if run.software != software:
+    if (w.precision, w.framework) != (workload.precision, workload.framework):
         return False
-    if (w.precision, w.seq_len, w.framework) != (workload.precision, workload.seq_len, workload.framework):
+    return w.precision != "fp8" or w.fp8_recipe == workload.fp8_recipe
+
+
+def other_stack(run: MeasuredRun, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> bool:
+    """Whether `run` is the problem on the same system run by another stack, at a precision no faster than
+    the recipe's (module docstring)."""
+    w = run.workload
+    if w.framework == workload.framework or not same_system(run, model, cluster, workload):
         return False
-    if w.precision == "fp8" and w.fp8_recipe != workload.fp8_recipe:
-        return False
-    if _doublings(run.cluster.num_gpus, cluster.num_gpus) > SCALE_DOUBLINGS:
-        return False
-    per_gpu = workload.global_batch / cluster.num_gpus
-    return _doublings(w.global_batch / run.cluster.num_gpus, per_gpu) <= BATCH_DOUBLINGS
+    return PRECISION_RANK.get(w.precision, 0) <= PRECISION_RANK.get(workload.precision, 0)
 
 
 def measured_support(
@@ -84,14 +111,16 @@ def measured_support(
     exclude: str = "",
     software: str = "",
 ) -> Support | None:
-    """The fastest run of the problem's family (on `software`, the recipe record's framework text) measured
-    faster per GPU than the recipe (`recipe_measured` tokens/s per GPU), the recipe's own row `exclude` left
+    """The fastest run of the problem's family (on `software`, the recipe record's framework text) or of its
+    system on another stack (`other_stack`) measured faster per GPU than the recipe (`recipe_measured` tokens/s per GPU), the recipe's own row `exclude` left
     out; None when the recipe is the measured best. Ties go to the smaller id (a fixed order)."""
     best: MeasuredRun | None = None
     for r in runs:
         if r.id == exclude or r.measured <= recipe_measured:
             continue
-        if not same_family(r, model, cluster, workload, software):
+        if not (
+            same_family(r, model, cluster, workload, software) or other_stack(r, model, cluster, workload)
+        ):
             continue
         if best is None or (r.measured, best.id) > (best.measured, r.id):
             best = r
@@ -99,7 +128,9 @@ def measured_support(
         return None
     label = best.strategy.label()
     n, gb = best.cluster.num_gpus, best.workload.global_batch
-    return Support(best.id, label, n, gb, best.measured, best.measured / recipe_measured)
+    w = best.workload
+    stack = f"{best.software or w.framework}, {w.precision}" if w.framework != workload.framework else ""
+    return Support(best.id, label, n, gb, best.measured, best.measured / recipe_measured, stack)
 
 
 def runs_from_rows(rows: Iterable[Mapping[Any, Any]]) -> tuple[MeasuredRun, ...]:

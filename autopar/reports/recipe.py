@@ -101,10 +101,14 @@ def _recipe_remarks(result: SearchResult, rb: Any, pick: TrialRecord) -> tuple[s
             "layout its team swept."
         )
     if r.support is not None:
+        same = (
+            "same model, GPU and sequence, a precision no faster"
+            if r.support.stack
+            else "same model, GPU, precision, sequence and software"
+        )
         out.append(
-            f"The recipe is not the measured best of its problem: {r.support.sentence()} (same model, "
-            f"GPU, precision, sequence and software; GPU count within {SCALE_DOUBLINGS} doublings, sequences "
-            f"per GPU within {BATCH_DOUBLINGS})."
+            f"The recipe is not the measured best of its problem: {r.support.sentence()} ({same}; GPU count "
+            f"within {SCALE_DOUBLINGS} doublings, sequences per GPU within {BATCH_DOUBLINGS})."
         )
     if rb.evidence is not None and rb.evidence.beyond:
         out.append(rb.evidence.sentence())
@@ -206,6 +210,7 @@ def _support_json(result: SearchResult, ratio: float | None) -> dict[str, Any] |
         "global_batch": sup.global_batch,
         "tokens_per_s_per_gpu": sup.measured,
         "over_recipe": sup.gain,
+        "other_stack": sup.stack or None,
         "pick_beyond": ratio / sup.gain if ratio is not None else None,
     }
 
