@@ -1,5 +1,6 @@
-"""Tuned recipes and demonstrations (issue 21): a page that fixed its layout to show something else published a
-measurement, not a layout its team swept, and the recipe table, the bench and `optimize` say which is which."""
+"""Tuned recipes and demonstrations (issue 21): a page that fixed its layout to show something else
+published a measurement, not a layout its team swept; the recipe table, the bench and `optimize` say
+which is which."""
 
 from __future__ import annotations
 

@@ -23,9 +23,10 @@ recipe, FP8 GEMMs running at twice the BF16 peak; an FP8 run does not back a BF1
 the other stack's software is a confound the sentence names. Another *release* of the same stack is not
 taken (a newer one's gain would be read as a layout's).
 
-The supporting gain is the run's measured throughput over the recipe's (the larger of the two kinds); a pick's
-claim beyond it (claim / gain) is what no measurement backs. The bench (`python bench/recipes.py --export`) writes each recipe's
-support into the shipped recipe table (calibration/recipes.py `Support`), so the tool reads no run record.
+The supporting gain is the fastest such run's measured throughput over the recipe's; a pick's claim beyond
+it (claim / gain) is what no measurement backs. The bench (`python bench/recipes.py --export`) writes each
+recipe's support into the shipped recipe table (calibration/recipes.py `Support`), so the tool reads no run
+record.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def measured_support(
     software: str = "",
 ) -> Support | None:
     """The fastest run of the problem's family (on `software`, the recipe record's framework text) or of its
-    system on another stack (`other_stack`) measured faster per GPU than the recipe (`recipe_measured` tokens/s per GPU), the recipe's own row `exclude` left
-    out; None when the recipe is the measured best. Ties go to the smaller id (a fixed order)."""
+    system on another stack (`other_stack`) measured faster per GPU than the recipe (`recipe_measured`
+    tokens/s per GPU), the recipe's own row `exclude` left out; None when the recipe is the measured best.
+    Ties go to the smaller id (a fixed order)."""
     best: MeasuredRun | None = None
     for r in runs:
         if r.id == exclude or r.measured <= recipe_measured:
