@@ -33,7 +33,8 @@ mbridge_perf_summary (pre-training rows). Held out (whole sources, looked at onl
 nemo_perf_summary_2504 (GB200, NeMo 25.04), nemo_automodel (FSDP2 + DeepEP) and torchtitan_bench (Meta). Issue
 21's seventh session looked at all three before the issue's end, so their figures are a dev set's since. The
 eighth added xtuner_megatron_moe (sweeps.csv: Pai-Megatron-Patch on 256 H800, each global batch's best measured
-layout), a source no mechanism was tuned on.
+layout), a source no mechanism was tuned on; the tenth two NeMo AutoModel rows of a later page of its summary
+(NAM-005 Llama-3.1-70B, NAM-006 GPT-OSS-20B), tuned on nothing.
 
 Usage: python bench/recipes.py [--only SUBSTRING] [--heldout] [--csv out.csv]
        python bench/recipes.py --export autopar/data/recipes.csv   (the recipe table the tool shows beside
