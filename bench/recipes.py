@@ -22,8 +22,8 @@ DEMONSTRATION_PAGES) published a measurement, not a layout its team swept.
 
 Measured support (calibration/support.py): a pick that beats the recipe is backed where another measured
 run of the same problem family (same network, GPU, precision, sequence and software as the record names it; GPU count within two
-doublings, sequences per GPU within one) ran faster per GPU than the recipe: the recipe was not the measured
-best there. Each problem prints that run and its gain; the headline adds the ratios divided by that gain (the
+doublings, sequences per GPU within one), or of its system on another stack at a precision no faster, ran
+faster per GPU than the recipe: the recipe was not the measured best there. Each problem prints that run and its gain; the headline adds the ratios divided by that gain (the
 claim beyond every measurement). The runs searched: every measured row of the published runs, the dev files,
 the sweeps and bench/data/torchtitan_2024_runs.csv (torchtitan's earlier performance page: Llama-3.1-405B
 without pipeline stages on 128 H100, Llama 2 and 3 on 64 A100), a source no mechanism was tuned on.
