@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from autopar.catalog import get_gpu, get_model
 from autopar.launch.settings import launch_settings
+from autopar.launch.torchtitan import TORCHTITAN_MODELS
 from autopar.reports.common import pareto_trials, trial_cluster, trial_workload
 from autopar.search.study import optimize
 from autopar.specs import ClusterSpec, Strategy, Workload
@@ -109,6 +110,26 @@ def test_every_stack_search_point_has_its_file(launches) -> None:
 def _ls(model: str, gpus: int, s: Strategy, **wl):
     w = Workload(**{"seq_len": 4096, "global_batch": 512, **wl})
     return launch_settings(get_model(model), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=gpus), w, s)
+
+
+def _shape_of_torchtitan_flavor(name: str, flavor: str) -> tuple:
+    """(layers, hidden, heads, KV heads, vocab, experts, top-k) of torchtitan's own model args."""
+    from torchtitan.protocols.train_spec import get_train_spec
+
+    a = get_train_spec(name).model_args[flavor]
+    moe = getattr(a, "moe_args", None) if getattr(a, "moe_enabled", True) else None
+    experts, topk = (moe.num_experts, moe.top_k) if moe is not None else (0, 0)
+    kv = getattr(a, "n_kv_heads", None) or a.n_heads  # MLA (DeepSeek) states no KV-head count: every head
+    return (a.n_layers, a.dim, a.n_heads, kv, a.vocab_size, experts, topk)
+
+
+@pytest.mark.parametrize("catalog_name", sorted(TORCHTITAN_MODELS))
+def test_every_torchtitan_flavor_is_the_catalog_model(catalog_name: str) -> None:
+    """The [model] name/flavor autopar writes for a catalog model is that architecture in torchtitan's own
+    TrainSpec (a wrong mapping would launch another network)."""
+    m = get_model(catalog_name)
+    ours = (m.layers, m.hidden, m.heads, m.kv_heads or m.heads, m.vocab, m.experts, m.topk)
+    assert _shape_of_torchtitan_flavor(*TORCHTITAN_MODELS[catalog_name]) == ours
 
 
 def test_torchtitan_checker_rejects_what_torchtitan_rejects(tmp_path) -> None:

@@ -30,6 +30,7 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str]] = {
     "Qwen3-8B": ("qwen3", "8B"),
     "Qwen3-30B-A3B": ("qwen3", "30B-A3B"),
     "Qwen3-235B-A22B": ("qwen3", "235B-A22B"),
+    "GPT-OSS-20B": ("gpt_oss", "20b"),
     "GPT-OSS-120B": ("gpt_oss", "120b"),
 }
 
