@@ -174,16 +174,9 @@ def test_shipped_recipe_table_carries_the_support():
 
 
 def _bench_recipes():
-    import importlib.util
-    import sys
+    from runfiles import load_bench
 
-    path = ROOT / "bench" / "recipes.py"
-    spec = importlib.util.spec_from_file_location("bench_recipes_support", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("recipes")
 
 
 def test_recipe_bench_backs_a_problem_and_divides_its_claim():

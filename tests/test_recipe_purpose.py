@@ -70,16 +70,9 @@ def test_optimize_says_a_demonstration_is_not_a_tuned_recipe():
 
 def test_recipe_bench_keeps_demonstrations_apart(capsys):
     """bench/recipes.py classifies each problem by its recipe's page and prints the two headlines apart."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from runfiles import load_bench
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "recipes.py"
-    spec = importlib.util.spec_from_file_location("bench_recipes_purpose", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    mod = load_bench("recipes")
     (demo,) = mod.load_problems("TT24-T6-1")
     (tuned,) = mod.load_problems("NEMO2412-09")
     assert demo.demonstration and not tuned.demonstration

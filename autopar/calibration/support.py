@@ -100,7 +100,7 @@ def other_stack(run: MeasuredRun, model: ModelSpec, cluster: ClusterSpec, worklo
     w = run.workload
     if w.framework == workload.framework or not same_system(run, model, cluster, workload):
         return False
-    return PRECISION_RANK.get(w.precision, 0) <= PRECISION_RANK.get(workload.precision, 0)
+    return PRECISION_RANK[w.precision] <= PRECISION_RANK[workload.precision]
 
 
 def measured_support(
