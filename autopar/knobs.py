@@ -52,6 +52,8 @@ Recompute = Literal[
     "sel:mla_up_proj+mlp",
     "sel:mlp",
     "sel:layernorm+mla_up_proj+moe_act",
+    "sel:moe",
+    "sel:layernorm+moe",
 ]
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"]
 CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
@@ -79,9 +81,10 @@ MEGATRON_RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
 )  # fmt: skip
 # The module sets autopar models (perf/layers.py): the four the Megatron-Bridge presets state (DeepSeek-V3:
-# mla_up_proj, mla_up_proj+mlp, mlp; GPT-OSS: layernorm+moe_act), moe_act alone, and the union of the three
-# output-discarding ones. "moe" and "shared_experts" (re-running the MoE layer with its all-to-alls) are not
-# modelled.
+# mla_up_proj, mla_up_proj+mlp, mlp; GPT-OSS: layernorm+moe_act), moe_act alone, the union of the three
+# output-discarding ones, and "moe" (alone and with layernorm: the whole MoE layer re-run with its
+# all-to-alls, as Megatron-MoE-ModelZoo's long-context Qwen3-235B runs and xtuner's "recompute=moe" state).
+# "shared_experts" alone is not modelled.
 RECOMPUTE_MODULE_SETS: dict[str, frozenset[str]] = {
     "selective": frozenset({"core_attn"}),
     **{m: frozenset(m.removeprefix("sel:").split("+")) for m in RECOMPUTE_MODES if m.startswith("sel:")},

@@ -787,12 +787,14 @@ def offload_rules(
 def recompute_rules(model: ModelSpec, workload: Workload, recompute: str) -> Iterator[Violation]:
     """Megatron-Core's checks on the selective recompute modules (TransformerConfig.__post_init__, core_v0.19.0):
     mla_up_proj needs multi-latent attention, moe_act an MoE model (grouped GEMM), and moe_act/layernorm under
-    FP8 no delayed scaling."""
+    FP8 no delayed scaling. "moe" on a dense model is refused too: Megatron accepts it and re-runs nothing (no
+    MoE layer), a setting that cannot take effect."""
     mods = recompute_modules(recompute)
     if "mla_up_proj" in mods and not model.is_mla:
         yield _v(None, Level.HARD, f"recompute={recompute}: mla_up_proj needs multi-latent attention")
-    if "moe_act" in mods and not model.is_moe:
-        yield _v(None, Level.HARD, f"recompute={recompute}: moe_act needs an MoE model")
+    for module in ("moe_act", "moe"):
+        if module in mods and not model.is_moe:
+            yield _v(None, Level.HARD, f"recompute={recompute}: {module} needs an MoE model")
     if {"moe_act", "layernorm"} & mods and workload.precision == "fp8" and workload.fp8_recipe == "delayed":
         msg = f"recompute={recompute}: Megatron has no moe_act/layernorm recompute with FP8 delayed scaling"
         yield _v(None, Level.HARD, msg)

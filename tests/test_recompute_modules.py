@@ -34,7 +34,7 @@ from autopar.perf.layers import (
     NORM_BYTES_PER_HIDDEN,
     layer_costs,
 )
-from autopar.perf.moe import routed_load
+from autopar.perf.moe import routed_expert_costs, routed_load
 from autopar.specs import ClusterSpec, Strategy, Workload
 
 DSV3, GPT_OSS, LLAMA = get_model("DeepSeek-V3"), get_model("GPT-OSS-120B"), get_model("Llama-3.1-70B")
@@ -66,8 +66,10 @@ def test_registry_names_the_presets_module_lists():
     assert recompute_of_modules(["mlp", "mla_up_proj"]) == "sel:mla_up_proj+mlp"
     assert recompute_of_modules(["moe_act", "layernorm"]) == "sel:layernorm+moe_act"
     assert recompute_of_modules(["core_attn"]) == "selective"  # Megatron's default list
+    assert recompute_of_modules(["moe"]) == "sel:moe"  # the ModelZoo's and xtuner's MoE-layer recompute
+    assert recompute_of_modules(["moe", "layernorm"]) == "sel:layernorm+moe"
     with pytest.raises(ValueError, match="does not model"):
-        recompute_of_modules(["moe"])
+        recompute_of_modules(["shared_experts"])
     with pytest.raises(ValueError, match="unknown Megatron module"):
         recompute_of_modules(["attention"])
     assert recompute_modules("none") == recompute_modules("full") == frozenset()
@@ -115,6 +117,51 @@ def test_fp8_moe_act_frees_the_fp8_fc2_input():
     none, act = _lc(OSS_SHAPE, "none", wl, e=8), _lc(OSS_SHAPE, "sel:moe_act", wl, e=8)
     load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
     assert none.act_moe - act.act_moe == pytest.approx(4096 * 4 * load * FP8_BYTES * 2880)
+
+
+def test_moe_module_frees_every_moe_internal():
+    # Megatron's "moe" module is a normal checkpoint of MoELayer.forward: only the layer's input stays. On
+    # Qwen3-30B-A3B (BF16, t = 1, no shared expert) that frees, per token, each of the top-8 routed copies' FC1
+    # input (h = 2048), gate and up outputs (2 x f_e = 768) and FC2 input (f_e), all bf16, times the routing
+    # load, and the router's fp32 scores and routing map (software.yaml moe_router_bytes_per_expert = 9 B for
+    # each of the 128 experts, megatron)
+    wl = WL.model_copy(update={"framework": "megatron"})
+    none, moe = _lc(QWEN3, "none", wl, e=8), _lc(QWEN3, "sel:moe", wl, e=8)
+    load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
+    per_copy = BF16_BYTES * (2048 + 2 * 768 + 768)
+    assert none.act_moe - moe.act_moe == pytest.approx(4096 * (8 * load * per_copy + 9.0 * 128))
+    assert none.act_dense == moe.act_dense  # no MoE layer, nothing re-run
+    both = _lc(QWEN3, "sel:layernorm+moe", wl, e=8)
+    norm = _lc(QWEN3, "sel:layernorm+moe_act", wl, e=8)
+    act = _lc(QWEN3, "sel:moe_act", wl, e=8)
+    # layernorm's share is the same whichever MoE module it is paired with
+    assert moe.act_moe - both.act_moe == pytest.approx(act.act_moe - norm.act_moe)
+
+
+def test_moe_module_recompute_reruns_the_moe_forward_and_its_all_to_alls():
+    # CUDA graphs on: no CPU issue floor stretches the times, so the recompute is the MoE layer's forward as
+    # perf/moe.py prices it (router, permutation, grouped GEMMs: routed_expert_costs) plus the SwiGLU activation's
+    # elementwise traffic over the routed copies (no shared expert on Qwen3-30B-A3B)
+    wl = WL.model_copy(update={"framework": "megatron", "cuda_graphs": True})
+    ctx = perf_context(QWEN3, B200, wl)
+    moe, none = _lc(QWEN3, "sel:moe", wl, e=8), _lc(QWEN3, "none", wl, e=8)
+    mc = routed_expert_costs(ctx, 4096, 1, 8, 1, 3)
+    load = routed_load(wl.moe_imbalance, wl.moe_capacity_factor)
+    act = ctx.sw.elementwise_passes * 4096 * ACTIVATION_BYTES_PER_FFN[3] * 768 * 8 * load / ctx.hbm
+    assert moe.moe_re == pytest.approx(mc.expert_fwd + mc.overhead_fwd + act)
+    assert moe.dense_re == 0.0
+    # dispatch and combine forward, backward and once more in the recompute: 3/2 of the no-recompute traffic
+    assert moe.ep_layer == pytest.approx(1.5 * none.ep_layer) and none.ep_layer > 0
+
+
+def test_moe_module_flops_are_the_moe_layers_forward():
+    # Qwen3-30B-A3B: 48 MoE layers; per token 8 routed SwiGLU experts of 3 x 2048 x 768 weights and the
+    # 2048 x 128 router, 2 FLOPs per weight
+    tokens = 4096 * 4096
+    extra = hardware_flops_per_step(QWEN3, 4096, 4096, "sel:moe") - hardware_flops_per_step(
+        QWEN3, 4096, 4096, "none"
+    )
+    assert extra == pytest.approx(tokens * 48 * 2 * (8 * 3 * 2048 * 768 + 2048 * 128))
 
 
 # ---- time and FLOPs ------------------------------------------------------------------------------------------
@@ -168,6 +215,8 @@ def test_modules_sit_between_none_and_full(rec, t, b):
 def test_rules_follow_megatrons_checks():
     msgs = [v.message for v in check(LLAMA, B200, WL, Strategy(tp=8, recompute="sel:mla_up_proj"))]
     assert any("mla_up_proj needs multi-latent attention" in m for m in msgs)
+    msgs = [v.message for v in check(LLAMA, B200, WL, Strategy(tp=8, recompute="sel:layernorm+moe"))]
+    assert any("moe needs an MoE model" in m for m in msgs)  # it would re-run nothing
     fp8 = WL.model_copy(update={"precision": "fp8", "fp8_recipe": "delayed"})
     msgs = [v.message for v in check(GPT_OSS, B200, fp8, Strategy(ep=8, recompute="sel:moe_act"))]
     assert any("delayed scaling" in m for m in msgs)
@@ -220,7 +269,9 @@ def test_megatron_args_validate_against_the_vendored_parser(rec):
     )
     ls = launch_settings(model, B200, WL, s)
     named = [
-        m for m in ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp") if m in recompute_modules(rec)
+        m
+        for m in ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe")
+        if m in recompute_modules(rec)
     ]
     assert "--recompute-granularity selective" in ls.megatron_args
     assert f"--recompute-modules {' '.join(named)}" in ls.megatron_args
@@ -247,8 +298,9 @@ def test_notes_state_the_presets_modules():
     assert notes_recompute({"notes": "selective recompute_modules none stated"}, []) is None
     assert notes_recompute({"notes": "distributed optimizer, sp, recompute, etp not stated"}, []) is None
     said = []
-    assert notes_recompute({"notes": "selective recompute_modules moe"}, said) is None
+    assert notes_recompute({"notes": "selective recompute_modules shared_experts"}, said) is None
     assert "does not model" in said[0]
+    assert notes_recompute({"notes": "selective recompute_modules layernorm+moe"}, []) == "sel:layernorm+moe"
 
 
 @pytest.mark.parametrize(
@@ -257,7 +309,9 @@ def test_notes_state_the_presets_modules():
         ("['mla_up_proj', 'mlp']", "sel:mla_up_proj+mlp"),
         ("['core_attn']", "selective"),
         ("['moe_act', 'layernorm']", "sel:layernorm+moe_act"),
-        ("['moe']", None),  # not modelled: left to completion
+        ("['moe']", "sel:moe"),
+        ("['layernorm', 'moe']", "sel:layernorm+moe"),
+        ("['shared_experts']", None),  # not modelled: left to completion
     ],
 )
 def test_megatron_log_dump_reads_the_recompute_modules(modules, rec):

@@ -116,16 +116,20 @@ def hardware_flops_per_step(
 
 def module_recompute_flops_per_token(m: ModelSpec, f: ForwardFlops, mods: frozenset[str]) -> float:
     """Forward FLOPs per token (all layers) Megatron's selective recompute modules re-run (perf/layers.py
-    _module_recompute): core attention, the MLA up-projections, the dense layers' MLPs; layernorm and moe_act
-    re-run elementwise work only."""
+    _module_recompute): core attention, the MLA up-projections, the dense layers' MLPs, the MoE layers (routed
+    and shared experts, router); layernorm and moe_act re-run elementwise work only."""
     from autopar.perf.params import count_params
+
+    pc = count_params(m)
 
     out = f.attn_core if "core_attn" in mods else 0.0
     if "mla_up_proj" in mods and m.is_mla:
         rq, rkv, dn, dr, dv = m.mla
         out += 2.0 * m.layers * m.heads * ((dn + dr) * (rq or m.hidden) + (dn + dv) * rkv)
     if "mlp" in mods:
-        out += 2.0 * (m.layers - m.moe_layers) * count_params(m).dense_mlp
+        out += 2.0 * (m.layers - m.moe_layers) * pc.dense_mlp
+    if "moe" in mods and m.is_moe:
+        out += 2.0 * m.moe_layers * (m.topk * pc.expert + pc.shared_expert + pc.router)
     return out
 
 

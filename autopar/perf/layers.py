@@ -470,9 +470,11 @@ def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fw
 def _module_recompute(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp) -> tuple[float, float]:
     """Recompute time of a dense and a MoE layer under Megatron-Core's selective recompute modules: each module
     re-runs its forward once before its backward (transformer_layer.py, multi_latent_attention.py,
-    moe/experts.py): core_attn the core attention; layernorm the two norms; mla_up_proj the q/KV up-projection
-    GEMMs and RoPE; mlp the dense MLP (dense layers only: Megatron skips it on MoE layers); moe_act the routed
-    experts' activation function."""
+    moe/experts.py, moe/moe_layer.py): core_attn the core attention; layernorm the two norms; mla_up_proj the
+    q/KV up-projection GEMMs and RoPE; mlp the dense MLP (dense layers only: Megatron skips it on MoE layers);
+    moe_act the routed experts' activation function; moe the whole MoE layer (MoELayer.forward under
+    tensor_parallel.checkpoint, te_checkpoint under FP8: router, permutation, expert and shared-expert GEMMs
+    with their activations; its all-to-alls and TP collective are re-run too, `_ep_comm` and `_tp_comm`)."""
     mods, passes = recompute_modules(g.rec), ctx.sw.elementwise_passes * g.T / ctx.hbm
     act = ACTIVATION_BYTES_PER_FFN[g.n_mat]
     both = at.fwd if "core_attn" in mods else 0.0
@@ -481,12 +483,24 @@ def _module_recompute(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp) ->
     if "mla_up_proj" in mods:
         both += at.up_gemm + passes * ROPE_BYTES_PER_QK * (g.a + g.k) * g.dh / g.t
     dense = both + (mlp.dense_gemm + passes * act * g.f / g.t if "mlp" in mods else 0.0)
-    if "moe_act" in mods:  # the activation, and an eager GLU clamp inside the checkpoint (perf/moe.py)
+    routed_act = passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t
+    if (
+        "moe" in mods
+    ):  # the layer's forward: GEMMs, router/permutation overheads (the clamp among them), activations
+        shared_act = passes * act * ctx.model.shared_ffn * ctx.model.shared_experts / g.t if mlp.fe else 0.0
+        moe = both + mlp.moe_gemm + mlp.moe_fwd_extra + routed_act + shared_act
+    elif "moe_act" in mods:  # the activation, and an eager GLU clamp inside the checkpoint (perf/moe.py)
         clamp = mlp.routed.clamp_fwd if mlp.routed else 0.0
-        moe = both + passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t + clamp
+        moe = both + routed_act + clamp
     else:
         moe = both
     return dense, moe
+
+
+def reruns_moe_forward(rec: str) -> bool:
+    """Whether recompute `rec` re-runs a MoE layer's whole forward (full recompute, or Megatron's "moe"
+    module): its dispatch and combine, and its host sync before the dispatch, run a third time."""
+    return rec == "full" or "moe" in recompute_modules(rec)
 
 
 def _logits_time(ctx: PerfContext, g: _Shard) -> float:
@@ -517,7 +531,9 @@ def _tp_comm(
     t, full = g.t, g.rec == "full"
     ar_tp = comm.all_reduce(BF16_BYTES * g.T * g.h, t, 1, ctx.links) if t > 1 else 0.0
     n_tp_dense = TP_COLLECTIVES_FWD_BWD + (TP_COLLECTIVES_FULL_RECOMPUTE if full else 0)
-    tp_moe = (n_tp_dense / 2) * ar_tp * (1 + (1 if g.te > 1 else 0))  # the MLP's half again with expert TP
+    # the MLP's half (again with expert TP); the "moe" recompute module re-runs its forward collective
+    n_tp_moe = n_tp_dense / 2 + ("moe" in recompute_modules(g.rec))
+    tp_moe = n_tp_moe * ar_tp * (1 + (1 if g.te > 1 else 0))
     # the "mlp" recompute module re-runs the dense MLP with its forward collective (a normal checkpoint)
     tp_dense = (n_tp_dense + ("mlp" in recompute_modules(g.rec))) * ar_tp
     if not (ctx.w.tp_comm_overlap and g.sp and t > 1):
@@ -544,9 +560,10 @@ def _cp_ring(ctx: PerfContext, g: _Shard, at: _Attention) -> float:
 
 
 def _ep_comm(ctx: PerfContext, g: _Shard, mlp: _Mlp, x: _Times) -> tuple[float, _Times]:
-    """Dispatch + combine forward, their mirror images backward, once more under full recompute; with
-    --overlap-moe-expert-parallel-comm hidden under another micro-batch's MoE-layer compute."""
-    ep_layer = 2 * mlp.ep_a2a + (mlp.ep_a2a if g.rec == "full" else 0.0)
+    """Dispatch + combine forward, their mirror images backward, once more under full recompute or the "moe"
+    recompute module; with --overlap-moe-expert-parallel-comm hidden under another micro-batch's MoE-layer
+    compute."""
+    ep_layer = 2 * mlp.ep_a2a + (mlp.ep_a2a if reruns_moe_forward(g.rec) else 0.0)
     if not (ep_layer and g.ovl):
         return ep_layer, x
     ep_layer, slow = ep_exposed(ep_layer, x.moe_fwd + x.moe_bwd + x.moe_re, ctx.eff.sms)
@@ -564,10 +581,12 @@ def _issue_floor(
     `tensor_parallel.checkpoint` and torch.utils.checkpoint call the forward function again): every forward op
     is issued a second time and, in a MoE layer, the dispatcher syncs the host again before its all-to-all
     (token_dispatcher.py `cuda_sync_point`, reached by the same forward code), so the recompute gets the
-    forward's floor. Selective recompute re-runs a few ops and no dispatcher (not floored)."""
+    forward's floor. The "moe" recompute module re-runs the MoE layer's synced forward the same way. Other
+    selective recompute re-runs a few ops and no dispatcher (not floored)."""
     if ctx.w.cuda_graphs:
         return x
     full = g.rec == "full"
+    moe_again = reruns_moe_forward(g.rec)
     hf, hb = host_issue_time(False, 0)
     if full:
         d_f, d_b, d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense, x.dense_re, hf)
@@ -575,10 +594,10 @@ def _issue_floor(
         (d_f, d_b, _), d_re = _floor(x.dense_fwd, x.dense_bwd, hf, hb, comm_dense), x.dense_re
     m_f, m_b, m_re = x.moe_fwd, x.moe_bwd, x.moe_re
     if mlp.routed is not None:
-        passes = 3 if full else 2  # dispatch/combine passes: forward, backward, recompute
+        passes = 3 if moe_again else 2  # dispatch/combine passes: forward, backward, recompute
         local = ctx.model.experts / g.e
         m_f, m_b = issue_bound_layer(m_f, m_b, mlp.routed, comm_moe, ep_s, passes, local, ctx.fp8)
-        if full:  # the recompute re-runs the synced forward: the same stretch
+        if moe_again:  # the recompute re-runs the synced forward: the same stretch
             m_re = x.moe_re + (m_f - x.moe_fwd)
     return _Times(d_f, d_b, d_re, m_f, m_b, m_re)
 
@@ -686,6 +705,8 @@ class _ActivationTerms:
         freed += norm_out / sp_div + gathered if "layernorm" in mods else 0.0
         freed += self.up_tok / t if "mla_up_proj" in mods else 0.0
         freed += self.mlp_tok / t if "mlp" in mods and not moe else 0.0
+        if "moe" in mods and moe:  # a normal checkpoint keeps the layer's input only: every MoE internal goes
+            return freed + self.moe_tok / t
         return freed + (self.moe_act_tok / t if "moe_act" in mods and moe else 0.0)
 
 
