@@ -62,12 +62,29 @@ def test_sweeps_file_is_cited_and_not_calibration_data() -> None:
     df = cited_test_set(SWEEPS)
     assert len(set(df["source"])) >= 2 and (df["arch"] == "moe").any()
     # every tokens/s is what the row's own step time, batch, sequence and GPU count give
+    timed = df[df.measured_step_s != ""]
     tps = (
-        df.global_batch.astype(float)
-        * df.seq_len.astype(float)
-        / (df.measured_step_s.astype(float) * df.num_gpus.astype(float))
+        timed.global_batch.astype(float)
+        * timed.seq_len.astype(float)
+        / (timed.measured_step_s.astype(float) * timed.num_gpus.astype(float))
     )
-    assert (tps / df.measured_tokens_per_s_per_gpu.astype(float) - 1).abs().max() < 1e-3
+    assert (tps / timed.measured_tokens_per_s_per_gpu.astype(float) - 1).abs().max() < 1e-3
+    # the rest (Megatron-MoE-ModelZoo's TFLOPS-only tables, Qwen3-235B-A22B) convert TFLOPS under Megatron-LM's
+    # num_floating_point_operations: 3 (fwd + bwd) x 2 (FMA) x [per layer: QKV and output projections
+    # h(q + k + v) + q·h, causal core attention q·s, 8 routed SwiGLU experts 3·h·f_e·8; logits h·V]
+    untimed = df[df.measured_step_s == ""]
+    assert set(untimed.model) == {"Qwen3-235B-A22B"} and len(untimed) >= 12
+    h, q, kv, fe, vocab = 4096, 64 * 128, 4 * 128, 1536, 151936
+    s_ = untimed.seq_len.astype(float)
+    per_token = 6 * (94 * (h * (q + 2 * kv) + q * h + q * s_ + 3 * h * fe * 8) + h * vocab)
+    derived = untimed.measured_tflops_per_gpu.astype(float) * 1e12 / per_token
+    assert (derived / untimed.measured_tokens_per_s_per_gpu.astype(float) - 1).abs().max() < 1e-3
+    # the same count gives the readme's four timed H100 rows (MZSW-Q235-01..04: TF/GPU over tokens/s from their
+    # step times; TF rounded to 1, steps to 0.1 s)
+    zoo = timed[timed.id.str.startswith("MZSW-Q235-")]
+    ratio = zoo.measured_tflops_per_gpu.astype(float) * 1e12 / zoo.measured_tokens_per_s_per_gpu.astype(float)
+    at_4k = 6 * (94 * (h * (q + 2 * kv) + q * h + q * 4096 + 3 * h * fe * 8) + h * vocab)
+    assert len(zoo) == 4 and at_4k == pytest.approx(ratio.mean(), rel=3e-3)
 
 
 def test_ranking_bench_runs_on_the_data(capsys) -> None:
@@ -122,7 +139,7 @@ def test_sweep_rows_read_as_stated() -> None:
 
 def test_bands_table_counts_layouts_inside_the_widened_band() -> None:
     """--bands: per source, the share of measured layouts inside the shipped calibration's 80% band as
-    `estimate --batch` widens it. The H800 sweep's 9 layouts are all far from the published runs (the steps
+    `estimate --batch` widens it. The H800 sweep's 10 layouts are all far from the published runs (the steps
     median exceeds the widening's knee), and the table counts exactly the rows with a measurement."""
     from autopar.calibration import novelty
 
@@ -130,7 +147,7 @@ def test_bands_table_counts_layouts_inside_the_widened_band() -> None:
     df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)
     assert int(table["layouts"].sum()) == len(df)
     xt = table.loc["xtuner_megatron_moe"]
-    assert int(xt["layouts"]) == 9 and xt["steps"] > novelty.KNEE_STEPS
+    assert int(xt["layouts"]) == 10 and xt["steps"] > novelty.KNEE_STEPS
     assert ((table["cover"] >= 0) & (table["cover"] <= 1)).all()
     assert rk.band_lines(table)[0].startswith("The shipped calibration's 80% band")
 

@@ -5,7 +5,9 @@ experts, top-8) on 256 H800 with Pai-Megatron-Patch 2b201af (bench/data/sweeps.c
 - every layout in its tables ran, so each must be predicted to fit under the margin a search uses on Megatron;
 - section "TP vs PP": "if we require no recompute (recompute=select is also approximately no recompute), then
   TP must be enabled, otherwise it will exceed single-card memory": without TP and with at most the
-  layernorm + moe_act recompute, no pipeline split of this model fits on 256 H800 at micro-batch 1;
+  layernorm + moe_act recompute, no pipeline split of this model fits on 256 H800 at micro-batch 1; section
+  "Recomputation" then runs TP1 PP32 VPP3 with recompute=moe ("recomputing layernorm and entire moe module",
+  Megatron's moe module: sel:layernorm+moe), which "can save a large amount of activation memory";
 - section "PP Parallelism Setting": TP2 EP8 PP8 with recompute=select is "basically full", and "once vpp is
   enabled, it will OOM". The point estimate fits it with virtual stages (72-77 GiB of 79); the margin a search
   uses for a top-8 MoE on Megatron-Core (search/margin.py MEASURED_TOPK_MAX: the memory band's upper end) refuses
@@ -31,7 +33,7 @@ MEGATRON_MARGIN = band_margin(None, 0.0, "megatron", row_to_specs(XTUNER[0]).mod
 
 
 def test_the_sweep_is_there() -> None:
-    assert len(XTUNER) == 9 and {r["gpu"] for r in XTUNER} == {"H800"}
+    assert len(XTUNER) == 10 and {r["gpu"] for r in XTUNER} == {"H800"}
 
 
 @pytest.mark.parametrize("row", XTUNER, ids=[r["id"] for r in XTUNER])
@@ -55,6 +57,21 @@ def test_no_tp_with_select_recompute_does_not_fit(pp: int, vpp: int | None) -> N
     )
     est = estimate(s.model, s.cluster, s.workload, strat, check=False)
     assert est.headroom_bytes < 0, (pp, vpp, est.headroom_bytes)
+
+
+def test_recomputing_the_whole_moe_layer_lets_tp1_fit() -> None:
+    row = next(r for r in XTUNER if r["id"] == "XTSW-2048-06")  # TP1 PP32v3 EP8 mb1, recompute=moe: ran
+    s = row_to_specs(row)
+    assert (s.strategy.tp, s.strategy.pp, s.strategy.vpp, s.strategy.recompute) == (
+        1,
+        32,
+        3,
+        "sel:layernorm+moe",
+    )
+    ran = estimate(s.model, s.cluster, s.workload, s.strategy, check=False)
+    assert MEGATRON_MARGIN.need_gib(ran.headroom_bytes / GiB, ran.memory.total / GiB) <= 0
+    select = s.strategy.model_copy(update={"recompute": "sel:layernorm+moe_act"})
+    assert estimate(s.model, s.cluster, s.workload, select, check=False).headroom_bytes < 0
 
 
 @pytest.mark.parametrize("vpp", [2, 3, 4, 6])
