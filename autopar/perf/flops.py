@@ -121,7 +121,6 @@ def module_recompute_flops_per_token(m: ModelSpec, f: ForwardFlops, mods: frozen
     from autopar.perf.params import count_params
 
     pc = count_params(m)
-
     out = f.attn_core if "core_attn" in mods else 0.0
     if "mla_up_proj" in mods and m.is_mla:
         rq, rkv, dn, dr, dv = m.mla

@@ -484,10 +484,9 @@ def _module_recompute(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp) ->
         both += at.up_gemm + passes * ROPE_BYTES_PER_QK * (g.a + g.k) * g.dh / g.t
     dense = both + (mlp.dense_gemm + passes * act * g.f / g.t if "mlp" in mods else 0.0)
     routed_act = passes * act * mlp.fe * ctx.model.topk * mlp.load / g.t
-    if (
-        "moe" in mods
-    ):  # the layer's forward: GEMMs, router/permutation overheads (the clamp among them), activations
-        shared_act = passes * act * ctx.model.shared_ffn * ctx.model.shared_experts / g.t if mlp.fe else 0.0
+    if "moe" in mods:
+        # the layer's forward: GEMMs, router/permutation overheads (the eager clamp among them), activations
+        shared_act = passes * act * ctx.model.shared_ffn * ctx.model.shared_experts / g.t
         moe = both + mlp.moe_gemm + mlp.moe_fwd_extra + routed_act + shared_act
     elif "moe_act" in mods:  # the activation, and an eager GLU clamp inside the checkpoint (perf/moe.py)
         clamp = mlp.routed.clamp_fwd if mlp.routed else 0.0
