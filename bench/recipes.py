@@ -21,10 +21,11 @@ something else (torchtitan's 1D-to-4D and async-TP benchmarks, a platform baseli
 DEMONSTRATION_PAGES) published a measurement, not a layout its team swept.
 
 Measured support (calibration/support.py): a pick that beats the recipe is backed where another measured
-run of the same problem family (same network, GPU, precision, sequence and software as the record names it; GPU count within two
-doublings, sequences per GPU within one), or of its system on another stack at a precision no faster, ran
-faster per GPU than the recipe: the recipe was not the measured best there. Each problem prints that run and its gain; the headline adds the ratios divided by that gain (the
-claim beyond every measurement). The runs searched: every measured row of the published runs, the dev files,
+run of the same problem family (same network, GPU, precision, sequence and software as the record names it;
+GPU count within two doublings, sequences per GPU within one), or of its system on another stack at a
+precision no faster, ran faster per GPU than the recipe: the recipe was not the measured best there. Each
+problem prints that run and its gain; the headline adds the ratios divided by that gain (the claim beyond
+every measurement). The runs searched: every measured row of the published runs, the dev files,
 the sweeps and bench/data/torchtitan_2024_runs.csv (torchtitan's earlier performance page: Llama-3.1-405B
 without pipeline stages on 128 H100, Llama 2 and 3 on 64 A100), a source no mechanism was tuned on.
 
@@ -44,6 +45,7 @@ Usage: python bench/recipes.py [--only SUBSTRING] [--heldout] [--csv out.csv]
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -158,13 +160,18 @@ def user_workload(w: Workload, stated: Mapping[str, Any] | None = None) -> Workl
     return w.model_copy(update=update)
 
 
+@functools.cache
+def _records(path: Path) -> tuple[dict[str, Any], ...]:
+    """A run file's rows (blank cells ''), read once per process: the problems and the support search share
+    them."""
+    return tuple(read_run_records(path).fillna("").to_dict("records"))
+
+
 def load_problems(only: str = "") -> list[Problem]:
     """Every pre-training problem of the recipe sources, with its best measured layout and the options
     that layout's preset states (given to the pick too)."""
-    rows = read_run_records(published_runs_path()).fillna("").to_dict("records")
-    rows += read_run_records(FRONTIER).fillna("").to_dict("records")
-    sweeps = read_run_records(SWEEPS).fillna("").to_dict("records")
-    rows += [r for r in sweeps if r.get("source") in SWEEP_RECIPE_SOURCES]
+    rows = [*_records(published_runs_path()), *_records(FRONTIER)]
+    rows += [r for r in _records(SWEEPS) if r.get("source") in SWEEP_RECIPE_SOURCES]
     best: dict[tuple, Problem] = {}
     for row in rows:
         src = str(row.get("source") or "")
@@ -196,7 +203,7 @@ def load_problems(only: str = "") -> list[Problem]:
 def measured_runs() -> list[MeasuredRun]:
     """Every measured row the support search looks at (module docstring)."""
     files = (published_runs_path(), FRONTIER, SWEEPS, *SUPPORT_ONLY)
-    return [r for path in files for r in runs_from_rows(read_run_records(path).fillna("").to_dict("records"))]
+    return [r for path in files for r in runs_from_rows(_records(path))]
 
 
 def support_for(p: Problem, runs: list[MeasuredRun]) -> Support | None:

@@ -130,7 +130,8 @@ GOLDEN = [
     # OpenAI gpt-oss model card: 116.83B total; 5.13B active *excluding the input embedding*, which
     # count_params includes: 5.13e9 + 201088 * 2880 = 5.13e9 + 0.579e9 = 5.709e9.
     ("GPT-OSS-120B", 116.83e9, 0.005, 5.709e9, 0.01, "OpenAI gpt-oss-120b model card"),
-    # The same card: gpt-oss-20b 20.91B total, 3.61B active excluding the input embedding (+0.579e9 = 4.189e9).
+    # The same card: gpt-oss-20b 20.91B total, 3.61B active excluding the input embedding
+    # (+0.579e9 = 4.189e9).
     ("GPT-OSS-20B", 20.91e9, 0.005, 4.189e9, 0.01, "OpenAI gpt-oss-20b model card"),
 ]
 

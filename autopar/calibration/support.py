@@ -128,11 +128,10 @@ def measured_support(
             best = r
     if best is None:
         return None
-    label = best.strategy.label()
-    n, gb = best.cluster.num_gpus, best.workload.global_batch
     w = best.workload
     stack = f"{best.software or w.framework}, {w.precision}" if w.framework != workload.framework else ""
-    return Support(best.id, label, n, gb, best.measured, best.measured / recipe_measured, stack)
+    label, n = best.strategy.label(), best.cluster.num_gpus
+    return Support(best.id, label, n, w.global_batch, best.measured, best.measured / recipe_measured, stack)
 
 
 def runs_from_rows(rows: Iterable[Mapping[Any, Any]]) -> tuple[MeasuredRun, ...]:

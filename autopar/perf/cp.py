@@ -12,9 +12,10 @@ Variants (Megatron `--cp-comm-type`, megatron/training/arguments.py; Megatron do
   --hierarchical-context-parallel-sizes).
 PyTorch's `context_parallel` (torchtitan; the fsdp stack's dense models) runs both of its variants as one
 ring loop of c SDPA steps with an fp32 merge (torch/distributed/tensor/experimental/_attention.py
-`_templated_ring_attention`); its rotate method only decides how K, V reach the ranks: "allgather" (torchtitan's default) gathers them once per pass
-(`_torch_ring`), "alltoall" (autopar's "p2p") passes them one hop per step (`_torch_permute_ring`). Neither is
-Transformer Engine's all-gather form (`_allgather`), which runs two query-chunk kernels and no merge.
+`_templated_ring_attention`); its rotate method only decides how K, V reach the ranks: "allgather"
+(torchtitan's default) gathers them once per pass (`_torch_ring`), "alltoall" (autopar's "p2p") passes them
+one hop per step (`_torch_permute_ring`). Neither is Transformer Engine's all-gather form (`_allgather`),
+which runs two query-chunk kernels and no merge.
 Every per-layer time below is per micro-batch, on one GPU.
 """
 
