@@ -10,8 +10,8 @@ autopar.launch.slurm; stage splits: autopar.launch.split.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from autopar.errors import InvalidStrategyError, SpecError
 from autopar.launch.deepspeed import deepspeed_config
@@ -126,12 +126,16 @@ def launch_settings(
     strategy: Strategy,
     *,
     versions: Mapping[str, str] | None = None,
+    extra_megatron_args: Sequence[str] = (),
 ) -> LaunchSettings:
-    """Framework settings for a strategy, so a recommendation can be launched without re-typing it."""
+    """Framework settings for a strategy, so a recommendation can be launched without re-typing it;
+    `extra_megatron_args` ("--flag value" entries) go after the strategy's (`autopar tune`'s short runs add
+    `--log-interval 1` so every step is logged)."""
     vers = target_versions(versions)
     s, microbatches = _resolve(model, cluster, workload, strategy)
     header = f"{model.name} on {cluster.num_gpus} x {cluster.gpu.name}, {s.label()}, {workload.precision}"
     meg = megatron_args(model, cluster, workload, s)
+    meg = replace(meg, args=[*meg.args, *extra_megatron_args])
     env = megatron_env(model, s)
     tt_reason = torchtitan_unsupported(model, s, vers["torchtitan"]) or ""
     tt, tt_notes = (

@@ -1,0 +1,432 @@
+"""The measured loop: propose a candidate, run it, learn from the measurement, until the stop rule holds.
+
+`Tuner` holds the candidates, the prior, the runs measured so far (this tune's and, on a resumed study, the
+earlier ones) and the belief they give (autopar/tune/belief.py); `step` runs one candidate, `run` loops until
+a stop rule: "confident" (autopar/tune/decide.py), "max_runs", "max_hours" (GPU-job wall time of the runs,
+resumed ones included) or "exhausted" (no candidate left that has not run). A candidate runs at most once:
+a failed or stale run is kept, with its reason, and never launched again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autopar.calibration.plan import SHORT_RUN_MEASURED, SHORT_RUN_WARMUP, Z80
+from autopar.tune import belief as bf
+from autopar.tune import decide
+from autopar.tune.candidates import Candidate, knob_matrix
+from autopar.tune.runners.base import Job, Outcome, checked, failed
+
+DEFAULT_STEPS = SHORT_RUN_WARMUP + SHORT_RUN_MEASURED  # a short run: 10 warm-up + 20 measured steps
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How the loop runs and when it stops."""
+
+    max_runs: int | None = None
+    max_hours: float | None = None
+    p_stop: float = decide.DEFAULT_STOP_PROBABILITY
+    noise: float = decide.DEFAULT_NOISE
+    steps: int = DEFAULT_STEPS
+    warmup: int = SHORT_RUN_WARMUP
+    run_timeout_s: float | None = None
+    runs_dir: Path = Path("autopar-tune")
+
+
+@dataclass
+class RunInfo:
+    """One run: which candidate, what was believed when it was chosen, what it measured."""
+
+    number: int
+    key: str
+    outcome: Outcome
+    believed: tuple[float, float, float]  # tokens/s per GPU: median, 80% band, when it was chosen
+    p_fit: float
+    win_probability: float
+    wall_s: float
+    run_dir: str
+    resumed: bool = False
+
+
+@dataclass
+class Belief:
+    """Per candidate: believed median tokens/s per GPU and 80% band, probability to fit, chance to win."""
+
+    median: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    fit: np.ndarray
+    win: np.ndarray
+
+
+@dataclass
+class TuneResult:
+    """What a tune did and concluded."""
+
+    candidates: list[Candidate]
+    runs: list[RunInfo]
+    stopped: str
+    why: str
+    prior: Belief
+    posterior: Belief
+    pick: int | None  # index into candidates of the measured pick
+    front: list[int] = field(default_factory=list)  # indices of the measured front (several clusters)
+    study_name: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def multi(self) -> bool:
+        return len({c.hardware for c in self.candidates}) > 1
+
+
+class Tuner:
+    """The loop's state: candidates, prior, runs."""
+
+    def __init__(self, candidates: Sequence[Candidate], prior: bf.Prior | None = None) -> None:
+        if not candidates:
+            raise ValueError("no candidates to tune")
+        self.cands = list(candidates)
+        self.prior = prior or prior_of(self.cands)
+        self.z = knob_matrix(self.cands)
+        self.log_pred = np.log([c.predicted for c in self.cands])
+        self.runs: list[RunInfo] = []
+        self.index = {c.key: i for i, c in enumerate(self.cands)}
+        self.noise = decide.DEFAULT_NOISE
+
+    # ------------------------------------------------------------------------------------------ belief
+    def _measured(self) -> tuple[list[int], list[float]]:
+        idx, y = [], []
+        for r in self.runs:
+            x = r.outcome.tokens_per_s_per_gpu
+            if r.outcome.status == "ok" and x:
+                i = self.index[r.key]
+                idx.append(i)
+                y.append(math.log(x) - self.log_pred[i])
+        return idx, y
+
+    def _memory_evidence(self) -> list[bf.MemoryEvidence]:
+        out = []
+        for r in self.runs:
+            c = self.cands[self.index[r.key]]
+            room = math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else math.inf
+            o = r.outcome
+            if o.status == "oom":
+                out.append(bf.MemoryEvidence(room, "oom"))
+            elif o.status == "ok" and not o.smoke:
+                if o.peak_mem_gib and c.mem_gib > 0:
+                    out.append(bf.MemoryEvidence(room, "peak", math.log(o.peak_mem_gib / c.mem_gib)))
+                else:
+                    out.append(bf.MemoryEvidence(room, "fit"))
+        return out
+
+    def belief(self, runs: Sequence[RunInfo] | None = None) -> Belief:
+        """The belief given `runs` (default: every run so far)."""
+        keep = self.runs
+        if runs is not None:
+            self.runs = list(runs)
+        try:
+            idx, y = self._measured()
+            mean, sd = bf.throughput_posterior(self.prior, self.z, idx, y)
+            rooms = np.array(
+                [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
+            )
+            fit = bf.fit_probability(self.prior, self._memory_evidence(), rooms)
+            center = self.log_pred + mean
+            win = self._win(center, sd, fit)
+        finally:
+            self.runs = keep
+        return Belief(np.exp(center), np.exp(center - Z80 * sd), np.exp(center + Z80 * sd), fit, win)
+
+    def _measured_arrays(self) -> decide.Measured:
+        pts = [(r.outcome.tokens_per_s_per_gpu, self.cands[self.index[r.key]]) for r in self.runs]
+        ok = [(x, c) for (x, c), r in zip(pts, self.runs, strict=True) if r.outcome.status == "ok" and x]
+        return decide.as_measured(
+            [x for x, _ in ok], [c.num_gpus for _, c in ok], [c.usd_per_gpu_hour for _, c in ok]
+        )
+
+    def _beliefs(self, center: np.ndarray, sd: np.ndarray, fit: np.ndarray, idx: list[int]) -> decide.Beliefs:
+        cs = [self.cands[i] for i in idx]
+        return decide.Beliefs(
+            center[idx],
+            sd[idx],
+            fit[idx],
+            np.array([c.num_gpus for c in cs], float),
+            np.array([c.usd_per_gpu_hour for c in cs], float),
+        )
+
+    def _win(self, center: np.ndarray, sd: np.ndarray, fit: np.ndarray) -> np.ndarray:
+        """Each candidate's chance to fit and beat the measured front by more than the noise (0 once run)."""
+        open_ = self.open()
+        win = np.zeros(len(self.cands))
+        if open_:
+            b = self._beliefs(center, sd, fit, open_)
+            m = self._measured_arrays()
+            win[open_] = decide.win_probability(b, m, self.noise) if len(m.x) else b.fit
+        return win
+
+    def open(self) -> list[int]:
+        """Candidates that have not run (a run of any outcome closes its candidate)."""
+        done = {r.key for r in self.runs}
+        return [i for i, c in enumerate(self.cands) if c.key not in done]
+
+    # ------------------------------------------------------------------------------------------ decisions
+    def propose(self) -> int | None:
+        """The next candidate to run (None when none is left)."""
+        open_ = self.open()
+        if not open_:
+            return None
+        idx, y = self._measured()
+        mean, sd = bf.throughput_posterior(self.prior, self.z, idx, y)
+        rooms = np.array(
+            [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
+        )
+        fit = bf.fit_probability(self.prior, self._memory_evidence(), rooms)
+        b = self._beliefs(self.log_pred + mean, sd, fit, open_)
+        return open_[decide.next_index(b, self._measured_arrays())]
+
+    def stop_rule(self, s: TuneSettings) -> tuple[str, str] | None:
+        """(rule, why) when the loop should stop, else None."""
+        if not self.open():
+            return "exhausted", f"every one of the {len(self.cands)} candidates has run"
+        m = self._measured_arrays()
+        if len(m.x):
+            win = self.belief().win
+            best = float(win.max())
+            if best <= s.p_stop:
+                top = self.cands[int(np.argmax(win))].key
+                return "confident", (
+                    f"no candidate that has not run has more than {s.p_stop:.0%} chance to beat the measured best "
+                    f"by more than {s.noise:.0%} (the likeliest, {top}: {best:.1%})"
+                )
+        if s.max_runs is not None and len(self.runs) >= s.max_runs:
+            return "max_runs", f"--max-runs {s.max_runs} reached"
+        hours = sum(r.wall_s for r in self.runs) / 3600
+        if s.max_hours is not None and hours >= s.max_hours:
+            return "max_hours", f"--max-hours {s.max_hours:g} reached ({hours:.2f} h of runs)"
+        return None
+
+    def pick(self) -> tuple[int | None, list[int]]:
+        """(the measured pick: highest tokens/s of the cluster, the measured front's indices into candidates)."""
+        ok = [r for r in self.runs if r.outcome.status == "ok" and r.outcome.tokens_per_s_per_gpu]
+        if not ok:
+            return None, []
+        m = self._measured_arrays()
+        front = [self.index[ok[i].key] for i in decide.measured_front(m)]
+        best = max(ok, key=lambda r: r.outcome.tokens_per_s_per_gpu * self.cands[self.index[r.key]].num_gpus)
+        return self.index[best.key], front
+
+
+def prior_of(cands: Sequence[Candidate], config_sd: float | None = None) -> bf.Prior:
+    """The prior from the candidates' bands (autopar/tune/belief.py prior_from_bands)."""
+    return bf.prior_from_bands(
+        [bf.band_sd(c.lo, c.hi) for c in cands],
+        [bf.band_sd(c.mem_lo, c.mem_hi) for c in cands],
+        config_sd,
+    )
+
+
+Event = Callable[[str, Any], None]
+
+
+def run_loop(
+    tuner: Tuner,
+    runner: Any,
+    settings: TuneSettings,
+    study: Any = None,
+    on_event: Event | None = None,
+) -> TuneResult:
+    """Resume what `study` holds, then run candidates until a stop rule holds."""
+    tuner.noise = settings.noise
+    emit = on_event or (lambda kind, payload: None)
+    prior_belief = tuner.belief([])
+    if study is not None:
+        _resume(tuner, runner, settings, study, emit)
+    while (rule := tuner.stop_rule(settings)) is None:
+        i = tuner.propose()
+        if i is None:
+            break
+        run = _one_run(tuner, i, runner, settings, study)
+        tuner.runs.append(run)
+        emit("run", run)
+    stopped, why = rule or ("exhausted", "no candidate left")
+    pick, front = tuner.pick()
+    return TuneResult(
+        tuner.cands,
+        tuner.runs,
+        stopped,
+        why,
+        prior_belief,
+        tuner.belief(),
+        pick,
+        front,
+        study_name=getattr(study, "name", None),
+    )
+
+
+def _job(tuner: Tuner, i: int, number: int, settings: TuneSettings) -> Job:
+    c = tuner.cands[i]
+    folder = settings.runs_dir / f"run{number:03d}-{_slug(c.key)}"
+    return Job(number, c, folder, settings.steps, settings.warmup, settings.run_timeout_s)
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60] or "run"
+
+
+def _attrs_before(tuner: Tuner, i: int, job: Job, runner: Any) -> tuple[dict[str, Any], tuple, float, float]:
+    c = tuner.cands[i]
+    b = tuner.belief()
+    believed = (float(b.median[i]), float(b.lo[i]), float(b.hi[i]))
+    attrs = {
+        "label": c.label,
+        "candidate_id": c.candidate_id,
+        "hardware": c.hardware,
+        "runner": runner.name,
+        "run_dir": str(job.run_dir),
+        "predicted_tokens_per_s_per_gpu": c.predicted,
+        "predicted_band": [c.lo, c.hi],
+        "analytical_tokens_per_s_per_gpu": c.analytical,
+        "believed_tokens_per_s_per_gpu": believed[0],
+        "believed_band": [believed[1], believed[2]],
+        "p_fit": float(b.fit[i]),
+        "win_probability": float(b.win[i]),
+        "predicted_peak_mem_gib": c.mem_gib,
+    }
+    return attrs, believed, float(b.fit[i]), float(b.win[i])
+
+
+def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: Any) -> RunInfo:
+    number = len(tuner.runs) + 1
+    job = _job(tuner, i, number, settings)
+    attrs, believed, p_fit, win = _attrs_before(tuner, i, job, runner)
+    trial = study.begin(job.candidate.key, _knobs(job.candidate), attrs) if study is not None else None
+    t0 = time.monotonic()
+    try:
+        handle = runner.start(job)
+    except Exception as e:  # noqa: BLE001 - a launch that fails is a failed run, the loop goes on
+        outcome = failed(f"could not start: {e}")
+    else:
+        if trial is not None:
+            trial.set_user_attr("handle", handle)
+        try:
+            outcome = checked(runner.wait(job, handle), job.candidate.predicted)
+        except KeyboardInterrupt:
+            raise  # the trial stays RUNNING with its handle: the next tune re-attaches
+        except Exception as e:  # noqa: BLE001
+            outcome = failed(f"runner error: {e}")
+    wall = time.monotonic() - t0
+    run = RunInfo(number, job.candidate.key, outcome, believed, p_fit, win, wall, str(job.run_dir))
+    if trial is not None:
+        _finish(study, trial, tuner, run)
+    return run
+
+
+def _knobs(c: Candidate) -> dict[str, int]:
+    from autopar.tune.study import KNOB_PARAMS
+
+    return {k: int(getattr(c.strategy, k) or 1) for k in KNOB_PARAMS}
+
+
+def _finish(study: Any, trial: Any, tuner: Tuner, run: RunInfo) -> None:
+    o = run.outcome
+    c = tuner.cands[tuner.index[run.key]]
+    attrs = {"status": o.status, "wall_s": run.wall_s, "how": o.reason, "smoke": o.smoke}
+    if o.peak_mem_gib is not None:
+        attrs["measured_peak_mem_gib"] = o.peak_mem_gib
+    if o.status == "ok" and o.tokens_per_s_per_gpu:
+        x = o.tokens_per_s_per_gpu
+        attrs["measured_tokens_per_s_per_gpu"] = x
+        attrs["measured_over_predicted"] = x / c.predicted
+        values = [x * c.num_gpus, 1e6 * c.usd_per_gpu_hour / 3600 / x] if study.multi else [x]
+        study.complete(trial, values, attrs)
+    else:
+        study.fail(trial, {**attrs, "fail_reason": o.reason})
+
+
+def _resume(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, emit: Event) -> None:
+    """Take in the study's finished runs; re-attach to RUNNING ones (or mark them stale)."""
+    study.fail_waiting()
+    for t in sorted(study.trials(), key=lambda t: t.number):
+        if t.key not in tuner.index or t.state == "WAITING":
+            continue
+        a = t.attrs
+        believed = (
+            a.get("believed_tokens_per_s_per_gpu") or math.nan,
+            *(a.get("believed_band") or (math.nan, math.nan)),
+        )
+        number = len(tuner.runs) + 1
+        if t.state == "RUNNING":
+            outcome = _reattach(tuner, runner, settings, study, t, number)
+        elif t.state == "COMPLETE":
+            outcome = Outcome(
+                "ok",
+                a.get("measured_tokens_per_s_per_gpu"),
+                a.get("measured_peak_mem_gib"),
+                a.get("how", ""),
+                smoke=bool(a.get("smoke")),
+            )
+        else:
+            outcome = Outcome(
+                a.get("status") if a.get("status") in ("oom", "failed") else "failed",
+                reason=a.get("fail_reason", "failed"),
+            )
+        run = RunInfo(
+            number,
+            t.key,
+            outcome,
+            believed,
+            a.get("p_fit", math.nan),
+            a.get("win_probability", math.nan),
+            float(a.get("wall_s") or 0.0),
+            str(a.get("run_dir", "")),
+            resumed=True,
+        )
+        tuner.runs.append(run)
+        emit("resumed", run)
+
+
+def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: Any, number: int) -> Outcome:
+    """Wait for a run an earlier tune launched (or mark it stale); finish its trial."""
+    a = t.attrs
+    i = tuner.index[t.key]
+    job = Job(
+        number,
+        tuner.cands[i],
+        Path(a.get("run_dir") or settings.runs_dir),
+        settings.steps,
+        settings.warmup,
+        settings.run_timeout_s,
+    )
+    handle = a.get("handle")
+    outcome: Outcome | None = None
+    if handle is None:
+        reason = "stale: the tune stopped before the run was launched"
+    elif a.get("runner") != runner.name:
+        reason = f"stale: launched by the {a.get('runner')} runner, not {runner.name}"
+    else:
+        outcome = runner.attach(job, handle)
+        reason = "stale: the run is gone and left no result"
+    t0 = time.monotonic()
+    final = (
+        checked(outcome, tuner.cands[i].predicted)
+        if outcome is not None
+        else Outcome("failed", reason=reason)
+    )
+    run = RunInfo(
+        number, t.key, final, (math.nan,) * 3, math.nan, math.nan, time.monotonic() - t0, str(job.run_dir)
+    )
+    if final.status == "failed" and final.reason.startswith("stale"):
+        study.fail(study.trial_of(t), {"status": "stale", "fail_reason": final.reason})
+    else:
+        _finish(study, study.trial_of(t), tuner, run)
+    return final
