@@ -40,6 +40,7 @@ LAYERS: list[set[str]] = [
     {"costs"},
     {"reports"},
     {"dryrun"},
+    {"tune"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}

@@ -1,4 +1,4 @@
-"""autopar's command line: `autopar estimate|compare|fix|optimize|whatif|study|calibrate|launch|dryrun|models|gpus`."""
+"""autopar's command line: `autopar estimate|compare|fix|optimize|tune|whatif|study|calibrate|launch|dryrun|models|gpus`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from autopar.cli import launch as _launch  # noqa: F401,E402
 from autopar.cli import optimize as _optimize  # noqa: F401,E402
 from autopar.cli import study as _study  # noqa: F401,E402
 from autopar.cli import topology as _topology  # noqa: F401,E402
+from autopar.cli import tune as _tune  # noqa: F401,E402
 from autopar.cli import whatif as _whatif  # noqa: F401,E402
 from autopar.cli.app import app
 

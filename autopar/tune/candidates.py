@@ -50,6 +50,7 @@ class Candidate:
     capacity_gib: float
     verdict: str  # fits / at risk / oom (autopar.calibration.verdict)
     usd_per_gpu_hour: float
+    mfu: float = math.nan  # model FLOPs / dense peak at `predicted` (a measurement implies its own)
 
     @property
     def num_gpus(self) -> int:
@@ -147,6 +148,7 @@ def predict(
         capacity_gib=est.capacity_bytes / GiB,
         verdict=ev.verdict,
         usd_per_gpu_hour=ev.price[0],
+        mfu=est.mfu,
     )
 
 

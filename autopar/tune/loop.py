@@ -319,7 +319,7 @@ def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: A
         if trial is not None:
             trial.set_user_attr("handle", handle)
         try:
-            outcome = checked(runner.wait(job, handle), job.candidate.predicted)
+            outcome = checked(runner.wait(job, handle), job.candidate.predicted, job.candidate.mfu)
         except KeyboardInterrupt:
             raise  # the trial stays RUNNING with its handle: the next tune re-attaches
         except Exception as e:  # noqa: BLE001
@@ -418,7 +418,7 @@ def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: 
         reason = "stale: the run is gone and left no result"
     t0 = time.monotonic()
     final = (
-        checked(outcome, tuner.cands[i].predicted)
+        checked(outcome, tuner.cands[i].predicted, tuner.cands[i].mfu)
         if outcome is not None
         else Outcome("failed", reason=reason)
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +67,9 @@ class TuneStudy:
         )
         self.name = name
         self._check_identity(problem)
-        self.study.set_metric_names([m for m, _ in metrics])
+        with warnings.catch_warnings():  # set_metric_names is flagged experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.study.set_metric_names([m for m, _ in metrics])
 
     def _check_identity(self, problem: dict[str, Any]) -> None:
         fp = fingerprint(self.keys)

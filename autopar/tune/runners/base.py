@@ -175,8 +175,9 @@ def outcome_of(job: Job, exit_code: int | None, log_text: str) -> Outcome:
     return failed(f"no {job.result_path.name} and no training log it could parse")
 
 
-def checked(outcome: Outcome, predicted: float) -> Outcome:
-    """FAIL a measurement that is not a number a layout could give: PLAUSIBLE_FACTOR from the prediction."""
+def checked(outcome: Outcome, predicted: float, predicted_mfu: float = math.nan) -> Outcome:
+    """FAIL a measurement that is not a number a layout could give: PLAUSIBLE_FACTOR from the prediction, or
+    more model FLOPs than the GPU's dense peak (MFU over 100%, from the predicted MFU at the predicted speed)."""
     x = outcome.tokens_per_s_per_gpu
     if outcome.status != "ok" or outcome.smoke or x is None or not (predicted > 0):
         return outcome
@@ -185,5 +186,10 @@ def checked(outcome: Outcome, predicted: float) -> Outcome:
         return failed(
             f"measured {x:,.4g} tokens/s per GPU is x{ratio:.3g} the prediction {predicted:,.4g}: no layout "
             "does that; check the runner's units (per GPU, after warm-up) and the problem flags (GPU, batch)"
+        )
+    if math.isfinite(predicted_mfu) and predicted_mfu * ratio > 1:
+        return failed(
+            f"measured {x:,.4g} tokens/s per GPU implies MFU {predicted_mfu * ratio:.0%} of the GPU's dense peak "
+            "(at most 100% is possible); check the runner's units and the problem flags"
         )
     return outcome

@@ -1,0 +1,78 @@
+"""Every measured run of a tune goes into the calibration store (autopar/calibration/store.py), tagged with
+the cluster (`cluster` column: the group whose offset `calibrate fit` learns), so `autopar calibrate fit`
+and the next `optimize --calibration` on that cluster start from what the tune learned. Records are written
+as a run-record file in the run's folder and ingested through the same validation as `calibrate ingest`
+(atomic, idempotent: a resumed tune adds nothing twice)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autopar.tune.candidates import Candidate
+from autopar.tune.runners.base import Outcome
+
+SOURCE = "autopar-tune"
+
+
+def _arch(c: Candidate) -> dict[str, Any]:
+    m = c.model
+    return {
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "ffn_hidden": m.ffn_hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv_heads or m.heads,
+        "head_dim": m.head_dim or m.hidden // m.heads,
+        "vocab": m.vocab,
+        "experts": m.experts or None,
+        "topk": m.topk or None,
+        "shared_experts": m.shared_experts or None,
+        "moe_ffn_hidden": m.moe_ffn_hidden if m.is_moe else None,
+    }
+
+
+def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[str, Any]:
+    """The run record of a measured run (schema of autopar/calibration/records.py)."""
+    s = c.strategy
+    return {
+        "id": run_id,
+        "source": SOURCE,
+        "cluster": cluster_tag,
+        "model": c.model.name,
+        **_arch(c),
+        "seq_len": c.workload.seq_len,
+        "gpu": c.cluster.gpu.name,
+        "num_gpus": c.num_gpus,
+        "gpus_per_node": c.cluster.host_size,
+        **{k: getattr(s, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "micro_batch")},
+        "etp": s.etp if c.model.is_moe else None,
+        "sp": int(bool(s.sp)),
+        "recompute": s.recompute,
+        "global_batch": c.workload.global_batch,
+        "precision": c.workload.precision,
+        "framework": c.workload.framework,
+        "measured_tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
+        "measured_mem_gb_per_gpu": o.peak_mem_gib,
+        "notes": f"autopar tune run of '{c.label}'; {o.reason}",
+    }
+
+
+def store_run(
+    store: Path | None, c: Candidate, o: Outcome, run_dir: Path, run_id: str, cluster_tag: str
+) -> int:
+    """Ingest one measured run into the store; the number of records added (0 if it was there already). A
+    dry-run ingests the record it wrote itself (a CPU one is a smoke record, never learned from)."""
+    from autopar.calibration.runs import ingest
+    from autopar.calibration.store import RunStore
+
+    if o.status != "ok" or not o.tokens_per_s_per_gpu:
+        return 0
+    own = run_dir / "record.jsonl"
+    path = own if own.exists() else run_dir / "tune-record.jsonl"
+    if path != own:
+        path.write_text(
+            json.dumps(run_record(c, o, run_id, cluster_tag), default=str) + "\n", encoding="utf-8"
+        )
+    return ingest([path], RunStore(store), source=None).added
