@@ -181,6 +181,7 @@ def test_readme_states_these_layers():
             "costs",
             "reports",
             "dryrun",
+            "tune",
             "cli",
         ]
     )

@@ -122,11 +122,11 @@ def test_the_study_is_native_optuna_and_a_second_tune_resumes_without_relaunchin
 
 def test_a_crashed_tune_reattaches_to_the_run_still_going(home):
     """A RUNNING trial whose process is still alive is waited for; one whose process is gone is stale."""
-    from autopar.tune.runners.command import CommandRunner
-    from autopar.tune.runners.base import Job
-    from autopar.tune.candidates import from_labels
     from autopar.catalog import get_gpu, get_model
     from autopar.specs import ClusterSpec, Workload
+    from autopar.tune.candidates import from_labels
+    from autopar.tune.runners.base import Job
+    from autopar.tune.runners.command import CommandRunner
 
     m = get_model("llama-3.1-70b")
     c = from_labels(

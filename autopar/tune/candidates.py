@@ -182,7 +182,7 @@ def from_records(path: Path, calib: Any) -> list[Candidate]:
     for i, row in enumerate(df.to_dict("records")):
         cid = str(row.get("id") or f"row{i + 1}")
         try:
-            sp = row_to_specs(row)
+            sp = row_to_specs({str(k): v for k, v in row.items()})
         except AutoparError as e:
             raise SpecError(f"candidates={path}: row {cid!r}: {one_line(str(e))}") from None
         out.append(predict(cid, cid, (sp.model, sp.cluster, sp.workload, sp.strategy), calib, strict=False))

@@ -220,7 +220,9 @@ class Tuner:
             return None, []
         m = self._measured_arrays()
         front = [self.index[ok[i].key] for i in decide.measured_front(m)]
-        best = max(ok, key=lambda r: r.outcome.tokens_per_s_per_gpu * self.cands[self.index[r.key]].num_gpus)
+        best = max(
+            ok, key=lambda r: (r.outcome.tokens_per_s_per_gpu or 0.0) * self.cands[self.index[r.key]].num_gpus
+        )
         return self.index[best.key], front
 
 

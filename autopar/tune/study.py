@@ -61,7 +61,7 @@ class TuneStudy:
         self.study = optuna.create_study(
             storage=open_storage(storage) if storage else None,
             study_name=name,
-            directions=[d for _, d in metrics],
+            directions=[d for _, d in metrics],  # type: ignore[misc]  # 'maximize'/'minimize'
             load_if_exists=True,
             sampler=optuna.samplers.RandomSampler(seed=0),
         )
