@@ -218,7 +218,7 @@ def tune_cmd(f: Flags) -> None:
     """
     from autopar.tune.loop import Tuner, TuneSettings, prior_of, run_loop
     from autopar.tune.runners import make_runner
-    from autopar.tune.study import TuneStudy, fingerprint
+    from autopar.tune.study import KNOB_PARAMS, TuneStudy, fingerprint
 
     _check(f)
     check_plotly(f.plotly, f.out)
@@ -235,12 +235,7 @@ def tune_cmd(f: Flags) -> None:
     study = TuneStudy(
         storage, name, keys, multi=len({c.hardware for c in cands}) > 1, problem=_problem_doc(cands)
     )
-    study.set_knob_ranges(
-        {
-            k: max(int(getattr(c.strategy, k) or 1) for c in cands)
-            for k in ("tp", "pp", "cp", "dp", "ep", "micro_batch")
-        }
-    )
+    study.set_knob_ranges({k: max(int(getattr(c.strategy, k) or 1) for c in cands) for k in KNOB_PARAMS})
     settings = TuneSettings(
         max_runs=f.max_runs,
         max_hours=f.max_hours,
@@ -266,6 +261,11 @@ def tune_cmd(f: Flags) -> None:
     doc = tune_json(result, storage)
     if result.pick is not None:
         doc["launch"] = _write_launch(result.candidates[result.pick], runs_dir / "pick")
+    _emit(doc, f)
+
+
+def _emit(doc: dict[str, Any], f: Flags) -> None:
+    """Print the end (or the JSON document) and write the HTML report."""
     if f.as_json:
         emit_json(doc)
     else:

@@ -22,9 +22,11 @@ import numpy as np
 
 from autopar.errors import SpecError
 from autopar.knobs import CpComm, Schedule
+from autopar.layouts import Axis
 from autopar.text import one_line
 from autopar.units import GiB
 
+_DEGREES = tuple(a.value for a in (Axis.TP, Axis.PP, Axis.CP, Axis.DP, Axis.EP, Axis.VPP))
 DEFAULT_POOL = 24  # candidates taken from a search: enough for a front's near-ties, few enough to reason on
 _RECOMPUTE_LEVEL = {"none": 0.0, "full": 2.0}  # anything else (selective, sel:*) recomputes a part: 1
 
@@ -92,7 +94,7 @@ def knob_vector(c: Candidate) -> list[float]:
     s = c.strategy
     rec = _RECOMPUTE_LEVEL.get(str(s.recompute), 1.0)
     return [
-        *(_log2(getattr(s, k)) for k in ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch")),
+        *(_log2(getattr(s, k)) for k in (*_DEGREES, "micro_batch")),
         _log2(s.etp or s.tp),
         float(s.zero or 0),
         rec,

@@ -10,10 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autopar.layouts import Axis
 from autopar.tune.candidates import Candidate
 from autopar.tune.runners.base import Outcome
 
 SOURCE = "autopar-tune"
+_DEGREES = tuple(a.value for a in (Axis.TP, Axis.PP, Axis.DP, Axis.CP, Axis.EP, Axis.VPP))
 
 
 def _arch(c: Candidate) -> dict[str, Any]:
@@ -46,8 +48,8 @@ def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[
         "gpu": c.cluster.gpu.name,
         "num_gpus": c.num_gpus,
         "gpus_per_node": c.cluster.host_size,
-        **{k: getattr(s, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "micro_batch")},
-        "etp": s.etp if c.model.is_moe else None,
+        **{k: getattr(s, k) for k in (*_DEGREES, "zero", "micro_batch")},
+        Axis.ETP.value: s.etp if c.model.is_moe else None,
         "sp": int(bool(s.sp)),
         "recompute": s.recompute,
         "global_batch": c.workload.global_batch,

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.layouts import Axis
 
 SINGLE_METRICS = (("tokens_per_s_per_gpu", "maximize"),)
 MULTI_METRICS = (("tokens_per_s", "maximize"), ("usd_per_mtoken", "minimize"))
-KNOB_PARAMS = ("tp", "pp", "cp", "dp", "ep", "micro_batch")
+KNOB_PARAMS = (Axis.TP.value, Axis.PP.value, Axis.CP.value, Axis.DP.value, Axis.EP.value, "micro_batch")
 
 
 def fingerprint(keys: Sequence[str]) -> str:
