@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
+# Python 3.12 venv with Megatron-LM's own argument parser (tests/test_megatron_parser.py); ~1.5 min the first time.
+bash scripts/megatron_venv.sh
 .venv/bin/ruff check autopar tests bench
 .venv/bin/ruff format --check autopar tests bench
 # Type check (settings: [tool.mypy] in pyproject.toml): the package at baseline, strict on perf/, layouts, specs.

@@ -607,3 +607,16 @@ def test_cli_fp8_recipe_reaches_the_files_and_is_checked_against_the_gpu() -> No
     ]
     res = run(app, [*base, "--fp8-recipe", "rowwise"])
     assert res.exit_code == 2 and "--fp8-recipe rowwise needs --precision fp8" in res.stderr
+
+
+def test_launch_settings_refuses_an_account_for_split_megatron_refuses():
+    """32 layers + embedding + loss = 34 units do not divide over pp=4: Megatron's validate_args asserts
+    (megatron/training/arguments.py, core_v0.19.0 line 963; tests/test_megatron_parser.py runs it), and
+    launch_settings now says so instead of writing the flags."""
+    from autopar.errors import InvalidStrategyError
+    from autopar.launch.settings import launch_settings
+
+    s = Strategy(tp=2, pp=4, sp=True, pp_account_embedding=True, pp_account_loss=True)
+    cluster = ClusterSpec(gpu=get_gpu("h100"), num_gpus=32)
+    with pytest.raises(InvalidStrategyError, match=r"\(34\) not divisible by pp=4"):
+        launch_settings(get_model("llama-3.1-8b"), cluster, Workload(seq_len=8192, global_batch=256), s)

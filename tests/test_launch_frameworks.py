@@ -1,9 +1,9 @@
 """The launch files of Pareto points, fed to the frameworks' own code (issue 25).
 
 torchtitan 0.2.2 and DeepSpeed 0.19.5 are the `launch-check` extra (pyproject.toml; scripts/setup.sh test
-installs it) on the test extra's CPU build of PyTorch; tests/frameworks.py runs their parsers and validators. Megatron-LM has no installable
-release for this interpreter (megatron-core >= 0.17 needs Python 3.12), so its files stay checked against
-the vendored schema (tests/test_launch_schema.py). Outside CI a machine without the frameworks skips;
+installs it) on the test extra's CPU build of PyTorch; tests/frameworks.py runs their parsers and validators.
+Megatron-LM's own parse_args + validate_args run in a Python 3.12 venv of their own (megatron-core 0.19.0,
+scripts/megatron_venv.sh) on the same Pareto points' Megatron launches: tests/test_megatron_parser.py. Outside CI a machine without the frameworks skips;
 under CI=true the module fails instead.
 """
 

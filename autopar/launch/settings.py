@@ -27,7 +27,7 @@ from autopar.launch.schema import VERSIONS, resolve_version, schema_source
 from autopar.launch.slurm import continued, node_gpus, slurm_script, torchrun_prefix
 from autopar.launch.split import strategy_split
 from autopar.launch.torchtitan import torchtitan_toml, torchtitan_unsupported
-from autopar.layouts import mesh_problems
+from autopar.layouts import Level, mesh_problems, pp_rules, split_of
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "slurm")
@@ -86,6 +86,9 @@ def _resolve(
     gradient-accumulation steps = global_batch / (micro_batch * dp))."""
     s = strategy.with_dp(cluster.num_gpus)
     problems = mesh_problems(cluster, workload, s)  # the layouts spine's model-independent rules
+    # the pipeline split's hard rules (Megatron's validate_args: account-for options need the counted units
+    # divisible by pp, and exclude explicit first/last stage sizes), which strategy_split does not check
+    problems += [v.message for v in pp_rules(model, s.pp, split_of(s), s.vpp or 1) if v.level == Level.HARD]
     if not problems and strategy_split(model.layers, s) is None:
         problems.append(
             f"layers={model.layers} cannot be split over pp={s.pp} x vpp={s.vpp} stages by Megatron-LM's "
