@@ -302,6 +302,23 @@ def _launches(tmp: Path) -> dict[str, dict]:
             hw = space.hardware[pt.hw]
             ls = launch_settings(m, hw.cluster, hw.workload, pt.strategy)
             out[f"space:{name}/{n}/{gpu} {pt.strategy.label()}"] = launch_item(ls, gpu, tmp)
+    out |= _tune_launches(tmp)
+    return out
+
+
+def _tune_launches(tmp: Path) -> dict[str, dict]:
+    """`autopar tune --runner slurm`'s short runs (--train-iters, --log-interval 1) of a searched problem."""
+    from autopar.tune.candidates import from_search
+    from autopar.tune.runners.base import Job
+    from autopar.tune.runners.slurm import short_run_settings
+
+    m = get_model("llama-3.1-8b")
+    w = Workload(seq_len=8192, global_batch=256, framework="megatron")
+    r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32), w, budget=16, seed=1)
+    out = {}
+    for c in from_search(r, None, pool=6):
+        ls = short_run_settings(Job(1, c, tmp / "run", 30, 10, None))
+        out[f"tune:{c.label}"] = launch_item(ls, "H100-SXM", tmp)
     return out
 
 
@@ -337,6 +354,15 @@ def test_megatron_accepts_every_search_point(verdicts) -> None:
     assert rejected == {}
     assert sum(k.startswith("search:") for k in verdicts) >= 40
     assert sum(k.startswith("space:") for k in verdicts) >= 40
+
+
+def test_megatron_accepts_the_tune_short_runs(verdicts) -> None:
+    tune = {k: v for k, v in verdicts.items() if k.startswith("tune:")}
+    assert len(tune) >= 2
+    for item, problems in tune.values():
+        assert problems == []
+        argv = item["argv"]
+        assert argv[argv.index("--train-iters") + 1] == "30" and argv[argv.index("--log-interval") + 1] == "1"
 
 
 def test_the_launches_use_what_they_check(verdicts) -> None:

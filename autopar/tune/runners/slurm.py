@@ -35,13 +35,18 @@ def _run(argv: list[str], what: str) -> str:
     return done.stdout
 
 
-def job_script(job: Job) -> str:
-    """The sbatch script of a short run of the job's candidate."""
+def short_run_settings(job: Job) -> Any:
+    """The launch settings of a short run of the job's candidate: `job.steps` iterations, each logged."""
     from autopar.launch.settings import launch_settings
 
     c = job.candidate
     w = c.workload.model_copy(update={"token_budget": job.steps * c.workload.tokens_per_step})
-    return launch_settings(c.model, c.cluster, w, c.strategy, extra_megatron_args=SHORT_RUN_ARGS).slurm
+    return launch_settings(c.model, c.cluster, w, c.strategy, extra_megatron_args=SHORT_RUN_ARGS)
+
+
+def job_script(job: Job) -> str:
+    """The sbatch script of a short run of the job's candidate."""
+    return str(short_run_settings(job).slurm)
 
 
 class SlurmRunner:
