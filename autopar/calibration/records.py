@@ -784,6 +784,23 @@ def _schedule(vpp: int | None, pp: int, notes: Any) -> str | None:
     return "1f1b" if pp == 1 or vpp == 1 else None
 
 
+def arch_columns(model: ModelSpec) -> dict[str, Any]:
+    """A model's architecture as run-record columns (what `_model_from_row` reads back)."""
+    return {
+        "layers": model.layers,
+        "hidden": model.hidden,
+        "ffn_hidden": model.ffn_hidden,
+        "heads": model.heads,
+        "kv_heads": model.kv_heads or model.heads,
+        "head_dim": model.head_dim or model.hidden // model.heads,
+        "vocab": model.vocab,
+        "experts": model.experts or None,
+        "topk": model.topk or None,
+        "shared_experts": model.shared_experts or None,
+        "moe_ffn_hidden": model.moe_ffn_hidden if model.is_moe else None,
+    }
+
+
 def measured_tokens_per_s_per_gpu(row: Mapping[str, Any]) -> tuple[float | None, str]:
     """Measured tokens/s/GPU of a record and how it was obtained (as measured, from step time, from TFLOP/s
     under the source's FLOP convention); one implementation, shared with ingestion."""

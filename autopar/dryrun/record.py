@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from autopar.calibration.records import arch_columns
 from autopar.calibration.rows import SMOKE_DEVICE
 from autopar.dryrun.plan import SlicePlan
 from autopar.perf.estimate import estimate
@@ -83,22 +84,6 @@ def comparison(plan: SlicePlan, m: Measured, pred: Estimate, full: Estimate) -> 
     ]
 
 
-def _arch(model: ModelSpec) -> dict[str, Any]:
-    return {
-        "layers": model.layers,
-        "hidden": model.hidden,
-        "ffn_hidden": model.ffn_hidden,
-        "heads": model.heads,
-        "kv_heads": model.kv_heads or model.heads,
-        "head_dim": model.head_dim or model.hidden // model.heads,
-        "vocab": model.vocab,
-        "experts": model.experts or None,
-        "topk": model.topk or None,
-        "shared_experts": model.shared_experts or None,
-        "moe_ffn_hidden": model.moe_ffn_hidden if model.is_moe else None,
-    }
-
-
 def record_model_name(plan: SlicePlan, model: ModelSpec) -> str:
     """The record's model name. Ingest takes activation, norm, tied embeddings and (MoE) the leading dense layers
     from a catalog model of that name, and layers and widths from the record; a stage whose leading dense layers
@@ -123,7 +108,7 @@ def run_record(
     rec: dict[str, Any] = {
         "source": SOURCE,
         "model": record_model_name(plan, model),
-        **_arch(plan.model),
+        **arch_columns(plan.model),
         "seq_len": plan.seq_len,
         "gpu": gpu if not plan.tiny else SMOKE_DEVICE,
         "num_gpus": world,

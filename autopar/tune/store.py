@@ -10,29 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autopar.calibration.records import arch_columns
 from autopar.layouts import Axis
 from autopar.tune.candidates import Candidate
 from autopar.tune.runners.base import Outcome
 
 SOURCE = "autopar-tune"
 _DEGREES = tuple(a.value for a in (Axis.TP, Axis.PP, Axis.DP, Axis.CP, Axis.EP, Axis.VPP))
-
-
-def _arch(c: Candidate) -> dict[str, Any]:
-    m = c.model
-    return {
-        "layers": m.layers,
-        "hidden": m.hidden,
-        "ffn_hidden": m.ffn_hidden,
-        "heads": m.heads,
-        "kv_heads": m.kv_heads or m.heads,
-        "head_dim": m.head_dim or m.hidden // m.heads,
-        "vocab": m.vocab,
-        "experts": m.experts or None,
-        "topk": m.topk or None,
-        "shared_experts": m.shared_experts or None,
-        "moe_ffn_hidden": m.moe_ffn_hidden if m.is_moe else None,
-    }
 
 
 def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[str, Any]:
@@ -43,7 +27,7 @@ def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[
         "source": SOURCE,
         "cluster": cluster_tag,
         "model": c.model.name,
-        **_arch(c),
+        **arch_columns(c.model),
         "seq_len": c.workload.seq_len,
         "gpu": c.cluster.gpu.name,
         "num_gpus": c.num_gpus,
