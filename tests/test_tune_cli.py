@@ -306,3 +306,64 @@ def test_dryrun_runner_on_cpu_measures_stops_and_reports(home):
     assert 1 <= len(doc["runs"]) <= 6 and doc["stopped"] in ("confident", "exhausted")
     assert all(r["status"] == "ok" and r["smoke"] for r in doc["runs"]), doc["runs"]
     assert Path("d.html").exists()
+
+
+def _tune_process(home: Path, fake: Path, *extra: str):
+    import subprocess
+
+    args = [sys.executable, "-m", "autopar", "tune", "--runner", f"cmd:{sys.executable} {fake}"]
+    args += [
+        "--candidates",
+        str(home / "labels.txt"),
+        "--json",
+        "--no-store",
+        "--study-name",
+        "shared",
+        *extra,
+    ]
+    env = {**os.environ, "AUTOPAR_HOME": str(home / "home")}
+    return subprocess.Popen(
+        args, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+_LOG_LAUNCH = (
+    'open(os.environ["AUTOPAR_RUN_DIR"] + "/../launched", "a").write(label + "\\n"); '
+    'open(os.environ["AUTOPAR_RUN_DIR"] + "/started", "w").write("1"); time.sleep({sleep})'
+)
+
+
+def test_two_tunes_on_one_study_share_the_work_and_launch_nothing_twice(home):
+    _labels(home)
+    fake = _fake_cluster(home, extra="import time; " + _LOG_LAUNCH.format(sleep=1.0))
+    procs = [_tune_process(home, fake) for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-500:] for o in outs]
+    docs = [json.loads(o[0]) for o in outs]
+    launched = [x for x in (home / "autopar-tune" / "shared" / "launched").read_text().split("\n") if x]
+    assert len(launched) == len(set(launched))  # no candidate ran twice
+    # each tune saw the other's runs: both pick the best that either measured
+    assert all(d["pick"]["measured"] == max(FAKE[x] for x in launched) for d in docs)
+    assert all(len(d["runs"]) == len(launched) for d in docs)
+
+
+def test_a_tune_killed_with_sigkill_is_resumed_and_its_run_reattached(home):
+    import signal
+    import time
+
+    _labels(home)
+    fake = _fake_cluster(home, extra="import time; " + _LOG_LAUNCH.format(sleep=3.0))
+    first = _tune_process(home, fake)
+    runs = home / "autopar-tune" / "shared"
+    deadline = time.monotonic() + 120
+    while not list(runs.glob("run*/started")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(first.pid, signal.SIGKILL)  # the run it launched goes on in its own session
+    first.communicate()
+    second = _tune_process(home, fake)
+    out, err = second.communicate(timeout=240)
+    assert second.returncode == 0, err[-500:]
+    doc = json.loads(out)
+    assert doc["runs"][0]["resumed"] and doc["runs"][0]["status"] == "ok"  # re-attached, its result read
+    launched = [x for x in (runs / "launched").read_text().split("\n") if x]
+    assert len(launched) == len(set(launched)) == len(doc["runs"])

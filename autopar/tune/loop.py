@@ -25,6 +25,7 @@ from autopar.tune.candidates import Candidate, knob_matrix
 from autopar.tune.runners.base import Job, Outcome, checked, failed
 
 DEFAULT_STEPS = SHORT_RUN_WARMUP + SHORT_RUN_MEASURED  # a short run: 10 warm-up + 20 measured steps
+SHARED_POLL_S = 5.0  # how often a tune whose open candidates all run in another tune looks at the study
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class RunInfo:
     wall_s: float
     run_dir: str
     resumed: bool = False
+    trial: int | None = None  # its Optuna trial number, when a study holds it
 
 
 @dataclass
@@ -98,13 +100,19 @@ class Tuner:
         self.z = knob_matrix(self.cands)
         self.log_pred = np.log([c.predicted for c in self.cands])
         self.runs: list[RunInfo] = []
+        self.taken: set[str] = set()  # candidates another tune on the same study is running now
         self.index = {c.key: i for i, c in enumerate(self.cands)}
         self.noise = decide.DEFAULT_NOISE
+        # log(usable capacity / predicted peak) of each candidate (a candidate with no memory figure fits)
+        self.rooms = np.array(
+            [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
+        )
 
     # ------------------------------------------------------------------------------------------ belief
-    def _measured(self) -> tuple[list[int], list[float]]:
+    def _measured(self, runs: Sequence[RunInfo]) -> tuple[list[int], list[float]]:
+        """(candidate index, y = log(measured / predicted)) of the runs that measured a throughput."""
         idx, y = [], []
-        for r in self.runs:
+        for r in runs:
             x = r.outcome.tokens_per_s_per_gpu
             if r.outcome.status == "ok" and x:
                 i = self.index[r.key]
@@ -112,42 +120,39 @@ class Tuner:
                 y.append(math.log(x) - self.log_pred[i])
         return idx, y
 
-    def _memory_evidence(self) -> list[bf.MemoryEvidence]:
+    def _memory_evidence(self, runs: Sequence[RunInfo]) -> list[bf.MemoryEvidence]:
         out = []
-        for r in self.runs:
-            c = self.cands[self.index[r.key]]
-            room = math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else math.inf
-            o = r.outcome
+        for r in runs:
+            i = self.index[r.key]
+            c, o = self.cands[i], r.outcome
             if o.status == "oom":
-                out.append(bf.MemoryEvidence(room, "oom"))
+                out.append(bf.MemoryEvidence(self.rooms[i], "oom"))
             elif o.status == "ok" and not o.smoke:
                 if o.peak_mem_gib and c.mem_gib > 0:
-                    out.append(bf.MemoryEvidence(room, "peak", math.log(o.peak_mem_gib / c.mem_gib)))
+                    out.append(bf.MemoryEvidence(self.rooms[i], "peak", math.log(o.peak_mem_gib / c.mem_gib)))
                 else:
-                    out.append(bf.MemoryEvidence(room, "fit"))
+                    out.append(bf.MemoryEvidence(self.rooms[i], "fit"))
         return out
+
+    def _posterior(self, runs: Sequence[RunInfo]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(log tokens/s per GPU believed, its sd, probability to fit) of every candidate given `runs`."""
+        mean, sd = bf.throughput_posterior(self.prior, self.z, *self._measured(runs))
+        return (
+            self.log_pred + mean,
+            sd,
+            bf.fit_probability(self.prior, self._memory_evidence(runs), self.rooms),
+        )
 
     def belief(self, runs: Sequence[RunInfo] | None = None) -> Belief:
         """The belief given `runs` (default: every run so far)."""
-        keep = self.runs
-        if runs is not None:
-            self.runs = list(runs)
-        try:
-            idx, y = self._measured()
-            mean, sd = bf.throughput_posterior(self.prior, self.z, idx, y)
-            rooms = np.array(
-                [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
-            )
-            fit = bf.fit_probability(self.prior, self._memory_evidence(), rooms)
-            center = self.log_pred + mean
-            win = self._win(center, sd, fit)
-        finally:
-            self.runs = keep
+        runs = self.runs if runs is None else list(runs)
+        center, sd, fit = self._posterior(runs)
+        win = self._win(center, sd, fit, runs)
         return Belief(np.exp(center), np.exp(center - Z80 * sd), np.exp(center + Z80 * sd), fit, win)
 
-    def _measured_arrays(self) -> decide.Measured:
-        pts = [(r.outcome.tokens_per_s_per_gpu, self.cands[self.index[r.key]]) for r in self.runs]
-        ok = [(x, c) for (x, c), r in zip(pts, self.runs, strict=True) if r.outcome.status == "ok" and x]
+    def _measured_arrays(self, runs: Sequence[RunInfo]) -> decide.Measured:
+        ok = [(r.outcome.tokens_per_s_per_gpu, self.cands[self.index[r.key]]) for r in runs]
+        ok = [(x, c) for (x, c), r in zip(ok, runs, strict=True) if r.outcome.status == "ok" and x]
         return decide.as_measured(
             [x for x, _ in ok], [c.num_gpus for _, c in ok], [c.usd_per_gpu_hour for _, c in ok]
         )
@@ -162,19 +167,22 @@ class Tuner:
             np.array([c.usd_per_gpu_hour for c in cs], float),
         )
 
-    def _win(self, center: np.ndarray, sd: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    def _win(
+        self, center: np.ndarray, sd: np.ndarray, fit: np.ndarray, runs: Sequence[RunInfo]
+    ) -> np.ndarray:
         """Each candidate's chance to fit and beat the measured front by more than the noise (0 once run)."""
-        open_ = self.open()
+        open_ = self.open(runs)
         win = np.zeros(len(self.cands))
         if open_:
             b = self._beliefs(center, sd, fit, open_)
-            m = self._measured_arrays()
+            m = self._measured_arrays(runs)
             win[open_] = decide.win_probability(b, m, self.noise) if len(m.x) else b.fit
         return win
 
-    def open(self) -> list[int]:
-        """Candidates that have not run (a run of any outcome closes its candidate)."""
-        done = {r.key for r in self.runs}
+    def open(self, runs: Sequence[RunInfo] | None = None) -> list[int]:
+        """Candidates that have not run (a run of any outcome closes its candidate) and that no other tune on
+        the same study is running."""
+        done = {r.key for r in (self.runs if runs is None else runs)} | self.taken
         return [i for i, c in enumerate(self.cands) if c.key not in done]
 
     # ------------------------------------------------------------------------------------------ decisions
@@ -183,20 +191,15 @@ class Tuner:
         open_ = self.open()
         if not open_:
             return None
-        idx, y = self._measured()
-        mean, sd = bf.throughput_posterior(self.prior, self.z, idx, y)
-        rooms = np.array(
-            [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
-        )
-        fit = bf.fit_probability(self.prior, self._memory_evidence(), rooms)
-        b = self._beliefs(self.log_pred + mean, sd, fit, open_)
-        return open_[decide.next_index(b, self._measured_arrays())]
+        center, sd, fit = self._posterior(self.runs)
+        b = self._beliefs(center, sd, fit, open_)
+        return open_[decide.next_index(b, self._measured_arrays(self.runs))]
 
     def stop_rule(self, s: TuneSettings) -> tuple[str, str] | None:
         """(rule, why) when the loop should stop, else None."""
         if not self.open():
             return "exhausted", f"every one of the {len(self.cands)} candidates has run"
-        m = self._measured_arrays()
+        m = self._measured_arrays(self.runs)
         if len(m.x):
             win = self.belief().win
             best = float(win.max())
@@ -218,7 +221,7 @@ class Tuner:
         ok = [r for r in self.runs if r.outcome.status == "ok" and r.outcome.tokens_per_s_per_gpu]
         if not ok:
             return None, []
-        m = self._measured_arrays()
+        m = self._measured_arrays(self.runs)
         front = [self.index[ok[i].key] for i in decide.measured_front(m)]
         best = max(
             ok, key=lambda r: (r.outcome.tokens_per_s_per_gpu or 0.0) * self.cands[self.index[r.key]].num_gpus
@@ -251,13 +254,21 @@ def run_loop(
     prior_belief = tuner.belief([])
     if study is not None:
         _resume(tuner, runner, settings, study, emit)
-    while (rule := tuner.stop_rule(settings)) is None:
-        i = tuner.propose()
+    while True:
+        _sync(tuner, study, emit)
+        rule = tuner.stop_rule(settings)
+        i = tuner.propose() if rule is None else None
+        if i is None and tuner.taken and (rule is None or rule[0] in ("confident", "exhausted")):
+            time.sleep(
+                SHARED_POLL_S
+            )  # another tune on this study runs the rest: its results may change the answer
+            continue
         if i is None:
             break
         run = _one_run(tuner, i, runner, settings, study)
-        tuner.runs.append(run)
-        emit("run", run)
+        if run is not None:
+            tuner.runs.append(run)
+            emit("run", run)
     stopped, why = rule or ("exhausted", "no candidate left")
     pick, front = tuner.pick()
     return TuneResult(
@@ -303,15 +314,20 @@ def _attrs_before(tuner: Tuner, i: int, job: Job, runner: Any) -> tuple[dict[str
         "p_fit": float(b.fit[i]),
         "win_probability": float(b.win[i]),
         "predicted_peak_mem_gib": c.mem_gib,
+        "owner": _owner(),
     }
     return attrs, believed, float(b.fit[i]), float(b.win[i])
 
 
-def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: Any) -> RunInfo:
+def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: Any) -> RunInfo | None:
+    """Run candidate i (None when another tune on the same study took it first)."""
     number = len(tuner.runs) + 1
     job = _job(tuner, i, number, settings)
     attrs, believed, p_fit, win = _attrs_before(tuner, i, job, runner)
     trial = study.begin(job.candidate.key, _knobs(job.candidate), attrs) if study is not None else None
+    if trial is not None and study.claimed_before(job.candidate.key, trial.number):
+        study.fail(trial, {"status": "duplicate", "fail_reason": "another tune on this study runs it"})
+        return None
     t0 = time.monotonic()
     try:
         handle = runner.start(job)
@@ -328,6 +344,7 @@ def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: A
             outcome = failed(f"runner error: {e}")
     wall = time.monotonic() - t0
     run = RunInfo(number, job.candidate.key, outcome, believed, p_fit, win, wall, str(job.run_dir))
+    run.trial = trial.number if trial is not None else None
     if trial is not None:
         _finish(study, trial, tuner, run)
     return run
@@ -355,46 +372,77 @@ def _finish(study: Any, trial: Any, tuner: Tuner, run: RunInfo) -> None:
         study.fail(trial, {**attrs, "fail_reason": o.reason})
 
 
+def _stored_run(t: Any, number: int, outcome: Outcome | None = None) -> RunInfo:
+    """A run of an earlier (or another) tune as its trial stored it."""
+    a = t.attrs
+    if outcome is None and t.state == "COMPLETE":
+        tps, mem = a.get("measured_tokens_per_s_per_gpu"), a.get("measured_peak_mem_gib")
+        outcome = Outcome("ok", tps, mem, a.get("how", ""), smoke=bool(a.get("smoke")))
+    elif outcome is None:
+        status = a.get("status") if a.get("status") in ("oom", "failed") else "failed"
+        outcome = Outcome(status, reason=a.get("fail_reason", "failed"))
+    band = a.get("believed_band") or (math.nan, math.nan)
+    believed = (a.get("believed_tokens_per_s_per_gpu") or math.nan, *band)
+    p_fit, win = a.get("p_fit", math.nan), a.get("win_probability", math.nan)
+    wall = float(a.get("wall_s") or 0.0)
+    return RunInfo(
+        number, t.key, outcome, believed, p_fit, win, wall, str(a.get("run_dir", "")), True, t.number
+    )
+
+
+def _owner() -> dict[str, Any]:
+    """This tune process, as a RUNNING trial names its owner (host, pid, start time)."""
+    import os
+    import socket
+
+    from autopar.tune.runners.local import process_start
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+
+
+def _owned_elsewhere(attrs: dict[str, Any]) -> bool:
+    """True when the tune that launched a RUNNING trial still runs (on this host), or runs on another host
+    (which only a tune there can re-attach to)."""
+    import socket
+
+    from autopar.tune.runners.local import alive
+
+    owner = attrs.get("owner") or {}
+    if owner.get("host") and owner.get("host") != socket.gethostname():
+        return True
+    return bool(owner) and alive(owner)
+
+
 def _resume(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, emit: Event) -> None:
-    """Take in the study's finished runs; re-attach to RUNNING ones (or mark them stale)."""
+    """Take in the study's finished runs; re-attach to RUNNING ones whose tune is gone (or mark them stale)."""
     study.fail_waiting()
     for t in sorted(study.trials(), key=lambda t: t.number):
         if t.key not in tuner.index or t.state == "WAITING":
             continue
-        a = t.attrs
-        believed = (
-            a.get("believed_tokens_per_s_per_gpu") or math.nan,
-            *(a.get("believed_band") or (math.nan, math.nan)),
-        )
+        if t.state == "RUNNING" and _owned_elsewhere(t.attrs):
+            continue  # another tune runs it: _sync counts it as taken
         number = len(tuner.runs) + 1
-        if t.state == "RUNNING":
-            outcome = _reattach(tuner, runner, settings, study, t, number)
-        elif t.state == "COMPLETE":
-            outcome = Outcome(
-                "ok",
-                a.get("measured_tokens_per_s_per_gpu"),
-                a.get("measured_peak_mem_gib"),
-                a.get("how", ""),
-                smoke=bool(a.get("smoke")),
-            )
-        else:
-            outcome = Outcome(
-                a.get("status") if a.get("status") in ("oom", "failed") else "failed",
-                reason=a.get("fail_reason", "failed"),
-            )
-        run = RunInfo(
-            number,
-            t.key,
-            outcome,
-            believed,
-            a.get("p_fit", math.nan),
-            a.get("win_probability", math.nan),
-            float(a.get("wall_s") or 0.0),
-            str(a.get("run_dir", "")),
-            resumed=True,
-        )
+        outcome = _reattach(tuner, runner, settings, study, t, number) if t.state == "RUNNING" else None
+        run = _stored_run(t, number, outcome)
         tuner.runs.append(run)
         emit("resumed", run)
+
+
+def _sync(tuner: Tuner, study: Any, emit: Event) -> None:
+    """Take in what other tunes on the same study finished, and mark what they are running as taken."""
+    if study is None:
+        return
+    known = {r.trial for r in tuner.runs if r.trial is not None}
+    tuner.taken = set()
+    for t in sorted(study.trials(), key=lambda t: t.number):
+        if t.number in known or t.key not in tuner.index:
+            continue
+        if t.state == "RUNNING":
+            tuner.taken.add(t.key)
+        elif t.state in ("COMPLETE", "FAIL") and t.attrs.get("status") != "duplicate":
+            run = _stored_run(t, len(tuner.runs) + 1)
+            tuner.runs.append(run)
+            emit("resumed", run)
 
 
 def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: Any, number: int) -> Outcome:

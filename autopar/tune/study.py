@@ -127,14 +127,24 @@ class TuneStudy:
 
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
-        self.study.tell(trial, list(values), state=TrialState.COMPLETE)
+        self.study.tell(trial, list(values), state=TrialState.COMPLETE, skip_if_finished=True)
 
     def fail(self, trial: Any, attrs: dict[str, Any]) -> None:
         from optuna.trial import TrialState
 
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+    def claimed_before(self, key: str, number: int) -> bool:
+        """True when a trial numbered before `number` (another tune's, running or finished) ran `key`."""
+        return any(
+            t.key == key
+            and t.number < number
+            and t.attrs.get("status") != "duplicate"
+            and t.state != "WAITING"
+            for t in self.trials()
+        )
 
     def trial_of(self, stored: StoredTrial) -> Any:
         """A live handle on a stored RUNNING trial (to finish it after re-attaching)."""

@@ -20,7 +20,7 @@ POLL_S = 0.2  # how often a run that is not our child is looked at
 KILL_GRACE_S = 5.0
 
 
-def _start_time(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -39,7 +39,7 @@ def alive(handle: Mapping[str, Any]) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
         return False
-    return state != "Z" and _start_time(pid) == handle.get("start")
+    return state != "Z" and process_start(pid) == handle.get("start")
 
 
 class Processes:
@@ -64,7 +64,7 @@ class Processes:
                 start_new_session=True,
             )
         self._children[proc.pid] = proc
-        return {"pid": proc.pid, "start": _start_time(proc.pid)}
+        return {"pid": proc.pid, "start": process_start(proc.pid)}
 
     def wait(self, handle: Mapping[str, Any], timeout_s: float | None) -> tuple[int | None, bool]:
         """(exit code or None when it was not our child, timed out) once the process has ended."""
