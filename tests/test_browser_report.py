@@ -179,3 +179,44 @@ def test_compare_page_answer_on_the_first_screen(tmp_path) -> None:
     assert all(c["inside"] for c in seen["cards"]), seen["cards"]
     assert seen["fastest"] == labels[0]  # 72.3k tokens/s against 56.7k and 68.4k (compare --json)
     assert [name for name, overlap in seen["overlaps"] if overlap] == []
+
+
+def test_tune_report_renders_offline_in_chromium(tmp_path, monkeypatch) -> None:
+    """The tune report of a real tune (a fake cluster through the cmd: runner): both plots rendered, no
+    console errors, no network, one table row per run, the measured pick on the first screen."""
+    import json
+    import sys
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    speeds = {"TP8+SP PP2v4 DP4/Z1 mb1": 900.0, "TP8+SP DP8/Z1 mb1": 1010.0, "TP4+SP PP4 DP4/Z1 mb1": 700.0}
+    (tmp_path / "labels.txt").write_text("\n".join(speeds) + "\n")
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import json, os\n"
+        f"x = {speeds!r}[os.environ['AUTOPAR_STRATEGY']]\n"
+        "json.dump({'status': 'ok', 'tokens_per_s_per_gpu': x}, open(os.environ['AUTOPAR_RESULT'], 'w'))\n"
+    )
+    args = ["tune", "--runner", f"cmd:{sys.executable} {fake}", "--candidates", "labels.txt", "--no-store"]
+    res = CliRunner().invoke(app, [*args, "--json", "--out", "tune.html"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    seen: dict[str, object] = {}
+
+    def interact(page) -> None:
+        seen["pick"] = first_screen(page, "#pick")
+        seen["pick_text"] = page.locator("#pick").inner_text()
+        seen["overlaps"] = page.evaluate(MODEBAR_OVER_LEGEND)
+
+    check = screenshot_report(tmp_path / "tune.html", tmp_path / "tune.png", actions=interact, **FIRST_SCREEN)
+    assert check.plot_ids == ["fig-runs", "fig-belief"] and check.rendered_ids == check.plot_ids
+    assert check.console_errors == []
+    assert check.blocked_requests == []
+    assert check.table_rows == len(doc["runs"])
+    assert seen["pick"]["inside"], seen["pick"]
+    assert seen["pick_text"] == "TP8+SP DP8/Z1 mb1"  # the fastest the fake cluster measured
+    assert [name for name, overlap in seen["overlaps"] if overlap] == []

@@ -127,7 +127,7 @@ def _runs_table(doc: dict[str, Any]) -> str:
             f"<tr><td>{r['run']}</td><td>{esc(r['strategy'])}</td><td>{believed}</td><td>{meas}</td>"
             f"<td>{esc(status)}</td><td>{best}</td></tr>"
         )
-    return f'<div class="table-wrap"><table id="runs-table" class="tbl"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    return f'<div class="table-wrap"><table id="runs-table" class="tbl sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _launch(doc: dict[str, Any]) -> str:
