@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 from autopar.calibration.apply import load_default_calibration  # noqa: E402
 from autopar.tune.candidates import Candidate, predict  # noqa: E402
-from autopar.tune.loop import Tuner, TuneSettings, run_loop  # noqa: E402
+from autopar.tune.loop import Tuner, TuneSettings, prior_of, run_loop  # noqa: E402
 from autopar.tune.runners.base import Outcome  # noqa: E402
 from autopar.tune.runners.replay import ReplayRunner  # noqa: E402
 
@@ -182,8 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         k: [] for k in ("to_best", "share", "pick", "one", "rand", "grid", "tpe", "noup", "off")
     }
     for name, source, cands, measured in sweeps:
-        from autopar.tune.loop import prior_of
-
         own = source.removesuffix(" (seen)")
         loso, _, _ = within_problem_sd(problems, exclude=own)  # the layout spread of the other sources
         p = prior_of(cands, loso)

@@ -73,7 +73,6 @@ def belief_figure(doc: dict[str, Any]) -> go.Figure:
                     "arrayminus": [c[which][0] - c[which][1] for c in cands],
                 },
                 marker={"color": PALETTE[2 * i], "size": 8},
-                offsetgroup=str(i),
             )
         )
     ran = [c for c in cands if c.get("measured")]

@@ -103,6 +103,7 @@ class Tuner:
         self.taken: set[str] = set()  # candidates another tune on the same study is running now
         self.index = {c.key: i for i, c in enumerate(self.cands)}
         self.noise = decide.DEFAULT_NOISE
+        self._cached: tuple[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         # log(usable capacity / predicted peak) of each candidate (a candidate with no memory figure fits)
         self.rooms = np.array(
             [math.log(c.capacity_gib / c.mem_gib) if c.mem_gib > 0 else 50.0 for c in self.cands]
@@ -135,13 +136,14 @@ class Tuner:
         return out
 
     def _posterior(self, runs: Sequence[RunInfo]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(log tokens/s per GPU believed, its sd, probability to fit) of every candidate given `runs`."""
-        mean, sd = bf.throughput_posterior(self.prior, self.z, *self._measured(runs))
-        return (
-            self.log_pred + mean,
-            sd,
-            bf.fit_probability(self.prior, self._memory_evidence(runs), self.rooms),
-        )
+        """(log tokens/s per GPU believed, its sd, probability to fit) of every candidate given `runs` (the
+        stop rule, the proposal and the run's attributes ask for the same runs: computed once)."""
+        key = tuple((r.key, r.outcome) for r in runs)
+        if self._cached is None or self._cached[0] != key:
+            mean, sd = bf.throughput_posterior(self.prior, self.z, *self._measured(runs))
+            fit = bf.fit_probability(self.prior, self._memory_evidence(runs), self.rooms)
+            self._cached = (key, (self.log_pred + mean, sd, fit))
+        return self._cached[1]
 
     def belief(self, runs: Sequence[RunInfo] | None = None) -> Belief:
         """The belief given `runs` (default: every run so far)."""
@@ -151,8 +153,11 @@ class Tuner:
         return Belief(np.exp(center), np.exp(center - Z80 * sd), np.exp(center + Z80 * sd), fit, win)
 
     def _measured_arrays(self, runs: Sequence[RunInfo]) -> decide.Measured:
-        ok = [(r.outcome.tokens_per_s_per_gpu, self.cands[self.index[r.key]]) for r in runs]
-        ok = [(x, c) for (x, c), r in zip(ok, runs, strict=True) if r.outcome.status == "ok" and x]
+        ok = [
+            (float(r.outcome.tokens_per_s_per_gpu), self.cands[self.index[r.key]])
+            for r in runs
+            if r.outcome.status == "ok" and r.outcome.tokens_per_s_per_gpu
+        ]
         return decide.as_measured(
             [x for x, _ in ok], [c.num_gpus for _, c in ok], [c.usd_per_gpu_hour for _, c in ok]
         )
