@@ -44,6 +44,8 @@ from autopar.search.constraints import Constraint
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
+STACK_NAMES = knobs.STACK_NAMES  # what --framework accepts: FRAMEWORKS and knobs.UNPROFILED_STACKS
+SURROGATE_PROFILE = knobs.SURROGATE_PROFILE
 SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
 
 
@@ -241,14 +243,19 @@ class WorkloadConfig(_Config):
 
     def build(self, model: ModelSpec, stack: str | None = None) -> Workload:
         """The Workload spec (validated); a field that cannot take effect on `model` is an error."""
-        framework = check_framework(self.framework)
+        fields = stack_fields(self.framework)
+        if "stack" in fields and self.memory_savers:
+            raise SpecError(
+                f"--memory-savers {','.join(self.memory_savers)}: autopar does not know what --framework "
+                f"{self.framework} ships (no kernel profile); drop the flag or name a profiled stack"
+            )
         precs = self.precisions()
         wl = Workload(
             seq_len=self.seq_len,
             global_batch=self.global_batch,
             precision=precs[0],
             token_budget=self.tokens,
-            framework=framework,
+            **fields,
             tp_comm_overlap=self.overlap(stack),
             memory_savers=check_memory_savers(self.memory_savers),
             **self._extras(model, precs),
@@ -291,10 +298,18 @@ class WorkloadConfig(_Config):
 
 
 def check_framework(name: str) -> str:
-    """Validate a --framework value (one-line error naming the allowed values)."""
-    if name not in FRAMEWORKS:
-        raise SpecError(f"framework={name!r}: expected one of {', '.join(FRAMEWORKS)}")
+    """Validate a --framework value (one-line error naming the allowed values, close matches suggested):
+    a profiled stack (knobs.FRAMEWORKS) or an unprofiled one (knobs.UNPROFILED_STACKS)."""
+    if name not in STACK_NAMES:
+        hint = close_hint(name, STACK_NAMES)
+        raise SpecError(f"framework={name!r}: expected one of {', '.join(STACK_NAMES)}{hint}")
     return name
+
+
+def stack_fields(name: str) -> dict[str, str]:
+    """Workload framework (and stack, for an unprofiled one: the surrogate profile) of a --framework value."""
+    name = check_framework(name)
+    return {"framework": name} if name in FRAMEWORKS else {"framework": SURROGATE_PROFILE, "stack": name}
 
 
 def check_savers_take_effect(model: ModelSpec, workload: Workload) -> Workload:

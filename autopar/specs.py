@@ -12,8 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 # The knob domains and the completable knobs are declared in the registry (autopar/knobs.py); re-exported here.
 from autopar.defaults import grad_reduce_dtype_default, tp_comm_overlap_default
 from autopar.knobs import COMPLETABLE_KNOBS as COMPLETABLE_KNOBS
+from autopar.knobs import UNPROFILED_STACKS, Framework, format_label
 from autopar.knobs import CpComm as CpComm
-from autopar.knobs import Framework, format_label
 from autopar.knobs import OptimizerStates as OptimizerStates
 from autopar.knobs import Recompute as Recompute
 from autopar.knobs import Schedule as Schedule
@@ -347,6 +347,12 @@ class Workload(_Frozen):
         default="megatron",
         description="software stack: sets kernel fusion, attention kernel, recompute semantics",
     )
+    stack: str = Field(
+        default="",
+        description="the stack's own name when autopar has no kernel profile for it (knobs.UNPROFILED_STACKS: "
+        "framework is then the surrogate profile and the calibration adds the unprofiled-stack prior); '' = "
+        "framework is the stack",
+    )
     memory_savers: tuple[MemorySaver, ...] = Field(
         default=(),
         description="memory-saving options the search may choose: CPU optimizer offload, bf16 or 8-bit "
@@ -424,6 +430,10 @@ class Workload(_Frozen):
         if not isinstance(data, dict):
             return data
         stack = str(data.get("framework", "megatron"))
+        if data.get("stack"):  # an unprofiled stack: no recipe default of the surrogate's applies
+            stack = str(data["stack"])
+            if stack not in UNPROFILED_STACKS:
+                raise ValueError(f"stack={stack!r}: expected one of {', '.join(UNPROFILED_STACKS)} or ''")
         if data.get("tp_comm_overlap") is None:
             data = {**data, "tp_comm_overlap": tp_comm_overlap_default(stack)}
         if data.get("grad_reduce_dtype") is None:

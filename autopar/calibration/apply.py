@@ -33,6 +33,7 @@ from autopar.calibration.features import (
 )
 from autopar.calibration.modelfile import CalibrationVersionError, read_model_doc, write_model_doc
 from autopar.calibration.predictor import FittedCorrector
+from autopar.calibration.stack_prior import stack_prior, unprofiled_mask
 from autopar.errors import CALIBRATE_EXTRA, DataError, MissingExtraError, OutputError
 from autopar.files import write_atomic
 from autopar.inputs import read_text
@@ -180,12 +181,27 @@ class Calibration:
         return mc.shrink > 0 or abs(mc.offsets_.get(str(self.meta.group), 0.0)) > 0
 
     def bands(
-        self, kind: Literal["throughput", "memory"], X: np.ndarray, groups: Sequence[str] | None = None
+        self,
+        kind: Literal["throughput", "memory"],
+        X: np.ndarray,
+        groups: Sequence[str] | None = None,
+        stacks: str | Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(factor, low, high) arrays over the rows of features X, one prediction for all rows: the one
         place a corrector is applied (single estimates, the search's batches, its array sweeps and
         `estimate --batch` all come here). A row with a non-finite feature gets no correction and the
-        analytical band; the band always holds the factor; (1, 1, 1) without a corrector of that kind."""
+        analytical band; the band always holds the factor; (1, 1, 1) without a corrector of that kind.
+        `stacks` (Workload.stack, one for all rows or one per row): rows on an unprofiled stack get the
+        unprofiled-stack prior on their throughput (calibration/stack_prior.py)."""
+        f, lo, hi = self._bands(kind, X, groups)
+        on = unprofiled_mask(stacks, len(f))
+        if kind == "throughput" and on.any():
+            return stack_prior().apply(f, lo, hi, on)
+        return f, lo, hi
+
+    def _bands(
+        self, kind: Literal["throughput", "memory"], X: np.ndarray, groups: Sequence[str] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         X = np.atleast_2d(X)
         corrector = self.corrector if kind == "throughput" else self.memory_corrector
         n = len(X)
@@ -219,7 +235,7 @@ class Calibration:
         and its (low, high) 80% band; (1, 1, 1) without a corrector of that kind."""
         fn = features if kind == "throughput" else memory_features
         x = fn(model, cluster, workload, strategy, estimate)
-        f, lo, hi = self.bands(kind, x, None if group is None else [group])
+        f, lo, hi = self.bands(kind, x, None if group is None else [group], workload.stack)
         return float(f[0]), float(lo[0]), float(hi[0])
 
     # factor(kind, ...) with the kind bound: same arguments and result as `factor`.
@@ -238,6 +254,8 @@ class Calibration:
         """The corrected estimate: throughput x its factor (band recorded), memory x its factor."""
         f, lo, hi = self.throughput_factor(model, cluster, workload, strategy, estimate, group)
         out = estimate.calibrated(f, lo, hi, self.meta.name)
+        if workload.stack:
+            out = replace(out, notes=(*out.notes, stack_prior().sentence(workload.stack)))
         if group is None and not self.memory_moves():
             return out
         mf = self.memory_factor(model, cluster, workload, strategy, estimate, group)[0]

@@ -40,7 +40,7 @@ def _row_features(row: Mapping[str, Any], evaluated: tuple[Any, Any] | None, cal
     except Exception:  # noqa: BLE001 - the row's status column already says why
         return None
     g = group_of(row)
-    return x, xm, g if g in cal.corrector.offsets_ else cal.meta.group
+    return x, xm, g if g in cal.corrector.offsets_ else cal.meta.group, sp.workload.stack
 
 
 def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
@@ -52,7 +52,8 @@ def _batch_factors(uniq: list, evaluated: list, cal: Any) -> np.ndarray:
         X = np.vstack([feats[i][0] for i in rows])
         Xm = np.vstack([feats[i][1] for i in rows])
         groups = [feats[i][2] for i in rows]
-        out[rows, :3] = np.column_stack(cal.bands("throughput", X, groups))
+        stacks = [feats[i][3] for i in rows]
+        out[rows, :3] = np.column_stack(cal.bands("throughput", X, groups, stacks))
         out[rows, 3:] = np.column_stack(cal.bands("memory", Xm, groups))
     return out
 

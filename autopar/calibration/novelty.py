@@ -156,7 +156,7 @@ def point(
     return LayoutPoint(
         knobs=tuple(math.log2(v) for v in knobs),
         family=cluster.gpu.family.lower(),
-        stack=workload.framework,
+        stack=workload.stack or workload.framework,
         precision=workload.precision,
         cp_variant=str(s.cp_comm) if cp > 1 else "",
         label=label,

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopar.errors import AutoparError, DataError, close_hint
-from autopar.knobs import RECOMPUTE_MODES, RECOMPUTE_MODULE_SETS, SCHEDULE_NAMES, recompute_of_modules
+from autopar.knobs import (
+    RECOMPUTE_MODES,
+    RECOMPUTE_MODULE_SETS,
+    SCHEDULE_NAMES,
+    SURROGATE_PROFILE,
+    UNPROFILED_MARKERS,
+    recompute_of_modules,
+)
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, default_cp_comm
 from autopar.perf.estimate import estimate, stage_memories
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
@@ -538,8 +545,37 @@ def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
     return get_gpu(str(name))
 
 
+def unprofiled_stack(text: Any) -> str:
+    """The unprofiled stack (knobs.UNPROFILED_STACKS) a free-text framework name names: '' when it names a
+    profiled one (framework_from_text), 'other' when it names nothing autopar knows or is empty."""
+    t = str(text or "").lower()
+    for name, words in UNPROFILED_MARKERS.items():
+        if any(w in t for w in words):
+            return name
+    known = ("megatron", "nemo", "torchtitan", "deepspeed", "zero-3", *_FSDP_WORDS)
+    return "" if any(k in t for k in known) else "other"
+
+
+_FSDP_WORDS = ("fsdp", "composer", "llm-foundry", "foundry", "accelerate")
+
+
+def stack_of(text: Any, assumed: list[str]) -> dict[str, str]:
+    """Workload `framework` (and `stack` when unprofiled: the surrogate profile, the prior named in
+    `assumed`) of a record's framework cell."""
+    stack = unprofiled_stack(text)
+    if not stack:
+        return {"framework": framework_from_text(text, assumed)}
+    said = excerpt(str(text)) if str(text or "").strip() else "not stated"
+    assumed.append(
+        f"stack={stack} (framework {said!r}: no kernel profile; estimated as {SURROGATE_PROFILE} with the "
+        "unprofiled-stack prior)"
+    )
+    return {"framework": SURROGATE_PROFILE, "stack": stack}
+
+
 def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
-    """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile."""
+    """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile (an
+    unprofiled or unrecognised name: the surrogate, see `stack_of`)."""
     t = str(text or "").lower()
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", t)]
     # a Megatron run that names its attention unfused (no --use-flash-attn) is the pre-FlashAttention profile
@@ -552,7 +588,7 @@ def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
         return "torchtitan"
     if "deepspeed" in t or "zero-3" in t and "megatron" not in t:
         return "deepspeed"
-    if any(k in t for k in ("fsdp", "composer", "llm-foundry", "foundry", "accelerate")):
+    if any(k in t for k in _FSDP_WORDS):
         return "fsdp"
     if any(k in t for k in ("megatron", "nemo")):
         return "megatron"
@@ -659,7 +695,7 @@ def _workload(row: Mapping[str, Any], assumed: list[str]) -> Workload:
         global_batch=gbs,
         precision=prec,
         tp_comm_overlap=_tp_overlap(row, assumed),
-        framework=framework_from_text(_cell(row, "framework"), assumed),
+        **stack_of(_cell(row, "framework"), assumed),
         **_routing_and_recipe(row, prec, assumed),  # moe engineer (issue 11): stated FP8 recipe / balance
         **_grad_reduce_dtype(row, assumed),
     )

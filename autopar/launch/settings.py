@@ -122,6 +122,17 @@ def _no_act_offload(s: Strategy, stack: str) -> list[str]:
     ]
 
 
+def _unprofiled_note(workload: Workload) -> tuple[str, ...]:
+    """A stack autopar has no launcher (nor kernel profile) for: the files are the layout on the stacks it has."""
+    if not workload.stack:
+        return ()
+    return (
+        f"autopar writes no launch file for {workload.stack} (no kernel profile or launcher): the files below "
+        "run the same layout on Megatron-LM, torchtitan and DeepSpeed; set the equivalent knobs in "
+        f"{workload.stack} yourself",
+    )
+
+
 def launch_settings(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -164,7 +175,7 @@ def launch_settings(
             model.name, header, cluster, env, meg.args, vers, meg.placeholders, tt is not None
         ),
         env=env,
-        notes=tuple(meg.notes + tt_notes + ds_notes),
+        notes=(*_unprofiled_note(workload), *meg.notes, *tt_notes, *ds_notes),
         nodes=cluster.nodes,
         gpus_per_node=node_gpus(cluster),
         versions=vers,

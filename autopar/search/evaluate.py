@@ -150,7 +150,8 @@ class Evaluator:
         def stacked(fn: Callable[..., Any]) -> Any:
             return np.vstack([fn(self.model, *self._specs(points[i]), e) for i, e in pending])
 
-        f, lo, hi = cal.bands("throughput", stacked(features))
+        stacks = [self._specs(points[i])[1].stack for i, _ in pending]
+        f, lo, hi = cal.bands("throughput", stacked(features), None, stacks)
         name = cal.meta.name
         out = [
             (i, e.calibrated(float(f[j]), float(lo[j]), float(hi[j]), name))

@@ -153,7 +153,7 @@ def calibrated_arrays(ev: Evaluator, hw: Any, cols: Any, vest: Any) -> SimpleNam
         from autopar.calibration.features import features_columns, memory_features_columns
 
         m, c, w = ev.model, hw.cluster, hw.workload
-        f = cal.bands("throughput", features_columns(m, c, w, cols, vest))[0]
+        f = cal.bands("throughput", features_columns(m, c, w, cols, vest), None, w.stack)[0]
         good = (f > 0) & np.isfinite(f)
         inv = np.where(good, 1.0 / np.where(good, f, 1.0), 1.0)
         tps, step, mfu = np.where(good, tps * f, tps), step * inv, np.where(good, mfu * f, mfu)
