@@ -150,3 +150,26 @@ def test_launch_settings_say_no_launcher_for_an_unprofiled_stack() -> None:
     )
     assert "no launch file for jax" in ls.notes[0]
     assert isinstance(pd.Series(ls.notes), pd.Series)
+
+
+def _estimate_json(*args: str) -> dict:
+    r = CliRunner().invoke(
+        app, ["estimate", "--model", "llama3-8b", "--gpu", "H100", "--tp", "1", "--json", *args]
+    )
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_answer_states_the_stack_and_the_fabric_it_assumes() -> None:
+    """Issue 43 items 2 and 4: a tuned-Megatron default and the catalog fabric are said, not silent; a stated
+    fabric (or one NVLink domain) drops the fabric line; an unprofiled stack names its prior."""
+    said = _estimate_json("--gpus", "64")["assumptions"]
+    assert "tuned like its published recipes" in said[0] and "--framework other" in said[0]
+    assert "400 Gb/s infiniband per GPU" in said[1]  # H100-SXM catalog: one 400 Gb/s NDR NIC per GPU
+    assert (
+        len(_estimate_json("--gpus", "64", "--internode-gbps", "12.5", "--transport", "roce")["assumptions"])
+        == 1
+    )
+    assert len(_estimate_json("--gpus", "8")["assumptions"]) == 1
+    said = _estimate_json("--gpus", "8", "--framework", "other")["assumptions"]
+    assert said[0].startswith("assumes: stack other") and f"x{stack_prior().factor:.2f}" in said[0]

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from autopar.calibration.assumptions import assumption_lines
 from autopar.calibration.verdict import AT_RISK, OOM
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import knob_strategy, resolve_calibration
@@ -245,9 +246,12 @@ def estimate_cmd(f: Flags) -> None:
         s = knob_strategy(given, pp_schedule=f.pp_schedule or _schedule_of(f.vpp, f.pp), cp_comm=f.cp_comm)
     calib = resolve_calibration(f.calibration, f.no_calibration)
     ev = evaluate(m, cluster, workload, s, calib, strict=not f.allow_uneven)
+    said = assumption_lines(cluster, workload, calibrated=calib is not None)
     if f.as_json:
-        emit_json(ev.doc(), indent=2)
+        emit_json({**ev.doc(), "assumptions": said}, indent=2)
         return
+    for line in said:
+        console.print(line, style="dim", highlight=False)
     _print_estimate(m, cluster, workload, ev.strategy, ev.est, ev.verdict)
     _print_calibration(ev)
 

@@ -76,6 +76,13 @@ def _json_objective(o: Any) -> dict[str, Any]:
     return {"name": o.name, "direction": o.direction, "unit": JSON_MFU_UNIT if o.name == "mfu" else o.unit}
 
 
+def result_assumptions(result: Any) -> list[str]:
+    """What the search's figures assume that the problem did not state (calibration/assumptions.py)."""
+    from autopar.calibration.assumptions import search_assumptions
+
+    return search_assumptions(result.clusters, result.workload, bool(result.calibration))
+
+
 def result_json(result: Any) -> dict[str, Any]:
     """The --json document: inputs, space_size, trials, pareto, recommended (+ notes, stats)."""
     from autopar.reports.counts import search_counts
@@ -107,6 +114,7 @@ def result_json(result: Any) -> dict[str, Any]:
         ],
         "recipe": recipe_json(result),
         "notes": result.notes,
+        "assumptions": result_assumptions(result),
         "hypervolume": result.stats.get("hypervolume"),
         "calibration": result.calibration,
         "wall_s": result.wall_s,
@@ -159,6 +167,8 @@ def _print_summary(result: Any) -> None:
             f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}",
         )
     )
+    for line in result_assumptions(result):
+        console.print(line, style="dim", highlight=False)
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
         valid = "~" + valid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from autopar.calibration.assumptions import search_assumptions
 from autopar.costs.figures import format_usd
 from autopar.errors import AutoparError
 from autopar.launch.settings import launch_settings
@@ -91,6 +92,9 @@ def _top(result: SearchResult) -> str:
     study, storage = result.inputs.get("study_name"), result.inputs.get("storage")
     if storage:  # a stored study: where it lives and its trials per state
         sub += f" · storage {mask(str(storage))} · trials {_states(result)}"
+    sub += "".join(
+        " · " + a for a in search_assumptions(result.clusters, result.workload, bool(result.calibration))
+    )
     title = f"Parallelism plan for {m.name}" + (f" · study {study}" if study else "")
     return theme.header("study report" if storage else "optimize report", title, sub, kpis)
 
