@@ -87,12 +87,12 @@ def test_pcie_box_matrix_has_no_nvlink_and_no_gpu_name():
 
 
 def test_pcie_box_with_a_gpu_the_catalog_lacks_names_it_and_the_closest():
-    # The recorded matrix plus a query line built here (not recorded): an L40S is not in the catalog.
+    # The recorded matrix plus a query line built here (not recorded): an L40 (not the L40S) is not in the catalog.
     files = {
         **recorded("pcie-l40s"),
-        "nvidia-smi-query.csv": "".join(f"{i}, NVIDIA L40S, 46068\n" for i in range(4)),
+        "nvidia-smi-query.csv": "".join(f"{i}, NVIDIA L40, 46068\n" for i in range(4)),
     }
-    with pytest.raises(DataError, match=r"detected GPU 'NVIDIA L40S' is not in the GPU catalog \(closest: "):
+    with pytest.raises(DataError, match=r"detected GPU 'NVIDIA L40' is not in the GPU catalog \(closest: "):
         host_topology(files)
 
 

@@ -1,7 +1,8 @@
-"""Load and validate the built-in model and GPU catalogs (YAML, read once) and user model files."""
+"""Load and validate the built-in model and GPU catalogs (YAML, read once) and user model and GPU files."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -12,14 +13,26 @@ from pydantic import BaseModel, ValidationError
 
 from autopar.catalog.hf import canonical_fields, model_from_hf_config
 from autopar.catalog.names import NameIndex
-from autopar.errors import DataError
+from autopar.errors import DataError, close_hint
 from autopar.files import expand_user
-from autopar.inputs import CONFIG_MAX_BYTES, parse_document, read_text
+from autopar.inputs import (
+    CONFIG_MAX_BYTES,
+    parse_document,
+    parse_json,
+    parse_yaml,
+    read_text,
+    require_finite,
+    shown,
+)
 from autopar.specs import GPUSpec, ModelSpec
 
 DATA_DIR = Path(__file__).parent / "data"
 MODELS_FILE = DATA_DIR / "models.yaml"
 GPUS_FILE = DATA_DIR / "gpus.yaml"
+# The efficiency table (autopar/perf/efficiency.py reads its numbers): a GPU file's `family` must be one of its
+# families. Read here for the names only - the catalog sits below autopar.perf and does not import it.
+EFFICIENCY_FILE = DATA_DIR.parent.parent / "data" / "efficiency.yaml"
+GPU_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -102,14 +115,119 @@ def model_notes(name: str) -> str:
 
 
 def gpu_notes(name: str) -> str:
-    """The catalog's free-text notes on a GPU (estimated figures, variants); '' if none."""
+    """The catalog's free-text notes on a GPU (estimated figures, variants), or a GPU file's `notes`; ''
+    if none."""
+    if _looks_like_gpu_file(name):
+        return str(_gpu_file_fields(name)[1].get("notes", "") or "").strip()
     spec = get_gpu(name)
     return gpu_catalog().notes.get(spec.name, "")
 
 
-def get_gpu(name: str) -> GPUSpec:
-    """Look up a GPU by name or alias (case, '-', '_', '.', ' ' ignored); unknown -> UnknownNameError."""
-    return gpu_catalog().index.get(name)
+def get_gpu(name_or_path: str) -> GPUSpec:
+    """Look up a GPU by name or alias (case, '-', '_', '.', ' ' ignored; unknown -> UnknownNameError), or
+    read it from a JSON/YAML file of GPUSpec fields (`load_gpu_file`): a name ending in .json/.yaml/.yml,
+    or a path with a folder part to an existing file. The file's GPU wins over a catalog GPU of the same
+    name; it keeps the file's `name` (default: the file's stem)."""
+    if _looks_like_gpu_file(name_or_path):
+        return load_gpu_file(name_or_path)
+    return gpu_catalog().index.get(name_or_path)
+
+
+def _looks_like_gpu_file(text: str) -> bool:
+    """A --gpu value naming a file rather than a catalog GPU (a bare 'H100' is a name even if such a file
+    exists in the working folder)."""
+    if text.lower().endswith(GPU_FILE_SUFFIXES):
+        return True
+    if "/" not in text and "\\" not in text:
+        return False
+    try:  # a name longer than the OS allows for a path (ENAMETOOLONG) is a name, not a file
+        return expand_user(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+@lru_cache(maxsize=1)
+def efficiency_families() -> tuple[str, ...]:
+    """The GPU families autopar/data/efficiency.yaml profiles (a GPU's `family` picks its profile)."""
+    try:
+        doc = yaml.load(EFFICIENCY_FILE.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+    except yaml.YAMLError as e:
+        raise DataError(f"{EFFICIENCY_FILE.name}: not valid YAML ({e})") from None
+    fams = doc.get("families") if isinstance(doc, dict) else None
+    if not isinstance(fams, dict):
+        raise DataError(f"{EFFICIENCY_FILE.name}: expected a top-level 'families:' mapping")
+    return tuple(sorted(str(f).lower() for f in fams))
+
+
+def _gpu_file_fields(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(resolved path, the mapping) of a GPU file, each number finite; one-line DataError otherwise."""
+    p = expand_user(path)
+    try:
+        found = p.is_file()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        raise DataError(f"GPU file '{path}' does not exist (or is not a file)")
+    text = read_text(p, CONFIG_MAX_BYTES, "GPU file")
+    source = f"GPU file '{p}'"
+    if p.suffix.lower() == ".json":  # NaN/Infinity kept, then refused naming the field
+        data = parse_json(text, source, finite=False)
+        require_finite(data, source)
+    else:
+        data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise DataError(f"{source} must hold a JSON/YAML mapping of GPU fields (family, memory_bytes, ...)")
+    return p, data
+
+
+def _field_errors(err: ValidationError) -> str:
+    """Pydantic's errors on one line, each naming the field and the value it refused."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "entry"
+        if e["type"] == "missing":
+            parts.append(f"missing field '{loc}' (required)")
+        else:
+            parts.append(f"{loc}={shown(e['input'])}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def _check_gpu_fields(source: str, data: dict[str, Any]) -> None:
+    """Refuse an unknown field (with the closest known one) and an unknown efficiency family."""
+    allowed = [*GPUSpec.model_fields, "notes"]
+    for key in data:
+        if str(key) not in allowed:
+            raise DataError(
+                f"{source}: unknown field '{key}'{close_hint(str(key), allowed)} (allowed: {', '.join(allowed)})"
+            )
+    fam = data.get("family")
+    known = efficiency_families()
+    if isinstance(fam, str) and fam.strip().lower() not in known:
+        raise DataError(
+            f"{source}: family={shown(fam)} is not an efficiency family{close_hint(fam.strip().lower(), known)}"
+            f" (known: {', '.join(known)})"
+        )
+
+
+def load_gpu_file(path: str | Path) -> GPUSpec:
+    """Read a GPU from a JSON/YAML mapping of GPUSpec fields (e.g. name, family, memory_bytes, bf16_flops,
+    hbm_bw, scaleup_bw, scaleout_bw; optional `notes`). `name` defaults to the file's stem, `source` to its
+    path. Every problem (unknown or missing field, a non-positive or non-finite number, an unknown family)
+    is one DataError line naming the field and the value."""
+    p, data = _gpu_file_fields(path)
+    source = f"GPU file '{p}'"
+    _check_gpu_fields(source, data)
+    fields = {"name": p.stem, "source": str(p)} | {k: v for k, v in data.items() if k != "notes"}
+    if isinstance(fields.get("family"), str):
+        fields["family"] = fields["family"].strip().lower()
+    try:
+        spec = GPUSpec.model_validate(fields)
+    except ValidationError as e:
+        raise DataError(f"{source}: {_field_errors(e)}") from None
+    for key, value in spec.model_dump().items():  # strings such as 'inf' pass pydantic's float parsing
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DataError(f"{source}: {key}={shown(data.get(key, value))}: only finite numbers are allowed")
+    return spec
 
 
 def _looks_like_path(text: str) -> bool:

@@ -48,11 +48,14 @@ PRODUCT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bB200\b", re.I), "B200"),
     (re.compile(r"\bH200\b", re.I), "H200"),
     (re.compile(r"\bH800\b", re.I), "H800"),
+    (re.compile(r"\bH20\b(?!-3e)", re.I), "H20"),  # 'NVIDIA H20'; not the 141 GB H20-3e refresh
     (re.compile(r"\bH100\b.*\bPCIe\b", re.I), "H100-PCIe"),
     (re.compile(r"\bH100\b.*\b80\s?GB\s+HBM3\b", re.I), "H100-SXM"),
     (re.compile(r"\bH100\b.*\bSXM", re.I), "H100-SXM"),
     (re.compile(r"\bA100\b.*\bSXM4?-?40GB\b", re.I), "A100-40GB"),
     (re.compile(r"\bA100\b.*\bSXM4?-?80GB\b", re.I), "A100-80GB"),
+    (re.compile(r"\bA800\b.*\bSXM4?-?80GB\b", re.I), "A800"),  # 'NVIDIA A800-SXM4-80GB'; not the PCIe card
+    (re.compile(r"\bL40S\b", re.I), "L40S"),
     (re.compile(r"\bMI325X\b", re.I), "MI325X"),
     (re.compile(r"\bMI300X\b", re.I), "MI300X"),
 )

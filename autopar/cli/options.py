@@ -68,14 +68,23 @@ _PARAMS: list[tuple[str, Any, Any]] = [
     # --- the cluster ---
     (
         "gpu",
-        Annotated[str | None, _o(help=f"GPU type (see `autopar gpus`) \\[default: {DEFAULT_GPU}]")],
+        Annotated[
+            str | None,
+            _o(
+                help="GPU type (see `autopar gpus`) or a YAML/JSON file of GPU fields (README: custom GPU) "
+                f"\\[default: {DEFAULT_GPU}]"
+            ),
+        ],
         None,
     ),
     (
         "gpu:list",
         Annotated[
             str | None,
-            _o(help=f"GPU type(s), comma list makes it a search dimension \\[default: {DEFAULT_GPU}]."),
+            _o(
+                help="GPU type(s) or YAML/JSON GPU file(s), comma list makes it a search dimension "
+                f"\\[default: {DEFAULT_GPU}]."
+            ),
         ],
         None,
     ),
@@ -184,7 +193,10 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             _o(
                 "--framework",
                 help="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed "
-                "(sets kernel fusion, attention kernel, recompute semantics).",
+                "(sets kernel fusion, attention kernel, recompute semantics); a stack autopar has no "
+                "profile for (other, maxtext, jax, internevo, colossalai, nanotron, paddle, mindspore, "
+                "vescale) is estimated with Megatron's mechanics and the unprofiled-stack prior (a "
+                "slower centre, a wider band); other is the sober prior for any stack.",
             ),
         ],
         DEFAULT_FRAMEWORK,
