@@ -9,7 +9,7 @@ worse on the source each leaves out; this column is therefore the gate's own evi
 (one of 11 values, chosen with all sources in view) is the only selection not redone per fold. Metrics: median and mean
 absolute percentage error (APE) of tokens/s/GPU, Spearman rho within the source over runs of the same
 model and GPU count, runs that ran but are predicted out of memory, and the 80% band's coverage and
-mean width. Then peak memory (only some sources report it) and the adaptation curve: each source
+mean width, and the bias (median predicted / measured). Then peak memory (only some sources report it) and the adaptation curve: each source
 fitted on the others plus k = 0/3/5 of its runs, scored on its remaining runs.
 
 Usage: python bench/accuracy.py [--data runs.csv ...] [--no-published] [--rows]
@@ -96,10 +96,11 @@ def _rho(g: pd.DataFrame, col: str) -> float:
 
 def _block(g: pd.DataFrame, meas: str, pred: str, lo: str, hi: str) -> dict[str, list[float]]:
     """Median/mean APE, coverage and width per mode for one measured quantity."""
-    out: dict[str, list[float]] = {"med": [], "mean": [], "cover": [], "width": []}
+    out: dict[str, list[float]] = {"med": [], "mean": [], "bias": [], "cover": [], "width": []}
     for mode in MODES:
         ok = g.dropna(subset=[meas, f"{pred}_{mode}"])
         ape = (ok[f"{pred}_{mode}"] / ok[meas] - 1).abs()
+        out["bias"].append((ok[f"{pred}_{mode}"] / ok[meas]).median() if len(ok) else np.nan)
         out["med"].append(100 * ape.median() if len(ok) else np.nan)
         out["mean"].append(100 * ape.mean() if len(ok) else np.nan)
         if mode == "ana":
@@ -129,6 +130,7 @@ def throughput_table(ev: pd.DataFrame) -> pd.DataFrame:
                 "n": len(t),
                 "median APE % ana|in|loso": _fmt(b["med"]),
                 "mean APE % ana|in|loso": _fmt(b["mean"]),
+                "bias pred/meas ana|in|loso": _fmt(b["bias"], 3),
                 "Spearman ana|in|loso": _fmt([_rho(t, f"tps_{m}") for m in MODES], 2),
                 "pred. OOM ana|in|loso": " | ".join(map(str, oom)),
                 "80% cover % in|loso": _fmt(b["cover"], 0),

@@ -1,7 +1,7 @@
 """The unprofiled-stack prior (autopar/calibration/stack_prior.py): measure it, check it on left-out sources.
 
 Every measured source autopar holds whose stack is not Megatron (torchtitan, PyTorch FSDP / Composer, NeMo
-AutoModel, Megatron-DeepSpeed) is estimated *as if its stack were unknown*: framework cell replaced by an
+AutoModel, Megatron-DeepSpeed, MaxText on JAX/XLA) is estimated *as if its stack were unknown*: framework cell replaced by an
 unrecognised name, so the record is read with the surrogate profile (knobs.SURROGATE_PROFILE) and the
 shipped calibration, as a cluster the calibration never saw (no source offset), with no prior. Each source's
 median log(measured / predicted) is one draw of "how far a stack that is not tuned Megatron lands from the
@@ -41,7 +41,10 @@ DEV_FILES = (
     "sweeps.csv",
     "ascend_runs.csv",
     "torchtitan_2024_runs.csv",
+    "weak_scaling_runs.csv",
 )
+# Sources that are subsets of one publication count as one (one team's stack and cluster, one draw).
+SAME_PUBLICATION = {"mosaic_llmfoundry_ws": "mosaic_llmfoundry"}
 PROFILED_MEGATRON = ("megatron", "megatron-legacy")
 TPS = "pred_tokens_per_s_per_gpu"
 
@@ -50,8 +53,12 @@ def records() -> pd.DataFrame:
     """Published and dev run records whose stack is profiled and not Megatron."""
     frames = [read_run_records(published_runs_path())] + [read_run_records(DATA / f) for f in DEV_FILES]
     df = pd.concat(frames, ignore_index=True).fillna("")
-    keep = [stack_of(fw, []).get("framework") not in PROFILED_MEGATRON for fw in df["framework"]]
-    keep = [k and "stack" not in stack_of(fw, []) for k, fw in zip(keep, df["framework"], strict=True)]
+    df["source"] = df["source"].replace(SAME_PUBLICATION)
+    # a profiled non-Megatron stack, or a stack autopar does not profile (e.g. MaxText): not tuned Megatron
+    keep = [
+        "stack" in (st := stack_of(fw, [])) or st["framework"] not in PROFILED_MEGATRON
+        for fw in df["framework"]
+    ]
     return df[keep].reset_index(drop=True)
 
 
