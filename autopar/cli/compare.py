@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from autopar.calibration.assumptions import assumption_lines
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import check_plotly, resolve_calibration
 from autopar.cli.evaluation import evaluate, label_strategy, on_demand_price
@@ -79,9 +80,12 @@ def compare_cmd(f: Flags) -> None:
     ]
     title = f"{m.name} on {cluster.num_gpus}x {cluster.gpu.name}, seq {workload.seq_len}, batch {workload.global_batch}"
     info = comparison_info(evs, title)
+    said = assumption_lines(cluster, workload, calibrated=calib is not None)
     if f.as_json:
-        emit_json([e.doc() for e in evs], indent=2)
+        emit_json([{**e.doc(), "assumptions": said} for e in evs], indent=2)
     else:
+        for line in said:
+            console.print(line, style="dim", highlight=False)
         console.print(_table(info))
         console.print(f"*: best in its row; {info.price_note}", highlight=False)
         console.print(info.calibration_note, highlight=False)

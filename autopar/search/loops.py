@@ -97,7 +97,12 @@ def _model_blob(model: ModelSpec) -> dict[str, Any]:
 
 
 # Workload fields added after studies were first stored, left out at their defaults (as for clusters).
-_LATER_WORKLOAD_DEFAULTS = {"grad_reduce_dtype": "fp32", "bf16_optimizer": False, "compiled_loss": False}
+_LATER_WORKLOAD_DEFAULTS = {
+    "grad_reduce_dtype": "fp32",
+    "bf16_optimizer": False,
+    "compiled_loss": False,
+    "stack": "",
+}
 
 
 def _workload_blob(workload: Workload) -> dict[str, Any]:
