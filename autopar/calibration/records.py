@@ -547,13 +547,12 @@ def _gpu_from_row(row: Mapping[str, Any], assumed: list[str]) -> GPUSpec:
 
 def unprofiled_stack(text: Any) -> str:
     """The unprofiled stack (knobs.UNPROFILED_STACKS) a free-text framework name names: '' when it names a
-    profiled one (framework_from_text), 'other' when it names nothing autopar knows or is empty."""
+    profiled one (`_profiled`), 'other' when it names nothing autopar knows or is empty."""
     t = str(text or "").lower()
     for name, words in UNPROFILED_MARKERS.items():
         if any(w in t for w in words):
             return name
-    known = ("megatron", "nemo", "torchtitan", "deepspeed", "zero-3", *_FSDP_WORDS)
-    return "" if any(k in t for k in known) else "other"
+    return "" if _profiled(t) else "other"
 
 
 _FSDP_WORDS = ("fsdp", "composer", "llm-foundry", "foundry", "accelerate")
@@ -573,10 +572,9 @@ def stack_of(text: Any, assumed: list[str]) -> dict[str, str]:
     return {"framework": SURROGATE_PROFILE, "stack": stack}
 
 
-def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
-    """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile (an
-    unprofiled or unrecognised name: the surrogate, see `stack_of`)."""
-    t = str(text or "").lower()
+def _profiled(t: str) -> str | None:
+    """The software profile a lower-case framework name names; None when it names none (the one place the
+    profiled stacks' words are recognised)."""
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", t)]
     # a Megatron run that names its attention unfused (no --use-flash-attn) is the pre-FlashAttention profile
     legacy = (
@@ -592,9 +590,16 @@ def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
         return "fsdp"
     if any(k in t for k in ("megatron", "nemo")):
         return "megatron"
-    if assumed is not None:
-        assumed.append(f"framework=megatron (framework '{text or ''}' not recognised)")
-    return "megatron"
+    return None
+
+
+def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
+    """Map a free-text framework name (e.g. 'NeMo 24.07 (Megatron-Core)') to a software profile (an
+    unprofiled or unrecognised name: the surrogate, see `stack_of`)."""
+    found = _profiled(str(text or "").lower())
+    if found is None and assumed is not None:
+        assumed.append(f"framework={SURROGATE_PROFILE} (framework '{text or ''}' not recognised)")
+    return found or SURROGATE_PROFILE
 
 
 def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
