@@ -54,6 +54,16 @@ Recompute = Literal[
     "sel:layernorm+mla_up_proj+moe_act",
     "sel:moe",
     "sel:layernorm+moe",
+    # MaxText's remat policies (perf/remat.py: what each keeps per decoder layer); records only, never searched
+    "remat:minimal",
+    "remat:minimal_with_context",
+    "remat:save_dot_with_context_except_mlp",
+    "remat:save_dot_except_mlpwi",
+    "remat:save_dot_except_mlp",
+    "remat:save_qkv_proj",
+    "remat:save_out_proj",
+    "remat:qkv_proj_offloaded",
+    "remat:minimal_offloaded",
 ]
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "zb-2p", "zb-v"]
 CpComm = Literal["p2p", "a2a", "allgather", "a2a+p2p"]  # perf/cp.py
@@ -68,6 +78,58 @@ RECOMPUTE_LEVELS: tuple[Recompute, ...] = ("none", "selective", "full")
 CP_COMM_NAMES: tuple[CpComm, ...] = get_args(CpComm)
 OPTIMIZER_STATES: tuple[OptimizerStates, ...] = get_args(OptimizerStates)
 FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
+
+# Workload.optimizer (state bytes and step traffic: perf/memory.py state_bytes_of, optimizer_step_bytes).
+Optimizer = Literal["adam", "adam_bf16_states", "adam_8bit", "sgd", "adafactor", "lion", "came"]
+OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
+# Workload.master_weights: the optimizer's copy of the weights it updates (perf/memory.py MASTER_BYTES).
+MasterWeights = Literal["fp32", "fp16", "bf16"]
+MASTER_WEIGHTS: tuple[MasterWeights, ...] = get_args(MasterWeights)
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """What an optimizer keeps per parameter besides its master weights, and the passes of its step."""
+
+    moments: int  # full-size state tensors, in the precision of Strategy.optimizer_states (else `states`)
+    factored: (
+        int  # factored statistics: one row and one column vector per weight matrix (Shazeer & Stern 2018)
+    )
+    states: OptimizerStates  # the moments' precision when the strategy does not set it
+    grad_reads: int = 1  # passes reading the gradient (factored statistics need the whole row/column first)
+    state_rereads: int = 0  # further reads of the moments and statistics (CAME's confidence pass)
+    source: str = ""
+
+
+OPTIMIZER_KINDS: dict[str, OptimizerKind] = {
+    "adam": OptimizerKind(
+        2, 0, "fp32", source="Kingma & Ba 2015: m, v (torch.optim.AdamW exp_avg, exp_avg_sq)"
+    ),
+    "adam_bf16_states": OptimizerKind(
+        2, 0, "bf16", source="Megatron --exp-avg-dtype/--exp-avg-sq-dtype bf16"
+    ),
+    "adam_8bit": OptimizerKind(
+        2, 0, "8bit", source="Dettmers et al. 2022, arXiv 2110.02861: block-wise 8-bit m, v"
+    ),
+    "sgd": OptimizerKind(
+        1, 0, "fp32", source="torch.optim.SGD momentum_buffer (Megatron --sgd-momentum 0.9)"
+    ),
+    # Shazeer & Stern 2018 (arXiv 1804.04235) Alg. 4, beta1 = 0: torch.optim.Adafactor (PyTorch >= 2.5,
+    # torch/optim/_adafactor.py) keeps state row_var (shape [..., r, 1]) and col_var ([..., 1, c]) of a >= 2-D
+    # parameter, a full `variance` only for vectors, and has no momentum; it reads the gradient once for the
+    # row/column means and again for the update.
+    "adafactor": OptimizerKind(0, 1, "fp32", grad_reads=2, source="Shazeer & Stern 2018, arXiv 1804.04235"),
+    # Chen et al. 2023 (arXiv 2302.06675) Alg. 2: one momentum; Megatron-Core core_v0.19.0
+    # megatron/core/optimizer/__init__.py ('lion'): state exp_avg = zeros_like(the fp32 main param).
+    "lion": OptimizerKind(1, 0, "fp32", source="Chen et al. 2023, arXiv 2302.06675"),
+    # Luo et al. 2023 (arXiv 2307.02693) Alg. 1: the first moment m, a factored second moment (r, c) and a
+    # factored confidence (R, C) of the instability (u - m)^2; the final update reads m and R, C again after
+    # their pass (the reference implementation github.com/yangluo7/CAME: exp_avg, exp_avg_sq_row/_col,
+    # exp_avg_res_row/_col).
+    "came": OptimizerKind(
+        1, 2, "fp32", grad_reads=2, state_rereads=1, source="Luo et al. 2023, arXiv 2307.02693"
+    ),
+}
 
 # Stacks autopar has no kernel profile for (issue 43): named so that a run on one is never read as a Megatron
 # run. Such a stack is estimated with the SURROGATE_PROFILE's mechanics (the most general stack: every axis,
@@ -121,7 +183,18 @@ RECOMPUTE_MODULE_SETS: dict[str, frozenset[str]] = {
     **{m: frozenset(m.removeprefix("sel:").split("+")) for m in RECOMPUTE_MODES if m.startswith("sel:")},
 }
 # Memory-frugality order (least first) for the search's moves and the report's axis: full keeps least.
-RECOMPUTE_BY_FRUGALITY: tuple[Recompute, ...] = (*RECOMPUTE_MODES[:2], *RECOMPUTE_MODES[3:], "full")
+RECOMPUTE_BY_FRUGALITY: tuple[Recompute, ...] = (
+    *RECOMPUTE_MODES[:2],
+    *(m for m in RECOMPUTE_MODES[3:] if not m.startswith("remat:")),
+    "full",
+)
+
+
+def reruns_layer_forward(rec: str | None) -> bool:
+    """Whether recompute `rec` keeps only (part of) a layer's outputs and re-runs its forward inside the
+    backward, so one layer's whole working set is alive while it is recomputed: full recompute and MaxText's
+    remat policies (perf/remat.py)."""
+    return rec == "full" or str(rec).startswith("remat:")
 
 
 def recompute_modules(rec: str | None) -> frozenset[str]:
@@ -145,7 +218,7 @@ def recompute_of_modules(modules: Iterable[str]) -> Recompute:
 _AC_TOKENS: dict[str, str] = {
     "selective": "sel-AC",
     "full": "full-AC",
-    **{m: f"{m}-AC" for m in RECOMPUTE_MODES if m.startswith("sel:")},
+    **{m: f"{m}-AC" for m in RECOMPUTE_MODES if m.startswith(("sel:", "remat:"))},
 }
 
 

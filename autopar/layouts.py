@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 # The axes and the schedule table are declared in the knob registry; re-exported here with the rules.
 from autopar.knobs import (
     CP_COMM_NAMES,
+    OPTIMIZER_KINDS,
     RECOMPUTE_LEVELS,
     implied_schedule,
     recompute_modules,
@@ -1475,7 +1476,21 @@ def saver_values(workload: Workload) -> tuple[tuple[str | None, float], ...]:
         for st in allowed["optimizer_states"]
         for off in allowed["optimizer_offload"]
         if _ok([*saver_rules(workload, st, off), *stack_rules(workload.framework, states=st, offload=off)])
+        and not optimizer_saver_why(workload, st, off)
     )
+
+
+def optimizer_saver_why(workload: Workload, states: str | None, offload: float) -> str:
+    """Why the workload's optimizer cannot take these savers ('' when it can): a state precision needs
+    full-size moments (Adafactor keeps none: knobs.OPTIMIZER_KINDS); Megatron-Core runs both savers through
+    --use-precision-aware-optimizer, which OptimizerConfig.__post_init__ allows with Adam only
+    (megatron/core/optimizer/optimizer_config.py core_v0.19.0: "only supported with adam")."""
+    opt = workload.optimizer
+    if states and not OPTIMIZER_KINDS[opt].moments:
+        return f"optimizer={opt} keeps no full-size moments for {states} states"
+    if (states or offload) and workload.framework == "megatron" and not opt.startswith("adam"):
+        return f"optimizer={opt}: Megatron-Core's precision-aware optimizer (state precision, offload) runs Adam only"
+    return ""
 
 
 def idle_saver(model: ModelSpec, workload: Workload, saver: str) -> str:
@@ -1486,6 +1501,10 @@ def idle_saver(model: ModelSpec, workload: Workload, saver: str) -> str:
     if saver in MEMORY_SAVER_VALUES:
         if len(saver_values(alone)) > 1:
             return ""
+        knob, values = MEMORY_SAVER_VALUES[saver]
+        on = {knob: values[-1]}
+        if why := optimizer_saver_why(alone, on.get("optimizer_states"), on.get("optimizer_offload", 0.0)):
+            return why
         what = {"offload": "CPU offload of the optimizer", "bf16_states": "bf16 optimizer states"}
         return f"the {fw} stack ships no {what.get(saver, '8-bit optimizer states')}"
     if saver == "act_offload":

@@ -230,6 +230,10 @@ class WorkloadConfig(_Config):
     grad_reduce_dtype: str | None = Field(
         default=None, description="main-gradient buffer and DP reduction dtype (fp32, bf16)"
     )
+    optimizer: str | None = Field(default=None, description="training optimizer (knobs.OPTIMIZERS)")
+    master_weights: str | None = Field(
+        default=None, description="master-weights precision (fp32, fp16, bf16)"
+    )
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
@@ -271,6 +275,16 @@ class WorkloadConfig(_Config):
                     f"--grad-reduce-dtype {self.grad_reduce_dtype}: expected one of {', '.join(GRAD_REDUCE_DTYPES)}"
                 )
             out["grad_reduce_dtype"] = self.grad_reduce_dtype
+        for flag, key, names in (
+            ("--optimizer", "optimizer", knobs.OPTIMIZERS),
+            ("--master-weights", "master_weights", knobs.MASTER_WEIGHTS),
+        ):
+            if (value := getattr(self, key)) is not None:
+                if value not in names:
+                    raise SpecError(
+                        f"{flag} {value}: expected one of {', '.join(names)}{close_hint(value, names)}"
+                    )
+                out[key] = value
         if self.fp8_recipe is not None:
             if "fp8" not in precisions:
                 raise SpecError(

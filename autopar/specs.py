@@ -11,8 +11,17 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 # The knob domains and the completable knobs are declared in the registry (autopar/knobs.py); re-exported here.
 from autopar.defaults import grad_reduce_dtype_default, tp_comm_overlap_default
+from autopar.errors import close_hint
 from autopar.knobs import COMPLETABLE_KNOBS as COMPLETABLE_KNOBS
-from autopar.knobs import UNPROFILED_STACKS, Framework, format_label
+from autopar.knobs import (
+    MASTER_WEIGHTS,
+    OPTIMIZERS,
+    UNPROFILED_STACKS,
+    Framework,
+    MasterWeights,
+    Optimizer,
+    format_label,
+)
 from autopar.knobs import CpComm as CpComm
 from autopar.knobs import OptimizerStates as OptimizerStates
 from autopar.knobs import Recompute as Recompute
@@ -335,7 +344,18 @@ class Workload(_Frozen):
     # search's divisor enumeration of the batch stays instant (a 30-digit batch hung it).
     global_batch: int = Field(gt=0, le=MAX_SIZE, description="sequences per optimizer step")
     precision: Literal["bf16", "fp8"] = "bf16"
-    optimizer: Literal["adam", "adam_bf16_states", "adam_8bit", "sgd"] = "adam"
+    optimizer: Optimizer = Field(
+        default="adam",
+        description="training optimizer (knobs.OPTIMIZER_KINDS): adam (fp32 m, v), adam_bf16_states, adam_8bit, "
+        "sgd (momentum), adafactor (factored second moment, no momentum), lion (one momentum), came (momentum, "
+        "factored second moment and confidence)",
+    )
+    master_weights: MasterWeights = Field(
+        default="fp32",
+        description="the optimizer's master copy of the weights: fp32 (4 B a parameter), fp16 (2 B: Megatron "
+        "--use-precision-aware-optimizer --main-params-dtype fp16) or bf16 (none: the bf16 model weights are "
+        "updated in place, pure-bf16 training)",
+    )
     token_budget: float | None = Field(default=None, gt=0, description="tokens to train, for time/cost")
     tp_comm_overlap: bool = Field(
         default=False,
@@ -421,6 +441,35 @@ class Workload(_Frozen):
         "adapters trained (no base weight gradients, optimizer states or weight-gradient GEMMs)",
     )
     lora_dim: int = Field(default=LORA_DIM_DEFAULT, gt=0, description="LoRA adapter rank (finetune=lora)")
+    # --- what the stack did that changes memory (issue 44; a run record's stack columns) ---
+    attention_kernel: Literal["", "flash", "cudnn", "unfused"] = Field(
+        default="",
+        description="attention kernel: flash (FlashAttention, SDPA's flash backend), cudnn (cuDNN fused "
+        "attention: Transformer Engine, SDPA's cuDNN backend) or unfused (the s x s scores materialised and "
+        "kept for the backward); '' = the stack's (software.yaml flash_attention / fused_attention)",
+    )
+    torch_compile: bool = Field(
+        default=False,
+        description="the model's blocks compiled with torch.compile (torchtitan --compile.enable): inductor "
+        "fuses the elementwise chains and its partitioner keeps fewer of their outputs (perf/layers.py)",
+    )
+    reshard_after_forward: bool | None = Field(
+        default=None,
+        description="FSDP/ZeRO-3: free the gathered parameters after each block's forward (True) or keep them "
+        "until its backward (False: every block's unsharded parameters held through the forward); None = the "
+        "stack's default (torchtitan reshard_after_forward_policy 'default': re-shard without PP, keep with PP)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _optimizer_names(cls, data: object) -> object:
+        """An unknown optimizer or master-weights precision: one line naming the choices, close ones suggested."""
+        if isinstance(data, dict):
+            for key, names in (("optimizer", OPTIMIZERS), ("master_weights", MASTER_WEIGHTS)):
+                if key in data and data[key] not in names:
+                    hint = close_hint(str(data[key]), names)
+                    raise ValueError(f"{key}={data[key]!r}: expected one of {', '.join(names)}{hint}")
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -182,7 +182,7 @@ def _csv(tmp_path: Path, published, sources: tuple[str, ...]) -> Path:
     rows = [r for r in published if r["source"] in sources]
     p = tmp_path / "small.csv"
     with p.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         for r in rows:
             w.writerow({k: "" if v is None else v for k, v in r.items()})

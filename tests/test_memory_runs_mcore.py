@@ -14,6 +14,7 @@ from runfiles import cited_test_set
 from autopar.calibration.records import estimate_row, measured_stage_memory, row_to_specs
 from autopar.calibration.runs import read_run_records
 from autopar.perf.estimate import estimate, stage_memories
+from autopar.perf.memory import as_measured
 from autopar.perf.pipeline import inflight_microbatches, interleaved_inflight
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,12 +113,16 @@ def test_measured_stage_picks_the_stated_stage() -> None:
     est = estimate(s.model, s.cluster, s.workload, s.strategy)
     per_stage = stage_memories(s.model, s.cluster, s.workload, est.strategy)
     assert max(m.total for m in per_stage) == est.memory.total  # the estimate's memory is the peak stage
-    assert measured_stage_memory(row, s, est) == per_stage[-1]
-    first = {**row, "notes": row["notes"].replace("stage=last", "stage=first")}
-    assert measured_stage_memory(first, s, est) == per_stage[0]
-    unstated = {**row, "notes": row["notes"].replace("stage=last", "")}
-    assert measured_stage_memory(unstated, s, est) is est.memory
-    assert estimate_row(row)["pred_mem_gib_per_gpu"] == pytest.approx(per_stage[-1].total / GiB)
+    # the golden values are max_memory_allocated: no CUDA context, NCCL buffers or allocator slack (as_measured)
+    assert row["memory_metric"] == "max_memory_allocated"
+    assert measured_stage_memory(row, s, est) == as_measured(per_stage[-1], "max_memory_allocated")
+    assert as_measured(per_stage[-1], "max_memory_allocated").overhead == 0.0
+    first = row_to_specs({**row, "memory_stage": "first", "memory_metric": "nvidia_smi"})
+    assert measured_stage_memory(row, first, est) == per_stage[0]
+    unstated = row_to_specs({**row, "memory_stage": "", "memory_metric": "", "notes": ""})
+    assert measured_stage_memory(row, unstated, est) is est.memory
+    allocated = as_measured(per_stage[-1], "max_memory_allocated").total
+    assert estimate_row(row)["pred_mem_gib_per_gpu"] == pytest.approx(allocated / GiB)
 
 
 def test_model_states_match_the_logged_allocation() -> None:
@@ -145,10 +150,16 @@ def test_model_states_match_the_logged_allocation() -> None:
         assert all(abs(r - 1) > 0.12 for dp, r in ratios if dp != int(row["dp"])), (rid, ratios)
 
 
-def test_last_stage_peaks_within_6_percent() -> None:
+def test_last_stage_allocated_peaks_within_10_percent_low() -> None:
+    """Compared like for like (allocated bytes: the model's CUDA context, NCCL and allocator slack left out),
+    the last stage's peak is 1-10% under the golden values, median ~3.4% under: transient allocations the model
+    does not count (MoE permutation buffers, Transformer Engine workspaces)."""
+    ratios = []
     for row in _rows():
         pred = estimate_row(row)["pred_mem_gib_per_gpu"]
-        assert pred / float(row["measured_mem_gb_per_gpu"]) == pytest.approx(1.0, abs=0.06), row["id"]
+        ratios.append(pred / float(row["measured_mem_gb_per_gpu"]))
+        assert 0.89 <= ratios[-1] <= 1.0, row["id"]
+    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(0.966, abs=0.01)
 
 
 def test_memory_calibration_learns_against_the_stated_stage() -> None:
@@ -160,8 +171,8 @@ def test_memory_calibration_learns_against_the_stated_stage() -> None:
     s = row_to_specs(row)
     last = stage_memories(s.model, s.cluster, s.workload, s.strategy)[-1]
     _, est, _, _ = record_features(row, "memory")
-    assert est.memory == last
+    assert est.memory == as_measured(last, "max_memory_allocated")
     _, est_tps, _, _ = record_features(row, "throughput")
     assert est_tps.memory.total > last.total  # throughput features keep the estimate as it is
     ts = build_training_set([row], target="memory")
-    assert ts.predicted[0] == pytest.approx(last.total / GiB)
+    assert ts.predicted[0] == pytest.approx(as_measured(last, "max_memory_allocated").total / GiB)

@@ -165,13 +165,16 @@ def test_calibrated_batch_of_repeats_matches_the_plain_file(published):
 
 def test_memoised_model_cells_build_what_the_row_builds(published):
     from autopar.calibration.records import _build_model, _model_from_row
+    from autopar.calibration.stack_columns import stack_knobs
 
     for row in published.to_dict(orient="records"):
         a, b = [], []
+        knobs = stack_knobs(row)
+        said = {"dropout_stated": knobs.dropout, "tied_stated": knobs.tied_embeddings}
         try:
-            direct = _build_model(row, a)
+            direct = _build_model({**row, **said}, a)
         except Exception as e:  # noqa: BLE001 - the memoised path must fail the same way
             with pytest.raises(type(e)):
-                _model_from_row(row, b)
+                _model_from_row(row, knobs, b)
             continue
-        assert _model_from_row(row, b) == direct and a == b
+        assert _model_from_row(row, knobs, b) == direct and a == b

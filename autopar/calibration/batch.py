@@ -2,7 +2,7 @@
 
 Columns added to `batch_estimate`'s: `pred_tokens_per_s_per_gpu_analytical`, `pred_tokens_per_s_per_gpu`
 (corrected), `pred_tokens_per_s_per_gpu_lo` / `_hi` (80% band), the same four for `pred_mem_gib_per_gpu`,
-`calibration_factor` / `memory_factor` and `pred_memory_verdict` (fits / at risk / oom, autopar.calibration.verdict).
+`calibration_factor` / `memory_factor` and `pred_memory_verdict` (fits / uncertain / oom, autopar.calibration.verdict).
 The throughput band is widened for each record's novelty, its distance in steps to the nearest measured run
 (`pred_novelty_steps`; calibration/novelty.py), as `estimate` widens one strategy's band.
 Step time, TFLOP/s and MFU follow the throughput factor; headroom follows the memory factor, and `pred_fits` is
@@ -25,6 +25,7 @@ from autopar.calibration.records import batch_estimate, distinct_records, stage_
 from autopar.calibration.verdict import OOM, memory_verdicts
 
 TPS, MEM = "pred_tokens_per_s_per_gpu", "pred_mem_gib_per_gpu"
+PEAK = "pred_peak_gib_per_gpu"  # the whole peak of the most loaded GPU: what the verdict weighs
 _THROUGHPUT_LIKE = ("pred_tflops_per_gpu", "pred_hw_tflops_per_gpu", "pred_mfu")
 
 
@@ -102,21 +103,26 @@ def calibrated_batch(df: pd.DataFrame, calibration: Any | None, widen: bool = Tr
         out[col] = pd.to_numeric(out[col], errors="coerce") * fac[:, 0]
     out["pred_step_s"] = pd.to_numeric(out["pred_step_s"], errors="coerce") / fac[:, 0]
     if "pred_headroom_gib" in out:
-        cap = pd.to_numeric(out["pred_headroom_gib"], errors="coerce") + mem
-        out["pred_headroom_gib"] = cap - out[MEM]
+        peak = pd.to_numeric(out[PEAK], errors="coerce")
+        out[PEAK] = peak * fac[:, 3]
+        out["pred_headroom_gib"] = pd.to_numeric(out["usable_gib"], errors="coerce") - out[PEAK]
     out["calibration_factor"], out["memory_factor"] = fac[:, 0], fac[:, 3]
-    return _with_verdict(out)
+    band = None if calibration.memory_corrector is None else (fac[:, 4] / fac[:, 3], fac[:, 5] / fac[:, 3])
+    return _with_verdict(out, band)
 
 
-def _with_verdict(out: pd.DataFrame) -> pd.DataFrame:
-    """Add `pred_memory_verdict` and set `pred_fits` from it (False only for oom) on evaluated rows."""
+def _with_verdict(out: pd.DataFrame, band: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+    """Add `pred_memory_verdict` and set `pred_fits` from it (False only for oom) on evaluated rows: the whole
+    peak of the most loaded GPU (`pred_peak_gib_per_gpu`, corrected) against usable memory, its 80% band at
+    `band` = (low, high) x the peak (None: no band)."""
     if "pred_headroom_gib" not in out:  # no row could be evaluated: the column is still there, empty
         out["pred_memory_verdict"] = ""
         return out
-    mem = pd.to_numeric(out[MEM], errors="coerce").to_numpy(dtype=float)
-    usable = pd.to_numeric(out["pred_headroom_gib"], errors="coerce").to_numpy(dtype=float) + mem
-    lo = pd.to_numeric(out[MEM + "_lo"], errors="coerce").to_numpy(dtype=float)
-    verdict = np.array(memory_verdicts(mem, lo, usable), dtype=object)
+    mem = pd.to_numeric(out[PEAK], errors="coerce").to_numpy(dtype=float)
+    usable = pd.to_numeric(out["usable_gib"], errors="coerce").to_numpy(dtype=float)
+    nan = np.full(len(mem), np.nan)
+    lo, hi = (nan, nan) if band is None else (mem * band[0], mem * band[1])
+    verdict = np.array(memory_verdicts(mem, lo, usable, hi), dtype=object)
     out["pred_memory_verdict"] = verdict
     ok = (out["status"] == "ok").to_numpy() & (verdict != "")
     out["pred_fits"] = out["pred_fits"].astype(object)

@@ -17,17 +17,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autopar.calibration.legacy_notes import notes_only_knobs
+from autopar.calibration.stack_columns import StackKnobs, stack_knobs
 from autopar.errors import AutoparError, DataError, close_hint
 from autopar.knobs import (
+    OPTIMIZERS,
     RECOMPUTE_MODES,
     RECOMPUTE_MODULE_SETS,
-    SCHEDULE_NAMES,
     SURROGATE_PROFILE,
     UNPROFILED_MARKERS,
     recompute_of_modules,
 )
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, default_cp_comm
 from autopar.perf.estimate import estimate, stage_memories
+from autopar.perf.memory import as_measured
+from autopar.perf.remat import FULL_REMAT_NAMES, REMAT_PREFIX
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload
 from autopar.text import excerpt
 from autopar.units import GiB
@@ -330,6 +334,7 @@ class RecordSpecs:
     workload: Workload
     strategy: Strategy
     assumed: list[str] = field(default_factory=list)
+    knobs: StackKnobs = field(default_factory=StackKnobs)
 
 
 def _cell(row: Mapping[str, Any], key: str) -> Any:
@@ -406,18 +411,14 @@ _MODEL_CELLS = (
     "topk",
     "shared_experts",
     "moe_ffn_hidden",
-    "dropout_stated",  # not a column: whether the notes state dropout on (_DROPOUT_NOTE), set by _model_from_row
-    "untied_stated",  # not a column: whether the notes state untied embeddings (_UNTIED_NOTE), likewise
+    "dropout_stated",  # the `dropout` stack column, validated (StackKnobs.dropout): None when silent
+    "tied_stated",  # the `tied_embeddings` stack column, likewise
 )
 
 
-def _model_from_row(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
+def _model_from_row(row: Mapping[str, Any], knobs: StackKnobs, assumed: list[str]) -> ModelSpec:
     """The row's model; built once per distinct model cells (a batch repeats them row after row)."""
-    text = str(_cell(row, "notes") or "").lower()
-    said = {
-        "dropout_stated": bool(_DROPOUT_NOTE.search(text)),
-        "untied_stated": bool(_UNTIED_NOTE.search(text)),
-    }
+    said = {"dropout_stated": knobs.dropout, "tied_stated": knobs.tied_embeddings}
     cells = tuple(said[c] if c in said else _cell(row, c) for c in _MODEL_CELLS)
     try:
         hash(cells)
@@ -463,12 +464,13 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         vocab = catalog_model.vocab if catalog_model else 51200
         assumed.append(f"vocab={vocab}")
     activation, tied, norm, dropout = _block_style(catalog_model, ffn, hidden, assumed)
-    if not dropout and row.get("dropout_stated"):
-        dropout = True
-        assumed.append("dropout=true (notes: hidden/attention dropout on)")
-    if tied and row.get("untied_stated"):
-        tied = False
-        assumed.append("tied_embeddings=false (notes: --untie-embeddings-and-output-weights)")
+    stated_dropout, stated_tied = row.get("dropout_stated"), row.get("tied_stated")
+    if stated_dropout is not None and stated_dropout != dropout:
+        dropout = bool(stated_dropout)
+        assumed.append(f"dropout={str(dropout).lower()} (column 'dropout')")
+    if stated_tied is not None and stated_tied != tied:
+        tied = bool(stated_tied)
+        assumed.append(f"tied_embeddings={str(tied).lower()} (column 'tied_embeddings')")
     fields: dict[str, Any] = dict(
         name=name,
         layers=layers,
@@ -484,14 +486,6 @@ def _build_model(row: Mapping[str, Any], assumed: list[str]) -> ModelSpec:
         dropout=dropout,
     )
     return ModelSpec(**fields, **_moe_fields(row, ffn, catalog_model))
-
-
-# Notes that state a nonzero dropout ("dropout 0.1", "attention_dropout=0.1"): Megatron-LM's own defaults
-# (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1), which GPT-era scripts keep.
-_DROPOUT_NOTE = re.compile(r"dropout[ =:]+0?\.0*[1-9]")
-# Megatron-LM's flag for separate input embedding and output layer weights (megatron/training/arguments.py
-# --untie-embeddings-and-output-weights), where a record's notes quote it.
-_UNTIED_NOTE = re.compile(r"untie[-_ ]embeddings[-_ ]and[-_ ]output[-_ ]weights")
 
 
 def _block_style(
@@ -576,10 +570,9 @@ def _profiled(t: str) -> str | None:
     """The software profile a lower-case framework name names; None when it names none (the one place the
     profiled stacks' words are recognised)."""
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", t)]
-    # a Megatron run that names its attention unfused (no --use-flash-attn) is the pre-FlashAttention profile
-    legacy = (
-        bool(years) and max(years) <= 2022 or any(k in t for k in ("examples/pretrain_gpt3_175b", "unfused"))
-    )
+    # a Megatron run from before FlashAttention (2022 and earlier) is the pre-FlashAttention profile; a later
+    # one that ran the unfused softmax says so in its `attention_kernel` column
+    legacy = bool(years) and max(years) <= 2022 or "examples/pretrain_gpt3_175b" in t
     if legacy and any(k in t for k in ("megatron", "deepspeed", "nemo")):
         return "megatron-legacy"
     if "torchtitan" in t:
@@ -605,7 +598,11 @@ def framework_from_text(text: Any, assumed: list[str] | None = None) -> str:
 def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     """Turn one run record into specs, filling silent cells with framework defaults (listed in `assumed`)."""
     assumed: list[str] = []
-    model = _model_from_row(row, assumed)
+    row = _with_legacy_knobs(row, assumed)
+    knobs = stack_knobs(row)
+    _check_recompute_spread(knobs)
+    _check_offload(knobs)
+    model = _model_from_row(row, knobs, assumed)
     gpu = _gpu_from_row(row, assumed)
     num_gpus = _pos(row, "num_gpus")
     if not num_gpus:
@@ -613,9 +610,45 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     cluster = ClusterSpec(
         gpu=gpu, num_gpus=num_gpus, gpus_per_node=_pos(row, "gpus_per_node"), **_fabric(row, assumed)
     )
-    workload = _workload(row, assumed)
-    strategy, workload = _strategy(row, model, cluster, workload, assumed)
-    return RecordSpecs(model, cluster, workload, strategy, assumed)
+    workload = _workload(row, knobs, assumed)
+    strategy, workload = _strategy(row, model, cluster, workload, knobs, assumed)
+    return RecordSpecs(model, cluster, workload, strategy, assumed, knobs)
+
+
+def _check_offload(knobs: StackKnobs) -> None:
+    """CPU offload the model estimates: none, or the optimizer states (Strategy.optimizer_offload = 1). Parameters
+    (FSDP2 CPUOffloadPolicy) and whole-model activation offload are refused rather than estimated as resident."""
+    if knobs.cpu_offload in ("params", "activations"):
+        raise DataError(
+            f"column 'cpu_offload' = {knobs.cpu_offload}: not modelled for run records (optimizer offload is; "
+            "Megatron's per-layer activation offload is the 'cpu_offloading_num_layers' column)"
+        )
+
+
+def _check_recompute_spread(knobs: StackKnobs) -> None:
+    """Full recompute of every layer (Megatron --recompute-method uniform --recompute-num-layers 1, what autopar
+    models) is the only spread estimated; another (block N, every N-th layer, groups of N) keeps a different
+    share of the layers' activations and is refused rather than estimated as if it were uniform 1."""
+    method, n = knobs.recompute_method, knobs.recompute_num_layers
+    if method is None and n is None or (method or "uniform") == "uniform" and (n or 1) == 1:
+        return
+    raise DataError(
+        f"columns 'recompute_method' = {method or 'uniform'} and 'recompute_num_layers' = {n}: only full "
+        "recompute of every layer (uniform, 1) is modelled; this spread keeps another share of the activations"
+    )
+
+
+def _with_legacy_knobs(row: Mapping[str, Any], assumed: list[str]) -> Mapping[str, Any]:
+    """The row with the stack knobs a file from before issue 44 states only in its notes moved into their
+    empty columns (legacy_notes.py, the one place notes are read; `autopar calibrate upgrade` writes them
+    into the file), each said in `assumed`."""
+    said = notes_only_knobs(row)
+    if not said:
+        return row
+    assumed.extend(
+        f"{k}={v} (from the notes of a file without the column: calibrate upgrade)" for k, v in said.items()
+    )
+    return {**row, **said}
 
 
 # The scale-out transport a record states (ClusterSpec.transport): optional column `transport`, else
@@ -689,7 +722,7 @@ def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
     return False
 
 
-def _workload(row: Mapping[str, Any], assumed: list[str]) -> Workload:
+def _workload(row: Mapping[str, Any], knobs: StackKnobs, assumed: list[str]) -> Workload:
     seq = _pos(row, "seq_len")
     gbs = _pos(row, "global_batch")
     if not seq or not gbs:
@@ -703,7 +736,30 @@ def _workload(row: Mapping[str, Any], assumed: list[str]) -> Workload:
         **stack_of(_cell(row, "framework"), assumed),
         **_routing_and_recipe(row, prec, assumed),  # moe engineer (issue 11): stated FP8 recipe / balance
         **_grad_reduce_dtype(row, assumed),
+        **_stack_knob_fields(knobs, row),
     )
+
+
+def _stack_knob_fields(knobs: StackKnobs, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Workload fields of the record's stack columns (absent when the source is silent: the stack's default),
+    and its `optimizer` column (knobs.OPTIMIZERS)."""
+    out: dict[str, Any] = {}
+    opt = _cell(row, "optimizer")
+    if opt is not None:
+        name = str(opt).strip().lower()
+        if name not in OPTIMIZERS:
+            raise DataError(
+                f"column 'optimizer' = {excerpt(str(opt))!r}: expected one of {', '.join(OPTIMIZERS)}"
+                f"{close_hint(name, OPTIMIZERS)}"
+            )
+        out["optimizer"] = name
+    if knobs.attention_kernel is not None:
+        out["attention_kernel"] = knobs.attention_kernel
+    if knobs.torch_compile is not None:
+        out["torch_compile"] = knobs.torch_compile
+    if knobs.reshard_after_forward is not None:
+        out["reshard_after_forward"] = knobs.reshard_after_forward
+    return out
 
 
 def _tp_pp(
@@ -726,8 +782,11 @@ def _tp_pp(
     return tp or 1, pp or 1
 
 
-def _sp_recompute(row: Mapping[str, Any], tp: int, assumed: list[str]) -> tuple[bool, str | None]:
-    """Sequence parallelism (the cell, else on with TP > 1) and the recompute mode cell."""
+def _sp_recompute(
+    row: Mapping[str, Any], tp: int, knobs: StackKnobs, assumed: list[str]
+) -> tuple[bool, str | None]:
+    """Sequence parallelism (the cell, else on with TP > 1) and the recompute mode: the `recompute` cell, else
+    the `remat_policy` cell (MaxText's, perf/remat.py)."""
     sp = _bool(row, "sp")
     if sp is None:
         sp = tp > 1
@@ -740,18 +799,25 @@ def _sp_recompute(row: Mapping[str, Any], tp: int, assumed: list[str]) -> tuple[
         rec = str(rec).lower()
         if rec not in RECOMPUTE_MODES:
             raise DataError(f"column 'recompute' = {rec!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
+    if rec is None and knobs.remat_policy is not None:  # MaxText: the policy is the recompute mode
+        rec = "full" if knobs.remat_policy in FULL_REMAT_NAMES else REMAT_PREFIX + knobs.remat_policy
     return sp, rec if rec is not None else notes_recompute(row, assumed)
 
 
 def _strategy(
-    row: Mapping[str, Any], model: ModelSpec, cluster: ClusterSpec, workload: Workload, assumed: list[str]
+    row: Mapping[str, Any],
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    knobs: StackKnobs,
+    assumed: list[str],
 ) -> tuple[Strategy, Workload]:
     """The run's layout (and the workload with the activation-offload memory savers it implies)."""
     cp = _pos(row, "cp") or 1
     dp = _pos(row, "dp")
     tp, pp = _tp_pp(row, cluster, cp, dp, assumed)
     vpp = _pos(row, "vpp")  # empty cells stay None: estimate completes them (perf/complete.py)
-    sp, rec = _sp_recompute(row, tp, assumed)
+    sp, rec = _sp_recompute(row, tp, knobs, assumed)
     mb, gbs, n = _pos(row, "micro_batch"), workload.global_batch, cluster.num_gpus
     dp_derived = n // (tp * pp * cp) if n % (tp * pp * cp) == 0 else 0
     if dp is not None and dp_derived and dp != dp_derived:
@@ -764,6 +830,7 @@ def _strategy(
     if savers:
         workload = workload.model_copy(update={"memory_savers": savers})
     strategy = Strategy(
+        optimizer_offload=1.0 if knobs.cpu_offload == "optimizer" else 0.0,
         activation_offload_layers=offload_layers,
         tp=tp,
         pp=pp,
@@ -776,7 +843,7 @@ def _strategy(
         zero=_int(row, "zero"),
         micro_batch=mb,
         recompute=rec,
-        pp_schedule=_schedule(vpp, pp, _cell(row, "notes")),
+        pp_schedule=_schedule(vpp, pp, knobs.pp_schedule),
         dp=dp_derived,
         **_account_options(model.layers, pp, vpp, assumed, workload.framework),
     )
@@ -804,24 +871,13 @@ def _account_options(
     return opts
 
 
-# A schedule the notes name explicitly, e.g. "pp_schedule=zb-2p" (bench/data/memory_runs.csv: the Zero Bubble
-# paper's ZB-1p/ZB-2p/ZB-V runs); any of knobs.SCHEDULE_NAMES.
-_SCHEDULE_NOTE = re.compile(r"pp_schedule=([a-z0-9-]+)")
-
-
-def _schedule(vpp: int | None, pp: int, notes: Any) -> str | None:
-    """The pipeline schedule a record states (its notes' pp_schedule=NAME, vpp > 1, or its notes name
-    interleaving or 1F1B); None = unset."""
-    text = str(notes or "").lower()
-    m = _SCHEDULE_NOTE.search(text)
-    if pp > 1 and m and m.group(1) in SCHEDULE_NAMES:
-        return m.group(1)
+def _schedule(vpp: int | None, pp: int, stated: str | None) -> str | None:
+    """The pipeline schedule a record states (its `pp_schedule` column, e.g. the Zero Bubble paper's zb-2p in
+    bench/data/memory_runs.csv), else interleaved for vpp > 1; None = unset (completed)."""
+    if pp > 1 and stated is not None:
+        return stated
     if vpp is not None and vpp > 1:
         return "interleaved"
-    if pp > 1 and "interleaved" in text:
-        return "interleaved"
-    if pp > 1 and "1f1b" in text:
-        return "1f1b"
     return "1f1b" if pp == 1 or vpp == 1 else None
 
 
@@ -893,6 +949,10 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
         "pred_mem_gib_per_gpu": mem.total / GiB,
         "pred_fits": est.fits,
         "pred_headroom_gib": est.headroom_gib,
+        # the whole peak of the most loaded GPU (what must fit) and the usable memory it must fit in; the
+        # figure above is the one to compare with the measurement (its stage, counted as the source measured)
+        "pred_peak_gib_per_gpu": est.memory.total / GiB,
+        "usable_gib": est.headroom_gib + est.memory.total / GiB,
         "bottleneck": est.bottleneck,
     }
     for k, v in mem.as_dict().items():
@@ -904,20 +964,18 @@ def estimate_row(row: Mapping[str, Any], strict: bool = False, keep: list | None
     return out
 
 
-# The pipeline stage a record's memory figure was measured on, where its notes state one ("stage=last":
-# Megatron-LM logs torch.cuda.memory_stats() on its tensorboard rank, the last global rank, which is on the last
-# pipeline stage: megatron/training/global_vars.py `_set_tensorboard_writer`). Unstated: the peak over stages.
-_STAGE_NOTE = re.compile(r"\bstage\s*=\s*(first|last)\b")
-
-
 def measured_stage_memory(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:
-    """The memory breakdown to compare with the record's measured peak: the stage its notes name (first or
-    last pipeline stage), else the estimate's peak over the stages."""
-    m = _STAGE_NOTE.search(str(_cell(row, "notes") or "").lower())
-    if m is None or specs.strategy.pp <= 1:
-        return est.memory
-    per_stage = stage_memories(specs.model, specs.cluster, specs.workload, est.strategy or specs.strategy)
-    return per_stage[0] if m.group(1) == "first" else per_stage[-1]
+    """The memory breakdown to compare with the record's measured peak: the stage its `memory_stage` column
+    names (first or last pipeline stage: Megatron-LM logs torch.cuda.memory_stats() on its tensorboard rank, the
+    last global rank, on the last stage: megatron/training/global_vars.py `_set_tensorboard_writer`), else the
+    estimate's peak over the stages; counted as the source measured it (`memory_metric`: perf/memory.py
+    `as_measured`)."""
+    stage = specs.knobs.memory_stage
+    mem = est.memory
+    if stage in ("first", "last") and specs.strategy.pp > 1:
+        per_stage = stage_memories(specs.model, specs.cluster, specs.workload, est.strategy or specs.strategy)
+        mem = per_stage[0] if stage == "first" else per_stage[-1]
+    return as_measured(mem, specs.knobs.memory_metric)
 
 
 def stage_estimate(row: Mapping[str, Any], specs: RecordSpecs, est: Any) -> Any:

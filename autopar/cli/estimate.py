@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from autopar.calibration.assumptions import assumption_lines
-from autopar.calibration.verdict import AT_RISK, OOM
+from autopar.calibration.verdict import OOM, UNCERTAIN
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import knob_strategy, resolve_calibration
 from autopar.cli.evaluation import evaluate, label_strategy
@@ -125,8 +125,10 @@ def _print_estimate(model: Any, cluster: Any, workload: Any, strategy: Any, est:
     head.add_row(
         "peak memory (most loaded GPU)", f"{est.memory.total / GiB:.1f} GiB of {est.capacity_bytes / GiB:.1f}"
     )
-    flag = {AT_RISK: ("  at risk: over usable memory, the 80% band reaches below it", "yellow")}
-    flag[OOM] = ("  does not fit", "red")
+    flag = {
+        UNCERTAIN: ("  uncertain: usable memory is inside the 80% band; measure it (autopar tune)", "yellow")
+    }
+    flag[OOM] = ("  does not fit: even the band's low end is over usable memory", "red")
     head.add_row("headroom", styled(f"{est.headroom_gib:+.1f} GiB", flag.get(verdict, "")))
     head.add_row("bottleneck", est.bottleneck)
     console.print(head)

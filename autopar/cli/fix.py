@@ -179,7 +179,7 @@ def _problem_text(plan: Plan) -> str:
     seq = _seq(ev.workload.seq_len)
     if ev.verdict == FITS:
         return f"{ev.est.headroom_gib:.1f} GiB free at {seq} (< {plan.min_headroom_gib:.1f} GiB, the memory margin)"
-    return f"{'OOM' if ev.verdict == OOM else 'at risk'} at {seq}"
+    return f"{'OOM' if ev.verdict == OOM else 'uncertain fit'} at {seq}"
 
 
 def _grad_accum(ev: Evaluation) -> int:

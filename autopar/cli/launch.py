@@ -152,7 +152,7 @@ _LAUNCH = (
         ],
         None,
     ),
-    *("precision", "fp8_recipe"),
+    *("precision", "fp8_recipe", "optimizer", "master_weights"),
     opt(
         "tokens",
         Annotated[
@@ -205,11 +205,13 @@ def launch_cmd(f: Flags) -> None:
     s = _strategy(f)
     _check(m, cluster, workload, s, strict=not f.allow_uneven)
     ls = launch_settings(m, cluster, workload, s, versions=versions)
+    if ls.megatron_reason and framework in ("megatron", "slurm"):
+        raise SpecError(f"--framework {framework}: {ls.megatron_reason}")
     texts = {
-        "megatron": ls.torchrun,
+        "megatron": ls.torchrun if not ls.megatron_reason else f"# {ls.megatron_reason}\n",
         "torchtitan": ls.torchtitan if ls.torchtitan is not None else f"# {ls.torchtitan_reason}\n",
         "deepspeed": ls.deepspeed if ls.deepspeed is not None else f"# {ls.deepspeed_reason}\n",
-        "slurm": ls.slurm,
+        "slurm": ls.slurm if not ls.megatron_reason else f"# {ls.megatron_reason}\n",
     }
     chosen = list(FILES) if framework == "all" else [framework]
     written: list[str] = []

@@ -320,6 +320,31 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         None,
     ),
     (
+        "optimizer",
+        Annotated[
+            str | None,
+            _o(
+                "--optimizer",
+                help="Training optimizer: adam (fp32 m, v: 12 B a parameter with the fp32 master), "
+                "adam_bf16_states (8), adam_8bit (6), sgd (momentum: 8), adafactor (factored second moment, no "
+                "momentum: 4), lion (one momentum: 8) or came (momentum + factored statistics: 8) \\[default: adam].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "master_weights",
+        Annotated[
+            str | None,
+            _o(
+                "--master-weights",
+                help="The optimizer's master copy of the weights: fp32 (4 B a parameter), fp16 (2 B; Megatron "
+                "--main-params-dtype fp16) or bf16 (none: the bf16 weights are updated in place) \\[default: fp32].",
+            ),
+        ],
+        None,
+    ),
+    (
         "allow_uneven",
         Annotated[bool, _o(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")],
         False,
@@ -538,6 +563,8 @@ WORKLOAD_EXTRAS = (
     "moe_ep_overlap",
     "cuda_graphs",
     "grad_reduce_dtype",
+    "optimizer",
+    "master_weights",
 )
 SHAPE = ("cluster_name", "internode_gbps", "transport", "seq_len", "global_batch")
 STACK = ("framework", "tp_comm_overlap")

@@ -119,7 +119,10 @@ def evaluate(
         _, mlo, mhi = calib.memory_factor(model, cluster, workload, s, analytical)
         mem_band = (analytical.memory.total * mlo / GiB, analytical.memory.total * mhi / GiB)
     verdict = memory_verdict(
-        est.memory.total / GiB, mem_band[0] if mem_band else None, est.capacity_bytes / GiB
+        est.memory.total / GiB,
+        mem_band[0] if mem_band else None,
+        est.capacity_bytes / GiB,
+        mem_band[1] if mem_band else None,
     )
     price = price or on_demand_price(cluster)
     return Evaluation(model, cluster, workload, s, analytical, est, calib, verdict, mem_band, price)

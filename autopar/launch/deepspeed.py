@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from autopar.launch.optimizer import deepspeed_optimizer_notes
 from autopar.layouts import model_code_rules, stack_notes
 from autopar.specs import Strategy, Workload
 
@@ -60,4 +61,5 @@ def deepspeed_config(workload: Workload, s: Strategy, microbatches: int) -> tupl
     if workload.precision == "fp8":
         notes.append("FP8 GEMMs need Transformer Engine in the model; the DeepSpeed config keeps bf16")
     notes.append("set the optimizer and LR schedule in the training script or add 'optimizer'/'scheduler'")
+    notes += deepspeed_optimizer_notes(workload)
     return json.dumps(cfg, indent=2) + "\n", "; ".join(notes), notes

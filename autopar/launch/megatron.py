@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.knobs import MEGATRON_RECOMPUTE_MODULES, recompute_modules
+from autopar.launch.optimizer import megatron_optimizer_args, megatron_optimizer_why
 from autopar.launch.split import strategy_split
 from autopar.layouts import (
     STACKS,
@@ -344,6 +345,10 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, workload: Workload, s:
     """All Megatron-LM arguments for the strategy, the notes, and the placeholders they use."""
     net, notes = _network(model, workload)
     par, pnotes = _parallel(model, cluster, workload, s)
+    if why := megatron_optimizer_why(workload, s):
+        pnotes.append(why)
+    else:  # --optimizer, --main-params-dtype (the precision-aware optimizer may be on already)
+        par += [x for x in megatron_optimizer_args(workload) if x not in par]
     train, used = _training(workload, cluster, s, pnotes)
     return MegatronArgs(net + _experts(model) + par + train, notes + pnotes, used)
 

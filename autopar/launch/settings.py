@@ -23,6 +23,7 @@ from autopar.launch.megatron import (
     megatron_args,
     megatron_env,
 )
+from autopar.launch.optimizer import megatron_optimizer_why, torchtitan_optimizer_why
 from autopar.launch.schema import VERSIONS, resolve_version, schema_source
 from autopar.launch.slurm import continued, node_gpus, slurm_script, torchrun_prefix
 from autopar.launch.split import strategy_split
@@ -54,6 +55,8 @@ class LaunchSettings:
     sources: dict[str, str] = field(default_factory=dict)  # framework -> "repo ref (commit)"
     placeholders: dict[str, str] = field(default_factory=dict)  # shell variable -> what to set
     framework_notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # notes by framework
+    # why the Megatron-LM arguments (and the SLURM script) cannot run the workload's optimizer ('' = they can)
+    megatron_reason: str = ""
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready dict (for `autopar launch --json`): the DeepSpeed config as an object."""
@@ -151,7 +154,7 @@ def launch_settings(
     meg = megatron_args(model, cluster, workload, s)
     meg = replace(meg, args=[*meg.args, *extra_megatron_args])
     env = megatron_env(model, s)
-    tt_reason = torchtitan_unsupported(model, s, vers["torchtitan"]) or ""
+    tt_reason = torchtitan_unsupported(model, s, vers["torchtitan"]) or torchtitan_optimizer_why(workload)
     tt, tt_notes = (
         (None, []) if tt_reason else torchtitan_toml(model, cluster, workload, s, header, vers["torchtitan"])
     )
@@ -190,4 +193,5 @@ def launch_settings(
             "torchtitan": tuple(tt_notes),
             "deepspeed": tuple(ds_notes),
         },
+        megatron_reason=megatron_optimizer_why(workload, s),
     )

@@ -11,10 +11,11 @@ from typing import Any
 
 from autopar.errors import SpecError
 from autopar.perf import comm
-from autopar.perf.efficiency import efficiency_for, gemm_efficiency, software_for
+from autopar.perf.efficiency import efficiency_for, gemm_efficiency
 from autopar.perf.flops import step_flops
 from autopar.perf.fp8 import check_recipe
 from autopar.perf.params import count_params
+from autopar.perf.software import stack_profile
 from autopar.specs import ClusterSpec, ModelSpec, Workload
 from autopar.units import GiB
 
@@ -36,7 +37,7 @@ class PerfContext:
         gpu = cluster.gpu
         self.model, self.cluster, self.w, self.gpu = model, cluster, w, gpu
         self.eff = eff = efficiency_for(gpu.family)
-        self.sw = software_for(w.framework)
+        self.sw = stack_profile(w.framework, w.attention_kernel)
         self.pc = count_params(model)
         self.W = cluster.num_gpus
         self.G = cluster.node_size

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.errors import InvalidStrategyError
+from autopar.knobs import reruns_layer_forward
 from autopar.layouts import family_runs_te_cp, stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.arith import Num, maximum, ratio, where
@@ -275,8 +276,8 @@ def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> 
 
 
 def _sharding(ctx: PerfContext, s: Strategy, k: Knobs, g: fsdp.DpGroups) -> memory.Sharding:
-    states = s.optimizer_states or memory.OPTIMIZER_STATES_OF[ctx.w.optimizer]
-    state_bytes = memory.OPTIMIZER_STATE_BYTES[states]
+    w = ctx.w
+    state_bytes = memory.state_bytes_of(w.optimizer, w.master_weights, ctx.model.hidden, s.optimizer_states)
     return sharding_of(ctx, k.zero, g, state_bytes, s.optimizer_offload, s.pp > 1)
 
 
@@ -299,6 +300,7 @@ def sharding_of(
         trainable=trainable_fraction(ctx.model, ctx.w, ctx.pc),
         grad_bytes=memory.GRAD_BYTES[ctx.w.grad_reduce_dtype],
         zero3_grad_bytes=zero3_grad_bytes(ctx) if ctx.sw.zero3_reduces_main_grads else 2.0,
+        keep_gathered=ctx.w.reshard_after_forward is False,
     )
 
 
@@ -320,7 +322,7 @@ def _stage_memories(
     """(parameters, memory) of each distinct stage: first, middle when p > 2, last."""
     copies = float(pipeline.parameter_copies(k.pp_schedule) if s.pp > 1 else 1)
     off = act_offload.resident_saving_layers(s.activation_offload_layers or 0)
-    full = k.recompute == "full"
+    full = reruns_layer_forward(k.recompute)
     out = []
     for sp in st.specs:
         params = memory.stage_params(
@@ -518,7 +520,8 @@ def optimizer_time(ctx: PerfContext, params: memory.StageParams, sh: memory.Shar
     local = memory.local_optimizer_params(params, sh)
     # the main-gradient dtype (Workload.grad_reduce_dtype) outside ZeRO-3; ZeRO-3 paths keep their fp32 read
     grad = where(sh.zero == 3, 4.0, sh.grad_bytes)
-    opt = memory.optimizer_step_bytes(sh.state_bytes, grad) * local * (1 - sh.offload) / ctx.hbm
+    step = memory.optimizer_step_bytes(sh.state_bytes, grad, ctx.w.optimizer, ctx.w.master_weights)
+    opt = step * local * (1 - sh.offload) / ctx.hbm
     return opt + offload.offload_time(ctx.cluster.gpu, local, sh.offload, window)
 
 

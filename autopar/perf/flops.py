@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from autopar.knobs import RECOMPUTE_MODES, recompute_modules
 from autopar.perf.finetune import weight_grad_gemms
+from autopar.perf.remat import REMAT_PREFIX, recomputed_gemm_shares
 from autopar.perf.types import FLOPS_BASIS
 from autopar.specs import ModelSpec, Workload
 
@@ -111,6 +112,13 @@ def hardware_flops_per_step(
         return base + tokens * (f.total - f.logits)
     if recompute == "selective":
         return base + tokens * f.attn_core
+    if recompute.startswith(
+        REMAT_PREFIX
+    ):  # the forward less the projections the policy keeps (perf/remat.py)
+        n_mat = 3 if m.activation == "swiglu" else 2
+        qkv = (m.heads + 2 * m.kv) / (2 * m.heads + 2 * m.kv)  # QKV's share of the projections (out_proj: a)
+        a_re, m_re = recomputed_gemm_shares(recompute, qkv, (n_mat - 1) / n_mat)
+        return base + tokens * (f.attn_core + a_re * f.attn_proj + m_re * f.mlp + f.router)
     return base + tokens * module_recompute_flops_per_token(m, f, recompute_modules(recompute))
 
 

@@ -22,6 +22,7 @@ from autopar.perf.finetune import weight_grad_gemms
 from autopar.perf.flops import attention_context
 from autopar.perf.fp8 import quantise_time
 from autopar.perf.moe import MoECompute, ep_exposed, issue_bound_layer, routed_expert_costs, routed_load
+from autopar.perf.remat import REMAT_PREFIX, kept_on_gpu, recomputed_gemm_shares
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
@@ -457,6 +458,12 @@ def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fw
         dense_re, moe_re = dense_fwd, moe_fwd
     elif g.rec.startswith("sel:"):
         dense_re, moe_re = _module_recompute(ctx, g, at, mlp)
+    elif g.rec.startswith(REMAT_PREFIX):  # the forward less the projections whose outputs the policy keeps
+        qkv_share = (g.a + 2 * g.k) / (2 * g.a + 2 * g.k)  # QKV's share of the projection GEMMs (out_proj: a)
+        a_re, m_re = recomputed_gemm_shares(g.rec, qkv_share, (g.n_mat - 1) / g.n_mat)
+        rest = at.fwd + elem_fwd
+        dense_re = rest + a_re * at.gemm + m_re * mlp.dense_gemm + q_fd
+        moe_re = rest + a_re * at.gemm + m_re * mlp.moe_gemm + q_fm + mlp.moe_fwd_extra
     elif g.rec == "selective":
         # Megatron: core attention only (Korthikanti 2022); torchtitan per-op SAC: also half the matmuls.
         base, frac = at.fwd + SELECTIVE_ELEMENTWISE_FRACTION * elem_fwd, ctx.sw.selective_gemm_fraction
@@ -683,6 +690,8 @@ class _ActivationTerms:
             return full
         if kind.startswith("sel:"):
             return full - T * self.module_freed(moe, kind)
+        if kind.startswith(REMAT_PREFIX):
+            return T * self.remat_kept(moe, kind)
         if kind == "selective":
             if self.gemm_frac > 0:  # per-op SAC: layer input, attention output, every other matmul output
                 return T * (
@@ -692,6 +701,23 @@ class _ActivationTerms:
                 )
             return full - T * self.score_tok / t  # Megatron: the core attention (s x s scores) is recomputed
         return T * BF16_BYTES * g.h / sp_div  # full recompute: the layer input only
+
+    def remat_kept(self, moe: bool, kind: str) -> float:
+        """Bytes per token a MaxText remat policy keeps on the GPU (perf/remat.py): the layer input and the
+        tagged outputs it names. A MoE layer's 'mlpwi'/'mlpwo' are its routed experts' (FC1 outputs: the FC2
+        inputs x the GLU's matrices; FC2 output: counted as one hidden-size row per token, the combined one)."""
+        g, kept = self.g, kept_on_gpu(kind)
+        mats = g.n_mat - 1  # FC1 outputs per FFN unit: gate and up (GLU) or one
+        wi = (mats * self.moe_act_tok if moe else BF16_BYTES * mats * g.f) if "mlpwi" in kept else 0.0
+        wo = BF16_BYTES * g.h if "mlpwo" in kept else 0.0
+        tagged = (
+            (self.qkv_tok if "qkv" in kept else 0.0)
+            + (BF16_BYTES * g.h if "out_proj" in kept else 0.0)
+            + (self.ctx_tok + self.lse_tok if "context" in kept else 0.0)
+            + wi
+            + wo
+        )
+        return BF16_BYTES * g.h / g.sp_div + tagged / g.t
 
     def module_freed(self, moe: bool, kind: str) -> float:
         """Bytes per token Megatron's selective recompute modules free (see _module_recompute): the tensors a

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Which memory savers the search may choose lives in the spine (autopar/layouts.py); re-exported here.
+from autopar.knobs import OPTIMIZER_KINDS, reruns_layer_forward
 from autopar.layouts import MEMORY_SAVER_VALUES, saver_choices  # noqa: F401
 from autopar.perf.arith import Num, choose, maximum, minimum, where
 from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
@@ -20,19 +21,13 @@ from autopar.specs import ModelSpec
 
 GiB = 2**30
 
-# Optimizer-state bytes per parameter (fp32 master copy included), and the source of each variant.
+# Adam's optimizer-state bytes per parameter (fp32 master copy included) by state precision, and the source of
+# each variant; every optimizer's (knobs.OPTIMIZER_KINDS, Workload.master_weights): state_bytes_of below.
 OPTIMIZER_STATE_BYTES: dict[str, float] = {
     "fp32": 12.0,  # Adam: fp32 master 4 + m 4 + v 4 (ZeRO §3.1, "K = 12")
     "bf16": 8.0,  # fp32 master 4 + bf16 m, v (Megatron --use-precision-aware-optimizer --exp-avg(-sq)-dtype bf16)
     "8bit": 6.0,  # fp32 master 4 + block-wise 8-bit m, v (Dettmers et al. 2022, arXiv 2110.02861 §2)
     "sgd": 8.0,  # fp32 master 4 + momentum 4
-}
-# Workload.optimizer -> its state precision.
-OPTIMIZER_STATES_OF: dict[str, str] = {
-    "adam": "fp32",
-    "adam_bf16_states": "bf16",
-    "adam_8bit": "8bit",
-    "sgd": "sgd",
 }
 # ZeRO-3 under PP keeps each stage's unsharded gradients across micro-batches. FSDP2 accumulates them in the
 # reduce dtype (torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.to_accumulated_grad_if_needed), which
@@ -45,11 +40,52 @@ GRAD_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0}
 DDP_BUCKET_BYTES = 0.125 * GiB  # gradient-bucket staging outside ZeRO-3 (Megatron/DDP buckets, formulas §3.5)
 
 
-def optimizer_step_bytes(state_bytes: Num, grad_bytes: float = 4.0) -> Num:
+# Bytes per element of the optimizer's full-size moments by precision (Strategy.optimizer_states): fp32, bf16,
+# and block-wise 8-bit (its fp32 absmax per 2048-element block, 0.002 B, left out as in "8bit" above).
+MOMENT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "8bit": 1.0}
+# Workload.master_weights -> bytes of the optimizer's master copy per trainable parameter, counted in the
+# optimizer states (the bf16 model weights, 2 B, are the weights term either way, never counted twice).
+# fp32: the fp32 main params of Megatron's mixed-precision/distributed optimizer (ZeRO §3.1), FSDP2's fp32 shard.
+# fp16: Megatron --use-precision-aware-optimizer --main-params-dtype fp16 (TE FusedAdam master_weight_dtype;
+# megatron/core/optimizer/optimizer_config.py core_v0.19.0: Adam with the distributed optimizer only).
+# bf16: no master copy: the optimizer updates the bf16 model weights in place (pure-bf16 training, e.g. torchao
+# torchao.optim.AdamW(bf16_stochastic_round=True) on a bf16 model), so 0 B here.
+MASTER_BYTES: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 0.0}
+
+
+def factored_bytes(hidden: int) -> float:
+    """Bytes per parameter of one factored statistic (Adafactor's second moment; CAME's second moment and
+    confidence): an fp32 row and column vector per r x c matrix, 4(r + c)/(rc) B a parameter. Approximated by
+    the square h x h matrix, 8/h (0.002 B at h = 4096; under 0.01 B for h >= 1024 even with a matrix's columns
+    split over TP 8); the full-size state Adafactor keeps for vectors (norms, biases: ~2h of ~12h^2 a layer)
+    is left out."""
+    return 8.0 / max(hidden, 1)
+
+
+def state_bytes_of(optimizer: str, master: str, hidden: int, states: str | None = None) -> float:
+    """Optimizer-state bytes per trainable parameter: master copy (MASTER_BYTES) + full-size moments at their
+    precision (`states`, else the optimizer's) + factored statistics. fp32 Adam 4 + 8 = 12 (ZeRO's K = 12),
+    bf16 moments 8, 8-bit 6; SGD and Lion 4 + 4 = 8; CAME 8 + 2·8/h; Adafactor 4 + 8/h."""
+    k = OPTIMIZER_KINDS[optimizer]
+    moments = k.moments * MOMENT_BYTES[states or k.states]
+    return MASTER_BYTES[master] + moments + k.factored * factored_bytes(hidden)
+
+
+def optimizer_step_bytes(
+    state_bytes: Num, grad_bytes: Num = 4.0, optimizer: str = "adam", master: str = "fp32"
+) -> Num:
     """HBM traffic of one optimizer step per local parameter: read the main grad (`grad_bytes`: 4 in fp32)
     and the states, write the states back, write the bf16 copy (2), plus the grad-norm pass (2) — 32 B for
-    fp32 Adam with fp32 grads (formulas §6)."""
-    return grad_bytes + 4.0 + 2.0 * state_bytes
+    fp32 Adam with fp32 grads (formulas §6). The same count for every optimizer, at its fused minimum:
+    Adafactor and CAME read the gradient twice (its row/column statistics before the update), CAME reads its
+    moment and statistics once more (the confidence pass: states less master); without a master copy
+    (master_weights bf16) the step reads the bf16 weights it updates in place (+2). Adafactor 2·4 + 4 + 2·4 = 20 B
+    with fp32 grads, Lion and SGD 4 + 4 + 2·8 = 24, CAME 8 + 4 + 2·8 + 4 = 32 (factored bytes aside)."""
+    k = OPTIMIZER_KINDS[optimizer]
+    master_b = MASTER_BYTES[master]
+    rereads = k.state_rereads * (state_bytes - master_b)
+    in_place = 2.0 if master_b == 0.0 else 0.0
+    return k.grad_reads * grad_bytes + 4.0 + 2.0 * state_bytes + rereads + in_place
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +146,11 @@ class Sharding:
     # main-gradient buffer beside bf16 weights and fp32 main weights (Megatron-FSDP: 2 + 4 + 4 + 8 = 18 B with
     # fp32 main grads; software.yaml zero3_reduces_main_grads)
     zero3_grad_bytes: float = 2.0
+    # ZeRO-3 without PP: FSDP keeps every block's gathered bf16 parameters from its forward until its backward
+    # (Workload.reshard_after_forward False: fully_shard(reshard_after_forward=False) skips the post-forward
+    # free, torch.distributed.fsdp._fully_shard._fsdp_state.FSDPState._post_forward), so the stage's whole
+    # unsharded parameters are alive when the backward starts
+    keep_gathered: bool = False
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -127,11 +168,9 @@ def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
     # the reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
     # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer. Without: gathered bf16 units
     # (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer.
-    buf = where(
-        sh.stage_gathered,
-        (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0,
-        big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0),
-    )
+    per_unit = big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0)
+    kept = (ne + ex) * 2.0 + big * sh.unit_fraction * (2.0 + 4.0) if sh.keep_gathered else per_unit
+    buf = where(sh.stage_gathered, (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0, kept)
     return 2.0 * local, sh.zero3_grad_bytes * local * sh.trainable, opt, buf
 
 
@@ -167,7 +206,7 @@ def stage_activations(
 ) -> float:
     """Activation bytes the stage keeps: `inflight` micro-batches of its layers (formulas §3.2-3.3), less
     `offloaded` layers' worth in CPU memory (activation offload, perf/act_offload.py; mean layer)."""
-    out: float = activations(lc, *mix, inflight, recompute == "full", offloaded)
+    out: float = activations(lc, *mix, inflight, reruns_layer_forward(recompute), offloaded)
     return out
 
 
@@ -195,7 +234,16 @@ def stage_memory(
     """Peak memory of one GPU of a stage (param_copies = 2 for DualPipe's mirrored stage; `offloaded`
     layers' activations in CPU memory)."""
     return stage_memory_of(
-        sp, sh, lc, *mix, inflight, recompute == "full", first, last, float(param_copies), offloaded
+        sp,
+        sh,
+        lc,
+        *mix,
+        inflight,
+        reruns_layer_forward(recompute),
+        first,
+        last,
+        float(param_copies),
+        offloaded,
     )
 
 
@@ -209,3 +257,18 @@ def stage_memory_of(
     lg = where(last, lc.logits_mem, 0.0) + where(first, lc.embed_mem, 0.0)
     over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
     return MemoryBreakdown(copies * wts, copies * grd, copies * opt, act, lg, buf, over)
+
+
+def as_measured(mem: MemoryBreakdown, metric: str | None) -> MemoryBreakdown:
+    """The peak as a source measured it. The model's total is what the process holds on the GPU (nvidia-smi):
+    torch.cuda.max_memory_reserved leaves out the CUDA context and NCCL's own buffers (allocated by the driver
+    and NCCL, outside PyTorch's caching allocator: CUDA_CONTEXT_BYTES, NCCL_BYTES); max_memory_allocated
+    also leaves out the allocator's free blocks inside its segments (FRAGMENTATION). None (the source is
+    silent) or 'nvidia_smi': the whole."""
+    import dataclasses
+
+    if metric == "max_memory_reserved":
+        return dataclasses.replace(mem, overhead=max(0.0, mem.overhead - CUDA_CONTEXT_BYTES - NCCL_BYTES))
+    if metric == "max_memory_allocated":
+        return dataclasses.replace(mem, overhead=0.0)
+    return mem

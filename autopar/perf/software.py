@@ -128,3 +128,18 @@ def _profiles() -> dict[str, SoftwareProfile]:
 def software_for(framework: str) -> SoftwareProfile:
     """Software profile of a training framework (one of FRAMEWORKS)."""
     return _profiles()[framework]
+
+
+@cache
+def stack_profile(framework: str, attention_kernel: str = "") -> SoftwareProfile:
+    """The stack's profile with what a workload states about it: an attention kernel other than the stack's
+    (Workload.attention_kernel: unfused keeps the s x s scores, cudnn is the fused kernel, flash
+    FlashAttention)."""
+    sw = software_for(framework)
+    if not attention_kernel:
+        return sw
+    import dataclasses
+
+    return dataclasses.replace(
+        sw, flash_attention=attention_kernel != "unfused", fused_attention=attention_kernel == "cudnn"
+    )

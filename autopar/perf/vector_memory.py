@@ -12,15 +12,18 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from autopar.knobs import reruns_layer_forward
 from autopar.perf import act_offload, fsdp, memory
 from autopar.perf.context import PerfContext
 from autopar.perf.estimate import sharding_of
 from autopar.perf.fsdp import DpGroups
 from autopar.perf.types import MemoryBreakdown
+from autopar.perf.vector_columns import RECOMPUTE_CODES
 from autopar.perf.vector_stages import DUALPIPE, LayerTable, Rows, StageSlots
 
 MEMORY_PARTS: tuple[str, ...] = MemoryBreakdown.__slots__
-FULL = 2  # RECOMPUTE_CODES.index("full")
+# per recompute code: whether the mode re-runs a layer's forward in the backward (full, MaxText remat policies)
+RERUNS_LAYER = np.array([reruns_layer_forward(r) for r in RECOMPUTE_CODES], dtype=bool)
 
 
 def dp_groups(r: Rows) -> DpGroups:
@@ -51,7 +54,7 @@ def peak_memory(
     """The breakdown of the slot with the largest total (memory.stage_memory; DualPipe holds 2 copies)."""
     L = SimpleNamespace(**{k: v[:, None] for k, v in lt.col.items()})
     off = act_offload.resident_saving_layers(r.ao)[:, None]
-    full = (r.rc == FULL)[:, None]
+    full = RERUNS_LAYER[r.rc][:, None]
     copies = np.where((r.p > 1) & (r.sched == DUALPIPE), 2.0, 1.0)[:, None]
     mb = memory.stage_memory_of(sp, sh, L, st.nd, st.nm, st.inflight, full, st.first, st.last, copies, off)
     total = np.asarray(mb.total)

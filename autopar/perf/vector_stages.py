@@ -26,7 +26,7 @@ from autopar.perf.estimate import (
     stage_time,
 )
 from autopar.perf.layers import LayerCosts, layer_costs
-from autopar.perf.memory import OPTIMIZER_STATE_BYTES, OPTIMIZER_STATES_OF
+from autopar.perf.memory import state_bytes_of
 from autopar.perf.vector_columns import (
     CP_COMM_CODES,
     RECOMPUTE_CODES,
@@ -70,9 +70,10 @@ def rows_of(ctx: PerfContext, s: StrategyColumns) -> Rows:
     """Normalised rows of a block whose knobs are all set."""
     t, p, c = s.tp, s.pp, s.cp
     d = np.where(s.dp > 0, s.dp, np.maximum(1, ctx.W // (t * p * c)))
-    default = STATES_CODES.index(OPTIMIZER_STATES_OF[ctx.w.optimizer])
-    states = np.where(s.optimizer_states >= 0, s.optimizer_states, default)
-    state_bytes = np.array([OPTIMIZER_STATE_BYTES[x] for x in STATES_CODES])[states]
+    w, h = ctx.w, ctx.model.hidden
+    # the workload optimizer's bytes per state-precision code, the last entry its own (an unset code, -1)
+    table = [state_bytes_of(w.optimizer, w.master_weights, h, x) for x in (*STATES_CODES, None)]
+    state_bytes = np.array(table)[np.where(s.optimizer_states >= 0, s.optimizer_states, len(STATES_CODES))]
     split = (s.pp_first_layers, s.pp_last_layers, s.pp_account_embedding, s.pp_account_loss)
     return Rows(
         t, p, c, d, s.ep, np.where(s.etp > 0, s.etp, t), s.vpp, s.sp & (t > 1), s.zero, s.dp_shard,

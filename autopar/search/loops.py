@@ -102,6 +102,10 @@ _LATER_WORKLOAD_DEFAULTS = {
     "bf16_optimizer": False,
     "compiled_loss": False,
     "stack": "",
+    "attention_kernel": "",
+    "torch_compile": False,
+    "reshard_after_forward": None,
+    "master_weights": "fp32",
 }
 
 

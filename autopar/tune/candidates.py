@@ -50,7 +50,7 @@ class Candidate:
     mem_lo: float
     mem_hi: float
     capacity_gib: float
-    verdict: str  # fits / at risk / oom (autopar.calibration.verdict)
+    verdict: str  # fits / uncertain / oom (autopar.calibration.verdict)
     usd_per_gpu_hour: float
     mfu: float = math.nan  # model FLOPs / dense peak at `predicted` (a measurement implies its own)
 
