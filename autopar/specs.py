@@ -483,6 +483,11 @@ class Workload(_Frozen):
             stack = str(data["stack"])
             if stack not in UNPROFILED_STACKS:
                 raise ValueError(f"stack={stack!r}: expected one of {', '.join(UNPROFILED_STACKS)} or ''")
+        if data.get("torch_compile") and stack in ("megatron", "megatron-legacy"):
+            raise ValueError(
+                f"torch_compile=true: framework {stack} does not compile its model with torch.compile (its "
+                "fused kernels are Transformer Engine's); the flag is for torchtitan, fsdp and deepspeed"
+            )
         if data.get("tp_comm_overlap") is None:
             data = {**data, "tp_comm_overlap": tp_comm_overlap_default(stack)}
         if data.get("grad_reduce_dtype") is None:

@@ -69,6 +69,14 @@ NORM_RESIDUAL_BYTES_PER_HIDDEN = 20.0
 ROPE_BYTES_PER_QK = 4.0  # RoPE on q and k: read + write bf16 per element of the a·dh + k·dh q/k columns
 # The MLP activation per ffn element: SwiGLU reads gate and up and writes the product (6 B); GeLU 2 + 2 B.
 ACTIVATION_BYTES_PER_FFN = {3: 6.0, 2: 4.0}  # keyed by the MLP's weight matrices (3 = SwiGLU, 2 = GeLU)
+# Eager PyTorch SwiGLU, w2(silu(w1 x) * w3 x), keeps four f-wide bf16 tensors for its backward: w1 x (SiLU's
+# input), silu(w1 x) and w3 x (the product's inputs) and the product (w2's input): one more than a fused
+# SwiGLU (Transformer Engine / Megatron bias_swiglu: the fc1 output and the fc2 input), and one more than
+# torch.compile's partitioner keeps (it recomputes the SiLU from w1 x in the backward: torch._functorch.partitioners
+# min_cut_rematerialization_partition recomputes pointwise ops). Bytes per token per FFN unit. Measured:
+# torchtitan's Llama-3.1-8B FSDP runs with per-op SAC drop 82.4 -> 77.0 GiB (8 GPUs) and 67.0 -> 62.0 (128)
+# with compile (benchmarks/llama3_h100_202412_torchtitan.md, before the loss was compiled too).
+EAGER_GLU_KEEPS_ACTIVATION = 2.0
 ELEMENTWISE_BWD_RATIO = 2.0  # backward elementwise ~2x the forward (reads the saved input and the gradient)
 # The two norms' share of NORM_RESIDUAL_BYTES_PER_HIDDEN (read + write bf16 each): what Megatron's "layernorm"
 # recompute module re-runs.
@@ -657,6 +665,8 @@ class _ActivationTerms:
         mlp_tok = (
             BF16_BYTES * (g.n_mat - 1) + gemm_in
         ) * g.f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
+        if g.n_mat == 3 and sw.elementwise_passes > 1.0 and not ctx.w.torch_compile:  # eager PyTorch SwiGLU
+            mlp_tok += EAGER_GLU_KEEPS_ACTIVATION * g.f
         score = SCORE_BYTES_DROPOUT if model.dropout else SCORE_BYTES_NO_DROPOUT
         return _ActivationTerms(
             g=g,
