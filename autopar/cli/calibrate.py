@@ -262,6 +262,32 @@ def export_cmd(
         console.print(f"wrote {out}")
 
 
+@_command("upgrade")
+def upgrade_cmd(
+    file: Annotated[
+        Path, typer.Argument(help="run-record CSV written before the stack-knob columns (issue 44)")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write (may be FILE itself)")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Move the stack knobs an older record file states only in its notes (stage=last, dropout 0.1,
+    --untie-embeddings-and-output-weights, pp_schedule=..., attention unfused, the allocator statistic) into
+    their columns; a filled column is never touched, so running it twice changes nothing."""
+    from autopar.calibration.legacy_notes import upgrade
+    from autopar.calibration.runs import read_run_records
+
+    if file.suffix.lower() != ".csv" or out.suffix.lower() != ".csv":
+        raise DataError(f"calibrate upgrade reads and writes CSV; got {file.name} -> {out.name}")
+    table, filled = upgrade(read_run_records(file).fillna(""))
+    write_atomic(out, table.to_csv(index=False))
+    if as_json:
+        emit_json({"file": str(file), "out": str(out), "rows": len(table), "cells_filled": filled})
+    else:
+        console.print(
+            f"wrote {out}: {len(table)} rows, {filled} cells moved from the notes into their columns"
+        )
+
+
 # ------------------------------------------------------------------------------------ fit, report
 PublicOpt = Annotated[
     bool, typer.Option("--public/--no-public", help="include the published runs shipped with autopar")
