@@ -73,9 +73,11 @@ ACTIVATION_BYTES_PER_FFN = {3: 6.0, 2: 4.0}  # keyed by the MLP's weight matrice
 # input), silu(w1 x) and w3 x (the product's inputs) and the product (w2's input): one more than a fused
 # SwiGLU (Transformer Engine / Megatron bias_swiglu: the fc1 output and the fc2 input), and one more than
 # torch.compile's partitioner keeps (it recomputes the SiLU from w1 x in the backward: torch._functorch.partitioners
-# min_cut_rematerialization_partition recomputes pointwise ops). Bytes per token per FFN unit. Measured:
-# torchtitan's Llama-3.1-8B FSDP runs with per-op SAC drop 82.4 -> 77.0 GiB (8 GPUs) and 67.0 -> 62.0 (128)
-# with compile (benchmarks/llama3_h100_202412_torchtitan.md, before the loss was compiled too).
+# min_cut_rematerialization_partition recomputes pointwise ops). Bytes per token per FFN unit, only without
+# activation checkpointing: torchtitan's per-op SAC recomputes every op outside its save list (mm, SDPA,
+# collectives), the SiLU among them, compiled or not. (Compile also lowers per-op SAC runs' peaks, 82.4 -> 77.0 GiB
+# for Llama-3.1-8B FSDP on 8 H100 in torchtitan's benchmarks/llama3_h100_202412_torchtitan.md: a mechanism not
+# modelled.)
 EAGER_GLU_KEEPS_ACTIVATION = 2.0
 ELEMENTWISE_BWD_RATIO = 2.0  # backward elementwise ~2x the forward (reads the saved input and the gradient)
 # The two norms' share of NORM_RESIDUAL_BYTES_PER_HIDDEN (read + write bf16 each): what Megatron's "layernorm"
@@ -652,6 +654,9 @@ class _ActivationTerms:
     up_tok: float  # MLA: the up-projected per-head Q, K, V (in qkv_tok): "mla_up_proj" frees them
     moe_act_tok: float  # routed experts' FC2 inputs = activation outputs (in moe_tok): "moe_act" frees them
     router_in_tok: float  # MoE: the router keeps the bf16 MLP-norm output beyond rep_tok's GEMM-input copy
+    eager_glu_tok: (
+        float  # eager PyTorch SwiGLU's SiLU output, kept without checkpointing (EAGER_GLU_KEEPS_...)
+    )
     gemm_frac: float  # share of forward matmul outputs per-op SAC recomputes (0: Megatron selective)
 
     @staticmethod
@@ -665,8 +670,6 @@ class _ActivationTerms:
         mlp_tok = (
             BF16_BYTES * (g.n_mat - 1) + gemm_in
         ) * g.f  # SwiGLU gate/up + act (fc2 input), GeLU fc1 + act
-        if g.n_mat == 3 and sw.elementwise_passes > 1.0 and not ctx.w.torch_compile:  # eager PyTorch SwiGLU
-            mlp_tok += EAGER_GLU_KEEPS_ACTIVATION * g.f
         score = SCORE_BYTES_DROPOUT if model.dropout else SCORE_BYTES_NO_DROPOUT
         return _ActivationTerms(
             g=g,
@@ -679,6 +682,9 @@ class _ActivationTerms:
             mlp_tok=mlp_tok,
             moe_tok=_moe_activations(ctx, g, mlp, gemm_in),
             norm_out_tok=2.0 * gemm_in * h,
+            eager_glu_tok=EAGER_GLU_KEEPS_ACTIVATION * g.f
+            if g.n_mat == 3 and sw.elementwise_passes > 1.0 and not ctx.w.torch_compile
+            else 0.0,
             gathered_tok=2.0 * gemm_in * h if sw.sp_saves_gathered_inputs else 0.0,
             up_tok=_mla_up_activations(ctx, g),
             moe_act_tok=model.topk * mlp.load * (gemm_in * mlp.fe + _clamp_copy(ctx, g, mlp))
@@ -696,8 +702,8 @@ class _ActivationTerms:
         attn = self.qkv_tok + self.ctx_tok + self.lse_tok
         gathered = self.gathered_tok * (1.0 - 1.0 / sp_div)  # the full-sequence copies beyond the SP shard
         full = T * ((rep + self.drop_tok) / sp_div + gathered + (attn + mlp + self.score_tok) / t)
-        if kind == "none":
-            return full
+        if kind == "none":  # eager PyTorch also keeps the SwiGLU's SiLU output (dense layers)
+            return full + (0.0 if moe else T * self.eager_glu_tok / t)
         if kind.startswith("sel:"):
             return full - T * self.module_freed(moe, kind)
         if kind.startswith(REMAT_PREFIX):
