@@ -453,6 +453,14 @@ class Workload(_Frozen):
         description="the model's blocks compiled with torch.compile (torchtitan --compile.enable): inductor "
         "fuses the elementwise chains and its partitioner keeps fewer of their outputs (perf/layers.py)",
     )
+    recompute_method: Literal["uniform", "block", "every_nth"] = Field(
+        default="uniform",
+        description="how full recompute is spread over a rank's layers (perf/remat.py Spread): uniform (Megatron "
+        "--recompute-method uniform: chunks of recompute_num_layers checkpointed as one), block (the first "
+        "recompute_num_layers layers of each model chunk), every_nth (torchtitan's per-layer AC: every "
+        "recompute_num_layers-th block); only with recompute full",
+    )
+    recompute_num_layers: int = Field(default=1, ge=1, le=MAX_SIZE, description="N of recompute_method")
     reshard_after_forward: bool | None = Field(
         default=None,
         description="FSDP/ZeRO-3: free the gathered parameters after each block's forward (True) or keep them "

@@ -64,11 +64,37 @@ def test_contradictory_columns_are_one_line_errors(cells, words):
     assert words in str(e.value) and "\n" not in str(e.value) and "row 'r1'" in str(e.value)
 
 
-def test_an_unmodelled_recompute_spread_is_refused_not_estimated_as_uniform():
-    row = {**_zb_row(), "recompute": "full", "recompute_method": "block", "recompute_num_layers": "2"}
-    assert "only full recompute of every layer" in estimate_row(row)["status"]
-    ok = {**_zb_row(), "recompute": "full", "recompute_method": "uniform", "recompute_num_layers": "1"}
-    assert estimate_row(ok)["status"] == "ok"
+def test_recompute_spread_by_hand():
+    """Llama-3.1-8B, 32 layers on one rank, one 8192-token micro-batch, Megatron: block 8 checkpoints 8 layers
+    (their inputs) and keeps the other 24 whole; every 4th layer is the same share; uniform 4 keeps every 4th
+    input and re-runs 4 layers at once. Recompute time scales with the share re-run."""
+    from autopar.perf.context import perf_context
+    from autopar.perf.layers import strategy_layer_costs
+
+    model, cluster, w = _llama8b("megatron")
+    s = Strategy(tp=1, pp=1, zero=1, micro_batch=1, recompute="full", vpp=1)
+    lc = strategy_layer_costs(perf_context(model, cluster, w), s.with_dp(8), s.knobs())
+    inp, whole, work = lc.act_dense, lc.act_dense_full, lc.act_dense_full - lc.pp_bytes
+
+    def run(method: str, n: int):
+        wl = w.model_copy(update={"recompute_method": method, "recompute_num_layers": n})
+        return estimate(model, cluster, wl, s)
+
+    full = estimate(model, cluster, w, s)
+    assert full.memory.activations == pytest.approx(32 * inp + work)
+    block = run("block", 8)
+    assert block.memory.activations == pytest.approx(8 * inp + 24 * whole + work)
+    assert run("every_nth", 4).memory.activations == pytest.approx(block.memory.activations)
+    assert run("uniform", 4).memory.activations == pytest.approx(8 * inp + 4 * work)
+    assert block.time.recompute == pytest.approx(full.time.recompute / 4)
+    assert run("uniform", 4).time.recompute == pytest.approx(full.time.recompute)
+
+
+def test_spread_columns_reach_the_workload():
+    row = {**_zb_row(), "recompute": "", "recompute_method": "block", "recompute_num_layers": "2"}
+    spec = row_to_specs(row)
+    assert spec.strategy.recompute == "full" and spec.workload.recompute_method == "block"
+    assert spec.workload.recompute_num_layers == 2 and estimate_row(row)["status"] == "ok"
 
 
 def test_legacy_notes_move_into_their_columns_once():

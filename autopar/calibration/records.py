@@ -600,7 +600,6 @@ def row_to_specs(row: Mapping[str, Any]) -> RecordSpecs:
     assumed: list[str] = []
     row = _with_legacy_knobs(row, assumed)
     knobs = stack_knobs(row)
-    _check_recompute_spread(knobs)
     _check_offload(knobs)
     model = _model_from_row(row, knobs, assumed)
     gpu = _gpu_from_row(row, assumed)
@@ -623,19 +622,6 @@ def _check_offload(knobs: StackKnobs) -> None:
             f"column 'cpu_offload' = {knobs.cpu_offload}: not modelled for run records (optimizer offload is; "
             "Megatron's per-layer activation offload is the 'cpu_offloading_num_layers' column)"
         )
-
-
-def _check_recompute_spread(knobs: StackKnobs) -> None:
-    """Full recompute of every layer (Megatron --recompute-method uniform --recompute-num-layers 1, what autopar
-    models) is the only spread estimated; another (block N, every N-th layer, groups of N) keeps a different
-    share of the layers' activations and is refused rather than estimated as if it were uniform 1."""
-    method, n = knobs.recompute_method, knobs.recompute_num_layers
-    if method is None and n is None or (method or "uniform") == "uniform" and (n or 1) == 1:
-        return
-    raise DataError(
-        f"columns 'recompute_method' = {method or 'uniform'} and 'recompute_num_layers' = {n}: only full "
-        "recompute of every layer (uniform, 1) is modelled; this spread keeps another share of the activations"
-    )
 
 
 def _with_legacy_knobs(row: Mapping[str, Any], assumed: list[str]) -> Mapping[str, Any]:
@@ -759,6 +745,9 @@ def _stack_knob_fields(knobs: StackKnobs, row: Mapping[str, Any]) -> dict[str, A
         out["torch_compile"] = knobs.torch_compile
     if knobs.reshard_after_forward is not None:
         out["reshard_after_forward"] = knobs.reshard_after_forward
+    if knobs.recompute_method is not None or knobs.recompute_num_layers is not None:
+        out["recompute_method"] = knobs.recompute_method or "uniform"
+        out["recompute_num_layers"] = knobs.recompute_num_layers or 1
     return out
 
 
@@ -801,6 +790,8 @@ def _sp_recompute(
             raise DataError(f"column 'recompute' = {rec!r}: expected one of {', '.join(RECOMPUTE_MODES)}")
     if rec is None and knobs.remat_policy is not None:  # MaxText: the policy is the recompute mode
         rec = "full" if knobs.remat_policy in FULL_REMAT_NAMES else REMAT_PREFIX + knobs.remat_policy
+    if rec is None and (knobs.recompute_method is not None or knobs.recompute_num_layers is not None):
+        rec = "full"  # a spread is of full recompute (stack_columns: the method needs full or empty)
     return sp, rec if rec is not None else notes_recompute(row, assumed)
 
 

@@ -14,6 +14,7 @@ the single estimate bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from autopar.perf.layers import (
     activation_bytes_per_layer,
     strategy_layer_costs,
 )
+from autopar.perf.remat import Spread, spread_of
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.perf.validate import validate_strategy
 from autopar.specs import ClusterSpec, Knobs, ModelSpec, Strategy, Workload
@@ -264,10 +266,29 @@ def stage_specs_of(
     return tuple(specs), lay.note
 
 
+def _spread(ctx: PerfContext, k: Knobs, mix: tuple[int, int]) -> Spread:
+    """How the workload spreads full recompute over a stage's layers (perf/remat.py; every layer one by one
+    unless stated)."""
+    w = ctx.w
+    if k.recompute != "full" or (w.recompute_method, w.recompute_num_layers) == ("uniform", 1):
+        return Spread()
+    return spread_of(w.recompute_method, w.recompute_num_layers, sum(mix), k.vpp)
+
+
+def _spread_time(x: StageTime, share: float) -> StageTime:
+    """A stage's time with only `share` of its layers re-run in the backward."""
+    if share == 1.0:
+        return x
+    return dataclasses.replace(x, comp=x.comp - (1.0 - share) * x.re, re=share * x.re)
+
+
 def _stages(ctx: PerfContext, s: Strategy, k: Knobs, lc: LayerCosts, m: int) -> Stages:
     specs, note = _stage_specs(ctx, s, k, m)
     cpc = _cp_cost(ctx, s, k, lc)
-    times = tuple(stage_time(lc, *sp.mix, sp.logits, cpc.comm, cpc.compute) for sp in specs)
+    times = tuple(
+        _spread_time(stage_time(lc, *sp.mix, sp.logits, cpc.comm, cpc.compute), _spread(ctx, k, sp.mix).share)
+        for sp in specs
+    )
     if s.pp > 1 and k.pp_schedule == "dualpipe":
         times = tuple(dualpipe(x) for x in times)
     tot = [x.total for x in times]
@@ -328,8 +349,9 @@ def _stage_memories(
         params = memory.stage_params(
             ctx.model, ctx.pc, s.tp, s.pp, s.ep, s.expert_tp, sp.mix, sp.first, sp.last
         )
+        spread = _spread(ctx, k, sp.mix)
         mb = memory.stage_memory_of(
-            params, sh, lc, *sp.mix, sp.inflight, full, sp.first, sp.last, copies, off
+            params, sh, lc, *sp.mix, sp.inflight, full, sp.first, sp.last, copies, off, spread
         )
         out.append((params, mb))
     return out
@@ -583,6 +605,9 @@ def _assemble(
 ) -> Estimate:
     step = tb.total
     hw = ctx.flops.hardware[k.recompute]
+    if k.recompute == "full":  # only the layers the spread re-runs add a forward (the first stage's share)
+        share = _spread(ctx, k, (ctx.model.layers // s.pp, 0)).share
+        hw = ctx.flops.hardware["none"] + share * (hw - ctx.flops.hardware["none"])
     parts = {k: getattr(tb, k) for k in tb.__slots__ if k != "recompute"}
     headroom = ctx.capacity - mem.total
     return Estimate(

@@ -16,10 +16,12 @@ from autopar.layouts import MEMORY_SAVER_VALUES, saver_choices  # noqa: F401
 from autopar.perf.arith import Num, choose, maximum, minimum, where
 from autopar.perf.layers import CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BYTES, LayerCosts
 from autopar.perf.params import ParamCounts
+from autopar.perf.remat import Spread
 from autopar.perf.types import MemoryBreakdown
 from autopar.specs import ModelSpec
 
 GiB = 2**30
+_ALL_LAYERS = Spread()  # full recompute of every layer, one by one (Megatron uniform 1)
 
 # Adam's optimizer-state bytes per parameter (fp32 master copy included) by state precision, and the source of
 # each variant; every optimizer's (knobs.OPTIMIZER_KINDS, Workload.master_weights): state_bytes_of below.
@@ -210,13 +212,23 @@ def stage_activations(
     return out
 
 
-def activations(lc: Any, nd: Num, nm: Num, inflight: Num, full: Num, offloaded: Num) -> Num:
-    """`stage_activations` on floats or arrays (`lc`: LayerCosts or its fields as arrays; `full`: full
-    recompute)."""
-    total = (nd * lc.act_dense + nm * lc.act_moe) * inflight
+def activations(
+    lc: Any, nd: Num, nm: Num, inflight: Num, full: Num, offloaded: Num, spread: Spread = _ALL_LAYERS
+) -> Num:
+    """`stage_activations` on floats or arrays (`lc`: LayerCosts or its fields as arrays; `full`: the layer's
+    forward is re-run in the backward; `spread`: how full recompute is spread over the rank's layers, perf/remat.py:
+    scalar path only, every layer one by one on arrays)."""
+    if spread == _ALL_LAYERS:
+        dense, moe = lc.act_dense, lc.act_moe
+    else:  # a share of the layers checkpointed (their inputs, thinned), the rest keep everything
+        sh, scale = spread.share, spread.input_scale
+        dense = sh * scale * lc.act_dense + (1.0 - sh) * lc.act_dense_full
+        moe = sh * scale * lc.act_moe + (1.0 - sh) * lc.act_moe_full
+    total = (nd * dense + nm * moe) * inflight
     total = total - minimum(total, offloaded * total / maximum(1, nd + nm))
-    # full recompute: one layer's activations live while it is recomputed (its input is already kept)
-    return where(full, total + (where(nm > 0, lc.act_moe_full, lc.act_dense_full) - lc.pp_bytes), total)
+    # recompute: `group` layers' activations live while they are re-run (their input is already kept)
+    working = spread.group * (where(nm > 0, lc.act_moe_full, lc.act_dense_full) - lc.pp_bytes)
+    return where(full, total + working, total)
 
 
 def stage_memory(
@@ -249,11 +261,11 @@ def stage_memory(
 
 def stage_memory_of(
     sp: StageParams, sh: Sharding, lc: Any, nd: Num, nm: Num, inflight: Num, full: Num, first: Num, last: Num,
-    copies: Num, offloaded: Num,
+    copies: Num, offloaded: Num, spread: Spread = _ALL_LAYERS,
 ) -> MemoryBreakdown:  # fmt: skip
     """`stage_memory` on floats or arrays of a block (a MemoryBreakdown of arrays)."""
     wts, grd, opt, buf = model_states(sp, sh)
-    act = activations(lc, nd, nm, inflight, full, offloaded)
+    act = activations(lc, nd, nm, inflight, full, offloaded, spread)
     lg = where(last, lc.logits_mem, 0.0) + where(first, lc.embed_mem, 0.0)
     over = CUDA_CONTEXT_BYTES + NCCL_BYTES + FRAGMENTATION * (act + lg + buf)
     return MemoryBreakdown(copies * wts, copies * grd, copies * opt, act, lg, buf, over)

@@ -67,3 +67,35 @@ def recomputed_gemm_shares(rec: str, qkv_share: float, mlpwi_share: float) -> tu
     attn = (0.0 if "qkv" in saved else qkv_share) + (0.0 if "out_proj" in saved else 1.0 - qkv_share)
     mlp = (0.0 if "mlpwi" in saved else mlpwi_share) + (0.0 if "mlpwo" in saved else 1.0 - mlpwi_share)
     return attn, mlp
+
+
+# ------------------------------------------------------------------------ spreading full recompute over layers
+# How full recompute is spread over a pipeline rank's layers (Workload.recompute_method / recompute_num_layers):
+# - uniform N: Megatron --recompute-method uniform --recompute-num-layers N (megatron/core/transformer/
+#   transformer_block.py `_checkpointed_forward`): the layers go in chunks of N, each chunk checkpointed as one,
+#   so the rank keeps the input of every N-th layer and re-runs a whole chunk (N layers' working set) at once;
+# - block N: the first N layers of each model chunk (virtual stage) are checkpointed, the rest keep everything
+#   (recompute share N / (layers per chunk));
+# - every_nth N: torchtitan's per-layer selective AC (selective_ac_option = N, torchtitan v0.2.2
+#   activation_checkpoint.py `_apply_ac_to_transformer_block`): every N-th block wrapped in a full checkpoint,
+#   the others keep everything (share 1 / N).
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """What full recompute keeps on one rank: `share` of its layers checkpointed (the rest keep their whole
+    activations and are not re-run), the checkpointed layers' inputs x `input_scale`, `group` layers re-run
+    together (their working set alive at once)."""
+
+    share: float = 1.0
+    input_scale: float = 1.0
+    group: int = 1
+
+
+def spread_of(method: str, n: int, layers_on_rank: int, vpp: int) -> Spread:
+    """The Spread of a recompute method with N = `n` on a rank holding `layers_on_rank` layers in `vpp`
+    model chunks."""
+    if method == "block":
+        per_chunk = max(1, layers_on_rank // max(1, vpp))
+        return Spread(share=min(1.0, n / per_chunk))
+    if method == "every_nth":
+        return Spread(share=1.0 / n)
+    return Spread(input_scale=1.0 / n, group=min(n, max(1, layers_on_rank)))

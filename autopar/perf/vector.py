@@ -104,6 +104,8 @@ def estimate_columns(
     """Predict memory and step time of every strategy of a block (as `estimate(..., check=False)` would)."""
     ctx = perf_context(model, cluster, workload)
     unset = _unset(model, cols)
+    if (workload.recompute_method, workload.recompute_num_layers) != ("uniform", 1):
+        unset |= cols.recompute == RECOMPUTE_CODES.index("full")  # a spread recompute: the scalar model's
     if not unset.any():
         return _vector(ctx, cols)
     out = _empty(ctx, len(cols))

@@ -106,6 +106,8 @@ _LATER_WORKLOAD_DEFAULTS = {
     "torch_compile": False,
     "reshard_after_forward": None,
     "master_weights": "fp32",
+    "recompute_method": "uniform",
+    "recompute_num_layers": 1,
 }
 
 
