@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given
@@ -209,3 +210,49 @@ def test_memory_bench_reports_each_left_out_source(monkeypatch):
     assert tab.loc["megatron_lm_golden_values", "within 10 %"] == 100
     # each source's band comes from the other source only
     assert ev.groupby("source")["lo"].nunique().max() >= 1 and ev["lo"].notna().all()
+
+
+def test_a_measured_oom_is_a_lower_bound_the_memory_calibration_learns():
+    from autopar.calibration.features import OOM_EVIDENCE, build_training_set
+
+    base = {**_zb_row(), "measured_mem_gb_per_gpu": "", "measured_oom": "true", "memory_metric": ""}
+    base = {**base, "notes": "", "memory_stage": "", "dropout": "true", "attention_kernel": "unfused"}
+    ts = build_training_set([base], target="memory")
+    # the model puts this run's whole peak under usable memory: the OOM says the truth is at least usable
+    assert ts.how == [OOM_EVIDENCE] and ts.y[0] > 0
+    assert ts.measured[0] == pytest.approx(ts.predicted[0] * np.exp(ts.y[0]))
+    spec = row_to_specs(base)
+    usable = estimate(spec.model, spec.cluster, spec.workload, spec.strategy).capacity_bytes / GiB
+    assert ts.measured[0] == pytest.approx(usable)
+    # a run the model already calls out of memory teaches nothing: skipped, with the reason
+    big = {**base, "micro_batch": "48", "global_batch": "1152"}
+    ts2 = build_training_set([big], target="memory")
+    assert len(ts2.y) == 0 and "nothing to learn" in ts2.skipped[0][1]
+    with pytest.raises(DataError, match="a run that ran out of memory has no peak"):
+        stack_knobs({**base, "measured_mem_gb_per_gpu": "40"})
+
+
+def test_logs_fill_the_stack_columns():
+    from autopar.calibration.logs import megatron_config, torchtitan_config
+
+    dump = (
+        "------------------------ arguments ------------------------\n"
+        "  attention_backend ............................... AttnBackend.unfused\n"
+        "  recompute_granularity ........................... full\n"
+        "  recompute_method ................................ block\n"
+        "  recompute_num_layers ............................ 4\n"
+        "-------------------- end of arguments ---------------------\n"
+    )
+    cfg = megatron_config(dump)
+    assert cfg["attention_kernel"] == "unfused" and cfg["recompute"] == "full"
+    assert cfg["recompute_method"] == "block" and cfg["recompute_num_layers"] == 4
+    assert (
+        megatron_config(dump.replace("AttnBackend.unfused", "AttnBackend.fused"))["attention_kernel"]
+        == "cudnn"
+    )
+    tt = (
+        "[titan] 2026-02-11 00:53:31,870 - root - INFO - Applied selective activation checkpointing to the model\n"
+        "[titan] 2026-02-11 00:53:31,871 - root - INFO - Compiling each TransformerBlock with torch.compile\n"
+    )
+    assert torchtitan_config(tt) == {"torch_compile": "true", "recompute": "selective"}
+    assert "torch_compile" not in torchtitan_config(tt.splitlines()[0])  # absence proves nothing

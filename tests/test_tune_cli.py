@@ -367,3 +367,24 @@ def test_a_tune_killed_with_sigkill_is_resumed_and_its_run_reattached(home):
     assert doc["runs"][0]["resumed"] and doc["runs"][0]["status"] == "ok"  # re-attached, its result read
     launched = [x for x in (runs / "launched").read_text().split("\n") if x]
     assert len(launched) == len(set(launched)) == len(doc["runs"])
+
+
+def test_an_oom_run_is_stored_as_memory_evidence(home):
+    """A run that ran out of memory is kept in the store (measured_oom, no throughput): the memory
+    calibration learns a lower bound from it (calibration/features.py OOM_EVIDENCE)."""
+    fake = _script(
+        home / "oom.py",
+        f"""\
+        import json, os
+        label = os.environ["AUTOPAR_STRATEGY"]
+        if label == {LABELS[0]!r}:
+            json.dump({{"status": "oom"}}, open(os.environ["AUTOPAR_RESULT"], "w"))
+        else:
+            json.dump({{"status": "ok", "tokens_per_s_per_gpu": {json.dumps(FAKE)}[label]}}, open(os.environ["AUTOPAR_RESULT"], "w"))
+        """,
+    )
+    res = _tune("--runner", f"cmd:{sys.executable} {fake}", "--candidates", str(_labels(home)), "--json")
+    assert res.exit_code == 0, res.output
+    runs = json.loads(runner.invoke(app, ["calibrate", "list", "--json"]).stdout)["runs"]
+    oom = [r for r in runs if str(r.get("measured_oom")).lower() == "true"]
+    assert len(oom) == 1 and not oom[0].get("measured_tokens_per_s_per_gpu")

@@ -248,14 +248,29 @@ def record_features(
 
 
 def _measured(rec: Mapping[str, Any], target: str) -> tuple[float | None, str]:
-    """The measurement a target learns from: tokens/s per GPU, or peak memory in GiB per GPU."""
+    """The measurement a target learns from: tokens/s per GPU, or peak memory in GiB per GPU (a run that ran
+    out of memory, `measured_oom`: how = "oom", its value the usable memory, filled in by the caller)."""
     if target == "throughput":
         return measured_tokens_per_s_per_gpu(rec)
     try:
         v = float(rec.get("measured_mem_gb_per_gpu") or "nan")
     except (TypeError, ValueError):
         return None, "none"
-    return (v, "measured") if v > 0 else (None, "none")
+    if v > 0:
+        return v, "measured"
+    return (
+        (math.nan, OOM_EVIDENCE)
+        if str(rec.get("measured_oom") or "").strip().lower() in _TRUE
+        else (None, "none")
+    )
+
+
+# A measured OOM is a censored observation: the run's whole peak was over usable memory, so log(peak / predicted)
+# is at least log(usable / predicted). The memory corrector takes that bound as the observation where the model
+# said the run fits (the bound is then positive and pulls the factor up, never past what the OOM proves); where
+# the model already called it out of memory the bound says nothing new and the row is skipped.
+OOM_EVIDENCE = "oom (lower bound: usable memory)"
+_TRUE = ("1", "true", "yes", "t", "1.0")
 
 
 def _row_context(rec: Mapping[str, Any], rid: str, family: str, stack: str) -> dict[str, str]:
@@ -301,6 +316,11 @@ def build_training_set(records: Sequence[Mapping[str, Any]], target: str = "thro
         if not pred > 0:
             skipped.append((rid, f"the analytical model predicts no {target}"))
             continue
+        if how == OOM_EVIDENCE:
+            meas = est.capacity_bytes / GiB
+            if meas <= pred:
+                skipped.append((rid, "ran out of memory, as the model predicts: nothing to learn"))
+                continue
         xs.append(x)
         ys.append(math.log(meas / pred))
         for k, v in _row_context(rec, rid, family, stack).items():

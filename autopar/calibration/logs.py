@@ -204,6 +204,13 @@ _MEG_USING = re.compile(r"using world size: (\d+), data-parallel size: (\d+)")
 _TT_MESH_AXES = (Axis.TP.value, Axis.PP.value, Axis.CP.value)
 _TT_DP_DIMS = ("dp_shard", "dp_replicate")
 _TT_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
+# torchtitan's own lines for the stack knobs it applied (torchtitan models/llama3/infra/parallelize.py
+# `apply_compile`, distributed/activation_checkpoint.py `apply_ac`)
+_TT_COMPILE = re.compile(r"Compiling each TransformerBlock with torch\.compile")
+_TT_AC = re.compile(r"Applied '?(selective|full)'? activation checkpointing to the model")
+# Megatron-Core's --attention-backend (megatron/core/transformer/enums.py AttnBackend) -> attention_kernel:
+# fused is Transformer Engine's cuDNN attention, unfused and local the softmax that keeps the scores
+_MEG_ATTENTION = {"flash": "flash", "fused": "cudnn", "unfused": "unfused", "local": "unfused"}
 _TT_BATCH = re.compile(
     r"local batch size (\d+), global batch size (\d+),(?: gradient accumulation steps \d+,)? "
     r"sequence length (\d+)"
@@ -253,6 +260,21 @@ def megatron_config(text: str) -> dict[str, Any]:
         cfg["grad_reduce_dtype"] = "bf16"
     if args.get("tp_comm_overlap") == "True":  # TE userbuffers (record column; off is a record's default)
         cfg["tp_comm_overlap"] = 1
+    return cfg | _megatron_memory_knobs(args)
+
+
+def _megatron_memory_knobs(args: dict[str, str]) -> dict[str, Any]:
+    """The stack columns a Megatron-LM dump states: attention kernel (--attention-backend, else
+    --use-flash-attn) and how full recompute is spread (--recompute-method, --recompute-num-layers)."""
+    cfg: dict[str, Any] = {}
+    backend = args.get("attention_backend", "").rsplit(".", 1)[-1].lower()
+    if backend in _MEG_ATTENTION:
+        cfg["attention_kernel"] = _MEG_ATTENTION[backend]
+    elif args.get("use_flash_attn") == "True":
+        cfg["attention_kernel"] = "flash"
+    if args.get("recompute_granularity") == "full" and "recompute_method" in args:
+        cfg["recompute_method"] = args["recompute_method"]
+        cfg["recompute_num_layers"] = _int_arg(args, "recompute_num_layers") or 1
     return cfg
 
 
@@ -317,6 +339,10 @@ def torchtitan_config(text: str) -> dict[str, Any]:
     b = _TT_BATCH.search(clean)
     if b:
         cfg["micro_batch"], cfg["global_batch"], cfg["seq_len"] = (int(g) for g in b.groups())
+    if _TT_COMPILE.search(clean):  # its absence proves nothing in a log cut short at the start
+        cfg["torch_compile"] = "true"
+    if ac := _TT_AC.search(clean):
+        cfg["recompute"] = ac.group(1)
     return cfg
 
 
@@ -401,6 +427,9 @@ def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None
         mem = samples.mem_gib
     if mem:
         rec["measured_mem_gb_per_gpu"] = max(mem)  # GiB, max reserved, as torchtitan reports it
+        rec["memory_metric"] = (
+            "max_memory_reserved"  # both logs' figure is the caching allocator's reserved peak
+        )
     rec["log_steps_used"] = n - skip
     rec["log_warmup_skipped"] = skip
     rec["log_first_step"] = samples.steps[skip]

@@ -174,7 +174,14 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
             ("global_batch", r.global_batch, f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}")
         )
     has_tflops = r.measured_tflops_per_gpu is not None and tflops_definition(r.model_dump()) is not None
-    if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops:
+    oom = str((r.model_extra or {}).get("measured_oom") or "").strip().lower() in (
+        "1",
+        "true",
+        "yes",
+        "t",
+        "1.0",
+    )
+    if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops and not oom:
         errs.append(
             (
                 "measured_tokens_per_s_per_gpu",

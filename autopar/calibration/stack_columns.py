@@ -61,7 +61,14 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "pp_schedule": SCHEDULE_NAMES,
     "recompute_method": RECOMPUTE_METHODS,
 }
-_BOOLS = ("fused_kernels", "torch_compile", "reshard_after_forward", "dropout", "tied_embeddings")
+_BOOLS = (
+    "fused_kernels",
+    "torch_compile",
+    "reshard_after_forward",
+    "dropout",
+    "tied_embeddings",
+    "measured_oom",
+)
 # Every stack-knob column, in the order a record file lists them after `notes`.
 STACK_COLUMNS: tuple[str, ...] = (
     "attention_kernel",
@@ -78,6 +85,7 @@ STACK_COLUMNS: tuple[str, ...] = (
     "recompute_num_layers",
     "remat_policy",
     "measured_mem_reserved_gb_per_gpu",
+    "measured_oom",
 )
 
 
@@ -99,6 +107,7 @@ class StackKnobs:
     recompute_num_layers: int | None = None
     remat_policy: str | None = None
     measured_reserved_gib: float | None = None
+    measured_oom: bool | None = None  # the run ran out of GPU memory (tune, dryrun, a log): its peak > usable
 
 
 def _blank(v: Any) -> bool:
@@ -183,6 +192,11 @@ def contradictions(k: StackKnobs, row: Mapping[str, Any]) -> str:
         return (
             f"columns 'measured_mem_reserved_gb_per_gpu' and 'memory_metric' = {k.memory_metric}: the reserved "
             "column is the second figure of a max_memory_allocated record"
+        )
+    if k.measured_oom and (allocated is not None or k.memory_metric or k.memory_stage in ("first", "last")):
+        return (
+            "columns 'measured_oom' = true and a measured peak ('measured_mem_gb_per_gpu', 'memory_metric' or "
+            "'memory_stage'): a run that ran out of memory has no peak to describe; its evidence is the OOM"
         )
     zero = _cell_text(row, "zero")
     if k.reshard_after_forward is not None and zero not in ("", "3", "3.0"):

@@ -39,8 +39,10 @@ def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[
         "global_batch": c.workload.global_batch,
         "precision": c.workload.precision,
         "framework": c.workload.framework,
-        "measured_tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
-        "measured_mem_gb_per_gpu": o.peak_mem_gib,
+        "measured_tokens_per_s_per_gpu": o.tokens_per_s_per_gpu if o.status == "ok" else None,
+        "measured_mem_gb_per_gpu": o.peak_mem_gib if o.status == "ok" else None,
+        # an OOM is memory evidence too: the peak was over usable memory (calibration/features.py OOM_EVIDENCE)
+        "measured_oom": "true" if o.status == "oom" else None,
         "notes": f"autopar tune run of '{c.label}'; {o.reason}",
     }
 
@@ -53,10 +55,10 @@ def store_run(
     from autopar.calibration.runs import ingest
     from autopar.calibration.store import RunStore
 
-    if o.status != "ok" or not o.tokens_per_s_per_gpu:
+    if not (o.status == "ok" and o.tokens_per_s_per_gpu or o.status == "oom"):
         return 0
     own = run_dir / "record.jsonl"
-    path = own if own.exists() else run_dir / "tune-record.jsonl"
+    path = own if own.exists() and o.status == "ok" else run_dir / "tune-record.jsonl"
     if path != own:
         path.write_text(
             json.dumps(run_record(c, o, run_id, cluster_tag), default=str) + "\n", encoding="utf-8"
