@@ -7,7 +7,7 @@ FP8 recipe, forced routing balance) and searched with `optimize(..., sampler="ex
 model (the default corrector's cluster offsets are the same for every layout of a problem, so they cancel
 in the ratio). The recipe kept for a problem brings the options the record states (records.py: a
 DeepEP/HybridEP dispatcher, and the MoE all-to-all overlap and CUDA-graph mode of the stack preset its notes
-quote, notes_moe_options); a user who runs that preset types them, so the pick is searched under the same
+quote, stated_moe_options); a user who runs that preset types them, so the pick is searched under the same
 workload. The options the record does not state (TP comm overlap; MoE overlap and CUDA graphs where no
 preset is quoted) are the defaults `optimize` would use.
 
@@ -61,8 +61,8 @@ from autopar.calibration.pairs import pair_record, quantile  # noqa: E402
 from autopar.calibration.recipes import Support, demonstration_of  # noqa: E402
 from autopar.calibration.records import (  # noqa: E402
     measured_tokens_per_s_per_gpu,
-    notes_moe_options,
     row_to_specs,
+    stated_moe_options,
 )
 from autopar.calibration.runs import read_run_records  # noqa: E402
 from autopar.calibration.support import MeasuredRun, recipe_support, runs_from_rows  # noqa: E402
@@ -152,7 +152,7 @@ def _pretraining(row: Mapping[str, Any]) -> bool:
 
 def user_workload(w: Workload, stated: Mapping[str, Any] | None = None) -> Workload:
     """The record's workload with the options a user does not type at their `autopar optimize` defaults;
-    `stated` (records.notes_moe_options: what the record's stack preset states) overrides them."""
+    `stated` (records.stated_moe_options: what the record's stack preset states) overrides them."""
     base = Workload(seq_len=w.seq_len, global_batch=w.global_batch, framework=w.framework)
     update = {k: getattr(base, k) for k in _UNTYPED}
     update.update({k: v for k, v in (stated or {}).items() if k in _UNTYPED})
@@ -181,7 +181,7 @@ def load_problems(only: str = "") -> list[Problem]:
             continue
         meas = measured_tokens_per_s_per_gpu(row)[0]
         specs = row_to_specs(row)
-        wl = user_workload(specs.workload, notes_moe_options(row))
+        wl = user_workload(specs.workload, stated_moe_options(row))
         c = specs.cluster
         # keyed without the preset's options (dispatcher, MoE overlap, CUDA graphs, the recompute-modules saver
         # its stated modules allow): they come with the recipe kept, the best measured layout of the problem

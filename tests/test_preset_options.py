@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autopar.calibration.records import notes_moe_options, row_to_specs
+from autopar.calibration.records import row_to_specs, stated_moe_options
 from autopar.specs import Workload
 
 ROW = {
@@ -56,7 +56,13 @@ def _recipes_module(monkeypatch):
     ],
 )  # fmt: skip
 def test_notes_moe_options(notes, expected):
-    assert notes_moe_options({"notes": notes}) == expected
+    # an older file's notes: moved into the moe_ep_overlap / cuda_graphs columns (legacy_notes.py)
+    assert stated_moe_options({"notes": notes}) == expected
+    # the columns themselves win over any notes
+    assert stated_moe_options({"notes": notes, "moe_ep_overlap": "false", "cuda_graphs": "true"}) == {
+        "moe_ep_overlap": False,
+        "cuda_graphs": True,
+    }
 
 
 def test_record_workload_takes_the_stated_options():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autopar.calibration.legacy_notes import notes_only_knobs
 from autopar.calibration.logs import log_config
-from autopar.calibration.records import notes_recompute
 from autopar.catalog import get_gpu, get_model
 from autopar.knobs import (
     RECOMPUTE_BY_FRUGALITY,
@@ -292,17 +292,20 @@ def test_schema_rule_rejects_unknown_modules_and_a_missing_granularity():
 
 
 def test_notes_state_the_presets_modules():
-    said: list[str] = []
-    assert notes_recompute({"notes": "x; selective recompute_modules mla_up_proj+mlp; y"}, said) == (
-        "sel:mla_up_proj+mlp"
+    """An older file's notes naming Megatron's recompute modules fill the empty `recompute` column
+    (legacy_notes.py); a set autopar does not model, or none, fills nothing (completion decides)."""
+
+    def rec(notes: str) -> str | None:
+        return notes_only_knobs({"notes": notes}).get("recompute")
+
+    assert rec("x; selective recompute_modules mla_up_proj+mlp; y") == "sel:mla_up_proj+mlp"
+    assert rec("selective recompute_modules none stated") is None
+    assert rec("distributed optimizer, sp, recompute, etp not stated") is None
+    assert rec("selective recompute_modules shared_experts") is None
+    assert rec("selective recompute_modules layernorm+moe") == "sel:layernorm+moe"
+    assert "recompute" not in notes_only_knobs(
+        {"notes": "selective recompute_modules mlp", "recompute": "full"}
     )
-    assert "recompute_modules mla_up_proj+mlp" in said[0]
-    assert notes_recompute({"notes": "selective recompute_modules none stated"}, []) is None
-    assert notes_recompute({"notes": "distributed optimizer, sp, recompute, etp not stated"}, []) is None
-    said = []
-    assert notes_recompute({"notes": "selective recompute_modules shared_experts"}, said) is None
-    assert "does not model" in said[0]
-    assert notes_recompute({"notes": "selective recompute_modules layernorm+moe"}, []) == "sel:layernorm+moe"
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,6 @@ from autopar.knobs import (
     RECOMPUTE_MODULE_SETS,
     SURROGATE_PROFILE,
     UNPROFILED_MARKERS,
-    recompute_of_modules,
 )
 from autopar.layouts import ACT_OFFLOAD_FRAMEWORKS, default_cp_comm
 from autopar.perf.estimate import estimate, stage_memories
@@ -86,66 +85,12 @@ RECORD_COLUMNS: tuple[str, ...] = (
 
 ARCH_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads")
 
-# Notes that say the run overlapped TP communication (optional column `tp_comm_overlap` wins when present);
-# compared after removing spaces, '-' and '_'.
-_TP_OVERLAP_MARKERS = ("asynctp", "tpcommoverlap")
-# What may follow or precede a marker to say the option was off or is unknown ("TP comm overlap not stated",
-# "tp_comm_overlap=False", "no async TP"); compared on the same squeezed text.
-_NEGATED_AFTER = re.compile(r"(notstated|unstated|unknown|=false|=0|off(?!load)|disabled|\(no\)|:no)")
-_NEGATED_BEFORE = ("no", "without", "notusing", "disabled")
-
-
-def mentions_on(notes: str, markers: tuple[str, ...]) -> bool:
-    """Whether squeezed notes name one of `markers` as used: a mention that a negation follows or precedes
-    ("... not stated", "=false", "no async TP") does not count."""
-    for k in markers:
-        for m in re.finditer(re.escape(k), notes):
-            after, before = notes[m.end() : m.end() + 12], notes[max(0, m.start() - 9) : m.start()]
-            if not _NEGATED_AFTER.match(after) and not before.endswith(_NEGATED_BEFORE):
-                return True
-    return False
-
-
-# NeMo's performance recipes turn TE userbuffers TP comm overlap on whenever TP > 1 (NVIDIA/NeMo
-# nemo/collections/llm/recipes/gpt3_175b.py `pretrain_performance_optimizations`:
-# MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_...)).
-
-
-# A negation that states the option off, as opposed to one saying it is unknown ("not stated").
-_STATED_OFF_AFTER = re.compile(r"(=false|=0|off(?!load)|disabled|\(no\)|:no)")
-
-
-def mentions_off(notes: str, markers: tuple[str, ...]) -> bool:
-    """Whether squeezed notes state one of `markers` as off ("=false", "off", "no async TP"); "not stated"
-    and "unknown" do not count."""
-    for k in markers:
-        for m in re.finditer(re.escape(k), notes):
-            after, before = notes[m.end() : m.end() + 12], notes[max(0, m.start() - 9) : m.start()]
-            if _STATED_OFF_AFTER.match(after) or before.endswith(_NEGATED_BEFORE):
-                return True
-    return False
-
 
 def _nemo_tp_overlap(row: Mapping[str, Any]) -> bool:
     """A NeMo / Megatron-Bridge performance run with TP > 1 whose record is silent on TP comm overlap."""
     fw = str(_cell(row, "framework") or "").lower()
     tp = _pos(row, "tp") or 1
     return tp > 1 and ("nemo" in fw or "megatron-bridge" in fw) and _bool(row, "sp") is not False
-
-
-# FP8 recipe and forced routing balance, when a record's notes state them (perf/fp8.py, perf/moe.py).
-_RECIPE_MARKERS = (("mxfp8", "mxfp8"), ("fp8mx", "mxfp8"), ("rowwise", "rowwise"), ("fp8cs", "current"))
-_BALANCE_MARKERS = ("forcebalance", "forcedbalance", "forceloadbalancing")
-# A record that names a deduplicating EP dispatcher (DeepEP / HybridEP, e.g. NeMo AutoModel's "Kernel
-# Optimizations=TE + DeepEP") ran Megatron's flex dispatcher path (perf/moe.py flex_a2a_time).
-_FLEX_MARKERS = ("deepep", "hybridep", "flexdispatcher")
-# A bf16 record that names DeepSpeed's BF16 optimizer (e.g. "Megatron-DeepSpeed (BF16_Optimizer, ZeRO-1)")
-# accumulated its gradients in fp32 after every micro-batch (perf/estimate.py grad_accum_time); an fp16 row
-# never ran it, whatever its notes say about the switch.
-_BF16_OPTIMIZER_MARKERS = ("bf16optimizer",)
-# A torchtitan record whose notes say the loss was compiled (torchtitan from commit bbb1b616, 2025-04-02,
-# compiles it under --training.compile): Workload.compiled_loss.
-_COMPILED_LOSS_MARKERS = ("losscompiled", "compiledloss")
 
 
 # The main-gradient dtype of the vendors' performance summaries (Workload.grad_reduce_dtype), as their
@@ -216,83 +161,52 @@ def _grad_reduce_dtype(row: Mapping[str, Any], assumed: list[str]) -> dict[str, 
 
 
 def _routing_and_recipe(row: Mapping[str, Any], prec: str, assumed: list[str]) -> dict[str, Any]:
-    """Workload fields stated in the notes: FP8 recipe (MXFP8, row-wise, current scaling), force-balanced
-    MoE routing (moe_imbalance = 1.0), a DeepEP/HybridEP dispatcher (moe_dispatcher = flex), DeepSpeed's BF16
-    optimizer and the stack preset's MoE all-to-all overlap and CUDA-graph mode (notes_moe_options)."""
-    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
+    """Workload fields a record's columns state: FP8 recipe (fp8 rows only), MoE routing balance
+    (moe_imbalance = 1.0: force-balanced), dispatcher (flex: DeepEP/HybridEP), DeepSpeed's BF16 optimizer,
+    torchtitan's compiled loss, the stack preset's MoE all-to-all overlap and CUDA-graph mode
+    (stated_moe_options), LoRA fine-tuning. Older files stated them in their notes: legacy_notes.py moves them
+    into these columns."""
     out: dict[str, Any] = {}
-    if prec == "fp8":
-        recipe = next((r for k, r in _RECIPE_MARKERS if k in notes), None)
-        if recipe is not None:
-            out["fp8_recipe"] = recipe
-            assumed.append(f"fp8_recipe={recipe} (from the notes)")
-    if mentions_on(notes, _BALANCE_MARKERS):
-        out["moe_imbalance"] = 1.0
-        assumed.append("moe_imbalance=1.0 (notes: routing force-balanced)")
-    fw = str(_cell(row, "framework") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-    if mentions_on(notes, _FLEX_MARKERS) or any(k in fw for k in _FLEX_MARKERS):
-        out["moe_dispatcher"] = "flex"
-        assumed.append("moe_dispatcher=flex (notes/framework name DeepEP or HybridEP)")
-    bf16 = str(_cell(row, "precision") or "").strip().lower() == "bf16"  # the cell: fp16 reads as bf16 here
-    if bf16 and any(k in notes + fw for k in _BF16_OPTIMIZER_MARKERS):
-        out["bf16_optimizer"] = True
-        assumed.append("bf16_optimizer=true (notes/framework name DeepSpeed's BF16 optimizer)")
-    if "torchtitan" in fw and any(k in notes for k in _COMPILED_LOSS_MARKERS):
-        out["compiled_loss"] = True
-        assumed.append("compiled_loss=true (notes: torchtitan compiled the loss)")
-    stated = notes_moe_options(row)
-    out.update(stated)
-    assumed.extend(f"{k}={str(v).lower()} (notes: the stack preset states it)" for k, v in stated.items())
-    where = notes + str(_cell(row, "source_ref") or "").lower().replace(" ", "")
-    if any(k in where for k in _LORA_MARKERS):  # frozen base weights (perf/finetune.py)
-        out["finetune"] = "lora"
-        assumed.append("finetune=lora (source section / notes: LoRA)")
+    for col, kind in _WORKLOAD_COLUMNS.items():
+        v = _cell(row, col)
+        if v is None or col == "fp8_recipe" and prec != "fp8":
+            continue
+        out[col] = _typed(col, v, kind)
     return out
 
 
-# Options a record's notes quote from the stack preset that ran it (Megatron-Bridge
-# scripts/performance/utils set_workload_base_configs): `moe_a2a_overlap=True|False` (sets
-# overlap_moe_expert_parallel_comm and delay_wgrad_compute) and `cuda_graph_impl=...`; only
-# `full_iteration` captures the whole step (the per-layer transformer_engine scopes leave expert compute and
-# dispatch eager, so Workload.cuda_graphs, which removes every layer's issue floor, stays off for them).
-# Compared after removing spaces, '-' and '_'.
-_EP_OVERLAP_NOTE = re.compile(r"moea2aoverlap=(true|false)")
-_CUDA_GRAPH_NOTE = re.compile(r"cudagraphimpl=([a-z]+)")
+# Workload fields a record may state in a column of the same name: their type, or their allowed values.
+_WORKLOAD_COLUMNS: dict[str, Any] = {
+    "fp8_recipe": ("delayed", "current", "rowwise", "mxfp8"),
+    "moe_imbalance": float,
+    "moe_dispatcher": ("alltoall", "flex"),
+    "bf16_optimizer": bool,
+    "compiled_loss": bool,
+    "moe_ep_overlap": bool,
+    "cuda_graphs": bool,
+    "finetune": ("full", "lora"),
+}
 
 
-def notes_moe_options(row: Mapping[str, Any]) -> dict[str, bool]:
-    """Workload.moe_ep_overlap / cuda_graphs as a record's notes state them (absent when not stated)."""
-    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-    out: dict[str, bool] = {}
-    if m := _EP_OVERLAP_NOTE.search(notes):
-        out["moe_ep_overlap"] = m.group(1) == "true"
-    if m := _CUDA_GRAPH_NOTE.search(notes):
-        out["cuda_graphs"] = m.group(1) == "fulliteration"
-    return out
+def _typed(col: str, v: Any, kind: Any) -> Any:
+    """A workload column's cell as its type (a value outside a vocabulary: a one-line error)."""
+    if kind is bool:
+        return _bool({col: v}, col)
+    if kind is float:
+        return _float({col: v}, col)
+    value = str(v).strip().lower()
+    if value not in kind:
+        raise DataError(
+            f"column '{col}' = {excerpt(str(v))!r}: expected one of {', '.join(kind)}{close_hint(value, kind)}"
+        )
+    return value
 
 
-# The selective recompute modules a record's stack preset states ("selective recompute_modules mla_up_proj+mlp",
-# Megatron-Bridge's recompute_modules list joined by '+'; "recompute_modules none stated" names none).
-_RECOMPUTE_MODULES_NOTE = re.compile(r"selective\s+recompute_modules\s+([a-z_]+(?:\+[a-z_]+)*)")
-
-
-def notes_recompute(row: Mapping[str, Any], assumed: list[str]) -> str | None:
-    """Strategy.recompute as the notes state Megatron's recompute modules (knobs.recompute_of_modules), else
-    None; a stated set autopar does not model stays unset, with a note in `assumed`."""
-    m = _RECOMPUTE_MODULES_NOTE.search(str(_cell(row, "notes") or "").lower())
-    if not m or m.group(1) == "none":
-        return None
-    try:
-        rec = recompute_of_modules(m.group(1).split("+"))
-    except ValueError as e:
-        assumed.append(f"recompute completed ({e})")
-        return None
-    assumed.append(f"recompute={rec} (the notes' recompute_modules {m.group(1)})")
-    return rec
-
-
-# LoRA fine-tuning named by a record's source section or notes (e.g. Megatron-Bridge "LoRA Performance").
-_LORA_MARKERS = ("loraperformance", "lorafinetun", "finetuning(lora)", "peft=lora")
+def stated_moe_options(row: Mapping[str, Any]) -> dict[str, bool]:
+    """Workload.moe_ep_overlap / cuda_graphs as a record's columns state them (absent when not stated; an
+    older file's notes count, legacy_notes.py)."""
+    row = {**row, **notes_only_knobs(row)}
+    return {k: bool(_bool(row, k)) for k in ("moe_ep_overlap", "cuda_graphs") if _cell(row, k) is not None}
 
 
 # The dataset README: torchtitan's H100 rows ran on Meta's Grand Teton H100 (96 GB HBM2e, 500 W).
@@ -300,8 +214,7 @@ _GRAND_TETON_MARKERS = ("96gb hbm2e", "grand teton")
 
 
 # Activation CPU offload a record states: optional column `cpu_offloading_num_layers` (Megatron-Core's
-# TransformerConfig field) or the same name with a number in the notes.
-_ACT_OFFLOAD_NOTE = re.compile(r"cpu[_-]?offloading[_-]?num[_-]?layers\s*[=:]\s*(\d+)")
+# TransformerConfig field).
 
 
 def _act_offload(
@@ -311,11 +224,6 @@ def _act_offload(
     unset (completed, "act_offload" allowed) where the stack has it and the record does not rule it out
     (PP or recompute: layouts.offload_rules); else off."""
     n = _int(row, "cpu_offloading_num_layers")
-    if n is None:
-        m = _ACT_OFFLOAD_NOTE.search(str(_cell(row, "notes") or "").lower())
-        n = int(m.group(1)) if m else None
-        if n is not None:
-            assumed.append(f"activation_offload_layers={n} (from the notes)")
     if n is not None:
         if n < 0:
             raise DataError(f"column 'cpu_offloading_num_layers' = {n} must be >= 0")
@@ -637,21 +545,16 @@ def _with_legacy_knobs(row: Mapping[str, Any], assumed: list[str]) -> Mapping[st
     return {**row, **said}
 
 
-# The scale-out transport a record states (ClusterSpec.transport): optional column `transport`, else
-# `transport=efa` in the notes. Unstated: InfiniBand (the DGX systems most records ran on).
-_TRANSPORT_NOTE = re.compile(r"\btransport\s*[=:]\s*([a-z]+)")
+# The scale-out transport a record states (ClusterSpec.transport): optional column `transport`. Unstated:
+# InfiniBand (the DGX systems most records ran on).
 
 
 def _fabric(row: Mapping[str, Any], assumed: list[str]) -> dict[str, Any]:
     """ClusterSpec.transport as the record states it (absent when not stated)."""
     from autopar.specs import TRANSPORTS
 
-    notes = str(_cell(row, "notes") or "").lower()
     out: dict[str, Any] = {}
     transport = _cell(row, "transport")
-    if transport is None and (m := _TRANSPORT_NOTE.search(notes)):
-        transport = m.group(1)
-        assumed.append(f"transport={transport} (from the notes)")
     if transport is not None:
         if str(transport).lower() not in TRANSPORTS:
             raise DataError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
@@ -692,16 +595,10 @@ def _precision(row: Mapping[str, Any], assumed: list[str]) -> str:
 
 
 def _tp_overlap(row: Mapping[str, Any], assumed: list[str]) -> bool:
-    """The `tp_comm_overlap` cell, else async TP named on or off in the notes, else NeMo's recipes' default."""
+    """The `tp_comm_overlap` cell, else NeMo's recipes' default."""
     overlap = _bool(row, "tp_comm_overlap")
     if overlap is not None:
         return overlap
-    notes = str(_cell(row, "notes") or "").lower().replace(" ", "").replace("-", "").replace("_", "")
-    if mentions_on(notes, _TP_OVERLAP_MARKERS):
-        assumed.append("tp_comm_overlap=true (notes mention async TP / TP comm overlap)")
-        return True
-    if mentions_off(notes, _TP_OVERLAP_MARKERS):  # stated off: the NeMo recipes' default does not apply
-        return False
     if _nemo_tp_overlap(row):  # moe engineer (issue 11 item 6)
         assumed.append("tp_comm_overlap=true (NeMo performance recipes enable it when TP > 1)")
         return True
@@ -792,7 +689,7 @@ def _sp_recompute(
         rec = "full" if knobs.remat_policy in FULL_REMAT_NAMES else REMAT_PREFIX + knobs.remat_policy
     if rec is None and (knobs.recompute_method is not None or knobs.recompute_num_layers is not None):
         rec = "full"  # a spread is of full recompute (stack_columns: the method needs full or empty)
-    return sp, rec if rec is not None else notes_recompute(row, assumed)
+    return sp, rec
 
 
 def _strategy(
