@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,11 @@ def parse_yaml(text: str, source: str) -> Any:
         if str(e).startswith(source):
             raise
         raise InputError(f"{source}: {e}") from None
+    except (
+        ValueError
+    ) as e:  # an integer past Python's 4,300-digit str->int limit (sys.get_int_max_str_digits)
+        limit = sys.get_int_max_str_digits()
+        raise InputError(f"{source}: a number of more than {limit} digits ({type(e).__name__})") from None
     require_finite(doc, source)
     return doc
 

@@ -13,6 +13,7 @@ option and the value on one line (`SpecError`/`AutoparError`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -47,6 +48,11 @@ FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar
 STACK_NAMES = knobs.STACK_NAMES  # what --framework accepts: FRAMEWORKS and knobs.UNPROFILED_STACKS
 SURROGATE_PROFILE = knobs.SURROGATE_PROFILE
 SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py choose_method
+
+
+# The largest scale-out bandwidth per GPU accepted: 10x the fastest NIC sold per GPU today (ConnectX-8, 800 Gb/s =
+# 100 GB/s per direction); beyond it the figure is a unit slip (Gb/s, or a node's total).
+MAX_INTERNODE_GBPS = 1000.0
 
 
 class _Config(BaseModel):
@@ -88,6 +94,11 @@ class ClusterConfig(_Config):
 
     def choice(self, detect: Detector | None = None) -> ClusterChoice:
         """Merge the shorthand with the explicit fields; a field the shorthand already sets is an error."""
+        bw = self.internode_gbps
+        if bw is not None and not (math.isfinite(bw) and 0 < bw <= MAX_INTERNODE_GBPS):
+            raise SpecError(  # 0 read as "unset" and gave the GPU's default
+                f"--internode-gbps={bw}: must be a positive GB/s per GPU per direction, at most {MAX_INTERNODE_GBPS:g}"
+            )
         transport = check_transport(self.transport)
         if self.system is None:
             gpus = self.gpus if self.gpus is not None else str(DEFAULT_GPUS)

@@ -294,7 +294,7 @@ def plausibility_error(rec: Mapping[str, Any]) -> tuple[str, Any, str] | None:
             field,
             value,
             (
-                f"implies MFU {100 * implied_mfu:.0f}% of the {specs.cluster.gpu.name} dense "
+                f"implies MFU {100 * implied_mfu:.3g}% of the {specs.cluster.gpu.name} dense "
                 f"{specs.workload.precision} peak (at most {100 * MAX_IMPLIED_MFU:.0f}% is possible)"
             ),
         )

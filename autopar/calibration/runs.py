@@ -111,6 +111,8 @@ def detect_format(path: Path) -> str:
         return "jsonl"
     if last in (".parquet", ".pq"):
         return "parquet"
+    if not path.is_file():  # a FIFO or device would block the read below (every reader refuses them)
+        raise DataError(f"'{path}' does not exist or is not a regular file")
     with path.open("r", errors="replace") as fh:
         head = fh.read(1 << 20)
     fmt = sniff_log_format(head)

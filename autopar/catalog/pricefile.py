@@ -56,6 +56,9 @@ def _date_key(date: str) -> str:
 # Sanity bound on a price per GPU-hour: the dearest rented accelerator lists near $15/h and an owned one
 # amortizes to a few $/h, so $1000/h is a typo (a price per node-month, a missing decimal point).
 MAX_USD_PER_GPU_HOUR = 1000.0
+# ... and $0.001/h a unit error the other way (a price per GPU-second, per node-year): the cheapest spot
+# accelerators rent for ~$0.10/h. Without it a denormal 5e-324 passed "> 0" and made every cost $0.00.
+MIN_USD_PER_GPU_HOUR = 0.001
 
 
 def _where(path: str, row: str) -> str:
@@ -159,10 +162,10 @@ def _sources_text(sources: Mapping[str, Any], ref: Any) -> tuple[str, str]:
 def _check_price(entry: PriceEntry, where: str) -> PriceEntry:
     """An entry whose price per GPU-hour is finite, > 0 (0 makes "cheapest" arbitrary) and sane."""
     x = entry.usd_per_gpu_hour
-    if not (math.isfinite(x) and 0 < x <= MAX_USD_PER_GPU_HOUR):
+    if not (math.isfinite(x) and MIN_USD_PER_GPU_HOUR <= x <= MAX_USD_PER_GPU_HOUR):
         raise DataError(
-            f"{where}, field usd_per_gpu_hour: {x!r} must be > 0 and <= {MAX_USD_PER_GPU_HOUR:g} "
-            "(a price per GPU-hour)"
+            f"{where}, field usd_per_gpu_hour: {x!r} must be >= {MIN_USD_PER_GPU_HOUR:g} and <= "
+            f"{MAX_USD_PER_GPU_HOUR:g} (a price per GPU-hour)"
         )
     return entry
 
@@ -318,15 +321,24 @@ def _book_from_nested(
     if not isinstance(gpus, Mapping):
         raise DataError(f"{_where(path, 'gpus')}: expected a mapping GPU -> tier -> price")
     entries: dict[tuple[str, str], PriceEntry] = {}
-    keys = list(base_keys) + [str(g) for g in gpus]
+    # the built-in book may name its own keys; a user's file names catalog GPUs (or the books' keys): an
+    # unknown name is an error with close matches, never an entry nothing will read
+    keys = list(base_keys) + ([str(g) for g in gpus] if origin == "built-in" else [])
+    seen: dict[str, str] = {}
     for gpu_raw, tiers in gpus.items():
         where_gpu = _where(path, f"entry {gpu_raw}")
         gpu = _gpu_key(gpu_raw, where_gpu, keys)
+        if gpu in seen:
+            raise DataError(f"{where_gpu}: {gpu} is priced twice (also as entry {seen[gpu]})")
+        seen[gpu] = str(gpu_raw)
         if not isinstance(tiers, Mapping):
             raise DataError(f"{where_gpu}: expected a mapping tier -> price, got {tiers!r}")
-        norm_tiers = {}
+        norm_tiers: dict[str, tuple[Any, Any]] = {}
         for tier_raw, raw in tiers.items():
-            norm_tiers[_tier(tier_raw, f"{where_gpu}.{tier_raw}")] = (tier_raw, raw)
+            t = _tier(tier_raw, f"{where_gpu}.{tier_raw}")
+            if t in norm_tiers:
+                raise DataError(f"{where_gpu}: tier {t} given twice ({norm_tiers[t][0]!r} and {tier_raw!r})")
+            norm_tiers[t] = (tier_raw, raw)
         # on_demand first: discounts refer to it
         order = sorted(norm_tiers, key=lambda t: TIERS.index(t))
         for t in order:
@@ -366,6 +378,8 @@ def _book_from_rows(
                 raise DataError(f"{where}, field tier: missing value; allowed: {', '.join(TIERS)}")
             tier_raw = "owned"
         t = _tier(tier_raw, where)
+        if (gpu, t) in entries:
+            raise DataError(f"{where}: a second price for {gpu} {t} (each GPU and tier once)")
         body = {k: v for k, v in raw.items() if k not in ("gpu", "tier") and v not in (None, "")}
         if not is_owned and "usd_per_gpu_hour" not in body:
             raise DataError(

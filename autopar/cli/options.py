@@ -17,6 +17,7 @@ for an estimate, a range for a search); the parameter is still called `name`.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,6 +43,7 @@ from autopar.defaults import (
     DEFAULT_TIER,
     DEFAULT_WHATIF_BUDGET,
 )
+from autopar.errors import SpecError
 from autopar.knobs import SCHEDULE_NAMES
 
 if TYPE_CHECKING:
@@ -684,6 +686,10 @@ def _search_fields(f: Flags) -> dict[str, Any]:
     for name in ("objectives", "sampler", "timeout", "max_cost", "tier", "storage", "study_name"):
         if hasattr(f, name):
             out[name] = getattr(f, name)
+    for name in ("timeout", "max_cost"):  # nan passed every comparison and ran as if no limit were set
+        v = out.get(name)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise SpecError(f"--{name.replace('_', '-')}={v}: must be a positive finite number")
     if hasattr(f, "heartbeat"):
         out["heartbeat_s"] = f.heartbeat
     out["constraints"] = tuple(parse_constraints(f.get("fix") or (), f.get("forbid") or ()))

@@ -1,0 +1,109 @@
+"""Issue 45 (reliability round 4): each cause with its reproducer, as a one-line error and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from autopar.errors import AutoparError
+from autopar.inputs import parse_yaml
+
+runner = CliRunner()
+
+
+def _one_line_error(res, *words: str) -> None:
+    assert res.exit_code != 0, res.output
+    text = res.output.strip()
+    assert "Traceback" not in text and len(text.splitlines()) == 1, text
+    for w in words:
+        assert w in text, text
+
+
+def test_a_yaml_integer_of_5000_digits_is_one_line():
+    with pytest.raises(AutoparError, match="more than 4300 digits"):
+        parse_yaml("x: " + "9" * 5000 + "\n", "model file 'm.yaml'")
+
+
+def test_model_and_prices_files_with_huge_integers(tmp_path):
+    big = "9" * 5000
+    model = tmp_path / "m.yaml"
+    model.write_text(f"layers: {big}\n")
+    _one_line_error(runner.invoke(app, ["estimate", "--model", str(model)]), "digits")
+    prices = tmp_path / "p.yaml"
+    prices.write_text(f"H100-SXM:\n  on_demand: {big}\n")
+    _one_line_error(runner.invoke(app, ["optimize", "--prices", str(prices), "--budget", "10"]), "digits")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("H100-SXM:\n  on_demand: 5e-324\n", ("5e-324", ">= 0.001")),
+        (
+            "prices:\n  - {gpu: H100-SXM, tier: on_demand, usd_per_gpu_hour: 3}\n"
+            "  - {gpu: H100-SXM, tier: on_demand, usd_per_gpu_hour: 4}\n",
+            ("row 2", "a second price for H100-SXM on_demand"),
+        ),
+        ("H100-SXM:\n  on_demand: 3\n  on-demand: 4\n", ("tier on_demand given twice",)),
+        ("H100-SXM:\n  on_demand: 3\nH100:\n  spot: 2\n", ("priced twice",)),
+        ("H999X:\n  on_demand: 3\n", ("unknown GPU 'H999X'",)),
+    ],
+)
+def test_price_bounds_duplicates_and_unknown_gpus(tmp_path, text, words):
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    _one_line_error(runner.invoke(app, ["optimize", "--prices", str(p), "--budget", "10"]), *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["optimize", "--timeout", "nan", "--budget", "10"], ("--timeout=nan",)),
+        (["optimize", "--max-cost", "inf", "--budget", "10"], ("--max-cost=inf",)),
+        (["estimate", "--internode-gbps", "0"], ("--internode-gbps=0",)),
+        (["estimate", "--internode-gbps", "nan"], ("--internode-gbps=nan",)),
+    ],
+)
+def test_numbers_that_used_to_mean_unset(args, words):
+    _one_line_error(runner.invoke(app, args), *words)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_ingest_of_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "run.log"
+    os.mkfifo(fifo)
+    cmd = [
+        sys.executable,
+        "-m",
+        "autopar",
+        "calibrate",
+        "ingest",
+        str(fifo),
+        "--store",
+        str(tmp_path / "s.db"),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "not a regular file" in res.stderr + res.stdout
+
+
+def test_an_impossible_throughput_is_named_with_a_readable_mfu(tmp_path):
+    import csv
+
+    from autopar.data import published_runs_path
+
+    with Path(published_runs_path()).open() as fh:
+        rows = list(csv.DictReader(fh))
+    row = {**next(r for r in rows if r["id"] == "TT24-T1-1"), "id": "bad", "source": "mine"}
+    row["measured_tokens_per_s_per_gpu"] = "1e308"
+    f = tmp_path / "bad.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    res = runner.invoke(app, ["calibrate", "ingest", str(f), "--store", str(tmp_path / "s.db")])
+    assert res.exit_code != 0 and "implies MFU" in res.output and "e+305%" in res.output
