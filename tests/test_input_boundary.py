@@ -328,8 +328,8 @@ def test_seed_out_of_range_is_one_line(seed):
 @pytest.mark.parametrize(
     ("price", "needle"),
     [
-        ("1e308", "must be > 0 and <= 1000"),
-        ("0", "must be > 0"),
+        ("1e308", "must be >= 0.001 and <= 1000"),
+        ("0", "must be >= 0.001"),
         ('"1,e5"', "'1,e5' is not a number"),
         ('"1,2"', "'1,2' is not a number"),
         (".nan", "only finite numbers"),

@@ -38,6 +38,9 @@ BITS_PER_BYTE = 8
 GPU_NIC_PATHS = frozenset({"PIX", "PXB"})
 _NVLINK_CELL = re.compile(r"^NV\d+$")
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\S+)$")  # older nvidia-smi names NIC columns mlx5_0 ...
+_NIC_KEY = re.compile(r"NIC\d+")
+_GPU0 = re.compile(r"GPU0\b")
+_MAX_NAME_CHARS = 200  # a product string compared with catalog names (real ones are < 40 characters)
 
 # Product strings as the tools print them -> catalog GPU names, for strings the catalog's aliases miss.
 # Order matters: the first pattern that matches wins (PCIe before the bare H100).
@@ -137,13 +140,81 @@ class ClusterDescription:
         return " ".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------- bounds
+
+# Longest line a recorded file may hold: the widest real line, the `nvidia-smi topo -m` header of 8 GPUs
+# and 18 NICs, is ~300 characters. Lines are checked before any pattern runs, so every match is on a short
+# string (each pattern is also linear in its input: no nested or overlapping quantifiers).
+MAX_LINE_CHARS = 4096
+# Digits of one number: the largest real value, a VRAM size in bytes, has 12. int() of a run over 4300
+# digits stops with a ValueError, and smaller huge runs are nonsense figures.
+MAX_DIGITS = 30
+# GPUs one host may list: real hosts hold 4 (GB200 tray) to 16 (DGX-2); NVML enumerates far fewer than
+# 1024. Above it the file is corrupt or crafted (a million GPUs would also cost gigabytes of cells).
+MAX_GPUS_PER_HOST = 1024
+# Memory of one GPU: the largest shipped is 288 GB of HBM3e (B300, MI355X); 16 TiB is 50x that.
+MAX_VRAM_BYTES = 16 * 2**40
+MIB = 2**20
+_INT = re.compile(r"[+-]?(\d+)")
+_NUMBERISH = re.compile(r"[+-]?\d")
+_DIGITS = re.compile(r"\d+")
+
+
+def text_lines(text: str, source: str) -> list[str]:
+    """The lines of a recorded file; a line longer than MAX_LINE_CHARS is a one-line error naming it."""
+    lines = text.splitlines()
+    if not lines or max(map(len, lines)) <= MAX_LINE_CHARS:
+        return lines
+    for n, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise DataError(
+                f"{source} line {n}: {len(line)} characters, longer than the {MAX_LINE_CHARS} a tool's "
+                "output line may be (not a recorded tool output?)"
+            )
+    return lines
+
+
+def whole_number(text: str, where: str) -> int:
+    """An integer of at most MAX_DIGITS digits; anything else is a one-line error naming `where`."""
+    s = text.strip()
+    m = _INT.fullmatch(s)
+    if not m:
+        raise DataError(f"{where}: {excerpt(s)!r} is not a whole number")
+    if len(m.group(1)) > MAX_DIGITS:
+        raise DataError(f"{where}: a {len(m.group(1))}-digit number (at most {MAX_DIGITS} digits)")
+    return int(s)
+
+
+def _vram_mib(text: str, unit: int, where: str) -> int:
+    """A GPU memory size in MiB from `text` counted in `unit` bytes; zero, negative or > 16 TiB is refused."""
+    value = whole_number(text, where)
+    if not MIB <= value * unit <= MAX_VRAM_BYTES:
+        raise DataError(f"{where}: {value} is impossible for one GPU's memory (1 MiB to 16 TiB)")
+    return value * unit // MIB
+
+
+def _count_gpus(count: int, source: str) -> None:
+    if count > MAX_GPUS_PER_HOST:
+        raise DataError(
+            f"{source}: more than {MAX_GPUS_PER_HOST} GPUs on one host (real hosts hold 4 to 16); "
+            "not a recorded tool output?"
+        )
+
+
+def _key_value(line: str) -> tuple[str, str]:
+    """'  Key   : value  ' -> ('Key', 'value'); ('', '') for a line without a colon."""
+    key, sep, value = line.partition(":")
+    return (key.strip(), value.strip()) if sep else ("", "")
+
+
 # ---------------------------------------------------------------------------------------------- GPU list
 
 
 def _gpus_from_query(text: str) -> list[tuple[str, int | None]]:
     """`nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits` rows."""
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    src = "nvidia-smi-query.csv"
+    out: list[tuple[str, int | None]] = []
+    for n, line in enumerate(text_lines(text, src), 1):
         if not line.strip():
             continue
         cells = [c.strip() for c in line.split(",")]
@@ -151,36 +222,70 @@ def _gpus_from_query(text: str) -> list[tuple[str, int | None]]:
             cells = cells[1:]
         if len(cells) != 2 or not cells[0]:
             raise DataError(
-                f"nvidia-smi-query.csv line {n}: expected 'index, name, memory.total' (MiB), got {excerpt(line)!r}"
+                f"{src} line {n}: expected 'index, name, memory.total' (MiB), got {excerpt(line)!r}"
             )
         mem = cells[1].split()[0] if cells[1] else ""
-        out.append((cells[0], int(mem) if mem.isascii() and mem.isdigit() else None))
+        where = f"{src} line {n}: memory.total"
+        out.append((cells[0], _vram_mib(mem, MIB, where) if _NUMBERISH.match(mem) else None))
+        _count_gpus(len(out), src)
     return out
 
 
-_Q_PRODUCT = re.compile(r"^\s*Product Name\s*:\s*(.+?)\s*$", re.M)
-_Q_FB_TOTAL = re.compile(r"FB Memory Usage\s*\n\s*Total\s*:\s*(\d+)\s*MiB")
-_ENV_GPUS = re.compile(r"^GPU ([\d,]+): (.+?)\s*$", re.M)
-_ROCM_SERIES = re.compile(r"^GPU\[(\d+)\]\s*:\s*Card [Ss]eries:\s*(.+?)\s*$", re.M)
-_ROCM_VRAM = re.compile(r"^GPU\[(\d+)\]\s*:\s*VRAM Total Memory \(B\):\s*(\d+)\s*$", re.M)
+_Q_FB_TOTAL = re.compile(r"(\d+)\s*MiB")
+_ENV_GPU = re.compile(r"GPU ([\d,]+): ")
+_ROCM_GPU = re.compile(r"GPU\[(\d+)\]")
 
 
 def _gpus_from_q(text: str) -> list[tuple[str, int | None]]:
-    names = _Q_PRODUCT.findall(text)
-    mems = [int(m) for m in _Q_FB_TOTAL.findall(text)]
-    return [(n, mems[i] if i < len(mems) else None) for i, n in enumerate(names)]
+    """`nvidia-smi -q`: each 'Product Name : X', and the 'Total : N MiB' line after each 'FB Memory Usage'."""
+    src = "nvidia-smi-q.txt"
+    names: list[tuple[str, int | None]] = []
+    mems: list[int] = []
+    after_fb = False
+    for n, line in enumerate(text_lines(text, src), 1):
+        key, value = _key_value(line)
+        if key == "Product Name" and value:
+            names.append((value, None))
+            _count_gpus(len(names), src)
+        elif after_fb and key == "Total" and (m := _Q_FB_TOTAL.match(value)):
+            where = f"{src} line {n}: FB Memory Usage Total"
+            mems.append(_vram_mib(m.group(1), MIB, where))
+        if line.strip():
+            after_fb = line.strip() == "FB Memory Usage"
+    return [(name, mems[i] if i < len(mems) else None) for i, (name, _) in enumerate(names)]
 
 
 def _gpus_from_env(text: str) -> list[tuple[str, int | None]]:
+    """The 'GPU 0,1,2,3: NAME' lines of a sglang/vLLM environment report."""
     out: list[tuple[str, int | None]] = []
-    for idx, name in _ENV_GPUS.findall(text):
-        out.extend((name, None) for i in idx.split(",") if i)
+    for line in text_lines(text, "env.txt"):
+        m = _ENV_GPU.match(line)
+        name = line[m.end() :].strip() if m else ""
+        if m and name:
+            out.extend((name, None) for i in m.group(1).split(",") if i)
+            _count_gpus(len(out), "env.txt")
     return out
 
 
 def _gpus_from_rocm(text: str) -> list[tuple[str, int | None]]:
-    vram = {int(i): int(b) // 2**20 for i, b in _ROCM_VRAM.findall(text)}
-    return [(name, vram.get(int(i))) for i, name in _ROCM_SERIES.findall(text)]
+    """rocm-smi's 'GPU[i] : Card series: NAME' and 'GPU[i] : VRAM Total Memory (B): BYTES' lines."""
+    src = "rocm-smi.txt"
+    series: list[tuple[int, str]] = []
+    vram: dict[int, int] = {}
+    for n, line in enumerate(text_lines(text, src), 1):
+        m = _ROCM_GPU.match(line)
+        rest = line[m.end() :].strip() if m else ""
+        if not m or not rest.startswith(":"):
+            continue
+        gpu = whole_number(m.group(1), f"{src} line {n}: GPU index")
+        key, value = _key_value(rest[1:])
+        if key in ("Card series", "Card Series") and value:
+            series.append((gpu, value))
+            _count_gpus(len(series), src)
+        elif key == "VRAM Total Memory (B)" and _NUMBERISH.match(value):
+            where = f"{src} line {n}: GPU[{gpu}] VRAM Total Memory (B)"
+            vram[gpu] = _vram_mib(value, 1, where)
+    return [(name, vram.get(i)) for i, name in series]
 
 
 def gpu_list(files: Mapping[str, str]) -> tuple[list[tuple[str, int | None]], str]:
@@ -214,7 +319,7 @@ def _split_columns(line: str) -> list[str]:
 
 def parse_nvidia_topo(text: str, source: str) -> Topo:
     """The GPU/NIC matrix of `nvidia-smi topo -m`; rows may be missing or cut short (a pasted excerpt)."""
-    lines = text.splitlines()
+    lines = text_lines(text, source)
     start = next(
         (i for i, ln in enumerate(lines) if ln.split()[:1] == ["GPU0"] and "X" not in ln.split()), None
     )
@@ -236,13 +341,17 @@ def parse_nvidia_topo(text: str, source: str) -> Topo:
             cells[(row, col)] = cell
         if row in gpus and len(rest) > len(cols) + 1:
             affinity[row] = (rest[len(cols)], rest[len(cols) + 1])
-    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
+    legend = {}
+    for ln in lines:  # the Legend's 'NIC Legend:' rows, '  NIC0: mlx5_0'
+        key, value = _key_value(ln)
+        if _NIC_KEY.fullmatch(key) and ln.lstrip().startswith(key + ":") and len(value.split()) == 1:
+            legend[key] = value
     return Topo(gpus, nics, cells, affinity, legend)
 
 
 def parse_rocm_topo(text: str) -> Topo | None:
     """rocm-smi's 'Link Type between two GPUs' matrix (XGMI or PCIE per pair); None if absent."""
-    lines = text.splitlines()
+    lines = text_lines(text, "rocm-smi.txt")
     at = next((i for i, ln in enumerate(lines) if "Link Type between two GPUs" in ln), None)
     if at is None:
         return None
@@ -286,65 +395,113 @@ def link_groups(topo: Topo) -> list[set[str]]:
 # ---------------------------------------------------------------------------------------------- fabric, NICs
 
 
+_FABRIC_KEYS = frozenset({"State", "Status", "CliqueId", "ClusterUUID"})
+_FABRIC_SPAN = 600  # characters after a 'Fabric' header read for its fields (the section is ~250)
+
+
 def parse_fabric(text: str) -> list[Fabric]:
     """Each GPU's Fabric section of `nvidia-smi -q` (State, Status, CliqueId, ClusterUUID)."""
-    out = []
-    for block in re.split(r"^\s*Fabric\s*$", text, flags=re.M)[1:]:
-        vals = dict(re.findall(r"^\s*(State|Status|CliqueId|ClusterUUID)\s*:\s*(.*?)\s*$", block[:600], re.M))
-        if "State" in vals:
-            out.append(
-                Fabric(
-                    vals["State"],
-                    vals.get("Status", ""),
-                    vals.get("CliqueId", ""),
-                    vals.get("ClusterUUID", ""),
-                )
-            )
-    return out
+    blocks: list[dict[str, str]] = []
+    span = 0
+    for line in text_lines(text, "nvidia-smi-q.txt"):
+        if line.strip() == "Fabric":
+            if not blocks or blocks[-1]:  # headers with no fields between them share one (empty) block
+                blocks.append({})
+            span = 0
+            continue
+        if blocks and span < _FABRIC_SPAN:
+            key, value = _key_value(line[: _FABRIC_SPAN - span])
+            if key in _FABRIC_KEYS:
+                blocks[-1][key] = value
+        span += len(line) + 1
+    return [
+        Fabric(v["State"], v.get("Status", ""), v.get("CliqueId", ""), v.get("ClusterUUID", ""))
+        for v in blocks
+        if "State" in v
+    ]
+
+
+_RATE = re.compile(r"\s*(\d+)(?:\.(\d+))?")
 
 
 def _rate(text: str, source: str, name: str) -> float:
-    m = re.match(r"\s*(\d+(?:\.\d+)?)", text)
+    m = _RATE.match(text)
     if not m:
         raise DataError(f"{source}: {name}: rate {excerpt(text)!r} is not a number of Gb/s")
-    return float(m.group(1))
+    whole_number(m.group(1), f"{source}: {excerpt(name)}: rate")  # bounds the digits
+    return float(m.group(0))
+
+
+_PORT = re.compile(r"Port (\d+):")
+_IB_KEYS = frozenset({"State", "Rate", "Link layer"})
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _ib_port(lines: list[str], at: int) -> tuple[dict[str, str], int]:
+    """The 'Key: value' lines indented 2+ under an ibstat 'Port N:' line at `at`, and the index after them."""
+    vals: dict[str, str] = {}
+    i = at + 1
+    while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) >= 2):
+        key, sep, value = lines[i].strip().partition(":")
+        if sep and key in _IB_KEYS:
+            vals[key] = value.strip()
+        i += 1
+    return vals, i
 
 
 def parse_ibstat(text: str) -> list[Nic]:
     """`ibstat`: one Nic per CA port (State, Rate in Gb/s, Link layer)."""
     nics = []
-    for ca in re.split(r"^CA '", text, flags=re.M)[1:]:
-        name = ca.split("'", 1)[0]
-        for port, body in re.findall(r"^\s*Port (\d+):\s*\n((?:\s{2,}\S.*\n?)*)", ca, re.M):
-            vals = dict(re.findall(r"^\s*(State|Rate|Link layer):\s*(.*?)\s*$", body, re.M))
-            if "Rate" not in vals:
-                raise DataError(f"ibstat.txt: CA {excerpt(name)!r} port {port} has no 'Rate:' line")
-            nics.append(
-                Nic(
-                    name,
-                    int(port),
-                    _rate(vals["Rate"], "ibstat.txt", name),
-                    vals.get("Link layer", "?"),
-                    vals.get("State") == "Active",
-                )
+    lines = text_lines(text, "ibstat.txt")
+    name, i = None, 0
+    while i < len(lines):
+        line, i = lines[i], i + 1
+        if line.startswith("CA '"):
+            name = line[4:].split("'", 1)[0]
+        m = _PORT.fullmatch(line.strip())
+        if name is None or not m:
+            continue
+        vals, i = _ib_port(lines, i - 1)
+        if "Rate" not in vals:
+            raise DataError(
+                f"ibstat.txt: CA {excerpt(name)!r} port {excerpt(m.group(1))} has no 'Rate:' line"
             )
+        port = whole_number(m.group(1), f"ibstat.txt: CA {excerpt(name)!r} port")
+        rate = _rate(vals["Rate"], "ibstat.txt", name)
+        nics.append(Nic(name, port, rate, vals.get("Link layer", "?"), vals.get("State") == "Active"))
     return nics
+
+
+def _sysfs_line(line: str) -> tuple[str, str, str, str, str] | None:
+    """'DEVICE PORT rate=R link_layer=L state=S' -> its five fields, or None."""
+    parts = line.split(" ", 2)
+    if len(parts) != 3 or len(parts[0].split()) != 1 or not _DIGITS.fullmatch(parts[1]):
+        return None
+    if not parts[2].startswith("rate="):
+        return None
+    rate, sep1, tail = parts[2][5:].partition(" link_layer=")
+    layer, sep2, state = tail.partition(" state=")
+    if not (sep1 and sep2) or any(c.isspace() for c in layer):
+        return None
+    return parts[0], parts[1], rate, layer, state
 
 
 def parse_sysfs_ib(text: str) -> list[Nic]:
     """The probe's sysfs lines 'DEVICE PORT rate=400 Gb/sec (4X NDR) link_layer=InfiniBand state=4: ACTIVE'."""
+    src = "sysfs-infiniband.txt"
     nics = []
-    pat = re.compile(r"^(\S+) (\d+) rate=(.*?) link_layer=(\S*) state=(.*)$")
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text_lines(text, src), 1):
         if not line.strip():
             continue
-        m = pat.match(line.strip())
-        if not m:
-            raise DataError(
-                f"sysfs-infiniband.txt line {n}: expected 'DEVICE PORT rate=... link_layer=... state=...'"
-            )
-        name, port, rate, layer, state = m.groups()
-        nics.append(Nic(name, int(port), _rate(rate, "sysfs-infiniband.txt", name), layer, "ACTIVE" in state))
+        fields = _sysfs_line(line.strip())
+        if fields is None:
+            raise DataError(f"{src} line {n}: expected 'DEVICE PORT rate=... link_layer=... state=...'")
+        name, port, rate, layer, state = fields
+        port_no = whole_number(port, f"{src} line {n}: port")
+        nics.append(Nic(name, port_no, _rate(rate, src, name), layer, "ACTIVE" in state))
     return nics
 
 
@@ -365,7 +522,11 @@ def catalog_gpu(product: str) -> str:
     except UnknownNameError:
         pass
     names = [g.name for g in gpu_catalog().entries]
-    close = difflib.get_close_matches(bare.upper(), [n.upper() for n in names], n=3, cutoff=0.3)
+    # difflib is quadratic in the string's length: a name longer than any real one has no close match.
+    short = len(bare) <= _MAX_NAME_CHARS
+    close = (
+        difflib.get_close_matches(bare.upper(), [n.upper() for n in names], n=3, cutoff=0.3) if short else []
+    )
     shown = ", ".join(n for n in names if n.upper() in close) or "none close"
     raise DataError(
         f"detected GPU {excerpt(product)!r} is not in the GPU catalog (closest: {shown}); describe it with "
@@ -435,9 +596,17 @@ def _nic_rate(nics: list[Nic], topo: Topo | None, gpus: int) -> tuple[float | No
     )
 
 
+def _has_matrix(lines: list[str]) -> bool:
+    """A `nvidia-smi topo -m` header: an indented line (or one after a blank line) starting with GPU0."""
+    return any(
+        _GPU0.match(ln.lstrip()) and (ln[:1].isspace() or (i > 0 and not lines[i - 1].strip()))
+        for i, ln in enumerate(lines)
+    )
+
+
 def _topo_of(files: Mapping[str, str]) -> tuple[Topo | None, str]:
     for name in ("nvidia-smi-topo.txt", "env.txt"):
-        if name in files and re.search(r"^\s+GPU0\b", files[name], re.M):
+        if name in files and _has_matrix(text_lines(files[name], name)):
             return parse_nvidia_topo(files[name], name), name
     if "rocm-smi.txt" in files:
         return parse_rocm_topo(files["rocm-smi.txt"]), "rocm-smi.txt"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +18,7 @@ import typer
 
 from autopar.errors import DataError, SpecError
 from autopar.files import expand_user
+from autopar.text import excerpt
 
 # Seconds one tool may run (nvidia-smi -q on a busy 8-GPU host takes a few seconds).
 TOOL_TIMEOUT_S = 30
@@ -26,6 +28,9 @@ ENV_DIR = "AUTOPAR_TOPOLOGY_DIR"
 SYSFS_IB = Path("/sys/class/infiniband")
 DETECT = "detect"
 NIC_FILES = frozenset({"ibstat.txt", "sysfs-infiniband.txt"})
+# Digits of detect:COUNT: 10^9 hosts is beyond any cluster; int() of a run over 4300 digits stops with a
+# ValueError.
+MAX_COUNT_DIGITS = 9
 
 
 def run_tool(argv: tuple[str, ...]) -> str | None:
@@ -67,19 +72,54 @@ def probe_host() -> dict[str, str]:
     return out
 
 
+def _recorded_path(d: Path, root: Path, name: str) -> Path | None:
+    """`d/name` resolved, or None when absent; a link leading out of the folder, a broken or looping link,
+    and anything but a regular file (FIFO, device, folder) are one-line errors, checked without opening it."""
+    p = d / name
+    if not p.is_symlink() and not p.exists():
+        return None
+    try:
+        real = p.resolve(strict=True)
+        mode = real.stat().st_mode
+    except (OSError, RuntimeError):
+        raise DataError(f"recorded {name} in '{d}' is a broken or looping link") from None
+    if not real.is_relative_to(root):
+        raise DataError(
+            f"recorded {name} in '{d}' is a link leading outside the folder; copy the file in instead"
+        )
+    if not stat.S_ISREG(mode):
+        raise DataError(f"recorded {name} in '{d}' is not a regular file (a FIFO, device or folder)")
+    return real
+
+
+def _read_regular(p: Path, name: str) -> str:
+    """A recorded file's text, opened without following links or blocking, refused unless regular and small."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        with os.fdopen(os.open(p, flags), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise DataError(f"recorded {name} '{p}' is not a regular file (a FIFO, device or folder)")
+            raw = fh.read(RECORD_FILE_MAX_BYTES + 1)
+    except OSError as e:
+        raise DataError(f"recorded {name} '{p}' cannot be read ({e.strerror or type(e).__name__})") from None
+    if len(raw) > RECORD_FILE_MAX_BYTES:
+        raise DataError(
+            f"recorded {name} '{p}' is larger than the {RECORD_FILE_MAX_BYTES // 2**20} MiB allowed"
+        )
+    return raw.decode("utf-8-sig", errors="replace")
+
+
 def read_recorded(folder: str | Path) -> dict[str, str]:
-    """The recorded outputs in `folder` (files named as in RECORDED_FILES; others are ignored)."""
+    """The recorded outputs in `folder` (files named as in RECORDED_FILES; others are ignored). Only regular
+    files inside the folder are read: a recorded file that links elsewhere is refused, not followed."""
     from autopar.catalog.topology import RECORDED_FILES
-    from autopar.inputs import read_text
 
     d = expand_user(folder)
     if not d.is_dir():
         raise DataError(f"topology folder '{folder}' does not exist or is not a folder")
-    files = {
-        n: read_text(d / n, RECORD_FILE_MAX_BYTES, f"recorded {n}", errors="replace")
-        for n in RECORDED_FILES
-        if (d / n).is_file()
-    }
+    root = d.resolve()
+    paths = {n: _recorded_path(d, root, n) for n in RECORDED_FILES}
+    files = {n: _read_regular(p, n) for n, p in paths.items() if p is not None}
     if not files:
         raise DataError(
             f"topology folder '{folder}' holds none of the recorded files ({', '.join(RECORDED_FILES)})"
@@ -132,6 +172,11 @@ def parse_detect(text: str) -> tuple[str | None, int] | None:
             raise SpecError(f"cluster={text!r}: detect@DIR needs a folder of recorded tool outputs")
     elif head:
         raise SpecError(f"cluster={text!r}: expected detect, detect:COUNT, detect@DIR or detect@DIR:COUNT")
+    digits = count.strip().removeprefix("-")
+    if len(digits) > MAX_COUNT_DIGITS:
+        raise SpecError(
+            f"cluster={excerpt(text)!r}: COUNT has {len(digits)} digits (at most {MAX_COUNT_DIGITS})"
+        )
     return folder, int(count)
 
 
