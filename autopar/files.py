@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +53,10 @@ _REASONS = {
     errno.ENOENT: "its folder does not exist",
     errno.EFBIG: "file too large",
 }
+# Errors a folder gives when it refuses a new file; kernel file systems where nothing can be written.
+_REFUSED_BY_FOLDER = (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EINVAL)
+_KERNEL_FS = frozenset({"proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+                        "configfs", "efivarfs", "bpf", "pstore", "binfmt_misc", "fusectl", "mqueue"})  # fmt: skip
 
 
 def expand_user(path: str | Path) -> Path:
@@ -126,7 +131,42 @@ def reason(path: Path, err: OSError) -> str:
             return _blocked_by(found)
     if err.errno == errno.ENAMETOOLONG:
         return _name_too_long(path)
+    if err.errno in _REFUSED_BY_FOLDER and _is_dir(path.parent):
+        fs = _fs_type(path.parent)
+        if fs in _KERNEL_FS:  # /proc, /sys: files there are kernel interfaces, nothing can be created
+            return (
+                f"'{path.parent}' is on a {fs} file system (a kernel interface), where no file can be written"
+            )
+        if err.errno == errno.ENOENT:  # the folder is there, so it is not what is missing
+            return f"its folder '{path.parent}' does not accept new files" + (
+                f" (a {fs} file system)" if fs else ""
+            )
     return _REASONS.get(err.errno or 0) or (err.strerror or str(err)).lower()
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:
+        return False
+
+
+def _fs_type(folder: Path) -> str | None:
+    """The type of the file system `folder` is on ('proc', 'sysfs', 'ext4', ...), from /proc/self/mounts
+    (Linux; None elsewhere or when it cannot be read)."""
+    try:
+        where = os.path.realpath(folder)
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            mounts = [line.split()[1:3] for line in f if len(line.split()) >= 3]
+    except OSError:
+        return None
+    best, fs = -1, None
+    for point, kind in mounts:
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)  # \040 is a space
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, fs = len(point), kind
+    return fs
 
 
 def output_error(path: str | Path, err: OSError) -> OutputError:

@@ -34,6 +34,22 @@ CREATE TABLE IF NOT EXISTS runs (
     record TEXT NOT NULL
 );
 """
+# The columns autopar reads and writes, per table: a file whose tables lack them is not a run store.
+_COLUMNS = {
+    "runs": (
+        "pk",
+        "fingerprint",
+        "run_id",
+        "source",
+        "file",
+        "model",
+        "gpu",
+        "num_gpus",
+        "ingested_at",
+        "record",
+    ),
+    "meta": ("key", "value"),
+}
 
 
 def default_store_path() -> Path:
@@ -73,6 +89,7 @@ class RunStore:
             raise DataError(f"cannot open run store '{self.path}': {e}") from None
         try:
             try:
+                self._check_schema(conn)
                 conn.executescript(_DDL)
                 row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             except sqlite3.DatabaseError as e:
@@ -84,9 +101,36 @@ class RunStore:
                     f"run store '{self.path}' has schema version {row[0]}; this autopar "
                     f"reads version {SCHEMA_VERSION}"
                 )
-            yield conn
+            try:
+                yield conn
+            except sqlite3.DatabaseError as e:  # corruption found by a later query: one line too
+                if type(e) is not sqlite3.DatabaseError:  # locked, constraint, ...: not the file's fault
+                    raise
+                raise DataError(f"'{self.path}' is not a readable autopar run store: {e}") from e
         finally:
             conn.close()
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        """Refuse (before creating anything in it) a SQLite file whose tables are not a run store's: one
+        with other tables and no `runs`, or whose `runs` or `meta` lacks the columns autopar writes."""
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        user = [t for t in tables if not t.startswith("sqlite_")]
+        if user and "runs" not in user:
+            shown = ", ".join(sorted(user)[:5]) + (", ..." if len(user) > 5 else "")
+            raise DataError(
+                f"'{self.path}' is not an autopar run store: it has tables {shown} and no runs table"
+            )
+        for table, columns in _COLUMNS.items():
+            if table not in user:
+                continue
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise DataError(
+                    f"'{self.path}' is not an autopar run store: its {table} table has no "
+                    f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''} column"
+                    f"{'s' if len(missing) > 1 else ''}"
+                )
 
     def _insert(self, conn: sqlite3.Connection, fp: str, record: dict[str, Any], file: str, now: str) -> bool:
         """Insert one record unless its fingerprint is stored already; True if it was new."""

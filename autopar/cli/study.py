@@ -105,3 +105,37 @@ def report_cmd(f: Flags) -> None:
         raise NoFeasibleStrategyError(
             result.notes[-1] if result.notes else "no feasible trial in the study yet"
         )
+
+
+@_command("repair")
+def repair_cmd(
+    file: Annotated[str, typer.Argument(help="The study's journal file (`optimize --storage FILE`).")],
+    out: Annotated[
+        str | None,
+        typer.Option(
+            "--out", help="Write the repaired journal here \\[default: over FILE, keeping FILE.bak]."
+        ),
+    ] = None,
+) -> None:
+    """Keep the readable part of a damaged journal file: every record before the first line Optuna
+    cannot replay (a foreign or garbled record, a torn last line); the lines from there on are dropped.
+
+    The file is replaced atomically and the original kept as FILE.bak, unless --out names another file.
+    """
+    from autopar.search.storage import repair_journal
+
+    done = repair_journal(file, out)
+    if done.out is None:
+        console.print(f"{file}: all {done.kept} records are readable; nothing to repair", highlight=False)
+        return
+    where = f"; from line {done.kept + 1}" + (
+        f" ({done.first_bad.why})" if done.first_bad else " (a torn last line)"
+    )
+    console.print(
+        f"kept {done.kept} records, dropped {done.dropped} line{'s' if done.dropped != 1 else ''}"
+        f"{where if done.dropped else ''}",
+        highlight=False,
+    )
+    console.print(
+        f"wrote {done.out}" + (f"; the original is in {done.backup}" if done.backup else ""), highlight=False
+    )

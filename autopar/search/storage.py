@@ -13,8 +13,11 @@ become one line naming it with its password masked: a malformed URL or path is b
 
 Journal files are written by `_JournalFile`: an append that fails (a full disk) is cut back so it
 leaves no partial record, and a torn last line left by another writer is dropped before the next
-append, keeping every complete record. Only regular files are used; read-only commands
-(`create=False`) never create one.
+append, keeping every complete record. Every complete record read is checked (`journal_record`): one
+that Optuna could not replay (a foreign or garbled line) stops the reading with one line naming its
+line and byte offset, and `repair_journal` (`autopar study repair`) keeps the records before it. Only
+regular files are used; read-only commands (`create=False`) never create one. A SQLite file that is
+not a database or is corrupt is reported in one line naming it, when opened and on any later call.
 """
 
 from __future__ import annotations
@@ -26,16 +29,18 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autopar.errors import AutoparError, StorageError
-from autopar.files import expand_user
+from autopar.files import expand_user, write_atomic
 from autopar.search.optuna_compat import (
     RDB_LOGGER,
     STALE_TRIAL_IDS_HOOK,
@@ -112,6 +117,8 @@ def open_storage(spec: Any, heartbeat_s: int | None = None, *, create: bool = Tr
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # heartbeat_interval is flagged experimental
                 st = get_storage(cls(s, **kw))
+            if kind == "sqlite":
+                return _wrap_public(st, lambda fn: _sqlite_checked(fn, s))
             return _with_reconnect(st, s) if kind in SERVER_SCHEMES else st
         except Exception as e:  # noqa: BLE001 - every failure to reach the storage becomes one line
             # Workers starting together on an empty database race to create Optuna's tables; the
@@ -153,14 +160,56 @@ def _with_reconnect(storage: Any, url: str) -> Any:
     """Make every storage call retry a lost connection with backoff for reconnect_s() seconds, then
     raise a StorageError. A call that committed just before the connection dropped may run twice
     (at worst one extra RUNNING trial, which then has no heartbeat and is failed as stale)."""
+    return _wrap_public(storage, lambda fn: _retrying(fn, url))
+
+
+def _wrap_public(storage: Any, wrap: Callable[[Any], Any]) -> Any:
+    """Replace each public method of `storage` (and the stale-trial hook) by `wrap(method)`."""
     names = [n for n in dir(type(storage)) if not n.startswith("__")]
     for name in names:
         if name.startswith("_") and name != STALE_TRIAL_IDS_HOOK:
             continue
         fn = getattr(storage, name, None)
         if callable(fn):
-            setattr(storage, name, _retrying(fn, url))
+            setattr(storage, name, wrap(fn))
     return storage
+
+
+def _sqlite_checked(fn: Any, url: str) -> Any:
+    """`fn` with a corrupt SQLite file (found by any later query) reported in one line naming it."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            why = _sqlite_corruption(e)
+            if why is None:
+                raise
+            raise AutoparError(_not_sqlite_study(url, why)) from None
+
+    return call
+
+
+def _sqlite_corruption(e: BaseException) -> str | None:
+    """SQLite's own words when `e` (or what caused it) says the file is not a database or is corrupt
+    (Optuna wraps it in a StorageInternalError that blames "invalid data ... exceeding max length")."""
+    import sqlite3
+
+    x: BaseException | None = e
+    for _ in range(8):  # bounded: a chain can loop
+        if x is None:
+            return None
+        code = getattr(x, "sqlite_errorname", "")
+        if type(x) is sqlite3.DatabaseError or code in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+            return (str(x).strip().splitlines() or [type(x).__name__])[0]
+        x = x.__cause__ or x.__context__
+    return None
+
+
+def _not_sqlite_study(url: str, why: str) -> str:
+    path = url.split(":///", 1)[-1]
+    return f"storage={mask(url)}: {path!r} is not a readable SQLite study ({why})"
 
 
 def _retrying(fn: Any, url: str) -> Any:
@@ -240,6 +289,10 @@ def storage_error(url: str, e: BaseException) -> AutoparError:
     chain = [e]
     while chain[-1].__cause__ is not None and len(chain) < 5:
         chain.append(chain[-1].__cause__)
+    if isinstance(e, AutoparError):  # already one line naming the storage
+        return e
+    if kind == "sqlite" and (why := _sqlite_corruption(e)) is not None:
+        return AutoparError(_not_sqlite_study(url, why))
     if any(isinstance(x, ImportError) for x in chain):
         _mod, pkg = DRIVERS.get(kind, ("", "the database driver"))
         return AutoparError(f"{where}: the {kind} driver is not installed; install {pkg}")
@@ -274,6 +327,9 @@ def _journal(path: str, create: bool = True) -> Any:
     from optuna.storages import JournalStorage
 
     p = _checked_file(path, path, create)
+    with contextlib.suppress(OSError), open(p, "rb") as f:
+        if f.read(16) == b"SQLite format 3\x00":
+            raise AutoparError(f"storage={path!r}: a SQLite file, not a journal; give sqlite:///{path}")
     try:
         return JournalStorage(_journal_backend()(str(p), path))
     except AutoparError:
@@ -317,19 +373,22 @@ def _journal_backend() -> type:
         def __init__(self, file_path: str, shown: str):
             # the lock JournalFileBackend makes by default, made here to hold it in append_logs
             self.lock, self.path, self.shown = JournalFileSymlinkLock(file_path), file_path, shown
+            self.offsets = {0: 0}  # record number -> byte offset where it starts
             super().__init__(file_path, lock_obj=self.lock)
 
         def read_logs(self, log_number_from: int) -> Any:
-            n = log_number_from
-            try:
-                for log in super().read_logs(log_number_from):
-                    yield log
-                    n += 1
-            except ValueError as e:  # json.JSONDecodeError included
-                raise StorageError(
-                    f"storage={self.shown!r}: the journal is damaged after record {n} ({e}); records "
-                    "after that point cannot be read"
-                ) from None
+            # Optuna's own reader skips a garbled last line and fails on it once a record follows;
+            # this one checks every complete record, stops at a torn tail and remembers offsets.
+            start = log_number_from if log_number_from in self.offsets else 0
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                try:
+                    for n, end, log in _journal_lines(f, start, self.offsets[start], size):
+                        self.offsets[n] = end
+                        if n > log_number_from:
+                            yield log
+                except BadJournalRecord as e:
+                    raise AutoparError(e.message(self.shown)) from None
 
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
             data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
@@ -412,3 +471,204 @@ def _write_failure(shown: str, e: OSError) -> str:
             "was kept: free space and re-run the same command to resume"
         )
     return f"storage={shown!r}: cannot write the journal: {e.strerror or e}"
+
+
+# The records of an Optuna journal file, a stored format: one JSON object a line, with "op_code" (the
+# value of Optuna 5's JournalOperation, which is private; tests/test_store_repair.py checks these against
+# the installed Optuna), "worker_id" and the fields that replaying that operation reads.
+JOURNAL_FIELDS: dict[int, tuple[str, ...]] = {
+    0: ("study_name", "directions"),  # CREATE_STUDY
+    1: ("study_id",),  # DELETE_STUDY
+    2: ("study_id", "user_attr"),  # SET_STUDY_USER_ATTR
+    3: ("study_id", "system_attr"),  # SET_STUDY_SYSTEM_ATTR
+    4: ("study_id", "datetime_start"),  # CREATE_TRIAL
+    5: ("trial_id", "param_name", "param_value_internal", "distribution"),  # SET_TRIAL_PARAM
+    6: ("trial_id", "state", "values"),  # SET_TRIAL_STATE_VALUES
+    7: ("trial_id", "step", "intermediate_value"),  # SET_TRIAL_INTERMEDIATE_VALUE
+    8: ("trial_id", "user_attr"),  # SET_TRIAL_USER_ATTR
+    9: ("trial_id", "system_attr"),  # SET_TRIAL_SYSTEM_ATTR
+    10: (),  # DISCARD_TRIALS (written by Rustuna; Optuna skips it)
+}
+_RUNNING, _FINISHED, _STATES = 0, (1, 2, 3), range(5)  # TrialState values
+
+
+class BadJournalRecord(ValueError):
+    """A complete journal line that is not a record Optuna can replay: its index and byte offset."""
+
+    def __init__(self, index: int, offset: int, why: str):
+        super().__init__(why)
+        self.index, self.offset, self.why = index, offset, why
+
+    def message(self, shown: str) -> str:
+        if self.index == 0:
+            return f"storage={shown!r}: not an Optuna journal file (line 1 is not a record: {self.why})"
+        return (
+            f"storage={shown!r}: line {self.index + 1} (byte {self.offset}) is not an Optuna journal "
+            f"record ({self.why}); the {self.index} records before it are intact: "
+            f"`autopar study repair {shlex.quote(shown)}` keeps them"
+        )
+
+
+def _journal_lines(f: IO[bytes], n: int, pos: int, size: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(records read, byte offset after the record, record) for each complete line of `f` from byte `pos`
+    (record `n`) up to byte `size`. A last line without its newline (torn, or still being written) ends
+    the reading; a complete line that is not a record raises BadJournalRecord."""
+    f.seek(pos)
+    for line in f:
+        if pos + len(line) > size or not line.endswith(b"\n"):
+            return
+        try:
+            log = journal_record(line)
+        except ValueError as e:
+            raise BadJournalRecord(n, pos, str(e)) from None
+        pos, n = pos + len(line), n + 1
+        yield n, pos, log
+
+
+def journal_record(line: bytes) -> dict[str, Any]:
+    """One journal line as the record Optuna replays; ValueError saying why it is not one."""
+    try:
+        log = json.loads(line)
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg.lower()} at column {e.colno}") from None
+    if not isinstance(log, dict):
+        raise ValueError(f"a JSON {type(log).__name__}, not an object")
+    op = log.get("op_code")
+    if type(op) is not int or op not in JOURNAL_FIELDS:
+        raise ValueError(f"unknown op_code {json.dumps(op)[:40]}")
+    state = log.get("state")
+    needed = [*JOURNAL_FIELDS[op], "worker_id"]
+    if op == 6 and state == _RUNNING:
+        needed.append("datetime_start")
+    elif op == 6 and state in _FINISHED:
+        needed.append("datetime_complete")
+    missing = [k for k in needed if k not in log]
+    if missing:
+        raise ValueError(f"op_code {op} without {', '.join(missing)}")
+    bad = [k for k, check in _FIELD_CHECKS.items() if k in log and not check(log[k])]
+    if op == 4 and not bad and not set(log.get("params", {})) <= set(log.get("distributions", {})):
+        bad.append("params")
+    if bad:
+        raise ValueError(f"op_code {op} with a malformed {', '.join(bad)}")
+    return log
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _is_time(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        datetime.fromisoformat(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_distribution(v: Any) -> bool:
+    from optuna.distributions import json_to_distribution
+
+    try:
+        json_to_distribution(v)
+    except Exception:  # noqa: BLE001 - whatever Optuna's parser refuses
+        return False
+    return True
+
+
+def _is_distributions(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(d, str) and _is_distribution(d) for d in v.values())
+
+
+_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "worker_id": lambda v: isinstance(v, str),
+    "study_name": lambda v: isinstance(v, str),
+    "study_id": _is_int,
+    "trial_id": _is_int,
+    "step": _is_int,
+    "directions": lambda v: isinstance(v, list) and bool(v) and all(_is_int(d) and 0 <= d <= 2 for d in v),
+    "user_attr": lambda v: isinstance(v, dict) and len(v) == 1,
+    "system_attr": lambda v: isinstance(v, dict) and len(v) == 1,
+    "user_attrs": lambda v: isinstance(v, dict),
+    "system_attrs": lambda v: isinstance(v, dict),
+    "intermediate_values": lambda v: isinstance(v, dict) and all(re.fullmatch(r"-?\d+", k) for k in v),
+    "datetime_start": _is_time,
+    "datetime_complete": _is_time,
+    "state": lambda v: _is_int(v) and v in _STATES,
+    "value": lambda v: v is None or _is_number(v),
+    "values": lambda v: v is None or (isinstance(v, list) and all(_is_number(x) for x in v)),
+    "param_name": lambda v: isinstance(v, str),
+    "param_value_internal": _is_number,
+    "distribution": lambda v: isinstance(v, str) and _is_distribution(v),
+    "distributions": _is_distributions,
+    "params": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
+}
+
+
+@dataclass(frozen=True)
+class JournalRepair:
+    """What `repair_journal` did: records kept and lines dropped, where it wrote, the backup."""
+
+    kept: int
+    dropped: int
+    out: Path | None  # None: nothing to repair, nothing written
+    backup: Path | None
+    first_bad: BadJournalRecord | None
+
+
+def repair_journal(path: str, out: str | None = None) -> JournalRepair:
+    """Keep the valid prefix of journal `path` (every record before the first line Optuna could not
+    replay, and no torn tail): written atomically to `out`, or over `path` with the original kept as
+    `path`.bak (.bak.1, ... when that exists). Holds the journal's lock, so no worker appends meanwhile."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    p = _checked_file(path, path, create=False)
+    with _holding(JournalFileSymlinkLock(str(p))):
+        data = p.read_bytes()
+        kept, end, bad = _valid_prefix(data)
+        rest = data[end:]
+        dropped = rest.count(b"\n") + (0 if rest.endswith(b"\n") or not rest else 1)
+        if kept == 0 and dropped:
+            why = f": {bad.why}" if bad else ""
+            raise AutoparError(
+                f"{path!r}: not an Optuna journal (line 1 is not a record{why}); nothing written"
+            )
+        target = expand_user(out) if out else p
+        if not dropped and target == p:
+            return JournalRepair(kept, 0, None, None, None)
+        backup = None
+        if target == p:
+            backup = _free_name(p.with_name(p.name + ".bak"))
+            write_atomic(backup, data)
+        write_atomic(target, data[:end])
+    return JournalRepair(kept, dropped, target, backup, bad)
+
+
+def _valid_prefix(data: bytes) -> tuple[int, int, BadJournalRecord | None]:
+    """(records, byte length, first bad line or None) of the valid prefix of a journal's bytes."""
+    import io
+
+    kept, end = 0, 0
+    try:
+        for n, after, _log in _journal_lines(io.BytesIO(data), 0, 0, len(data)):
+            kept, end = n, after
+    except BadJournalRecord as e:
+        return kept, end, e
+    return kept, end, None
+
+
+def _free_name(p: Path) -> Path:
+    """`p`, or `p`.1, `p`.2, ... : the first that does not exist."""
+    n, q = 0, p
+    while q.exists() or q.is_symlink():
+        n += 1
+        q = p.with_name(f"{p.name}.{n}")
+    return q
