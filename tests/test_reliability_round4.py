@@ -107,3 +107,30 @@ def test_an_impossible_throughput_is_named_with_a_readable_mfu(tmp_path):
         w.writerow(row)
     res = runner.invoke(app, ["calibrate", "ingest", str(f), "--store", str(tmp_path / "s.db")])
     assert res.exit_code != 0 and "implies MFU" in res.output and "e+305%" in res.output
+
+
+def test_an_implausible_stored_run_is_listed_and_removed(tmp_path):
+    """A store written by an older autopar may hold a run today's ingest refuses (1e9 tokens/s per GPU):
+    `calibrate list --implausible` names it with the reason, `calibrate remove` deletes it (all or nothing)."""
+    import csv
+    import json
+
+    from autopar.calibration.rows import fingerprint
+    from autopar.calibration.store import RunStore
+    from autopar.data import published_runs_path
+
+    with Path(published_runs_path()).open() as fh:
+        good = next(r for r in csv.DictReader(fh) if r["id"] == "TT24-T1-1")
+    bad = {**good, "id": "old-bad", "measured_tokens_per_s_per_gpu": 1e9}
+    good = {**good, "id": "old-good"}
+    db = tmp_path / "s.db"
+    RunStore(db).add([(fingerprint(r), r, "old.csv") for r in (good, bad)])
+    res = runner.invoke(app, ["calibrate", "list", "--implausible", "--json", "--store", str(db)])
+    doc = json.loads(res.stdout)
+    assert [r["id"] for r in doc["runs"]] == ["old-bad"] and "implies MFU" in doc["runs"][0]["_problem"]
+    _one_line_error(
+        runner.invoke(app, ["calibrate", "remove", "old-bad", "nope", "--store", str(db)]), "'nope'"
+    )
+    assert RunStore(db).count() == 2  # one unknown id: nothing removed
+    res = runner.invoke(app, ["calibrate", "remove", "old-bad", "--store", str(db), "--json"])
+    assert json.loads(res.stdout)["removed"] == ["old-bad"] and RunStore(db).count() == 1

@@ -188,3 +188,26 @@ class RunStore:
     def fingerprints(self) -> set[str]:
         """Fingerprints of all stored records."""
         return {r.fingerprint for r in self.runs()}
+
+    def remove(self, keys: Sequence[str]) -> list[str]:
+        """Delete the records whose run id or fingerprint is one of `keys`, in one transaction; the run ids
+        removed. A key that names no stored record is a DataError naming it and nothing is removed."""
+        with self._connect(create=False) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                found: list[tuple[int, str]] = []
+                for key in keys:
+                    rows = conn.execute(
+                        "SELECT pk, run_id FROM runs WHERE run_id = ? OR fingerprint = ?", (key, key)
+                    ).fetchall()
+                    if not rows:
+                        raise DataError(
+                            f"no stored run has id or fingerprint {key!r} (autopar calibrate list)"
+                        )
+                    found += [(int(pk), str(rid)) for pk, rid in rows]
+                conn.executemany("DELETE FROM runs WHERE pk = ?", [(pk,) for pk, _ in found])
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return list(dict.fromkeys(rid for _, rid in found))

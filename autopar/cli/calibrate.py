@@ -179,18 +179,52 @@ def _fmt(v: Any, digits: int = 0) -> str:
     return str(v)
 
 
-@_command("list")
-def list_cmd(
+@_command("remove")
+def remove_cmd(
+    ids: Annotated[list[str], typer.Argument(help="run ids or fingerprints (autopar calibrate list)")],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
+    """Delete stored runs (all named, or none: one unknown id removes nothing)."""
+    removed = RunStore(store).remove(ids)
+    if as_json:
+        emit_json({"store": str(RunStore(store).path), "removed": removed})
+    else:
+        console.print(f"removed {len(removed)} run(s) from {RunStore(store).path}: {', '.join(removed)}")
+
+
+@_command("list")
+def list_cmd(
+    store: StoreOpt = None,
+    implausible: Annotated[
+        bool,
+        typer.Option(
+            "--implausible",
+            help="only the runs today's ingest would refuse (implied MFU over 100%, 10x off the model, "
+            "non-finite), with the reason; `calibrate remove` deletes them",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Show the runs in the store (tokens/s per GPU marked * when derived from step time or TFLOP/s)."""
+    from autopar.calibration.rows import stored_record_problem
     from autopar.calibration.runs import measured_tokens_per_s_per_gpu
 
     runs = RunStore(store).runs()
+    problems = {r.fingerprint: stored_record_problem(r.record) for r in runs} if implausible else {}
+    if implausible:
+        runs = [r for r in runs if problems[r.fingerprint]]
     if as_json:  # one document, also when the store is empty
         rows = [{**r.record, "_file": r.file, "_fingerprint": r.fingerprint} for r in runs]
+        for row, r in zip(rows, runs, strict=True):
+            if implausible:
+                row["_problem"] = problems[r.fingerprint]
         emit_json({"store": str(RunStore(store).path), "count": len(rows), "runs": rows})
+        return
+    if implausible:
+        for r in runs:
+            console.print(f"{r.record.get('id')}: {problems[r.fingerprint]}", markup=False, highlight=False)
+        console.print(f"{len(runs)} implausible run(s); autopar calibrate remove ID ... deletes them")
         return
     t = Table(title=f"{len(runs)} run(s) in {RunStore(store).path}", title_justify="left")
     for c in ("id", "source", "model", "GPUs", "layout", "batch", "prec", "tok/s/GPU", "step s", "GiB"):
