@@ -134,3 +134,54 @@ def test_an_implausible_stored_run_is_listed_and_removed(tmp_path):
     assert RunStore(db).count() == 2  # one unknown id: nothing removed
     res = runner.invoke(app, ["calibrate", "remove", "old-bad", "--store", str(db), "--json"])
     assert json.loads(res.stdout)["removed"] == ["old-bad"] and RunStore(db).count() == 1
+
+
+_READERS = {
+    "json": lambda t: __import__("autopar.inputs", fromlist=["parse_json"]).parse_json(t, "f"),
+    "csv": lambda t: __import__("autopar.inputs", fromlist=["csv_rows"]).csv_rows(t, "f"),
+    "yaml": lambda t: parse_yaml(t, "f"),
+}
+
+
+def _log_readers() -> dict:
+    from autopar.calibration import logs
+
+    return {
+        "megatron-log": logs.parse_megatron_log,
+        "torchtitan-log": logs.parse_torchtitan_log,
+        "megatron-args": logs.megatron_config,
+        "torchtitan-lines": logs.torchtitan_config,
+        "sniff": logs.sniff_log_format,
+    }
+
+
+_EXTREMES = {
+    "blanks then text": " " * 262_144 + "x",
+    "a 256 KiB line": "a" * 262_144,
+    "a 100,000-digit number": "9" * 100_000,
+    "a keyed 100,000-digit number": "x: " + "9" * 100_000,
+    "a JSON 100,000-digit number": '{"x": ' + "9" * 100_000 + "}",
+    "a step line padded with blanks": " iteration 1/ 10 | "
+    + " " * 262_144
+    + "elapsed time per iteration (ms): 1.0",
+    "an argument line of dots": "---- arguments ----\n  x "
+    + "." * 262_144
+    + " 1\n---- end of arguments ----",
+    "newlines": "\n" * 262_144,
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EXTREMES))
+def test_every_text_reader_returns_or_says_one_line_within_a_bounded_time(case):
+    """Each reader of user text (JSON, CSV, YAML, the Megatron and torchtitan log parsers) returns a result or
+    one line of error, in time linear in the input (here: under 5 s for 256 KiB)."""
+    import time
+
+    text = _EXTREMES[case]
+    for name, read in {**_READERS, **_log_readers()}.items():
+        t0 = time.perf_counter()
+        try:
+            read(text)
+        except AutoparError as e:
+            assert "\n" not in str(e), (name, case)
+        assert time.perf_counter() - t0 < 5.0, (name, case)
