@@ -185,3 +185,17 @@ def test_every_text_reader_returns_or_says_one_line_within_a_bounded_time(case):
         except AutoparError as e:
             assert "\n" not in str(e), (name, case)
         assert time.perf_counter() - t0 < 5.0, (name, case)
+
+
+def test_a_megatron_iteration_with_an_infinite_nan_count_is_skipped_not_a_traceback():
+    from autopar.calibration.logs import parse_megatron_log
+
+    line = (
+        " [2024-01-01 00:00:00] iteration        5/      10 | consumed samples:          40 | elapsed time per "
+        "iteration (ms): 1000.0 | learning rate: 1.0E-04 | global batch size:     8 | loss: 1.0E+01 | "
+        "number of skipped iterations:   0 | number of nan iterations: {} |"
+    )
+    assert parse_megatron_log(line.format("inf")).steps == []  # a NaN step is no timing sample
+    assert parse_megatron_log(line.format("0")).steps == [5]
+    with pytest.raises(AutoparError, match="is not a number"):
+        parse_megatron_log(line.format("many"))

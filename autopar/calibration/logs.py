@@ -101,6 +101,17 @@ def _fields(rest: str) -> dict[str, str]:
     return out
 
 
+def _count(value: str | None, iteration: str) -> float:
+    """A count field of an iteration line (0 when absent); not a number is a one-line DataError (int() of an
+    'inf' a fuzzed log held overflowed)."""
+    try:
+        return float(value or 0)
+    except ValueError:
+        raise DataError(
+            f"megatron-log: iteration {iteration}: number of nan iterations={excerpt(value or '')!r} is not a number"
+        ) from None
+
+
 def parse_megatron_log(text: str) -> LogSamples:
     """Every iteration line (and the memory report lines) of a Megatron-LM log."""
     s = LogSamples(framework="Megatron-LM")
@@ -115,7 +126,7 @@ def parse_megatron_log(text: str) -> LogSamples:
         ms = f.get("elapsed time per iteration (ms)")
         if ms is None:
             continue
-        if int(float(f.get("number of nan iterations", "0") or 0)) > 0:
+        if _count(f.get("number of nan iterations"), m.group(1)) > 0:
             continue  # a step that produced NaN is not a timing sample
         if _num(ms) <= 0:
             raise DataError(
