@@ -256,3 +256,31 @@ def test_logs_fill_the_stack_columns():
     )
     assert torchtitan_config(tt) == {"torch_compile": "true", "recompute": "selective"}
     assert "torch_compile" not in torchtitan_config(tt.splitlines()[0])  # absence proves nothing
+
+
+def test_hsdp_shard_group_column_by_hand():
+    """HSDP (FSDP2 shards over dp_shard ranks, replicates over dp / dp_shard): Llama-3.1-8B on 128 GPUs with
+    dp_shard 8 keeps 1/8 of the 16 B/parameter states, not 1/128: 16 times as much."""
+    import csv
+
+    from autopar.data import published_runs_path
+
+    with Path(published_runs_path()).open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["id"] == "TT24-T3-2")
+    full = row_to_specs(row)
+    hsdp = row_to_specs({**row, "dp_shard": "8"})
+    assert full.strategy.dp_shard is None and hsdp.strategy.dp_shard == 8
+    m = [estimate(s.model, s.cluster, s.workload, s.strategy).memory for s in (full, hsdp)]
+    states = [x.weights + x.grads + x.optimizer for x in m]
+    assert states[1] / states[0] == pytest.approx(128 / 8, rel=1e-9)  # every state term: 1/8 for 1/128
+    assert "must divide dp" in estimate_row({**row, "dp_shard": "7"})["status"]
+    assert "ZeRO-3 / FSDP only" in estimate_row({**row, "dp_shard": "8", "zero": "1"})["status"]
+
+
+def test_torchtitan_mesh_line_gives_the_hsdp_shard_group():
+    from autopar.calibration.logs import torchtitan_config
+
+    line = "[titan] INFO - Building 2-D device mesh with ['dp_replicate', 'dp_shard'], [16, 8]"
+    cfg = torchtitan_config(line)
+    assert cfg["num_gpus"] == 128 and cfg["dp"] == 128 and cfg["dp_shard"] == 8 and cfg["zero"] == 3
+    assert "dp_shard" not in torchtitan_config(line.replace("[16, 8]", "[1, 8]"))

@@ -347,6 +347,8 @@ def torchtitan_config(text: str) -> dict[str, Any]:
             cfg[Axis.DP.value] = math.prod(dims.get(d, 1) for d in _TT_DP_DIMS)
             cfg.update({name: dims.get(name, 1) for name in _TT_MESH_AXES})
             cfg["zero"] = 3 if dims.get("dp_shard", 1) > 1 else 0  # FSDP2 shards over dp_shard
+            if dims.get("dp_shard", 1) > 1 and dims.get("dp_replicate", 1) > 1:  # HSDP: shard within a group
+                cfg["dp_shard"] = dims["dp_shard"]
     b = _TT_BATCH.search(clean)
     if b:
         cfg["micro_batch"], cfg["global_batch"], cfg["seq_len"] = (int(g) for g in b.groups())

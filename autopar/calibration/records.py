@@ -733,9 +733,28 @@ def _strategy(
         recompute=rec,
         pp_schedule=_schedule(vpp, pp, knobs.pp_schedule),
         dp=dp_derived,
+        dp_shard=_hsdp_shard(row, dp_derived),
         **_account_options(model.layers, pp, vpp, assumed, workload.framework),
     )
     return strategy, workload
+
+
+def _hsdp_shard(row: Mapping[str, Any], dp: int) -> int | None:
+    """Strategy.dp_shard from the record's `dp_shard` column: HSDP (FSDP2 sharding over dp_shard ranks,
+    replicated over dp / dp_shard; torchtitan data_parallel_shard_degree / its mesh's dp_shard), None when the
+    states are sharded over all of dp. A shard group that does not divide dp, or HSDP without ZeRO-3, is an
+    error naming the columns."""
+    shard = _pos(row, "dp_shard")
+    if shard is None or not dp or shard == dp:
+        return None
+    if dp % shard:
+        raise DataError(f"columns 'dp_shard' = {shard} and dp = {dp}: the shard group must divide dp")
+    zero = _int(row, "zero")
+    if zero is not None and zero != 3:
+        raise DataError(
+            f"columns 'dp_shard' = {shard} and 'zero' = {zero}: HSDP shards with ZeRO-3 / FSDP only"
+        )
+    return shard
 
 
 def _account_options(
