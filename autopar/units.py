@@ -155,3 +155,26 @@ def usd_per_mtoken(
     if effective <= 0:
         return math.inf
     return num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN
+
+
+# Context lengths are powers of two and written with binary suffixes: "8k" = 8,192 tokens, "128K" = 131,072
+# (Llama 3.1's "128K context"), "1M" = 1,048,576.
+_SEQ_SUFFIX = {"": 1, "K": 2**10, "M": 2**20}
+
+
+def parse_seq_len(text: str | int) -> int:
+    """A sequence length: a whole number of tokens, or with a binary suffix K / M ('8k' = 8192)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _positive_whole(text, text)
+    plain = drop_thousands_commas(str(text).replace("_", ""))
+    m = _COUNT_RE.match(plain) if plain is not None else None
+    suffix = m.group(2).upper() if m else ""
+    if not m or suffix not in _SEQ_SUFFIX:
+        raise SpecError(f"seq-len={text!r} is not a sequence length; use tokens, e.g. 8192, 8k, 32K, 128k")
+    return _positive_whole(float(m.group(1)) * _SEQ_SUFFIX[suffix], text)
+
+
+def _positive_whole(value: float, text: object) -> int:
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise SpecError(f"seq-len={text!r} must be a positive whole number of tokens")
+    return int(value)

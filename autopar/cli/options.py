@@ -45,6 +45,7 @@ from autopar.defaults import (
 )
 from autopar.errors import SpecError
 from autopar.knobs import SCHEDULE_NAMES
+from autopar.units import parse_seq_len
 
 if TYPE_CHECKING:
     from autopar.problem import ClusterChoice, Problem
@@ -170,7 +171,11 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         None,
     ),
     # --- the workload ---
-    ("seq_len", Annotated[int, _o("--seq-len", help="Sequence length (tokens).")], DEFAULT_SEQ_LEN),
+    (
+        "seq_len",
+        Annotated[str, _o("--seq-len", help="Sequence length in tokens: 8192, or 8k (binary: 8,192).")],
+        str(DEFAULT_SEQ_LEN),
+    ),
     (
         "global_batch",
         Annotated[
@@ -654,6 +659,8 @@ def problem_of(f: Flags, **over: Any) -> Problem:
     )
     wl = {k: g(k) for k in (*WORKLOAD_EXTRAS, "seq_len", "precision", "framework", "tp_comm_overlap")}
     wl = {k: v for k, v in wl.items() if v is not None}
+    if "seq_len" in wl:
+        wl["seq_len"] = parse_seq_len(wl["seq_len"])
     if g("global_batch") is not None:
         wl["global_batch"] = g("global_batch")
     workload = WorkloadConfig(
