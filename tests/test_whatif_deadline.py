@@ -289,7 +289,8 @@ def test_whatif_takes_optimize_defaults():
     from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, DEFAULT_SEQ_LEN
 
     w, o = inspect.signature(whatif_cmd).parameters, inspect.signature(optimize_cmd).parameters
-    assert w["seq_len"].default == o["seq_len"].default == DEFAULT_SEQ_LEN == 8192
+    # --seq-len is read as text (8k suffixes, units.parse_seq_len) and defaults to the same 8192
+    assert w["seq_len"].default == o["seq_len"].default == str(DEFAULT_SEQ_LEN) == "8192"
     assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"] is w["global_batch"]
     assert w["model"].default is o["model"].default is None  # optional: the tree's default (problem.py)
     from autopar.problem import Problem
