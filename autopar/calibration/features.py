@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from autopar.calibration.stack_columns import stated_true
 from autopar.calibration.throughput import measured_tokens_per_s_per_gpu
 from autopar.errors import AutoparError
 from autopar.perf.arith import log2, maximum, where
@@ -258,11 +259,7 @@ def _measured(rec: Mapping[str, Any], target: str) -> tuple[float | None, str]:
         return None, "none"
     if v > 0:
         return v, "measured"
-    return (
-        (math.nan, OOM_EVIDENCE)
-        if str(rec.get("measured_oom") or "").strip().lower() in _TRUE
-        else (None, "none")
-    )
+    return (math.nan, OOM_EVIDENCE) if stated_true(rec.get("measured_oom")) else (None, "none")
 
 
 # A measured OOM is a censored observation: the run's whole peak was over usable memory, so log(peak / predicted)
@@ -270,7 +267,6 @@ def _measured(rec: Mapping[str, Any], target: str) -> tuple[float | None, str]:
 # said the run fits (the bound is then positive and pulls the factor up, never past what the OOM proves); where
 # the model already called it out of memory the bound says nothing new and the row is skipped.
 OOM_EVIDENCE = "oom (lower bound: usable memory)"
-_TRUE = ("1", "true", "yes", "t", "1.0")
 
 
 def _row_context(rec: Mapping[str, Any], rid: str, family: str, stack: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from autopar.calibration.cells import as_number, blank_to_none, catalog_lookup
 from autopar.calibration.records import ARCH_COLUMNS, RECORD_COLUMNS, row_to_specs
+from autopar.calibration.stack_columns import stated_true
 from autopar.calibration.throughput import (
     TFLOPS_DEFINITIONS,
     measured_tokens_per_s_per_gpu,
@@ -174,13 +175,7 @@ def _semantic_errors(r: RunRow) -> list[tuple[str, Any, str]]:
             ("global_batch", r.global_batch, f"not a multiple of micro_batch*dp = {r.micro_batch}*{r.dp}")
         )
     has_tflops = r.measured_tflops_per_gpu is not None and tflops_definition(r.model_dump()) is not None
-    oom = str((r.model_extra or {}).get("measured_oom") or "").strip().lower() in (
-        "1",
-        "true",
-        "yes",
-        "t",
-        "1.0",
-    )
+    oom = stated_true((r.model_extra or {}).get("measured_oom"))
     if r.measured_tokens_per_s_per_gpu is None and r.measured_step_s is None and not has_tflops and not oom:
         errs.append(
             (

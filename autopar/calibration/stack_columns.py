@@ -128,9 +128,18 @@ def _choice(rid: str, key: str, v: Any) -> str:
     return s
 
 
+# How a stack column says true / false (the one place: record readers ask `stated_true`).
+TRUE_WORDS = ("1", "true", "yes", "t", "1.0")
+
+
+def stated_true(v: Any) -> bool:
+    """Whether a cell states true (a blank or any other text: not)."""
+    return str(v if v is not None else "").strip().lower() in TRUE_WORDS
+
+
 def _flag(rid: str, key: str, v: Any) -> bool:
     s = str(v).strip().lower()
-    if s in ("1", "true", "yes", "t", "1.0"):
+    if s in TRUE_WORDS:
         return True
     if s in ("0", "false", "no", "f", "0.0"):
         return False
