@@ -41,6 +41,8 @@ def test_a_value_outside_the_vocabulary_names_row_column_and_close_match():
     ):
         stack_knobs(row)
     assert "error: row" in estimate_row(row)["status"]  # a batch says it and goes on
+    with pytest.raises(DataError, match="did you mean allocated"):  # the short names are accepted and hinted
+        stack_knobs({**_zb_row(), "memory_metric": "alocated"})
     assert stack_knobs({**row, "attention_kernel": "Flash", "memory_metric": "reserved"}).memory_metric == (
         "max_memory_reserved"
     )

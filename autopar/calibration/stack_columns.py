@@ -121,7 +121,9 @@ def _choice(rid: str, key: str, v: Any) -> str:
     s = _METRIC_ALIASES.get(s, s) if key == "memory_metric" else s
     allowed = _CHOICES[key]
     if s not in allowed:
-        hint = close_hint(s, allowed)
+        hint = (
+            close_hint(s, (*allowed, *_METRIC_ALIASES)) if key == "memory_metric" else close_hint(s, allowed)
+        )
         raise DataError(
             f"row {rid!r}: column '{key}' = {excerpt(str(v))!r}: expected one of {', '.join(allowed)}{hint}"
         )
