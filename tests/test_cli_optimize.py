@@ -145,7 +145,9 @@ def test_a_point_with_several_roles_is_printed_once():
 
     from autopar.cli import app
 
-    res = CliRunner().invoke(app, ["optimize", "--model", "llama-3-8b", "--gpus", "8", "--budget", "30"])
+    res = CliRunner().invoke(
+        app, ["optimize", "--model", "llama-3-8b", "--gpus", "8", "--budget", "30", "--explain"]
+    )
     assert res.exit_code == 0, res.output
     out = res.stdout
     flat = " ".join(out.split())  # paragraphs wrap at a fixed width, possibly inside the phrases counted

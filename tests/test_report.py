@@ -58,7 +58,7 @@ def test_pareto_info_holds_exactly_the_pareto_points(result: SearchResult) -> No
     # Fastest and cheapest are the same point here (one cluster, one price): one star, both labels.
     texts = dict(zip(first.recommended.numbers, first.recommended.text, strict=True))
     fastest = next(r.trial.number for r in result.recommended if r.role == "fastest")
-    assert texts[fastest] == "Fastest · Cheapest"
+    assert texts[fastest] == "Pick · Fastest · Cheapest"  # the first card is the pick
     assert len(first.recommended.numbers) == len({r.trial.number for r in result.recommended})
 
 

@@ -96,12 +96,13 @@ def test_non_balanced_role_keeps_its_card_even_when_close() -> None:
 
 
 def test_fixture_cards_match_the_figures_stars() -> None:
-    """The stars on the Pareto plot are exactly the cards' points, labelled with the cards' titles."""
+    """The stars on the Pareto plot are exactly the cards' points, labelled with the cards' titles, the first
+    (the verdict's pick, which a near-tie may place left of the fastest centre) as the pick."""
     r = make_result()
     cards = recommendation_cards(r.recommended, r.objectives)
     panel = pareto_plot_info(r).panels[0]
     assert dict(zip(panel.recommended.numbers, panel.recommended.text, strict=True)) == {
-        c.trial.number: c.title for c in cards
+        c.trial.number: ("Pick · " if i == 0 else "") + c.title for i, c in enumerate(cards)
     }
 
 

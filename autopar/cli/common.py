@@ -49,3 +49,33 @@ def resolve_calibration(path: Path | None, disabled: bool) -> Any:
     from autopar.calibration.apply import load_calibration, load_default_calibration
 
     return load_calibration(path) if path is not None else load_default_calibration()
+
+
+def explain_option() -> Any:
+    """`--explain`: the reasoning behind each recommendation, printed after the verdict (text output only)."""
+    from typing import Annotated
+
+    import typer
+
+    from autopar.cli.options import opt
+
+    return opt(
+        "explain",
+        Annotated[
+            bool,
+            typer.Option(
+                "--explain",
+                help="Also print the reasoning behind each recommendation and the recipe comparison "
+                "(text output; --json always carries it).",
+            ),
+        ],
+        False,
+    )
+
+
+def check_explain(explain: bool, as_json: bool) -> None:
+    """--explain shapes the text output only: with --json (which always carries the reasoning) it is an error."""
+    if explain and as_json:
+        raise SpecError(
+            "explain: --json always carries the reasoning ('why' of each recommendation); drop --explain"
+        )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autopar.cli.app import NOTE_STYLE, command, console, emit_json, styled
-from autopar.cli.common import check_plotly, resolve_calibration
+from autopar.cli.common import check_explain, check_plotly, explain_option, resolve_calibration
 from autopar.cli.options import (
     CALIBRATION,
     STACK,
@@ -90,7 +90,9 @@ def result_json(result: Any) -> dict[str, Any]:
     from autopar.search.pareto import record_row
 
     n = search_counts(result)
+    v = _verdict(result)
     return {
+        "verdict": v.to_json() if v is not None else None,
         "inputs": result.inputs,
         "space_size": result.space_size,
         "space_valid": result.space_valid,
@@ -121,15 +123,25 @@ def result_json(result: Any) -> dict[str, Any]:
     }
 
 
-def print_result(result: Any, top: int) -> None:
-    """Rich output: summary line, Pareto table, recommendations and notes."""
-    _print_summary(result)
-    console.print(_pareto_table(result, top))
+def print_result(result: Any, top: int, explain: bool = False) -> None:
+    """Rich output, the answer first: the problem line, the verdict (pick, band, time and cost to train, its
+    near-ties), the Pareto table with the pick marked, the other roles in a line each, the recipe and notes;
+    with `explain` the full reasoning behind each recommendation and the recipe comparison."""
+    verdict = _verdict(result)
+    _print_problem(result)
+    from autopar.reports.verdict import verdict_lines
+
+    for line in verdict_lines(verdict) if verdict is not None else []:
+        console.print(line, style="bold", highlight=False, soft_wrap=True)
+    console.print(_pareto_table(result, top, verdict.row if verdict is not None else 0))
     if len(result.pareto) > top:
         console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
     names = [o.name for o in result.objectives]
-    if any(n not in names for n in _SHOWN):
-        console.print("· = not an objective, shown for reference", style="dim")
+    marks = "★ = the pick" + (
+        "; · = not an objective, shown for reference" if any(n not in names for n in _SHOWN) else ""
+    )
+    console.print(marks, style="dim")
+    _print_counts(result)
     if result.calibration:
         from autopar.calibration.apply import provenance
 
@@ -141,25 +153,33 @@ def print_result(result: Any, top: int) -> None:
             style="dim",
             highlight=False,
         )
-    _print_recommended(result)
-    from autopar.reports.recipe import recipe_text
-
-    recipe = recipe_text(result)  # the published recipe beside the pick (issue 21)
+    _print_recommended(result, explain)
+    recipe = _recipe(result, explain, verdict)  # the published recipe beside the pick (issue 21)
     if recipe:
-        console.print()
+        if explain:
+            console.print()
         console.print(styled(("recipe", "bold"), f": {recipe}"), highlight=False, soft_wrap=False)
     for n in result.notes:  # informational: dim, not the warning colour
         console.print(styled(("note:", NOTE_STYLE), f" {n}"), soft_wrap=True)
+    if not explain:
+        console.print("--explain for the reasoning behind each recommendation", style="dim")
+
+
+def _verdict(result: Any) -> Any:
+    """The verdict (reports/verdict.py) for the search's first recommendation, or None."""
+    from autopar.reports.decision import decision_info, recommendation_cards
+    from autopar.reports.verdict import verdict_info
+
+    cards = recommendation_cards(result.recommended, result.objectives)
+    return verdict_info(result, decision_info(result, cards))
 
 
 _SHOWN = ("throughput", "headroom", "cost", "mfu")  # columns shown (· marked) even when not an objective
 
 
-def _print_summary(result: Any) -> None:
-    """The problem line, the space and trial counts, and the stored study's states."""
-    from autopar.reports.counts import search_counts
-
-    st, w = result.stats, result.workload
+def _print_problem(result: Any) -> None:
+    """The problem line."""
+    w = result.workload
     console.print(
         styled(
             (result.model.name, "bold"),
@@ -167,8 +187,16 @@ def _print_summary(result: Any) -> None:
             f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}",
         )
     )
+
+
+def _print_counts(result: Any) -> None:
+    """What the figures assume that the problem did not state, the space and trial counts, and the stored
+    study's states."""
+    from autopar.reports.counts import search_counts
+
     for line in result_assumptions(result):
         console.print(line, style="dim", highlight=False)
+    st = result.stats
     valid = f"{result.space_valid:,}" if result.space_valid is not None else "?"
     if not st.get("space_valid_exact", True):
         valid = "~" + valid
@@ -178,6 +206,7 @@ def _print_summary(result: Any) -> None:
         f"{n['total']:,} trials = {n['evaluated']:,} evaluated + {n['rule_violations']:,} invalid layouts "
         f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {format_duration(result.wall_s)}",
         highlight=False,
+        style="dim",
     )
     if st.get("study_name"):
         states = ", ".join(f"{n} {k}" for k, n in sorted(st.get("study_states", {}).items()))
@@ -188,8 +217,9 @@ def _print_summary(result: Any) -> None:
         )
 
 
-def _pareto_table(result: Any, top: int) -> Any:
-    """The Pareto set's first `top` rows: hardware (when several), strategy, objectives, bottleneck."""
+def _pareto_table(result: Any, top: int, pick_row: int = 0) -> Any:
+    """The Pareto set's first `top` rows: hardware (when several), strategy, objectives, bottleneck; the
+    pick's row (1-based, 0 for none) marked ★."""
     from rich.table import Table
 
     multi_hw = len({(t.gpu, t.num_gpus, t.precision) for t in result.trials}) > 1
@@ -202,7 +232,9 @@ def _pareto_table(result: Any, top: int) -> Any:
         table.add_column(_COLS[n][0] + ("" if n in names else " ·"), justify="right")
     table.add_column("bottleneck")
     for i, row in enumerate(result.pareto.head(top).to_dict("records")):
-        cells = [str(i + 1)] + ([f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else [])
+        cells = [f"{i + 1}★" if i + 1 == pick_row else str(i + 1)] + (
+            [f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else []
+        )
         cells.append(row["label"])
         cells += [_COLS[n][1].format(row[n]) for n in shown]
         low = row.get("throughput_low")
@@ -215,28 +247,58 @@ def _pareto_table(result: Any, top: int) -> Any:
     return table
 
 
-def _print_recommended(result: Any) -> None:
-    """Each recommended point once: its roles, label, why, and time and cost to train the token budget. A
-    point that holds several roles (fastest and cheapest on one fixed cluster) is printed once, with the
-    first sentence of each further role's why (its reason for that role) after the full first one."""
-    tokens = result.workload.token_budget
+def _print_recommended(result: Any, explain: bool) -> None:
+    """Each recommended point once: its roles and label; with `explain` its why and the time and cost to train
+    the token budget, else one line of figures (the first point's figures are the verdict's). A point that
+    holds several roles (fastest and cheapest on one fixed cluster) is printed once, with the first sentence of
+    each further role's why (its reason for that role) after the full first one."""
     by_point: dict[int, list[Any]] = {}
     for r in result.recommended:
         by_point.setdefault(r.trial.number, []).append(r)
-    for recs in by_point.values():
+    for i, recs in enumerate(by_point.values()):
         first = recs[0]
-        console.print()
         roles = " = ".join(r.role for r in recs)
+        if not explain:
+            what = "the pick" if i == 0 else f"{first.trial.strategy.label()} · {_figures(first.trial)}"
+            console.print(styled((roles, "bold green"), f": {what}"))
+            continue
+        console.print()
         console.print(styled((roles, "bold green"), f": {first.trial.strategy.label()}"))
-        train = ""
-        if tokens and first.trial.values.get("throughput"):
-            time_s = tokens / first.trial.values["throughput"]
-            train = (
-                f" Training {tokens:.3g} tokens takes {format_duration(time_s)} and costs "
-                f"${first.trial.values['cost'] * tokens / 1e6:,.0f}."
-            )
         also = "".join(" " + _first_sentence(r.why) for r in recs[1:])
-        console.print(first.why + also + train, highlight=False, soft_wrap=False)
+        console.print(first.why + also + _train_words(result, first.trial), highlight=False, soft_wrap=False)
+
+
+def _figures(t: Any) -> str:
+    """'66,429 tokens/s (54k–74k), 45.2 GiB free' for a recommended point's one line."""
+    tps = t.values.get("throughput")
+    band = t.estimate.tokens_per_s_band if t.estimate is not None else None
+    text = f"{tps:,.0f} tokens/s" if tps else ""
+    if tps and band:
+        text += f" ({band[0] / 1e3:,.0f}k–{band[1] / 1e3:,.0f}k)"
+    if t.estimate is not None:
+        text += f", {t.estimate.headroom_bytes / 2**30:.1f} GiB free"
+    return text
+
+
+def _train_words(result: Any, t: Any) -> str:
+    """' Training 1.5e+13 tokens takes 27 days and costs $12,345.' when a token budget was given."""
+    tokens = result.workload.token_budget
+    if not (tokens and t.values.get("throughput")):
+        return ""
+    time_s = tokens / t.values["throughput"]
+    cost = f" and costs ${t.values['cost'] * tokens / 1e6:,.0f}" if "cost" in t.values else ""
+    return f" Training {tokens:.3g} tokens takes {format_duration(time_s)}{cost}."
+
+
+def _recipe(result: Any, explain: bool, verdict: Any) -> str:
+    """The published recipe beside the pick: the full comparison with `explain`, else one line."""
+    from autopar.reports.recipe import recipe_text, recipe_view
+    from autopar.reports.verdict import recipe_line
+
+    if explain or not result.recommended:
+        return recipe_text(result)
+    view = recipe_view(result, result.recommended[0].trial)
+    return "" if view is None else recipe_line(view, verdict.band if verdict is not None else None)
 
 
 def _first_sentence(text: str) -> str:
@@ -300,6 +362,7 @@ _OPTIMIZE = (
     ),
     *("fix", "forbid", "prices", "tier", *CALIBRATION, *STACK, "memory_savers"),
     opt("top", Annotated[int, typer.Option(help="Pareto rows to print.")], 15),
+    explain_option(),
     opt(
         "as_json",
         Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")],
@@ -327,6 +390,7 @@ def optimize_cmd(f: Flags) -> None:
     from autopar.search.workers import run_workers
 
     check_plotly(f.plotly, f.out)
+    check_explain(f.explain, f.as_json)
     p = problem_of(f)
     built = p.build(detect)
     _check_storage(p.search)
@@ -380,7 +444,7 @@ def _finish(result: Any, f: Flags) -> None:
     if f.as_json:
         emit_json(result_json(result))
     else:
-        print_result(result, f.top)
+        print_result(result, f.top, f.explain)
     if f.out is not None:
         try:
             from autopar.reports import write_search_report

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from autopar.cli.app import app, command, console, emit_json, styled
+from autopar.cli.common import explain_option
 from autopar.cli.options import CALIBRATION, Flags, opt, with_options
 
 study_app = typer.Typer(
@@ -70,6 +71,7 @@ def status_cmd(
     opt("out", Annotated[Path | None, typer.Option("--out", help="Write the HTML report here.")], None),
     *CALIBRATION,
     opt("top", Annotated[int, typer.Option(help="Pareto rows to print.")], 15),
+    explain_option(),
     opt(
         "as_json",
         Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")],
@@ -82,11 +84,12 @@ def report_cmd(f: Flags) -> None:
     The study keeps the inputs it was searched with, so no other option is needed; the calibration
     is the one the search used unless --calibration/--no-calibration say otherwise.
     """
-    from autopar.cli.common import resolve_calibration
+    from autopar.cli.common import check_explain, resolve_calibration
     from autopar.cli.optimize import print_result, result_json
     from autopar.errors import NoFeasibleStrategyError
     from autopar.search.stored import load_result
 
+    check_explain(f.explain, f.as_json)
     cal: Any = "stored"
     if f.calibration is not None or f.no_calibration:
         cal = resolve_calibration(f.calibration, f.no_calibration)
@@ -94,7 +97,7 @@ def report_cmd(f: Flags) -> None:
     if f.as_json:
         emit_json(result_json(result))
     elif result.pareto_rows:
-        print_result(result, f.top)
+        print_result(result, f.top, f.explain)
     if f.out is not None:
         from autopar.reports import write_search_report
 

@@ -186,8 +186,9 @@ def _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_l
         dominated=dom,
         infeasible=_points(infeasible, xk, yk, objs, brief=True),
         recommended=rec,
-        x_log=log_scale(pareto, dom, rec, axis="x", name=xk),
-        y_log=log_scale(pareto, dom, rec, axis="y", name=yk),
+        # the scale follows the front (the decision), not the dominated cloud around it
+        x_log=log_scale(pareto, rec, axis="x", name=xk),
+        y_log=log_scale(pareto, rec, axis="y", name=yk),
     )
 
 
@@ -200,7 +201,8 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     # evaluated but infeasible (out of memory, over a constraint); rule violations have no values
     infeasible = [t for t in result.trials if not t.feasible and t.estimate is not None]
     cards = recommendation_cards(result.recommended, objs)
-    rec_labels = {c.trial.number: c.title for c in cards}
+    # the first card is the pick, which a near-tie rule may place left of the fastest centre: say so on its label
+    rec_labels = {c.trial.number: ("Pick · " if i == 0 else "") + c.title for i, c in enumerate(cards)}
     rec_trials = [c.trial for c in cards]
     drawn_dom = even_sample(dominated, MAX_DOMINATED_POINTS)
     drawn_inf = even_sample(infeasible, MAX_INFEASIBLE_POINTS)
@@ -213,7 +215,13 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
         _panel(xk, yk, xt, yt, front, drawn_dom, drawn_inf, rec_trials, objs, rec_labels)
         for xk, yk, xt, yt in keyed
     )
-    groups = tuple(dict.fromkeys(cluster_label(t.gpu, t.num_gpus) for t in front))
+    # every cluster of the comparison, dominated or not: a GPU with no point on the front still has its entry
+    groups = tuple(
+        dict.fromkeys(
+            [cluster_label(t.gpu, t.num_gpus) for t in front]
+            + [cluster_label(c.gpu.name, c.num_gpus) for c in result.clusters]
+        )
+    )
     return ParetoPlotInfo(
         panels=panels,
         pareto_numbers=tuple(t.number for t in front),

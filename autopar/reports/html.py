@@ -339,6 +339,7 @@ def _decision(result: SearchResult, d: Decision | None) -> str:
         f'<div class="strategy" id="recommended-strategy" title="{esc(strategy_fields(t))}">'
         f"{esc(t.strategy.label())}</div>"
         f'<div class="where">{esc(d.where)} · {esc(_knobs(t))}</div>'
+        f"{_verdict_html(result, d)}"
         f"{theme.metrics(tiles, 'metrics hero-metrics')}"
         + (
             ""
@@ -352,6 +353,20 @@ def _decision(result: SearchResult, d: Decision | None) -> str:
     side = f'<div class="hero-side"><h3>What it would take to do better</h3><ul class="better">{better}</ul></div>'
     return (
         f'<section id="decision"><div class="card hero" data-trial="{t.number}">{main}{side}</div></section>'
+    )
+
+
+def _verdict_html(result: SearchResult, d: Decision) -> str:
+    """The verdict's lines (reports/verdict.py): the pick and its band, time and cost to train, its near-ties."""
+    from autopar.reports.verdict import verdict_info, verdict_lines
+
+    v = verdict_info(result, d)
+    if v is None:
+        return ""
+    return (
+        '<ul class="verdict" id="verdict">'
+        + "".join(f"<li>{esc(x)}</li>" for x in verdict_lines(v))
+        + "</ul>"
     )
 
 

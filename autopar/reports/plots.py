@@ -165,26 +165,31 @@ def _pareto_panel(fig: go.Figure, info: ParetoPlotInfo, p, i: int, grid: tuple[i
 
 
 def _front_traces(info: ParetoPlotInfo, p, first: bool) -> list[go.Scatter]:  # noqa: ANN001
-    """The panel's Pareto points, one trace per group (cluster) when there are several."""
+    """The panel's Pareto points, one trace per group (cluster) when there are several. A group with no point on
+    the front shows its dominated points in its colour instead, so every GPU of a comparison keeps its legend
+    entry (plotly leaves an empty trace out of the legend)."""
     colors = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(info.groups)}
     multi = len(info.groups) > 1
     traces = []
     for g in info.groups or ("",):
-        idx = [k for k, gg in enumerate(p.pareto.group) if gg == g] if multi else range(len(p.pareto.x))
+        on_front = g in p.pareto.group or not multi
+        pts = p.pareto if on_front else p.dominated
+        idx = [k for k, gg in enumerate(pts.group) if gg == g] if multi else range(len(pts.x))
         marker = {
-            "size": 9,
+            "size": 9 if on_front else 7,
             "color": colors.get(g, PALETTE[0]),
-            "opacity": 0.9,
+            "opacity": 0.9 if on_front else 0.5,
             "line": {"width": 1, "color": "white"},
         }
+        name = "Pareto front" if not multi else f"Pareto front · {g}" if on_front else f"{g} · dominated"
         traces.append(
             go.Scatter(
-                x=[p.pareto.x[k] for k in idx],
-                y=[p.pareto.y[k] for k in idx],
-                hovertext=[p.pareto.hover[k] for k in idx],
+                x=[pts.x[k] for k in idx] or [None],
+                y=[pts.y[k] for k in idx] or [None],
+                hovertext=[pts.hover[k] for k in idx],
                 hovertemplate=HOVER,
                 mode="markers",
-                name=f"Pareto front · {g}" if multi else "Pareto front",
+                name=name,
                 legendgroup=f"pareto-{g}",
                 showlegend=first,
                 marker=marker,

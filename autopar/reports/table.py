@@ -29,6 +29,9 @@ KNOWN_LABELS = {
     "bottleneck": "Bottleneck",
 }
 HIDDEN = {"number", "trial", "label", "strategy", "dominated", "feasible"}
+# Shown before "all columns" is ticked, beside the label and the objectives: the figures a reader decides on, so
+# the table fits a laptop screen (the label already spells every strategy knob).
+FIRST_SCREEN = ("throughput_low", "throughput_high", "mfu_pct", "step_s", "mem_gib", "bottleneck")
 DUPLICATES = {"mfu": "mfu_pct", "step_time": "step_s"}  # hide the first when the second is present
 
 
@@ -39,6 +42,7 @@ class Column:
     key: str
     label: str
     numeric: bool
+    extra: bool = False  # hidden until the reader asks for all columns
 
 
 @dataclass(frozen=True)
@@ -136,12 +140,15 @@ def pareto_table_info(result: SearchResult) -> TableInfo:
     dup = {k for k, better in DUPLICATES.items() if k not in obj_cols and better in df.columns}
     rest = [c for c in df.columns if c not in set(lead + strat + obj_cols) | HIDDEN | dup]
     keys = lead + obj_cols + strat + rest
+    multi_hw = len(df[lead].drop_duplicates()) > 1 if lead else False
+    shown = set(obj_cols) | set(FIRST_SCREEN) | (set(lead) if multi_hw else set())
     columns = [Column("label", "Strategy", False)]
     columns += [
         Column(
             k,
             _label(k, result),
             pd.api.types.is_numeric_dtype(df[k]) and not pd.api.types.is_bool_dtype(df[k]),
+            k not in shown,
         )
         for k in keys
     ]
@@ -172,7 +179,8 @@ def table_html(info: TableInfo, table_id: str = "pareto-table") -> str:
     """A sortable <table> (header click sorts; see template.html) with recommended rows marked."""
     ths = []
     for c in info.columns:
-        kind, cls = ("num", ' class="num"') if c.numeric else ("text", "")
+        kind = "num" if c.numeric else "text"
+        cls = _classes(c)
         ths.append(
             f'<th data-type="{kind}"{cls} title="Sort by {esc(c.label)}">{esc(c.label)}'
             '<span class="sort-ind"></span></th>'
@@ -184,11 +192,24 @@ def table_html(info: TableInfo, table_id: str = "pareto-table") -> str:
         for i, (text, key) in enumerate(cells):
             sort = key if isinstance(key, str) else ("" if math.isinf(key) else repr(key))
             badge = f' <span class="badge">{esc(role)}</span>' if (i == 0 and role) else ""
-            num = ' class="num"' if info.columns[i].numeric else ""
-            tds.append(f'<td{num} data-sort="{esc(sort)}">{esc(text)}{badge}</td>')
+            tds.append(f'<td{_classes(info.columns[i])} data-sort="{esc(sort)}">{esc(text)}{badge}</td>')
         cls = ' class="rec"' if role else ""
         body.append(f"<tr{cls}>{''.join(tds)}</tr>")
+    n_extra = sum(c.extra for c in info.columns)
+    toggle = (
+        f'<label class="small muted all-cols-toggle"><input type="checkbox" onchange="document.getElementById('
+        f"'{table_id}').classList.toggle('all-cols', this.checked)\"> show all {len(info.columns)} columns "
+        f"({n_extra} more: every knob and breakdown)</label>"
+        if n_extra
+        else ""
+    )
     return (
-        f'<div class="table-wrap"><table id="{table_id}" class="sortable">'
+        f'{toggle}<div class="table-wrap"><table id="{table_id}" class="sortable">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+def _classes(c: Column) -> str:
+    """' class="num extra"' and the like: right-aligned numbers, columns hidden until asked for."""
+    names = [n for n, on in (("num", c.numeric), ("extra", c.extra)) if on]
+    return f' class="{" ".join(names)}"' if names else ""

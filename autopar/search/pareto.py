@@ -240,6 +240,20 @@ def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) 
     return pd.DataFrame(pareto_rows(front, objectives))
 
 
+def _without_noop_twins(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
+    """The front less the points that differ from another only in a knob that changed nothing: the same
+    hardware, the same strategy but for the ZeRO stage, and the same value on every objective (ZeRO shards
+    over the data-parallel group, so at DP1 without CP the stages are one layout). The lowest stage stays:
+    the plainest launch settings for the same run."""
+    kept: dict[tuple[Any, ...], TrialRecord] = {}
+    for r in sorted(front, key=lambda r: (r.strategy.zero, r.number)):
+        values = tuple(round(float(r.values[o.name]), 9) for o in objectives)
+        key = (r.gpu, r.num_gpus, r.precision, r.strategy.model_copy(update={"zero": 0}), values)
+        kept.setdefault(key, r)
+    chosen = {id(r) for r in kept.values()}
+    return [r for r in front if id(r) in chosen]
+
+
 def pareto_records(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
     """The feasible, non-dominated records (one per distinct hardware+strategy), marking them."""
     seen: dict[tuple[Any, ...], TrialRecord] = {}
@@ -251,7 +265,7 @@ def pareto_records(records: Sequence[TrialRecord], objectives: Sequence[Objectiv
     if not cand:
         return []
     mask = nondominated_mask(to_min_matrix(cand, objectives))
-    front = [r for r, m in zip(cand, mask, strict=True) if m]
+    front = _without_noop_twins([r for r, m in zip(cand, mask, strict=True) if m], objectives)
     ids = {id(r) for r in front}
     for r in records:
         r.dominated = id(r) not in ids
