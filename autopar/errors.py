@@ -63,13 +63,29 @@ class NoPriceError(AutoparError):
 CALIBRATE_EXTRA = "calibrate"
 
 
+def install_hint(extra: str) -> str:
+    """The exact command that adds optional extra `extra` to the running autopar: from a source checkout (an
+    editable install, as scripts/setup.sh makes) `<this python> -m pip install -e '<checkout>[extra]'`, since
+    'autopar[extra]' alone would look for autopar on the package index; else `pip install 'autopar[extra]'`."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    try:
+        ours = pyproject.is_file() and 'name = "autopar"' in pyproject.read_text(encoding="utf-8")
+    except OSError:
+        ours = False
+    if ours:
+        return f"{sys.executable} -m pip install -e '{root}[{extra}]' (this checkout; or: bash scripts/setup.sh extras)"
+    return f"pip install 'autopar[{extra}]'"
+
+
 class MissingExtraError(AutoparError):
     """A command needs a package autopar installs only with one of its optional extras."""
 
     def __init__(self, package: str, extra: str, purpose: str):
-        super().__init__(
-            f"{purpose} needs {package}, an optional part of autopar: pip install 'autopar[{extra}]'"
-        )
+        super().__init__(f"{purpose} needs {package}, an optional part of autopar: {install_hint(extra)}")
         self.package, self.extra = package, extra
 
 

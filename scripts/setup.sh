@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install autopar. Idempotent.
 #   bash scripts/setup.sh          runtime dependencies only (what `autopar` needs; the quick start)
+#   bash scripts/setup.sh extras   plus every optional extra a README command may need, torch aside (calibrate, tune,
+#                                  parquet, postgres: `calibrate fit`, `tune`, Parquet records, PostgreSQL studies)
 #   bash scripts/setup.sh test     plus the test extras (pytest, hypothesis, playwright, ruff, psycopg, ...) and
 #                                  the frameworks that check the launch files (launch-check: torchtitan, DeepSpeed)
 set -euo pipefail
@@ -8,8 +10,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 case "${1:-runtime}" in
   runtime) TARGET="." ;;
+  extras) TARGET=".[calibrate,tune,parquet,postgres]" ;;
   test) TARGET=".[test,launch-check]" ;;
-  *) echo "error: scripts/setup.sh takes 'runtime' or 'test', not '$1'" >&2; exit 2 ;;
+  *) echo "error: scripts/setup.sh takes 'runtime', 'extras' or 'test', not '$1'" >&2; exit 2 ;;
 esac
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

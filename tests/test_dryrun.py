@@ -232,7 +232,7 @@ def test_bad_input_is_one_line(extra, named):
 
 def test_without_torch_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    with pytest.raises(MissingExtraError, match=r"autopar\[dryrun\]"):
+    with pytest.raises(MissingExtraError, match=r"\[dryrun\]'"):
         require_torch()
     res = runner.invoke(app, ["dryrun", "--strategy", "TP2 mb1"])
     assert res.exit_code == 2

@@ -28,7 +28,7 @@ from autopar.cli.options import (
     problem_of,
     with_options,
 )
-from autopar.errors import AutoparError, SpecError
+from autopar.errors import AutoparError, MissingExtraError, SpecError
 
 _PROBLEM = (
     "model",
@@ -216,13 +216,13 @@ def tune_cmd(f: Flags) -> None:
     Every run is an Optuna trial in --storage (Ctrl-C, then the same command again, resumes: a run still going
     is re-attached, none is launched twice), and every measured run goes into the calibration store.
     """
+    _need_sklearn()  # before the loop's modules, which import SciPy
     from autopar.tune.loop import Tuner, TuneSettings, prior_of, run_loop
     from autopar.tune.runners import make_runner
     from autopar.tune.study import KNOB_PARAMS, TuneStudy, fingerprint
 
     _check(f)
     check_plotly(f.plotly, f.out)
-    _need_sklearn()
     runner = make_runner(f.runner, f.model)
     calib = resolve_calibration(f.calibration, f.no_calibration)
     cands, notes = _candidates(f, calib)
@@ -281,8 +281,8 @@ def _emit(doc: dict[str, Any], f: Flags) -> None:
 def _need_sklearn() -> None:
     import importlib.util
 
-    if importlib.util.find_spec("sklearn") is None:
-        raise AutoparError("tune needs scikit-learn (its Gaussian process): pip install 'autopar[tune]'")
+    if any(importlib.util.find_spec(m) is None for m in ("sklearn", "scipy")):
+        raise MissingExtraError("scikit-learn", "tune", "tune (its Gaussian process)")
 
 
 def _problem_doc(cands: list[Any]) -> dict[str, Any]:

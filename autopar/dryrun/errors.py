@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-from autopar.errors import AutoparError, MissingExtraError
+from autopar.errors import AutoparError, MissingExtraError, install_hint
 
 DRYRUN_EXTRA = "dryrun"  # pyproject.toml [project.optional-dependencies]
-INSTALL_HINT = f"pip install 'autopar[{DRYRUN_EXTRA}]'"
+INSTALL_HINT = install_hint(DRYRUN_EXTRA)
 
 
 class DryrunFailed(AutoparError):

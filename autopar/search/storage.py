@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from autopar.errors import AutoparError, StorageError
+from autopar.errors import AutoparError, StorageError, install_hint
 from autopar.files import expand_user, write_atomic
 from autopar.search.optuna_compat import (
     RDB_LOGGER,
@@ -60,7 +60,7 @@ RECONNECT_FIRST_S = 0.25
 RECONNECT_MAX_PAUSE_S = 5.0
 SERVER_SCHEMES = ("postgresql", "postgres", "mysql", "mariadb")
 DRIVERS = {  # URL scheme -> (module SQLAlchemy imports by default, pip package that provides it)
-    "postgresql": ("psycopg", "psycopg[binary] (pip install 'autopar[postgres]')"),
+    "postgresql": ("psycopg", "psycopg[binary] (extra 'postgres')"),
     "mysql": ("MySQLdb", "mysqlclient"),
 }
 # Exception classes (of SQLAlchemy or the driver) that mean "the connection is gone", not "bad query".
@@ -295,7 +295,8 @@ def storage_error(url: str, e: BaseException) -> AutoparError:
         return AutoparError(_not_sqlite_study(url, why))
     if any(isinstance(x, ImportError) for x in chain):
         _mod, pkg = DRIVERS.get(kind, ("", "the database driver"))
-        return AutoparError(f"{where}: the {kind} driver is not installed; install {pkg}")
+        how = f": {install_hint('postgres')}" if kind == "postgresql" else ""
+        return AutoparError(f"{where}: the {kind} driver is not installed; install {pkg}{how}")
     name = type(e).__name__
     detail = str(getattr(e, "orig", None) or e).strip().splitlines()
     text = detail[0] if detail else name
