@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from autopar.cli import ask as _ask  # noqa: F401,E402
 from autopar.cli import calibrate as _calibrate  # noqa: F401,E402
 
 # Each module registers its commands on `app` when imported.
