@@ -214,7 +214,6 @@ def test_cli_sizing_json_and_errors():
     for args, field in [
         (["--option", "H100-SXM"], "option='H100-SXM'"),  # no count and no deadline
         (["--option", "H100-SXM:8", "--max-gpus", "8"], "max-gpus=8"),  # cannot take effect
-        (["--deadline", "2h", "--option", "H100-SXM", "--out", "x.html"], "out=x.html"),
         (["--deadline", "2x", "--option", "H100-SXM"], "deadline='2x'"),
         (["--option", "H100-SXM:8", "--batch-tokens-per-gpu", "4K"], "batch-tokens-per-gpu=4K"),
         (["--deadline", "2h", "--option", "H100-SXM:8", "--option", "B200", "--max-gpus", "0"], "max-gpus=0"),

@@ -13,6 +13,7 @@ from rich.text import Text
 from autopar.catalog.prices import TIER_HELP, PriceBook, normalize_tier
 from autopar.cli.app import (
     NOTE_STYLE,
+    WARNING_STYLE,
     command,
     console,
     emit_json,
@@ -23,12 +24,11 @@ from autopar.cli.app import (
 )
 from autopar.cli.common import check_plotly, resolve_calibration
 from autopar.cli.options import CALIBRATION, CLUSTER, STACK, Flags, detect, opt, problem_of, with_options
+from autopar.costs.bands import BAND_NAME, duration_range, usd_range
 from autopar.costs.figures import (
     format_duration,
-    format_duration_short,
     format_tokens,
     format_usd,
-    format_usd_short,
     parse_duration,
     parse_usd,
 )
@@ -60,9 +60,10 @@ def _si(x: float | None) -> str:
 
 
 def render_whatif(result: WhatIfResult) -> None:
-    """Print a what-if result as rich tables (options by rank, strategies, sensitivity, notes)."""
+    """Print a what-if result as rich tables (evidence, options by rank, strategies, sensitivity, notes)."""
     console.print(_whatif_head(result))
     order = sorted(result.options, key=lambda o: (o.rank is None, o.rank or 0))
+    _print_evidence([(o.label, o.evidence) for o in order])
     console.print(_options_table(result, order))
     for o in order:
         line = (
@@ -71,6 +72,7 @@ def render_whatif(result: WhatIfResult) -> None:
             else styled(f"  {o.label:>16}  ", ("no fitting strategy", "red"), f": {o.reason}")
         )
         console.print(line, soft_wrap=True)
+    _print_verify(order)
     console.print(result.message, style="bold", highlight=False)
     if result.sensitivity:
         _print_sensitivity(result)
@@ -102,10 +104,49 @@ def _whatif_head(result: WhatIfResult) -> Text:
     return styled((result.model.name, "bold"), head)
 
 
+def _print_evidence(items: list[tuple[str, Any]]) -> None:
+    """What the calibration measured near each option, before its figures (costs/evidence.py)."""
+    from autopar.costs.evidence import evidence_lines
+
+    lines = evidence_lines(items)
+    if not lines:
+        return
+    console.print("Evidence behind the figures (measured runs in the calibration):", highlight=False)
+    for line in lines:
+        console.print(f"- {line}", highlight=False, soft_wrap=True)
+
+
+def _print_verify(options: list) -> None:
+    """A warning line per option whose chosen layout no published recipe would use (costs/recipe_style.py)."""
+    for o in options:
+        if o.verify:
+            console.print(warning_text(f"{o.label}: {o.verify_text}"), soft_wrap=True)
+
+
+def _banded_what(options: list) -> str:
+    """'time, cost: centre (80% band); ' when any option has a band, else ''."""
+    return f"time, cost: centre ({BAND_NAME}); " if any(o.band is not None for o in options) else ""
+
+
+def _time_cell(o: Any) -> str:
+    """'28.5 d (25–33)': time to train and its 80% band ('-' when not timed)."""
+    if o.time_to_train_s is None:
+        return "-"
+    return duration_range(o.time_to_train_s, o.band.time_to_train_s if o.band is not None else None)
+
+
+def _cost_cell(o: Any) -> str:
+    """'$2.07M (1.8–2.4M)': total cost and its 80% band ('-' when not priced)."""
+    if o.total_cost_usd is None:
+        return "-"
+    return usd_range(o.total_cost_usd, o.band.total_cost_usd if o.band is not None else None)
+
+
 def _options_table(result: WhatIfResult, order: list) -> Table:
     """One row per hardware option, best first."""
     t = Table(
-        title="Hardware options, best first (free = GiB free per GPU; ● = on the cost-vs-time Pareto front)",
+        title=f"Hardware options, best first ({_banded_what(result.options)}free = GiB free per GPU; ● = on the "
+        "cost-vs-time Pareto front)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -124,8 +165,8 @@ def _options_table(result: WhatIfResult, order: list) -> Table:
             o.label,
             _si(o.tokens_per_s),
             "-" if o.mfu is None else f"{100 * o.mfu:.1f}%",
-            format_duration_short(o.time_to_train_s) if o.time_to_train_s is not None else "-",
-            format_usd_short(o.total_cost_usd) if o.total_cost_usd is not None else "-",
+            _time_cell(o),
+            _cost_cell(o),
             _fmt(o.usd_per_mtoken, ".3f"),
             _fmt(o.headroom_gib, ".1f"),
         ]
@@ -146,7 +187,16 @@ def _print_sensitivity(result: WhatIfResult) -> None:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    for col in ("scenario", "winner", "runner-up", "changes?"):
+    from autopar.costs.sensitivity import winner_swing
+
+    base = result.winner
+    for col in (
+        "scenario",
+        "winner",
+        "runner-up",
+        "changes?",
+        f"{base.label if base else 'winner'}: time, cost",
+    ):
         s.add_column(col)
     for r in result.sensitivity:
         s.add_row(
@@ -154,6 +204,7 @@ def _print_sensitivity(result: WhatIfResult) -> None:
             r.winner or "-",
             r.runner_up or "-",
             warning_text("yes") if r.winner_changed else "no",
+            winner_swing(r, base) if base is not None else "-",
         )
     console.print(s)
     bw = [r for r in result.sensitivity if r.kind == "internode_bw"]
@@ -176,10 +227,13 @@ def _sizing_head(result: DeadlineResult) -> Text:
 
 
 def render_sizing(result: DeadlineResult) -> None:
-    """Print a --deadline sizing: per GPU type the fewest GPUs that meet it, time, cost, $/Mtoken, strategy."""
+    """Print a --deadline sizing: per GPU type the fewest GPUs that meet it, time, cost (with their bands),
+    $/Mtoken, strategy; the evidence first, the verdict and any layout to verify after."""
     console.print(_sizing_head(result))
+    _print_evidence([(r.option or r.gpu, (r.answer or r.fastest or _NONE).evidence) for r in result.rows])
     t = Table(
-        title=f"Fewest GPUs that train in {format_duration(result.deadline_s)} (counts searched in increasing order)",
+        title=f"Fewest GPUs that train in {format_duration(result.deadline_s)} ({_banded_what(result.answers)}"
+        "counts searched in increasing order)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -188,38 +242,60 @@ def render_sizing(result: DeadlineResult) -> None:
     for col in ("option", "min GPUs", "time", "cost", "$/Mtok", "$/GPU-h", "strategy"):
         t.add_column(col, justify="left" if col in ("option", "strategy") else "right")
     for r in result.rows:
-        a = r.answer
-        if a is None:
-            t.add_row(r.option or r.gpu, styled(("cannot", "red")), "-", "-", "-", "-", r.reason)
-            continue
-        t.add_row(
-            r.option or r.gpu,
-            f"{a.count} ({a.count // r.unit} {r.unit_name}{'s' * (a.count // r.unit != 1)})",
-            format_duration_short(a.time_to_train_s),  # type: ignore[arg-type]  # sizing rows are timed and priced options
-            format_usd_short(a.total_cost_usd),  # type: ignore[arg-type]  # sizing rows are timed and priced options
-            _fmt(a.usd_per_mtoken, ".3f"),
-            f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
-            f"{a.strategy_label} ({a.precision})",
-        )
+        t.add_row(*_sizing_cells(r, r.answer, r.option or r.gpu))
+        if r.recipe_style is not None:
+            t.add_row(*_sizing_cells(r, r.recipe_style, "  ↳ recipe-style"), style=NOTE_STYLE)
     console.print(t)
+    if result.message:
+        console.print(result.message, style="bold", highlight=False)
+    _print_verify(result.answers)
     for n in result.notes:
         console.print(note_text(n), soft_wrap=True)
     n_searched = sum(len(r.searched) for r in result.rows)
+    n_more = sum(len(r.recipe_style_searched) for r in result.rows)
+    more = f" (+{n_more} for recipe-style layouts)" if n_more else ""
     console.print(
-        f"{n_searched} counts searched in {format_duration(result.wall_s)} (seed {result.seed}, budget "
+        f"{n_searched} counts searched{more} in {format_duration(result.wall_s)} (seed {result.seed}, budget "
         f"{result.search_budget} trials per count)",
         style=NOTE_STYLE,
         highlight=False,
     )
 
 
-def _report_writer(out: Path):
-    """`autopar.reports.write_whatif_report`, checked before the search runs."""
+class _NoOption(NamedTuple):
+    evidence: Any = None
+
+
+_NONE = _NoOption()
+
+
+def _sizing_cells(r: Any, a: Any, name: str) -> list[str | Text]:
+    """One sizing row: the count `a` answers with, its time and cost with their bands, prices, strategy
+    (⚠: verify); `name` heads the row."""
+    if a is None:
+        return [name, styled(("cannot", "red")), "-", "-", "-", "-", r.reason]
+    units = a.count // r.unit
+    flag: tuple[str, str] = (" ⚠ verify", WARNING_STYLE) if a.verify else ("", "")
+    return [
+        name,
+        f"{a.count} ({units} {r.unit_name}{'s' * (units != 1)})",
+        _time_cell(a),
+        _cost_cell(a),
+        _fmt(a.usd_per_mtoken, ".3f"),
+        f"{a.usd_per_gpu_hour:.2f}" + (f" ({a.price_borrowed_from}'s)" if a.price_borrowed_from else ""),
+        styled(f"{a.strategy_label} ({a.precision})", flag),
+    ]
+
+
+def _report_writer(out: Path, name: str = "write_whatif_report"):
+    """`autopar.reports.whatif_html.write_whatif_report` (or the sizing page's writer, write_sizing_report),
+    checked before the search runs."""
     try:
-        from autopar.reports import write_whatif_report
-    except ImportError as e:
+        import autopar.reports.whatif_html as pages
+
+        return getattr(pages, name)
+    except (ImportError, AttributeError) as e:
         raise AutoparError(f"out={out}: the HTML what-if report is not available in this build") from e
-    return write_whatif_report
 
 
 class Hardware(NamedTuple):
@@ -410,7 +486,8 @@ def whatif(f: Flags) -> None:
     )
     if sizing is not None:
         common = {k: getattr(settings, k) for k in _SIZING_FIELDS}
-        _run_sizing(spec, sizing, wl, deadline_s, f.max_gpus, {**common, **runtime}, f.as_json)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
+        report = (f.out, f.plotly)
+        _run_sizing(spec, sizing, wl, deadline_s, f.max_gpus, {**common, **runtime}, f.as_json, report)  # type: ignore[arg-type]  # deadline_s is set whenever sizing is
         return
     _run_ranking(spec, hw[0], wl, settings, runtime, f.as_json, f.out, f.plotly)
 
@@ -425,7 +502,7 @@ def _hardware(f: Flags, sizing: list | None) -> Hardware:
         return _hardware_options(
             f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, f.internode_gbps, f.transport
         )
-    _check_sizing_flags(f.out, f.max_spend, f.storage, f.no_sensitivity)
+    _check_sizing_flags(f.max_spend, f.storage, f.no_sensitivity)
     from autopar.problem import check_transport
 
     per_node, domain, transport = f.gpus_per_node, f.nvlink_domain, check_transport(f.transport)
@@ -528,9 +605,9 @@ def _system_shape(cluster: str) -> tuple[int, int, str | None]:
     return sys_.gpus_per_node, sys_.nvlink_domain, sys_.transport
 
 
-def _check_sizing_flags(out: Path | None, max_spend: str | None, storage: str | None, no_sens: bool) -> None:
+def _check_sizing_flags(max_spend: str | None, storage: str | None, no_sens: bool) -> None:
     """Flags a --deadline sizing cannot use are errors, never silently ignored."""
-    for flag, given in (("--out", out), ("--max-spend", max_spend), ("--storage", storage)):
+    for flag, given in (("--max-spend", max_spend), ("--storage", storage)):
         if given is not None:
             raise SpecError(
                 f"{flag.lstrip('-')}={given}: --deadline sizing (an --option GPU without a count) does not use "
@@ -540,10 +617,22 @@ def _check_sizing_flags(out: Path | None, max_spend: str | None, storage: str | 
         raise SpecError("no-sensitivity: --deadline sizing runs no sensitivity analysis; drop it")
 
 
-def _run_sizing(spec, sizing, wl, deadline_s: float, max_gpus, common: dict, json_out: bool) -> None:
-    """Size each GPU type for the deadline; print the table or JSON; exit 1 when no type meets it."""
+def _run_sizing(
+    spec,
+    sizing,
+    wl,
+    deadline_s: float,
+    max_gpus,
+    common: dict,
+    json_out: bool,
+    report: tuple[Path | None, str],
+) -> None:
+    """Size each GPU type for the deadline; print the table or JSON, write the HTML report (--out); exit 1
+    when no type meets it."""
     from autopar.costs.sizing import run_sizing
 
+    out, plotly = report
+    write_report = _report_writer(out, "write_sizing_report") if out is not None else None
     if max_gpus is not None and all(o.counts for o in sizing):
         raise SpecError(
             f"max-gpus={max_gpus}: every option lists its counts, so it cannot take effect; drop it or give an "
@@ -557,6 +646,10 @@ def _run_sizing(spec, sizing, wl, deadline_s: float, max_gpus, common: dict, jso
         max_gpus=DEFAULT_SIZING_MAX_GPUS if max_gpus is None else max_gpus,
         **common,
     )
+    if write_report is not None:
+        path = write_report(result, out, plotlyjs=plotly)
+        if not json_out:
+            err_console.print(f"report written to {path}", highlight=False)
     if json_out:
         emit_json(result.to_dict(), indent=2)
     else:

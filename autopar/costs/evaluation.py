@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autopar.calibration.verdict import memory_verdict
+from autopar.costs.bands import inverse_band, with_band
 from autopar.units import GiB, usd_per_mtoken
 
 
@@ -48,7 +49,7 @@ class Evaluation:
             },
             "strategy": self.strategy.model_dump(),
             "label": self.strategy.label(),
-            "estimate": est.summary(),
+            "estimate": self._summary(),
             "memory_gib": {k: v / GiB for k, v in est.memory.as_dict().items()},
             "time_s": est.time.as_dict(),
             "flops": {
@@ -65,8 +66,20 @@ class Evaluation:
                 "usd_per_gpu_hour": self.price[0],
                 "price_source": self.price[1],
                 "usd_per_mtoken": self.usd_per_mtoken,
+                **self._cost_band(),
             },
         }
+
+    def _summary(self) -> dict[str, Any]:
+        """The estimate's figures; calibrated, the step time's 80% band beside it (its low end from the
+        throughput band's high end: costs/bands.py)."""
+        band = inverse_band(self.est, self.est.step_time_s)
+        return with_band(self.est.summary(), "step_s", band) if band else self.est.summary()
+
+    def _cost_band(self) -> dict[str, float]:
+        """usd_per_mtoken_low/_high when calibrated (nothing uncalibrated)."""
+        band = inverse_band(self.est, self.usd_per_mtoken)
+        return {} if band is None else {"usd_per_mtoken_low": band[0], "usd_per_mtoken_high": band[1]}
 
     def _calibration_doc(self) -> dict[str, Any] | None:
         if self.calib is None:

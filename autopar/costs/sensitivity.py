@@ -1,9 +1,12 @@
-"""Sensitivity of a what-if ranking: GPU prices ±20% and inter-node bandwidth halved.
+"""Sensitivity of a what-if ranking: GPU prices ±20%, inter-node bandwidth halved, and the model's error.
 
 Price scenarios rescale each option's cost (time is unchanged). The bandwidth scenario re-estimates
 each option's chosen strategy on a cluster whose inter-node bandwidth is halved and scales the
 option's throughput by the analytical ratio (so any calibration factor carries over); strategies
-are held fixed, not re-searched, so the slowdown shown is an upper bound.
+are held fixed, not re-searched, so the slowdown shown is an upper bound. The model-error scenario
+("model error (80% band)") shows each option's time and cost from its band's low to high end
+(costs/bands.py) and ranks the winner at its band's slow end against every other option at its fast
+end: the winner changes exactly when another option's band overlaps it (a tie).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from autopar.costs.bands import BAND_NAME, duration_span, usd_span
+from autopar.costs.figures import format_duration_short, format_usd_short
 from autopar.costs.ranking import Candidate, qualifies, rank
 from autopar.costs.whatif_types import ScenarioOption, SensitivityRow
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
@@ -124,7 +129,58 @@ def run_sensitivity(
 
         estimate_fn = estimate
     rows.append(_bandwidth_row(model, workload, feasible, ranking[0], limits, estimate_fn))
-    return rows
+    error = model_error_row(feasible, ranking[0], limits)
+    return rows + ([error] if error is not None else [])
+
+
+MODEL_ERROR = f"model error ({BAND_NAME})"
+
+
+def model_error_row(
+    feasible: Sequence[OptionResult], baseline: str, limits: tuple[float | None, float | None]
+) -> SensitivityRow | None:
+    """The model's error as a scenario (module doc); None when no option has a band (uncalibrated)."""
+    banded = [o for o in feasible if o.band is not None and o.band.time_to_train_s is not None]
+    if not banded:
+        return None
+    cands = []
+    for o in feasible:
+        end = 1 if o.label == baseline else 0  # the winner slow and dear, every other option fast and cheap
+        b = o.band
+        t, c = _time_cost(o)
+        if b is not None and b.time_to_train_s is not None and b.total_cost_usd is not None:
+            t, c = b.time_to_train_s[end], b.total_cost_usd[end]
+        cands.append(Candidate(o.label, t, c))
+    note = "each option from its band's fast to slow end; ranked with the winner at its slow end and the others at their fast end"
+    row = _row(MODEL_ERROR, "model_error", None, 1.0, cands, baseline, *limits, note=note)
+    by = {o.label: o for o in feasible}
+    for so in row.options:
+        o = by[so.label]
+        so.time_to_train_s, so.total_cost_usd = _time_cost(o)
+        if o.band is not None and o.band.time_to_train_s is not None and o.band.total_cost_usd is not None:
+            so.time_to_train_s_low, so.time_to_train_s_high = o.band.time_to_train_s
+            so.total_cost_usd_low, so.total_cost_usd_high = o.band.total_cost_usd
+    return row
+
+
+def winner_swing(row: SensitivityRow, baseline: OptionResult) -> str:
+    """The baseline winner's time and cost under the scenario, in the table's units: '$1.24M → $1.48M'
+    (a price), '134 d → 137 d, $1.24M → $1.27M' (bandwidth), '120–165 d, $1.1–1.5M' (model error)."""
+    so = next((x for x in row.options if x.label == baseline.label), None)
+    if so is None:
+        return ""
+    if so.time_to_train_s_low is not None and so.total_cost_usd_low is not None:
+        return (
+            f"{duration_span((so.time_to_train_s_low, so.time_to_train_s_high))}, "  # type: ignore[arg-type]  # both ends set together
+            f"{usd_span((so.total_cost_usd_low, so.total_cost_usd_high))}"  # type: ignore[arg-type]  # both ends set together
+        )
+    t0, c0 = _time_cost(baseline)
+    parts = []
+    if abs(so.time_to_train_s - t0) > 1e-9 * t0:
+        parts.append(f"{format_duration_short(t0)} → {format_duration_short(so.time_to_train_s)}")
+    if abs(so.total_cost_usd - c0) > 1e-9 * c0:
+        parts.append(f"{format_usd_short(c0)} → {format_usd_short(so.total_cost_usd)}")
+    return ", ".join(parts) or "unchanged"
 
 
 def _moved_gpus(feasible: Sequence[OptionResult], ranking: Sequence[str]) -> list[str]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autopar.costs.bands import Tie
 from autopar.costs.figures import format_duration, format_tokens
 from autopar.costs.options import HardwareOption, parse_counts, scaled_workload
 from autopar.costs.whatif_types import OptionResult
@@ -124,6 +125,12 @@ class SizingResult:
     reason: str = ""  # why no count meets the deadline
     notes: list[str] = field(default_factory=list)
     option: str = ""  # the option as named: the GPU, or the system (gb200-nvl72)
+    # When the answer's layout is not recipe-style (costs/recipe_style.py): the fewest GPUs, up to
+    # RECIPE_STYLE_REACH x the answer's, whose fastest recipe-style layout meets the deadline (None: none)
+    recipe_style: OptionResult | None = None
+    recipe_style_searched: list[int] = field(
+        default_factory=list
+    )  # the counts searched for it past the answer
 
     @property
     def fastest(self) -> OptionResult | None:
@@ -144,8 +151,10 @@ class SizingResult:
             "max_count": self.max_gpus,
             "lower_bound": self.lower_bound,
             "counts_searched": [o.count for o in self.searched],
+            "recipe_style_counts_searched": list(self.recipe_style_searched),
             "answer": a.to_dict() if a else None,
             "fastest": self.fastest.to_dict() if (a is None and self.fastest) else None,
+            "recipe_style_answer": self.recipe_style.to_dict() if self.recipe_style else None,
             "reason": self.reason or None,
             "notes": list(self.notes),
         }
@@ -178,6 +187,13 @@ class SizingContext:
         per_node = opt.gpus_per_node or self.gpus_per_node
         domain = opt.nvlink_domain or self.nvlink_domain
         return _cluster(gpu, ho, per_node, self.internode_bw, domain, self.transport)
+
+    @property
+    def terms(self) -> Any:
+        """What prices a trial (costs.whatif.Terms): the model, tokens, goodput and the deadline."""
+        from autopar.costs.whatif import Terms
+
+        return Terms(self.model, self.tokens, self.goodput, self.deadline_s)
 
     def search(self, cluster: ClusterSpec, wl: Workload, ho: HardwareOption) -> OptionResult:
         """The what-if's search of one count: its fastest fitting strategy, priced."""
@@ -229,9 +245,48 @@ def size_option(opt: SizingOption, max_gpus: int, ctx: SizingContext) -> SizingR
     last = out.searched[-1] if out.searched else None
     if last is not None and last.meets_deadline:
         out.answer = last
+        if last.verify:
+            out.recipe_style, out.recipe_style_searched = _recipe_style_answer(opt, gpu, cands, last, ctx)
+            if out.recipe_style is None:
+                out.notes.append(
+                    f"{opt.label}: no count from {last.count} to {RECIPE_STYLE_REACH * last.count} GPUs has a "
+                    "recipe-style layout that meets the deadline (searched: "
+                    f"{', '.join(str(n) for n in out.recipe_style_searched) or 'none'})"
+                )
     else:
         out.reason = _why_not(opt, out, cands, ctx.deadline_s)
     return out
+
+
+RECIPE_STYLE_REACH = 2  # a recipe-style answer is looked for up to this many times the answer's GPU count
+
+
+def _recipe_style_answer(
+    opt: SizingOption, gpu: GPUSpec, cands: list[int], answer: OptionResult, ctx: SizingContext
+) -> tuple[OptionResult | None, list[int]]:
+    """The fewest GPUs from the answer's count up to RECIPE_STYLE_REACH x it whose fastest recipe-style
+    layout meets the deadline (the answer's own search first, then each larger candidate count), and the
+    counts past the answer searched for it."""
+    from autopar.costs.whatif import recipe_style_option
+
+    counts = [n for n in cands if answer.count <= n <= RECIPE_STYLE_REACH * answer.count]
+    if ctx.progress is not None:
+        ctx.progress(f"sizing {opt.label}: a recipe-style layout from {answer.count} GPUs up")
+    searched: list[int] = []
+    for n in counts:
+        if n == answer.count:
+            res = answer
+        else:
+            searched.append(n)
+            ho = HardwareOption(opt.gpu, n)
+            res = ctx.search(
+                ctx.cluster(gpu, ho, opt), scaled_workload(ctx.workload, n, ctx.batch_tokens_per_gpu), ho
+            )
+        alt = res if res.feasible and not res.verify else recipe_style_option(res, ctx.terms)
+        if alt is not None and alt.time_to_train_s is not None and alt.time_to_train_s <= ctx.deadline_s:
+            alt.meets_deadline = True
+            return alt, searched
+    return None, searched
 
 
 def _scan(opt: SizingOption, gpu: GPUSpec, counts: list[int], ctx: SizingContext) -> list[OptionResult]:
@@ -280,6 +335,13 @@ class DeadlineResult:
     wall_s: float
     batch_tokens_per_gpu: float | None = None
     notes: list[str] = field(default_factory=list)
+    message: str = ""  # the verdict line: the cheapest answer, and the ties the model's band cannot rank
+    ties: list[Tie] = field(default_factory=list)
+
+    @property
+    def answers(self) -> list[OptionResult]:
+        """Each GPU type's answer (the fewest GPUs that meet the deadline), in the rows' order."""
+        return [r.answer for r in self.rows if r.answer is not None]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (`autopar whatif --deadline D --option GPU --json`)."""
@@ -294,6 +356,8 @@ class DeadlineResult:
             "tier": self.tier,
             "goodput": self.goodput,
             "deadline_s": self.deadline_s,
+            "message": self.message,
+            "ties": [t.to_dict() for t in self.ties],
             "sizing": [r.to_dict() for r in self.rows],
             "seed": self.seed,
             "search_budget": self.search_budget,
@@ -354,10 +418,41 @@ def run_sizing(
         search_kwargs, optimize_fn, gpus_per_node, internode_bw, nvlink_domain, progress, transport,
     )  # fmt: skip
     rows = [size_option(o, max_gpus, ctx) for o in options]
-    return DeadlineResult(
+    result = DeadlineResult(
         model, wl, tokens, tier, goodput, deadline_s, rows, seed, budget, _time.perf_counter() - t0,
         batch_tokens_per_gpu, _sizing_notes(options, rows, ctx, tier),
     )  # fmt: skip
+    _verdict(result, calibration)
+    return result
+
+
+def _verdict(result: DeadlineResult, calibration: Any) -> None:
+    """The answers' evidence, their ties within the model's band and the verdict line (the cheapest answer),
+    and the notes on answers whose band reaches past the deadline."""
+    from autopar.costs.evidence import attach_evidence
+    from autopar.costs.ranking import Candidate, headline, rank
+    from autopar.costs.whatif import deadline_band_notes, mark_ties, with_ties
+
+    shown = [r.answer or r.fastest for r in result.rows] + [r.recipe_style for r in result.rows]
+    attach_evidence([o for o in shown if o is not None], result.model, result.workload, calibration)
+    answers = result.answers
+    cands = [Candidate(o.label, o.time_to_train_s, o.total_cost_usd) for o in answers]  # type: ignore[arg-type]  # answers are timed and priced
+    if not cands:
+        result.message = (
+            f"No option meets the {format_duration(result.deadline_s)} deadline within the counts searched; "
+            "see each option's reason."
+        )
+        return
+    ranking = rank(cands, result.deadline_s)
+    result.ties = mark_ties(
+        answers, ranking[0], on=("cost",)
+    )  # every answer meets the deadline: cost decides
+    cannot = [r.option or r.gpu for r in result.rows if r.answer is None]
+    result.message = with_ties(headline(cands, ranking, result.deadline_s, None), result.ties)
+    if cannot:
+        result.message += f" {', '.join(cannot)}: cannot meet it within the counts searched."
+    result.message += "".join(_cheaper_recipe_style(r) for r in result.rows)
+    result.notes[:0] = deadline_band_notes(answers, result.deadline_s)
 
 
 def _check(deadline_s: float, max_gpus: int, budget: int) -> None:
@@ -368,6 +463,22 @@ def _check(deadline_s: float, max_gpus: int, budget: int) -> None:
         raise SpecError(f"max-gpus={max_gpus!r} must be a positive whole number of GPUs")
     if budget < 1:
         raise SpecError(f"budget={budget!r} must be at least 1 trial per count")
+
+
+def _cheaper_recipe_style(r: SizingResult) -> str:
+    """' B200:512 (a recipe-style layout on more GPUs) costs less than B200:384: $1.29M against $1.46M.'
+    when a row's recipe-style answer is the cheaper one, else ''."""
+    a, alt = r.answer, r.recipe_style
+    if a is None or alt is None or a.total_cost_usd is None or alt.total_cost_usd is None:
+        return ""
+    if alt.total_cost_usd >= a.total_cost_usd:
+        return ""
+    from autopar.costs.figures import format_usd
+
+    return (
+        f" {alt.label} (a recipe-style layout on more GPUs) costs less than {a.label}: "
+        f"{format_usd(alt.total_cost_usd)} against {format_usd(a.total_cost_usd)}."
+    )
 
 
 def _sizing_notes(

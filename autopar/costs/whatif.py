@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from autopar.catalog.pricefile import default_price_book
 from autopar.catalog.prices import PriceBook, ResolvedPrice, normalize_tier, resolve_price
-from autopar.costs.figures import check_goodput, cost_figures, parse_tokens
+from autopar.costs.bands import BAND_NAME, Banded, Tie, figure_band, find_ties, relative_band
+from autopar.costs.figures import check_goodput, cost_figures, format_duration, parse_tokens
 from autopar.costs.options import HardwareOption, parse_options, scaled_workload
 from autopar.costs.ranking import Candidate, headline, pareto, rank
 from autopar.costs.whatif_types import (
@@ -73,16 +74,45 @@ def _cluster(
         raise SpecError(f"option={opt.label}: {msg}") from None
 
 
-def choose_trial(search: Any) -> Any:
-    """The feasible trial that trains fastest (max tokens/s; ties -> more headroom), or None."""
-    best, best_key = None, None
-    for t in search.trials:
-        if not t.feasible or t.estimate is None:
-            continue
-        key = (t.values.get("throughput", t.estimate.tokens_per_s), t.estimate.headroom_bytes, -t.number)
-        if best_key is None or key > best_key:
-            best, best_key = t, key
-    return best
+def choose_trial(search: Any, min_tps: float | None = None) -> Any:
+    """The feasible trial that trains fastest (max tokens/s; ties -> more headroom), or None; within the
+    near-tie tolerance of it, a recipe-style layout instead (costs/recipe_style.py) when the search states
+    its model and clusters. `min_tps` (the throughput a deadline needs): met by the fastest, the preferred
+    layout must meet it too."""
+    feasible = [t for t in search.trials if t.feasible and t.estimate is not None]
+    if not feasible:
+        return None
+    fastest = max(feasible, key=lambda t: (_speed(t), t.estimate.headroom_bytes, -t.number))
+    model = getattr(search, "model", None)
+    if model is None:
+        return fastest
+    from autopar.costs.recipe_style import prefer_recipe_style
+
+    by_hw = {(c.gpu.name, c.num_gpus): c for c in getattr(search, "clusters", ())}
+
+    def gaps(t: Any) -> tuple[str, ...]:
+        cluster = by_hw.get((t.gpu, t.num_gpus))
+        return () if cluster is None else _gaps(model, cluster, t)
+
+    ranked = sorted(feasible, key=lambda t: (-_speed(t), -t.estimate.headroom_bytes, t.number))
+    return prefer_recipe_style(fastest, ranked, _speed, gaps, min_tps)
+
+
+def _speed(t: Any) -> float:
+    """A trial's cluster tokens/s: the search's throughput objective, else its estimate's."""
+    return float(t.values.get("throughput", t.estimate.tokens_per_s))
+
+
+def _layout_of(t: Any) -> Any:
+    """The trial's strategy as its estimate completed it (unset knobs filled), else as searched."""
+    est = t.estimate
+    return est.strategy if est is not None and getattr(est, "strategy", None) is not None else t.strategy
+
+
+def _gaps(model: ModelSpec, cluster: ClusterSpec, t: Any) -> tuple[str, ...]:
+    from autopar.costs.recipe_style import recipe_style_gaps
+
+    return recipe_style_gaps(model, cluster, _layout_of(t))
 
 
 def _infeasible_reason(search: Any) -> str:
@@ -134,27 +164,70 @@ def _search_option(
     base.search_wall_s = _time.perf_counter() - t0
     base.n_trials = len(search.trials)
     base.n_feasible = sum(t.feasible for t in search.trials)
-    trial = choose_trial(search)
+    terms = Terms(model, token_budget, goodput, deadline_s, max_cost_usd)
+    trial = choose_trial(search, terms.needed_tokens_per_s)
     if trial is None:
         base.reason = _infeasible_reason(search)
         return base
-    est = trial.estimate
-    tps = float(trial.values.get("throughput", est.tokens_per_s))
-    figs = cost_figures(tps, opt.count, price.usd_per_gpu_hour, token_budget, goodput)
-    base.feasible = True
-    base.strategy = trial.strategy
-    base.strategy_label = trial.strategy.label()
-    base.precision = trial.precision
-    base.estimate = est
-    base.tokens_per_s = tps
-    base.mfu = est.mfu
-    base.headroom_gib = est.headroom_bytes / GiB
-    base.figures = figs
-    if deadline_s is not None:
-        base.meets_deadline = figs.time_to_train_s <= deadline_s  # type: ignore[operator]  # a what-if always has a token budget: time is set
-    if max_cost_usd is not None:
-        base.within_cost_cap = figs.total_cost_usd <= max_cost_usd  # type: ignore[operator]  # a what-if always has a token budget: cost is set
+    price_trial(base, trial, terms)
     return base
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What turns a trial into money and time: the model, the token budget, goodput and the limits."""
+
+    model: ModelSpec
+    token_budget: float
+    goodput: float
+    deadline_s: float | None = None
+    max_cost_usd: float | None = None
+
+    @property
+    def needed_tokens_per_s(self) -> float | None:
+        """The cluster throughput that meets the deadline (None without one)."""
+        return None if self.deadline_s is None else self.token_budget / (self.deadline_s * self.goodput)
+
+
+def price_trial(o: OptionResult, trial: Any, terms: Terms) -> None:
+    """Set the option's strategy, figures, band, recipe-style gaps and limits from one feasible trial."""
+    est = trial.estimate
+    tps = _speed(trial)
+    figs = cost_figures(tps, o.count, o.usd_per_gpu_hour, terms.token_budget, terms.goodput)
+    o.band = figure_band(figs, relative_band(est))
+    o.verify = _gaps(terms.model, o.cluster, trial) if o.cluster is not None else ()
+    o.feasible = True
+    o.strategy = trial.strategy
+    o.strategy_label = trial.strategy.label()
+    o.precision = trial.precision
+    o.estimate = est
+    o.tokens_per_s = tps
+    o.mfu = est.mfu
+    o.headroom_gib = est.headroom_bytes / GiB
+    o.figures = figs
+    if terms.deadline_s is not None:
+        o.meets_deadline = figs.time_to_train_s <= terms.deadline_s  # type: ignore[operator]  # a what-if always has a token budget: time is set
+    if terms.max_cost_usd is not None:
+        o.within_cost_cap = figs.total_cost_usd <= terms.max_cost_usd  # type: ignore[operator]  # a what-if always has a token budget: cost is set
+
+
+def recipe_style_option(o: OptionResult, terms: Terms) -> OptionResult | None:
+    """The option at its fastest recipe-style layout among those its search found (costs/recipe_style.py),
+    priced like the option; None when the search found none (or the option is already recipe-style)."""
+    search, cluster = o.search, o.cluster
+    if search is None or cluster is None or not o.verify:
+        return None
+    usual = [
+        t
+        for t in search.trials
+        if t.feasible and t.estimate is not None and not _gaps(terms.model, cluster, t)
+    ]
+    if not usual:
+        return None
+    best = max(usual, key=lambda t: (_speed(t), t.estimate.headroom_bytes, -t.number))
+    alt = replace(o, ties=[], evidence=None, meets_deadline=None, within_cost_cap=None, rank=None)
+    price_trial(alt, best, terms)
+    return alt
 
 
 def _calibrated_by(calibration: Any) -> str:
@@ -188,6 +261,60 @@ def _notes(
     )
     notes.extend(f"{o.label}: {o.reason}" for o in results if not o.feasible)
     return notes
+
+
+def _banded(o: OptionResult) -> Banded:
+    """What a tie needs of a priced option (costs/bands.py)."""
+    b = o.band
+    spans = {"total_cost_usd": b.total_cost_usd, "time_to_train_s": b.time_to_train_s} if b else {}
+    return Banded(
+        o.label,
+        {"total_cost_usd": o.total_cost_usd, "time_to_train_s": o.time_to_train_s},  # type: ignore[dict-item]  # timed and priced options only
+        {k: v for k, v in spans.items() if v is not None},
+        (o.meets_deadline, o.within_cost_cap),
+    )
+
+
+def mark_ties(
+    options: Sequence[OptionResult], winner: str | None, on: Sequence[str] = ("cost", "time")
+) -> list[Tie]:
+    """The ties with the recommended option (cost) and the fastest (time) among the timed options (those of
+    `on`); each tied option's `ties` names what it ties on."""
+    timed = [o for o in options if o.figures is not None and o.time_to_train_s is not None]
+    ties = find_ties([_banded(o) for o in timed], winner, on)
+    by = {o.label: o for o in timed}
+    for t in ties:
+        for label in t.labels:
+            by[label].ties.append(t.on)
+    return ties
+
+
+def with_ties(message: str, ties: Sequence[Tie]) -> str:
+    """The verdict line with one sentence per tie after it."""
+    return " ".join([message, *(t.sentence()[0].upper() + t.sentence()[1:] + "." for t in ties)])
+
+
+def deadline_band_notes(options: Sequence[OptionResult], deadline_s: float | None) -> list[str]:
+    """Options whose band straddles the deadline: met only at the central estimate, or missed there but met at
+    the band's fast end."""
+    if deadline_s is None:
+        return []
+    out = []
+    for o in options:
+        b = o.band.time_to_train_s if o.band is not None else None
+        if b is None or o.meets_deadline is None or not b[0] <= deadline_s <= b[1]:
+            continue
+        if o.meets_deadline:
+            out.append(
+                f"{o.label} meets the {format_duration(deadline_s)} deadline at its central estimate only: the "
+                f"slow end of its {BAND_NAME} is {format_duration(b[1])}"
+            )
+        else:
+            out.append(
+                f"{o.label} misses the {format_duration(deadline_s)} deadline at its central estimate, but the "
+                f"fast end of its {BAND_NAME} ({format_duration(b[0])}) meets it"
+            )
+    return out
 
 
 def price_notes(priced: Sequence[tuple[str, ResolvedPrice]], tier: str) -> list[str]:
@@ -364,6 +491,20 @@ class _Run:
         )
 
 
+def _sensitivity(
+    run: _Run, results: list[OptionResult], ranking: list[str], estimate_fn: Callable[..., Any] | None
+) -> list[SensitivityRow]:
+    """The sensitivity rows (costs/sensitivity.py): prices, bandwidth, the model's error."""
+    from autopar.costs.sensitivity import run_sensitivity
+
+    if run.progress is not None:
+        run.progress("sensitivity: prices ±20%, inter-node bandwidth halved, the model's 80% band")
+    s = run.settings
+    return run_sensitivity(
+        run.model, run.workload, results, ranking, s.deadline_s, s.max_cost_usd, estimate_fn
+    )
+
+
 def _assemble(
     run: _Run,
     prepared: list[Prepared],
@@ -385,17 +526,15 @@ def _assemble(
             o.rank = ranking.index(o.label) + 1
         o.on_pareto = o.label in front
     infeasible = [o.label for o in results if not o.feasible]
-    message = headline(cands, ranking, s.deadline_s, s.max_cost_usd, infeasible)
-    rows: list[SensitivityRow] = []
-    if s.sensitivity and cands:
-        if run.progress is not None:
-            run.progress("sensitivity: prices ±20%, inter-node bandwidth halved")
-        from autopar.costs.sensitivity import run_sensitivity
+    ties = mark_ties(results, ranking[0] if ranking else None)
+    message = with_ties(headline(cands, ranking, s.deadline_s, s.max_cost_usd, infeasible), ties)
+    from autopar.costs.evidence import attach_evidence
 
-        rows = run_sensitivity(
-            run.model, workload, results, ranking, s.deadline_s, s.max_cost_usd, estimate_fn
-        )
-    notes = _notes(prepared, results, s.tier, s.goodput, run.calibration)
+    attach_evidence(results, run.model, workload, run.calibration)
+    rows = _sensitivity(run, results, ranking, estimate_fn) if s.sensitivity and cands else []
+    notes = _notes(prepared, results, s.tier, s.goodput, run.calibration) + deadline_band_notes(
+        results, s.deadline_s
+    )
     if s.batch_tokens_per_gpu is None:
         for gpu in dict.fromkeys(o.gpu for o in results):
             cap = batch_cap_note(gpu, [o for o in results if o.gpu == gpu], workload.global_batch)
@@ -419,4 +558,5 @@ def _assemble(
         prices_file=s.prices_file,
         notes=notes,
         batch_tokens_per_gpu=s.batch_tokens_per_gpu,
+        ties=ties,
     )

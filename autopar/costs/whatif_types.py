@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autopar.costs.bands import FigureBand, Tie, band_doc
 from autopar.costs.figures import CostFigures
 from autopar.defaults import (
     DEFAULT_MIN_HEADROOM_GIB,
@@ -93,6 +94,10 @@ class OptionResult:
     price_provenance: str = ""
     price_borrowed_from: str = ""  # the GPU whose price this is when another GPU's was used ("" = its own)
     global_batch: int | None = None  # sequences per step at this option (--batch-tokens-per-gpu scales it)
+    band: FigureBand | None = None  # each figure at the ends of the model's 80% band (None: uncalibrated)
+    evidence: Any = None  # costs.evidence.OptionEvidence: the measured runs behind the figures
+    verify: tuple[str, ...] = ()  # why the chosen layout is not recipe-style (costs/recipe_style.py)
+    ties: list[str] = field(default_factory=list)  # "cost"/"time": tied with the best within the bands
 
     @property
     def price_label(self) -> str:
@@ -126,8 +131,9 @@ class OptionResult:
         return self.figures.gpu_hours if self.figures else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the `options` entries of `autopar whatif --json`)."""
-        return {
+        """JSON-ready dict (the `options` entries of `autopar whatif --json`): each banded figure has its
+        `_low`/`_high` beside it (costs/bands.py)."""
+        doc = {
             "label": self.label,
             "gpu": self.gpu,
             "count": self.count,
@@ -159,18 +165,33 @@ class OptionResult:
             "n_trials": self.n_trials,
             "n_feasible": self.n_feasible,
             "reason": self.reason or None,
+            "verify": list(self.verify),
+            "tie": list(self.ties),
+            "evidence": self.evidence.to_dict() if self.evidence is not None else None,
         }
+        return band_doc(doc, self.band)
+
+    @property
+    def verify_text(self) -> str:
+        """'verify: ...; measure it (autopar tune)' for an unusual chosen layout, else ''."""
+        from autopar.costs.recipe_style import verify_text
+
+        return verify_text(self.verify)
 
 
 @dataclass
 class ScenarioOption:
-    """One option's figures under a sensitivity scenario."""
+    """One option's figures under a sensitivity scenario (the model-error scenario also gives each end)."""
 
     label: str
     time_to_train_s: float
     total_cost_usd: float
     meets_deadline: bool | None
     rank: int | None
+    time_to_train_s_low: float | None = None
+    time_to_train_s_high: float | None = None
+    total_cost_usd_low: float | None = None
+    total_cost_usd_high: float | None = None
 
 
 @dataclass
@@ -178,9 +199,9 @@ class SensitivityRow:
     """One what-if perturbation (a GPU's price ±20%, inter-node bandwidth halved) and its effect."""
 
     scenario: str  # human label, e.g. "H100-SXM price +20%"
-    kind: str  # "price" | "internode_bw"
+    kind: str  # "price" | "internode_bw" | "model_error"
     gpu: str | None  # GPU whose price moved (None for bandwidth)
-    factor: float  # multiplier applied (1.2, 0.8, 0.5)
+    factor: float  # multiplier applied (1.2, 0.8, 0.5; model error: 1, each option at its band's ends)
     winner: str | None  # label of the rank-1 option under the scenario
     runner_up: str | None  # label of the rank-2 option under the scenario
     winner_changed: bool  # winner differs from the baseline winner
@@ -224,6 +245,7 @@ class WhatIfResult:
     prices_file: str | None = None
     notes: list[str] = field(default_factory=list)
     batch_tokens_per_gpu: float | None = None  # global batch = count x this (per option); None = fixed batch
+    ties: list[Tie] = field(default_factory=list)  # options the model's band cannot rank (costs/bands.py)
 
     @property
     def winner(self) -> OptionResult | None:
@@ -273,6 +295,7 @@ class WhatIfResult:
             "options": [o.to_dict() for o in self.options],
             "ranking": list(self.ranking),
             "pareto": list(self.pareto),
+            "ties": [t.to_dict() for t in self.ties],
             "sensitivity": [s.to_dict() for s in self.sensitivity],
             "seed": self.seed,
             "search_budget": self.search_budget,

@@ -104,7 +104,8 @@ def compare_report_html(info: ComparisonInfo, plotlyjs: str = "inline") -> str:
             f'<div class="panel">{figure_html(split_figure(info), "fig-step-split")}</div>',
             "step-split",
         )
-        + f'<div class="notes">{theme.notes([info.price_note, info.calibration_note], ok=True)}</div>'
+        + f'<div class="notes">{theme.notes(info.not_run)}'
+        + f"{theme.notes([info.price_note, info.calibration_note], ok=True)}</div>"
         + theme.footer("Figures are estimates; measure before committing a cluster.")
     )
     return render_page(f"Compare: {info.title}", body, plotlyjs)

@@ -4,6 +4,12 @@ row, the answer (which label is best on throughput, memory and cost) and each la
 The terminal table (autopar/cli/compare.py) and the HTML page (compare_html.py) both render this, so the
 two show the same rows with the same best marks. Evaluations are `autopar.cli.evaluation.Evaluation`
 (duck-typed here: the reports layer sits below the CLI). No plotly import: the terminal path stays light.
+
+A column is one label on one GPU (`Entry`): with `compare --gpu H100-SXM,B200` every label is estimated on
+every GPU. A label that cannot run on a GPU (its layout is invalid there) keeps its column, shown "–" with
+the reason, and takes no best mark; one that runs out of memory is marked by its memory verdict. Calibrated,
+tokens/s, step time and $/Mtoken carry the corrector's 80% band (step time and $/Mtoken fall as tokens/s
+rises, so their low end comes from the throughput band's high end: costs/bands.py).
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.calibration.verdict import OOM
+from autopar.costs.bands import BAND_NAME, inverse_band, number_range
 from autopar.units import GiB
+
+NOT_RUN = "–"  # the cell of a label that cannot run on that column's GPU
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,14 @@ def _band(ev: Any) -> str:
     return f" ({lo_hi[0]:,.0f}-{lo_hi[1]:,.0f})" if lo_hi else ""
 
 
+def _step_cell(ev: Any) -> str:
+    return number_range(ev.est.step_time_s, inverse_band(ev.est, ev.est.step_time_s), ".3f")
+
+
+def _usd_cell(ev: Any) -> str:
+    return number_range(ev.usd_per_mtoken, inverse_band(ev.est, ev.usd_per_mtoken), ".3f")
+
+
 def _time_row(name: str, field: str) -> Row:
     return Row(
         SPLIT_INDENT + name,
@@ -57,6 +74,7 @@ def _time_row(name: str, field: str) -> Row:
 
 def rows(precision: str, calibrated: bool) -> list[Row]:
     """The compared figures, in table order."""
+    band = f"; {BAND_NAME}" if calibrated else ""
     return [
         Row(
             "tokens/s (cluster" + ("; 80% band)" if calibrated else ")"),
@@ -76,7 +94,7 @@ def rows(precision: str, calibrated: bool) -> list[Row]:
             lambda e: f"{100 * e.est.mfu:.1f}%",
             True,
         ),
-        Row("step time (s)", lambda e: e.est.step_time_s, lambda e: f"{e.est.step_time_s:.3f}", False),
+        Row(f"step time (s{band})", lambda e: e.est.step_time_s, _step_cell, False),
         *(_time_row(name, field) for field, name in STEP_SPLIT),
         Row(
             "peak memory (GiB)",
@@ -85,7 +103,12 @@ def rows(precision: str, calibrated: bool) -> list[Row]:
             False,
         ),
         Row("free memory (GiB)", lambda e: e.est.headroom_gib, lambda e: f"{e.est.headroom_gib:+.1f}", True),
-        Row("$/Mtoken", lambda e: e.usd_per_mtoken, lambda e: f"{e.usd_per_mtoken:.3f}", False),
+        Row(
+            f"$/Mtoken{' (' + BAND_NAME + ')' if calibrated else ''}",
+            lambda e: e.usd_per_mtoken,
+            _usd_cell,
+            False,
+        ),
     ]
 
 
@@ -129,38 +152,70 @@ class ComparisonInfo:
     split: tuple[tuple[str, tuple[float, ...]], ...]  # (split row name, seconds per label), STEP_SPLIT order
     price_note: str
     calibration_note: str
+    not_run: tuple[str, ...] = ()  # 'column: cannot run: why' for each label that cannot run on its GPU
 
 
-def shown_rows(evs: Sequence[Any]) -> list[ShownRow]:
-    """Every compared row with its cells and best columns (the terminal table and the page)."""
+@dataclass(frozen=True)
+class Entry:
+    """One compared column: a label on one GPU, its evaluation, or why the label cannot run there."""
+
+    name: str  # the column's heading: the label, or 'GPU: label' when several GPUs are compared
+    ev: Any = None  # the Evaluation (None: the label cannot run on this GPU)
+    reason: str = ""  # why not
+
+    @property
+    def verdict(self) -> str:
+        return self.ev.verdict if self.ev is not None else "cannot run"
+
+
+def _entries(items: Sequence[Any]) -> list[Entry]:
+    """Entries as given, or evaluations named by their labels."""
+    return [x if isinstance(x, Entry) else Entry(x.strategy.label(), x) for x in items]
+
+
+def shown_rows(items: Sequence[Any]) -> list[ShownRow]:
+    """Every compared row with its cells and best columns (the terminal table and the page); a column
+    that did not run shows NOT_RUN and takes no mark."""
+    entries = _entries(items)
+    ran = [i for i, e in enumerate(entries) if e.ev is not None]
+    if not ran:
+        return []
+    first = entries[ran[0]].ev
     out = []
-    for row in rows(evs[0].workload.precision, evs[0].calib is not None):
-        shown = [row.shown(e) for e in evs]
-        best = best_columns([row.value(e) for e in evs], shown, row.higher_is_better)
-        out.append(ShownRow(row.name, tuple(shown), frozenset(best)))
+    for row in rows(first.workload.precision, first.calib is not None):
+        shown = [row.shown(e.ev) if e.ev is not None else NOT_RUN for e in entries]
+        best = best_columns(
+            [row.value(entries[i].ev) for i in ran], [shown[i] for i in ran], row.higher_is_better
+        )
+        out.append(ShownRow(row.name, tuple(shown), frozenset(ran[j] for j in best)))
     return out
 
 
-def _best(objective: str, evs: Sequence[Any], value, shown, higher: bool, unit: str) -> Best:  # noqa: ANN001
-    """The best labels on one objective. Throughput and cost rank only the labels that may fit in memory
+def _best(objective: str, entries: Sequence[Entry], value, shown, higher: bool, unit: str) -> Best:  # noqa: ANN001
+    """The best columns on one objective. Throughput and cost rank only the columns that may fit in memory
     (verdict not 'oom'): a strategy that runs out of memory trains nothing."""
-    pool = [i for i, e in enumerate(evs) if objective == "memory" or e.verdict != OOM]
+    pool = [
+        i
+        for i, e in enumerate(entries)
+        if e.ev is not None and (objective == "memory" or e.ev.verdict != OOM)
+    ]
     if not pool:
         return Best(objective, (), "", "no label fits in memory")
-    cells = [shown(evs[i]) for i in pool]
-    vals = [value(evs[i]) for i in pool]
+    cells = [shown(entries[i].ev) for i in pool]
+    vals = [value(entries[i].ev) for i in pool]
     top = cells[vals.index(max(vals) if higher else min(vals))]
-    labels = tuple(evs[i].strategy.label() for i, c in zip(pool, cells, strict=True) if c == top)
-    note = "all labels equal" if len(labels) == len(evs) and len(evs) > 1 else ""
+    labels = tuple(entries[i].name for i, c in zip(pool, cells, strict=True) if c == top)
+    note = "all labels equal" if len(labels) == len(entries) and len(entries) > 1 else ""
     return Best(objective, labels, f"{top} {unit}".strip(), note)
 
 
-def answer(evs: Sequence[Any]) -> tuple[Best, ...]:
-    """Which label is best on throughput (tokens/s), memory (lowest peak) and cost ($/Mtoken)."""
+def answer(items: Sequence[Any]) -> tuple[Best, ...]:
+    """Which column is best on throughput (tokens/s), memory (lowest peak) and cost ($/Mtoken)."""
+    entries = _entries(items)
     return (
         _best(
             "throughput",
-            evs,
+            entries,
             lambda e: e.est.tokens_per_s,
             lambda e: f"{e.est.tokens_per_s:,.0f}",
             True,
@@ -168,30 +223,52 @@ def answer(evs: Sequence[Any]) -> tuple[Best, ...]:
         ),
         _best(
             "memory",
-            evs,
+            entries,
             lambda e: e.est.memory.total,
             lambda e: f"{e.est.memory.total / GiB:.1f}",
             False,
             "GiB peak",
         ),
         _best(
-            "cost", evs, lambda e: e.usd_per_mtoken, lambda e: f"${e.usd_per_mtoken:.3f}", False, "per Mtoken"
+            "cost",
+            entries,
+            lambda e: e.usd_per_mtoken,
+            lambda e: f"${e.usd_per_mtoken:.3f}",
+            False,
+            "per Mtoken",
         ),
     )
 
 
-def comparison_info(evs: Sequence[Any], title: str) -> ComparisonInfo:
-    """The compare page's content for evaluations on one problem (same model, cluster, workload, price)."""
-    price, calib = evs[0].price, evs[0].calib
+def price_note(evs: Sequence[Any]) -> str:
+    """'$/Mtoken at 3.49 USD/GPU-hour (source)', or each GPU's price when the columns span several GPUs."""
+    prices = {e.cluster.gpu.name: e.price for e in evs}
+    if len(prices) == 1:
+        price = next(iter(prices.values()))
+        return f"$/Mtoken at {price[0]:g} USD/GPU-hour ({price[1]})"
+    each = "; ".join(f"{gpu} {p[0]:.2f} ({p[1]})" for gpu, p in prices.items())
+    return f"$/Mtoken at each GPU's USD/GPU-hour: {each}"
+
+
+def comparison_info(items: Sequence[Any], title: str) -> ComparisonInfo:
+    """The compare page's content for evaluations (or Entries: a label on a GPU, possibly not run) of one
+    model and workload, on one cluster or one per GPU type."""
+    entries = _entries(items)
+    evs = [e.ev for e in entries if e.ev is not None]
+    calib = evs[0].calib if evs else None
     return ComparisonInfo(
         title=title,
-        labels=tuple(e.strategy.label() for e in evs),
-        answer=answer(evs),
-        rows=tuple(shown_rows(evs)),
-        verdicts=tuple(e.verdict for e in evs),
-        split=tuple((name, tuple(getattr(e.est.time, f) for e in evs)) for f, name in STEP_SPLIT),
-        price_note=f"$/Mtoken at {price[0]:g} USD/GPU-hour ({price[1]})",
+        labels=tuple(e.name for e in entries),
+        answer=answer(entries),
+        rows=tuple(shown_rows(entries)),
+        verdicts=tuple(e.verdict for e in entries),
+        split=tuple(
+            (name, tuple(getattr(e.ev.est.time, f) if e.ev is not None else 0.0 for e in entries))
+            for f, name in STEP_SPLIT
+        ),
+        price_note=price_note(evs) if evs else "no label could be estimated",
         calibration_note="uncalibrated: analytical model only (--no-calibration)"
         if calib is None
         else calib.describe(),
+        not_run=tuple(f"{e.name}: cannot run: {e.reason}" for e in entries if e.ev is None),
     )
