@@ -12,19 +12,18 @@ import plotly.graph_objects as go
 
 from autopar.files import write_atomic
 from autopar.reports.counts import search_counts  # noqa: F401 - re-exported for the report modules
-from autopar.reports.names import cluster_label, trial_cluster  # noqa: F401 - re-exported
+from autopar.reports.names import (  # noqa: F401 - re-exported for the report modules
+    ROLE_TITLES,
+    cluster_label,
+    role_title,
+    trial_cluster,
+)
 from autopar.reports.plotlyjs import RENDER_JS, plotly_script
 from autopar.reports.plotlyjs import figure_html as _figure_html
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import Workload
 from autopar.units import format_duration
 
-ROLE_TITLES = {
-    "fastest": "Fastest",
-    "cheapest": "Cheapest",
-    "most_headroom": "Most headroom",
-    "balanced": "Balanced",
-}
 # One colour per category, reused across figures so a segment means the same thing everywhere.
 PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563"]
 # The plotly toolbar appears only while the pointer is over a plot, stacked vertically in the right
@@ -43,11 +42,6 @@ FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 def esc(x: object) -> str:
     """HTML-escape any value (user-provided names end up in the page)."""
     return html.escape(str(x), quote=True)
-
-
-def role_title(role: str) -> str:
-    """Display name of a recommendation role ('most_headroom' -> 'Most headroom')."""
-    return ROLE_TITLES.get(role, role.replace("_", " ").capitalize())
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:

@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autopar.reports.common import role_title
-from autopar.reports.names import cluster_label, trial_cluster
+from autopar.reports.names import cluster_label, role_title, trial_cluster
 from autopar.reports.recipe import (  # noqa: F401 - re-exported: the decision card shows the recipe
     MATERIAL_FRACTION,
     RecipeView,

@@ -1,9 +1,22 @@
-"""Names of a search's clusters that the reports and the CLI share, free of any plotting library."""
+"""Names of a search's clusters and recommendation roles that the reports and the CLI share, free of any plotting
+library."""
 
 from __future__ import annotations
 
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.specs import ClusterSpec
+
+ROLE_TITLES = {
+    "fastest": "Fastest",
+    "cheapest": "Cheapest",
+    "most_headroom": "Most headroom",
+    "balanced": "Balanced",
+}
+
+
+def role_title(role: str) -> str:
+    """Display name of a recommendation role ('most_headroom' -> 'Most headroom')."""
+    return ROLE_TITLES.get(role, role.replace("_", " ").capitalize())
 
 
 def cluster_label(gpu: str, num_gpus: int) -> str:
