@@ -544,20 +544,114 @@ LABEL_EXAMPLE = "TP4+SP PP2v2 CP2 EP8 DP8/Z1 mb1 sel-AC"
 
 
 def parse_label(label: str) -> dict[str, Any]:
-    """The Strategy fields a label sets (zero 0 unless a Z token says otherwise); ValueError naming the first
-    token no pattern reads."""
+    """The Strategy fields a label sets (zero 0 unless a Z token says otherwise), in any case ('tp4+sp pp2v2
+    dp8/z1' = 'TP4+SP PP2v2 DP8/Z1'), or a key=value spec ('DP=4,TP=8,PP=2'); ValueError naming the first token
+    or key no pattern reads."""
+    if "=" in label:
+        return _parse_key_values(label)
     fields: dict[str, Any] = {"zero": 0}
     for tok in label.split():
-        for t in LABEL_TOKENS:
-            m = t.pattern.match(tok)
+        for pattern, read in _READERS:
+            m = pattern.match(tok.lower())
             if m:
-                fields.update(t.read(m))
+                fields.update(read(m))
                 break
         else:
             raise ValueError(
                 f"strategy label token '{tok}' not understood{_token_hint(tok)} (expected e.g. '{LABEL_EXAMPLE}')"
             )
     return fields
+
+
+# Labels read in any case: each token is matched lower-cased against its pattern made case-blind, so the
+# words a token captures (schedules, CP variants, recompute modes, optimizer states: lower case, checked
+# here) read as declared.
+_READERS = tuple((re.compile(t.pattern.pattern, re.IGNORECASE), t.read) for t in LABEL_TOKENS)
+if any(w != w.lower() for w in (*SCHEDULE_NAMES, *CP_COMM_NAMES, *_REC_BY_TOKEN, *OPTIMIZER_STATES)):
+    raise AssertionError("a label word has upper case: parse_label reads tokens lower-cased")
+
+# key=value strategy specs ('DP=4,TP=8,PP=2', 'tp=8 pp=2 dp=4 mb=1 zero=1'): keys in any case, pairs split by
+# commas or spaces. Each key sets the Strategy field its label token sets; a knob's own name (micro_batch,
+# pp_schedule, ...) is a key too. Left out, a field reads as when its label token is left out (no dp: the
+# commands derive it from the GPU count; zero 0).
+STRATEGY_KEYS: dict[str, str] = {
+    **{a.value: a.value for a in (Axis.TP, Axis.PP, Axis.VPP, Axis.DP, Axis.CP, Axis.EP, Axis.ETP)},
+    "sp": "sp",
+    "zero": "zero",
+    "mb": "micro_batch",
+    "recompute": "recompute",
+    "schedule": "pp_schedule",
+    "cp_comm": "cp_comm",
+    "hsdp": "dp_shard",
+    "first": "pp_first_layers",
+    "last": "pp_last_layers",
+    "emb_split": "pp_account_embedding",
+    "loss_split": "pp_account_loss",
+    "states": "optimizer_states",
+    "offload": "optimizer_offload",
+    "ao": "activation_offload_layers",
+}
+_FIELD_OF_KEY = {**{n: n for n in KNOB_NAMES}, **STRATEGY_KEYS}
+if set(_FIELD_OF_KEY.values()) != set(KNOB_NAMES):
+    raise AssertionError("knobs.STRATEGY_KEYS names a field that is no knob")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_FLAG_FIELDS = ("sp", "pp_account_embedding", "pp_account_loss")
+_WORD_FIELDS: dict[str, tuple[str, ...]] = {
+    "pp_schedule": SCHEDULE_NAMES,
+    "cp_comm": CP_COMM_NAMES,
+    "optimizer_states": OPTIMIZER_STATES,
+    "recompute": RECOMPUTE_MODES,
+}
+
+
+def _parse_key_values(spec: str) -> dict[str, Any]:
+    """The Strategy fields of a key=value spec (parse_label's second form)."""
+    pairs = re.split(r"[,\s]+", re.sub(r"\s*=\s*", "=", spec.strip()))
+    tokens = [p for p in pairs if p and "=" not in p]
+    if tokens:
+        raise ValueError(
+            f"strategy {spec!r} mixes a label token ('{tokens[0]}') with key=value pairs: write one form, "
+            "e.g. 'TP8 PP2 DP4' or 'tp=8,pp=2,dp=4'"
+        )
+    fields: dict[str, Any] = {"zero": 0}
+    given: set[str] = set()
+    for pair in filter(None, pairs):
+        key, _, value = pair.partition("=")
+        field = _FIELD_OF_KEY.get(key.lower().replace("-", "_"))
+        if field is None:
+            close = difflib.get_close_matches(key.lower(), list(_FIELD_OF_KEY), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"strategy key '{key}' not understood{hint} (keys: {', '.join(STRATEGY_KEYS)})")
+        if field in given:
+            raise ValueError(f"strategy key '{key}' is given twice in {spec!r}")
+        given.add(field)
+        fields[field] = _key_value(field, key, value)
+    if given & {Axis.PP.value, Axis.VPP.value} and "pp_schedule" not in given:  # as the PP token reads
+        fields["pp_schedule"] = implied_schedule(fields.get(Axis.VPP.value))
+    return fields
+
+
+def _key_value(field: str, key: str, text: str) -> Any:
+    """The value of one key=value pair, read as its field's type; ValueError naming the pair otherwise."""
+    v = text.strip().lower()
+    if field in _FLAG_FIELDS:
+        if v in _TRUE + _FALSE:
+            return v in _TRUE
+        expected = "1 or 0 (true/false, yes/no, on/off)"
+    elif field in _WORD_FIELDS:
+        word = _REC_BY_TOKEN.get(v.removesuffix("-ac"), v) if field == "recompute" else v
+        if word in _WORD_FIELDS[field]:
+            return word
+        expected = f"one of {', '.join(_WORD_FIELDS[field])}"
+    elif field == "optimizer_offload":
+        if re.fullmatch(r"\d+(?:\.\d*)?(?:e-?\d+)?", v):
+            return float(v)
+        expected = "a fraction such as 0.5"
+    elif v.isascii() and v.isdigit():
+        return int(v)
+    else:
+        expected = "a whole number"
+    raise ValueError(f"strategy {key}={text!r}: expected {expected}")
 
 
 def _token_forms() -> tuple[str, ...]:

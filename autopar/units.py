@@ -157,24 +157,64 @@ def usd_per_mtoken(
     return num_gpus * usd_per_gpu_hour / SECONDS_PER_HOUR / effective * TOKENS_PER_MTOKEN
 
 
-# Context lengths are powers of two and written with binary suffixes: "8k" = 8,192 tokens, "128K" = 131,072
-# (Llama 3.1's "128K context"), "1M" = 1,048,576.
-_SEQ_SUFFIX = {"": 1, "K": 2**10, "M": 2**20}
+# Size suffixes on counts ("one syntax", issue 46 item 5), one convention for every count a user writes:
+# - counts that are powers of two by habit - GPUs, sequences in a batch, parallel degrees, sequence lengths -
+#   read K as 1,024 and M as 1,048,576 ("16K H100s" in the Llama 3 paper are 16,384 GPUs; Llama 3.1's "128K
+#   context" is 131,072 tokens);
+# - counts people write in thousands - search trials, tokens - read K as 1,000 and M as 1,000,000 (tokens take
+#   the longer list of _COUNT_SUFFIX as well: `--tokens 15T`).
+# Case does not matter (8k = 8K); thousands commas ('1,024') and underscores ('1_024') are read as written.
+BINARY_SUFFIX: dict[str, int] = {"": 1, "K": 2**10, "M": 2**20}
+DECIMAL_SUFFIX: dict[str, int] = {"": 1, "K": 10**3, "M": 10**6}
+_SIGNED_COUNT_RE = re.compile(rf"^\s*([+-]?)\s*({_NUMBER})\s*([A-Za-z]?)\s*$")
+_SUFFIXED_NUMBER = re.compile(r"(?<!\w)(?<!\d\.)(\d+(?:\.\d+)?)([A-Za-z])(?!\w)")
+
+
+def _suffix_words(suffixes: dict[str, int]) -> str:
+    """'K = 1,024, M = 1,048,576' for a suffix table."""
+    return ", ".join(f"{s} = {v:,}" for s, v in suffixes.items() if s)
+
+
+def parse_whole_count(
+    text: str | int, field: str, what: str, suffixes: dict[str, int] = BINARY_SUFFIX, example: str = "16K"
+) -> int:
+    """A whole count, optionally with a suffix of `suffixes` ('16K' = 16,384 with BINARY_SUFFIX, 16,000 with
+    DECIMAL_SUFFIX); the sign is kept, so the range checks stay with the consumer of the value."""
+    if isinstance(text, bool):
+        raise SpecError(f"{field}={text!r} is not a {what}")
+    if isinstance(text, int):
+        return text
+    plain = drop_thousands_commas(str(text).replace("_", ""))
+    m = _SIGNED_COUNT_RE.match(plain) if plain is not None else None
+    suffix = m.group(3).upper() if m else ""
+    if not m or suffix not in suffixes:
+        raise SpecError(
+            f"{field}={text!r} is not a {what}; use a whole number, optionally with a suffix "
+            f"({_suffix_words(suffixes)}), e.g. {example}"
+        )
+    value = float(m.group(2)) * suffixes[suffix]
+    if not (math.isfinite(value) and value == int(value)):
+        scale = f" ({suffix} = {suffixes[suffix]:,})" if suffix else ""
+        raise SpecError(f"{field}={text!r} is not a whole {what}{scale}")
+    return -int(value) if m.group(1) == "-" else int(value)
+
+
+def expand_count_suffixes(text: str, suffixes: dict[str, int] = BINARY_SUFFIX) -> str:
+    """`text` with each whole number written with a suffix of `suffixes` spelt out, the rest as it was:
+    '1k..4k' -> '1024..4096', '64,1K' -> '64,1024' (for values with a grammar of their own, such as GPU-count
+    ranges, whose reader then reads plain numbers)."""
+
+    def spelt(m: re.Match[str]) -> str:
+        mult = suffixes.get(m.group(2).upper())
+        value = float(m.group(1)) * mult if mult else math.nan
+        return str(int(value)) if math.isfinite(value) and value == int(value) else m.group(0)
+
+    return _SUFFIXED_NUMBER.sub(spelt, text)
 
 
 def parse_seq_len(text: str | int) -> int:
     """A sequence length: a whole number of tokens, or with a binary suffix K / M ('8k' = 8192)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return _positive_whole(text, text)
-    plain = drop_thousands_commas(str(text).replace("_", ""))
-    m = _COUNT_RE.match(plain) if plain is not None else None
-    suffix = m.group(2).upper() if m else ""
-    if not m or suffix not in _SEQ_SUFFIX:
-        raise SpecError(f"seq-len={text!r} is not a sequence length; use tokens, e.g. 8192, 8k, 32K, 128k")
-    return _positive_whole(float(m.group(1)) * _SEQ_SUFFIX[suffix], text)
-
-
-def _positive_whole(value: float, text: object) -> int:
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+    tokens = parse_whole_count(text, "seq-len", "sequence length", BINARY_SUFFIX, "8192, 8k, 32K, 128k")
+    if tokens < 1:
         raise SpecError(f"seq-len={text!r} must be a positive whole number of tokens")
-    return int(value)
+    return tokens

@@ -166,9 +166,9 @@ def test_batch_jsonl_and_missing_file(tmp_path: Path):
 @pytest.mark.parametrize(
     "argv,fragment",
     [
-        (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
+        (["estimate", "--zero", "abc"], "Invalid value for '--zero'"),
         (["estimat"], "No such command 'estimat'"),
-        (["launch", "--gpus", "many"], "Invalid value for '--gpus'"),
+        (["launch", "--gpus", "many"], "gpus='many' is not a GPU count"),  # counts are read by autopar (16K)
         (["optimize", "--gpu", "H1OO", "--budget", "5"], "unknown GPU 'H1OO'"),
     ],
 )

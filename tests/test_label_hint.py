@@ -13,8 +13,8 @@ from autopar.specs import Strategy
     ("typo", "meant"),
     [
         ("CP2-allgathr", "CP2-allgather"),
-        ("TP4+Sp", "TP4+SP"),
-        ("DP8/z1", "DP8/Z1"),
+        ("TP4+S", "TP4+SP"),  # not 'TP4+Sp' / 'DP8/z1': labels read in any case (tests/test_one_syntax.py)
+        ("DP8-Z1", "DP8/Z1"),
         ("fulll-AC", "full-AC"),
         ("PP4v5-interleavd", "PP4v5-interleaved"),
         ("emb-splt", "emb-split"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from autopar.catalog.hf import canonical_fields, model_from_hf_config
 from autopar.catalog.names import NameIndex
-from autopar.errors import DataError, close_hint
+from autopar.errors import DataError, SpecError, UnknownNameError, close_hint
 from autopar.files import expand_user
 from autopar.inputs import (
     CONFIG_MAX_BYTES,
@@ -25,6 +26,7 @@ from autopar.inputs import (
     shown,
 )
 from autopar.specs import GPUSpec, ModelSpec
+from autopar.text import excerpt
 
 DATA_DIR = Path(__file__).parent / "data"
 MODELS_FILE = DATA_DIR / "models.yaml"
@@ -249,7 +251,75 @@ def get_model(name_or_path: str) -> ModelSpec:
     """
     if _looks_like_path(name_or_path):
         return load_model_file(name_or_path)
-    return model_catalog().index.get(name_or_path)
+    index = model_catalog().index
+    try:
+        return index.get(name_or_path)
+    except UnknownNameError as e:
+        sized = _preset_of_size(name_or_path)
+        if sized is not None:
+            return index.get(sized)
+        e.args = (f"{e}{OFFLINE_HINT}",)
+        raise
+
+
+# Said with every unknown model name: a model autopar has no preset for is read from its Hugging Face
+# config.json, a local file, without the network.
+OFFLINE_HINT = "; or pass the path of its config.json (autopar reads it offline)"
+# A model size as people write it ('70B', '1.3b', '1T') or an MoE total as the names write it ('8x7B').
+_SIZE_RE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([BT])", re.IGNORECASE)
+_BILLIONS = {"B": 1.0, "T": 1e3}
+
+
+def _size_key(text: str) -> tuple[int, float] | None:
+    """(experts, billions of parameters) of a size: '70B' -> (1, 70.0), '1T' -> (1, 1000.0), '8x7B' -> (8,
+    7.0); None for text that is not a size."""
+    m = _SIZE_RE.fullmatch(text.strip())
+    return None if m is None else (int(m[1] or 1), float(m[2]) * _BILLIONS[m[3].upper()])
+
+
+def nominal_size(spec: ModelSpec) -> str | None:
+    """A preset's nominal size: the first part of its name, else of an alias, that is a size ('Llama-3.1-70B'
+    -> '70B', 'Qwen3-235B-A22B' -> '235B', 'Mixtral-8x7B' -> '8x7B', DeepSeek-V3 by deepseek-v3-671b -> '671B');
+    the catalog stores no parameter count (autopar.perf.params derives it), so the names carry the size."""
+    for label in (spec.name, *spec.aliases):
+        for part in re.split(r"[-_/ ]+", label):
+            if _size_key(part) is not None:
+                return part[:-1] + part[-1].upper()
+    return None
+
+
+def presets_of_size(size: str) -> list[str] | None:
+    """The built-in presets of nominal size `size` (`nominal_size`), in catalog order; None when `size` is no
+    size ('70B' -> Llama-2-70B, ... ; '8x7B' -> Mixtral-8x7B)."""
+    key = _size_key(size)
+    if key is None:
+        return None
+    return [s.name for s in model_catalog().entries if (n := nominal_size(s)) and _size_key(n) == key]
+
+
+def _preset_of_size(size: str) -> str | None:
+    """The one preset of nominal size `size`; None when `size` is no size; SpecError when several or none have it."""
+    names = presets_of_size(size)
+    if names is None or len(names) == 1:
+        return names[0] if names else None
+    shown = excerpt(size)
+    if names:
+        raise SpecError(f"model '{shown}' is a size; presets of that size: {', '.join(names)}; pass one")
+    raise SpecError(
+        f"model '{shown}' is a size no built-in preset has (`autopar models` lists them){OFFLINE_HINT}"
+    )
+
+
+def model_for_size(query: str) -> str | None:
+    """The preset a `--model` value names by its size alone ('405B' -> Llama-3.1-405B), for the CLI to say so;
+    None when the value is a model name, a path or no size; SpecError when several presets (or none) have it."""
+    if _size_key(query) is None or _looks_like_path(query):
+        return None
+    try:
+        model_catalog().index.get(query)
+    except UnknownNameError:
+        return _preset_of_size(query)
+    return None
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

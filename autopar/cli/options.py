@@ -16,12 +16,13 @@ for an estimate, a range for a search); the parameter is still called `name`.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
@@ -44,8 +45,14 @@ from autopar.defaults import (
     DEFAULT_WHATIF_BUDGET,
 )
 from autopar.errors import SpecError
-from autopar.knobs import SCHEDULE_NAMES
-from autopar.units import parse_seq_len
+from autopar.knobs import SCHEDULE_NAMES, Axis
+from autopar.units import (
+    BINARY_SUFFIX,
+    DECIMAL_SUFFIX,
+    expand_count_suffixes,
+    parse_seq_len,
+    parse_whole_count,
+)
 
 if TYPE_CHECKING:
     from autopar.problem import ClusterChoice, Problem
@@ -91,13 +98,19 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         ],
         None,
     ),
-    ("gpus", Annotated[int | None, _o(help=f"Number of GPUs \\[default: {DEFAULT_GPUS}]")], None),
+    (
+        "gpus",
+        Annotated[
+            int | None, _o(help=f"Number of GPUs, e.g. 64 or 16K (= 16,384) \\[default: {DEFAULT_GPUS}]")
+        ],
+        None,
+    ),
     (
         "gpus:range",
         Annotated[
             str | None,
             _o(
-                help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP "
+                help="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP; 1K = 1,024 "
                 f"\\[default: {DEFAULT_GPUS}]."
             ),
         ],
@@ -127,7 +140,6 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             int | None,
             _o(
                 "--nvlink-domain",
-                min=1,
                 help="GPUs sharing one NVLink fabric (GB200 NVL72 = 72, NVL36 = 36; DGX H100 = 8) "
                 "\\[default: the GPU's]. The GPU count need not be a multiple of it.",
             ),
@@ -182,7 +194,7 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             int | None,
             _o(
                 "--global-batch",
-                help=f"Global batch (sequences per step) \\[default: {DEFAULT_GLOBAL_BATCH}].",
+                help=f"Global batch (sequences per step; 2K = 2,048) \\[default: {DEFAULT_GLOBAL_BATCH}].",
             ),
         ],
         None,
@@ -363,8 +375,8 @@ _PARAMS: list[tuple[str, Any, Any]] = [
             str | None,
             _o(
                 "--strategy",
-                help="A strategy label as optimize prints it, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' "
-                "(instead of the knob flags)",
+                help="A strategy label as optimize prints it, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1 sel-AC' (any "
+                "case), or key=value pairs, e.g. 'tp=4,sp=1,pp=2,vpp=2,dp=8,zero=1' (instead of the knob flags)",
             ),
         ],
         None,
@@ -437,10 +449,10 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         0,
     ),
     # --- the search ---
-    ("budget", Annotated[int, _o(help="Distinct strategies to evaluate.")], DEFAULT_BUDGET),
+    ("budget", Annotated[int, _o(help="Distinct strategies to evaluate (2k = 2,000).")], DEFAULT_BUDGET),
     (
         "budget:whatif",
-        Annotated[int, _o("--budget", help="Search trials per option.")],
+        Annotated[int, _o("--budget", help="Search trials per option (2k = 2,000).")],
         DEFAULT_WHATIF_BUDGET,
     ),
     (
@@ -558,7 +570,47 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         "inline",
     ),
 ]
-OPTIONS: dict[str, inspect.Parameter] = {key: opt(key.partition(":")[0], a, d) for key, a, d in _PARAMS}
+# Counts take size suffixes (issue 46 item 5; units.py states the convention): an option of one of these names
+# declared `int` (here or in a command's own options: launch's knobs, whatif's --max-gpus) is read as text by
+# typer and by `with_options` as that count, inside the command's error boundary, so a bad value is one line
+# naming the option and the command body still gets an int. Name -> (what it counts, its suffix table). The
+# ranges stay the readers' (a plain integer reads as before: --gpus -4 is refused by the cluster's check).
+COUNT_OPTIONS: dict[str, tuple[str, dict[str, int]]] = {
+    "gpus": ("GPU count", BINARY_SUFFIX),
+    "max_gpus": ("GPU count", BINARY_SUFFIX),
+    "gpus_per_node": ("GPU count", BINARY_SUFFIX),
+    "nvlink_domain": ("GPU count", BINARY_SUFFIX),
+    "global_batch": ("batch size in sequences", BINARY_SUFFIX),
+    "micro_batch": ("micro-batch size in sequences", BINARY_SUFFIX),
+    **{a.value: ("parallel size", BINARY_SUFFIX) for a in (Axis.TP, Axis.PP, Axis.CP, Axis.EP, Axis.ETP)},
+    **{a.value: ("parallel size", BINARY_SUFFIX) for a in (Axis.DP, Axis.VPP)},
+    "activation_offload_layers": ("layer count", DECIMAL_SUFFIX),
+    "budget": ("number of trials", DECIMAL_SUFFIX),
+}
+
+
+READ_AS_COUNT = "autopar: read as a count"  # the mark `_as_text` leaves in a count's Annotated metadata
+
+
+def _as_text(p: inspect.Parameter) -> inspect.Parameter:
+    """A count option (COUNT_OPTIONS) declared `int` or `int | None`, declared as text for typer instead and
+    marked READ_AS_COUNT (typer reads only its OptionInfo); any other parameter as it is."""
+    args = get_args(p.annotation)
+    if p.name not in COUNT_OPTIONS or not args or args[0] not in (int, int | None):
+        return p
+    text = str if args[0] is int else str | None
+    info = copy.copy(args[1])  # a command's copy: the metavar only
+    info.metavar = info.metavar or "<count>"
+    return p.replace(annotation=Annotated[text, info, READ_AS_COUNT])
+
+
+def _is_count(p: inspect.Parameter) -> bool:
+    return READ_AS_COUNT in get_args(p.annotation)[1:]
+
+
+OPTIONS: dict[str, inspect.Parameter] = {
+    key: _as_text(opt(key.partition(":")[0], a, d)) for key, a, d in _PARAMS
+}
 
 # The option sets several commands share, in their --help order.
 CLUSTER = ("gpus_per_node", "nvlink_domain")
@@ -604,13 +656,43 @@ class Flags(SimpleNamespace):
         return getattr(self, name, default)
 
 
+def _read_text(values: dict[str, Any], counts: frozenset[str]) -> dict[str, Any]:
+    """The option values with each count read (COUNT_OPTIONS) and a model named by its size alone resolved."""
+    out = dict(values)
+    for name in counts & out.keys():
+        what, suffixes = COUNT_OPTIONS[name]
+        if out[name] is not None:
+            example = "64, 16K" if suffixes is BINARY_SUFFIX else "500, 2k"
+            out[name] = parse_whole_count(out[name], name.replace("_", "-"), what, suffixes, example)
+    if isinstance(out.get("model"), str):
+        out["model"] = _model_of_size(out["model"])
+    return out
+
+
+def _model_of_size(model: str) -> str:
+    """`--model 405B`: the one built-in preset of that size, said on stderr (several: a one-line error)."""
+    from autopar.catalog.loader import model_for_size
+
+    preset = model_for_size(model)
+    if preset is None:
+        return model
+    from autopar.cli.app import err_console
+
+    err_console.print(f"--model {model}: {preset}, the one built-in preset of that size", highlight=False)
+    return preset
+
+
 def with_options(*params: str | inspect.Parameter) -> Callable[[Callable[[Flags], Any]], Callable[..., Any]]:
-    """Give a `def cmd(f: Flags)` the signature of `params` (registry keys or `opt(...)`s, in --help order)."""
-    sig = inspect.Signature([OPTIONS[p] if isinstance(p, str) else p for p in params])
+    """Give a `def cmd(f: Flags)` the signature of `params` (registry keys or `opt(...)`s, in --help order);
+    counts given as text are read first (COUNT_OPTIONS)."""
+    declared = [OPTIONS[p] if isinstance(p, str) else p for p in params]
+    shown = [_as_text(p) for p in declared]  # the registry's are already (OPTIONS): the same objects
+    sig = inspect.Signature(shown)
+    counts = frozenset(p.name for p in shown if _is_count(p))
 
     def decorator(fn: Callable[[Flags], Any]) -> Callable[..., Any]:
         def command(**kwargs: Any) -> Any:
-            return fn(Flags(**kwargs))
+            return fn(Flags(**_read_text(kwargs, counts)))
 
         command.__name__, command.__qualname__ = fn.__name__, fn.__qualname__
         command.__doc__, command.__module__ = fn.__doc__, fn.__module__
@@ -651,7 +733,7 @@ def problem_of(f: Flags, **over: Any) -> Problem:
     cluster = ClusterConfig(
         system=g("cluster_name"),
         gpu=g("gpu"),
-        gpus=None if gpus is None else str(gpus),
+        gpus=None if gpus is None else expand_count_suffixes(str(gpus)),  # a range: '1k..4k'
         gpus_per_node=g("gpus_per_node"),
         nvlink_domain=g("nvlink_domain"),
         internode_gbps=g("internode_gbps"),
