@@ -29,7 +29,7 @@ from autopar.cli.options import (
 )
 from autopar.errors import AutoparError, NoFeasibleStrategyError
 from autopar.search.storage import mask
-from autopar.units import format_duration
+from autopar.units import format_duration, format_tokens
 
 if TYPE_CHECKING:
     from autopar.problem import SearchSettings
@@ -184,7 +184,8 @@ def _print_problem(result: Any) -> None:
         styled(
             (result.model.name, "bold"),
             f" · {', '.join(result.inputs['gpu'])} x {'/'.join(map(str, result.inputs['gpus']))} GPUs · "
-            f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}",
+            f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}"
+            + (f" · {format_tokens(w.token_budget)} tokens" if w.token_budget else ""),
         )
     )
 
@@ -287,7 +288,7 @@ def _train_words(result: Any, t: Any) -> str:
         return ""
     time_s = tokens / t.values["throughput"]
     cost = f" and costs ${t.values['cost'] * tokens / 1e6:,.0f}" if "cost" in t.values else ""
-    return f" Training {tokens:.3g} tokens takes {format_duration(time_s)}{cost}."
+    return f" Training {format_tokens(tokens)} tokens takes {format_duration(time_s)}{cost}."
 
 
 def _recipe(result: Any, explain: bool, verdict: Any) -> str:

@@ -181,6 +181,11 @@ def _k(x: float) -> str:
     return f"{x / 1e3:,.0f}k" if x >= 1e4 else f"{x:,.0f}"
 
 
+def _days(x: float) -> str:
+    """'149', '2,241', '3.5': three significant figures, never in exponent form."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _usd(x: float) -> str:
     for suffix, mult in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(x) >= mult:
@@ -202,7 +207,7 @@ def _train_line(v: Verdict) -> str:
     days = format_duration(v.train_days * SECONDS_PER_DAY)
     if v.train_days_band:
         lo, hi = v.train_days_band
-        days += f" ({lo:.3g}–{hi:.3g} days)"
+        days += f" ({_days(lo)}–{_days(hi)} days)"
     cost = ""
     if v.train_usd is not None:
         cost = f" and {_usd(v.train_usd)}"
