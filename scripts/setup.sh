@@ -2,7 +2,8 @@
 # Create .venv (if missing) and install autopar. Idempotent.
 #   bash scripts/setup.sh          runtime dependencies only (what `autopar` needs; the quick start)
 #   bash scripts/setup.sh extras   plus every optional extra a README command may need, torch aside (calibrate, tune,
-#                                  parquet, postgres: `calibrate fit`, `tune`, Parquet records, PostgreSQL studies)
+#                                  parquet, postgres, serve: `calibrate fit`, `tune`, Parquet records, PostgreSQL
+#                                  studies, `autopar serve`)
 #   bash scripts/setup.sh test     plus the test extras (pytest, hypothesis, playwright, ruff, psycopg, ...) and
 #                                  the frameworks that check the launch files (launch-check: torchtitan, DeepSpeed)
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 case "${1:-runtime}" in
   runtime) TARGET="." ;;
-  extras) TARGET=".[calibrate,tune,parquet,postgres]" ;;
+  extras) TARGET=".[calibrate,tune,parquet,postgres,serve]" ;;
   test) TARGET=".[test,launch-check]" ;;
   *) echo "error: scripts/setup.sh takes 'runtime', 'extras' or 'test', not '$1'" >&2; exit 2 ;;
 esac

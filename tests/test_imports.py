@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"reports"},
     {"dryrun"},
     {"tune"},
-    {"cli", "__main__"},
+    {"cli", "__main__", "service"},  # the service runs the CLI's commands; `autopar serve` starts it
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 

@@ -94,4 +94,4 @@ def test_setup_extras_installs_every_extra_a_hint_names():
     text = (ROOT / "scripts" / "setup.sh").read_text()
     m = re.search(r'extras\) TARGET="\.\[([a-z,-]+)\]"', text)
     assert m, "setup.sh has no extras target"
-    assert set(m[1].split(",")) == {"calibrate", "tune", "parquet", "postgres"}
+    assert set(m[1].split(",")) == {"calibrate", "tune", "parquet", "postgres", "serve"}

@@ -14,6 +14,7 @@ from autopar.cli import estimate as _estimate  # noqa: F401,E402
 from autopar.cli import fix as _fix  # noqa: F401,E402
 from autopar.cli import launch as _launch  # noqa: F401,E402
 from autopar.cli import optimize as _optimize  # noqa: F401,E402
+from autopar.cli import serve as _serve  # noqa: F401,E402
 from autopar.cli import study as _study  # noqa: F401,E402
 from autopar.cli import topology as _topology  # noqa: F401,E402
 from autopar.cli import tune as _tune  # noqa: F401,E402
