@@ -8,6 +8,7 @@ validation and the fingerprint live in `autopar.calibration.rows`, tokens/s deri
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,10 @@ from autopar.calibration.rows import (
     SCHEMA_COLUMNS,
     RowError,
     RunRow,
+    far_off,
+    far_off_warning,
     fingerprint,
+    given_value_errors,
     normalize_record,
     validate_rows,
 )
@@ -40,7 +44,7 @@ from autopar.calibration.throughput import (
     measured_tokens_per_s_per_gpu,
     tflops_definition,
 )
-from autopar.errors import DataError
+from autopar.errors import DataError, MissingExtraError
 from autopar.inputs import (
     CONFIG_MAX_BYTES,
     RECORD_MAX_BYTES,
@@ -63,20 +67,24 @@ __all__ = [
     "SCHEMA_COLUMNS",
     "TABLE_FORMATS",
     "TFLOPS_DEFINITIONS",
+    "GIVEN_SOURCE",
     "FileCheck",
     "IngestReport",
     "InvalidRowsError",
+    "MissingFieldsError",
     "RowError",
     "RunRow",
     "check_file",
     "check_log_file",
     "check_table_file",
     "detect_format",
+    "far_off_lines",
     "fingerprint",
     "flops_per_token",
     "ingest",
     "load_sidecar",
     "measured_tokens_per_s_per_gpu",
+    "missing_log_fields",
     "normalize_config",
     "normalize_record",
     "read_table_rows",
@@ -94,6 +102,9 @@ class FileCheck:
     records: list[dict[str, Any]] = field(default_factory=list)
     errors: list[RowError] = field(default_factory=list)
     rows_read: int = 0
+    # the source given to rows without one, and why that name ("" when every row named its own)
+    default_source: str = ""
+    source_how: str = ""
 
     @property
     def bad_rows(self) -> list[int]:
@@ -142,7 +153,7 @@ def read_table_rows(path: Path, fmt: str) -> tuple[list[dict[str, Any]], list[Ro
         try:
             df = pd.read_parquet(path)
         except ImportError as e:
-            raise DataError("reading Parquet needs pyarrow: pip install 'autopar[parquet]'") from e
+            raise MissingExtraError("pyarrow", "parquet", "reading Parquet") from e
         except Exception as e:
             raise DataError(f"'{path}' is not a readable Parquet file: {e}") from e
         return [{k: (None if _is_na(v) else v) for k, v in r.items()} for r in df.to_dict("records")], []
@@ -232,6 +243,8 @@ class IngestReport:
     checks: list[FileCheck]
     added: int
     store_path: Path
+    # one line per stored run far off the analytical prediction (rows.far_off): stored, but worth a look
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -280,18 +293,84 @@ def check_log_file(
     try:
         samples = parse_log(text, fmt)
         rec = aggregate(samples, merge_log_config(dict(config), log_config(text, fmt)), warmup=warmup)
-        missing = [k for k in LOG_REQUIRED if rec.get(k) in (None, "")]
-        if not rec.get("model") and not all(rec.get(k) for k in CORE_ARCH_COLUMNS):
-            missing.append("model (or the arch: " + "/".join(CORE_ARCH_COLUMNS) + ")")
-        if missing:
-            raise DataError(
-                f"neither the log nor the flags/--sidecar give {', '.join(missing)} "
-                "(pass them as flags, e.g. --gpu/--gpus/--model, or in a --sidecar YAML)"
-            )
     except DataError as e:
         raise DataError(f"{path}: {e}") from None
-    good, errors = validate_rows([rec], default_source=default_source or fmt)
-    return FileCheck(path=path, fmt=fmt, records=good, errors=errors, rows_read=1)
+    missing = missing_log_fields(rec)
+    if missing:
+        raise MissingFieldsError(path, missing, rec, config)
+    name, how = _log_source(default_source, rec, fmt)
+    good, errors = validate_rows([rec], default_source=name)
+    check = FileCheck(path=path, fmt=fmt, records=good, errors=errors, rows_read=1)
+    _note_default_source(check, name, how)
+    return check
+
+
+def _log_source(given: str | None, rec: Mapping[str, Any], fmt: str) -> tuple[str, str]:
+    """The source of a log's record when it names none, and why: --group/--source, else the sidecar's
+    `cluster`, else the log format. Not the file name: a source is the unit leave-one-source-out validation
+    holds out and weighs like a whole published source, so a name per file would count every log of one
+    cluster as an independent source (and the store's runs would never share the one group `calibrate fit`
+    defaults to)."""
+    if given:
+        return given, GIVEN_SOURCE
+    cluster = str(rec.get("cluster") or "").strip()
+    if cluster:
+        return cluster, "the sidecar's cluster"
+    return fmt, "named after the log format: no --group NAME given"
+
+
+# What a missing log field is called on the command line and in a sidecar (schema name otherwise).
+_FLAG = {"gpu": "--gpu", "num_gpus": "--gpus", "seq_len": "--seq-len", "global_batch": "--global-batch"}
+_SIDECAR_KEY = {"num_gpus": "gpus"}
+_MODEL_FIELD = "model (or the arch: " + "/".join(CORE_ARCH_COLUMNS) + ")"
+
+
+def missing_log_fields(rec: Mapping[str, Any]) -> list[str]:
+    """The fields a log record still lacks (LOG_REQUIRED, and a model or its arch), in schema names."""
+    missing = [k for k in LOG_REQUIRED if rec.get(k) in (None, "")]
+    if not rec.get("model") and not all(rec.get(k) for k in CORE_ARCH_COLUMNS):
+        missing.append("model")
+    return missing
+
+
+class MissingFieldsError(DataError):
+    """A log whose record lacks fields: one line naming every missing field, the flags and sidecar keys that
+    give them, the given values that are invalid too, and sidecar keys that look like a missing field."""
+
+    def __init__(
+        self, path: Path, missing: list[str], rec: Mapping[str, Any], given: Mapping[str, Any]
+    ) -> None:
+        self.path, self.missing = path, missing
+        names = ", ".join(_MODEL_FIELD if m == "model" else m for m in missing)
+        flags = "/".join(_FLAG.get(m, f"--{m}") for m in missing)
+        keys = ", ".join(_SIDECAR_KEY.get(m, m) for m in missing)
+        text = (
+            f"{path}: neither the log nor the flags/--sidecar give {names} — pass {flags} or add {keys} "
+            "to a --sidecar YAML (examples/README.md)"
+        )
+        problems = [f"{f}={v!r}: {_short(why)}" for f, v, why in given_value_errors(rec)]
+        problems += _lookalike_keys(given, missing)
+        super().__init__(text + ("; also " + "; ".join(problems) if problems else ""))
+
+
+def _short(reason: str) -> str:
+    """A reason without the catalog listing an unknown-name error appends."""
+    return reason.split(" (known:", 1)[0]
+
+
+def _lookalike_keys(given: Mapping[str, Any], missing: list[str]) -> list[str]:
+    """'sidecar key K is not read: did you mean M?' for the given keys outside the schema that look like a
+    missing field (a close spelling, or the field's name inside the key: gpu_type, num_gpu)."""
+    spelled = {_SIDECAR_KEY.get(m, m): m for m in missing} | {m: m for m in missing}
+    out = []
+    for key in sorted(k for k in given if k not in SCHEMA_COLUMNS):
+        like = [n for n in spelled if n in key or difflib.SequenceMatcher(None, key, n).ratio() >= 0.6]
+        if like:
+            best = max(like, key=lambda n: difflib.SequenceMatcher(None, key, n).ratio())
+            out.append(
+                f"sidecar key {key!r} is not read: did you mean {_SIDECAR_KEY.get(spelled[best], best)}?"
+            )
+    return out
 
 
 def check_file(
@@ -319,7 +398,17 @@ def check_file(
     check = check_table_file(p, fmt, default_source=source or p.stem)
     if check.rows_read == 0:
         raise DataError(f"'{p}' has no rows")
+    _note_default_source(check, source or p.stem, GIVEN_SOURCE if source else "named after the file")
     return check
+
+
+GIVEN_SOURCE = "given"
+
+
+def _note_default_source(check: FileCheck, name: str, how: str) -> None:
+    """Record on the check which name rows without a source got, and why (if any row got it)."""
+    if any(r.get("source") == name for r in check.records):
+        check.default_source, check.source_how = name, how
 
 
 def ingest(
@@ -332,13 +421,34 @@ def ingest(
     warmup: int | None = None,
     source: str | None = None,
 ) -> IngestReport:
-    """Validate every file, then write all valid records in one transaction (unless any row is bad)."""
-    checks = [check_file(p, fmt, config=config, warmup=warmup, source=source) for p in paths]
+    """Validate every file, then write all valid records in one transaction (unless any row is bad). Logs
+    that lack fields are reported together, one line naming each log's missing fields."""
+    checks, missing = [], []
+    for p in paths:
+        try:
+            checks.append(check_file(p, fmt, config=config, warmup=warmup, source=source))
+        except MissingFieldsError as e:
+            missing.append(str(e))
+    if missing:
+        raise DataError(" | ".join(missing))
     if any(c.errors for c in checks) and not skip_invalid:
         raise InvalidRowsError(checks)
     items = [(fingerprint(r), r, str(c.path.resolve())) for c in checks for r in c.records]
     added = store.add(items) if items else 0
-    return IngestReport(checks=checks, added=added, store_path=store.path)
+    return IngestReport(checks=checks, added=added, store_path=store.path, warnings=far_off_lines(checks))
+
+
+def far_off_lines(checks: Sequence[FileCheck]) -> list[str]:
+    """rows.far_off_warning for each valid record far off the analytical prediction, named by its file
+    (and its id where the file holds several rows)."""
+    out = []
+    for c in checks:
+        for r in c.records:
+            hit = far_off(r)
+            if hit is not None:
+                name = c.path.name if c.rows_read == 1 else f"{c.path.name} run {r.get('id')}"
+                out.append(far_off_warning(name, *hit, num_gpus=r.get("num_gpus")))
+    return out
 
 
 def read_run_records(path: str | Path) -> pd.DataFrame:

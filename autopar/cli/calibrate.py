@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import sys
 from collections.abc import Callable
@@ -14,8 +15,8 @@ from rich.table import Table
 
 from autopar.calibration.formats import FORMATS
 from autopar.calibration.store import RunStore
-from autopar.cli.app import app, command, console, emit_json, err_console, styled
-from autopar.errors import DataError
+from autopar.cli.app import app, command, console, emit_json, err_console, styled, warning_text
+from autopar.errors import DataError, SpecError
 from autopar.files import check_target, write_atomic
 from autopar.text import csv_cell, json_text
 
@@ -51,6 +52,16 @@ def _error_table(path: Path, errors: list[RowError], title: str) -> Table:
     return t
 
 
+IngestGroupOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--group",
+        help="your cluster's name: the source of runs without one, so that `calibrate fit --group NAME` "
+        "adapts to them as one cluster (default for logs: the sidecar's cluster, else the log format)",
+    ),
+]
+
+
 @_command("ingest")
 def ingest_cmd(
     files: Annotated[list[Path], typer.Argument(help="CSV/JSONL/Parquet run records, or training logs")],
@@ -67,6 +78,7 @@ def ingest_cmd(
         str | None,
         typer.Option(help="source label for rows without one (default: file name; for logs the format)"),
     ] = None,
+    group: IngestGroupOpt = None,
     warmup: Annotated[
         int | None, typer.Option(help="logged steps to skip at the start of a log (default 10%, at least 1)")
     ] = None,
@@ -98,13 +110,17 @@ def ingest_cmd(
     what = {"model": model, "gpu": gpu, "num_gpus": gpus, "gpus_per_node": gpus_per_node}
     how = {"precision": precision, "recompute": recompute, "framework": framework}
     config = _ingest_config(sidecar, {**what, **axes, **run, **how})
+    if source is not None and group is not None and source != group:
+        raise SpecError(
+            f"--source {source!r} and --group {group!r}: give one (the source of runs without one)"
+        )
     report = _run_ingest(
-        files, store, config, fmt=fmt, skip_invalid=skip_invalid, warmup=warmup, source=source
+        files, store, config, fmt=fmt, skip_invalid=skip_invalid, warmup=warmup, source=source or group
     )
     if as_json:
         emit_json(_ingest_json(report))
         return
-    _print_ingest(report)
+    _print_ingest(report, "--group" if group is not None else "--source")
 
 
 def _run_ingest(files: list[Path], store: Path | None, config: dict[str, Any], **opts: Any) -> Any:
@@ -129,8 +145,11 @@ def _ingest_config(sidecar: Path | None, flags: dict[str, Any]) -> dict[str, Any
     return config
 
 
-def _print_ingest(report: Any) -> None:
-    """`calibrate ingest`'s summary table (and each file's skipped rows) and the counts line."""
+def _print_ingest(report: Any, given_by: str) -> None:
+    """`calibrate ingest`'s summary table (and each file's skipped rows), the source each file's runs got
+    (`given_by`: the option that named it), far-off warnings and the counts line."""
+    from autopar.calibration.runs import GIVEN_SOURCE
+
     summary = Table(title="ingest", title_justify="left")
     for col in ("file", "format", "rows", "valid", "invalid"):
         summary.add_column(col, justify="left" if col in ("file", "format") else "right")
@@ -139,6 +158,12 @@ def _print_ingest(report: Any) -> None:
         if c.errors:
             err_console.print(_error_table(c.path, c.errors, "skipped invalid rows"))
     console.print(summary)
+    for c in report.checks:
+        if c.default_source:
+            how = given_by if c.source_how == GIVEN_SOURCE else c.source_how
+            console.print(f"{c.path.name}: source '{c.default_source}' ({how})", highlight=False)
+    for line in report.warnings:
+        err_console.print(warning_text(f"warning: {line}"))
     console.print(
         f"added {report.added} new record(s) ({report.duplicates} already stored, "
         f"{report.skipped} invalid row(s) skipped) to {report.store_path}"
@@ -159,6 +184,8 @@ def _ingest_json(report: Any) -> dict[str, Any]:
             "valid": len(c.records),
             "invalid": len(c.bad_rows),
             "errors": _errors_json(c.errors),
+            "default_source": c.default_source or None,
+            "default_source_from": c.source_how or None,
         }
         for c in report.checks
     ]
@@ -168,6 +195,7 @@ def _ingest_json(report: Any) -> dict[str, Any]:
         "duplicates": report.duplicates,
         "skipped": report.skipped,
         "files": files,
+        "warnings": report.warnings,
     }
 
 
@@ -371,20 +399,37 @@ def _without_smoke(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
     """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
-    from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
+    return training_records(store, public, data)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _published_records() -> tuple[dict[str, Any], ...]:
+    """The published runs shipped with autopar, validated like ingest (once per process)."""
+    from autopar.calibration.runs import check_file
     from autopar.data import published_runs_path
+
+    return tuple(check_file(published_runs_path()).records)
+
+
+def training_records(
+    store: Path | None, public: bool, data: list[Path] | None
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """gather_records' records, and the ids of those that are your runs: stored, and not one of the
+    published runs the default calibration was fitted on."""
+    from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
 
     if store is not None and not store.exists():
         raise DataError(f"no run store at '{store}': ingest runs first (autopar calibrate ingest FILE)")
-    records = _usable_stored(RunStore(store).records())  # [] when the default store does not exist
+    stored = _without_smoke(_usable_stored(RunStore(store).records()))  # [] when the default store is absent
+    published = {fingerprint(r) for r in _published_records()}
+    records = list(stored)
     if public:
-        records.extend(check_file(published_runs_path()).records)
+        records.extend(_published_records())
     for f in data or []:
         chk = check_file(f)
         if chk.errors:
             raise InvalidRowsError([chk])
-        records.extend(chk.records)
-    records = _without_smoke(records)
+        records.extend(_without_smoke(chk.records))
     seen: set[str] = set()
     unique = []
     for r in records:
@@ -394,33 +439,62 @@ def gather_records(store: Path | None, public: bool, data: list[Path] | None) ->
             unique.append(r)
     if not unique:
         raise DataError("no runs to learn from: ingest some (autopar calibrate ingest FILE) or use --public")
-    return unique
+    own = {str(r.get("id") or "") for r in stored if fingerprint(r) not in published}
+    return unique, own
+
+
+# Title note of an error table whose corrected columns equal the analytical ones on every group: with shrink 0
+# (no global correction passed the no-worse gate) a source left out gets no offset of its own, so its held-out
+# prediction is the analytical one by construction, not by a bug in the "before" figure.
+SAME_AS_ANALYTICAL = (
+    "analytical = corrected on every left-out source: no global correction passed the no-worse gate, "
+    "and a cluster's own offset moves only its own predictions"
+)
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def _rho(v: float | None) -> str:
+    return "–" if v is None or v != v else f"{v:.2f}"
+
+
+def _same_as_analytical(rows: list[dict[str, Any]]) -> bool:
+    """Whether every group's corrected figures equal its analytical ones (to the digits shown)."""
+    pairs = [("median_ape_before", "median_ape_after"), ("mean_ape_before", "mean_ape_after")]
+    return all(
+        _pct(r[b]) == _pct(r[a]) and _rho(r["spearman_before"]) == _rho(r["spearman_after"])
+        for r in rows
+        for b, a in pairs
+    )
 
 
 def _loso_table(df: Any, by: str, title: str | None = None) -> Table:
-    """Rich table of an error_table: analytical -> corrected per metric, one row per group plus 'all'."""
+    """Rich table of an error_table: analytical -> corrected per metric, one row per group plus 'all';
+    a single figure per metric, and a title that says why, when the two are the same on every group."""
+    rows = df.to_dict("records")
+    same = _same_as_analytical(rows)
+    head = title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family"))
     t = Table(
-        title=title or ("leave-one-source-out" + ("" if by == "source" else " by GPU family")),
+        title=f"{head} ({SAME_AS_ANALYTICAL})" if same else f"{head}: analytical → corrected",
         title_justify="left",
     )
     for c in (by, "n", "median APE", "mean APE", "Spearman", "in 80% band", "band width"):
         t.add_column(c, justify="left" if c == by else "right", no_wrap=True)
 
-    def pct(v: float) -> str:
-        return f"{100 * v:.1f}%"
+    def pair(before: str, after: str) -> str:
+        return before if same else f"{before} → {after}"
 
-    def rho(v: float | None) -> str:
-        return "–" if v is None or v != v else f"{v:.2f}"
-
-    for r in df.to_dict("records"):
+    for r in rows:
         t.add_row(
             str(r[by]),
             str(r["n"]),
-            f"{pct(r['median_ape_before'])} → {pct(r['median_ape_after'])}",
-            f"{pct(r['mean_ape_before'])} → {pct(r['mean_ape_after'])}",
-            f"{rho(r['spearman_before'])} → {rho(r['spearman_after'])}",
-            pct(r["band_coverage"]),
-            pct(r["band_width"]),
+            pair(_pct(r["median_ape_before"]), _pct(r["median_ape_after"])),
+            pair(_pct(r["mean_ape_before"]), _pct(r["mean_ape_after"])),
+            pair(_rho(r["spearman_before"]), _rho(r["spearman_after"])),
+            _pct(r["band_coverage"]),
+            _pct(r["band_width"]),
             style="bold" if r[by] == "all" else None,
         )
     return t
@@ -555,6 +629,16 @@ def _curve_table(curve: list[dict[str, float]], group: str) -> Table:
     return t
 
 
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="replace an existing --out even when the new model predicts your held-out runs worse than the "
+        "default calibration (a new file is written with a warning)",
+    ),
+]
+
+
 @_command("fit")
 def fit_cmd(
     out: Annotated[Path, typer.Option("--out", help="where to save the model (JSON)")],
@@ -562,22 +646,30 @@ def fit_cmd(
     public: PublicOpt = True,
     data: DataOpt = None,
     group: GroupOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the correctors on stored (and published) runs, validated by source; save them as JSON.
-    With a group (yours): per-cluster offset and slopes (calibration.hierarchy) and its learning curve."""
+    With a group (yours): per-cluster offset and slopes (calibration.hierarchy) and its learning curve.
+    Says first, in plain words, what the fit does for your runs against the default calibration; a model
+    that predicts your held-out runs worse than the default is written with a warning, and never replaces
+    an existing --out (a model that may be in use) unless --force."""
     from autopar.calibration.apply import fit_training_set
     from autopar.calibration.features import build_training_set
 
     if out.suffix.lower() in (".joblib", ".pkl", ".pickle"):
         raise DataError(f"--out {out}: models are saved as JSON (use a .json name), never pickle")
-    check_target(out)  # before fitting
-    records = gather_records(store, public, data)
-    ts = build_training_set(records)
-    grp = group if group is not None else _default_group(store, set(ts.groups))
-    mem = build_training_set(records, "memory")
+    replaces = check_target(out) is not None  # before fitting; an existing model may be in use
+    records, own = training_records(store, public, data)
+    ts, mem = build_training_set(records), build_training_set(records, "memory")
+    grp, how, ts, mem = _fit_group(group, store, ts, mem, own, records)
     cal = fit_training_set(ts, name=out.stem, memory_ts=mem, group=grp, records=records)
     curve = _adapt(cal, ts, grp) if grp is not None else []
+    summary = _fit_summary(cal, ts, own, how, records)
+    if summary.worse and replaces and not force:  # a worse model never silently replaces one in use
+        if not as_json:
+            _print_summary(summary)
+        raise DataError(f"{out} not replaced: {summary.held_out_line()}; --force replaces it anyway")
     cal.save(out)
     if as_json:
         emit_json(
@@ -585,6 +677,7 @@ def fit_cmd(
                 "out": str(out),
                 "name": cal.meta.name,
                 "description": cal.describe(),
+                "summary": summary.to_json(),
                 "choice": dict(cal.meta.choice),
                 "leave_one_source_out": list(cal.meta.loso or []),
                 "memory_cv": list(cal.meta.memory_cv or []),
@@ -593,7 +686,91 @@ def fit_cmd(
             }
         )
         return
+    _print_summary(summary)
+    if summary.worse:
+        err_console.print(warning_text(f"warning: {summary.held_out_line()}: worse than the default"))
     _print_fit(cal, ts, out, curve)
+
+
+def _fit_group(
+    group: str | None, store: Path | None, ts: Any, mem: Any, own: set[str], records: list[dict[str, Any]]
+) -> tuple[str | None, str, Any, Any]:
+    """The cluster the fit adapts to, why, and the training sets (regrouped when --group names none of the
+    runs' groups: your runs without a `cluster` cell are then that one cluster)."""
+    from autopar.calibration.fit_summary import group_names
+
+    mine = sorted({g for i, g in zip(ts.ids, ts.groups, strict=True) if i in own})
+    if group is not None and (group in ts.groups or not mine):
+        return group, "given by --group", ts, mem
+    if group is not None:
+        free = {str(r.get("id")) for r in records if str(r.get("id")) in own and not r.get("cluster")}
+        how = (
+            f"--group names none of the runs' groups: your runs ({group_names(mine)}) fitted as this cluster"
+        )
+        return group, how, _regrouped(ts, free, group), _regrouped(mem, free, group)
+    default = _default_group(store, set(ts.groups))
+    if default is not None:
+        return default, "the one group of your stored runs", ts, mem
+    if len(mine) > 1:
+        how = (
+            f"no --group: your runs are in {len(mine)} groups ({group_names(mine)}); they refit the band and "
+            "memory margin for every cluster and no prediction gets their offset: --group NAME fits them as "
+            "your one cluster NAME"
+        )
+        return None, how, ts, mem
+    return None, "no --group", ts, mem
+
+
+def _regrouped(ts: Any, ids: set[str], group: str) -> Any:
+    """A training set whose runs `ids` are in `group`."""
+    import dataclasses
+
+    return dataclasses.replace(
+        ts, groups=[group if i in ids else g for i, g in zip(ts.ids, ts.groups, strict=True)]
+    )
+
+
+def _fit_summary(cal: Any, ts: Any, own: set[str], how: str, records: list[dict[str, Any]]) -> Any:
+    """The fit's FitSummary against the default calibration, with the memory margins of your runs' stacks."""
+    from autopar.calibration.apply import load_default_calibration
+    from autopar.calibration.fit_summary import own_mask, summarize
+
+    default = load_default_calibration()
+    gpus = {str(r.get("id")): r.get("num_gpus") for r in records}
+    summary = summarize(cal, default, ts, own, how, gpus)
+    stacks = sorted({s for s, o in zip(ts.stacks, own_mask(ts, own), strict=True) if o})
+    summary.margins = [_margin_change(default, cal, s) for s in stacks]
+    return summary
+
+
+def _margin_text(m: Any) -> str:
+    """A memory margin in a few characters: the band's factor, else the fixed GiB."""
+    return f"x{m.factor:.2f}" if m.coverage else f"+{m.extra_gib:g} GiB"
+
+
+def _margin_change(default: Any, cal: Any, stack: str) -> Any:
+    """The memory margin a search uses on `stack`, with the default calibration and with `cal`, and why it
+    changed (search/margin.py band_margin)."""
+    from autopar.calibration.fit_summary import MarginChange
+    from autopar.search.margin import band_margin
+
+    before, after = band_margin(default, 0.0, stack), band_margin(cal, 0.0, stack)
+    if before.coverage and after.coverage:
+        why = "the memory band was refitted with your runs' measured peaks"
+    elif after.coverage:
+        why = f"your runs measured peaks on {stack}, a stack the default memory band was not fitted on"
+    else:
+        why = f"no run this fit learned from measured a peak on {stack}"
+    return MarginChange(stack, _margin_text(before), _margin_text(after), why)
+
+
+def _print_summary(summary: Any) -> None:
+    """The fit's plain-words summary (before its tables), and a warning line per far-off run."""
+    console.print("fit summary:", highlight=False)
+    for line in summary.lines():
+        console.print(f"- {line}", highlight=False)
+    for line in summary.far_off:
+        err_console.print(warning_text(f"warning: {line}"))
 
 
 def _print_fit(cal: Any, ts: Any, out: Path, curve: list[dict[str, float]]) -> None:

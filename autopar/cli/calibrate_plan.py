@@ -197,7 +197,9 @@ def plan_document(setup: _Setup, bands: list, props: list, n_own: int, group: st
 
 def _half_pct(b: tuple[float, float, float]) -> float:
     """The band's half-width as a percentage of its center (geometric: the band is symmetric in log)."""
-    return 100 * math.expm1(0.5 * math.log(b[2] / b[1]))
+    from autopar.calibration.fit_summary import half_width_pct
+
+    return half_width_pct(b[1], b[2])
 
 
 def _print_plan(doc: dict[str, Any], hint: str | None, folders: list[Path]) -> None:
