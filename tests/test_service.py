@@ -204,3 +204,21 @@ def test_to_argv_emits_only_the_commands_own_options(body: dict) -> None:
     argv = to_argv("estimate", {k: bool(v % 2) if k in flags else v for k, v in body.items()})
     assert argv[0] == "estimate" and argv[-1] == "--json"
     assert {a for a in argv[1:] if a.startswith("--")} <= declared
+
+
+def test_an_optimize_job_keeps_its_study_to_follow_and_report(client: TestClient) -> None:
+    """A job's study is in the service's storage: listed, its status complete == budget when done, its Pareto
+    read as `study report` reads it; an unknown study is a 404 that does not show where the storage is."""
+    body = {**SMALL, "sampler": "nsga2", "budget": 60}
+    job = client.post("/api/optimize?wait=120", json=body, headers=AUTH).json()
+    assert job["state"] == "done", job
+    name = f"serve-{job['id']}"
+    assert name in [s["name"] for s in client.get("/api/studies").json()["studies"]]
+    status = client.get(f"/api/studies/{name}").json()
+    assert status["complete"] == status["budget"] == 60
+    pareto = client.get(f"/api/studies/{name}/pareto").json()
+    assert pareto["verdict"]["label"] == job["result"]["verdict"]["label"]
+    assert client.get(f"/api/studies/{name}/report").text.count('id="verdict"') == 1
+    missing = client.get("/api/studies/no-such-study")
+    assert missing.status_code == 404 and "serve-studies" not in missing.text
+    assert client.get("/api/studies/bad name!").status_code == 422

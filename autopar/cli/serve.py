@@ -54,6 +54,13 @@ def serve_cmd(
     max_jobs: Annotated[int, typer.Option(help="Jobs (optimize, whatif) run at once.", min=1, max=64)] = 2,
     workers: Annotated[int, typer.Option(help="Worker processes for the quick commands.", min=1, max=64)] = 2,
     max_body: Annotated[int, typer.Option(help="Largest request body, bytes.", min=1024)] = 1 << 20,
+    studies: Annotated[
+        str | None,
+        typer.Option(
+            help="Where optimize jobs keep their studies, listed at /api/studies: a journal file, sqlite:///file.db or "
+            "a postgresql:// URL shared with the team's CLIs \\[default: $AUTOPAR_HOME/serve-studies.journal]."
+        ),
+    ] = None,
 ) -> None:
     """Serve autopar over HTTP: every command as a JSON endpoint (OpenAPI at /docs), optimize and whatif as
     jobs, the calibration store, the seed's advisor API (/api/parallelism/) and a web page at /.
@@ -67,7 +74,9 @@ def serve_cmd(
     from autopar.service.api import Settings, create_app
 
     token = read_token(token_file)
-    settings = Settings(token=token, max_body_bytes=max_body, max_jobs=max_jobs, quick_workers=workers)
+    settings = Settings(
+        token=token, max_body_bytes=max_body, max_jobs=max_jobs, quick_workers=workers, studies=studies or ""
+    )
     if host not in LOCAL_HOSTS:
         console.print(f"note: listening on {host}: reachable from other machines", style="dim")
     writes = "writes need the token" if token else f"writes off (no ${TOKEN_ENV} or --token-file)"

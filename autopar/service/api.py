@@ -21,7 +21,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,11 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from autopar.files import autopar_home
 from autopar.service.commands import Outcome, RequestError, params, request_model, to_argv
 from autopar.service.errors import error_body
-from autopar.service.jobs import Job, JobLimitError, Workers
+from autopar.service.jobs import Job, JobLimitError, Workers, new_job_id
+from autopar.service.studies import job_study, with_storage
 
 SYNC_COMMANDS = ("estimate", "compare", "fix", "launch")
 JOB_COMMANDS = ("optimize", "whatif")
@@ -50,6 +52,7 @@ class Settings:
     max_body_bytes: int = 1 << 20
     max_jobs: int = 2
     quick_workers: int = 2
+    studies: str = ""  # where optimize jobs keep their studies ('' = <autopar home>/serve-studies.journal)
 
 
 def _field_of(message: str, command: str) -> str | None:
@@ -127,7 +130,12 @@ def _job_route(app: FastAPI, command: str) -> None:
         if command == "optimize":  # the search report, in a folder the service owns
             report = Path(tempfile.mkdtemp(prefix="autopar-job-")) / "report.html"
             argv = [*argv[: argv.index("--json")], "--out", str(report), *argv[argv.index("--json") :]]
-        job = _workers(request).start(command, argv)
+        job_id = new_job_id()
+        if (
+            command == "optimize"
+        ):  # its study in the service's storage: progress while it runs, a report after
+            argv = with_storage(argv, request.app.state.settings.studies, job_study(job_id))
+        job = _workers(request).start(command, argv, job_id)
         if report is not None:
             request.app.state.reports[job.id] = report
         if wait > 0:
@@ -155,7 +163,14 @@ def _job_views(app: FastAPI) -> None:
         found = _workers(request).jobs.get(job_id)
         if found is None:
             return JSONResponse(error_body(f"job_id={job_id!r}: no such job"), status_code=404)
-        return JSONResponse(job_json(found))
+        out = job_json(found)
+        if found.command == "optimize" and found.outcome is None:  # how far the search is
+            status = await _workers(request).call(
+                ["study", "status", "--storage", request.app.state.settings.studies, "--study-name",
+                 job_study(found.id), "--json"]
+            )  # fmt: skip
+            out["progress"] = status.document if status.exit_code == 0 else None
+        return JSONResponse(out)
 
     @app.get("/api/jobs/{job_id}/report", summary="The search report (HTML) of a finished optimize job")
     async def job_report(request: Request, job_id: str) -> Any:
@@ -262,6 +277,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     from autopar.service.advisor import advisor_routes
     from autopar.service.limits import BodyLimit
     from autopar.service.page import index_page
+    from autopar.service.studies import study_routes
 
     app = FastAPI(
         title="autopar",
@@ -269,7 +285,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="How to parallelize LLM training on your GPUs: the autopar CLI over HTTP.",
         lifespan=_lifespan,
     )
-    app.state.settings = settings or Settings()
+    s = settings or Settings()
+    app.state.settings = replace(s, studies=s.studies or str(autopar_home() / "serve-studies.journal"))
     app.add_middleware(BodyLimit, max_bytes=app.state.settings.max_body_bytes)
 
     @app.get("/api/health", summary="Liveness and version")
@@ -288,6 +305,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _job_views(app)
     _calibrate(app)
     advisor_routes(app, answer)
+    study_routes(app, answer)
     _errors(app)
     return app
 

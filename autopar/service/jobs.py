@@ -67,6 +67,11 @@ class Job:
         return out
 
 
+def new_job_id() -> str:
+    """A job's id: 12 hex digits, unguessable enough that one client does not stumble on another's job."""
+    return uuid.uuid4().hex[:12]
+
+
 class JobLimitError(RuntimeError):
     """More jobs asked for than the service runs at once (HTTP 429)."""
 
@@ -101,13 +106,13 @@ class Workers:
     def active(self) -> int:
         return sum(j.state in (QUEUED, RUNNING) for j in self.jobs.values())
 
-    def start(self, command: str, argv: list[str]) -> Job:
+    def start(self, command: str, argv: list[str], job_id: str | None = None) -> Job:
         """Start a job; JobLimitError when max_jobs are already queued or running."""
         if self.active() >= self.max_jobs:
             raise JobLimitError(
                 f"{self.max_jobs} job(s) already running (the service's --max-jobs); try again when one is done"
             )
-        job = Job(uuid.uuid4().hex[:12], command, argv)
+        job = Job(job_id or new_job_id(), command, argv)
         self.jobs[job.id] = job
         job.state, job.started = RUNNING, time.time()
         self.long.submit(run, argv).add_done_callback(lambda fut: self._finish(job, fut))
