@@ -74,10 +74,11 @@ def test_a_bad_value_is_named_in_the_clis_words(client: TestClient) -> None:
     assert d["loc"] == ["body", "gpus"] and d["msg"] == cli.stderr.strip().removeprefix("error: ")
 
 
-@pytest.mark.parametrize("value", ["/etc/passwd", "../config.json", "gpu.yaml"])
+@pytest.mark.parametrize("value", ["/etc/passwd", "../config.json", "gpu.yaml", "detect@/etc:2"])
 def test_file_paths_are_never_read(client: TestClient, value: str) -> None:
-    res = client.post("/api/estimate", json={"model": value})
-    assert res.status_code == 422 and "names only" in res.json()["detail"][0]["msg"]
+    field = "cluster_name" if value.startswith("detect") else "model"
+    res = client.post("/api/estimate", json={field: value})
+    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["body", field]
 
 
 def test_server_side_paths_are_not_inputs(client: TestClient) -> None:
@@ -222,3 +223,29 @@ def test_an_optimize_job_keeps_its_study_to_follow_and_report(client: TestClient
     missing = client.get("/api/studies/no-such-study")
     assert missing.status_code == 404 and "serve-studies" not in missing.text
     assert client.get("/api/studies/bad name!").status_code == 422
+
+
+def test_a_training_log_in_then_a_fit_says_what_it_changed(client: TestClient) -> None:
+    """The examples/ Megatron-LM log with its sidecar's fields as ingest options, then a fit for that cluster:
+    the same run the CLI stores (read back), and the fit's plain-words summary in the answer."""
+    from pathlib import Path
+
+    log = (Path(__file__).resolve().parents[1] / "examples" / "megatron_llama3_8b.log").read_text()
+    body = {
+        "log": log,
+        "format": "megatron-log",
+        "model": "Llama-3.1-8B",
+        "gpu": "H100-SXM",
+        "group": "svc-lab",
+    }
+    assert client.post("/api/calibrate/ingest-log", json=body).status_code == 401  # a write
+    res = client.post("/api/calibrate/ingest-log", json=body, headers=AUTH)
+    assert res.status_code == 200, res.text
+    assert res.json()["added"] == 1
+    stored = [r for r in client.get("/api/calibrate/runs").json()["runs"] if r.get("source") == "svc-lab"]
+    assert len(stored) == 1 and stored[0]["gpu"] == "H100-SXM" and stored[0]["num_gpus"] == 8
+    bad = client.post("/api/calibrate/ingest-log", json={**body, "format": "nemo"}, headers=AUTH)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "format"]
+    fit = client.post("/api/calibrate/fit", json={"group": "svc-lab"}, headers=AUTH)
+    assert fit.status_code == 200, fit.text
+    assert fit.json()["summary"]

@@ -16,7 +16,6 @@ at most `max_jobs` jobs at once (429 beyond); an error is one line in JSON, neve
 
 import asyncio
 import hmac
-import json
 import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -191,28 +190,6 @@ def _catalog(app: FastAPI) -> None:
         )
 
 
-def _calibrate(app: FastAPI) -> None:
-    @app.get("/api/calibrate/runs", summary="The runs in the calibration store")
-    async def runs(request: Request) -> JSONResponse:
-        return answer("calibrate", await _workers(request).call(["calibrate", "list", "--json"]))
-
-    @app.post(
-        "/api/calibrate/ingest",
-        summary="Validate run records and add them to the calibration store (needs the token)",
-        dependencies=[Depends(_require_token)],
-    )
-    async def ingest(request: Request, body: dict[str, Any]) -> JSONResponse:
-        records = body.get("records")
-        if set(body) != {"records"} or not isinstance(records, list) or not records:
-            return JSONResponse(error_body("records: send {'records': [ {run record}, … ]}", "records"), 422)
-        with tempfile.TemporaryDirectory(prefix="autopar-ingest-") as tmp:
-            path = Path(tmp) / "records.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-            return answer(
-                "calibrate", await _workers(request).call(["calibrate", "ingest", str(path), "--json"])
-            )
-
-
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     s: Settings = app.state.settings
@@ -275,6 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The service's FastAPI application (start it with uvicorn, as `autopar serve` does)."""
     from autopar import __version__
     from autopar.service.advisor import advisor_routes
+    from autopar.service.calibrate import calibrate_routes
     from autopar.service.limits import BodyLimit
     from autopar.service.page import index_page
     from autopar.service.studies import study_routes
@@ -303,7 +281,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for command in JOB_COMMANDS:
         _job_route(app, command)
     _job_views(app)
-    _calibrate(app)
+    calibrate_routes(app, answer, _require_token)
     advisor_routes(app, answer)
     study_routes(app, answer)
     _errors(app)

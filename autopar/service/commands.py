@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 # not steer (study storage, worker processes); Path-typed options are left out by type (`_served`).
 NOT_OVER_HTTP = frozenset(
     {"as_json", "explain", "top", "plotly", "storage", "study_name", "workers", "heartbeat", "prices", "save"}
+    | {"files", "data", "candidates", "sidecar", "store"}  # files the command would read (its paths, by name)
 )
 # String options that also accept a file path on the command line (a custom GPU file, a config.json): over
 # HTTP they take names only.
@@ -123,6 +124,10 @@ def _known(path: str, key: str) -> Param:
 
 def _name_only(key: str, value: Any) -> None:
     text = str(value)
+    if key == "cluster_name" and text.lower().startswith("detect"):
+        raise RequestError(
+            key, f"{key}={text!r}: 'detect' reads the server's own hardware; name a cluster instead"
+        )
     if key in NAME_ONLY and (text.lower().endswith(PATH_SUFFIXES) or text.startswith(("/", ".", "~"))):
         raise RequestError(
             key, f"{key}={text!r}: the service takes names only, not file paths (see /api/models, /api/gpus)"
