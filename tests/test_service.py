@@ -249,3 +249,41 @@ def test_a_training_log_in_then_a_fit_says_what_it_changed(client: TestClient) -
     fit = client.post("/api/calibrate/fit", json={"group": "svc-lab"}, headers=AUTH)
     assert fit.status_code == 200, fit.text
     assert fit.json()["summary"]
+
+
+def test_no_request_input_chooses_the_command(client: TestClient) -> None:
+    """A query parameter named like a closure's argument must not pick another command (say `tune`)."""
+    plain = client.get("/api/models").json()
+    assert client.get("/api/models", params={"_name": "tune", "name": "gpus"}).json() == plain
+    assert client.get("/compare", params={"_name": "runs"}).text == client.get("/compare").text
+
+
+JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["/api/estimate", "/api/compare", "/api/fix", "/api/launch", "/api/calibrate/plan"]),
+    st.dictionaries(
+        st.sampled_from(["model", "gpu", "gpus", "tp", "pp", "seq_len", "labels", "strategy", "zz"]),
+        JSONISH,
+        max_size=4,
+    ),
+)
+def test_any_body_is_an_answer_or_one_line_never_a_500(client: TestClient, path: str, body: dict) -> None:
+    """Property (issue 47's bad input): whatever JSON arrives, the service answers 200 or a 4xx whose every
+    message is one line; never a 5xx, never a traceback."""
+    res = client.post(path, json=body)
+    assert res.status_code < 500, (path, body, res.text)
+    if res.status_code >= 400:
+        assert all("\n" not in d["msg"] and "Traceback" not in d["msg"] for d in res.json()["detail"]), (
+            res.text
+        )

@@ -94,3 +94,46 @@ def test_form_to_answer_to_launch_file(server: str) -> None:
     assert slurm.startswith("#!/bin/bash") and "#SBATCH" in slurm
     assert field_error.startswith("gpus='abc'")
     assert errors == []
+
+
+def test_compare_studies_and_runs_pages(server: str) -> None:
+    """compare: the two default labels estimated with their bands; runs: the example Megatron-LM log added and a
+    fit's plain-words summary shown; studies: the plan page's job listed with a report link."""
+    from playwright.sync_api import sync_playwright
+
+    log = (Path(__file__).resolve().parents[1] / "examples" / "megatron_llama3_8b.log").read_text()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server + "/compare")
+            page.click("#go")
+            page.wait_for_function("document.querySelectorAll('#rows tr').length === 3", timeout=60_000)
+            compared = page.locator("#rows tr").nth(1).inner_text()
+            page.goto(server + "/runs")
+            page.fill("textarea[name=log]", log)
+            page.select_option("select[name=format]", "megatron-log")
+            page.fill("input[name=model]", "Llama-3.1-8B")
+            page.fill("input[name=gpu]", "H100-SXM")
+            page.fill("input[name=group]", "browser-lab")
+            page.fill("input[name=token]", TOKEN)
+            page.click("#add")
+            page.wait_for_function(
+                "document.getElementById('status').textContent.startsWith('added')", timeout=60_000
+            )
+            added = page.locator("#status").inner_text()
+            page.click("#fit")
+            page.wait_for_selector("#summary li", timeout=180_000)
+            summary = page.locator("#summary li").first.inner_text()
+            page.goto(server + "/studies")
+            page.wait_for_function("document.querySelectorAll('#studies tr').length > 1", timeout=30_000)
+            studies = page.locator("#studies").inner_text()
+        finally:
+            browser.close()
+    assert compared.startswith("TP8+SP DP8/Z1 mb1") and "–" in compared  # the band column: low–high
+    assert added.startswith("added 1 run")
+    assert "your 1 run(s) measured" in summary
+    assert "serve-" in studies and "report" in studies
+    assert errors == []

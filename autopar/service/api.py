@@ -179,12 +179,27 @@ def _job_views(app: FastAPI) -> None:
         return FileResponse(path, media_type="text/html")
 
 
+def _listing(name: str) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """The endpoint of one catalog listing (a closure: no request input chooses the command)."""
+
+    async def listing(request: Request) -> JSONResponse:
+        return answer(name, await _workers(request).call([name, "--json"]))
+
+    return listing
+
+
+def _page(name: str) -> Callable[[], Awaitable[str]]:
+    async def view() -> str:
+        from autopar.service.page import page
+
+        return page(name)
+
+    return view
+
+
 def _catalog(app: FastAPI) -> None:
     for name in CATALOG:
-
-        async def listing(request: Request, _name: str = name) -> JSONResponse:
-            return answer(_name, await _workers(request).call([_name, "--json"]))
-
+        listing = _listing(name)
         app.get(f"/api/{name}", summary=f"The built-in {name} (as `autopar {name} --json`)", name=name)(
             listing
         )
@@ -274,6 +289,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> str:
         return index_page()
+
+    for name in ("compare", "studies", "runs"):
+        app.get(f"/{name}", response_class=HTMLResponse, include_in_schema=False, name=f"page-{name}")(
+            _page(name)
+        )
 
     _catalog(app)
     for command in SYNC_COMMANDS:

@@ -99,7 +99,7 @@ def _field_type(p: Param) -> Any:
     if p.kind == "flag":
         return bool
     if p.kind in ("multi", "args"):
-        return list[str]
+        return list[str | int | float] | str  # one value may come bare, as the command line takes it
     return str | int | float
 
 
