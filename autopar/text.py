@@ -54,6 +54,13 @@ def one_line(text: str) -> str:
     return "".join(escape_char(ch) if is_unsafe_char(ch) else ch for ch in str(text))
 
 
+def mask(url: str) -> str:
+    """The URL with its password replaced by ***: in user:password@ and in a password= query parameter
+    (libpq and SQLAlchemy accept both)."""
+    url = re.sub(r"(://[^:/@]+:)[^/?#]*@", r"\1***@", url)  # up to the last @ of the authority
+    return re.sub(r"([?&](?:password|passwd|pwd)=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+
+
 def shell_word(text: str) -> str:
     """`text` as one shell word that the shell reads as data (single-quoted where needed)."""
     return shlex.quote(str(text))

@@ -242,7 +242,7 @@ class IngestReport:
 
     checks: list[FileCheck]
     added: int
-    store_path: Path
+    store_path: str  # the store's location: its file, or its URL with the password masked
     # one line per stored run far off the analytical prediction (rows.far_off): stored, but worth a look
     warnings: list[str] = field(default_factory=list)
 
@@ -435,7 +435,7 @@ def ingest(
         raise InvalidRowsError(checks)
     items = [(fingerprint(r), r, str(c.path.resolve())) for c in checks for r in c.records]
     added = store.add(items) if items else 0
-    return IngestReport(checks=checks, added=added, store_path=store.path, warnings=far_off_lines(checks))
+    return IngestReport(checks=checks, added=added, store_path=store.location, warnings=far_off_lines(checks))
 
 
 def far_off_lines(checks: Sequence[FileCheck]) -> list[str]:

@@ -1,60 +1,61 @@
-"""The run store: an embedded SQLite database of run records, deduplicated by fingerprint.
+"""The run store: run records deduplicated by fingerprint, in an embedded SQLite file (the default) or, for
+a team, on a PostgreSQL server (`--store postgresql://user:password@host:5432/db`).
 
-One row per record: fingerprint (UNIQUE), id, source, file, ingested_at and the record as JSON.
-Every `add` is one transaction: either all of its new records are written or none is.
+One row per record: fingerprint (UNIQUE), id, source, file, ingested_at and the record as JSON (the tables
+and statements: store_sql.py; the backends: store_sqlite.py, store_postgres.py). Every `add` is one
+transaction: either all of its new records are written or none is, and a record stored already (by this or
+a concurrent writer) is skipped. `remove` deletes all the runs it names or none.
+
+Where the store is: `--store` (a file path or a postgresql:// URL), else $AUTOPAR_STORE (the same), else
+<autopar home>/runs.db. Any other URL is refused in one line naming the option and the URL, its password
+masked; so is everything shown of a server store (`location`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import os
+import re
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from autopar.calibration.store_sql import COUNT, DELETE, FIND, INSERT, SELECT_RUNS, insert_values
+from autopar.calibration.store_sqlite import SqliteDb
 from autopar.errors import DataError
-from autopar.files import autopar_home, ensure_dir, expand_user
+from autopar.files import autopar_home, expand_user
+from autopar.text import mask
 
-SCHEMA_VERSION = "1"
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    pk INTEGER PRIMARY KEY AUTOINCREMENT,
-    fingerprint TEXT NOT NULL UNIQUE,
-    run_id TEXT NOT NULL,
-    source TEXT NOT NULL,
-    file TEXT NOT NULL,
-    model TEXT,
-    gpu TEXT,
-    num_gpus INTEGER,
-    ingested_at TEXT NOT NULL,
-    record TEXT NOT NULL
-);
-"""
-# The columns autopar reads and writes, per table: a file whose tables lack them is not a run store.
-_COLUMNS = {
-    "runs": (
-        "pk",
-        "fingerprint",
-        "run_id",
-        "source",
-        "file",
-        "model",
-        "gpu",
-        "num_gpus",
-        "ingested_at",
-        "record",
-    ),
-    "meta": ("key", "value"),
-}
+STORE_ENV = "AUTOPAR_STORE"  # the store when --store is not given (as AUTOPAR_HOME is autopar's folder)
+POSTGRES_SCHEMES = ("postgresql", "postgres")  # libpq reads both; `+driver` (SQLAlchemy's form) is dropped
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def default_store_path() -> Path:
-    """Where runs are stored unless --store says otherwise: <autopar home>/runs.db."""
+    """Where runs are stored unless --store or $AUTOPAR_STORE says otherwise: <autopar home>/runs.db."""
     return autopar_home() / "runs.db"
+
+
+def store_location(spec: str | Path | None = None) -> str | Path:
+    """The store `spec` (a --store value) names: a postgresql:// URL (str) or a SQLite file (Path). Without
+    one, $AUTOPAR_STORE, else the default file. A URL of another kind is a DataError naming where it came
+    from (the option or the variable) and the URL with its password masked."""
+    field = "store"
+    if spec is None or str(spec) == "":
+        spec, field = os.environ.get(STORE_ENV, ""), STORE_ENV
+        if not spec:
+            return default_store_path()
+    if isinstance(spec, Path) or (m := _URL.match(spec)) is None:
+        return expand_user(spec)
+    if m[1].lower().split("+", 1)[0] in POSTGRES_SCHEMES:
+        return "postgresql://" + spec[m.end() :]
+    raise DataError(
+        f"{field}={mask(spec)}: not a run store: give a file path (a SQLite store) or "
+        "postgresql://user:password@host:5432/db (a shared one)"
+    )
 
 
 @dataclass(frozen=True)
@@ -68,110 +69,58 @@ class StoredRun:
     record: dict[str, Any]
 
 
+class _Backend(Protocol):
+    """A database that holds a run store (store_sqlite.SqliteDb, store_postgres.PostgresDb)."""
+
+    location: str
+
+    def exists(self) -> bool: ...
+
+    # a connection (`execute(sql, params)` with `?` placeholders), None for a store not made yet unless create
+    def connect(self, *, create: bool) -> AbstractContextManager[Any]: ...
+
+    def transaction(self, conn: Any) -> AbstractContextManager[None]: ...
+
+
 class RunStore:
-    """A SQLite file of run records; `add` is atomic and idempotent (fingerprint is UNIQUE)."""
+    """Run records in a SQLite file or a PostgreSQL database; `add` is atomic and idempotent (fingerprint
+    is UNIQUE), also when several processes write at once."""
 
-    def __init__(self, path: str | Path | None = None):
-        self.path = expand_user(path) if path else default_store_path()
+    def __init__(self, spec: str | Path | None = None):
+        where = store_location(spec)
+        self._db: _Backend
+        if isinstance(where, Path):
+            self.path: Path | None = where
+            self._db = SqliteDb(where)
+        else:
+            from autopar.calibration.store_postgres import PostgresDb
 
-    @contextmanager
-    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:
-        if not self.path.exists() and not create:
-            raise DataError(
-                f"no run store at '{self.path}': ingest runs first "
-                "(autopar calibrate ingest FILE) or pass --store PATH"
-            )
-        if create:
-            ensure_dir(self.path.parent)
-        try:  # a directory, or a folder without write access, fails here
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        except sqlite3.Error as e:
-            raise DataError(f"cannot open run store '{self.path}': {e}") from None
-        try:
-            try:
-                self._check_schema(conn)
-                conn.executescript(_DDL)
-                row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            except sqlite3.DatabaseError as e:
-                raise DataError(f"'{self.path}' is not an autopar run store: {e}") from e
-            if row is None:
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            elif row[0] != SCHEMA_VERSION:
-                raise DataError(
-                    f"run store '{self.path}' has schema version {row[0]}; this autopar "
-                    f"reads version {SCHEMA_VERSION}"
-                )
-            try:
-                yield conn
-            except sqlite3.DatabaseError as e:  # corruption found by a later query: one line too
-                if type(e) is not sqlite3.DatabaseError:  # locked, constraint, ...: not the file's fault
-                    raise
-                raise DataError(f"'{self.path}' is not a readable autopar run store: {e}") from e
-        finally:
-            conn.close()
+            self.path = None
+            self._db = PostgresDb(where)
 
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        """Refuse (before creating anything in it) a SQLite file whose tables are not a run store's: one
-        with other tables and no `runs`, or whose `runs` or `meta` lacks the columns autopar writes."""
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        user = [t for t in tables if not t.startswith("sqlite_")]
-        if user and "runs" not in user:
-            shown = ", ".join(sorted(user)[:5]) + (", ..." if len(user) > 5 else "")
-            raise DataError(
-                f"'{self.path}' is not an autopar run store: it has tables {shown} and no runs table"
-            )
-        for table, columns in _COLUMNS.items():
-            if table not in user:
-                continue
-            have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-            missing = [c for c in columns if c not in have]
-            if missing:
-                raise DataError(
-                    f"'{self.path}' is not an autopar run store: its {table} table has no "
-                    f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''} column"
-                    f"{'s' if len(missing) > 1 else ''}"
-                )
+    @property
+    def location(self) -> str:
+        """Where the store is, to show: its file, or its URL with the password masked."""
+        return self._db.location
 
-    def _insert(self, conn: sqlite3.Connection, fp: str, record: dict[str, Any], file: str, now: str) -> bool:
-        """Insert one record unless its fingerprint is stored already; True if it was new."""
-        cur = conn.execute(
-            "INSERT OR IGNORE INTO runs (fingerprint, run_id, source, file, model, gpu, num_gpus, "
-            "ingested_at, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                fp,
-                str(record.get("id") or ""),
-                str(record.get("source") or ""),
-                file,
-                record.get("model"),
-                record.get("gpu"),
-                record.get("num_gpus"),
-                now,
-                json.dumps(record, sort_keys=False, default=str),
-            ),
-        )
-        return cur.rowcount == 1
+    def exists(self) -> bool:
+        """Whether the store has been made (the file exists; the database has its tables)."""
+        return self._db.exists()
 
     def add(self, items: Sequence[tuple[str, dict[str, Any], str]]) -> int:
         """Write (fingerprint, record, file) items in one transaction; return how many were new."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        with self._connect(create=True) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                added = sum(self._insert(conn, fp, rec, file, now) for fp, rec, file in items)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        return added
+        with self._db.connect(create=True) as conn, self._db.transaction(conn):
+            return sum(self._insert(conn, fp, rec, file, now) for fp, rec, file in items)
+
+    def _insert(self, conn: Any, fp: str, record: dict[str, Any], file: str, now: str) -> bool:
+        """Insert one record unless its fingerprint is stored already; True if it was new."""
+        return bool(conn.execute(INSERT, insert_values(fp, record, file, now)).rowcount == 1)
 
     def runs(self) -> list[StoredRun]:
-        """Every stored record in insertion order."""
-        if not self.path.exists():
-            return []
-        with self._connect(create=False) as conn:
-            rows = conn.execute(
-                "SELECT fingerprint, source, file, ingested_at, record FROM runs ORDER BY pk"
-            ).fetchall()
+        """Every stored record in insertion order ([] for a store not made yet)."""
+        with self._db.connect(create=False) as conn:
+            rows = [] if conn is None else conn.execute(SELECT_RUNS).fetchall()
         return [StoredRun(fp, src, f, t, json.loads(rec)) for fp, src, f, t, rec in rows]
 
     def records(self) -> list[dict[str, Any]]:
@@ -179,11 +128,9 @@ class RunStore:
         return [r.record for r in self.runs()]
 
     def count(self) -> int:
-        """Number of stored records (0 for a store that does not exist yet)."""
-        if not self.path.exists():
-            return 0
-        with self._connect(create=False) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        """Number of stored records (0 for a store not made yet)."""
+        with self._db.connect(create=False) as conn:
+            return 0 if conn is None else int(conn.execute(COUNT).fetchone()[0])
 
     def fingerprints(self) -> set[str]:
         """Fingerprints of all stored records."""
@@ -192,22 +139,21 @@ class RunStore:
     def remove(self, keys: Sequence[str]) -> list[str]:
         """Delete the records whose run id or fingerprint is one of `keys`, in one transaction; the run ids
         removed. A key that names no stored record is a DataError naming it and nothing is removed."""
-        with self._connect(create=False) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+        with self._db.connect(create=False) as conn:
+            if conn is None:
+                raise DataError(
+                    f"no run store at '{self.location}': ingest runs first "
+                    "(autopar calibrate ingest FILE) or pass --store PATH"
+                )
+            with self._db.transaction(conn):
                 found: list[tuple[int, str]] = []
                 for key in keys:
-                    rows = conn.execute(
-                        "SELECT pk, run_id FROM runs WHERE run_id = ? OR fingerprint = ?", (key, key)
-                    ).fetchall()
+                    rows = conn.execute(FIND, (key, key)).fetchall()
                     if not rows:
                         raise DataError(
                             f"no stored run has id or fingerprint {key!r} (autopar calibrate list)"
                         )
                     found += [(int(pk), str(rid)) for pk, rid in rows]
-                conn.executemany("DELETE FROM runs WHERE pk = ?", [(pk,) for pk, _ in found])
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                for pk in dict.fromkeys(pk for pk, _ in found):
+                    conn.execute(DELETE, (pk,))
         return list(dict.fromkeys(rid for _, rid in found))

@@ -37,8 +37,12 @@ def _command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callab
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 StoreOpt = Annotated[
-    Path | None,
-    typer.Option("--store", help="run store (default $AUTOPAR_HOME/runs.db, else ~/.autopar/runs.db)"),
+    str | None,
+    typer.Option(
+        "--store",
+        help="run store: a SQLite file, or postgresql://user:password@host:5432/db for a team's shared one "
+        "(default $AUTOPAR_STORE, else $AUTOPAR_HOME/runs.db, else ~/.autopar/runs.db)",
+    ),
 ]
 
 
@@ -123,7 +127,7 @@ def ingest_cmd(
     _print_ingest(report, "--group" if group is not None else "--source")
 
 
-def _run_ingest(files: list[Path], store: Path | None, config: dict[str, Any], **opts: Any) -> Any:
+def _run_ingest(files: list[Path], store: str | None, config: dict[str, Any], **opts: Any) -> Any:
     """Ingest into the store; a file rejected whole prints its invalid rows before the error."""
     from autopar.calibration.runs import InvalidRowsError, ingest
 
@@ -190,7 +194,7 @@ def _ingest_json(report: Any) -> dict[str, Any]:
         for c in report.checks
     ]
     return {
-        "store": str(report.store_path),
+        "store": report.store_path,
         "added": report.added,
         "duplicates": report.duplicates,
         "skipped": report.skipped,
@@ -216,9 +220,9 @@ def remove_cmd(
     """Delete stored runs (all named, or none: one unknown id removes nothing)."""
     removed = RunStore(store).remove(ids)
     if as_json:
-        emit_json({"store": str(RunStore(store).path), "removed": removed})
+        emit_json({"store": RunStore(store).location, "removed": removed})
     else:
-        console.print(f"removed {len(removed)} run(s) from {RunStore(store).path}: {', '.join(removed)}")
+        console.print(f"removed {len(removed)} run(s) from {RunStore(store).location}: {', '.join(removed)}")
 
 
 @_command("list")
@@ -247,14 +251,14 @@ def list_cmd(
         for row, r in zip(rows, runs, strict=True):
             if implausible:
                 row["_problem"] = problems[r.fingerprint]
-        emit_json({"store": str(RunStore(store).path), "count": len(rows), "runs": rows})
+        emit_json({"store": RunStore(store).location, "count": len(rows), "runs": rows})
         return
     if implausible:
         for r in runs:
             console.print(f"{r.record.get('id')}: {problems[r.fingerprint]}", markup=False, highlight=False)
         console.print(f"{len(runs)} implausible run(s); autopar calibrate remove ID ... deletes them")
         return
-    t = Table(title=f"{len(runs)} run(s) in {RunStore(store).path}", title_justify="left")
+    t = Table(title=f"{len(runs)} run(s) in {RunStore(store).location}", title_justify="left")
     for c in ("id", "source", "model", "GPUs", "layout", "batch", "prec", "tok/s/GPU", "step s", "GiB"):
         t.add_column(
             c,
@@ -313,13 +317,13 @@ def export_cmd(
     records = RunStore(store).records()
     if out is None:
         if as_json:
-            emit_json({"store": str(RunStore(store).path), "count": len(records), "records": records})
+            emit_json({"store": RunStore(store).location, "count": len(records), "records": records})
         else:
             sys.stdout.write(export_text(records, fmt))
         return
     write_atomic(out, export_text(records, fmt))
     if as_json:
-        emit_json({"store": str(RunStore(store).path), "count": len(records), "format": fmt, "out": str(out)})
+        emit_json({"store": RunStore(store).location, "count": len(records), "format": fmt, "out": str(out)})
     else:
         console.print(f"wrote {out}")
 
@@ -397,7 +401,7 @@ def _without_smoke(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def gather_records(store: Path | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
+def gather_records(store: str | None, public: bool, data: list[Path] | None) -> list[dict[str, Any]]:
     """Training records: the store's, the published runs and extra files, deduplicated by fingerprint."""
     return training_records(store, public, data)[0]
 
@@ -412,14 +416,16 @@ def _published_records() -> tuple[dict[str, Any], ...]:
 
 
 def training_records(
-    store: Path | None, public: bool, data: list[Path] | None
+    store: str | None, public: bool, data: list[Path] | None
 ) -> tuple[list[dict[str, Any]], set[str]]:
     """gather_records' records, and the ids of those that are your runs: stored, and not one of the
     published runs the default calibration was fitted on."""
     from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
 
-    if store is not None and not store.exists():
-        raise DataError(f"no run store at '{store}': ingest runs first (autopar calibrate ingest FILE)")
+    if store is not None and not (given := RunStore(store)).exists():
+        raise DataError(
+            f"no run store at '{given.location}': ingest runs first (autopar calibrate ingest FILE)"
+        )
     stored = _without_smoke(_usable_stored(RunStore(store).records()))  # [] when the default store is absent
     published = {fingerprint(r) for r in _published_records()}
     records = list(stored)
@@ -510,7 +516,7 @@ GroupOpt = Annotated[
 ]
 
 
-def _default_group(store: Path | None, groups: set[str]) -> str | None:
+def _default_group(store: str | None, groups: set[str]) -> str | None:
     """The store's single group (a team's own cluster), if its runs all share one."""
     from autopar.calibration.features import group_of
     from autopar.calibration.rows import learnable
@@ -530,7 +536,7 @@ def _memory_held_out(mem_ts: Any) -> Any:
     return held_out(mem_ts, mch.alpha, mch.shrink, mch.folds)
 
 
-def _store_curve(store: Path | None, ts: Any, ch: Any) -> tuple[str, list[dict[str, float]]] | None:
+def _store_curve(store: str | None, ts: Any, ch: Any) -> tuple[str, list[dict[str, float]]] | None:
     """The learning curve of the store's own cluster (its single group), if it has one."""
     from autopar.calibration.corrector import ThroughputCorrector
     from autopar.calibration.features import FEATURE_NAMES
@@ -693,7 +699,7 @@ def fit_cmd(
 
 
 def _fit_group(
-    group: str | None, store: Path | None, ts: Any, mem: Any, own: set[str], records: list[dict[str, Any]]
+    group: str | None, store: str | None, ts: Any, mem: Any, own: set[str], records: list[dict[str, Any]]
 ) -> tuple[str | None, str, Any, Any]:
     """The cluster the fit adapts to, why, and the training sets (regrouped when --group names none of the
     runs' groups: your runs without a `cluster` cell are then that one cluster)."""

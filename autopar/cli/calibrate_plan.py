@@ -28,7 +28,7 @@ from autopar.defaults import (
     DEFAULT_SEQ_LEN,
 )
 from autopar.errors import DataError, SpecError
-from autopar.text import one_line, shell_word
+from autopar.text import mask, one_line, shell_word
 
 
 @dataclass
@@ -83,7 +83,7 @@ def _candidates(cal: Any, problem: tuple, labels: list[str], group: str | None) 
     return _Setup(m, cluster, workload, labels, strategies, ests, np.array(preds), np.array(zs))
 
 
-def _own_runs(cal: Any, store: Path | None, group: str | None) -> tuple[Any, Any, int]:
+def _own_runs(cal: Any, store: str | None, group: str | None) -> tuple[Any, Any, int]:
     """(standardised features, y = log(measured / calibrated prediction), count) of the group's stored runs."""
     import numpy as np
 
@@ -143,7 +143,7 @@ def _bands(setup: _Setup, mean: Any, cov: Any) -> list[tuple[float, float, float
     return out
 
 
-def _ingest_hint(setup: _Setup, group: str, store: Path | None) -> str:
+def _ingest_hint(setup: _Setup, group: str, store: str | None) -> str:
     """The `calibrate ingest` command for a proposed run's log (the log's own dump gives the layout)."""
     from autopar.calibration.plan import SHORT_RUN_WARMUP
     from autopar.launch.slurm import node_gpus
@@ -167,7 +167,7 @@ def _ingest_hint(setup: _Setup, group: str, store: Path | None) -> str:
         str(SHORT_RUN_WARMUP),
     ]
     if store is not None:
-        words += ["--store", str(store)]
+        words += ["--store", mask(store)]  # a server store's URL without its password
     return " ".join(w if w == "LOG" else shell_word(w) for w in words)
 
 
@@ -255,7 +255,10 @@ def plan_cmd(
     calibration: Annotated[
         Path | None, typer.Option(help="model file from `calibrate fit` \\[default: the shipped one]")
     ] = None,
-    store: Annotated[Path | None, typer.Option(help="your run store (as `calibrate ingest --store`)")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="your run store: a file or postgresql:// URL (as `calibrate ingest --store`)"),
+    ] = None,
     group: Annotated[
         str | None, typer.Option(help="your cluster's group (ingest --source) in the store")
     ] = None,

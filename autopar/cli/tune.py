@@ -119,7 +119,13 @@ _TUNE = (
     ),
     opt(
         "store",
-        Annotated[Path | None, typer.Option(help="Calibration store [default: ~/.autopar/runs.db].")],
+        Annotated[
+            str | None,
+            typer.Option(
+                help="Calibration store: a file or postgresql:// URL [default: $AUTOPAR_STORE, else "
+                "~/.autopar/runs.db]."
+            ),
+        ],
         None,
     ),
     opt(
@@ -164,6 +170,10 @@ def _check(f: Flags) -> None:
             raise SpecError(f"{name.replace('_', '-')}={v}: must be a positive number")
     if f.no_store and (f.store is not None or f.cluster_tag is not None):
         raise SpecError("--no-store: --store and --cluster-tag cannot take effect with it")
+    if not f.no_store:
+        from autopar.calibration.store import store_location
+
+        store_location(f.store)  # a URL of another kind is refused before the first run, not after it
     if f.candidates is not None:
         bad = _given(f, (*_SEARCH, "pool"))
         if bad:
@@ -298,7 +308,7 @@ class _Live:
     """The live table (one line per run as it ends) and the store writes."""
 
     def __init__(
-        self, tuner: Any, show: bool, store: Path | None, tag: str, study: str, no_store: bool
+        self, tuner: Any, show: bool, store: str | None, tag: str, study: str, no_store: bool
     ) -> None:
         self.tuner, self.show, self.store, self.tag, self.study = tuner, show, store, tag, study
         self.no_store = no_store

@@ -47,6 +47,7 @@ from autopar.search.optuna_compat import (
     running_without_heartbeat,
     stale_trial_ids_extended,
 )
+from autopar.text import mask  # also imported from here (study.py, stored.py, the CLI)
 
 HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBStorage heartbeat_interval)
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
@@ -65,13 +66,6 @@ DRIVERS = {  # URL scheme -> (module SQLAlchemy imports by default, pip package 
 }
 # Exception classes (of SQLAlchemy or the driver) that mean "the connection is gone", not "bad query".
 CONNECTION_LOST = ("OperationalError", "InterfaceError", "DisconnectionError")
-
-
-def mask(url: str) -> str:
-    """The URL with its password replaced by ***: in user:password@ and in a password= query parameter
-    (libpq and SQLAlchemy accept both)."""
-    url = re.sub(r"(://[^:/@]+:)[^/?#]*@", r"\1***@", url)  # up to the last @ of the authority
-    return re.sub(r"([?&](?:password|passwd|pwd)=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def scheme(spec: str) -> str:

@@ -48,7 +48,7 @@ def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[
 
 
 def store_run(
-    store: Path | None, c: Candidate, o: Outcome, run_dir: Path, run_id: str, cluster_tag: str
+    store: str | None, c: Candidate, o: Outcome, run_dir: Path, run_id: str, cluster_tag: str
 ) -> int:
     """Ingest one measured run into the store; the number of records added (0 if it was there already). A
     dry-run ingests the record it wrote itself (a CPU one is a smoke record, never learned from)."""
