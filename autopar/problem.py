@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from autopar import knobs
+from autopar.constraints import Constraint
 from autopar.defaults import (
     DEFAULT_BUDGET,
     DEFAULT_FRAMEWORK,
@@ -41,7 +42,6 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, SpecError, close_hint
 from autopar.layouts import EP_OVERLAP_STACKS
-from autopar.search.constraints import Constraint
 from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
@@ -134,7 +134,7 @@ class ClusterConfig(_Config):
     def build(self, detect: Detector | None = None) -> tuple[list[ClusterSpec], list[str]]:
         """A ClusterSpec per GPU type x count (a search dimension); counts that are not host multiples are
         skipped, each with a note."""
-        from autopar.search.parse import parse_gpu_counts, parse_list
+        from autopar.parse import parse_gpu_counts, parse_list
 
         c = self.choice(detect)
         return build_clusters(
@@ -248,7 +248,7 @@ class WorkloadConfig(_Config):
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
-        from autopar.search.parse import parse_list
+        from autopar.parse import parse_list
 
         return parse_list(self.precision, "precision")
 

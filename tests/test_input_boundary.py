@@ -36,7 +36,7 @@ from autopar.inputs import (
     parse_yaml,
     read_bytes,
 )
-from autopar.search.parse import MAX_GPU_COUNT_OPTIONS, MAX_SEED
+from autopar.parse import MAX_GPU_COUNT_OPTIONS, MAX_SEED
 from autopar.units import drop_thousands_commas
 
 HF = Path(__file__).parent / "data" / "hf"

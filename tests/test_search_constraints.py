@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
-from autopar.search.constraints import parse_constraints
+from autopar.constraints import parse_constraints
 from autopar.search.evaluate import Evaluator
 from autopar.search.space import build_space
 from autopar.search.study import optimize

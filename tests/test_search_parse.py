@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autopar.errors import AutoparError
-from autopar.search.parse import parse_count, parse_gib, parse_gpu_counts, parse_list
+from autopar.parse import parse_count, parse_gib, parse_gpu_counts, parse_list
 
 
 def test_parse_gib_units():

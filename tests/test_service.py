@@ -262,7 +262,7 @@ JSONISH = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(10**6), 10**6)
-    | st.floats(allow_nan=False)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8,

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autopar.errors import SpecError
-from autopar.search.parse import parse_count
+from autopar.parse import parse_count
 from autopar.units import (
     GB,
     TFLOP,
@@ -40,7 +40,7 @@ def test_constants():
     ],
 )
 def test_one_token_parser_for_cli_and_api(text, tokens):
-    # --tokens of optimize (search/parse) and of whatif (costs) accept the same inputs: the superset of both
+    # --tokens of optimize (autopar/parse.py) and of whatif (costs) accept the same inputs: the superset of both
     assert parse_tokens(text) == tokens
     assert parse_count(text) == tokens
 

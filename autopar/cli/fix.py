@@ -147,7 +147,7 @@ def _allowed(allow: list[str] | None) -> set[str]:
 def _space(plan: Plan, model: Any, workload: Any, allow: set[str], savers: str, fix: Any, forbid: Any) -> Any:
     """The space searched: every valid strategy on the target cluster, in the workload's precision (and the
     other one with --allow precision), within the --fix/--forbid constraints."""
-    from autopar.search.constraints import parse_constraints
+    from autopar.constraints import parse_constraints
     from autopar.search.space import build_space
 
     precs = [workload.precision]
@@ -434,9 +434,9 @@ _FIX = (
 def fix_cmd(f: Flags) -> None:
     """Find the nearest strategies to one that runs today that fit in memory, run faster, or run on another
     GPU count: fewest knob changes first, each change explained with its predicted effect."""
+    from autopar.parse import parse_gib
     from autopar.search.margin import search_margin
     from autopar.search.neighbourhood import make_evaluator, nearest
-    from autopar.search.parse import parse_gib
 
     calib = resolve_calibration(f.calibration, f.no_calibration)
     # the memory margin optimize uses (issue 21): the band's upper end, plus --min-headroom

@@ -725,8 +725,8 @@ def detect(cluster: str) -> ClusterChoice | None:
 def problem_of(f: Flags, **over: Any) -> Problem:
     """The config tree of a command's problem options (absent ones keep the tree's defaults); `over` replaces
     option values by name (e.g. the GPU count a label implies)."""
+    from autopar.parse import parse_count
     from autopar.problem import ClusterConfig, Problem, SearchSettings, WorkloadConfig
-    from autopar.search.parse import parse_count
 
     g = Flags(**{**vars(f), **over}).get
     gpus = g("gpus")
@@ -766,8 +766,8 @@ def _savers(value: str | None) -> tuple[str, ...]:
 
 def _search_fields(f: Flags) -> dict[str, Any]:
     """SearchSettings fields from a search command's options."""
-    from autopar.search.constraints import parse_constraints
-    from autopar.search.parse import check_seed, parse_gib
+    from autopar.constraints import parse_constraints
+    from autopar.parse import check_seed, parse_gib
 
     out = {"budget": f.budget, "seed": check_seed(f.seed), "min_headroom_gib": parse_gib(f.min_headroom)}
     if hasattr(f, "memory_band"):

@@ -463,7 +463,7 @@ _SIZING_FIELDS = (
 def whatif(f: Flags) -> None:
     """Run the what-if and print it (tables, or --json), optionally writing the HTML report."""
     from autopar.catalog.pricefile import load_price_book
-    from autopar.search.parse import check_seed
+    from autopar.parse import check_seed
 
     check_plotly(f.plotly, f.out)
     check_seed(f.seed)
@@ -517,7 +517,7 @@ def _settings(
 ) -> WhatIfSettings:
     """The what-if's settings from its options (the problem's search part and the money questions)."""
     from autopar.costs.whatif_types import WhatIfSettings
-    from autopar.search.parse import parse_gib
+    from autopar.parse import parse_gib
 
     if f.study_name is not None and f.storage is None:
         raise AutoparError("study-name: names the stored per-option studies; give --storage too")

@@ -20,10 +20,10 @@ from functools import cached_property
 from typing import Any
 
 from autopar import layouts as lay_rules
+from autopar.constraints import Constraint, apply_constraints
 from autopar.errors import AutoparError
 from autopar.knobs import KNOB_NAMES, ORDERED_KNOBS, RECOMPUTE_BY_FRUGALITY, RECOMPUTE_LEVELS
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
-from autopar.search.constraints import Constraint, apply_constraints
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
@@ -562,7 +562,7 @@ def build_space(
     constraints: Sequence[Constraint] = (),
 ) -> Space:
     """Build the space for a model over one or several clusters and precisions, keeping only the knob values
-    `constraints` allow (autopar.search.constraints: optimize --fix/--forbid)."""
+    `constraints` allow (autopar.constraints: optimize --fix/--forbid)."""
     cl = [clusters] if isinstance(clusters, ClusterSpec) else list(clusters)
     if not cl:
         raise AutoparError("clusters: expected at least one cluster")

@@ -109,6 +109,12 @@ def study_routes(app: FastAPI, answer: Any) -> None:
         ]
         return _answer(request, await request.app.state.workers.call(argv), answer)
 
+    _report_route(app, answer)
+
+
+def _report_route(app: FastAPI, answer: Any) -> None:
+    """GET /api/studies/{name}/report: the HTML report `autopar study report --out` writes."""
+
     @app.get(
         "/api/studies/{name}/report",
         summary="A study's HTML report, as `autopar study report --out` writes it",
