@@ -30,12 +30,13 @@ runner = CliRunner()
 TABLE = [
     # The example. 'Llama 3 70B' is the catalog's Llama-3-70B (as `--model "Llama 3 70B"` resolves it);
     # a bare H100 is H100-SXM (its alias); 8k context = 8 * 1024 = 8192; fastest = throughput first;
-    # $5M over 15T tokens = 5e6 / (15e12 / 1e6) = 1/3 $ per million tokens (optimize's --max-cost unit).
+    # $5M over 15T tokens = 5e6 / (15e12 / 1e6) = 1/3 $ per million tokens (optimize's --max-cost unit), to 6
+    # significant figures.
     (
         "Llama 3 70B on 64 H100, 8k context, 15T tokens, fastest under $5M",
         "optimize",
         "--model Llama-3-70B --gpu H100-SXM --gpus 64 --seq-len 8192 --tokens 15T "
-        "--objectives throughput,headroom,cost --max-cost 0.3333333333333333",
+        "--objectives throughput,headroom,cost --max-cost 0.333333",
     ),
     # '8 nodes of H100': 8 nodes x 8 GPUs per DGX H100 = 64; 128k tokens context = 128 * 1024 = 131072.
     (

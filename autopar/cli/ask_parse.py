@@ -997,7 +997,8 @@ def _optimize_flags(r: _Reader, p: _Problem) -> dict[str, str | tuple[str, ...]]
         r.fail(2, f"'{said}' is a total spend: optimize caps $ per million tokens, so give the token budget too "
                "('15T tokens'), or a rate ('$0.50 per million tokens')")  # fmt: skip
     elif p.spend is not None and p.tokens is not None:
-        rate = p.spend / (p.tokens / TOKENS_PER_MTOKEN)
+        # a derived rate to 6 significant figures: a cap of $0.333333/Mtoken, not 0.3333333333333333
+        rate = float(f"{p.spend / (p.tokens / TOKENS_PER_MTOKEN):.6g}")
         r.notes.append(
             f"${format_si(p.spend, 'BMK')} over {format_si(p.tokens)} tokens = ${plain_number(rate)} per "
             "million tokens (--max-cost)"
