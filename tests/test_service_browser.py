@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,40 +22,15 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs the playwright package"),
     pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="needs the serve extra"),
 ]
-TOKEN = "browser-test-token-0123456789"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from service_server import TOKEN, serving  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     """`autopar serve` as a user starts it, on a free port, with a write token and its own store."""
-    port = _free_port()
-    env = {**os.environ, "AUTOPAR_TOKEN": TOKEN, "AUTOPAR_HOME": str(tmp_path_factory.mktemp("home"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autopar", "serve", "--port", str(port), "--max-jobs", "1", "--workers", "1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/api/health", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"autopar serve exited: {proc.stdout.read().decode() if proc.stdout else ''}")
-                time.sleep(0.1)
+    with serving(tmp_path_factory.mktemp("home")) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_form_to_answer_to_launch_file(server: str) -> None:
@@ -137,3 +108,53 @@ def test_compare_studies_and_runs_pages(server: str) -> None:
     assert "your 1 run(s) measured" in summary
     assert "serve-" in studies and "report" in studies
     assert errors == []
+
+
+XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+
+
+def test_no_field_that_reaches_a_page_runs_as_markup(server: str) -> None:
+    """Issue 45's XSS fuzz: a hostile string in every field that comes back to a page (an error echoing the model,
+    a stored run's id and source on the runs page, a compare label) shows as its literal text and runs nothing."""
+    import json
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    record = {
+        "id": XSS, "source": XSS, "model": "GPT-test", "arch": "dense", "layers": 96, "hidden": 12288,
+        "ffn_hidden": 49152, "heads": 96, "kv_heads": 96, "vocab": 51200, "seq_len": 2048, "gpu": "A100-80GB",
+        "num_gpus": 64, "gpus_per_node": 8, "tp": 8, "pp": 8, "dp": 1, "cp": 1, "ep": 1, "sp": 1, "zero": 0,
+        "recompute": "selective", "micro_batch": 1, "global_batch": 64, "precision": "bf16",
+        "framework": "Megatron-LM", "measured_step_s": 13.75,
+    }  # fmt: skip
+    req = urllib.request.Request(
+        server + "/api/calibrate/ingest",
+        data=json.dumps({"records": [record]}).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}"},
+    )
+    urllib.request.urlopen(req, timeout=60).read()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(server + "/")
+            page.fill("input[name=model]", XSS)
+            page.fill("input[name=token]", TOKEN)
+            page.click("#go")
+            page.wait_for_function("document.querySelector('.error[data-for=model]').textContent.length > 0")
+            shown = page.locator(".error[data-for=model]").inner_text()
+            page.goto(server + "/compare")
+            page.fill("textarea[name=labels]", XSS)
+            page.click("#go")
+            page.wait_for_function("document.querySelector('.error[data-for=labels]').textContent.length > 0 || "
+                                   "document.getElementById('status').textContent.length > 12")  # fmt: skip
+            page.goto(server + "/runs")
+            page.wait_for_function("document.querySelectorAll('#runs tr').length > 1")
+            runs = page.locator("#runs").inner_text()
+            ran = page.evaluate("window.__xss === undefined")
+        finally:
+            browser.close()
+    assert "<img src=x" in shown  # the message echoes the value as text
+    assert runs.count("<script>window.__xss=2</script>") == 2  # id and source, literally
+    assert ran is True

@@ -40,6 +40,7 @@ CATALOG = ("models", "gpus", "clusters")
 # The HTTP status of a command's exit code (cli/app.py: 2 bad input, 1 nothing fits, 3 the storage failed).
 STATUS_OF_EXIT = {0: 200, 1: 409, 2: 422, 3: 503}
 MAX_WAIT_S = 600.0
+UNKNOWN_NAMES = {"cluster": "cluster_name"}  # "unknown cluster 'x'" names the --cluster option (cluster_name)
 WARM_AFTER_S = 0.2
 
 
@@ -56,11 +57,11 @@ class Settings:
 
 def _field_of(message: str, command: str) -> str | None:
     """The input a CLI message names first ('gpus=abc: …', 'seq-len: …'), when it is one of the command's."""
-    m = re.match(r"([a-z][a-z0-9_-]*)\s*[=:]", message)
     names = {p.name for p in params(command)}
-    if m and (name := m[1].replace("-", "_")) in names:
-        return name
-    return None
+    m = re.match(r"([a-z][a-z0-9_-]*)\s*[=:]", message) or re.match(r"unknown (\w+) ", message, re.IGNORECASE)
+    name = m[1].lower().replace("-", "_") if m else ""
+    name = UNKNOWN_NAMES.get(name, name)
+    return name if name in names else None
 
 
 def answer(command: str, outcome: Outcome) -> JSONResponse:
