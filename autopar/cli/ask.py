@@ -1,4 +1,4 @@
-"""CLI command `autopar ask "REQUEST"`: a plain-language request, parsed deterministically (cli/ask_parse.py)
+"""CLI command `autopar ask "REQUEST"`: a plain-language request, parsed deterministically (cli/ask_parse/)
 into the equivalent `optimize` or `whatif` command line, echoed, then run through the same typer app as
 typing that line would."""
 
