@@ -158,3 +158,26 @@ def test_no_field_that_reaches_a_page_runs_as_markup(server: str) -> None:
     assert "<img src=x" in shown  # the message echoes the value as text
     assert runs.count("<script>window.__xss=2</script>") == 2  # id and source, literally
     assert ran is True
+
+
+def test_whatif_page_shows_bands_ties_and_evidence(server: str) -> None:
+    """The what-if page: every option with its time and cost band, the evidence line of each GPU family, and the
+    tie the command calls (B200 and MI300X on cost for 2T tokens at 64 GPUs, as `whatif` says)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(server + "/whatif")
+            page.fill("input[name=token]", TOKEN)
+            page.click("#go")
+            page.wait_for_function("document.querySelectorAll('#options tr').length === 4", timeout=300_000)
+            table = page.locator("#options").inner_text()
+            evidence = page.locator("#evidence").inner_text()
+            ties = page.locator("#ties").inner_text()
+        finally:
+            browser.close()
+    assert table.count("$") >= 6 and "–" in table  # each cost with its band
+    assert "MI300X: no measured run of this GPU family" in evidence
+    assert "B200:64 and MI300X:64: a tie on cost" in ties

@@ -291,7 +291,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def index() -> str:
         return index_page()
 
-    for name in ("compare", "studies", "runs"):
+    for name in ("compare", "whatif", "studies", "runs"):
         app.get(f"/{name}", response_class=HTMLResponse, include_in_schema=False, name=f"page-{name}")(
             _page(name)
         )

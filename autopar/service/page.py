@@ -1,5 +1,5 @@
-"""The service's web pages: plan (a problem form, the verdict first, then the search report), compare, studies
-(live) and runs (add a training log, fit, read what the fit changed).
+"""The service's web pages: plan (a problem form, the verdict first, then the search report), compare, what-if
+(hardware options with their bands, ties and evidence), studies (live) and runs (add a training log, fit, read what the fit changed).
 
 Static pages (no build step, no network; autopar/service/pages/): a shared shell (header, styles and a few helpers)
 around each page's form and script. The plan page reuses the search report the job wrote (its Pareto plot, table
@@ -15,7 +15,13 @@ from importlib import resources
 
 from autopar.defaults import DEFAULT_GPU, DEFAULT_GPUS, DEFAULT_MODEL
 
-PAGES = {"plan": "plan", "compare": "compare", "studies": "studies", "runs": "runs"}  # URL name -> page file
+PAGES = {
+    "plan": "plan",
+    "compare": "compare",
+    "whatif": "whatif",
+    "studies": "studies",
+    "runs": "runs",
+}  # URL name -> page file
 
 
 def _asset(name: str) -> str:
