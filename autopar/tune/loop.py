@@ -22,7 +22,7 @@ from autopar.calibration.plan import SHORT_RUN_MEASURED, SHORT_RUN_WARMUP, Z80
 from autopar.tune import belief as bf
 from autopar.tune import decide
 from autopar.tune.candidates import Candidate, knob_matrix
-from autopar.tune.runners.base import Job, Outcome, checked, failed
+from autopar.tune.runners.base import Job, Outcome, checked, failed, read_handle
 
 DEFAULT_STEPS = SHORT_RUN_WARMUP + SHORT_RUN_MEASURED  # a short run: 10 warm-up + 20 measured steps
 SHARED_POLL_S = 5.0  # how often a tune whose open candidates all run in another tune looks at the study
@@ -342,7 +342,7 @@ def _one_run(tuner: Tuner, i: int, runner: Any, settings: TuneSettings, study: A
         if trial is not None:
             trial.set_user_attr("handle", handle)
         try:
-            outcome = checked(runner.wait(job, handle), job.candidate.predicted, job.candidate.mfu)
+            outcome = checked(runner.wait(job, handle), job.candidate)
         except KeyboardInterrupt:
             raise  # the trial stays RUNNING with its handle: the next tune re-attaches
         except Exception as e:  # noqa: BLE001
@@ -418,14 +418,38 @@ def _owned_elsewhere(attrs: dict[str, Any]) -> bool:
     return bool(owner) and alive(owner)
 
 
+def _never_launched(attrs: dict[str, Any]) -> bool:
+    """True when the tune of a RUNNING trial died before its runner launched anything: no handle stored, and
+    its run folder holds nothing a launch writes (a runner writes only strategy.json before it launches:
+    the log or the sbatch script comes before the process or job; no folder or no run_dir yet)."""
+    if attrs.get("handle") is not None:
+        return False
+    if not attrs.get("run_dir"):
+        return True
+    try:
+        names = {p.name for p in Path(attrs["run_dir"]).iterdir()}
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return names <= {"strategy.json"}
+
+
 def _resume(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, emit: Event) -> None:
-    """Take in the study's finished runs; re-attach to RUNNING ones whose tune is gone (or mark them stale)."""
+    """Take in the study's finished runs; re-attach to RUNNING ones whose tune is gone (or mark them stale).
+    A RUNNING trial whose tune died before it launched the run is no run: its candidate stays open."""
+    from autopar.tune.study import NOT_RUNS
+
     study.fail_waiting()
     for t in sorted(study.trials(), key=lambda t: t.number):
-        if t.key not in tuner.index or t.state == "WAITING":
+        if t.key not in tuner.index or t.state == "WAITING" or t.attrs.get("status") in NOT_RUNS:
             continue
         if t.state == "RUNNING" and _owned_elsewhere(t.attrs):
             continue  # another tune runs it: _sync counts it as taken
+        if t.state == "RUNNING" and _never_launched(t.attrs):
+            reason = "the tune stopped before it launched the run; the candidate stays open"
+            study.fail(study.trial_of(t), {"status": "not_launched", "fail_reason": reason})
+            continue
         number = len(tuner.runs) + 1
         outcome = _reattach(tuner, runner, settings, study, t, number) if t.state == "RUNNING" else None
         run = _stored_run(t, number, outcome)
@@ -435,6 +459,8 @@ def _resume(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, emit:
 
 def _sync(tuner: Tuner, study: Any, emit: Event) -> None:
     """Take in what other tunes on the same study finished, and mark what they are running as taken."""
+    from autopar.tune.study import NOT_RUNS
+
     if study is None:
         return
     known = {r.trial for r in tuner.runs if r.trial is not None}
@@ -444,14 +470,16 @@ def _sync(tuner: Tuner, study: Any, emit: Event) -> None:
             continue
         if t.state == "RUNNING":
             tuner.taken.add(t.key)
-        elif t.state in ("COMPLETE", "FAIL") and t.attrs.get("status") != "duplicate":
+        elif t.state in ("COMPLETE", "FAIL") and t.attrs.get("status") not in NOT_RUNS:
             run = _stored_run(t, len(tuner.runs) + 1)
             tuner.runs.append(run)
             emit("resumed", run)
 
 
 def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: Any, number: int) -> Outcome:
-    """Wait for a run an earlier tune launched (or mark it stale); finish its trial."""
+    """Wait for a run an earlier tune launched (or mark it stale); finish its trial. A run launched by a tune
+    killed before its trial stored the handle is found by the handle its run folder holds; a runner that
+    cannot say what became of the run (its scheduler down, a broken result) FAILs it with one reason."""
     a = t.attrs
     i = tuner.index[t.key]
     job = Job(
@@ -462,21 +490,20 @@ def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: 
         settings.warmup,
         settings.run_timeout_s,
     )
-    handle = a.get("handle")
+    handle = a.get("handle") or (read_handle(job.run_dir) if a.get("run_dir") else None)
     outcome: Outcome | None = None
+    t0 = time.monotonic()
     if handle is None:
         reason = "stale: the tune stopped before the run was launched"
     elif a.get("runner") != runner.name:
         reason = f"stale: launched by the {a.get('runner')} runner, not {runner.name}"
     else:
-        outcome = runner.attach(job, handle)
+        try:
+            outcome = runner.attach(job, handle)
+        except Exception as e:  # noqa: BLE001 - one run the runner lost track of, not the whole tune
+            outcome = failed(f"runner error on re-attach: {e}")
         reason = "stale: the run is gone and left no result"
-    t0 = time.monotonic()
-    final = (
-        checked(outcome, tuner.cands[i].predicted, tuner.cands[i].mfu)
-        if outcome is not None
-        else Outcome("failed", reason=reason)
-    )
+    final = checked(outcome, tuner.cands[i]) if outcome is not None else Outcome("failed", reason=reason)
     run = RunInfo(
         number, t.key, final, (math.nan,) * 3, math.nan, math.nan, time.monotonic() - t0, str(job.run_dir)
     )

@@ -24,6 +24,8 @@ from autopar.layouts import Axis
 
 SINGLE_METRICS = (("tokens_per_s_per_gpu", "maximize"),)
 MULTI_METRICS = (("tokens_per_s", "maximize"), ("usd_per_mtoken", "minimize"))
+# FAIL trials that are no run of their candidate: a claim another tune won, a launch a killed tune never made
+NOT_RUNS = ("duplicate", "not_launched")
 KNOB_PARAMS = (Axis.TP.value, Axis.PP.value, Axis.CP.value, Axis.DP.value, Axis.EP.value, "micro_batch")
 
 
@@ -141,7 +143,7 @@ class TuneStudy:
         return any(
             t.key == key
             and t.number < number
-            and t.attrs.get("status") != "duplicate"
+            and t.attrs.get("status") not in NOT_RUNS
             and t.state != "WAITING"
             for t in self.trials()
         )

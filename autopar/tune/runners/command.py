@@ -10,9 +10,18 @@ the warm-up steps left out); a non-zero exit with neither is a failed run.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from autopar.tune.runners.base import Job, Outcome, failed, outcome_of, write_job_files
+from autopar.tune.runners.base import (
+    Job,
+    Outcome,
+    failed,
+    outcome_of,
+    read_tail,
+    write_handle,
+    write_job_files,
+)
 from autopar.tune.runners.local import Processes, alive
 
 
@@ -31,10 +40,8 @@ def job_env(job: Job) -> dict[str, str]:
 
 
 def _log_text(job: Job) -> str:
-    try:
-        return job.log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    """The tail of the run's log (base.read_tail: bounded, whatever the run wrote or put there)."""
+    return read_tail(job.log_path)
 
 
 class CommandRunner:
@@ -48,7 +55,9 @@ class CommandRunner:
 
     def start(self, job: Job) -> dict[str, Any]:
         write_job_files(job)
-        return self._procs.start(["/bin/sh", "-c", self.template], job_env(job), job.run_dir, job.log_path)
+        handle = self._procs.start(["/bin/sh", "-c", self.template], job_env(job), job.run_dir, job.log_path)
+        write_handle(job, handle)
+        return handle
 
     def wait(self, job: Job, handle: dict[str, Any]) -> Outcome:
         code, timed_out = self._procs.wait(handle, job.timeout_s)
@@ -59,6 +68,6 @@ class CommandRunner:
     def attach(self, job: Job, handle: dict[str, Any]) -> Outcome | None:
         if alive(handle):
             return self.wait(job, handle)
-        if job.result_path.exists() or _log_text(job).strip():
+        if os.path.lexists(job.result_path) or _log_text(job).strip():
             return outcome_of(job, None, _log_text(job))
         return None

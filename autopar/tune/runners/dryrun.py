@@ -13,7 +13,16 @@ import json
 import sys
 from typing import Any
 
-from autopar.tune.runners.base import Job, Outcome, failed, write_job_files
+from autopar.tune.runners.base import (
+    RESULT_MAX_BYTES,
+    Job,
+    Outcome,
+    failed,
+    open_regular,
+    read_tail,
+    write_handle,
+    write_job_files,
+)
 from autopar.tune.runners.local import Processes, alive
 
 DRYRUN_OUT = "dryrun.json"
@@ -23,13 +32,12 @@ def _doc_outcome(job: Job) -> Outcome:
     """The dry-run's --json document as an outcome."""
     path = job.run_dir / DRYRUN_OUT
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path) as f:
+            doc = json.loads(f.read(16 * RESULT_MAX_BYTES))
         m = doc["measured"]
+        tps = float(m["tokens_per_s_per_rank"])
     except (OSError, ValueError, KeyError, TypeError):
-        try:
-            tail = [ln for ln in job.log_path.read_text(errors="replace").splitlines() if ln.strip()]
-        except OSError:
-            tail = []
+        tail = [ln for ln in read_tail(job.log_path).splitlines() if ln.strip()]
         if any("out of memory" in ln.lower() for ln in tail):
             return Outcome("oom", reason="out of memory (dry-run)")
         return failed("dry-run: " + (tail[-1] if tail else "no JSON document"))
@@ -39,7 +47,7 @@ def _doc_outcome(job: Job) -> Outcome:
     record = {"device": doc.get("device"), "host": doc.get("host"), "slice_predicted": slice_pred}
     return Outcome(
         "ok",
-        float(m["tokens_per_s_per_rank"]),
+        tps,
         m.get("max_reserved_gib"),
         reason=f"dry-run on {doc.get('host')}: the slice {doc.get('slice', {}).get('strategy')}",
         record=record,
@@ -81,9 +89,11 @@ class DryrunRunner:
 
     def start(self, job: Job) -> dict[str, Any]:
         write_job_files(job)
-        return self._procs.start(
+        handle = self._procs.start(
             self.argv(job), {}, job.run_dir, job.log_path, stdout=job.run_dir / DRYRUN_OUT
         )
+        write_handle(job, handle)
+        return handle
 
     def wait(self, job: Job, handle: dict[str, Any]) -> Outcome:
         timeout = None if job.timeout_s is None else job.timeout_s + 30  # the dry-run stops its ranks itself

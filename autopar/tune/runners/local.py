@@ -2,8 +2,11 @@
 
 Each run starts in a session of its own (start_new_session), so a Ctrl-C that stops `autopar tune` leaves
 it running: the next `tune` finds it by its process id and start time (Linux /proc; a reused id is told
-apart by the start time), waits for it and reads its result. A run past its timeout is stopped with its
-whole process group (SIGTERM, then SIGKILL after `KILL_GRACE_S`).
+apart by the start time), waits for it and reads its result. A run past its timeout (counted from the run's
+own start, also for a run a later tune found again) is stopped with its whole process group (SIGTERM, then
+SIGKILL after `KILL_GRACE_S`); a run whose first process ended (it finished, crashed or was killed) has
+what is left of its process group stopped the same way, so no worker of it holds on to a GPU while the
+next candidate runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,16 @@ def process_start(pid: int) -> str | None:
         return None
     fields = stat.rpartition(")")[2].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def process_age(handle: Mapping[str, Any]) -> float:
+    """Seconds since the process of `handle` started (its /proc start time), 0.0 when unknown."""
+    try:
+        ticks = int(handle.get("start") or 0)
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
 
 
 def alive(handle: Mapping[str, Any]) -> bool:
@@ -67,36 +80,73 @@ class Processes:
         return {"pid": proc.pid, "start": process_start(proc.pid)}
 
     def wait(self, handle: Mapping[str, Any], timeout_s: float | None) -> tuple[int | None, bool]:
-        """(exit code or None when it was not our child, timed out) once the process has ended."""
+        """(exit code or None when it was not our child, timed out) once the process has ended; what is left
+        of its process group is stopped either way."""
         pid = int(handle["pid"])
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         proc = self._children.pop(pid, None)
         if proc is not None:
             try:
-                return proc.wait(timeout=timeout_s), False
+                code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 stop_group(pid)
                 proc.wait()
                 return None, True
-        while alive(handle):
-            if deadline is not None and time.monotonic() > deadline:
-                stop_group(pid)
-                return None, True
-            time.sleep(POLL_S)
-        return None, False
+            stop_group(pid)  # its workers, if the run's first process did not take them with it
+            return code, False
+        return None, _poll(handle, timeout_s)
+
+
+def _poll(handle: Mapping[str, Any], timeout_s: float | None) -> bool:
+    """Wait for a process that is not our child (a run a killed tune launched); True when it ran past
+    `timeout_s` from its own start and was stopped."""
+    pid = int(handle["pid"])
+    left = None if timeout_s is None else timeout_s - process_age(handle)
+    deadline = None if left is None else time.monotonic() + left
+    seen = False
+    while alive(handle):
+        seen = True
+        if deadline is not None and time.monotonic() >= deadline:
+            stop_group(pid)
+            return True
+        time.sleep(POLL_S)
+    if seen:  # it ended while we watched: its process id still names its group (not a reused id)
+        stop_group(pid)
+    return False
 
 
 def stop_group(pid: int) -> None:
-    """SIGTERM the process group of `pid`, SIGKILL it if it is still there after KILL_GRACE_S."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
+    """SIGTERM the process group of `pid`, SIGKILL what is still running of it after KILL_GRACE_S, and wait
+    (KILL_GRACE_S at most) until nothing of it runs. A group of zombies (ended, not yet reaped) is gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not group_running(pid):
+            return
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
             return
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                return
+        end = time.monotonic() + KILL_GRACE_S
+        while group_running(pid) and time.monotonic() < end:
             time.sleep(0.05)
+
+
+def group_running(pgid: int) -> bool:
+    """True while a process of group `pgid` runs (is not a zombie): killpg(0) first, /proc when it finds one
+    (a zombie counts for kill but holds no GPU)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return True
+    for e in entries:
+        try:
+            fields = Path(f"/proc/{e}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

@@ -17,7 +17,15 @@ import time
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.tune.runners.base import Job, Outcome, failed, read_log, write_job_files
+from autopar.tune.runners.base import (
+    Job,
+    Outcome,
+    failed,
+    read_log,
+    read_tail,
+    write_handle,
+    write_job_files,
+)
 
 POLL_S = 10.0  # squeue is asked this often (a scheduler is not to be hammered)
 SHORT_RUN_ARGS = ("--log-interval 1",)  # every iteration logged, so the warm-up can be told apart
@@ -79,7 +87,9 @@ class SlurmRunner:
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise AutoparError(f"runner=slurm: sbatch printed {out.strip()[:80]!r}, not a job id")
-        return {"job_id": job_id, "submitted": time.time()}
+        handle = {"job_id": job_id, "submitted": time.time()}
+        write_handle(job, handle)
+        return handle
 
     def _queued(self, job_id: str) -> bool:
         return bool(_run(["squeue", "-h", "-j", job_id, "-o", "%T"], "squeue").strip())
@@ -105,7 +115,7 @@ class SlurmRunner:
 
     def _outcome(self, job: Job, job_id: str) -> Outcome:
         log = job.run_dir / f"slurm-{job_id}.out"
-        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        text = read_tail(log)
         state = self._state(job_id)
         if state in _SACCT_FAILED and _SACCT_FAILED[state] == "oom":
             return Outcome("oom", reason=f"job {job_id}: {state}")
