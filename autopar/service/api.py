@@ -32,7 +32,7 @@ from autopar.files import autopar_home
 from autopar.service.commands import Outcome, RequestError, params, request_model, to_argv
 from autopar.service.errors import error_body
 from autopar.service.jobs import Job, JobLimitError, Workers, new_job_id
-from autopar.service.studies import job_study, with_storage
+from autopar.service.studies import job_study, study_argv, with_storage
 
 SYNC_COMMANDS = ("estimate", "compare", "fix", "launch")
 JOB_COMMANDS = ("optimize", "whatif")
@@ -165,10 +165,8 @@ def _job_views(app: FastAPI) -> None:
             return JSONResponse(error_body(f"job_id={job_id!r}: no such job"), status_code=404)
         out = job_json(found)
         if found.command == "optimize" and found.outcome is None:  # how far the search is
-            status = await _workers(request).call(
-                ["study", "status", "--storage", request.app.state.settings.studies, "--study-name",
-                 job_study(found.id), "--json"]
-            )  # fmt: skip
+            argv = study_argv("status", request.app.state.settings.studies, job_study(found.id))
+            status = await _workers(request).call(argv)
             out["progress"] = status.document if status.exit_code == 0 else None
         return JSONResponse(out)
 

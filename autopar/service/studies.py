@@ -32,6 +32,11 @@ def with_storage(argv: list[str], storage: str, study: str) -> list[str]:
     return [*argv[:cut], "--storage", storage, "--study-name", study, *argv[cut:]]
 
 
+def study_argv(sub: str, storage: str, name: str, *extra: str) -> list[str]:
+    """`autopar study SUB --storage STORAGE --study-name NAME [EXTRA] --json`: how the service reads a study."""
+    return ["study", sub, "--storage", storage, "--study-name", name, *extra, "--json"]
+
+
 def _summaries(storage: str) -> list[dict[str, Any]]:
     import optuna
 
@@ -81,15 +86,7 @@ def study_routes(app: FastAPI, answer: Any) -> None:
     async def status(request: Request, name: str) -> JSONResponse:
         if (bad := _bad_name(name)) is not None:
             return bad
-        argv = [
-            "study",
-            "status",
-            "--storage",
-            request.app.state.settings.studies,
-            "--study-name",
-            name,
-            "--json",
-        ]
+        argv = study_argv("status", request.app.state.settings.studies, name)
         return _answer(request, await request.app.state.workers.call(argv), answer)
 
     @app.get(
@@ -98,15 +95,7 @@ def study_routes(app: FastAPI, answer: Any) -> None:
     async def pareto(request: Request, name: str) -> JSONResponse:
         if (bad := _bad_name(name)) is not None:
             return bad
-        argv = [
-            "study",
-            "report",
-            "--storage",
-            request.app.state.settings.studies,
-            "--study-name",
-            name,
-            "--json",
-        ]
+        argv = study_argv("report", request.app.state.settings.studies, name)
         return _answer(request, await request.app.state.workers.call(argv), answer)
 
     _report_route(app, answer)
@@ -127,7 +116,7 @@ def _report_route(app: FastAPI, answer: Any) -> None:
             return bad
         out = Path(tempfile.mkdtemp(prefix="autopar-study-")) / "report.html"
         storage = request.app.state.settings.studies
-        argv = ["study", "report", "--storage", storage, "--study-name", name, "--out", str(out), "--json"]
+        argv = study_argv("report", storage, name, "--out", str(out))
         outcome = await request.app.state.workers.call(argv)
         if outcome.exit_code != 0 or not out.is_file():
             return _answer(request, outcome, answer)
