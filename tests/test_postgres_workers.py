@@ -111,7 +111,7 @@ def test_four_workers_one_killed(pg_url, tmp_path):
     assert failed[0].user_attrs["strategy"] == json.loads(marker.read_text())["strategy"]
     assert all(t.values is None and t.user_attrs.get("autopar_reason") for t in by_state[TrialState.PRUNED])
     done = by_state[TrialState.COMPLETE]
-    assert study.metric_names == ["throughput", "headroom", "cost"]
+    assert study.metric_names == ["throughput", "cost", "headroom"]  # headroom: NSGA-II's helper objective
     attrs = {
         "strategy",
         "knobs",
@@ -133,7 +133,7 @@ def test_four_workers_one_killed(pg_url, tmp_path):
     feas = [t for t in shared.trials + single.trials if t.feasible]
     ideal, nadir = reference_bounds(to_min_matrix(feas, objs))
     hv_shared, hv_single = _hv(shared, objs, ideal, nadir), _hv(single, objs, ideal, nadir)
-    assert hv_shared == pytest.approx(hv_single, rel=0.01)
+    assert hv_shared >= 0.99 * hv_single  # as good or better than one process alone
     assert shared.stats["study_states"]["FAIL"] == 1
     assert any("FAILED" in n for n in shared.notes)
 
@@ -150,7 +150,7 @@ def test_status_report_and_connection_errors(pg_url, tmp_path):
         r = runner.invoke(app, ["study", "status", "--storage", pg_url, "--study-name", "w4", "--json"])
     assert r.exit_code == 0, r.output
     st = json.loads(r.stdout)
-    assert st["complete"] > 0 and st["metric_names"] == ["throughput", "headroom", "cost"]
+    assert st["complete"] > 0 and st["metric_names"] == ["throughput", "cost", "headroom"]
     out = tmp_path / "r.html"
     r = runner.invoke(app, ["study", "report", "--storage", pg_url, "--study-name", "w4", "--out", str(out)])
     assert r.exit_code == 0, r.output

@@ -99,7 +99,7 @@ def test_exact_front_of_the_filter_equals_the_hand_filtered_front():
         constraints=cons,
         memory_band=False,
     )
-    got = sorted((r["throughput"], r["headroom"]) for r in res.pareto_rows)
+    got = sorted((r["throughput"], r["headroom"]) for r in res.pareto_rows if not r["near_tie"])
     ev = Evaluator(SMALL[0], build_space(*SMALL).hardware, prices=[1.0], min_headroom_gib=0.0)
     outs = [ev(p) for p in _hand_filtered(lambda s: s.tp == 2 and s.cp == 1)]
     want = _front([(o.values["throughput"], o.values["headroom"]) for o in outs if o.feasible])

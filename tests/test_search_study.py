@@ -95,7 +95,8 @@ def test_returned_points_are_feasible_and_nondominated(seed, budget, objectives)
     feas = [t for t in r.trials if t.feasible]
     front = [t for t in r.trials if not t.dominated]
     # a tight problem (70B on 32 GPUs) can leave a 20-trial search without a feasible point: then no front
-    assert len(front) == len(r.pareto) and (len(front) > 0) == (len(feas) > 0)
+    # (the table adds the front's near-ties, search/pareto.py near_front)
+    assert len(front) == sum(not x for x in r.pareto["near_tie"]) and (len(front) > 0) == (len(feas) > 0)
     for t in front:
         assert t.feasible and t.estimate.fits and t.values["headroom"] >= 2.0
     F = to_min_matrix(front + feas, objs)
@@ -190,7 +191,7 @@ def test_recommendations():
 
     m, c = get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
     w = Workload(seq_len=8192, global_batch=512)
-    r = optimize(m, c, w, budget=150, seed=0)
+    r = optimize(m, c, w, budget=150, seed=0, objectives="throughput,headroom,cost")
     roles = {x.role: x for x in r.recommended}
     assert set(roles) == {"fastest", "most_headroom", "cheapest", "balanced"}
     df = r.pareto

@@ -58,6 +58,10 @@ def _front(r):
     )
 
 
+def _ties(r):
+    return sorted((row["label"], row["num_gpus"]) for row in r.pareto_rows if row["near_tie"])
+
+
 @pytest.mark.parametrize(
     "problem, kw",
     [
@@ -75,12 +79,13 @@ def test_sweep_finds_the_classic_front(problem, kw, monkeypatch):
     swept, classic = _both(problem, monkeypatch, **kw)
     assert swept.stats["sweep"] and "sweep" not in classic.stats
     assert _front(swept) and _front(swept) == _front(classic)
+    assert _ties(swept) == _ties(classic)  # the near-ties kept on arrays are those of every record
     assert swept.stats["hypervolume"] == pytest.approx(classic.stats["hypervolume"], rel=1e-12)
     n = classic.space_size
     assert swept.stats["sweep"]["evaluated"] == swept.stats["evaluated"] == n == len(classic.trials)
     assert swept.stats["sweep"]["feasible"] == classic.n_feasible
-    # records kept: the front and an even sample, a bounded number whatever the space's size
-    assert len(swept.trials) <= len(_front(swept)) + sweep.SAMPLE_KEPT + 1 < n
+    # records kept: the front, its running near-ties and an even sample, bounded whatever the space's size
+    assert len(swept.trials) <= len(_front(swept)) + sweep.NEAR_KEPT + sweep.SAMPLE_KEPT + 1 < n
 
 
 def test_sweep_over_several_hardware_options(monkeypatch):

@@ -137,8 +137,10 @@ def print_result(result: Any, top: int, explain: bool = False) -> None:
     if len(result.pareto) > top:
         console.print(f"... {len(result.pareto) - top} more (use --top or --json)", style="dim")
     names = [o.name for o in result.objectives]
-    marks = "★ = the pick" + (
-        "; · = not an objective, shown for reference" if any(n not in names for n in _SHOWN) else ""
+    marks = (
+        "★ = the pick"
+        + (_near_tie_mark() if any(r.get("near_tie") for r in result.pareto_rows) else "")
+        + ("; · = not an objective, shown for reference" if any(n not in names for n in _SHOWN) else "")
     )
     console.print(marks, style="dim")
     _print_counts(result)
@@ -174,6 +176,15 @@ def _verdict(result: Any) -> Any:
     return verdict_info(result, decision_info(result, cards))
 
 
+def _near_tie_mark() -> str:
+    from autopar.search.pareto import NEAR_TIE_FRACTION
+
+    return (
+        f"; ≈ = a near-tie: off the front by less than {NEAR_TIE_FRACTION:.0%} on each objective, "
+        "which the model cannot order against it"
+    )
+
+
 _SHOWN = ("throughput", "headroom", "cost", "mfu")  # columns shown (· marked) even when not an objective
 
 
@@ -205,7 +216,9 @@ def _print_counts(result: Any) -> None:
     console.print(
         f"space {result.space_size:,} combinations ({valid} valid) · {result.sampler}: "
         f"{n['total']:,} trials = {n['evaluated']:,} evaluated + {n['rule_violations']:,} invalid layouts "
-        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front · {format_duration(result.wall_s)}",
+        f"(pruned) · {n['feasible']:,} feasible, {n['pareto']} on the front"
+        + (f" + {n['near_ties']} near-ties" if n["near_ties"] else "")
+        + f" · {format_duration(result.wall_s)}",
         highlight=False,
         style="dim",
     )
@@ -226,14 +239,17 @@ def _pareto_table(result: Any, top: int, pick_row: int = 0) -> Any:
     multi_hw = len({(t.gpu, t.num_gpus, t.precision) for t in result.trials}) > 1
     names = [o.name for o in result.objectives]
     shown = names + [n for n in _SHOWN if n not in names]
-    table = Table(title="Pareto set", title_justify="left", show_lines=False)
+    ties = any(r.get("near_tie") for r in result.pareto_rows)
+    title = "Pareto set and its near-ties" if ties else "Pareto set"
+    table = Table(title=title, title_justify="left", show_lines=False)
     for col in ["#"] + (["hardware"] if multi_hw else []) + ["strategy"]:
         table.add_column(col)
     for n in shown:
         table.add_column(_COLS[n][0] + ("" if n in names else " ·"), justify="right")
     table.add_column("bottleneck")
     for i, row in enumerate(result.pareto.head(top).to_dict("records")):
-        cells = [f"{i + 1}★" if i + 1 == pick_row else str(i + 1)] + (
+        mark = ("★" if i + 1 == pick_row else "") + ("≈" if row.get("near_tie") else "")
+        cells = [f"{i + 1}{mark}"] + (
             [f"{row['num_gpus']}x {row['gpu']} {row['precision']}"] if multi_hw else []
         )
         cells.append(row["label"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autopar.defaults import DEFAULT_OBJECTIVES
 from autopar.errors import AutoparError, UnknownNameError
 from autopar.perf.types import Estimate
 from autopar.specs import ClusterSpec
@@ -16,7 +17,9 @@ from autopar.units import GiB, usd_per_mtoken
 
 ObjectiveFn = Callable[[Estimate, ClusterSpec, float], float]
 
-DEFAULT_OBJECTIVES: tuple[str, ...] = ("throughput", "headroom", "cost")
+# Objectives on a ratio scale (positive, compared as ratios): a near-tie on them is a fraction of the value
+# (search/pareto.py near_front). Free GiB is not: 1 GiB free against 2 GiB is no "50%" tie.
+RATIO_SCALE: frozenset[str] = frozenset({"throughput", "cost", "step_time", "mfu"})
 MIN_OBJECTIVES, MAX_OBJECTIVES = 2, 4
 
 

@@ -81,7 +81,7 @@ def trial_workload(result: SearchResult, trial: TrialRecord) -> Workload:
 
 def pareto_trials(result: SearchResult) -> list[TrialRecord]:
     """Feasible non-dominated trials in trial order: the Pareto set as the search marked it."""
-    return sorted((t for t in result.trials if t.feasible and not t.dominated), key=lambda t: t.number)
+    return sorted((t for t in result.trials if t.shown), key=lambda t: t.number)
 
 
 def autopar_version() -> str:

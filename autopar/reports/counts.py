@@ -8,7 +8,13 @@ from autopar.search.result import SearchResult
 def search_counts(result: SearchResult) -> dict[str, int]:
     """The counts every output shows (CLI summary, --json, report header), from one place: total trials =
     evaluated (strategies with an estimate: COMPLETE in a stored study) + rule violations (invalid layouts,
-    PRUNED with their reason, no values); feasible; on the Pareto front."""
+    PRUNED with their reason, no values); feasible; on the Pareto front; near-ties of it (search/pareto.py
+    near_front: shown beside the front, not on it)."""
+    ties = sum(bool(r.get("near_tie")) for r in result.pareto_rows)
+    return {**_counts(result), "pareto": len(result.pareto_rows) - ties, "near_ties": ties}
+
+
+def _counts(result: SearchResult) -> dict[str, int]:
     sweep = result.stats.get("sweep")
     if sweep:  # an array sweep (search/sweep.py): totals over the space; trials = front + a sample
         n = sweep["evaluated"]
@@ -16,7 +22,6 @@ def search_counts(result: SearchResult) -> dict[str, int]:
             "total": n,
             "evaluated": n,
             "feasible": int(result.n_feasible),
-            "pareto": len(result.pareto_rows),
             "rule_violations": 0,
         }
     evaluated = sum(t.estimate is not None for t in result.trials)
@@ -24,6 +29,5 @@ def search_counts(result: SearchResult) -> dict[str, int]:
         "total": len(result.trials),
         "evaluated": evaluated,
         "feasible": int(result.n_feasible),
-        "pareto": len(result.pareto_rows),
         "rule_violations": len(result.trials) - evaluated,
     }

@@ -205,7 +205,7 @@ def decision_info(result: SearchResult, cards: Sequence[Card]) -> Decision | Non
 
 
 def _front(result: SearchResult) -> list[TrialRecord]:
-    return sorted((r for r in result.trials if r.feasible and not r.dominated), key=lambda r: r.number)
+    return sorted((r for r in result.trials if r.shown), key=lambda r: r.number)
 
 
 def objective_leads(result: SearchResult, t: TrialRecord) -> list[str]:

@@ -192,6 +192,17 @@ def _panel(xk, yk, xt, yt, front, dominated, infeasible, rec_trials, objs, rec_l
     )
 
 
+def _reference_pairs(objs: list[ObjectiveInfo]) -> list[tuple[str, str, str, str]]:
+    """Free memory against throughput when free memory is a constraint, not an objective (the default): the
+    room each point leaves is what a user weighs next, and on one fixed cluster the objectives' own panel is
+    a single curve ($/Mtoken = price x GPUs / throughput)."""
+    names = [o.name for o in objs]
+    if "headroom" in names or "throughput" not in names:
+        return []
+    tps = objs[names.index("throughput")]
+    return [("throughput", "headroom", axis_title(tps), "Free GiB per GPU (a constraint, not an objective)")]
+
+
 def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     """Split trials into Pareto / dominated / infeasible / recommended for each objective pair."""
     objs = list(result.objectives)
@@ -208,7 +219,7 @@ def pareto_plot_info(result: SearchResult) -> ParetoPlotInfo:
     drawn_inf = even_sample(infeasible, MAX_INFEASIBLE_POINTS)
     if len(objs) >= 2:
         pairs = [(objs[i], objs[j]) for i, j in itertools.combinations(range(len(objs)), 2)]
-        keyed = [(a.name, b.name, axis_title(a), axis_title(b)) for a, b in pairs]
+        keyed = [(a.name, b.name, axis_title(a), axis_title(b)) for a, b in pairs] + _reference_pairs(objs)
     else:
         keyed = [("trial", objs[0].name, "Trial number", axis_title(objs[0]))]
     panels = tuple(

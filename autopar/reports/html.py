@@ -36,6 +36,7 @@ from autopar.reports.figures import (
 )
 from autopar.reports.plots import plot_parallel_coords, plot_pareto, plot_stacked_bars
 from autopar.reports.table import pareto_table_info, table_html
+from autopar.search.pareto import NEAR_TIE_FRACTION
 from autopar.search.result import SearchResult, TrialRecord
 from autopar.search.storage import mask
 from autopar.specs import ClusterSpec
@@ -76,12 +77,28 @@ def calibration_text(result: SearchResult) -> str:
     return ", ".join(parts + described + extra[:4])
 
 
+def _front_words(front: list[TrialRecord]) -> str:
+    """'7 non-dominated strategies', or '1 non-dominated strategy and 6 near-ties (...)' when some are."""
+    ties = sum(t.near_tie for t in front)
+    n = len(front) - ties
+    words = f"{n} non-dominated strateg{'y' if n == 1 else 'ies'}"
+    if ties:
+        words += (
+            f" and {ties} near-tie{'s' if ties != 1 else ''} (off the front by less than "
+            f"{NEAR_TIE_FRACTION:.0%}: the model cannot order them against it)"
+        )
+    return words
+
+
 def _top(result: SearchResult) -> str:
     """The page header: model, hardware, workload on one line; the search counts as KPI tiles."""
     m, w = result.model, result.workload
     n = search_counts(result)
     kpis = [
-        ("Pareto points", f"{n['pareto']:,}"),
+        (
+            "Pareto points",
+            f"{n['pareto']:,}" + (f" + {n['near_ties']:,} near-ties" if n["near_ties"] else ""),
+        ),
         ("Evaluated", f"{n['evaluated']:,}"),
         ("Feasible", f"{n['feasible']:,}"),
         ("Search space", fmt_num(result.space_size)),
@@ -453,7 +470,7 @@ def _figures(result: SearchResult, front: list[TrialRecord]) -> list[str]:
     parts = [
         theme.section(
             "Pareto front",
-            f"{len(front)} non-dominated strategies (coloured) among "
+            f"{_front_words(front)} (coloured) among "
             f"{result.n_feasible:,} feasible ones (grey). Stars mark the recommendations; "
             f"{pinfo.n_infeasible:,} evaluated strategies that do not fit (memory or a constraint) are "
             "hidden — click “Infeasible” in the legend to show them. Hover a point for its full strategy."

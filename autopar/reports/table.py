@@ -28,7 +28,7 @@ KNOWN_LABELS = {
     "headroom_gib": "Headroom (GiB)",
     "bottleneck": "Bottleneck",
 }
-HIDDEN = {"number", "trial", "label", "strategy", "dominated", "feasible"}
+HIDDEN = {"number", "trial", "label", "strategy", "dominated", "feasible", "near_tie"}
 # Shown before "all columns" is ticked, beside the label and the objectives: the figures a reader decides on, so
 # the table fits a laptop screen (the label already spells every strategy knob).
 FIRST_SCREEN = ("throughput_low", "throughput_high", "mfu_pct", "step_s", "mem_gib", "bottleneck")
@@ -166,7 +166,8 @@ def pareto_table_info(result: SearchResult) -> TableInfo:
         label = row_label(row) or (t.strategy.label() if t else "")
         cells = [(label, label)] + [_cell(k, _py(row[k]), k in pct) for k in keys]
         rows.append(tuple(cells))
-        roles.append(" · ".join(roles_by_num.get(t.number, [])) if t else "")
+        tie = ["≈ near-tie"] if t is not None and t.near_tie else []
+        roles.append(" · ".join(roles_by_num.get(t.number, []) + tie) if t else "")
     return TableInfo(columns=tuple(columns), rows=tuple(rows), roles=tuple(roles))
 
 

@@ -95,7 +95,7 @@ def _free(t: TrialRecord) -> float | None:
 
 
 def _front(result: SearchResult) -> list[TrialRecord]:
-    return [r for r in result.trials if r.feasible and not r.dominated and "throughput" in r.values]
+    return [r for r in result.trials if r.shown and "throughput" in r.values]
 
 
 def near_ties(result: SearchResult, pick: TrialRecord) -> list[TrialRecord]:

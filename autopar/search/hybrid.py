@@ -251,8 +251,7 @@ def run_hybrid(
 ) -> Run:
     """NSGA-II over layouts (`outer_budget(budget)` solved layouts at most), exact inner solves, then the
     exact neighbourhood pass; the run keeps scalar records of the front and a sample."""
-    k = len(objectives)
-    front = _Front(np.empty((0, k)), np.empty(0, np.int64), np.full(k, np.inf), np.full(k, -np.inf))
+    front = _Front.empty(objectives)
     st = _Outer(space, ev, objectives, layout_starts(space), front, {})
     run, t0 = Run(), time.perf_counter()
     with SearchProgress(

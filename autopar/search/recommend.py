@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autopar.layouts import STACKS, family_runs_te_cp
-from autopar.objectives import REGISTRY, Objective
+from autopar.objectives import RATIO_SCALE, REGISTRY, Objective
 from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.software import software_for
 from autopar.perf.types import Estimate
 from autopar.search.evidence import EvidenceFn, defensible, low_factor
-from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
+from autopar.search.pareto import NEAR_TIE_FRACTION, normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
 from autopar.units import GiB, format_duration
 
@@ -363,13 +363,6 @@ def knee_order(front: Sequence[TrialRecord], objectives: Sequence[Objective]) ->
 
 
 SAFE_SPEED_FRACTION = 0.9  # "most headroom" is chosen among points with >= 90% of the best throughput
-# Points within this fraction of the best value of an objective are a near-tie: no measurement we have
-# ranks them. Identical NeMo configurations measured in two container releases (24.07 vs 24.12, the
-# groundtruth README) differ by about ±4%, and the model's median error on the published runs is 5%; 2% is
-# half the release-to-release spread. Which near-tied point an NSGA-II search meets first depends on the
-# seed, so the recommendation is chosen among all of them by what does not: the most free memory (the
-# margin against the memory model's error), then the label.
-NEAR_TIE_FRACTION = 0.02
 
 
 def _free_gib(r: TrialRecord) -> float:
@@ -415,6 +408,8 @@ def recommend(
         _recommend_for(o, front, objectives, feasible, framework, evidence, model, best_tps)
         for o in objectives
     ]
+    if _one_axis(front, objectives):
+        return out  # every objective follows throughput on one hardware option: there is no knee to offer
     order, d = knee_order(front, objectives)
     best = front[order[0]]
     runner = front[order[1]] if len(order) > 1 else None
@@ -426,6 +421,13 @@ def recommend(
         )
     )
     return out
+
+
+def _one_axis(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> bool:
+    """Whether the front lies on one axis: a single hardware option (GPU, count, precision) and objectives
+    that are all functions of throughput there ($/Mtoken = price x GPUs / throughput, step time, MFU)."""
+    hardware = {(r.gpu, r.num_gpus, r.precision) for r in front}
+    return len(hardware) == 1 and all(o.name in RATIO_SCALE for o in objectives)
 
 
 def _recommend_for(

@@ -28,6 +28,12 @@ class TrialRecord:
     feasible: bool
     reason: str = ""  # why infeasible (rule broken, OOM, constraint)
     dominated: bool = True  # False for Pareto points
+    near_tie: bool = False  # dominated, but by less than the near-tie tolerance (search/pareto.py near_front)
+
+    @property
+    def shown(self) -> bool:
+        """On the printed front: a feasible Pareto point or a near-tie of one."""
+        return self.feasible and (not self.dominated or self.near_tie)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +27,13 @@ import numpy as np
 from autopar.objectives import REGISTRY, Objective
 from autopar.search.evaluate import MEMORY_CONSTRAINT, Evaluator
 from autopar.search.loops import Run
-from autopar.search.pareto import nondominated_mask
+from autopar.search.pareto import (
+    MAX_NEAR_TIES,
+    near_front_mask,
+    near_tie_shift,
+    nondominated_mask,
+    tie_space,
+)
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Space
 from autopar.units import GiB
@@ -35,6 +41,7 @@ from autopar.units import GiB
 KEEP_ALL_LIMIT = 20_000  # spaces up to this size keep every point's record (loops.run_exhaustive)
 BLOCK_ROWS = 8192  # points estimated together: bounds the sweep's memory
 SAMPLE_KEPT = 2000  # points besides the front whose records are kept (an even stride over the space)
+NEAR_KEPT = 8 * MAX_NEAR_TIES  # running near-ties kept on arrays (the final front beats some of them)
 
 
 def sweepable(space: Space, ev: Evaluator) -> bool:
@@ -51,18 +58,35 @@ def can_sweep(space: Space, ev: Evaluator) -> bool:
 
 @dataclass
 class _Front:
-    """The running front (minimised objective rows and their point indices) and feasible-point bounds."""
+    """The running front (minimised objective rows and their point indices), feasible-point bounds and the
+    running near-ties (rows the front beats by less than the near-tie tolerance, search/pareto.py)."""
 
     F: np.ndarray
     idx: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
     n_feasible: int = 0
+    objectives: Sequence[Objective] = ()
+    near_F: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    near_idx: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @classmethod
+    def empty(cls, objectives: Sequence[Objective]) -> _Front:
+        k = len(objectives)
+        return cls(
+            np.empty((0, k)),
+            np.empty(0, np.int64),
+            np.full(k, np.inf),
+            np.full(k, -np.inf),
+            objectives=tuple(objectives),
+            near_F=np.empty((0, k)),
+        )
 
     def add(self, F: np.ndarray, idx: np.ndarray) -> None:
         """Merge a block's feasible rows: drop those the front dominates, then re-filter the union."""
         if not len(F):
             return
+        block_F, block_idx = F, idx
         self.n_feasible += len(F)
         self.lo, self.hi = np.minimum(self.lo, F.min(axis=0)), np.maximum(self.hi, F.max(axis=0))
         own = nondominated_mask(F)  # a row another block row dominates is off the union's front too
@@ -77,6 +101,21 @@ class _Front:
         F, idx = F[order], idx[order]
         mask = nondominated_mask(F)
         self.F, self.idx = F[mask], idx[mask]
+        if self.objectives:
+            self._near(block_F, block_idx)
+
+    def _near(self, F: np.ndarray, idx: np.ndarray) -> None:
+        """Keep the rows (old near-ties and this block's) the current front beats by less than the tolerance,
+        off the front, the closest NEAR_KEPT: a superset of the final front's near-ties, which beats more."""
+        F, idx = np.vstack([self.near_F, F]), np.concatenate([self.near_idx, idx])
+        F, idx = F[~np.isin(idx, self.idx)], idx[~np.isin(idx, self.idx)]
+        both = tie_space(np.vstack([F, self.F]), self.objectives)
+        G, Fr = both[: len(F)], both[len(F) :]
+        mask = near_front_mask(G, Fr, near_tie_shift(self.objectives))
+        F, idx, G = F[mask], idx[mask], G[mask]
+        gap = np.min(np.max(G[:, None, :] - Fr[None, :, :], axis=2), axis=1) if len(G) else np.empty(0)
+        order = np.lexsort((idx, gap))[:NEAR_KEPT]
+        self.near_F, self.near_idx = F[order], idx[order]
 
 
 def run_sweep(
@@ -89,8 +128,7 @@ def run_sweep(
 ) -> Run:
     """Estimate every point on arrays; keep the front, the bounds and `sample` more points (then scalar
     records)."""
-    k = len(objectives)
-    front = _Front(np.empty((0, k)), np.empty(0, np.int64), np.full(k, np.inf), np.full(k, -np.inf))
+    front = _Front.empty(objectives)
     run, t0, done = Run(), time.perf_counter(), 0
     with SearchProgress(space.size, progress, "exhaustive") as bar:
         for block in space.column_blocks(BLOCK_ROWS):
@@ -111,7 +149,7 @@ def run_sweep(
 def keep_records(run: Run, space: Space, ev: Evaluator, front: _Front, sample: list[int], swept: int) -> None:
     """Scalar records of the front and the sampled point indices; the totals of the points estimated."""
     stride = max(1, math.ceil(swept / max(1, len(sample))))
-    keep = sorted({*map(int, front.idx), *sample})
+    keep = sorted({*map(int, front.idx), *map(int, front.near_idx), *sample})
     points = [space.point(i) for i in keep]
     for i, pt, out in zip(keep, points, ev.evaluate_many(points), strict=True):
         run.outcomes[pt.key], run.first_trial[pt.key], run.points[pt.key] = out, i, pt
