@@ -36,7 +36,7 @@ TABLE = [
         "Llama 3 70B on 64 H100, 8k context, 15T tokens, fastest under $5M",
         "optimize",
         "--model Llama-3-70B --gpu H100-SXM --gpus 64 --seq-len 8192 --tokens 15T "
-        "--objectives throughput,headroom,cost --max-cost 0.333333",
+        "--objectives throughput,cost --max-cost 0.333333",
     ),
     # '8 nodes of H100': 8 nodes x 8 GPUs per DGX H100 = 64; 128k tokens context = 128 * 1024 = 131072.
     (
@@ -56,7 +56,7 @@ TABLE = [
         "DeepSeek-V3 on 2 GB200 racks, fp8, 15T tokens, cheapest",
         "optimize",
         "--model DeepSeek-V3 --gpu GB200 --gpus 144 --precision fp8 --tokens 15T "
-        "--objectives cost,throughput,headroom",
+        "--objectives cost,throughput",
     ),
     # A GB200 host is a tray of 4 GPUs: 4 nodes = 16.
     ("4 nodes of GB200 for Llama 3 8B", "optimize", "--model Llama-3-8B --gpu GB200 --gpus 16"),
@@ -102,7 +102,7 @@ TABLE = [
     (
         "train Llama-2-7B on 16 A100 40GB, 2 trillion tokens, as cheap as possible",
         "optimize",
-        "--model Llama-2-7B --gpu A100-40GB --gpus 16 --tokens 2T --objectives cost,throughput,headroom",
+        "--model Llama-2-7B --gpu A100-40GB --gpus 16 --tokens 2T --objectives cost,throughput",
     ),
     # 8K seq = 8192; 5 million dollars over 1T tokens = 5e6 / (1e12 / 1e6) = 5 $/Mtoken.
     (
@@ -408,5 +408,5 @@ def test_cli_runs_the_same_command_as_typing_it() -> None:
         "--tokens",
         "100B",
         "--objectives",
-        "cost,throughput,headroom",
+        "cost,throughput",
     ]

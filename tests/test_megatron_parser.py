@@ -262,6 +262,8 @@ EXPLICIT.update(
 )
 
 # (model, H100 GPUs, seq_len, global batch, precision): the Megatron searches of tests/test_launch_frameworks.py
+# the three-objective front (free memory an objective, the default before issue 46): varied layouts to check
+THREE = "throughput,headroom,cost"
 SEARCHES = [
     ("llama-3.1-8b", 64, 8192, 256, "bf16"),
     ("llama-3.1-70b", 128, 8192, 512, "fp8"),
@@ -289,7 +291,7 @@ def _launches(tmp: Path) -> dict[str, dict]:
     for name, n, seq, gbs, prec in SEARCHES:
         m = get_model(name)
         w = Workload(seq_len=seq, global_batch=gbs, precision=prec, framework="megatron")
-        r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=16, seed=1)
+        r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=16, seed=1, objectives=THREE)
         for t in pareto_trials(r):
             ls = launch_settings(m, trial_cluster(r, t), trial_workload(r, t), t.strategy)
             out[f"search:{name}/{n}/{prec} {t.strategy.label()}"] = launch_item(ls, "H100-SXM", tmp)
@@ -314,7 +316,7 @@ def _tune_launches(tmp: Path) -> dict[str, dict]:
 
     m = get_model("llama-3.1-8b")
     w = Workload(seq_len=8192, global_batch=256, framework="megatron")
-    r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32), w, budget=16, seed=1)
+    r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=32), w, budget=16, seed=1, objectives=THREE)
     out = {}
     for c in from_search(r, None, pool=6):
         ls = short_run_settings(Job(1, c, tmp / "run", 30, 10, None))

@@ -108,7 +108,10 @@ def test_optimize_uses_the_band_and_says_so():
     plain = optimize(*SMALL, sampler="exhaustive", objectives=("throughput", "headroom"), memory_band=False)
     f = band_margin(None, 0.0).factor
     assert res.notes[0].startswith(f"memory margin: a strategy fits at peak memory x{f:.3f}")
-    assert plain.notes[0] == "memory margin: a strategy fits at point estimate of peak memory (no margin)"
+    assert plain.notes[0] == (
+        "memory margin: a strategy fits at point estimate of peak memory (no margin); "
+        "free memory beyond it is also an objective"
+    )
     feas = {t.strategy.label() for t in res.trials if t.feasible}
     assert feas <= {t.strategy.label() for t in plain.trials if t.feasible}
     for t in res.trials:

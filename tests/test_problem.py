@@ -88,13 +88,19 @@ def test_a_study_written_by_main_resumes(tmp_path: Path):
     # and with fp32 main gradients, megatron's default before it took the performance recipes' bf16 (the
     # fingerprint differs otherwise: a study is resumed only for the inputs it was created for)
     args += ["--no-memory-band", "--min-headroom", "2GiB", "--grad-reduce-dtype", "fp32"]
-    doc = _json([*args, "--budget", "16", "--storage", str(store), "--study-name", "from-main", "--json"])
+    resume = ["--budget", "16", "--storage", str(store), "--study-name", "from-main", "--json"]
+    # main searched free memory as an objective, its default before issue 46: the refusal says how to resume
+    refused = runner.invoke(app, [*args, *resume])
+    assert refused.exit_code == 2
+    assert "searched with --objectives throughput,headroom,cost (add it to resume" in refused.output
+    args += ["--objectives", "throughput,headroom,cost"]
+    doc = _json([*args, *resume])
     assert (doc["trials"]["total"], doc["trials"]["evaluated"], doc["trials"]["rule_violations"]) == (
         18,
         16,
         2,
     )
-    assert [r["label"] for r in doc["pareto"]] == [
+    assert [r["label"] for r in doc["pareto"] if not r["near_tie"]] == [
         # main had only the Z2 twin: ZeRO-2 now reduce-scatters every micro-batch (perf/fsdp.py
         # grad_reductions), so the Z1 layout is faster and Z2 stays on the front for its memory
         "TP1 PP2v4 CP2-a2a DP4/Z1 mb1 full-AC",

@@ -97,7 +97,8 @@ class SharedStudy:
         elif stored != fp:
             raise AutoparError(
                 f"study-name={self.study.study_name!r}: that study was created for other inputs "
-                f"(fingerprint {stored}, these inputs give {fp}); pick another --study-name"
+                f"(fingerprint {stored}, these inputs give {fp}){self._objectives_hint(metric_names, inputs)}; "
+                "pick another --study-name"
             )
         if inputs is not None and INPUTS_ATTR not in attrs:
             self.study.set_user_attr(INPUTS_ATTR, inputs)
@@ -105,6 +106,15 @@ class SharedStudy:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # set_metric_names is flagged experimental
                 self.study.set_metric_names(list(metric_names))
+
+    def _objectives_hint(self, metric_names: Sequence[str], inputs: dict[str, Any] | None) -> str:
+        """', searched with --objectives A,B,C' when the stored study's objectives differ from these (a study
+        from before free memory became a constraint searched throughput,headroom,cost by default)."""
+        stored = (self.study.user_attrs.get(INPUTS_ATTR) or {}).get("objectives") or self.study.metric_names
+        asked = (inputs or {}).get("objectives") or list(metric_names)
+        if not stored or list(stored) == list(asked):
+            return ""
+        return f", searched with --objectives {','.join(stored)} (add it to resume that study)"
 
     # --- writing ---------------------------------------------------------------------------------
     def add(self, trial: Any) -> None:
