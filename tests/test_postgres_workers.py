@@ -322,3 +322,32 @@ def test_server_restart_mid_run_is_retried_then_reported(pg_url):
     assert p.returncode == 3, err[-2000:]
     assert "Traceback" not in err and "secret" not in err and len(lines) <= 3, err
     assert "could not reconnect within 2 s" in lines[-1], err
+
+
+def test_server_crash_mid_run_ends_consistent(pg_url):
+    """The server dies without a clean shutdown (pg_ctl stop -m immediate: every backend killed, as a crash
+    or an OOM kill does) mid-run and comes back: the run reconnects and ends at its budget with no RUNNING
+    trial and no strategy stored twice (issue 45: the server killed mid-study, not only a worker)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", RESTART.replace('"restart"', '"crash"'), pg_url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_complete(pg_url, "crash", 3, p)
+    stopped = pg_url.stop("immediate")
+    assert stopped.returncode == 0, stopped.stderr
+    time.sleep(2)
+    pg_url.start()
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "secret" not in err, err
+    trials = optuna.load_study(study_name="crash", storage=pg_url).trials
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 30 and not [t for t in trials if t.state == TrialState.RUNNING]
+    labels = [t.user_attrs.get("strategy") for t in done]
+    assert len(set(labels)) == len(labels)

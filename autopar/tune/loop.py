@@ -22,7 +22,7 @@ from autopar.calibration.plan import SHORT_RUN_MEASURED, SHORT_RUN_WARMUP, Z80
 from autopar.tune import belief as bf
 from autopar.tune import decide
 from autopar.tune.candidates import Candidate, knob_matrix
-from autopar.tune.runners.base import Job, Outcome, checked, failed, read_handle
+from autopar.tune.runners.base import Job, Outcome, checked, default_timeout, failed, read_handle
 
 DEFAULT_STEPS = SHORT_RUN_WARMUP + SHORT_RUN_MEASURED  # a short run: 10 warm-up + 20 measured steps
 SHARED_POLL_S = 5.0  # how often a tune whose open candidates all run in another tune looks at the study
@@ -292,7 +292,14 @@ def run_loop(
 def _job(tuner: Tuner, i: int, number: int, settings: TuneSettings) -> Job:
     c = tuner.cands[i]
     folder = settings.runs_dir / f"run{number:03d}-{_slug(c.key)}"
-    return Job(number, c, folder, settings.steps, settings.warmup, settings.run_timeout_s)
+    return Job(number, c, folder, settings.steps, settings.warmup, *_timeout(c, settings))
+
+
+def _timeout(c: Candidate, settings: TuneSettings) -> tuple[float, str]:
+    """A run's timeout and what set it: --run-timeout, else the default rule (runners/base.py)."""
+    if settings.run_timeout_s is not None:
+        return settings.run_timeout_s, "--run-timeout"
+    return default_timeout(c, settings.steps)
 
 
 def _slug(text: str) -> str:
@@ -488,7 +495,7 @@ def _reattach(tuner: Tuner, runner: Any, settings: TuneSettings, study: Any, t: 
         Path(a.get("run_dir") or settings.runs_dir),
         settings.steps,
         settings.warmup,
-        settings.run_timeout_s,
+        *_timeout(tuner.cands[i], settings),
     )
     handle = a.get("handle") or (read_handle(job.run_dir) if a.get("run_dir") else None)
     outcome: Outcome | None = None

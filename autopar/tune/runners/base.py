@@ -53,6 +53,7 @@ class Job:
     steps: int  # steps the run should take (warm-up included)
     warmup: int  # leading steps left out of the measurement
     timeout_s: float | None
+    timeout_why: str = "--run-timeout"  # what set timeout_s (the flag, or the default rule and its figures)
 
     @property
     def result_path(self) -> Path:
@@ -68,6 +69,32 @@ class Job:
 
 
 HANDLE_FILE = "handle.json"  # the run's handle in its folder, written the moment it is launched
+# Without --run-timeout a run is stopped after STARTUP_ALLOWANCE_S plus SLOW_RUN_FACTOR times the time its
+# steps take at the low end of the candidate's 80% band: a run still going then is hung (a deadlocked
+# collective, a stuck data loader), not slow. The allowance covers what a step count does not: container and
+# environment start, NCCL initialisation, checkpoint loading, torch.compile (tens of minutes at most on the
+# stacks autopar launches). Without a timeout a hung run would be waited for forever (issue 45).
+STARTUP_ALLOWANCE_S = 1800.0
+SLOW_RUN_FACTOR = 10.0
+
+
+def default_timeout(candidate: Any, steps: int) -> tuple[float, str]:
+    """(seconds, why) a run of `steps` steps of `candidate` may take before it is stopped as hung."""
+    tps = candidate.lo if candidate.lo > 0 and math.isfinite(candidate.lo) else candidate.predicted / 2
+    step_s = candidate.workload.tokens_per_step / max(tps * candidate.num_gpus, 1e-9)
+    run_s = steps * step_s
+    total = STARTUP_ALLOWANCE_S + SLOW_RUN_FACTOR * run_s
+    why = (
+        f"default: {STARTUP_ALLOWANCE_S / 60:g} min to start + {SLOW_RUN_FACTOR:g} x the {run_s:,.0f} s its "
+        f"{steps} steps take at the band's low end; --run-timeout sets it"
+    )
+    return total, why
+
+
+def timeout_reason(job: Job, what: str = "stopped") -> str:
+    """The one-line reason of a run stopped at its timeout."""
+    t = job.timeout_s or 0.0
+    return f"timeout: {what} after {f'{t:,.0f}' if t >= 100 else f'{t:g}'} s ({job.timeout_why})"
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from autopar.tune.runners.base import (
     failed,
     outcome_of,
     read_tail,
+    timeout_reason,
     write_handle,
     write_job_files,
 )
-from autopar.tune.runners.local import Processes, alive
+from autopar.tune.runners.local import Processes, alive, stop_leftovers
 
 
 def job_env(job: Job) -> dict[str, str]:
@@ -62,12 +63,13 @@ class CommandRunner:
     def wait(self, job: Job, handle: dict[str, Any]) -> Outcome:
         code, timed_out = self._procs.wait(handle, job.timeout_s)
         if timed_out:
-            return failed(f"timeout: stopped after {job.timeout_s:g} s (--run-timeout)")
+            return failed(timeout_reason(job))
         return outcome_of(job, code, _log_text(job))
 
     def attach(self, job: Job, handle: dict[str, Any]) -> Outcome | None:
         if alive(handle):
             return self.wait(job, handle)
+        stop_leftovers(handle)  # it ended while no tune watched: what it left must not hold a GPU
         if os.path.lexists(job.result_path) or _log_text(job).strip():
             return outcome_of(job, None, _log_text(job))
         return None

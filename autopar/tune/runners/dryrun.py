@@ -20,10 +20,11 @@ from autopar.tune.runners.base import (
     failed,
     open_regular,
     read_tail,
+    timeout_reason,
     write_handle,
     write_job_files,
 )
-from autopar.tune.runners.local import Processes, alive
+from autopar.tune.runners.local import Processes, alive, stop_leftovers
 
 DRYRUN_OUT = "dryrun.json"
 
@@ -99,12 +100,13 @@ class DryrunRunner:
         timeout = None if job.timeout_s is None else job.timeout_s + 30  # the dry-run stops its ranks itself
         _, timed_out = self._procs.wait(handle, timeout)
         if timed_out:
-            return failed(f"timeout: stopped after {job.timeout_s:g} s (--run-timeout)")
+            return failed(timeout_reason(job))
         return _doc_outcome(job)
 
     def attach(self, job: Job, handle: dict[str, Any]) -> Outcome | None:
         if alive(handle):
             return self.wait(job, handle)
+        stop_leftovers(handle)  # it ended while no tune watched: what it left must not hold a GPU
         if (job.run_dir / DRYRUN_OUT).exists():
             return _doc_outcome(job)
         return None

@@ -5,7 +5,8 @@ iteration logged (--log-interval 1); the data, tokenizer and checkpoint placehol
 environment `tune` runs in (as with `autopar launch`). `sbatch --parsable` submits it with its output in the
 run folder; `squeue` tells when the job has left the queue; `sacct`, when the cluster has it, gives the final
 state (OUT_OF_MEMORY, TIMEOUT, FAILED); the job's log is read by the Megatron-LM (or torchtitan) parser with
-the warm-up steps left out. A job past --run-timeout is cancelled (`scancel`). The tune stores the job id in
+the warm-up steps left out. A job past its timeout (counted from when it first runs, not from its submission)
+is cancelled (`scancel`). Every SLURM call is bounded in time and output. The tune stores the job id in
 its trial before waiting, so a `tune` started again re-attaches to a job still queued or running.
 """
 
@@ -21,26 +22,44 @@ from autopar.tune.runners.base import (
     Job,
     Outcome,
     failed,
+    read_handle,
     read_log,
     read_tail,
+    timeout_reason,
     write_handle,
     write_job_files,
 )
+from autopar.tune.runners.local import bounded_output
 
 POLL_S = 10.0  # squeue is asked this often (a scheduler is not to be hammered)
+# squeue states of a job that has not started: its timeout does not run yet (SLURM's squeue(1) state codes).
+WAITING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED"}
+)
 SHORT_RUN_ARGS = ("--log-interval 1",)  # every iteration logged, so the warm-up can be told apart
 _SACCT_FAILED = {"OUT_OF_MEMORY": "oom", "TIMEOUT": "failed", "FAILED": "failed", "CANCELLED": "failed"}
 
 
+COMMAND_TIMEOUT_S = 120.0  # one sbatch / squeue / sacct / scancel call
+# What a SLURM call may print: a job id, a state, a few sacct lines. More is not SLURM's answer (a wrapper that
+# floods, a site script gone wrong): the call is stopped and fails rather than filling memory (issue 45).
+OUTPUT_MAX_BYTES = 64 << 10
+
+
 def _run(argv: list[str], what: str) -> str:
-    """Run a SLURM command; its standard output, or AutoparError naming the command and its error."""
+    """Run a SLURM command; its standard output (at most OUTPUT_MAX_BYTES, within COMMAND_TIMEOUT_S), or
+    AutoparError naming the command and its error."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
-    except (OSError, subprocess.TimeoutExpired) as e:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # noqa: S603
+    except OSError as e:
         raise AutoparError(f"runner=slurm: {what} failed: {e}") from None
-    if done.returncode != 0:
-        raise AutoparError(f"runner=slurm: {what} exited {done.returncode}: {done.stderr.strip()[:300]}")
-    return done.stdout
+    out, err, why = bounded_output(proc, OUTPUT_MAX_BYTES, COMMAND_TIMEOUT_S)
+    if why:
+        raise AutoparError(f"runner=slurm: {what} {why}")
+    if proc.returncode != 0:
+        text = err.decode(errors="replace").strip()[:300]
+        raise AutoparError(f"runner=slurm: {what} exited {proc.returncode}: {text}")
+    return out.decode(errors="replace")
 
 
 def short_run_settings(job: Job) -> Any:
@@ -91,8 +110,10 @@ class SlurmRunner:
         write_handle(job, handle)
         return handle
 
-    def _queued(self, job_id: str) -> bool:
-        return bool(_run(["squeue", "-h", "-j", job_id, "-o", "%T"], "squeue").strip())
+    def _queued(self, job_id: str) -> str:
+        """The job's state while squeue lists it (PENDING, RUNNING, ...), '' once it has left the queue."""
+        out = _run(["squeue", "-h", "-j", job_id, "-o", "%T"], "squeue").strip()
+        return (out.split() or [""])[0]
 
     def _state(self, job_id: str) -> str:
         if shutil.which("sacct") is None:
@@ -104,12 +125,17 @@ class SlurmRunner:
         return (out.strip().splitlines() or [""])[0].split()[0] if out.strip() else ""
 
     def wait(self, job: Job, handle: dict[str, Any]) -> Outcome:
+        """Wait while the job is queued or running; its timeout counts from when it first ran (a queue
+        wait is not the run's), kept in the handle so a re-attached tune counts from the same moment."""
         job_id = str(handle["job_id"])
-        start = float(handle.get("submitted") or time.time())
-        while self._queued(job_id):
-            if job.timeout_s is not None and time.time() - start > job.timeout_s:
+        while state := self._queued(job_id):
+            if state not in WAITING_STATES and not handle.get("running_since"):
+                handle["running_since"] = time.time()
+                write_handle(job, handle)
+            since = handle.get("running_since")
+            if job.timeout_s is not None and since and time.time() - float(since) > job.timeout_s:
                 _run(["scancel", job_id], "scancel")
-                return failed(f"timeout: job {job_id} cancelled after {job.timeout_s:g} s (--run-timeout)")
+                return failed(timeout_reason(job, f"job {job_id} cancelled"))
             time.sleep(self.poll_s)
         return self._outcome(job, job_id)
 
@@ -127,11 +153,12 @@ class SlurmRunner:
         return parsed or failed(f"job {job_id}: no training log it could parse in {log.name}")
 
     def attach(self, job: Job, handle: dict[str, Any]) -> Outcome | None:
+        handle = {**handle, **(read_handle(job.run_dir) or {})}  # the folder's copy knows when the job ran
         job_id = str(handle.get("job_id") or "")
         if not job_id:
             return None
         if self._queued(job_id):
-            return self.wait(job, handle)
+            return self.wait(job, handle)  # the handle it was given keeps the moment the job first ran
         if (job.run_dir / f"slurm-{job_id}.out").exists():
             return self._outcome(job, job_id)
         return None
