@@ -65,7 +65,9 @@ def launches():
         m = get_model(name)
         w = Workload(seq_len=seq, global_batch=gbs, precision=prec, framework=stack)
         # the three-objective front: free memory as an objective keeps the varied layouts these checks need
-        r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=BUDGET, seed=1, objectives=THREE)
+        r = optimize(
+            m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=BUDGET, seed=1, objectives=THREE
+        )
         for t in pareto_trials(r):
             ls = launch_settings(m, trial_cluster(r, t), trial_workload(r, t), t.strategy)
             out.append((f"{name}/{n}/{stack}/{prec}", t.strategy.label(), n, ls))

@@ -291,7 +291,9 @@ def _launches(tmp: Path) -> dict[str, dict]:
     for name, n, seq, gbs, prec in SEARCHES:
         m = get_model(name)
         w = Workload(seq_len=seq, global_batch=gbs, precision=prec, framework="megatron")
-        r = optimize(m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=16, seed=1, objectives=THREE)
+        r = optimize(
+            m, ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=n), w, budget=16, seed=1, objectives=THREE
+        )
         for t in pareto_trials(r):
             ls = launch_settings(m, trial_cluster(r, t), trial_workload(r, t), t.strategy)
             out[f"search:{name}/{n}/{prec} {t.strategy.label()}"] = launch_item(ls, "H100-SXM", tmp)
