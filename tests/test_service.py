@@ -287,3 +287,23 @@ def test_any_body_is_an_answer_or_one_line_never_a_500(client: TestClient, path:
         assert all("\n" not in d["msg"] and "Traceback" not in d["msg"] for d in res.json()["detail"]), (
             res.text
         )
+
+
+def test_a_tune_sharing_the_storage_is_listed_with_its_runs(client: TestClient, tmp_path) -> None:
+    """A tune run on the service's storage (`autopar tune --storage`) shows under /api/tunes, and its runs under
+    /api/tunes/{name} as `autopar study runs` prints them; an unknown one is a 404."""
+    storage = client.app.state.settings.studies
+    script = tmp_path / "fake.sh"
+    script.write_text('printf \'{"status": "ok", "tokens_per_s_per_gpu": 1000}\' > "$AUTOPAR_RESULT"\n')
+    labels = tmp_path / "labels.txt"
+    labels.write_text("TP8+SP DP8/Z1 mb1\nTP8+SP PP2 DP4/Z1 mb1\n")
+    argv = ["tune", "--runner", f"cmd:sh {script}", "--candidates", str(labels), "--storage", storage]
+    argv += ["--study-name", "team-tune", "--runs-dir", str(tmp_path / "runs"), "--no-store", "--json"]
+    res = runner.invoke(cli_app, argv)
+    assert res.exit_code == 0, res.output
+    listed = client.get("/api/tunes").json()["tunes"]
+    assert [t["name"] for t in listed] == ["team-tune"] and listed[0]["candidates"] == 2
+    runs = client.get("/api/tunes/team-tune").json()
+    assert runs == _cli("study", "runs", "--storage", storage, "--study-name", "team-tune")
+    assert runs["runs"][0]["measured"] == 1000 and runs["stopped"]["rule"] in ("confident", "exhausted")
+    assert client.get("/api/tunes/no-such-tune").status_code == 404

@@ -388,3 +388,34 @@ def test_an_oom_run_is_stored_as_memory_evidence(home):
     runs = json.loads(runner.invoke(app, ["calibrate", "list", "--json"]).stdout)["runs"]
     oom = [r for r in runs if str(r.get("measured_oom")).lower() == "true"]
     assert len(oom) == 1 and not oom[0].get("measured_tokens_per_s_per_gpu")
+
+
+def test_study_runs_shows_a_tunes_runs_and_how_it_ended(home):
+    """`autopar study runs` reads a tune's study (any storage): the runs in order with what each measured, the
+    best so far, and the stop rule and pick once the tune has ended; while it runs, no end is shown; an
+    optimize study or an unknown one is one line."""
+    fake = _fake_cluster(home)
+    args = ["--runner", f"cmd:{sys.executable} {fake}", "--candidates", str(_labels(home)), "--json"]
+    first = json.loads(_tune(*args, "--max-runs", "2").stdout)
+    storage, name = first["study"]["storage"], first["study"]["name"]
+    runs = json.loads(runner.invoke(app, ["study", "runs", "--storage", storage, "--json"]).stdout)
+    assert runs["name"] == name and runs["candidates"] == len(LABELS) and runs["running"] == 0
+    assert [r["strategy"] for r in runs["runs"]] == [r["strategy"] for r in first["runs"]]
+    assert [r["measured"] for r in runs["runs"]] == [FAKE[r["strategy"]] for r in first["runs"]]
+    best = [max(FAKE[r["strategy"]] for r in first["runs"][: i + 1]) for i in range(2)]
+    assert [r["best_so_far"] for r in runs["runs"]] == best
+    assert runs["stopped"] == {
+        "rule": "max_runs",
+        "why": first["why"],
+        "pick": first["pick"]["strategy"],
+        "runs": 2,
+    }
+    second = json.loads(_tune(*args).stdout)
+    again = json.loads(runner.invoke(app, ["study", "runs", "--storage", storage, "--json"]).stdout)
+    assert len(again["runs"]) == len(second["runs"]) and again["stopped"]["rule"] == second["stopped"]
+    text = runner.invoke(app, ["study", "runs", "--storage", storage], env={"COLUMNS": "160"})
+    assert (
+        text.exit_code == 0 and LABELS[1] in text.output and f"stopped ({second['stopped']})" in text.output
+    )
+    other = runner.invoke(app, ["study", "runs", "--storage", storage, "--study-name", "nope"])
+    assert other.exit_code == 2 and len(other.output.strip().splitlines()) == 1

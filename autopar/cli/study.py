@@ -64,6 +64,55 @@ def status_cmd(
         )
 
 
+@_command("runs")
+def runs_cmd(
+    storage: StorageOpt,
+    study_name: StudyNameOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """A tune's runs in order (`autopar tune` keeps them in its study): candidate, state (RUNNING while the
+    job runs), the band it believed at launch, what it measured, the best so far, and how the tune ended."""
+    from autopar.search.stored import load_study
+    from autopar.tune.status import tune_status
+
+    st = tune_status(load_study(storage, study_name))
+    if as_json:
+        emit_json(st.as_dict())
+        return
+    _print_runs(st)
+
+
+def _print_runs(st: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"{st.name} · {len(st.runs)} runs of {st.candidates} candidates", title_justify="left"
+    )
+    for col in ("#", "strategy", "state", "believed (tokens/s/GPU)", "measured", "best so far"):
+        table.add_column(col, justify="right" if col not in ("strategy", "state") else "left")
+    for r in st.runs:
+        band = f"{r.believed_low:,.0f}–{r.believed_high:,.0f}" if r.believed_low and r.believed_high else ""
+        state = r.status if r.state != "FAIL" else f"{r.status}: {r.reason[:60]}"
+        table.add_row(
+            str(r.number),
+            r.strategy,
+            state,
+            band,
+            f"{r.measured:,.0f}" if r.measured is not None else "",
+            f"{r.best_so_far:,.0f}" if r.best_so_far is not None else "",
+        )
+    console.print(table)
+    if st.stopped:
+        pick = st.stopped.get("pick") or "none"
+        console.print(
+            f"stopped ({st.stopped.get('rule')}): {st.stopped.get('why')}; pick {pick}", highlight=False
+        )
+    else:
+        console.print(
+            f"not stopped: {st.running} run(s) RUNNING, or the tune was interrupted", highlight=False
+        )
+
+
 @_command("report")
 @with_options(
     opt("storage", StorageOpt),

@@ -48,6 +48,11 @@ class StudyStatus:
         }
 
 
+def load_study(storage: str, study_name: str | None) -> Any:
+    """A stored Optuna study by name (the only one when no name is given), with one-line errors."""
+    return _load(storage, study_name)
+
+
 def _load(storage: str, study_name: str | None) -> Any:
     """optuna.load_study with one-line errors; the only study when no name is given."""
     import optuna

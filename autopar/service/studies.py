@@ -53,6 +53,32 @@ def _summaries(storage: str) -> list[dict[str, Any]]:
     ]
 
 
+def _tunes(storage: str) -> list[dict[str, Any]]:
+    """The tunes' studies in the storage: name, candidates, trials, when it started and how it ended."""
+    import optuna
+
+    from autopar.search.storage import open_storage
+    from autopar.tune.study import STOPPED_ATTR, TUNE_ATTR
+
+    summaries = optuna.get_all_study_summaries(open_storage(storage, create=True), include_best_trial=False)
+    out = []
+    for s in summaries:
+        tune = s.user_attrs.get(TUNE_ATTR)
+        if not isinstance(tune, dict):
+            continue
+        stopped = s.user_attrs.get(STOPPED_ATTR)
+        out.append(
+            {
+                "name": s.study_name,
+                "candidates": len(tune.get("candidates") or []),
+                "trials": s.n_trials,
+                "started": s.datetime_start.isoformat() if s.datetime_start else None,
+                "stopped": stopped if isinstance(stopped, dict) else None,
+            }
+        )
+    return out
+
+
 def _bad_name(name: str) -> JSONResponse | None:
     if STUDY_NAME.fullmatch(name):
         return None
@@ -99,6 +125,28 @@ def study_routes(app: FastAPI, answer: Any) -> None:
         return _answer(request, await request.app.state.workers.call(argv), answer)
 
     _report_route(app, answer)
+    _tune_routes(app, answer)
+
+
+def _tune_routes(app: FastAPI, answer: Any) -> None:
+    """GET /api/tunes and /api/tunes/{name}: the tunes sharing the service's storage and their runs."""
+
+    @app.get("/api/tunes", summary="The tunes in the service's storage (`autopar tune --storage` on it)")
+    async def tunes(request: Request) -> JSONResponse:
+        import asyncio
+
+        rows = await asyncio.to_thread(_tunes, request.app.state.settings.studies)
+        return JSONResponse({"tunes": sorted(rows, key=lambda r: r["started"] or "", reverse=True)})
+
+    @app.get(
+        "/api/tunes/{name}",
+        summary="A tune's runs in order (RUNNING while a job runs), the best so far and how it ended",
+    )
+    async def tune_runs(request: Request, name: str) -> JSONResponse:
+        if (bad := _bad_name(name)) is not None:
+            return bad
+        argv = study_argv("runs", request.app.state.settings.studies, name)
+        return _answer(request, await request.app.state.workers.call(argv), answer)
 
 
 def _report_route(app: FastAPI, answer: Any) -> None:

@@ -258,6 +258,7 @@ def run_loop(
     emit = on_event or (lambda kind, payload: None)
     prior_belief = tuner.belief([])
     if study is not None:
+        study.set_stopped(None)  # running again: `study runs` must not show an earlier end
         _resume(tuner, runner, settings, study, emit)
     while True:
         _sync(tuner, study, emit)
@@ -276,6 +277,15 @@ def run_loop(
             emit("run", run)
     stopped, why = rule or ("exhausted", "no candidate left")
     pick, front = tuner.pick()
+    if study is not None:
+        study.set_stopped(
+            {
+                "rule": stopped,
+                "why": why,
+                "pick": None if pick is None else tuner.cands[pick].label,
+                "runs": len(tuner.runs),
+            }
+        )
     return TuneResult(
         tuner.cands,
         tuner.runs,

@@ -26,6 +26,10 @@ SINGLE_METRICS = (("tokens_per_s_per_gpu", "maximize"),)
 MULTI_METRICS = (("tokens_per_s", "maximize"), ("usd_per_mtoken", "minimize"))
 # FAIL trials that are no run of their candidate: a claim another tune won, a launch a killed tune never made
 NOT_RUNS = ("duplicate", "not_launched")
+TUNE_ATTR = (
+    "tune"  # the study attribute naming the candidate set and problem (how a tune's study is told apart)
+)
+STOPPED_ATTR = "stopped"  # how the tune ended: {"rule", "why", "pick", "runs"}; None while one runs
 KNOB_PARAMS = (Axis.TP.value, Axis.PP.value, Axis.CP.value, Axis.DP.value, Axis.EP.value, "micro_batch")
 
 
@@ -76,14 +80,20 @@ class TuneStudy:
 
     def _check_identity(self, problem: dict[str, Any]) -> None:
         fp = fingerprint(self.keys)
-        stored = self.study.user_attrs.get("tune")
+        stored = self.study.user_attrs.get(TUNE_ATTR)
         if stored is None:
-            self.study.set_user_attr("tune", {"fingerprint": fp, "candidates": self.keys, "problem": problem})
+            self.study.set_user_attr(
+                TUNE_ATTR, {"fingerprint": fp, "candidates": self.keys, "problem": problem}
+            )
         elif stored.get("fingerprint") != fp:
             raise AutoparError(
                 f"study-name={self.name!r}: this study tuned another candidate set ({len(stored.get('candidates', []))} "
                 f"candidates, first {str((stored.get('candidates') or ['?'])[0])!r}); give another --study-name"
             )
+
+    def set_stopped(self, stopped: dict[str, Any] | None) -> None:
+        """Record how the tune ended (STOPPED_ATTR, read by tune/status.py); None while a tune runs on it."""
+        self.study.set_user_attr(STOPPED_ATTR, stopped)
 
     def trials(self) -> list[StoredTrial]:
         """Every trial of the study that names a candidate."""
