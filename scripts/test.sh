@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up and run the test suite (unit, property, CLI and, when Debian's chromium is present, browser tests).
+# Set up and run the checks and the whole test suite (unit, property, CLI, docs build and, when Debian's chromium is
+# present, browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -9,4 +10,6 @@ bash scripts/megatron_venv.sh
 .venv/bin/ruff format --check autopar tests bench
 # Type check (settings: [tool.mypy] in pyproject.toml): the package at baseline, strict on perf/, layouts, specs.
 .venv/bin/mypy autopar
+# The documentation site (mkdocs.yml): --strict fails on a broken link, an unlisted page or a bad anchor.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 .venv/bin/python -m pytest "$@"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docs_pages import docs_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -23,7 +24,7 @@ from autopar.errors import DataError
 from autopar.perf.efficiency import families
 
 runner = CliRunner()
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+README = docs_text()  # the README and docs/ pages
 
 # A made-up Hopper-class part: every required field, bytes and FLOP/s as in gpus.yaml.
 MY_GPU = {

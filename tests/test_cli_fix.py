@@ -4,10 +4,10 @@ the layout where it stays valid, the --json document, and one-line errors."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_pages import docs_text
 from typer.testing import CliRunner
 
 from autopar import estimate
@@ -23,7 +23,7 @@ from autopar.specs import ClusterSpec, Workload
 from autopar.units import GiB
 
 runner = CliRunner()
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+README = docs_text()  # the README and docs/ pages
 PROBLEM = ["--model", "llama-3.1-8b", "--seq-len", "32768", "--global-batch", "64"]
 OOM_LABEL = "TP2+SP DP8/Z1 mb1"  # DP=8 on 16 GPUs (TP2), OOM at 32k: the README's example
 

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from docs_pages import page_text
 
 ROOT = Path(__file__).resolve().parent.parent / "autopar"
 
@@ -172,7 +173,7 @@ def test_spine_modules_import_only_the_bottom_layer(module):
 
 
 def test_readme_states_these_layers():
-    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    readme = page_text("layout.md")
     order = " → ".join(
         [
             "catalog",

@@ -1,4 +1,4 @@
-"""Every command shown in README.md runs and exits 0.
+"""Every command shown in README.md and the documentation pages (docs/, mkdocs.yml) runs and exits 0.
 
 The fenced ```bash blocks (and `$ autopar ...` lines of the ```text output samples) are parsed:
 backslash continuations joined, comments dropped. `autopar` commands run in-process (CliRunner) in a
@@ -20,15 +20,17 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from docs_pages import docs_text
 from typer.testing import CliRunner
 
 from autopar.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = docs_text()  # the README and the MkDocs pages (tests/docs_pages.py): every command they show runs
 SMALL_BUDGET = "40"
 SLOW_BENCHES = {
     "bench/search.py": "~1.5 min",
@@ -113,14 +115,19 @@ def _run_script_commands(script: Path) -> None:
     subprocess.run(["bash", "-n", str(script)], check=True)
     for line in script.read_text().splitlines():
         words = shlex.split(line, comments=True)
+        env = dict(os.environ)
+        while words and re.fullmatch(r"[A-Z0-9_]+=\S*", words[0]) and not words[0].startswith("PY="):
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
         if not words or words[0] in ("set", "cd", "bash") or words[0].startswith("PY="):
             continue
         if words[0] == ".venv/bin/autopar":
             res = CliRunner().invoke(app, _small([w for w in words[1:] if w != "$@"]))
             assert res.exit_code == 0, (line, res.output)
-        elif words[0] in (".venv/bin/ruff", ".venv/bin/mypy"):  # mypy: warm cache after test.sh ran it
+        elif words[0] in (".venv/bin/ruff", ".venv/bin/mypy", ".venv/bin/mkdocs"):  # mypy: warm after test.sh
             tool = Path(sys.executable).parent / words[0].removeprefix(".venv/bin/")
-            subprocess.run([str(tool), *words[1:]], check=True, cwd=ROOT)
+            args = [tempfile.mkdtemp() if w == "$(mktemp -d)" else w for w in words[1:]]
+            subprocess.run([str(tool), *args], check=True, cwd=ROOT, env=env)
         elif words[:3] != [".venv/bin/python", "-m", "pytest"]:
             raise AssertionError(f"{script.name}: command the README test does not know how to run: {line}")
 
