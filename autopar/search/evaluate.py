@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autopar.catalog import prices
 from autopar.catalog.pricefile import default_price_book
@@ -25,6 +25,9 @@ from autopar.search.space import Hardware, Point
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import GiB
 
+if TYPE_CHECKING:
+    from autopar.calibration.apply import Calibration
+
 RULE_PENALTY = 1000.0
 
 EstimateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], Estimate]
@@ -32,6 +35,14 @@ ValidateFn = Callable[[ModelSpec, ClusterSpec, Workload, Strategy], list[str]]
 
 MEMORY_CONSTRAINT = "memory_gib"  # Optuna constraint names (trial.constraints in a stored study)
 COST_CONSTRAINT = "cost_excess"
+
+
+class ThroughputFactor(Protocol):
+    """A duck-typed corrector (tests, plug-ins): a throughput factor and its band for one estimate."""
+
+    def throughput_factor(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, est: Estimate
+    ) -> tuple[float, float, float]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,7 @@ class Evaluator:
         prices: Sequence[float],
         min_headroom_gib: float = 0.0,
         max_cost: float | None = None,
-        calibration: Any = None,
+        calibration: Any = None,  # a Calibration, a duck-typed ThroughputFactor or None: dispatched on hasattr
         estimate_fn: EstimateFn | None = None,
         validate_fn: ValidateFn | None = None,
         space_points: bool = False,
@@ -147,7 +158,7 @@ class Evaluator:
         from autopar.calibration.apply import scale_memory
         from autopar.calibration.features import features, memory_features
 
-        def stacked(fn: Callable[..., Any]) -> Any:
+        def stacked(fn: Callable[..., np.ndarray]) -> np.ndarray:
             return np.vstack([fn(self.model, *self._specs(points[i]), e) for i, e in pending])
 
         stacks = [self._specs(points[i])[1].stack for i, _ in pending]
@@ -211,7 +222,11 @@ def _unchecked(estimate: EstimateFn) -> EstimateFn:
 
 
 def apply_calibration(
-    est: Estimate, calibration: Any, model: ModelSpec, hw: Hardware, strategy: Strategy
+    est: Estimate,
+    calibration: Calibration | ThroughputFactor,
+    model: ModelSpec,
+    hw: Hardware,
+    strategy: Strategy,
 ) -> Estimate:
     """Scale throughput-like figures of an estimate by the corrector's factor (and record the band)."""
     if hasattr(calibration, "apply"):  # throughput and memory correctors (autopar.calibration.apply)

@@ -18,12 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autopar.calibration import novelty
 from autopar.calibration.recipes import Recipe, match
 from autopar.perf.types import Estimate
 from autopar.search.result import TrialRecord
+from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+if TYPE_CHECKING:
+    from autopar.calibration.apply import Calibration
+    from autopar.search.space import Hardware
 
 EvidenceFn = Callable[[TrialRecord], novelty.Evidence]
 
@@ -31,18 +36,18 @@ EvidenceFn = Callable[[TrialRecord], novelty.Evidence]
 POWER = {"throughput": 1, "mfu": 1, "cost": -1, "step_time": -1}
 
 
-def reference_for(calibration: Any = None) -> novelty.Reference:
+def reference_for(calibration: object = None) -> novelty.Reference:
     """The measured runs novelty counts: the published ones plus those `calibration` was fitted on."""
     layouts = getattr(getattr(calibration, "meta", None), "layouts", None) or ()
     return novelty.reference_with(layouts)
 
 
-def evidence_of(model: Any, hardware: Sequence[Any], calibration: Any = None) -> EvidenceFn:
+def evidence_of(model: ModelSpec, hardware: Sequence[Hardware], calibration: object = None) -> EvidenceFn:
     """TrialRecord -> its Evidence against the measured runs (reference_for); `hardware` are the search's
     Hardware options (cluster, precision, workload), matched to a trial by GPU, count and precision."""
     by_hw = {(h.gpu, h.num_gpus, h.precision): h for h in hardware}
     ref = reference_for(calibration)
-    cache: dict[tuple, novelty.Evidence] = {}
+    cache: dict[tuple[str, str, int, str], novelty.Evidence] = {}
 
     def ev(t: TrialRecord) -> novelty.Evidence:
         s = t.estimate.strategy if t.estimate is not None and t.estimate.strategy is not None else t.strategy
@@ -56,7 +61,12 @@ def evidence_of(model: Any, hardware: Sequence[Any], calibration: Any = None) ->
 
 
 def widen_for_novelty(
-    est: Estimate, model: Any, cluster: Any, workload: Any, strategy: Any, calibration: Any = None
+    est: Estimate,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    strategy: Strategy,
+    calibration: object = None,
 ) -> Estimate:
     """One estimate's band widened for its novelty against the measured runs (`estimate`, `compare`)."""
     ev = reference_for(calibration).evidence(novelty.point(model, cluster, workload, strategy))
@@ -99,7 +109,9 @@ class RecipeBeside:
     reason: str = ""
 
 
-def recipe_beside(model: Any, hardware: Sequence[Any], calibration: Any = None) -> RecipeBeside | None:
+def recipe_beside(
+    model: ModelSpec, hardware: Sequence[Hardware], calibration: Calibration | None = None
+) -> RecipeBeside | None:
     """The recipe matching the problem on its first hardware option that has one, estimated (and
     calibrated, band widened) like the searched points; None when no published recipe matches."""
     from autopar.errors import AutoparError

@@ -28,17 +28,23 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autopar.layouts import Axis
 from autopar.objectives import Objective
 from autopar.search.evaluate import COST_CONSTRAINT, MEMORY_CONSTRAINT, Evaluator
+from autopar.search.jsontypes import JSONDict, Key
 from autopar.search.loops import Run, population_size
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Layout, Space
 from autopar.search.sweep import BLOCK_ROWS, _Front, block_outcomes, keep_records, run_sweep, sweepable
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autopar.search.storage import StorageSpec
 
 # Points swept exactly: at the vectorized model's ~200-500k strategies/s (calibrated, this 2-core machine)
 # about 2-5 s; every bench problem but the procurement ones (0.1-0.85M points) is below it.
@@ -57,7 +63,7 @@ OUTER_KNOBS = ("gpu", "num_gpus", "precision", Axis.TP, Axis.PP, Axis.CP, Axis.E
 MAX_ASK_FACTOR = 4  # NSGA-II proposals handled per budget trial at most (duplicates end the search)
 
 
-def choose_method(space: Space, ev: Evaluator, storage: Any) -> str:
+def choose_method(space: Space, ev: Evaluator, storage: StorageSpec) -> str:
     """'nsga2' (a stored study, or a model/corrector the array path cannot run), 'exhaustive' (exact sweep)
     or 'hybrid' (NSGA-II over layouts, exact inner solves)."""
     if storage is not None or not sweepable(space, ev):
@@ -217,7 +223,9 @@ def grid_index(space: Space) -> dict[tuple[int, int, int, int, int], list[tuple[
     return out
 
 
-def layout_of(space: Space, params: dict[str, Any], index: dict[Any, list[tuple[int, int]]]) -> int | str:
+def layout_of(
+    space: Space, params: JSONDict, index: dict[tuple[int, int, int, int, int], list[tuple[int, int]]]
+) -> int | str:
     """The layout index an outer proposal names (etp repaired to the largest offered value <= the wish, as
     `Space.decode` does), or why it is none."""
     from autopar import layouts as lay_rules
@@ -266,7 +274,9 @@ def run_hybrid(
     return run
 
 
-def _outer_nsga2(st: _Outer, budget: int, seed: int, t0: float, timeout: float | None, bar: Any) -> int:
+def _outer_nsga2(
+    st: _Outer, budget: int, seed: int, t0: float, timeout: float | None, bar: SearchProgress
+) -> int:
     """Optuna's NSGA-II over the outer knobs; each new layout solved exactly. Returns the trials asked."""
     import optuna
 
@@ -302,7 +312,7 @@ def _outer_nsga2(st: _Outer, budget: int, seed: int, t0: float, timeout: float |
     return asked
 
 
-def _tell(study: Any, trial: Any, sol: LayoutSolve, lay: Layout, space: Space) -> None:
+def _tell(study: optuna.Study, trial: optuna.Trial, sol: LayoutSolve, lay: Layout, space: Space) -> None:
     """Record a solved layout on its trial: constraints, user attrs (the layout, its best inner choices)."""
     for name, v in sol.constraints.items():
         trial.set_constraint(name, v)
@@ -353,7 +363,7 @@ def _solve_capped(st: _Outer, ks: Sequence[int], left: list[int]) -> None:
 
 def neighbourhood_pass(
     st: _Outer,
-    groups: list[dict[tuple[Any, ...], list[int]]],
+    groups: list[dict[Key, list[int]]],
     left: list[int],
     t0: float,
     timeout: float | None,
@@ -372,14 +382,14 @@ def neighbourhood_pass(
     return True
 
 
-def _coords(lay: Layout) -> tuple[Any, ...]:
+def _coords(lay: Layout) -> tuple[Any, ...]:  # int degrees, etp None on a dense model
     return (lay.hw, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp)
 
 
-def _neighbour_groups(layouts: Sequence[Layout]) -> list[dict[tuple[Any, ...], list[int]]]:
+def _neighbour_groups(layouts: Sequence[Layout]) -> list[dict[Key, list[int]]]:
     """Per outer coordinate, the layouts grouped by their other coordinates (in layout order); last, the
     layouts grouped by (hardware, dp, ep, etp), for trades between tp, pp and cp."""
-    groups: list[dict[tuple[Any, ...], list[int]]] = [{} for _ in range(7)]
+    groups: list[dict[Key, list[int]]] = [{} for _ in range(7)]
     for k, lay in enumerate(layouts):
         c = _coords(lay)
         for i in range(6):
@@ -388,7 +398,7 @@ def _neighbour_groups(layouts: Sequence[Layout]) -> list[dict[tuple[Any, ...], l
     return groups
 
 
-def _neighbours(space: Space, k: int, groups: list[dict[tuple[Any, ...], list[int]]]) -> list[int]:
+def _neighbours(space: Space, k: int, groups: list[dict[Key, list[int]]]) -> list[int]:
     """Layouts one outer step from layout k, in index order: the next tp/pp/cp/ep/etp degree up or down
     (the others kept), or the same degrees on any other GPU count of the same type or any other GPU type
     at the same count (precision kept): hardware moves are few and change the front most."""

@@ -17,16 +17,17 @@ import itertools
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
+from autopar.search.jsontypes import JSONDict, Key
+from autopar.search.margin import MemoryMargin
 from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Point, Space
-from autopar.specs import ModelSpec, Workload
+from autopar.specs import ClusterSpec, ModelSpec, Workload
 
 EXPLORE_FRACTION = 0.2  # budget fraction explored by NSGA-II alone before local search starts
 
@@ -40,10 +41,10 @@ def population_size(budget: int) -> int:
 class Run:
     """What a search loop produced (shared by the NSGA-II and exhaustive paths)."""
 
-    outcomes: dict[tuple[Any, ...], Outcome] = field(default_factory=dict)
-    first_trial: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    points: dict[tuple[Any, ...], Point] = field(default_factory=dict)
-    invalid: dict[tuple[Any, ...], tuple[int, dict[str, Any], str]] = field(default_factory=dict)
+    outcomes: dict[Key, Outcome] = field(default_factory=dict)
+    first_trial: dict[Key, int] = field(default_factory=dict)
+    points: dict[Key, Point] = field(default_factory=dict)
+    invalid: dict[Key, tuple[int, JSONDict, str]] = field(default_factory=dict)
     n_trials: int = 0  # proposals handled by this process (duplicates included)
     n_evaluated: int = 0  # COMPLETE trials this process added (distinct strategies with an estimate)
     n_duplicates: int = 0
@@ -51,7 +52,7 @@ class Run:
     waited_out: float | None = None  # seconds waited on trials other clients held RUNNING, when it gave up
     study_name: str | None = None
     states: dict[str, int] = field(default_factory=dict)  # stored study: trials per Optuna state
-    sweep: dict[str, Any] | None = None  # array sweep (search/sweep.py): totals; records are a sample
+    sweep: JSONDict | None = None  # array sweep (search/sweep.py): totals; records are a sample
 
 
 def fingerprint(
@@ -60,7 +61,7 @@ def fingerprint(
     objectives: Sequence[Objective],
     min_headroom_gib: float,
     max_cost: float | None,
-    margin: Any = None,
+    margin: MemoryMargin | None = None,
 ) -> str:
     """A short hash of everything that defines a study, so a stored study is never mixed with another."""
     blob = json.dumps(
@@ -84,10 +85,10 @@ _LATER_CLUSTER_DEFAULTS = {"transport": "infiniband"}
 
 
 # ModelSpec fields added after studies were first stored, left out at their defaults (as for clusters).
-_LATER_MODEL_DEFAULTS: dict[str, Any] = {"expert_bias": False, "glu_clamp": None}
+_LATER_MODEL_DEFAULTS: JSONDict = {"expert_bias": False, "glu_clamp": None}
 
 
-def _model_blob(model: ModelSpec) -> dict[str, Any]:
+def _model_blob(model: ModelSpec) -> JSONDict:
     """A model's fingerprint fields (the later fields at their defaults left out)."""
     blob = model.model_dump(mode="json")
     for k, default in _LATER_MODEL_DEFAULTS.items():
@@ -111,7 +112,7 @@ _LATER_WORKLOAD_DEFAULTS = {
 }
 
 
-def _workload_blob(workload: Workload) -> dict[str, Any]:
+def _workload_blob(workload: Workload) -> JSONDict:
     """A workload's fingerprint fields (less precision and token budget, and the later fields at their
     defaults)."""
     blob = workload.model_dump(mode="json", exclude={"precision", "token_budget"})
@@ -121,9 +122,9 @@ def _workload_blob(workload: Workload) -> dict[str, Any]:
     return blob
 
 
-def _cluster_blob(cluster: Any) -> dict[str, Any]:
+def _cluster_blob(cluster: ClusterSpec) -> JSONDict:
     """A cluster's fingerprint fields (model_dump less the later fields at their defaults)."""
-    d: dict[str, Any] = cluster.model_dump(mode="json")
+    d: JSONDict = cluster.model_dump(mode="json")
     for k, default in _LATER_CLUSTER_DEFAULTS.items():
         if k in d and d[k] == default:
             del d[k]
@@ -166,7 +167,7 @@ def run_exhaustive(
 
 
 def _front_neighbor(
-    space: Space, seen: dict[tuple[Any, ...], Any], tracker: FrontTracker, rng: random.Random
+    space: Space, seen: Mapping[Key, object], tracker: FrontTracker, rng: random.Random
 ) -> Point | None:
     """An unvisited one-knob (adjacent value) neighbour of a front member, least crowded members first."""
     front = list(tracker.keys)
@@ -179,7 +180,7 @@ def _front_neighbor(
     return None
 
 
-def _unvisited(space: Space, seen: dict[tuple[Any, ...], Any], rng: random.Random) -> Point | None:
+def _unvisited(space: Space, seen: Mapping[Key, object], rng: random.Random) -> Point | None:
     """A random point not seen yet: rejection sampling, then a scan when the space is nearly exhausted."""
     for _ in range(64):
         pt = space.sample(rng)

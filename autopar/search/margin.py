@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.perf.arith import Num
+from autopar.search.jsontypes import JSONDict
+from autopar.specs import ModelSpec
 
 # Free GiB a fit must leave on a stack whose peaks the memory band never saw (band_margin): the margin autopar
 # used everywhere before the band (issue 21), about the memory model's median error on the runs that report
@@ -78,7 +80,7 @@ class MemoryMargin:
             f"({self.source}){extra}"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONDict:
         """JSON-ready fields (stored studies, reports)."""
         return {
             "factor": self.factor,
@@ -134,7 +136,11 @@ def band_margin(
 
 
 def search_margin(
-    calibration: Any, extra_gib: float, use_band: bool, framework: str | None = None, model: Any = None
+    calibration: Any,
+    extra_gib: float,
+    use_band: bool,
+    framework: str | None = None,
+    model: ModelSpec | None = None,
 ) -> MemoryMargin:
     """The margin a search uses: the band's for `framework` and `model` (see band_margin) unless `use_band`
     is False, then `extra_gib` alone."""

@@ -16,15 +16,16 @@ import functools
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from autopar.defaults import LOCAL_SEARCH_SHARE
 from autopar.objectives import Objective
 from autopar.search.evaluate import Evaluator, Outcome
+from autopar.search.jsontypes import JSONDict, Key
 from autopar.search.loops import (
     EXPLORE_FRACTION,
     Run,
@@ -37,7 +38,13 @@ from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.shared import BUDGET_ATTR, FLUSH_EVERY, REASON_ATTR, SharedStudy
 from autopar.search.space import Point, Space
-from autopar.search.storage import storage_error
+from autopar.search.storage import StorageSpec, storage_error
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution, CategoricalChoiceType, CategoricalDistribution
+    from optuna.samplers import NSGAIISampler
+    from optuna.trial import FrozenTrial, TrialState
 
 # The reference (slower) path: moves enqueued into the private study and a stock NSGAIISampler, as
 # a plain Optuna user would write it; tests/test_search_batched.py checks both paths agree exactly.
@@ -51,33 +58,41 @@ WAIT_S = 0.25  # pause while other workers hold the rest of the budget
 OTHERS_WAIT_S = 120.0
 
 
+class _BatchSampler(Protocol):
+    """What the loop calls on the private study's sampler (the NSGAIISampler subclass of _nsga2_sampler)."""
+
+    def open_slots(self) -> int: ...
+    def propose(self, study: optuna.Study, dists: dict[str, BaseDistribution]) -> Proposal: ...
+    def count_complete(self, trial: FrozenTrial) -> None: ...
+
+
 @dataclass
 class _Loop:
     """Mutable state of one NSGA-II loop (seen strategies, front tracker, budget count)."""
 
     space: Space
     objectives: Sequence[Objective]
-    local: Any  # the in-memory optuna.Study NSGA-II samples on
+    local: optuna.Study  # the in-memory optuna.Study NSGA-II samples on
     shared: SharedStudy | None
     run: Run
-    seen: dict[tuple[Any, ...], tuple[list[float], dict[str, float]] | None] = field(default_factory=dict)
+    seen: dict[Key, tuple[list[float], dict[str, float]] | None] = field(default_factory=dict)
     tracker: FrontTracker = field(default_factory=FrontTracker)
     n_feas: int = 0
     complete: int = 0  # COMPLETE trials in the study (this process's only, without storage)
     synced: int = 0  # COMPLETE trials in the study at the last sync
     numbered: int = 0  # trial numbers handed out (NSGA-II proposals, local moves, absorbed trials)
-    ready: dict[tuple[Any, ...], Outcome] = field(default_factory=dict)  # outcomes evaluated ahead
-    pdists: dict[str, Any] = field(default_factory=dict)  # Optuna distributions of the knobs
+    ready: dict[Key, Outcome] = field(default_factory=dict)  # outcomes evaluated ahead
+    pdists: dict[str, BaseDistribution] = field(default_factory=dict)  # Optuna distributions of the knobs
     waiting: tuple[float, int] | None = None  # (since, COMPLETE count) while others hold the budget's end
 
-    def note(self, key: tuple[Any, ...], vals: list[float], cons: dict[str, float]) -> None:
+    def note(self, key: Key, vals: list[float], cons: dict[str, float]) -> None:
         """Remember an evaluated strategy (and put it on the front tracker when feasible)."""
         self.seen[key] = (vals, cons)
         if all(c <= 0 for c in cons.values()):
             self.n_feas += 1
             self.tracker.add(key, [o.to_min(v) for o, v in zip(self.objectives, vals, strict=True)])
 
-    def absorb(self, trials: Sequence[Any]) -> None:
+    def absorb(self, trials: Sequence[FrozenTrial]) -> None:
         """Finished trials of other workers (or earlier runs): seen, front, and NSGA-II's history."""
         from optuna.trial import TrialState
 
@@ -108,13 +123,13 @@ def run_nsga2(
     *,
     budget: int,
     seed: int,
-    storage: Any,
+    storage: StorageSpec,
     study_name: str | None,
     timeout: float | None,
     progress: bool,
     fp: str,
     local_search: float = LOCAL_SEARCH_SHARE,
-    inputs: dict[str, Any] | None = None,
+    inputs: JSONDict | None = None,
     heartbeat_s: int | None = None,
     search: bool = True,
 ) -> Run:
@@ -162,18 +177,18 @@ def run_nsga2(
     return st.run
 
 
-def _strategy_key(space: Any) -> Any:
+def _strategy_key(space: Space) -> Callable[[JSONDict], Hashable]:
     """Two stored trials are the same strategy when their choices decode to one point (decoding repairs vpp,
     sp and micro-batch, so different choices can); choices that decode to no point compare as choices."""
 
-    def key(params: dict[str, Any]) -> Any:
+    def key(params: JSONDict) -> Hashable:
         pt = space.decode(params)
         return pt.key if isinstance(pt, Point) else tuple(sorted(params.items()))
 
     return key
 
 
-def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
+def _nsga2_sampler(space: Space, seed: int, population: int) -> NSGAIISampler:
     """Optuna's NSGA-II sampler minus two per-trial scans of the whole private study.
 
     1. NSGAIISampler derives its relative search space per trial as the intersection of the
@@ -213,31 +228,35 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> Any:
 class _KnownSpace:
     """The methods `_nsga2_sampler` overrides on NSGAIISampler (mixed in before it, so `super()` is Optuna's)."""
 
-    fixed: dict[str, Any]  # the private study's distributions, in name order
+    fixed: dict[str, BaseDistribution]  # the private study's distributions, in name order
     population: int
-    unit: dict[int, tuple[Any, Any]]  # (low, high) bounds of an n-choice one-hot draw
+    unit: dict[int, tuple[np.ndarray, np.ndarray]]  # (low, high) bounds of an n-choice one-hot draw
     generations: dict[int, int]  # COMPLETE trials per NSGA-II generation
-    parents: dict[int, list[Any]]  # parent population per generation
+    parents: dict[int, list[FrozenTrial]]  # parent population per generation
     # The draws of NSGAIISampler's own RandomSampler(seed) (which it keeps private): the same
     # numpy RandomState, seeded alike; sample_independent below is the only one drawing from it.
     independent: np.random.RandomState
 
-    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
         return dict(self.fixed)
 
-    def count_complete(self, trial: Any) -> None:
+    def count_complete(self, trial: FrozenTrial) -> None:
         gen = trial.system_attrs.get(GENERATION_KEY)
         if gen is not None and gen >= 0:
             self.generations[gen] = self.generations.get(gen, 0) + 1
 
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
         from optuna.trial import TrialState
 
         super().after_trial(study, trial, state, values)  # type: ignore[misc]  # NSGAIISampler's (mixin)
         if state == TrialState.COMPLETE:
             self.count_complete(trial)
 
-    def get_trial_generation(self, study: Any, trial: Any) -> int:
+    def get_trial_generation(self, study: optuna.Study, trial: FrozenTrial) -> int:
         gen = trial.system_attrs.get(GENERATION_KEY)
         if gen is not None:  # a proposal's stub carries it (propose)
             return int(gen)
@@ -245,7 +264,7 @@ class _KnownSpace:
         # generation next_generation() gives, in the trial's system attrs.
         return int(super().get_trial_generation(study, trial))  # type: ignore[misc]  # NSGAIISampler's
 
-    def get_population(self, study: Any, generation: int) -> list[Any]:
+    def get_population(self, study: optuna.Study, generation: int) -> list[FrozenTrial]:
         # Optuna filters a per-thread cache of the study's trials that only `ask` refreshes; this
         # study gains its trials through `add_trial`, so read them as they are now.
         from optuna.trial import TrialState
@@ -257,15 +276,18 @@ class _KnownSpace:
         super().reseed_rng()  # type: ignore[misc]  # NSGAIISampler's (mixin)
         self.independent.seed()
 
-    def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, name: str, dist: BaseDistribution
+    ) -> CategoricalChoiceType:
         # RandomSampler's draw for a categorical (every knob is one), without building a
         # _SearchSpaceTransform per call: one uniform draw in [0, 1) per choice (the one-hot
         # columns' bounds), the largest wins. Same random numbers, same choice.
-        n = len(dist.choices)
+        cat = cast("CategoricalDistribution", dist)  # every knob is one (space.distributions)
+        n = len(cat.choices)
         bounds = self.unit.get(n)
         if bounds is None:
             bounds = self.unit[n] = (np.zeros(n), np.ones(n))
-        return dist.to_external_repr(self.independent.uniform(*bounds).argmax())
+        return cat.to_external_repr(self.independent.uniform(*bounds).argmax())
 
     def next_generation(self) -> int:
         top = max(self.generations, default=0)
@@ -276,18 +298,18 @@ class _KnownSpace:
         top = max(self.generations, default=0)
         return self.population - self.generations.get(top, 0) or self.population
 
-    def get_parent_population(self, study: Any, generation: int) -> list[Any]:
+    def get_parent_population(self, study: optuna.Study, generation: int) -> list[FrozenTrial]:
         # Optuna caches the parents' ids in the study's system attrs and rescans every trial per
         # proposal to find them again (in study order, while the first call returns them in
         # selection order); the trials never change once chosen, so keep that rescan's answer.
         hit = self.parents.get(generation)
         if hit is not None:
             return hit
-        first = super().get_parent_population(study, generation)  # type: ignore[misc]  # NSGAIISampler's
+        first: list[FrozenTrial] = super().get_parent_population(study, generation)  # type: ignore[misc]  # NSGAIISampler's
         self.parents[generation] = super().get_parent_population(study, generation)  # type: ignore[misc]
         return first
 
-    def propose(self, study: Any, dists: dict[str, Any]) -> Proposal:
+    def propose(self, study: optuna.Study, dists: dict[str, BaseDistribution]) -> Proposal:
         """One child, drawn exactly as `study.ask(dists)` would draw it (same sampler calls in the
         same order, so the same random numbers), without creating its trial: the trial is added
         with its outcome (`_tell`), when NSGA-II would have been told it. The stub carries the
@@ -311,7 +333,7 @@ def _shared_categorical() -> type:
     from optuna.distributions import CategoricalDistribution
 
     class SharedCategorical(CategoricalDistribution):
-        def __deepcopy__(self, memo: dict[int, Any]) -> SharedCategorical:
+        def __deepcopy__(self, memo: dict[int, object]) -> SharedCategorical:
             return self
 
         def __eq__(self, other: object) -> bool:
@@ -322,7 +344,7 @@ def _shared_categorical() -> type:
     return SharedCategorical
 
 
-def _kept_as_is(frozen: Any) -> Any:
+def _kept_as_is(frozen: FrozenTrial) -> FrozenTrial:
     """A copy of the trial that the in-memory storage keeps as it is: the storage deep-copies every added
     trial (so the caller's later edits cannot reach it) and numbers the copy; this copy is handed over
     and never touched again (the storage itself copies a trial before changing it)."""
@@ -333,12 +355,12 @@ def _kept_as_is(frozen: Any) -> Any:
 
 
 @functools.cache
-def _kept_class() -> type:
+def _kept_class() -> type[FrozenTrial]:
     """FrozenTrial whose deep copy is itself (built on first use: this module does not import optuna)."""
     from optuna.trial import FrozenTrial
 
     class Kept(FrozenTrial):
-        def __deepcopy__(self, memo: dict[int, Any]) -> Kept:
+        def __deepcopy__(self, memo: dict[int, object]) -> Kept:
             return self
 
         # Two stored trials are never equal (their ids differ), so identity answers what FrozenTrial's
@@ -355,11 +377,11 @@ def _kept_class() -> type:
 class Proposal:
     """An NSGA-II child not yet in the private study: its parameters and its generation."""
 
-    params: dict[str, Any]
+    params: JSONDict
     generation: int
 
 
-def _stub_trial(system_attrs: dict[str, Any]) -> Any:
+def _stub_trial(system_attrs: JSONDict) -> FrozenTrial:
     """A RUNNING trial outside any study, for sampler calls that take a trial (they read its attrs)."""
     from optuna.trial import FrozenTrial, TrialState
 
@@ -426,8 +448,13 @@ def _search(
 
 
 def _next(
-    st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int, queue: deque[Proposal], move: Point | None
-) -> tuple[Any, dict[str, Any], None]:
+    st: _Loop,
+    ev: Evaluator,
+    odists: dict[str, BaseDistribution],
+    budget: int,
+    queue: deque[Proposal],
+    move: Point | None,
+) -> tuple[optuna.Trial | Proposal | None, JSONDict, None]:
     """The next (trial, params) to handle: NSGA-II's next child, or the pending move (then consumed)."""
     if move is None and REFERENCE_PATH:  # NSGA-II proposes through study.ask, trial by trial
         trial = st.local.ask(odists)
@@ -454,7 +481,7 @@ def _move(st: _Loop, rng: random.Random, local_search: float) -> Point | None:
     return fresh
 
 
-def _propose(st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int) -> list[Proposal]:
+def _propose(st: _Loop, ev: Evaluator, odists: dict[str, BaseDistribution], budget: int) -> list[Proposal]:
     """NSGA-II's next children, as many as join the current generation together, with the new
     strategies among them evaluated in one call (one corrector prediction for all).
 
@@ -464,10 +491,10 @@ def _propose(st: _Loop, ev: Evaluator, odists: dict[str, Any], budget: int) -> l
     study another worker's trials can arrive between two proposals, so there it draws one at a time.
     At most the budget left is evaluated ahead; local moves taking some of it can leave up to one
     generation of evaluations unused when the budget ends (never a strategy evaluated twice)."""
-    sampler = st.local.sampler
+    sampler = cast("_BatchSampler", st.local.sampler)
     n = 1 if st.shared is not None else sampler.open_slots()
     props = [sampler.propose(st.local, odists) for _ in range(n)]
-    fresh: dict[tuple[Any, ...], Point] = {}
+    fresh: dict[Key, Point] = {}
     for p in props:
         pt = st.space.decode(p.params)
         if isinstance(pt, Point) and pt.key not in st.seen and len(fresh) < budget - st.complete:
@@ -512,7 +539,12 @@ def _room(st: _Loop, budget: int, t0: float, timeout: float | None) -> bool:
 
 
 def _handle(
-    st: _Loop, ev: Evaluator, trial: Any, params: dict[str, Any], odists: dict[str, Any], budget: int
+    st: _Loop,
+    ev: Evaluator,
+    trial: optuna.Trial | Proposal | None,
+    params: JSONDict,
+    odists: dict[str, BaseDistribution],
+    budget: int,
 ) -> bool:
     """Decode, evaluate and record one proposal; True when it added a COMPLETE trial.
 
@@ -567,11 +599,11 @@ def _handle(
 
 def _tell(
     st: _Loop,
-    trial: Any,
+    trial: optuna.Trial | Proposal | None,
     values: list[float] | None = None,
     constraints: dict[str, float] | None = None,
-    state: Any = None,
-) -> Any:
+    state: TrialState | None = None,
+) -> FrozenTrial | None:
     """Tell the private study an NSGA-II proposal's outcome (constraints first); None for a local move.
     A Proposal enters the study now, finished: the trial `ask` would have made, told the same."""
     if trial is None:
@@ -586,12 +618,16 @@ def _tell(
 
 
 def _add_finished(
-    st: _Loop, p: Proposal, values: list[float] | None, constraints: dict[str, float] | None, state: Any
-) -> Any:
+    st: _Loop,
+    p: Proposal,
+    values: list[float] | None,
+    constraints: dict[str, float] | None,
+    state: TrialState | None,
+) -> FrozenTrial:
     """Add a drawn child to the private study with its outcome; count it in its generation."""
     from optuna.trial import TrialState, create_trial
 
-    sampler = st.local.sampler
+    sampler = cast("_BatchSampler", st.local.sampler)
     frozen = create_trial(
         state=state or TrialState.COMPLETE,
         params=p.params,
@@ -606,7 +642,7 @@ def _add_finished(
     return frozen
 
 
-def _store(st: _Loop, trial: Any, budget: int) -> bool:
+def _store(st: _Loop, trial: FrozenTrial, budget: int) -> bool:
     """Write a finished trial to the stored study; False when a server worker lost the claim to it."""
     shared = st.shared
     assert shared is not None
@@ -620,7 +656,7 @@ def _store(st: _Loop, trial: Any, budget: int) -> bool:
     return True
 
 
-def _claim(st: _Loop, trial: Any, budget: int) -> int | None:
+def _claim(st: _Loop, trial: FrozenTrial, budget: int) -> int | None:
     """Server workers: create the trial RUNNING unless another worker has its strategy or the budget
     is taken; None (nothing stored, or the trial PRUNED with why) when this worker must drop it.
 
@@ -654,24 +690,24 @@ def _claim(st: _Loop, trial: Any, budget: int) -> int | None:
     return None
 
 
-def _strategy_attrs(space: Space, pt: Point) -> dict[str, Any]:
+def _strategy_attrs(space: Space, pt: Point) -> JSONDict:
     """User attrs that name the strategy: label, hardware and every knob."""
     s = pt.strategy
     names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "micro_batch")
     knobs = {k: getattr(s, k) for k in names if hasattr(s, k)}
-    attrs: dict[str, Any] = {"strategy": s.label(), "knobs": {**knobs, "recompute": s.recompute}}
+    attrs: JSONDict = {"strategy": s.label(), "knobs": {**knobs, "recompute": s.recompute}}
     if len(space.hardware) > 1:
         attrs["hardware"] = space.hardware[pt.hw].label()
     return attrs
 
 
-def _outcome_attrs(out: Outcome) -> dict[str, Any]:
+def _outcome_attrs(out: Outcome) -> JSONDict:
     """User attrs with the estimate behind the objective values (memory, bottleneck, price, corrector)."""
     from autopar.units import GiB
 
     est = out.estimate
     assert est is not None
-    attrs: dict[str, Any] = {
+    attrs: JSONDict = {
         "memory_gib": round(est.peak_memory_bytes / GiB, 3),
         "headroom_gib": round(est.headroom_bytes / GiB, 3),
         "bottleneck": est.bottleneck,
@@ -687,8 +723,8 @@ def _outcome_attrs(out: Outcome) -> dict[str, Any]:
 
 
 def _pruned(
-    params: dict[str, Any], odists: dict[str, Any], reason: str, attrs: dict[str, Any] | None = None
-) -> Any:
+    params: JSONDict, odists: dict[str, BaseDistribution], reason: str, attrs: JSONDict | None = None
+) -> FrozenTrial:
     """A PRUNED trial (no objective values) carrying why it was not evaluated."""
     from optuna.trial import TrialState, create_trial
 
@@ -701,13 +737,13 @@ def _pruned(
 
 
 def _complete(
-    local: Any,
-    params: dict[str, Any],
+    local: FrozenTrial | None,
+    params: JSONDict,
     values: list[float],
     constraints: dict[str, float],
-    odists: dict[str, Any],
-    attrs: dict[str, Any],
-) -> Any:
+    odists: dict[str, BaseDistribution],
+    attrs: JSONDict,
+) -> FrozenTrial:
     """The stored copy of a finished trial: values, constraints, NSGA-II generation (of a private-study
     trial `local`; a local move, local=None, has none), attrs."""
     from optuna.trial import TrialState, create_trial

@@ -13,7 +13,13 @@ This module does not import optuna at import time (`autopar --help` stays fast).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from optuna.storages import RDBStorage
+    from optuna.trial import FrozenTrial
 
 # The system attr in which NSGAIISampler records each trial's generation, and the prefix of the study
 # system attrs in which it caches each generation's parents. They are a stored format: every stored
@@ -43,13 +49,13 @@ def keep_stock_keys(cls: type) -> type:
     return cls
 
 
-def trial_id(trial: Any) -> int:
+def trial_id(trial: FrozenTrial) -> int:
     """The storage id of a stored FrozenTrial. Optuna's storage API (BaseStorage) is public and keyed
     by trial id, but FrozenTrial keeps the id only as `_trial_id` (no public accessor)."""
     return int(trial._trial_id)
 
 
-def stale_trial_ids_extended(base: type, extra: Callable[[Any, int], list[int]]) -> type:
+def stale_trial_ids_extended(base: type, extra: Callable[[RDBStorage, int], list[int]]) -> type:
     """A subclass of `base` (an RDBStorage) whose stale trials, which `optuna.storages.fail_stale_trials`
     turns FAILED, also include `extra(storage, study_id)`. Optuna asks the storage for them through
     BaseHeartbeat's private `_get_stale_trial_ids`, the only hook for which trials count as stale."""
@@ -62,7 +68,7 @@ def stale_trial_ids_extended(base: type, extra: Callable[[Any, int], list[int]])
     return Extended
 
 
-def running_without_heartbeat(storage: Any, study_id: int) -> list[tuple[int, Any]]:
+def running_without_heartbeat(storage: RDBStorage, study_id: int) -> list[tuple[int, datetime | None]]:
     """(trial id, datetime_start) of the study's RUNNING trials that never recorded a heartbeat, read
     from an RDBStorage's tables: Optuna's stale check skips such trials and no public API lists the
     heartbeat table (its models and session helper live in the private `optuna.storages._rdb`)."""

@@ -7,13 +7,17 @@ Convention inside: objective matrices are *minimised* (maximised objectives are 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autopar.knobs import COLUMN_KNOBS
 from autopar.objectives import RATIO_SCALE, Objective
+from autopar.search.jsontypes import JSONDict, Key
 from autopar.search.result import TrialRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Points within this fraction of the best value of an objective are a near-tie: no measurement we have
 # ranks them. Identical NeMo configurations measured in two container releases (24.07 vs 24.12, the
@@ -80,7 +84,7 @@ class FrontTracker:
     """Incrementally maintained non-dominated set of (key, minimised vector) pairs."""
 
     def __init__(self) -> None:
-        self.keys: list[Any] = []
+        self.keys: list[Key] = []
         self._F = np.empty((0, 0))
         self._cd: np.ndarray | None = None  # crowding distances of the current front (None = stale)
 
@@ -93,7 +97,7 @@ class FrontTracker:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def add(self, key: Any, vec: Sequence[float]) -> bool:
+    def add(self, key: Key, vec: Sequence[float]) -> bool:
         """Insert a point; returns True if it joined the front (dropping those it dominates)."""
         v = np.asarray(vec, dtype=float)
         cur = self._F
@@ -171,7 +175,8 @@ def _hv(F: np.ndarray, r: np.ndarray) -> float:
 def normalize(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray) -> np.ndarray:
     """Scale minimised objectives so that ideal -> 0 and nadir -> 1 (flat objectives -> 0)."""
     span = np.where(nadir > ideal, nadir - ideal, 1.0)
-    return (np.asarray(F, dtype=float) - ideal) / span
+    out: np.ndarray = (np.asarray(F, dtype=float) - ideal) / span
+    return out
 
 
 def reference_bounds(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,10 +200,10 @@ def normalized_hypervolume(F: np.ndarray, ideal: np.ndarray, nadir: np.ndarray, 
 STRATEGY_COLUMNS = COLUMN_KNOBS  # the knob registry's report columns (autopar/knobs.py)
 
 
-def record_row(r: TrialRecord) -> dict[str, Any]:
+def record_row(r: TrialRecord) -> JSONDict:
     """One flat table row for a trial: hardware, strategy, every objective value, key breakdown figures."""
     s = r.strategy
-    row: dict[str, Any] = {
+    row: JSONDict = {
         "trial": r.number,
         "gpu": r.gpu,
         "num_gpus": r.num_gpus,
@@ -233,7 +238,7 @@ def record_row(r: TrialRecord) -> dict[str, Any]:
     return row
 
 
-def pareto_rows(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[dict[str, Any]]:
+def pareto_rows(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[JSONDict]:
     """The Pareto set as table rows, sorted by the first objective (best first, ties by trial number).
 
     Every row carries every column (first-seen order; None where a row has no value), as a DataFrame
@@ -245,7 +250,7 @@ def pareto_rows(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -
     return [{k: row.get(k) for k in cols} for row in rows]
 
 
-def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> Any:
+def pareto_frame(front: Sequence[TrialRecord], objectives: Sequence[Objective]) -> pd.DataFrame:
     """The Pareto set as a pandas DataFrame (rows of `pareto_rows`)."""
     import pandas as pd
 
@@ -257,7 +262,7 @@ def _without_noop_twins(front: Sequence[TrialRecord], objectives: Sequence[Objec
     hardware, the same strategy but for the ZeRO stage, and the same value on every objective (ZeRO shards
     over the data-parallel group, so at DP1 without CP the stages are one layout). The lowest stage stays:
     the plainest launch settings for the same run."""
-    kept: dict[tuple[Any, ...], TrialRecord] = {}
+    kept: dict[Key, TrialRecord] = {}
     for r in sorted(front, key=lambda r: (r.strategy.zero, r.number)):
         values = tuple(round(float(r.values[o.name]), 9) for o in objectives)
         key = (r.gpu, r.num_gpus, r.precision, r.strategy.model_copy(update={"zero": 0}), values)
@@ -268,7 +273,7 @@ def _without_noop_twins(front: Sequence[TrialRecord], objectives: Sequence[Objec
 
 def pareto_records(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
     """The feasible, non-dominated records (one per distinct hardware+strategy), marking them."""
-    seen: dict[tuple[Any, ...], TrialRecord] = {}
+    seen: dict[Key, TrialRecord] = {}
     for r in records:
         if r.feasible:
             key = (r.gpu, r.num_gpus, r.precision, r.strategy)
@@ -308,7 +313,8 @@ def near_front_mask(G: np.ndarray, front: np.ndarray, shift: np.ndarray) -> np.n
     if not len(G) or not len(front):
         return np.zeros(len(G), dtype=bool)
     beaten = np.all(front[None, :, :] + shift[None, None, :] <= G[:, None, :], axis=2)
-    return ~beaten.any(axis=1)
+    near: np.ndarray = ~beaten.any(axis=1)
+    return near
 
 
 def near_front(
@@ -319,7 +325,7 @@ def near_front(
     fastest point, and these are what the model cannot tell from it."""
     on = {id(r) for r in front}
     keys = {(r.gpu, r.num_gpus, r.precision, r.strategy) for r in front}
-    cand: dict[tuple[Any, ...], TrialRecord] = {}
+    cand: dict[Key, TrialRecord] = {}
     for r in records:
         key = (r.gpu, r.num_gpus, r.precision, r.strategy)
         if r.feasible and id(r) not in on and key not in keys:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from rich.progress import Progress
 
 
 class SearchProgress:
@@ -12,8 +17,8 @@ class SearchProgress:
         self.enabled = enabled
         self.total = total
         self.label = label
-        self._progress: Any = None
-        self._task: Any = None
+        self._progress: Progress | None = None
+        self._task: Any = None  # rich's TaskID once shown
 
     def __enter__(self) -> SearchProgress:
         if self.enabled:
@@ -38,6 +43,8 @@ class SearchProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=done, feasible=feasible, front=front)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._progress is not None:
-            self._progress.__exit__(*exc)
+            self._progress.__exit__(exc_type, exc, tb)

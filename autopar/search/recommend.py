@@ -18,7 +18,10 @@ from autopar.perf.pipeline import SCHEDULES
 from autopar.perf.software import software_for
 from autopar.perf.types import Estimate
 from autopar.search.evidence import EvidenceFn, defensible, low_factor
-from autopar.search.pareto import NEAR_TIE_FRACTION, normalize, reference_bounds, to_min_matrix
+from autopar.search.pareto import (
+    NEAR_TIE_FRACTION as NEAR_TIE_FRACTION,  # re-exported: reports, costs read it here
+)
+from autopar.search.pareto import normalize, reference_bounds, to_min_matrix
 from autopar.search.result import Recommendation, TrialRecord
 from autopar.units import GiB, format_duration
 
@@ -287,7 +290,8 @@ def _band_halfwidth(r: TrialRecord) -> float:
     if e is None or e.tokens_per_s_band is None or e.tokens_per_s <= 0:
         return 0.0
     lo, hi = e.tokens_per_s_band
-    return 0.5 * (np.log(max(hi, 1e-300)) - np.log(max(lo, 1e-300)))
+    half: float = 0.5 * (np.log(max(hi, 1e-300)) - np.log(max(lo, 1e-300)))
+    return half
 
 
 def correction_effect(

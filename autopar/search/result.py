@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from autopar.objectives import ObjectiveInfo
+from autopar.objectives import ObjectiveInfo as ObjectiveInfo
 from autopar.perf.types import Estimate
+from autopar.search.jsontypes import JSONDict
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 
 if TYPE_CHECKING:
@@ -56,20 +57,20 @@ class SearchResult:
     objectives: list[ObjectiveInfo]
     space_size: int
     trials: list[TrialRecord]
-    pareto_rows: list[dict[str, Any]]  # one row per Pareto point, best first (pareto.pareto_rows)
+    pareto_rows: list[JSONDict]  # one row per Pareto point, best first (pareto.pareto_rows)
     recommended: list[Recommendation]
     seed: int
     budget: int
     sampler: str
     wall_s: float
-    inputs: dict[str, Any] = field(default_factory=dict)  # echo of CLI/API inputs for the report header
+    inputs: JSONDict = field(default_factory=dict)  # echo of CLI/API inputs for the report header
     notes: list[str] = field(default_factory=list)  # e.g. "cost collapses onto throughput: fixed cluster"
-    calibration: dict[str, Any] | None = None  # corrector name, version, error; None = uncalibrated
+    calibration: JSONDict | None = None  # corrector name, version, error; None = uncalibrated
     space_valid: int | None = None  # how many of space_size pass validate_strategy (None = not counted)
-    stats: dict[str, Any] = field(
-        default_factory=dict
-    )  # search bookkeeping: evaluations, duplicates, HV, prices
-    recipe: Any = None  # search.evidence.RecipeBeside: the published recipe for this problem, if one matches
+    stats: JSONDict = field(default_factory=dict)  # search bookkeeping: evaluations, duplicates, HV, prices
+    # search.evidence.RecipeBeside (not imported: evidence.py imports this module): the published recipe
+    # for this problem, if one matches
+    recipe: Any = None
 
     @cached_property
     def pareto(self) -> pd.DataFrame:

@@ -28,12 +28,18 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autopar.errors import AutoparError
+from autopar.search.jsontypes import JSONDict, Key
 from autopar.search.optuna_compat import trial_id
-from autopar.search.storage import is_server, open_storage, scheme, storage_error
+from autopar.search.storage import StorageSpec, is_server, open_storage, scheme, storage_error
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage, RDBStorage
+    from optuna.trial import FrozenTrial, TrialState
 
 FINGERPRINT_ATTR = "autopar_fingerprint"
 INPUTS_ATTR = "autopar_inputs"
@@ -48,14 +54,14 @@ class SharedStudy:
 
     def __init__(
         self,
-        spec: Any,
+        spec: str | Path | BaseStorage,
         name: str,
         directions: Sequence[str],
         metric_names: Sequence[str],
         fingerprint: str,
-        inputs: dict[str, Any] | None = None,
+        inputs: JSONDict | None = None,
         heartbeat_s: int | None = None,
-        key: Callable[[dict[str, Any]], Hashable] | None = None,
+        key: Callable[[JSONDict], Hashable] | None = None,
     ):
         import optuna
 
@@ -77,7 +83,7 @@ class SharedStudy:
             raise storage_error(str(spec), e) from e
         self.mine: set[int] = set()  # trial ids this worker wrote
         self.pulled: set[int] = set()  # finished trial ids already handed to the caller by sync()
-        self.buffer: list[Any] = []
+        self.buffer: list[FrozenTrial] = []
         self.last_sync = 0.0
         self.last_counts: dict[str, int] = {}  # trials per state at the last sync
         self._running: dict[Hashable, int] = {}  # strategy key -> number of others' RUNNING trials
@@ -89,7 +95,7 @@ class SharedStudy:
     def name(self) -> str:
         return self.study.study_name
 
-    def _check(self, fp: str, metric_names: Sequence[str], inputs: dict[str, Any] | None) -> None:
+    def _check(self, fp: str, metric_names: Sequence[str], inputs: JSONDict | None) -> None:
         attrs = self.study.user_attrs
         stored = attrs.get(FINGERPRINT_ATTR)
         if stored is None:
@@ -107,7 +113,7 @@ class SharedStudy:
                 warnings.simplefilter("ignore")  # set_metric_names is flagged experimental
                 self.study.set_metric_names(list(metric_names))
 
-    def _objectives_hint(self, metric_names: Sequence[str], inputs: dict[str, Any] | None) -> str:
+    def _objectives_hint(self, metric_names: Sequence[str], inputs: JSONDict | None) -> str:
         """', searched with --objectives A,B,C' when the stored study's objectives differ from these (a study
         from before free memory became a constraint searched throughput,headroom,cost by default)."""
         stored = (self.study.user_attrs.get(INPUTS_ATTR) or {}).get("objectives") or self.study.metric_names
@@ -117,7 +123,7 @@ class SharedStudy:
         return f", searched with --objectives {','.join(stored)} (add it to resume that study)"
 
     # --- writing ---------------------------------------------------------------------------------
-    def add(self, trial: Any) -> None:
+    def add(self, trial: FrozenTrial) -> None:
         """Store a finished FrozenTrial (buffered on file storages, written now on a server)."""
         if self.live:
             self.mine.add(self.storage.create_new_trial(self.study_id, template_trial=trial))
@@ -149,7 +155,7 @@ class SharedStudy:
                 room -= counts
         self.buffer.clear()
 
-    def _budget_left(self, stored: Sequence[Any]) -> float:
+    def _budget_left(self, stored: Sequence[FrozenTrial]) -> float:
         """COMPLETE trials the study's budget still allows (no limit when the attr is not a count)."""
         from optuna.trial import TrialState
 
@@ -158,7 +164,7 @@ class SharedStudy:
             return float("inf")
         return budget - sum(t.state == TrialState.COMPLETE for t in stored)
 
-    def start(self, trial: Any) -> int:
+    def start(self, trial: FrozenTrial) -> int:
         """Create `trial` (a finished FrozenTrial: params, attrs, constraints) RUNNING in the study and
         start its heartbeat (server storages); `finish` then sets its state and values."""
         from optuna.trial import TrialState, create_trial
@@ -176,7 +182,9 @@ class SharedStudy:
         self._beat.watch(tid)
         return tid
 
-    def finish(self, tid: int, state: Any, values: Sequence[float] | None = None, reason: str = "") -> None:
+    def finish(
+        self, tid: int, state: TrialState, values: Sequence[float] | None = None, reason: str = ""
+    ) -> None:
         """Finish a RUNNING trial: COMPLETE with values, or PRUNED with `reason` (no values)."""
         try:
             if reason:
@@ -198,7 +206,7 @@ class SharedStudy:
         return done, sum(t.state == TrialState.RUNNING and t.number < number for t in ts)
 
     # --- reading ---------------------------------------------------------------------------------
-    def sync(self) -> list[Any]:
+    def sync(self) -> list[FrozenTrial]:
         """Flush, fail stale trials, and return the finished trials of other workers not seen yet."""
         import optuna
 
@@ -208,7 +216,7 @@ class SharedStudy:
                 warnings.simplefilter("ignore")  # fail_stale_trials is flagged experimental
                 optuna.storages.fail_stale_trials(self.study)
         self.last_sync = time.monotonic()
-        new: list[Any] = []
+        new: list[FrozenTrial] = []
         counts: dict[str, int] = {}
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
             counts[t.state.name] = counts.get(t.state.name, 0) + 1
@@ -220,7 +228,7 @@ class SharedStudy:
         self.last_counts = counts
         return new
 
-    def poll(self) -> list[Any]:
+    def poll(self) -> list[FrozenTrial]:
         """Finished trials of other workers not seen yet (no flush, no stale check: cheap)."""
         new = []
         self._running = {}
@@ -237,14 +245,14 @@ class SharedStudy:
                 )
         return new
 
-    def running_same(self, params: dict[str, Any]) -> int | None:
+    def running_same(self, params: JSONDict) -> int | None:
         """Number of another worker's RUNNING trial with these params (as of the last poll), or None."""
         return self._running.get(self.key(params))
 
     def due(self) -> bool:
         return time.monotonic() - self.last_sync > SYNC_EVERY_S
 
-    def trials(self) -> list[Any]:
+    def trials(self) -> list[FrozenTrial]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
 
     def close(self) -> None:
@@ -256,7 +264,7 @@ class SharedStudy:
                 self._beat.stop()
 
 
-def settle_stale(spec: Any, name: str, heartbeat_s: int | None) -> int:
+def settle_stale(spec: StorageSpec, name: str, heartbeat_s: int | None) -> int:
     """On a server study, wait until the RUNNING trials left by a dead worker are stale and fail them
     (at most one grace period and a beat); returns how many RUNNING trials remain (a live client's)."""
     import optuna
@@ -278,17 +286,17 @@ def settle_stale(spec: Any, name: str, heartbeat_s: int | None) -> int:
         time.sleep(0.25)
 
 
-def _params_key(params: dict[str, Any]) -> tuple[Any, ...]:
+def _params_key(params: JSONDict) -> Key:
     return tuple(sorted(params.items()))
 
 
-def positive_int(value: Any) -> int | None:
+def positive_int(value: object) -> int | None:
     """A stored attr read as a count: an int >= 1 (not a bool, string or float), else None.
     Stored attrs are untrusted: any Optuna client can write them."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
-def _lock_path(spec: Any) -> str | None:
+def _lock_path(spec: StorageSpec) -> str | None:
     """The file whose `flock` serialises batch writes: the journal itself, or a companion of an
     SQLite file (SQLite's own POSIX locks must not share a file descriptor with ours)."""
     if not isinstance(spec, str | os.PathLike):
@@ -304,7 +312,7 @@ def _lock_path(spec: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: str | None) -> Any:
+def _exclusive(path: str | None) -> Iterator[None]:
     """Hold an exclusive `flock` on `path` (no-op without a path or without fcntl, e.g. Windows)."""
     try:
         import fcntl
@@ -324,7 +332,7 @@ def _exclusive(path: str | None) -> Any:
 class _Heartbeat:
     """One background thread recording Optuna heartbeats for this worker's RUNNING trials."""
 
-    def __init__(self, storage: Any):
+    def __init__(self, storage: RDBStorage):
         self.storage = storage
         self.interval = float(storage.get_heartbeat_interval() or 10)
         self.trials: set[int] = set()

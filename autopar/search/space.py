@@ -14,23 +14,34 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from autopar import layouts as lay_rules
 from autopar.constraints import Constraint, apply_constraints
 from autopar.errors import AutoparError
 from autopar.knobs import KNOB_NAMES, ORDERED_KNOBS, RECOMPUTE_BY_FRUGALITY, RECOMPUTE_LEVELS
 from autopar.layouts import EVEN_SPLIT, MIN_TOKENS_PER_CP_RANK, ParallelDims, Split, divisors, split_of
+from autopar.search.jsontypes import JSONDict, Key
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
+
+if TYPE_CHECKING:
+    from autopar.perf.vector_columns import StrategyColumns
+    from autopar.search.space_columns import ColumnBlock, KnobTables
 
 __all__ = ["MIN_TOKENS_PER_CP_RANK", "Hardware", "Layout", "Point", "Space", "build_space", "divisors"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 RECOMPUTE: tuple[str, ...] = RECOMPUTE_LEVELS  # a Layout's default (build_layouts: layouts.recompute_values)
 MEMO_LIMIT = 200_000  # decode/neighbour memo entries kept before the memo starts afresh (bounds memory)
+
+_T = TypeVar("_T")
+# (precision, pp, dp) -> (the (micro_batch, vpp) pairs, the (micro_batch, vpp, schedule) choices): _pipe_memo
+_PipeMemo: TypeAlias = dict[
+    tuple[str, int, int], tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, str], ...]]
+]
 
 
 def _strategy(**knobs: Any) -> Strategy:
@@ -167,13 +178,13 @@ class Layout:
         return len(self.pipe) * per_pipe * len(self.split)
 
     @cached_property
-    def tables(self) -> Any:
+    def tables(self) -> KnobTables:
         """The knob tuples as numpy arrays (space_columns.KnobTables), for `columns`."""
         from autopar.search.space_columns import knob_tables
 
         return knob_tables(self)
 
-    def columns(self, start: int = 0, stop: int | None = None) -> Any:
+    def columns(self, start: int = 0, stop: int | None = None) -> StrategyColumns:
         """Strategies start..stop-1 of this layout as a perf.vector_columns.StrategyColumns block, generated as
         arrays (row j - start equals `strategy(j)`), for the vectorized estimator (perf/vector.py)."""
         from autopar.search.space_columns import layout_columns
@@ -201,7 +212,7 @@ class Point:
 
     hw: int
     strategy: Strategy
-    key: tuple[Any, ...] = field(init=False, compare=False, repr=False)  # identity for the duplicate cache
+    key: Key = field(init=False, compare=False, repr=False)  # identity for the duplicate cache
 
     def __post_init__(self) -> None:
         s = self.strategy  # computed once: the search looks keys up far more often than it makes points
@@ -216,7 +227,7 @@ class Point:
 def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout]:
     """Every valid (hardware, tp, pp, cp, ep, etp) layout with its allowed micro-batch/vpp/SP values."""
     out: list[Layout] = []
-    memo: dict[tuple[Any, ...], Any] = {}
+    memo: _PipeMemo = {}
     for h, hw in enumerate(hardware):
         n, wl = hw.num_gpus, hw.workload
         for tp in lay_rules.tp_degrees(model, hw.cluster, wl.framework):
@@ -227,7 +238,9 @@ def build_layouts(model: ModelSpec, hardware: Sequence[Hardware]) -> list[Layout
     return out
 
 
-def _pipe_memo(memo: dict[tuple[Any, ...], Any], model: ModelSpec, wl: Workload, d: ParallelDims) -> Any:
+def _pipe_memo(
+    memo: _PipeMemo, model: ModelSpec, wl: Workload, d: ParallelDims
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, str], ...]]:
     """(mb_vpp_pairs, pipe_choices) of a grid, shared by every grid with the same precision, pp and dp.
 
     Why: both read only the model, the workload (which differs between hardware options by precision
@@ -244,7 +257,7 @@ def _pipe_memo(memo: dict[tuple[Any, ...], Any], model: ModelSpec, wl: Workload,
 
 
 def _expert_layouts(
-    model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims, memo: dict[tuple[Any, ...], Any]
+    model: ModelSpec, hw: Hardware, h: int, dims: ParallelDims, memo: _PipeMemo
 ) -> list[Layout]:
     """The layouts of one dense grid: one per (ep, etp) pair, when some micro-batch splits the batch."""
     out: list[Layout] = []
@@ -289,9 +302,9 @@ class Space:
     _cum: list[int] = field(init=False, repr=False)
     _index: dict[tuple[int, int, int, int, int, int | None], Layout] = field(init=False, repr=False)
     _dists: dict[str, list[Any]] | None = field(init=False, repr=False, default=None)
-    _decoded: dict[tuple[Any, ...], Point | str] = field(init=False, repr=False, default_factory=dict)
-    _near: dict[tuple[Any, ...], list[Point]] = field(init=False, repr=False, default_factory=dict)
-    _keyed: dict[tuple[Any, ...], Point] = field(init=False, repr=False, default_factory=dict)
+    _decoded: dict[Key, Point | str] = field(init=False, repr=False, default_factory=dict)
+    _near: dict[Key, list[Point]] = field(init=False, repr=False, default_factory=dict)
+    _keyed: dict[Key, Point] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cum, total = [], 0
@@ -320,7 +333,7 @@ class Space:
             for j in range(lay.size):
                 yield Point(lay.hw, lay.strategy(j))
 
-    def column_blocks(self, chunk: int = 8192) -> Iterator[Any]:
+    def column_blocks(self, chunk: int = 8192) -> Iterator[ColumnBlock]:
         """Every point in index order as space_columns.ColumnBlock(hw, start, columns) blocks of at most
         `chunk` rows, one hardware option each (memory bounded by the chunk), for perf.vector.estimate_columns."""
         from autopar.search.space_columns import column_blocks
@@ -371,7 +384,7 @@ class Space:
                 return i
         return None
 
-    def decode(self, params: dict[str, Any]) -> Point | str:
+    def decode(self, params: JSONDict) -> Point | str:
         """Map per-knob choices onto a point (repairing vpp, sp, micro-batch) or return why it is invalid.
 
         Memoised on the choices: a search decodes the same choices many times (duplicate proposals,
@@ -385,7 +398,7 @@ class Space:
             hit = self._decoded[memo] = self._decode(params)
         return hit
 
-    def _decode(self, params: dict[str, Any]) -> Point | str:
+    def _decode(self, params: JSONDict) -> Point | str:
         """`decode` without the memo."""
         h0 = self.hardware[0]
         gpu, n, prec = (
@@ -432,7 +445,7 @@ class Space:
             return f"excluded by {self.excluded}"
         return lay_rules.explain(why) or f"no micro-batch splits global_batch={hw.workload.global_batch}"
 
-    def point_of_key(self, key: tuple[Any, ...]) -> Point:
+    def point_of_key(self, key: Key) -> Point:
         """Rebuild a point from its cache key (memoised: the local search rebuilds front members)."""
         hit = self._keyed.get(key)
         if hit is None:
@@ -441,7 +454,7 @@ class Space:
             hit = self._keyed[key] = self._point_of_key(key)
         return hit
 
-    def _point_of_key(self, key: tuple[Any, ...]) -> Point:
+    def _point_of_key(self, key: tuple[Any, ...]) -> Point:  # unpacked: Point.key's fields, in order
         """`point_of_key` without the memo."""
         h, tp, pp, cp, ep, etp, vpp, sp, zero, mb, rc, sched, cpc, ds, split, states, off, ao = key
         dp = self.hardware[h].num_gpus // (tp * pp * cp)
@@ -465,7 +478,7 @@ class Space:
     def _neighbors(self, point: Point, adjacent: bool) -> list[Point]:
         """`neighbors` without the memo."""
         base = self.encode(point)
-        out: dict[tuple[Any, ...], Point] = {}
+        out: dict[Key, Point] = {}
         for knob, values in self.distributions().items():
             i = values.index(base[knob])
             cand = values[max(0, i - 1) : i + 2] if adjacent and knob in _ORDERED else values
@@ -477,7 +490,7 @@ class Space:
                     out.setdefault(q.key, q)
         return list(out.values())
 
-    def encode(self, point: Point) -> dict[str, Any]:
+    def encode(self, point: Point) -> JSONDict:
         """The per-knob choices that decode to this point (a move's parameters, as Optuna records them)."""
         hw, s = self.hardware[point.hw], point.strategy
         full = {
@@ -491,7 +504,7 @@ class Space:
         return {k: full[k] for k in self.distributions()}
 
 
-def _pick_schedule(lay: Layout, mb: int, vpp: int, params: dict[str, Any]) -> str:
+def _pick_schedule(lay: Layout, mb: int, vpp: int, params: JSONDict) -> str:
     """The wished schedule if the layout offers it with (mb, vpp), else the first it offers."""
     offered = [x for m, v, x in lay.pipe if (m, v) == (mb, vpp)]
     want = params.get("pp_schedule")
@@ -505,7 +518,7 @@ def _nearest_below(offered: tuple[int, ...], want: int) -> int:
 
 
 def _pick_rest(
-    lay: Layout, zero: int, rc: str, params: dict[str, Any]
+    lay: Layout, zero: int, rc: str, params: JSONDict
 ) -> tuple[int | None, str, str, Split, Saver, int]:
     """(dp_shard, recompute, cp_comm, split, saver, activation_offload_layers): each wish if the layout offers
     it, else its first value (an offload count with a recompute mode it cannot run with becomes 0)."""
@@ -528,8 +541,8 @@ def _pick_rest(
 _ORDERED = {"num_gpus", *ORDERED_KNOBS}  # the knobs whose values have an order (knobs.KNOBS)
 
 
-def _uniq(items: Any) -> list[Any]:
-    out: list[Any] = []
+def _uniq(items: Iterable[_T]) -> list[_T]:
+    out: list[_T] = []
     for x in items:
         if x not in out:
             out.append(x)

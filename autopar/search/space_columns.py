@@ -10,12 +10,13 @@ stays bounded by the chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
+from autopar.layouts import Split
 from autopar.perf.vector_columns import (
     CP_COMM_CODES,
     RECOMPUTE_CODES,
@@ -24,10 +25,50 @@ from autopar.perf.vector_columns import (
     StrategyColumns,
 )  # fmt: skip
 
-# Layout and Space (autopar/search/space.py) are taken as Any: space.py imports this module lazily (numpy stays
-# out of the CLI's start-up), and a type import back would make a cycle.
-Layout = Any
-Space = Any
+# Layout and Space (autopar/search/space.py) are described here by what this module reads of them: space.py
+# imports this module lazily (numpy stays out of the CLI's start-up), and a type import back would make a cycle.
+
+
+class Layout(Protocol):
+    """The part of space.Layout the columns read (its degrees and its per-layout knob tuples)."""
+
+    @property
+    def hw(self) -> int: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def dp(self) -> int: ...
+    @property
+    def etp(self) -> int | None: ...
+    @property
+    def sp(self) -> tuple[bool, ...]: ...
+    @property
+    def cp_comm(self) -> tuple[str, ...]: ...
+    @property
+    def split(self) -> tuple[Split, ...]: ...
+    @property
+    def pipe(self) -> tuple[tuple[int, int, str], ...]: ...
+    @property
+    def zero_saver(self) -> tuple[tuple[int, int | None, tuple[str | None, float]], ...]: ...
+    @property
+    def rc_offload(self) -> tuple[tuple[str, int], ...]: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def tables(self) -> KnobTables: ...
+
+
+class Space(Protocol):
+    """The part of space.Space the columns read."""
+
+    @property
+    def layouts(self) -> Sequence[Layout]: ...
 
 
 @dataclass(frozen=True)
@@ -52,13 +93,16 @@ class KnobTables:
     rc_offload: tuple[np.ndarray, np.ndarray]  # recompute code, activation_offload_layers
 
 
-def _arr(values: list, dtype: type = np.int64) -> np.ndarray:
+def _arr(values: Sequence[object], dtype: type = np.int64) -> np.ndarray:
     return np.array(values, dtype=dtype)
 
 
 def knob_tables(lay: Layout) -> KnobTables:
     """The arrays of one layout's knob tuples."""
-    none = lambda x, s: s if x is None else x  # noqa: E731
+
+    def none(x: int | None, s: int) -> int:
+        return s if x is None else x
+
     return KnobTables(
         pipe=(
             _arr([mb for mb, _, _ in lay.pipe]),
@@ -97,7 +141,10 @@ def layout_columns(lay: Layout, tables: KnobTables, start: int, stop: int) -> St
     j, c = np.divmod(j, len(lay.cp_comm))
     j, k = np.divmod(j, len(lay.split))
     n = len(j)
-    full = lambda x: np.full(n, x, dtype=np.int64)  # noqa: E731
+
+    def full(x: int) -> np.ndarray:
+        return np.full(n, x, dtype=np.int64)
+
     T = tables
     return StrategyColumns(
         tp=full(lay.tp), pp=full(lay.pp), dp=full(lay.dp), cp=full(lay.cp), ep=full(lay.ep),

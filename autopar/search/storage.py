@@ -33,21 +33,26 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, ParamSpec, TypeAlias, TypedDict, TypeVar, overload
 
 from autopar.errors import AutoparError, StorageError, install_hint
 from autopar.files import expand_user, write_atomic
+from autopar.search.jsontypes import JSONDict, JSONValue
 from autopar.search.optuna_compat import (
     RDB_LOGGER,
     STALE_TRIAL_IDS_HOOK,
     running_without_heartbeat,
     stale_trial_ids_extended,
 )
-from autopar.text import mask  # also imported from here (study.py, stored.py, the CLI)
+from autopar.text import mask as mask  # also imported from here (study.py, stored.py, the CLI)
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+    from optuna.storages.journal import JournalFileSymlinkLock
 
 HEARTBEAT_S = 10  # default seconds between a server worker's heartbeats (RDBStorage heartbeat_interval)
 GRACE_FACTOR = 3  # a RUNNING trial silent for GRACE_FACTOR x heartbeat is failed (grace_period)
@@ -67,6 +72,19 @@ DRIVERS = {  # URL scheme -> (module SQLAlchemy imports by default, pip package 
 # Exception classes (of SQLAlchemy or the driver) that mean "the connection is gone", not "bad query".
 CONNECTION_LOST = ("OperationalError", "InterfaceError", "DisconnectionError")
 
+# What a storage= option holds: a URL or journal path (None = in memory), or an Optuna storage, passed through.
+StorageSpec: TypeAlias = "str | Path | BaseStorage | None"
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _HeartbeatKw(TypedDict, total=False):
+    """RDBStorage's heartbeat keywords, set on a server storage."""
+
+    heartbeat_interval: int
+    grace_period: int
+
 
 def scheme(spec: str) -> str:
     """'postgresql', 'sqlite', ... for a URL; 'journal' for a file path."""
@@ -76,12 +94,24 @@ def scheme(spec: str) -> str:
     return "postgresql" if head == "postgres" else head
 
 
-def is_server(spec: Any) -> bool:
+def is_server(spec: StorageSpec) -> bool:
     """True for a database-server URL (workers on several hosts, heartbeats)."""
     return isinstance(spec, str) and scheme(spec) in SERVER_SCHEMES
 
 
-def open_storage(spec: Any, heartbeat_s: int | None = None, *, create: bool = True) -> Any:
+@overload
+def open_storage(spec: None, heartbeat_s: int | None = None, *, create: bool = True) -> None: ...
+
+
+@overload
+def open_storage(
+    spec: str | Path | BaseStorage, heartbeat_s: int | None = None, *, create: bool = True
+) -> BaseStorage: ...
+
+
+def open_storage(
+    spec: StorageSpec, heartbeat_s: int | None = None, *, create: bool = True
+) -> BaseStorage | None:
     """An Optuna storage for `spec` (None -> None = in memory; objects pass through).
 
     create=False (read-only commands) refuses a journal or SQLite file that does not exist instead
@@ -98,8 +128,8 @@ def open_storage(spec: Any, heartbeat_s: int | None = None, *, create: bool = Tr
         s = "postgresql" + s[len("postgres") :]
     if s.startswith("postgresql://"):
         s = _pg_driver(s)
-    kw: dict[str, Any] = {}
-    cls: Any = RDBStorage
+    kw: _HeartbeatKw = {}
+    cls: type[RDBStorage] = RDBStorage
     if kind in SERVER_SCHEMES:
         hb = heartbeat_s or HEARTBEAT_S
         kw = {"heartbeat_interval": hb, "grace_period": GRACE_FACTOR * hb}
@@ -150,14 +180,14 @@ def connection_lost(e: BaseException) -> bool:
     return False
 
 
-def _with_reconnect(storage: Any, url: str) -> Any:
+def _with_reconnect(storage: _S, url: str) -> _S:
     """Make every storage call retry a lost connection with backoff for reconnect_s() seconds, then
     raise a StorageError. A call that committed just before the connection dropped may run twice
     (at worst one extra RUNNING trial, which then has no heartbeat and is failed as stale)."""
     return _wrap_public(storage, lambda fn: _retrying(fn, url))
 
 
-def _wrap_public(storage: Any, wrap: Callable[[Any], Any]) -> Any:
+def _wrap_public(storage: _S, wrap: Callable[[Callable[..., object]], Callable[..., object]]) -> _S:
     """Replace each public method of `storage` (and the stale-trial hook) by `wrap(method)`."""
     names = [n for n in dir(type(storage)) if not n.startswith("__")]
     for name in names:
@@ -169,11 +199,11 @@ def _wrap_public(storage: Any, wrap: Callable[[Any], Any]) -> Any:
     return storage
 
 
-def _sqlite_checked(fn: Any, url: str) -> Any:
+def _sqlite_checked(fn: Callable[_P, _R], url: str) -> Callable[_P, _R]:
     """`fn` with a corrupt SQLite file (found by any later query) reported in one line naming it."""
 
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
@@ -206,9 +236,9 @@ def _not_sqlite_study(url: str, why: str) -> str:
     return f"storage={mask(url)}: {path!r} is not a readable SQLite study ({why})"
 
 
-def _retrying(fn: Any, url: str) -> Any:
+def _retrying(fn: Callable[_P, _R], url: str) -> Callable[_P, _R]:
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         deadline, pause = None, RECONNECT_FIRST_S
         while True:
             try:
@@ -268,7 +298,7 @@ def _server_storage_class() -> type:
     return stale_trial_ids_extended(RDBStorage, _beatless_trial_ids)
 
 
-def _beatless_trial_ids(storage: Any, study_id: int) -> list[int]:
+def _beatless_trial_ids(storage: RDBStorage, study_id: int) -> list[int]:
     """RUNNING trials without a heartbeat that started longer than the grace period ago."""
     grace = timedelta(seconds=storage.grace_period or 2 * (storage.heartbeat_interval or HEARTBEAT_S))
     now = datetime.now()  # datetime_start reads as naive local time
@@ -318,7 +348,7 @@ def _pg_driver(url: str) -> str:
     return url
 
 
-def _journal(path: str, create: bool = True) -> Any:
+def _journal(path: str, create: bool = True) -> JournalStorage:
     from optuna.storages import JournalStorage
 
     p = _checked_file(path, path, create)
@@ -371,7 +401,7 @@ def _journal_backend() -> type:
             self.offsets = {0: 0}  # record number -> byte offset where it starts
             super().__init__(file_path, lock_obj=self.lock)
 
-        def read_logs(self, log_number_from: int) -> Any:
+        def read_logs(self, log_number_from: int) -> Generator[JSONDict, None, None]:
             # Optuna's own reader skips a garbled last line and fails on it once a record follows;
             # this one checks every complete record, stops at a torn tail and remembers offsets.
             start = log_number_from if log_number_from in self.offsets else 0
@@ -385,7 +415,7 @@ def _journal_backend() -> type:
                 except BadJournalRecord as e:
                     raise AutoparError(e.message(self.shown)) from None
 
-        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        def append_logs(self, logs: list[JSONDict]) -> None:
             data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
             try:
                 with _holding(self.lock):
@@ -401,7 +431,7 @@ def _journal_backend() -> type:
 
 
 @contextlib.contextmanager
-def _holding(lock: Any) -> Iterator[None]:
+def _holding(lock: JournalFileSymlinkLock) -> Iterator[None]:
     """Hold a journal file lock (BaseJournalFileLock's public acquire/release) for a block."""
     lock.acquire()
     try:
@@ -504,7 +534,7 @@ class BadJournalRecord(ValueError):
         )
 
 
-def _journal_lines(f: IO[bytes], n: int, pos: int, size: int) -> Iterator[tuple[int, int, dict[str, Any]]]:
+def _journal_lines(f: IO[bytes], n: int, pos: int, size: int) -> Iterator[tuple[int, int, JSONDict]]:
     """(records read, byte offset after the record, record) for each complete line of `f` from byte `pos`
     (record `n`) up to byte `size`. A last line without its newline (torn, or still being written) ends
     the reading; a complete line that is not a record raises BadJournalRecord."""
@@ -520,7 +550,7 @@ def _journal_lines(f: IO[bytes], n: int, pos: int, size: int) -> Iterator[tuple[
         yield n, pos, log
 
 
-def journal_record(line: bytes) -> dict[str, Any]:
+def journal_record(line: bytes) -> JSONDict:
     """One journal line as the record Optuna replays; ValueError saying why it is not one."""
     try:
         log = json.loads(line)
@@ -550,15 +580,15 @@ def journal_record(line: bytes) -> dict[str, Any]:
     return log
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: JSONValue) -> bool:
     return type(v) is int
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: JSONValue) -> bool:
     return type(v) in (int, float)
 
 
-def _is_time(v: Any) -> bool:
+def _is_time(v: JSONValue) -> bool:
     if v is None:
         return True
     try:
@@ -569,7 +599,7 @@ def _is_time(v: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _is_distribution(v: Any) -> bool:
+def _is_distribution(v: JSONValue) -> bool:
     from optuna.distributions import json_to_distribution
 
     try:
@@ -579,11 +609,11 @@ def _is_distribution(v: Any) -> bool:
     return True
 
 
-def _is_distributions(v: Any) -> bool:
+def _is_distributions(v: JSONValue) -> bool:
     return isinstance(v, dict) and all(isinstance(d, str) and _is_distribution(d) for d in v.values())
 
 
-_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
+_FIELD_CHECKS: dict[str, Callable[[JSONValue], bool]] = {
     "worker_id": lambda v: isinstance(v, str),
     "study_name": lambda v: isinstance(v, str),
     "study_id": _is_int,

@@ -10,11 +10,21 @@ creates a storage file (open_storage(create=False)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autopar.errors import AutoparError
+from autopar.search.jsontypes import JSONDict, JSONValue
 from autopar.search.shared import BUDGET_ATTR, FINGERPRINT_ATTR, INPUTS_ATTR, positive_int
 from autopar.search.storage import mask, open_storage, storage_error
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autopar.calibration.apply import Calibration
+    from autopar.problem import SearchSettings
+    from autopar.search.result import SearchResult
 
 
 @dataclass
@@ -34,7 +44,7 @@ class StudyStatus:
     def complete(self) -> int:
         return self.states.get("COMPLETE", 0)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONDict:
         return {
             "study_name": self.name,
             "states": self.states,
@@ -48,12 +58,12 @@ class StudyStatus:
         }
 
 
-def load_study(storage: str, study_name: str | None) -> Any:
+def load_study(storage: str, study_name: str | None) -> optuna.Study:
     """A stored Optuna study by name (the only one when no name is given), with one-line errors."""
     return _load(storage, study_name)
 
 
-def _load(storage: str, study_name: str | None) -> Any:
+def _load(storage: str, study_name: str | None) -> optuna.Study:
     """optuna.load_study with one-line errors; the only study when no name is given."""
     import optuna
 
@@ -113,14 +123,14 @@ def study_status(storage: str, study_name: str | None = None) -> StudyStatus:
     )
 
 
-def _feasible(constraints: Any) -> bool:
+def _feasible(constraints: JSONValue) -> bool:
     try:
         return all(float(c) <= 0 for c in constraints.values())
     except (AttributeError, TypeError, ValueError):
         return False
 
 
-def _hardware(clusters: Any) -> tuple[list[str], bool]:
+def _hardware(clusters: JSONValue) -> tuple[list[str], bool]:
     """'64x H100-SXM' per stored cluster, and whether every entry could be read."""
     if not isinstance(clusters, list):
         return [], False
@@ -136,7 +146,7 @@ def _hardware(clusters: Any) -> tuple[list[str], bool]:
     return out, ok
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -147,7 +157,7 @@ class _StoredPrices:
     def __init__(self, prices: dict[str, tuple[float, str]]):
         self.prices = prices
 
-    def entry(self, gpu: str, tier: str = "on_demand") -> Any:
+    def entry(self, gpu: str, tier: str = "on_demand") -> SimpleNamespace:
         from types import SimpleNamespace
 
         if gpu not in self.prices:
@@ -156,7 +166,7 @@ class _StoredPrices:
         return SimpleNamespace(usd_per_gpu_hour=price, source=f"{source} (as stored in the study)")
 
 
-def load_result(storage: str, study_name: str | None = None, calibration: Any = "stored") -> Any:
+def load_result(storage: str, study_name: str | None = None, calibration: object = "stored") -> SearchResult:
     """The SearchResult of whatever a stored study holds (no new trials).
 
     calibration="stored" uses what the study was searched with (the built-in corrector or the
@@ -182,7 +192,7 @@ def load_result(storage: str, study_name: str | None = None, calibration: Any = 
     return optimize(**args, settings=settings, calibration=calibration, search=False)
 
 
-def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+def _problem(name: str, inputs: JSONDict) -> JSONDict:
     """optimize() arguments from the stored inputs, each checked; one line naming the first bad one."""
     from pydantic import ValidationError
 
@@ -237,15 +247,20 @@ def _problem(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _stored_workload(node: Any) -> Any:
+def _stored_workload(node: JSONValue) -> JSONValue:
     """The stored workload; one stored before Workload.grad_reduce_dtype existed ran fp32 main gradients (the
     default then; megatron's is bf16 now), so it is rebuilt with fp32 and its fingerprint still matches."""
     return {"grad_reduce_dtype": "fp32", **node} if isinstance(node, dict) else node
 
 
 def _settings(
-    node: Any, objectives: list[str], precisions: Any, headroom: float, max_cost: Any, tier: str
-) -> Any:
+    node: JSONValue,
+    objectives: list[str],
+    precisions: JSONValue,
+    headroom: float,
+    max_cost: JSONValue,
+    tier: str,
+) -> SearchSettings:
     """The study's SearchSettings: its stored tree node (autopar/problem.py), or, for a study written before
     the tree was stored, rebuilt from the separate fields it kept; the objectives as the study has them."""
     from autopar.problem import SearchSettings
@@ -265,7 +280,7 @@ def _settings(
     )
 
 
-def _opt(inputs: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+def _opt(inputs: JSONDict, key: str, kind: type, default: JSONValue) -> JSONValue:
     """inputs[key] if it has the expected type (ints accepted as floats), `default` when absent/None."""
     value = inputs.get(key)
     if value is None:
@@ -277,7 +292,7 @@ def _opt(inputs: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     raise TypeError(f"{key}={_short(value)} is not a {kind.__name__}")
 
 
-def _prices(raw: Any) -> dict[str, tuple[float, str]]:
+def _prices(raw: JSONValue) -> dict[str, tuple[float, str]]:
     """{gpu: (usd per GPU-hour, source)} from the stored prices."""
     if not isinstance(raw, dict):
         raise TypeError("not a mapping of GPU -> [price, source]")
@@ -292,7 +307,7 @@ def _prices(raw: Any) -> dict[str, tuple[float, str]]:
     return out
 
 
-def _stored_calibration(ref: Any) -> Any:
+def _stored_calibration(ref: JSONValue) -> Calibration | None:
     from pathlib import Path
 
     from autopar.calibration.apply import load_calibration, load_default_calibration

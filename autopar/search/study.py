@@ -9,15 +9,17 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from autopar.catalog.pricefile import default_price_book
 from autopar.errors import AutoparError
 from autopar.layouts import Axis
 from autopar.objectives import MAX_OBJECTIVES, RATIO_SCALE, REGISTRY, Objective, parse_objectives
 from autopar.problem import SAMPLERS, SearchSettings, settings_with
-from autopar.search.evaluate import Evaluator, default_price_book, resolve_price
+from autopar.search.evaluate import EstimateFn, Evaluator, resolve_price
 from autopar.search.evidence import evidence_of, recipe_beside, widen_records
 from autopar.search.hybrid import EXACT_LIMIT, choose_method, run_auto, run_hybrid
+from autopar.search.jsontypes import JSONDict
 from autopar.search.loops import Run, fingerprint, run_exhaustive
 from autopar.search.margin import search_margin
 from autopar.search.nsga2 import run_nsga2
@@ -36,6 +38,9 @@ from autopar.search.storage import mask
 from autopar.search.sweep import can_sweep, run_sweep, sweepable
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload
 from autopar.units import SECONDS_PER_DAY
+
+if TYPE_CHECKING:
+    from autopar.catalog.prices import PriceBook
 
 __all__ = ["SAMPLERS", "SearchSettings", "optimize"]
 EXACT_VALID_COUNT_LIMIT = 10_000  # above this the count of rule-valid points is estimated by sampling
@@ -191,11 +196,11 @@ def optimize(
     settings: SearchSettings | None = None,
     *,
     calibration: Any = None,
-    price_book: Any = None,
+    price_book: PriceBook | None = None,
     progress: bool = False,
-    estimate_fn: Any = None,
+    estimate_fn: EstimateFn | None = None,
     search: bool = True,
-    stored_inputs: dict[str, Any] | None = None,
+    stored_inputs: JSONDict | None = None,
     **fields: Any,
 ) -> SearchResult:
     """Search parallelism strategies and return every trial, the Pareto set and recommendations.
@@ -262,9 +267,7 @@ class _Context:
         )
 
 
-def _search(
-    ctx: _Context, progress: bool, search: bool, stored_inputs: dict[str, Any] | None
-) -> tuple[Run, str]:
+def _search(ctx: _Context, progress: bool, search: bool, stored_inputs: JSONDict | None) -> tuple[Run, str]:
     """Run the method the settings (or, for auto, the space's size) call for; (the run, the method)."""
     s, space, ev, objs = ctx.settings, ctx.space, ctx.ev, ctx.objs
     sampler = choose_method(space, ev, s.storage) if s.sampler == "auto" else s.sampler
@@ -380,9 +383,9 @@ def _result(ctx: _Context, run: Run, sampler: str, search_s: float, calibration:
 
 def _stats(
     ctx: _Context, run: Run, records: list[TrialRecord], search_s: float, valid: int, exact: bool
-) -> dict[str, Any]:
+) -> JSONDict:
     """The result's counts, timings, prices and fingerprint."""
-    stats: dict[str, Any] = {
+    stats: JSONDict = {
         "space_valid": valid,
         "space_valid_exact": exact,
         "optuna_trials": run.n_trials,
@@ -411,7 +414,7 @@ def _stats(
 
 def _hypervolume(
     run: Run, records: list[TrialRecord], front: list[TrialRecord], objs: Sequence[Objective]
-) -> dict[str, Any]:
+) -> JSONDict:
     """The front's normalized hypervolume and how it was scaled."""
     F = to_min_matrix(front, objs)
     all_feas = [r for r in records if r.feasible]
@@ -426,7 +429,7 @@ def _hypervolume(
     }
 
 
-def _inputs(ctx: _Context, run: Run) -> dict[str, Any]:
+def _inputs(ctx: _Context, run: Run) -> JSONDict:
     """The result's `inputs`: what was searched, as the JSON output and the report show it."""
     s, hw, wl = ctx.settings, ctx.space.hardware, ctx.workload
     return {
@@ -451,7 +454,7 @@ def _inputs(ctx: _Context, run: Run) -> dict[str, Any]:
     }
 
 
-def _stored_inputs(ctx: _Context, extra: dict[str, Any]) -> dict[str, Any]:
+def _stored_inputs(ctx: _Context, extra: JSONDict) -> JSONDict:
     """What a stored study needs to be rebuilt without the original command (`autopar study report`)."""
     hw = ctx.space.hardware
     clusters = list({(h.gpu, h.num_gpus): h.cluster for h in hw}.values())
@@ -467,7 +470,7 @@ def _stored_inputs(ctx: _Context, extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _with_training(rows: list[dict[str, Any]], tokens: float | None) -> list[dict[str, Any]]:
+def _with_training(rows: list[JSONDict], tokens: float | None) -> list[JSONDict]:
     """Add days and dollars to train the token budget (when one is given) to the Pareto rows."""
     if tokens:
         for row in rows:
@@ -476,12 +479,12 @@ def _with_training(rows: list[dict[str, Any]], tokens: float | None) -> list[dic
     return rows
 
 
-def _calibration_info(calibration: Any) -> dict[str, Any] | None:
+def _calibration_info(calibration: object) -> JSONDict | None:
     """What the report says about the corrector (None = uncalibrated)."""
     if calibration is None:
         return None
     meta = getattr(calibration, "meta", None)
-    info: dict[str, Any] = {"name": getattr(meta, "name", type(calibration).__name__)}
+    info: JSONDict = {"name": getattr(meta, "name", type(calibration).__name__)}
     for attr in ("info", "describe", "as_dict"):
         fn = getattr(calibration, attr, None)
         value = fn() if callable(fn) else fn

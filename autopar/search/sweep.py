@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +37,12 @@ from autopar.search.pareto import (
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Space
 from autopar.units import GiB
+
+if TYPE_CHECKING:
+    from autopar.perf.vector import VectorEstimates
+    from autopar.perf.vector_columns import StrategyColumns
+    from autopar.search.space import Hardware
+    from autopar.search.space_columns import ColumnBlock
 
 KEEP_ALL_LIMIT = 20_000  # spaces up to this size keep every point's record (loops.run_exhaustive)
 BLOCK_ROWS = 8192  # points estimated together: bounds the sweep's memory
@@ -163,7 +169,9 @@ def keep_records(run: Run, space: Space, ev: Evaluator, front: _Front, sample: l
     }
 
 
-def block_outcomes(space: Space, ev: Evaluator, block: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def block_outcomes(
+    space: Space, ev: Evaluator, block: ColumnBlock
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every registered objective's values (display units) and the feasibility of one block's points."""
     from autopar.perf.vector import estimate_columns
 
@@ -181,7 +189,9 @@ def block_outcomes(space: Space, ev: Evaluator, block: Any) -> tuple[dict[str, n
     return values, feasible
 
 
-def calibrated_arrays(ev: Evaluator, hw: Any, cols: Any, vest: Any) -> SimpleNamespace:
+def calibrated_arrays(
+    ev: Evaluator, hw: Hardware, cols: StrategyColumns, vest: VectorEstimates
+) -> SimpleNamespace:
     """The figures the objectives read, corrected as `Evaluator._calibrate_batch` corrects estimates:
     throughput (and step time, MFU) by the corrector's factor, memory by the memory corrector's."""
     tps, step, mfu = vest.tokens_per_s, vest.step_time_s, vest.mfu
@@ -201,7 +211,7 @@ def calibrated_arrays(ev: Evaluator, hw: Any, cols: Any, vest: Any) -> SimpleNam
     return SimpleNamespace(tokens_per_s=tps, step_time_s=step, mfu=mfu, headroom_bytes=head, fits=fits)
 
 
-def _scaled_memory(vest: Any, mf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scaled_memory(vest: VectorEstimates, mf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Headroom and fit with every memory term scaled (calibration.apply.scale_memory on arrays)."""
     move = (mf != 1.0) & np.isfinite(mf) & (mf > 0)
     total = None

@@ -21,11 +21,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autopar.errors import AutoparError
 from autopar.search.shared import settle_stale
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+    from types import FrameType
+
+    from autopar.search.result import SearchResult
 
 STOP_GRACE_S = 10.0  # a worker asked to stop gets this long to flush its trials before SIGKILL
 ORPHAN_CHECK_S = 0.5  # how often a worker checks that its parent is alive
@@ -34,7 +41,7 @@ ORPHAN_CHECK_S = 0.5  # how often a worker checks that its parent is alive
 FINISH_WAIT_S = 120.0
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
@@ -45,7 +52,7 @@ def _watch_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _worker(kwargs: dict[str, Any], conn: Any, parent: int) -> None:
+def _worker(kwargs: dict[str, Any], conn: Connection, parent: int) -> None:
     """Child process body: one optimize call; the outcome goes back as (exit code, one line)."""
     from autopar.search.study import optimize
 
@@ -77,7 +84,7 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _stop(procs: list[Any]) -> None:
+def _stop(procs: Sequence[BaseProcess]) -> None:
     """SIGTERM every live worker, wait up to STOP_GRACE_S, then SIGKILL what is left."""
     for p in procs:
         if p.is_alive():
@@ -91,7 +98,7 @@ def _stop(procs: list[Any]) -> None:
             p.join(5)
 
 
-def _problems(procs: list[Any], pipes: list[Any]) -> list[tuple[int, str]]:
+def _problems(procs: Sequence[BaseProcess], pipes: list[Connection]) -> list[tuple[int, str]]:
     """(exit code, line) of every worker that did not finish cleanly."""
     out = []
     for p, conn in zip(procs, pipes, strict=True):
@@ -110,7 +117,7 @@ def _problems(procs: list[Any], pipes: list[Any]) -> list[tuple[int, str]]:
     return out
 
 
-def run_workers(workers: int, kwargs: dict[str, Any]) -> Any:
+def run_workers(workers: int, kwargs: dict[str, Any]) -> SearchResult:
     """Run `workers` cooperating optimize processes (this one included); return the study's result.
 
     The result's wall_s covers the whole run; a worker that died or failed while this process still
