@@ -42,7 +42,7 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, SpecError, close_hint
 from autopar.layouts import EP_OVERLAP_STACKS
-from autopar.specs import GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
+from autopar.specs import FINETUNE_MODES, GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
 STACK_NAMES = knobs.STACK_NAMES  # what --framework accepts: FRAMEWORKS and knobs.UNPROFILED_STACKS
@@ -245,6 +245,10 @@ class WorkloadConfig(_Config):
     master_weights: str | None = Field(
         default=None, description="master-weights precision (fp32, fp16, bf16)"
     )
+    finetune: str | None = Field(
+        default=None, description="full (every weight trained) or lora (base frozen, low-rank adapters)"
+    )
+    lora_rank: int | None = Field(default=None, description="LoRA adapter rank (with finetune=lora)")
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
@@ -277,9 +281,28 @@ class WorkloadConfig(_Config):
         )
         return check_savers_take_effect(model, wl)
 
+    def _finetune(self) -> dict[str, Any]:
+        """finetune / lora_dim of the Workload; a rank without LoRA cannot take effect: an error."""
+        out: dict[str, Any] = {}
+        if self.finetune is not None:
+            if self.finetune not in FINETUNE_MODES:
+                raise SpecError(
+                    f"--finetune {self.finetune}: expected one of {', '.join(FINETUNE_MODES)}"
+                    f"{close_hint(self.finetune, FINETUNE_MODES)}"
+                )
+            out["finetune"] = self.finetune
+        if self.lora_rank is not None:
+            if self.finetune != "lora":
+                raise SpecError(f"--lora-rank {self.lora_rank}: takes effect with --finetune lora only")
+            if self.lora_rank <= 0:
+                raise SpecError(f"--lora-rank {self.lora_rank}: must be a positive whole number")
+            out["lora_dim"] = self.lora_rank
+        return out
+
     def _extras(self, model: ModelSpec, precisions: list[str]) -> dict[str, Any]:
         """The FP8/MoE/CUDA-graph fields that were stated; one that cannot take effect is an error."""
         out: dict[str, Any] = {"cuda_graphs": True} if self.cuda_graphs else {}
+        out.update(self._finetune())
         if self.grad_reduce_dtype is not None:
             if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
                 raise SpecError(

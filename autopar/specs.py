@@ -334,6 +334,9 @@ MemorySaver = Literal["offload", "bf16_states", "8bit_states", "act_offload", "r
 # Main-gradient buffer / data-parallel reduction dtypes (Workload.grad_reduce_dtype; bytes: perf/memory.py)
 GradReduceDtype = Literal["fp32", "bf16"]
 GRAD_REDUCE_DTYPES: tuple[str, ...] = get_args(GradReduceDtype)
+# What a step trains (Workload.finetune; its costs: perf/finetune.py)
+FinetuneMode = Literal["full", "lora"]
+FINETUNE_MODES: tuple[str, ...] = get_args(FinetuneMode)
 
 
 class Workload(_Frozen):
@@ -435,7 +438,7 @@ class Workload(_Frozen):
         description="overlap dispatch/combine with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm with --delay-wgrad-compute)",
     )
-    finetune: Literal["full", "lora"] = Field(
+    finetune: FinetuneMode = Field(
         default="full",
         description="full: every weight trained (pre-training, SFT); lora: base weights frozen, low-rank "
         "adapters trained (no base weight gradients, optimizer states or weight-gradient GEMMs)",

@@ -149,3 +149,68 @@ def test_lora_saves_exactly_one_forward_of_the_weight_gemms(name: str, seq_len: 
     lora = model_flops_per_step(m, seq_len, 1, causal, wgrad_gemms=1)
     assert full - lora == pytest.approx(seq_len * (f.total - f.attn_core), rel=1e-9)
     assert 2 / 3 * full < lora < full
+
+
+# --------------------------------------------------------------------------- from the CLI (issue 49 item 2)
+def _cli_json(*args: str) -> dict:
+    import json
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_lora_from_the_cli_is_the_python_estimate() -> None:
+    """`--finetune lora --lora-rank 16` is the problem tree's finetune="lora", lora_rank=16 (the Python API): the
+    same analytical figures to the digit; LoRA drops the base weights' wgrad GEMMs (faster) and their gradients and
+    optimizer states (rank-16 adapters are ~0.2% of Llama-3-70B's weights)."""
+    from autopar.launch.labels import parse_strategy_label
+    from autopar.perf import estimate
+    from autopar.problem import ClusterConfig, Problem, WorkloadConfig
+
+    label = "TP2+SP PP4 DP1/Z1 mb1"
+    args = ["estimate", "--model", "llama-3-70b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    args += ["--strategy", label, "--no-calibration"]
+    lora = _cli_json(*args, "--finetune", "lora", "--lora-rank", "16")
+    full = _cli_json(*args)
+    tree = Problem(
+        model="llama-3-70b",
+        cluster=ClusterConfig(gpus="8"),
+        workload=WorkloadConfig(seq_len=4096, global_batch=64, finetune="lora", lora_rank=16),
+    )
+    model, cluster, w = tree.build_one()
+    assert (w.finetune, w.lora_dim) == ("lora", 16)
+    want = estimate(model, cluster, w, parse_strategy_label(label))
+    assert lora["estimate"]["tokens_per_s_per_gpu"] == pytest.approx(want.tokens_per_s_per_gpu, rel=1e-12)
+    assert lora["estimate"]["tokens_per_s_per_gpu"] > full["estimate"]["tokens_per_s_per_gpu"]
+    assert lora["memory_gib"]["optimizer"] < full["memory_gib"]["optimizer"] / 50
+
+
+def test_lora_flags_that_cannot_take_effect_are_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    rank = CliRunner().invoke(app, ["estimate", "--gpus", "8", "--lora-rank", "16"])
+    assert (
+        rank.exit_code == 2
+        and rank.output == "error: --lora-rank 16: takes effect with --finetune lora only\n"
+    )
+    mode = CliRunner().invoke(app, ["estimate", "--gpus", "8", "--finetune", "qlora"])
+    assert mode.exit_code == 2 and "expected one of full, lora; did you mean lora?" in mode.output
+
+
+def test_a_lora_plan_names_its_rank_and_how_to_launch_it() -> None:
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    args = ["--model", "llama-3-70b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    res = CliRunner().invoke(app, ["optimize", *args, "--finetune", "lora", "--lora-rank", "16"])
+    assert res.exit_code == 0 and "· LoRA rank 16" in res.output.splitlines()[0]
+    launch = _cli_json("launch", *args, "--strategy", "TP2+SP PP4 DP1/Z1 mb1", "--finetune", "lora")
+    assert any("peft=LoRA(" in n and "dim=32" in n for n in launch["notes"])

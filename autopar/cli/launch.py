@@ -152,7 +152,7 @@ _LAUNCH = (
         ],
         None,
     ),
-    *("precision", "fp8_recipe", "optimizer", "master_weights"),
+    *("precision", "fp8_recipe", "optimizer", "master_weights", "finetune", "lora_rank"),
     opt(
         "tokens",
         Annotated[

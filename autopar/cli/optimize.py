@@ -196,7 +196,8 @@ def _print_problem(result: Any) -> None:
             (result.model.name, "bold"),
             f" · {', '.join(result.inputs['gpu'])} x {'/'.join(map(str, result.inputs['gpus']))} GPUs · "
             f"{'/'.join(result.inputs['precision'])} · seq {w.seq_len} · global batch {w.global_batch}"
-            + (f" · {format_tokens(w.token_budget)} tokens" if w.token_budget else ""),
+            + (f" · {format_tokens(w.token_budget)} tokens" if w.token_budget else "")
+            + (f" · LoRA rank {w.lora_dim}" if w.finetune == "lora" else ""),
         )
     )
 

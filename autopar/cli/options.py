@@ -364,6 +364,31 @@ _PARAMS: list[tuple[str, Any, Any]] = [
         None,
     ),
     (
+        "finetune",
+        Annotated[
+            str | None,
+            _o(
+                "--finetune",
+                help="What a step trains: full (every weight: pre-training, SFT) or lora (base weights frozen, "
+                "rank-r adapters on linear_qkv, linear_proj, linear_fc1 and linear_fc2 of every layer, as "
+                "Megatron-Bridge's LoRA: no base-weight gradients, optimizer states or weight-gradient GEMMs) "
+                "\\[default: full].",
+            ),
+        ],
+        None,
+    ),
+    (
+        "lora_rank",
+        Annotated[
+            int | None,
+            _o(
+                "--lora-rank",
+                help="LoRA adapter rank, with --finetune lora \\[default: 32, Megatron-Bridge's].",
+            ),
+        ],
+        None,
+    ),
+    (
         "allow_uneven",
         Annotated[bool, _o(help="Accept layers not divisible by pp*vpp (uneven pipeline stages).")],
         False,
@@ -624,6 +649,8 @@ WORKLOAD_EXTRAS = (
     "grad_reduce_dtype",
     "optimizer",
     "master_weights",
+    "finetune",
+    "lora_rank",
 )
 SHAPE = ("cluster_name", "internode_gbps", "transport", "seq_len", "global_batch")
 STACK = ("framework", "tp_comm_overlap")

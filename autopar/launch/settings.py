@@ -125,6 +125,17 @@ def _no_act_offload(s: Strategy, stack: str) -> list[str]:
     ]
 
 
+def _lora_note(workload: Workload) -> tuple[str, ...]:
+    """LoRA: the files below train every weight; the adapters are Megatron-Bridge's PEFT config."""
+    if workload.finetune != "lora":
+        return ()
+    return (
+        "LoRA: Megatron-LM, torchtitan and DeepSpeed train every weight, so these files run the layout as full "
+        "training; run it with Megatron-Bridge's PEFT (peft=LoRA(target_modules=[linear_qkv, linear_proj, "
+        f"linear_fc1, linear_fc2], dim={workload.lora_dim})), the adapters the estimate priced",
+    )
+
+
 def _unprofiled_note(workload: Workload) -> tuple[str, ...]:
     """A stack autopar has no launcher (nor kernel profile) for: the files are the layout on the stacks it has."""
     if not workload.stack:
@@ -166,6 +177,7 @@ def launch_settings(
     launch = torchrun_prefix(cluster.nodes, node_gpus(cluster)) + [MEGATRON_ENTRYPOINT] + meg.args + DATA_ARGS
     torchrun = " ".join(f"{k}={v}" for k, v in env.items())
     torchrun = (torchrun + " " if torchrun else "") + continued(launch)
+    general = (*_unprofiled_note(workload), *_lora_note(workload))
     return LaunchSettings(
         megatron_args=tuple(meg.args),
         megatron=continued(meg.args),
@@ -178,7 +190,7 @@ def launch_settings(
             model.name, header, cluster, env, meg.args, vers, meg.placeholders, tt is not None
         ),
         env=env,
-        notes=(*_unprofiled_note(workload), *meg.notes, *tt_notes, *ds_notes),
+        notes=(*general, *meg.notes, *tt_notes, *ds_notes),
         nodes=cluster.nodes,
         gpus_per_node=node_gpus(cluster),
         versions=vers,
@@ -187,11 +199,11 @@ def launch_settings(
             k: PLACEHOLDERS[k]
             for k in (*meg.placeholders, *DATA_PLACEHOLDERS, *(("MASTER_ADDR",) if cluster.nodes > 1 else ()))
         },
-        framework_notes={
-            "megatron": tuple(meg.notes),
-            "slurm": tuple(meg.notes),
-            "torchtitan": tuple(tt_notes),
-            "deepspeed": tuple(ds_notes),
+        framework_notes={  # what holds for every file first (an unprofiled stack, LoRA), then each file's own
+            "megatron": (*general, *meg.notes),
+            "slurm": (*general, *meg.notes),
+            "torchtitan": (*general, *tt_notes),
+            "deepspeed": (*general, *ds_notes),
         },
         megatron_reason=megatron_optimizer_why(workload, s),
     )
