@@ -649,11 +649,28 @@ def _store(st: _Loop, trial: FrozenTrial, budget: int) -> bool:
     if not shared.live:
         shared.add(trial)
         return True
-    tid = _claim(st, trial, budget)
-    if tid is None:
-        return False
-    shared.finish(tid, trial.state, trial.values)
-    return True
+    for attempt in range(LOST_RECORD_RETRIES + 1):
+        try:
+            tid = _claim(st, trial, budget)
+            if tid is None:
+                return False
+            shared.finish(tid, trial.state, trial.values)
+            return True
+        except KeyError as e:  # Optuna's RDB storage: the trial's row is gone
+            if not lost_record(e) or attempt == LOST_RECORD_RETRIES:
+                raise
+    return False  # pragma: no cover - the loop returns or raises
+
+
+def lost_record(e: KeyError) -> bool:
+    """Whether Optuna's RDB storage found no row for a trial this worker created: a server that crashed before
+    its commit reached the disk (an immediate stop, an OOM kill, no synchronous commit) loses the newest rows.
+    The trial is claimed again (its strategy is still this worker's evaluation), never dropped or doubled."""
+    return "Record does not exist" in str(e)
+
+
+# Times a trial whose RUNNING row a crashed server lost is claimed again before the error stands.
+LOST_RECORD_RETRIES = 2
 
 
 def _claim(st: _Loop, trial: FrozenTrial, budget: int) -> int | None:
