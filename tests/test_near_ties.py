@@ -130,3 +130,22 @@ def test_constraint_still_binds_free_memory():
     """The default search keeps only points that leave --min-headroom free."""
     r = optimize(*PROBLEM, sampler="exhaustive", min_headroom_gib=30.0)
     assert r.pareto_rows and all(row["headroom"] >= 30.0 for row in r.pareto_rows)
+
+
+def test_a_recipe_is_set_against_the_search_on_its_own_hardware():
+    """Searching 64..512 H100 puts the pick on 512 GPUs; the 64-GPU recipe is compared with the search's best
+    on 64 GPUs (the table's fastest 64-GPU point), not with the 512-GPU pick (it read "+721%" before)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    res = CliRunner().invoke(app, ["optimize", "--gpus", "64..512", "--json"])
+    assert res.exit_code == 0, res.output[-1000:]
+    doc = json.loads(res.stdout)
+    recipe = doc["recipe"]
+    assert doc["verdict"]["hardware"].startswith("512") and "64 x H100-SXM" in recipe["against"]
+    best64 = max(r["throughput"] for r in doc["pareto"] if r["num_gpus"] == 64)
+    assert recipe["pick_over_recipe"] == pytest.approx(best64 / recipe["tokens_per_s"], rel=1e-9)
+    assert 0.8 < recipe["pick_over_recipe"] < 1.25

@@ -42,6 +42,10 @@ class RecipeView:
     reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
     remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
     record: str = ""  # the model's record on measured pairs separated by this much (calibration/pairs.py)
+    against: str = (
+        "the pick"  # what `ratio` compares: the pick, or the search's best on the recipe's hardware
+    )
+    against_band: tuple[float, float] | None = None  # that point's 80% band (tokens/s)
 
     def sentence(self, reasons: bool = True) -> str:
         """The recipe in one paragraph (CLI and report; the report lists the reasons apart)."""
@@ -54,7 +58,7 @@ class RecipeView:
             f"within {100 * MATERIAL_FRACTION:.0f}% of the pick: a near-tie, and the recipe is the "
             "better-evidenced choice"
             if abs(rel) <= 100 * MATERIAL_FRACTION
-            else f"the pick is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
+            else f"{self.against} is predicted {abs(rel):.1f}% {'faster' if rel > 0 else 'slower'}"
         )
         why = f"; the step differs most in {and_join(self.reasons)}" if self.reasons and reasons else ""
         after = [self.record] if self.record and abs(rel) > 100 * MATERIAL_FRACTION else []
@@ -126,6 +130,8 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
     label = (
         est.strategy if est is not None and est.strategy is not None else rb.recipe.strategy(result.model)
     ).label()
+    pick, against = _on_recipe_hardware(result, rb.recipe, pick)
+    pe = pick.estimate
     if est is None or pe is None or est.tokens_per_s <= 0:
         return RecipeView(
             rb.recipe.id, rb.recipe.source, label, None, None, None, (), _recipe_remarks(result, rb, pick)
@@ -141,6 +147,28 @@ def recipe_view(result: SearchResult, pick: TrialRecord) -> RecipeView | None:
         reasons=_reasons(pe, est),
         remarks=_recipe_remarks(result, rb, pick) + _beyond_support(ratio, rb.recipe.support),
         record=pair_sentence(ratio),
+        against=against,
+        against_band=pe.tokens_per_s_band,
+    )
+
+
+def _on_recipe_hardware(result: SearchResult, recipe: Any, pick: TrialRecord) -> tuple[TrialRecord, str]:
+    """What to set against the recipe: the pick when it runs on the recipe's hardware; else the fastest point
+    the table shows (front or near-tie) on the recipe's GPU and count, so a 512-GPU pick is not set against a
+    64-GPU recipe as a gain (the pick itself when the table has no such point)."""
+    if (pick.gpu, pick.num_gpus) == (recipe.gpu, recipe.num_gpus):
+        return pick, "the pick"
+    same = [
+        t
+        for t in result.trials
+        if t.shown and (t.gpu, t.num_gpus) == (recipe.gpu, recipe.num_gpus) and "throughput" in t.values
+    ]
+    if not same:
+        return pick, "the pick"
+    best = max(same, key=lambda t: (t.values["throughput"], -t.number))
+    return (
+        best,
+        f"the search's best on the recipe's {recipe.num_gpus} x {recipe.gpu} ({best.strategy.label()})",
     )
 
 
@@ -180,6 +208,7 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
         "tokens_per_s": view.tokens_per_s,
         "band": list(view.band) if view.band else None,
         "pick_over_recipe": view.ratio,
+        "against": view.against,  # the pick, or the search's best on the recipe's GPU and count
         "differs_most": list(view.reasons),
         "remarks": list(view.remarks),
         "tuned": not result.recipe.recipe.demonstration if result.recipe is not None else None,

@@ -247,8 +247,9 @@ def recipe_line(view: RecipeView, pick_band: tuple[float, float] | None) -> str:
         return f"{head}: not estimated on this problem"
     band = f" ({_k(view.band[0])}–{_k(view.band[1])})" if view.band else ""
     gain = 100 * (view.ratio - 1)
-    overlap = view.band is not None and pick_band is not None and pick_band[0] <= view.band[1]
+    theirs = pick_band if view.against == "the pick" else view.against_band
+    overlap = view.band is not None and theirs is not None and theirs[0] <= view.band[1]
     claim = (
         "the bands overlap: a claim to verify by measuring both" if overlap else "beyond the recipe's band"
     )
-    return f"{head}: predicted {view.tokens_per_s:,.0f} tokens/s{band}; the pick {gain:+.1f}%, {claim}"
+    return f"{head}: predicted {view.tokens_per_s:,.0f} tokens/s{band}; {view.against} {gain:+.1f}%, {claim}"
