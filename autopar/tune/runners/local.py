@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,7 @@ def _pids() -> list[int]:
         return []
 
 
-def _stop_pids(find: Any) -> None:
+def _stop_pids(find: Callable[[], list[int]]) -> None:
     """SIGTERM what `find()` returns, then SIGKILL what is still there after KILL_GRACE_S."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids = find()
