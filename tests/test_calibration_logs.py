@@ -236,3 +236,51 @@ def test_cli_log_without_config_reports_fields(tmp_path):
     # the log's own dump gives num_gpus (world size 8) and seq_len; gpu and model are missing, one line
     assert "megatron_gpt_tp2.log: neither the log nor the flags/--sidecar give gpu, model" in r.output
     assert "num_gpus" not in r.output and "Traceback" not in r.output and r.output.count("\n") == 1
+
+
+def _oom_log(tmp_path: Path) -> Path:
+    """The fixture log's header (arguments, model build), then a CUDA OOM before its first iteration line."""
+    head = MEG.read_text().split("training ...")[0]
+    p = tmp_path / "oom.log"
+    p.write_text(
+        head
+        + "training ...\n[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 3 has a total capacity of 79.11 GiB of which 1.21 GiB is free.\n"
+    )
+    return p
+
+
+def test_a_log_that_ooms_before_its_first_step_is_an_oom_record(tmp_path):
+    """Issue 44: a measured OOM is evidence. A Megatron log that ran out of memory before logging a step
+    becomes one record: its configuration (flags, sidecar, the log's own argument dump) with measured_oom and
+    no throughput; a log with neither steps nor an OOM is still the clear error above."""
+    cfg = {**load_sidecar(LOGS / "megatron_gpt_tp2.yaml"), **MEG_FLAGS}
+    chk = check_file(_oom_log(tmp_path), "megatron-log", config=cfg)
+    (rec,) = chk.records
+    assert rec["measured_oom"] is True and rec["global_batch"] == 128 and rec["tp"] == 2
+    assert not rec.get("measured_tokens_per_s_per_gpu") and "out of memory before its first" in rec["notes"]
+
+
+def test_cli_ingests_an_oom_log_once(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path / "home"))
+    log = _oom_log(tmp_path)
+    args = [
+        "calibrate",
+        "ingest",
+        str(log),
+        "--format",
+        "megatron-log",
+        "--sidecar",
+        str(LOGS / "megatron_gpt_tp2.yaml"),
+    ]
+    args += ["--gpu", "H100-SXM", "--gpus", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--micro-batch", "1"]
+    args += ["--seq-len", "2048"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    res = CliRunner().invoke(app, ["calibrate", "list", "--json"])
+    runs = json.loads(res.stdout)["runs"]
+    assert len(runs) == 1 and runs[0]["measured_oom"] in (True, "true", "True", 1)

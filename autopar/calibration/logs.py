@@ -405,6 +405,26 @@ def _summary(prefix: str, xs: list[float]) -> dict[str, float]:
     }
 
 
+# What a training log prints when a GPU runs out of memory: PyTorch's torch.OutOfMemoryError ("CUDA out of
+# memory. Tried to allocate ..."), the CUDA runtime's own error, the kernel's OOM killer. One pattern for log
+# ingest and `tune`'s runners.
+OOM_TEXT = re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|oom-kill", re.IGNORECASE)
+
+
+def oom_record(samples: LogSamples, config: dict[str, Any], text: str) -> dict[str, Any] | None:
+    """A run that ran out of memory before its first logged step, as a record (issue 44: a measured OOM is
+    evidence the memory model learns from): its configuration and measured_oom; None when the log has step
+    lines or no out-of-memory error."""
+    if len(samples) or not OOM_TEXT.search(text):
+        return None
+    rec: dict[str, Any] = dict(config)
+    rec.setdefault("framework", samples.framework)
+    rec["measured_oom"] = True
+    note = f"parsed from {samples.framework} log: out of memory before its first logged step"
+    rec["notes"] = f"{rec['notes']}; {note}" if rec.get("notes") else note
+    return rec
+
+
 def aggregate(samples: LogSamples, config: dict[str, Any], *, warmup: int | None = None) -> dict[str, Any]:
     """One run record from a log: config columns + median (p10/p90) of the post-warm-up steps."""
     n = len(samples)

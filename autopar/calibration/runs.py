@@ -22,6 +22,7 @@ from autopar.calibration.logs import (
     aggregate,
     log_config,
     merge_log_config,
+    oom_record,
     parse_log,
     sniff_log_format,
 )
@@ -292,7 +293,8 @@ def check_log_file(
     text = read_text(path, RECORD_MAX_BYTES, "training log", errors="replace")
     try:
         samples = parse_log(text, fmt)
-        rec = aggregate(samples, merge_log_config(dict(config), log_config(text, fmt)), warmup=warmup)
+        cfg = merge_log_config(dict(config), log_config(text, fmt))
+        rec = oom_record(samples, cfg, text) or aggregate(samples, cfg, warmup=warmup)
     except DataError as e:
         raise DataError(f"{path}: {e}") from None
     missing = missing_log_fields(rec)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from autopar.calibration.logs import OOM_TEXT
 from autopar.text import excerpt, one_line
 
 STATUSES = ("ok", "oom", "failed")
@@ -30,7 +31,6 @@ STATUSES = ("ok", "oom", "failed")
 PLAUSIBLE_FACTOR = 10.0
 # A run's peak memory over this many times its GPU's memory is a unit slip (MiB for GiB), not a measurement.
 DEVICE_MEMORY_FACTOR = 2.0
-_OOM_TEXT = re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|oom-kill", re.IGNORECASE)
 # What the tune reads of what a run leaves (the run is the user's command: it may write anything, of any size,
 # or put a FIFO or a device where a file was expected). A result is a small JSON object; of a log only the
 # tail is read (the measured steps are the last ones), each line cut to LINE_CHARS (a training log's step
@@ -266,7 +266,7 @@ def read_log(text: str, job: Job) -> Outcome | None:
 
     fmt = sniff_log_format(text)
     if fmt is None:
-        return Outcome("oom", reason="out of memory (log)") if _OOM_TEXT.search(text) else None
+        return Outcome("oom", reason="out of memory (log)") if OOM_TEXT.search(text) else None
     c = job.candidate
     config = {
         "gpu": c.cluster.gpu.name,
@@ -278,7 +278,7 @@ def read_log(text: str, job: Job) -> Outcome | None:
         samples = parse_log(text, fmt)
         skip = sum(1 for step in samples.steps if step <= job.warmup)  # logged lines of warm-up iterations
         if skip >= len(samples):
-            if _OOM_TEXT.search(text):
+            if OOM_TEXT.search(text):
                 return Outcome("oom", reason="out of memory (log)")
             return failed(f"{fmt}: no step logged after the {job.warmup} warm-up steps")
         rec = aggregate(samples, config, warmup=skip)
