@@ -214,3 +214,25 @@ def test_a_lora_plan_names_its_rank_and_how_to_launch_it() -> None:
     assert res.exit_code == 0 and "· LoRA rank 16" in res.output.splitlines()[0]
     launch = _cli_json("launch", *args, "--strategy", "TP2+SP PP4 DP1/Z1 mb1", "--finetune", "lora")
     assert any("peft=LoRA(" in n and "dim=32" in n for n in launch["notes"])
+
+
+def test_whatif_plans_lora_where_full_training_does_not_fit() -> None:
+    """`whatif --finetune lora` carries LoRA into every option's search: full training of Llama-3-70B does not
+    fit on 8 H100 (weights, gradients and Adam states of 70B on 640 GB) and fits as LoRA; on 8 H200 both fit,
+    and LoRA (no weight-gradient GEMMs, no recompute needed) runs faster."""
+    args = [
+        "whatif",
+        "--model",
+        "llama-3-70b",
+        "--tokens",
+        "10B",
+        "--option",
+        "H100-SXM:8",
+        "--option",
+        "H200:8",
+    ]
+    args += ["--seq-len", "4096", "--global-batch", "64"]
+    full = {o["gpu"]: o["tokens_per_s"] for o in _cli_json(*args)["options"]}
+    lora = {o["gpu"]: o["tokens_per_s"] for o in _cli_json(*args, "--finetune", "lora")["options"]}
+    assert full["H100-SXM"] is None and lora["H100-SXM"] > 0
+    assert lora["H200"] > full["H200"] > 0

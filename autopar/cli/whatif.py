@@ -383,6 +383,7 @@ _WHATIF = (
         None,
     ),
     *("precision:list", *CLUSTER, "cluster_name", "internode_gbps", "transport", "tier", "prices"),
+    *("optimizer", "master_weights", "finetune", "lora_rank"),  # what is trained: each option's workload
     opt(
         "deadline",
         Annotated[
