@@ -291,23 +291,30 @@ def _wait_complete(url: str, name: str, n: int, p: subprocess.Popen[str]) -> Non
         time.sleep(0.2)
 
 
-def test_server_restart_mid_run_is_retried_then_reported(pg_url):
-    """The server stops mid-run: back within the retry window, the run finishes at its budget; gone
-    for longer, one line and exit code 3 (it used to be exit 2 and a message blaming the input)."""
+def _outage_mid_run(pg_url, name: str, mode: str, down_s: float) -> tuple[str, str]:
+    """Run RESTART as study `name`, stop the server (`mode`) once 3 trials are COMPLETE, start it again after
+    `down_s`; the run's (stdout, stderr), after checking it exited 0."""
     p = subprocess.Popen(
-        [sys.executable, "-c", RESTART, pg_url],
+        [sys.executable, "-c", RESTART.replace('"restart"', f'"{name}"'), pg_url],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_complete(pg_url, "restart", 3, p)
-    stopped = pg_url.stop("fast")
+    _wait_complete(pg_url, name, 3, p)
+    stopped = pg_url.stop(mode)
     assert stopped.returncode == 0, stopped.stderr
-    time.sleep(3)
+    time.sleep(down_s)
     pg_url.start()
     out, err = p.communicate(timeout=180)
     assert p.returncode == 0, err[-2000:]
+    return out, err
+
+
+def test_server_restart_mid_run_is_retried_then_reported(pg_url):
+    """The server stops mid-run: back within the retry window, the run finishes at its budget; gone
+    for longer, one line and exit code 3 (it used to be exit 2 and a message blaming the input)."""
+    out, err = _outage_mid_run(pg_url, "restart", "fast", 3)
     assert json.loads(out)["COMPLETE"] == 30 == _complete_count(pg_url, "restart")
     assert "Traceback" not in err and "secret" not in err, err
 
@@ -331,20 +338,7 @@ def test_server_crash_mid_run_ends_consistent(pg_url):
     import optuna
     from optuna.trial import TrialState
 
-    p = subprocess.Popen(
-        [sys.executable, "-c", RESTART.replace('"restart"', '"crash"'), pg_url],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_complete(pg_url, "crash", 3, p)
-    stopped = pg_url.stop("immediate")
-    assert stopped.returncode == 0, stopped.stderr
-    time.sleep(2)
-    pg_url.start()
-    out, err = p.communicate(timeout=180)
-    assert p.returncode == 0, err[-2000:]
+    _, err = _outage_mid_run(pg_url, "crash", "immediate", 2)
     assert "Traceback" not in err and "secret" not in err, err
     trials = optuna.load_study(study_name="crash", storage=pg_url).trials
     done = [t for t in trials if t.state == TrialState.COMPLETE]

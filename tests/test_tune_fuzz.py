@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from procs import gone
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -81,15 +82,6 @@ def _stored() -> list[dict]:
 def _launched(tmp: Path) -> list[str]:
     path = tmp / "launched"
     return [x for x in path.read_text().split("\n") if x] if path.exists() else []
-
-
-def _gone(pid: int) -> bool:
-    """True when process `pid` no longer runs (a zombie counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state == "Z"
 
 
 def _prediction(label: str) -> tuple[float, float, float]:
@@ -292,9 +284,9 @@ def test_a_run_that_dies_fails_with_one_reason_and_leaves_no_process(home, death
     for pid_file in home.rglob("worker.pid"):  # the run's own workers went with it (no GPU held on)
         pid = int(pid_file.read_text())
         deadline = time.monotonic() + 10
-        while not _gone(pid) and time.monotonic() < deadline:
+        while not gone(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _gone(pid), f"worker {pid} of the dead run still runs"
+        assert gone(pid), f"worker {pid} of the dead run still runs"
 
 
 # ------------------------------------------------------------------------------------------------ HANGS
@@ -312,7 +304,7 @@ def test_a_run_ignoring_sigterm_is_killed_with_its_group_and_the_tune_ends(home)
     assert r["status"] == "failed" and "timeout" in r["reason"]
     for name in ("worker.pid", "leader.pid"):
         pid = int(next(home.rglob(name)).read_text())
-        assert _gone(pid), f"{name} {pid} survived the timeout"
+        assert gone(pid), f"{name} {pid} survived the timeout"
 
 
 def test_a_reattached_run_keeps_the_timeout_from_its_start():

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import gone
 
 from autopar.catalog import get_gpu, get_model
 from autopar.errors import AutoparError
@@ -63,18 +64,10 @@ def _pid_file_process(path: Path, deadline_s: float = 10.0) -> int:
     raise AssertionError(f"{path} never written")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state == "Z"
-
-
-def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
+def _waitgone(pid: int, seconds: float = 10.0) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if _gone(pid):
+        if gone(pid):
             return True
         time.sleep(0.05)
     return False
@@ -99,7 +92,7 @@ def test_a_worker_that_left_the_group_is_stopped_with_its_run(tmp_path):
     assert os.getpgid(escaped) != handle["pid"]  # it did leave the run's group
     outcome = runner.wait(job, handle)
     assert outcome.status == "ok"
-    assert _wait_gone(escaped)
+    assert _waitgone(escaped)
 
 
 def test_leftovers_of_a_run_that_ended_unwatched_are_stopped_on_reattach(tmp_path):
@@ -111,10 +104,10 @@ def test_leftovers_of_a_run_that_ended_unwatched_are_stopped_on_reattach(tmp_pat
     end = time.monotonic() + 10
     while alive(handle) and time.monotonic() < end:
         time.sleep(0.05)
-    assert not alive(handle) and not _gone(escaped)  # the run is over, its worker is not
+    assert not alive(handle) and not gone(escaped)  # the run is over, its worker is not
     outcome = CommandRunner(ESCAPE).attach(job, handle)  # a fresh runner: the run is not its child
     assert outcome is not None and outcome.status == "ok"
-    assert _wait_gone(escaped)
+    assert _waitgone(escaped)
 
 
 def test_a_reused_group_id_is_left_alone(tmp_path):

@@ -10,7 +10,7 @@ which rule stopped it and its pick (the study attribute `STOPPED_ATTR`, written 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autopar.errors import AutoparError
@@ -112,7 +112,7 @@ def tune_status(study: Any) -> TuneStatus:
         if x is not None:
             best = x if best is None else max(best, x)
         rows.append(_row(t, best))
-    rows = [RunRow(**{**asdict(r), "number": i}) for i, r in enumerate(rows, 1)]
+    rows = [replace(r, number=i) for i, r in enumerate(rows, 1)]  # runs only: claims and WAITING left out
     stopped = study.user_attrs.get(STOPPED_ATTR)
     return TuneStatus(
         name=study.study_name,
