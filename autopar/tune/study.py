@@ -119,16 +119,20 @@ class TuneStudy:
         self._knob_max = dict(ranges)
 
     def begin(self, key: str, knobs: dict[str, int], attrs: dict[str, Any]) -> Any:
-        """A RUNNING trial for candidate `key`, with `attrs` as user attributes."""
-        self.study.enqueue_trial({"candidate": key, **knobs}, skip_if_exists=False)
-        trial = self.study.ask(self._distributions(knobs))
-        if trial.params.get("candidate") != key:  # a WAITING trial left by another client: give it back
-            raise AutoparError(
-                f"study {self.name!r}: a queued trial for {trial.params.get('candidate')!r} was in the way"
-            )
-        for k, v in attrs.items():
-            trial.set_user_attr(k, v)
-        return trial
+        """A RUNNING trial for candidate `key`, with `attrs` as user attributes, created in one storage call: no
+        WAITING trial exists between an enqueue and an ask, so a second tune starting on the same study
+        (whose resume fails WAITING trials left behind) cannot fail or pop it."""
+        import optuna
+        from optuna.trial import TrialState, create_trial
+
+        template = create_trial(
+            state=TrialState.RUNNING,
+            params={"candidate": key, **knobs},
+            distributions=self._distributions(knobs),
+            user_attrs=attrs,
+        )
+        tid = self.study._storage.create_new_trial(self.study._study_id, template_trial=template)
+        return optuna.trial.Trial(self.study, tid)
 
     def set_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         for k, v in attrs.items():
