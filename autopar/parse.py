@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, SpecError
 from autopar.units import GB, TB, GiB, MiB, TiB, parse_tokens
 
 _MEM_UNITS = {  # size in GiB of one unit
@@ -124,3 +124,10 @@ def shorten(text: str, limit: int = 60) -> str:
     """repr of a value cut to `limit` characters for a one-line message."""
     r = repr(text)
     return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def check_positive_finite(value: float, field: str) -> float:
+    """A limit that must be a positive finite number (NaN passed every comparison and ran as no limit)."""
+    if not (math.isfinite(value) and value > 0):
+        raise SpecError(f"--{field.replace('_', '-')}={value}: must be a positive finite number")
+    return value

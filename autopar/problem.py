@@ -16,11 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autopar import knobs
+from autopar.catalog.prices import TIERS
+from autopar.cliinput import UNSET, CliInput, OneForm
 from autopar.constraints import Constraint
 from autopar.defaults import (
     DEFAULT_BUDGET,
@@ -42,7 +45,9 @@ from autopar.defaults import (
 )
 from autopar.errors import AutoparError, SpecError, close_hint
 from autopar.layouts import EP_OVERLAP_STACKS
+from autopar.parse import check_positive_finite, check_seed, parse_count, parse_gib
 from autopar.specs import FINETUNE_MODES, GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
+from autopar.units import expand_count_suffixes, parse_seq_len
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
 STACK_NAMES = knobs.STACK_NAMES  # what --framework accepts: FRAMEWORKS and knobs.UNPROFILED_STACKS
@@ -53,6 +58,7 @@ SAMPLERS = ("auto", "nsga2", "exhaustive", "hybrid")  # auto: search/hybrid.py c
 # The largest scale-out bandwidth per GPU accepted: 10x the fastest NIC sold per GPU today (ConnectX-8, 800 Gb/s =
 # 100 GB/s per direction); beyond it the figure is a unit slip (Gb/s, or a node's total).
 MAX_INTERNODE_GBPS = 1000.0
+HEADROOM_TEXT = f"{DEFAULT_MIN_HEADROOM_GIB:g}GiB"  # --min-headroom's default, as typed
 
 
 class _Config(BaseModel):
@@ -71,6 +77,18 @@ class ClusterChoice:
     transport: str | None = None  # scale-out transport (specs.TRANSPORTS); None: InfiniBand
 
 
+_GPU_ONE = (
+    "GPU type (see `autopar gpus`) or a YAML/JSON file of GPU fields (README: custom GPU) "
+    f"[default: {DEFAULT_GPU}]"
+)
+_GPUS_ONE = f"Number of GPUs, e.g. 64 or 16K (= 16,384) [default: {DEFAULT_GPUS}]"
+
+
+def gpu_count_text(value: str | int) -> str:
+    """A GPU count or count list/range as typed ('1k..4k') with its size suffixes spelt out ('1024..4096')."""
+    return expand_count_suffixes(str(value))
+
+
 # `--cluster detect...` reads this host (autopar.cli.topology); the CLI passes it in, the tree does no I/O.
 Detector = Callable[[str], ClusterChoice | None]
 
@@ -78,18 +96,39 @@ Detector = Callable[[str], ClusterChoice | None]
 class ClusterConfig(_Config):
     """The GPUs: a system shorthand, or the GPU type(s), count(s), host and NVLink domain size."""
 
-    system: str | None = Field(default=None, description="system shorthand NAME:COUNT (`autopar clusters`)")
-    gpu: str | None = Field(default=None, description=f"GPU type(s), comma list [default: {DEFAULT_GPU}]")
-    gpus: str | None = Field(
+    system: Annotated[str | None, CliInput(flag="--cluster", param="cluster_name")] = Field(
         default=None,
-        description=f"GPU count: N, N,M,..., LOW..HIGH or LOW..HIGH:STEP [default: {DEFAULT_GPUS}]",
+        description="System shorthand NAME:COUNT, e.g. gb200-nvl72:4 (4 racks = 288 GPUs) or dgx-h100:32 (32 "
+        "nodes); sets the GPU, the count, GPUs per host and the NVLink domain (`autopar clusters`). "
+        "detect:COUNT = COUNT hosts like this one (`autopar topology`); detect@DIR:COUNT reads a folder "
+        "recorded with `autopar topology --save DIR` (also: $AUTOPAR_TOPOLOGY_DIR).",
     )
-    gpus_per_node: int | None = Field(default=None, description="GPUs per host [default: the GPU's]")
-    nvlink_domain: int | None = Field(default=None, description="GPUs sharing one NVLink fabric")
-    internode_gbps: float | None = Field(default=None, description="NIC GB/s per GPU per direction")
-    transport: str | None = Field(
+    gpu: Annotated[str | None, CliInput(one=OneForm(_GPU_ONE))] = Field(
         default=None,
-        description="scale-out transport: infiniband, roce or efa [default: the system's, else infiniband]",
+        description="GPU type(s) or YAML/JSON GPU file(s), comma list makes it a search dimension "
+        f"[default: {DEFAULT_GPU}].",
+    )
+    gpus: Annotated[str | None, CliInput(read=gpu_count_text, one=OneForm(_GPUS_ONE, "GPU count"))] = Field(
+        default=None,
+        description="GPU count: N, N,M,..., LOW..HIGH (powers of two) or LOW..HIGH:STEP; 1K = 1,024 "
+        f"[default: {DEFAULT_GPUS}].",
+    )
+    gpus_per_node: Annotated[int | None, CliInput(count="GPU count")] = Field(
+        default=None, description="GPUs per host (server or tray) [default: GPU's]."
+    )
+    nvlink_domain: Annotated[int | None, CliInput(count="GPU count")] = Field(
+        default=None,
+        description="GPUs sharing one NVLink fabric (GB200 NVL72 = 72, NVL36 = 36; DGX H100 = 8) [default: the "
+        "GPU's]. The GPU count need not be a multiple of it.",
+    )
+    internode_gbps: Annotated[float | None, CliInput()] = Field(
+        default=None, description="NIC GB/s per GPU per direction [default: GPU's]."
+    )
+    transport: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="Scale-out NIC transport: infiniband, roce or efa (AWS Elastic Fabric Adapter); sets how a "
+        "flex (DeepEP/HybridEP) MoE dispatcher reaches the NICs [default: the --cluster system's, else "
+        "infiniband].",
     )
 
     def choice(self, detect: Detector | None = None) -> ClusterChoice:
@@ -219,36 +258,116 @@ def build_clusters(
     return out, skipped
 
 
+def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
+    """Validate memory savers, a comma list or a sequence (one-line error naming the allowed values)."""
+    from autopar.layouts import MEMORY_SAVERS
+
+    items = names.split(",") if isinstance(names, str) else names
+    out = tuple(dict.fromkeys(x.strip() for x in items if x.strip()))
+    bad = [x for x in out if x not in MEMORY_SAVERS]
+    if bad:
+        raise SpecError(
+            f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}"
+            + close_hint(bad[0], MEMORY_SAVERS)
+        )
+    return out
+
+
 class WorkloadConfig(_Config):
     """What is trained and on which software stack."""
 
-    seq_len: int = Field(default=DEFAULT_SEQ_LEN, description="sequence length (tokens)")
-    global_batch: int = Field(default=DEFAULT_GLOBAL_BATCH, description="sequences per optimizer step")
-    precision: str = Field(
-        default=DEFAULT_PRECISION, description="bf16, fp8 or bf16,fp8 (a search dimension)"
+    seq_len: Annotated[int, CliInput(read=parse_seq_len, type=str)] = Field(
+        default=DEFAULT_SEQ_LEN, description="Sequence length in tokens: 8192, or 8k (binary: 8,192)."
     )
-    framework: str = Field(default=DEFAULT_FRAMEWORK, description="software stack")
+    global_batch: Annotated[int, CliInput(count="batch size in sequences", default=UNSET)] = Field(
+        default=DEFAULT_GLOBAL_BATCH,
+        description=f"Global batch (sequences per step; 2K = 2,048) [default: {DEFAULT_GLOBAL_BATCH}].",
+    )
+    precision: Annotated[str, CliInput(one=OneForm("GEMM precision: bf16 or fp8."))] = Field(
+        default=DEFAULT_PRECISION, description="bf16, fp8 or bf16,fp8 (a search dimension)."
+    )
+    framework: Annotated[str, CliInput()] = Field(
+        default=DEFAULT_FRAMEWORK,
+        description="Software stack: megatron, megatron-legacy, torchtitan, fsdp or deepspeed (sets kernel "
+        "fusion, attention kernel, recompute semantics); a stack autopar has no profile for (other, maxtext, "
+        "jax, internevo, colossalai, nanotron, paddle, mindspore, vescale) is estimated with Megatron's "
+        "mechanics and the unprofiled-stack prior (a slower centre, a wider band); other is the sober prior "
+        "for any stack.",
+    )
     # None = the stack's default (defaults.tp_comm_overlap_default, the one resolution of it).
-    tp_comm_overlap: bool | None = Field(default=None, description="overlap TP collectives with GEMMs")
-    tokens: float | None = Field(default=None, description="token budget to train (time and cost to train)")
-    memory_savers: tuple[str, ...] = Field(default=(), description="memory savers the search may choose")
-    fp8_recipe: str | None = Field(default=None, description="FP8 scaling recipe (with fp8)")
-    moe_imbalance: float | None = Field(default=None, description="busiest EP rank's routed tokens / mean")
-    moe_capacity_factor: float | None = Field(default=None, description="expert capacity factor")
-    moe_dispatcher: str | None = Field(default=None, description="MoE token dispatcher")
-    moe_ep_overlap: bool = Field(default=False, description="overlap dispatch/combine with compute")
-    cuda_graphs: bool = Field(default=False, description="layers run as CUDA graphs")
-    grad_reduce_dtype: str | None = Field(
-        default=None, description="main-gradient buffer and DP reduction dtype (fp32, bf16)"
+    tp_comm_overlap: Annotated[
+        bool | None, CliInput(flag="--tp-comm-overlap/--no-tp-comm-overlap", show_default=False)
+    ] = Field(
+        default=None,
+        description="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP); "
+        "needs sequence parallelism. Default: on for megatron, as its published recipes run it; off for the "
+        "other stacks.",
     )
-    optimizer: str | None = Field(default=None, description="training optimizer (knobs.OPTIMIZERS)")
-    master_weights: str | None = Field(
-        default=None, description="master-weights precision (fp32, fp16, bf16)"
+    tokens: Annotated[float | None, CliInput(read=parse_count, type=str | None)] = Field(
+        default=None, description="Token budget, e.g. 1T (for time/cost to train)."
     )
-    finetune: str | None = Field(
-        default=None, description="full (every weight trained) or lora (base frozen, low-rank adapters)"
+    memory_savers: Annotated[tuple[str, ...], CliInput(read=check_memory_savers, type=str)] = Field(
+        default=(),
+        description="Memory savers the search may choose, comma list of offload (CPU optimizer offload), "
+        "bf16_states, 8bit_states (optimizer-state precision), act_offload (activation CPU offload, Megatron, "
+        "pp=1), recompute_modules (Megatron's selective recompute modules); only those the --framework ships "
+        "are offered; empty = none.",
     )
-    lora_rank: int | None = Field(default=None, description="LoRA adapter rank (with finetune=lora)")
+    fp8_recipe: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="FP8 scaling recipe with --precision fp8: delayed (Transformer Engine default), current, "
+        "rowwise (torchao) or mxfp8 (Blackwell) [default: delayed].",
+    )
+    moe_imbalance: Annotated[float | None, CliInput(minimum=1.0)] = Field(
+        default=None,
+        description="Routed tokens on the busiest EP rank / the mean (MoE models) [default: 1.1; 1.0 = "
+        "force-balanced routing].",
+    )
+    moe_capacity_factor: Annotated[float | None, CliInput(minimum=0.01)] = Field(
+        default=None,
+        description="Expert capacity factor: tokens beyond it are dropped (MoE models) [default: dropless].",
+    )
+    moe_dispatcher: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="MoE token dispatcher: alltoall (one copy per routed expert) or flex (DeepEP/HybridEP: one "
+        "copy per destination rank, hierarchical across NVLink domains) [default: alltoall].",
+    )
+    moe_ep_overlap: Annotated[bool, CliInput()] = Field(
+        default=False,
+        description="Dispatch/combine overlap another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm).",
+    )
+    cuda_graphs: Annotated[bool, CliInput()] = Field(
+        default=False,
+        description="Layers run as CUDA graphs (no CPU launch floor; Megatron --cuda-graph-impl).",
+    )
+    grad_reduce_dtype: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="Main-gradient buffer and data-parallel reduction dtype outside ZeRO-3: fp32 or bf16 "
+        "(Megatron --grad-reduce-in-bf16) [default: the stack's recipes: bf16 for megatron, as "
+        "Megatron-Bridge's performance configs run; fp32 elsewhere].",
+    )
+    optimizer: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="Training optimizer: adam (fp32 m, v: 12 B a parameter with the fp32 master), "
+        "adam_bf16_states (8), adam_8bit (6), sgd (momentum: 8), adafactor (factored second moment, no "
+        "momentum: 4), lion (one momentum: 8) or came (momentum + factored statistics: 8) [default: adam].",
+    )
+    master_weights: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="The optimizer's master copy of the weights: fp32 (4 B a parameter), fp16 (2 B; Megatron "
+        "--main-params-dtype fp16) or bf16 (none: the bf16 weights are updated in place) [default: fp32].",
+    )
+    finetune: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="What a step trains: full (every weight: pre-training, SFT) or lora (base weights frozen, "
+        "rank-r adapters on linear_qkv, linear_proj, linear_fc1 and linear_fc2 of every layer, as "
+        "Megatron-Bridge's LoRA: no base-weight gradients, optimizer states or weight-gradient GEMMs) "
+        "[default: full].",
+    )
+    lora_rank: Annotated[int | None, CliInput()] = Field(
+        default=None, description="LoRA adapter rank, with --finetune lora [default: 32, Megatron-Bridge's]."
+    )
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
@@ -370,44 +489,65 @@ def check_savers_take_effect(model: ModelSpec, workload: Workload) -> Workload:
     return workload
 
 
-def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
-    """Validate memory savers, a comma list or a sequence (one-line error naming the allowed values)."""
-    from autopar.layouts import MEMORY_SAVERS
-
-    items = names.split(",") if isinstance(names, str) else names
-    out = tuple(dict.fromkeys(x.strip() for x in items if x.strip()))
-    bad = [x for x in out if x not in MEMORY_SAVERS]
-    if bad:
-        raise SpecError(
-            f"memory_savers={bad[0]!r}: expected a comma list of {', '.join(MEMORY_SAVERS)}"
-            + close_hint(bad[0], MEMORY_SAVERS)
-        )
-    return out
-
-
 class SearchSettings(_Config):
     """How a search runs: what it optimizes, how long, what counts as fitting, where it is stored."""
 
-    budget: int = Field(default=DEFAULT_BUDGET, description="distinct strategies to evaluate")
-    objectives: tuple[str, ...] | str = Field(default=DEFAULT_OBJECTIVES, description="2-4 objectives")
-    seed: int = Field(default=DEFAULT_SEED, description="random seed (same seed + inputs = same result)")
-    sampler: str = Field(default=DEFAULT_SAMPLER, description=f"one of {', '.join(SAMPLERS)}")
-    timeout: float | None = Field(default=None, description="stop after this many seconds")
-    min_headroom_gib: float = Field(
-        default=DEFAULT_MIN_HEADROOM_GIB, description="free GiB a fit leaves on top of the memory band"
+    budget: Annotated[int, CliInput(count="number of trials", decimal=True)] = Field(
+        default=DEFAULT_BUDGET, description="Distinct strategies to evaluate (2k = 2,000)."
     )
-    memory_band: bool = Field(
+    objectives: Annotated[tuple[str, ...] | str, CliInput(type=str)] = Field(
+        default=DEFAULT_OBJECTIVES, description="2-4 of throughput,headroom,cost,step_time,mfu."
+    )
+    seed: Annotated[int, CliInput(read=check_seed)] = Field(
+        default=DEFAULT_SEED, description="Random seed (same seed + inputs = same answer)."
+    )
+    sampler: Annotated[str, CliInput()] = Field(
+        default=DEFAULT_SAMPLER,
+        description="auto (exact sweep up to 1M points, else NSGA-II over layouts with exact inner knobs; "
+        "nsga2 with --storage), nsga2, exhaustive or hybrid.",
+    )
+    timeout: Annotated[float | None, CliInput(read=partial(check_positive_finite, field="timeout"))] = Field(
+        default=None, description="Stop after this many seconds."
+    )
+    min_headroom_gib: Annotated[
+        float,
+        CliInput(
+            flag="--min-headroom", param="min_headroom", read=parse_gib, type=str, default=HEADROOM_TEXT
+        ),
+    ] = Field(
+        default=DEFAULT_MIN_HEADROOM_GIB,
+        description="Free memory per GPU a strategy must leave on top of the memory margin, e.g. 4GiB (the "
+        "margin: the memory band's upper end on a stack whose peaks it measured and for top-k > 2 MoE on "
+        "megatron, else 2 GiB).",
+    )
+    memory_band: Annotated[bool, CliInput(flag="--memory-band/--no-memory-band")] = Field(
         default=DEFAULT_MEMORY_BAND,
-        description="a fit must hold at the memory band's upper end (search/margin.py)",
+        description="A strategy fits only if the upper end of its peak-memory band (90% one-sided) does, on "
+        "the stacks whose measured peaks the band was fitted on and for top-k > 2 MoE on megatron (others: "
+        "2 GiB free); --no-memory-band: the point estimate plus --min-headroom.",
     )
-    max_cost: float | None = Field(default=None, description="constraint: max $ per million tokens")
+    max_cost: Annotated[float | None, CliInput(read=partial(check_positive_finite, field="max_cost"))] = (
+        Field(default=None, description="Constraint: max $ per million tokens.")
+    )
     precisions: list[str] | None = Field(
         default=None, description="precisions searched (None: the workload's)"
     )
-    tier: str = Field(default=DEFAULT_TIER, description="price tier")
-    storage: Any = Field(default=None, description="study storage: journal path, sqlite:/// or postgresql://")
-    study_name: str | None = Field(default=None, description="study name in the storage")
-    heartbeat_s: int | None = Field(default=None, description="database-server worker heartbeat (s)")
+    tier: Annotated[str, CliInput()] = Field(
+        default=DEFAULT_TIER, description=f"Price tier: {', '.join(TIERS)}."
+    )
+    storage: Annotated[Any, CliInput(type=str | None)] = Field(
+        default=None,
+        description="Keep the study: a journal file path (fast, no server), sqlite:///study.db, or "
+        "postgresql://user:password@host/db for workers on several hosts. Re-running resumes.",
+    )
+    study_name: Annotated[str | None, CliInput()] = Field(
+        default=None, description="Study name in --storage (resume/share)."
+    )
+    heartbeat_s: Annotated[int | None, CliInput(param="heartbeat")] = Field(
+        default=None,
+        description="Seconds between heartbeats of a database-server worker; a trial silent for 3x this is "
+        "marked FAILED [default: 10].",
+    )
     local_search: float = Field(default=LOCAL_SEARCH_SHARE, description="share of one-knob moves (0-1)")
     constraints: tuple[Constraint, ...] = Field(default=(), description="--fix/--forbid knob constraints")
 
@@ -455,7 +595,10 @@ class BuiltProblem:
 class Problem(_Config):
     """One training problem and how to search it: the root of the config tree."""
 
-    model: str = Field(default=DEFAULT_MODEL, description="catalog model name/alias or a HF config.json path")
+    model: Annotated[str, CliInput(default=UNSET)] = Field(
+        default=DEFAULT_MODEL,
+        description=f"Model name/alias or path to a Hugging Face config.json [default: {DEFAULT_MODEL}].",
+    )
     cluster: ClusterConfig = ClusterConfig()
     workload: WorkloadConfig = WorkloadConfig()
     search: SearchSettings = SearchSettings()

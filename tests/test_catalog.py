@@ -153,6 +153,36 @@ def test_llama3_70b_count_by_hand():
     assert count_params(get_model("Llama-3-70B")).total == 70_553_706_496
 
 
+def test_qwen_72b_count_by_hand():
+    # Qwen-72B (v1) config: hidden 8192, 80 layers, 64 heads, no GQA, intermediate_size 49152 = two SwiGLU halves
+    # of 24,576, vocab 152,064, untied. Per layer: QKV 3*8192^2 + bias 3*8192 = 201,351,168; out 8192^2 =
+    # 67,108,864; SwiGLU 3*8192*24576 = 603,979,776; two RMSNorms 16,384 -> 872,456,192 x 80 = 69,796,495,360;
+    # embedding + output 2*152064*8192 = 2,491,416,576; final norm 8,192 -> 72,287,920,128.
+    assert count_params(get_model("qwen-72b")).total == 72_287_920_128
+
+
+# The model presets of seed (a)'s advisor API (issue 47), each a model alias everywhere, the CLI included.
+ADVISOR_PRESETS = {
+    "llama-7b": "Llama-2-7B",
+    "llama-13b": "Llama-2-13B",
+    "llama-70b": "Llama-2-70B",
+    "llama-3.1-8b": "Llama-3.1-8B",
+    "llama-3.1-70b": "Llama-3.1-70B",
+    "llama-3.1-405b": "Llama-3.1-405B",
+    "mixtral-8x7b": "Mixtral-8x7B",
+    "mixtral-8x22b": "Mixtral-8x22B",
+    "deepseek-v2": "DeepSeek-V2",
+    "deepseek-v3": "DeepSeek-V3",
+    "deepseek-r1": "DeepSeek-V3",  # R1 is V3's architecture, post-trained
+    "qwen-72b": "Qwen-72B",
+}
+
+
+@pytest.mark.parametrize(("preset", "name"), ADVISOR_PRESETS.items())
+def test_advisor_presets_are_model_aliases(preset: str, name: str) -> None:
+    assert get_model(preset).name == name
+
+
 # ---------------------------------------------------------------------------------- name matching
 
 

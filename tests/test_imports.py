@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
         "files",
         "constraints",
         "parse",
+        "cliinput",
     },
     {"catalog"},
     {"perf"},

@@ -72,7 +72,7 @@ def test_each_problem_option_is_declared_once():
     sigs = [inspect.signature(f).parameters for f in (estimate_cmd, compare_cmd, optimize_cmd, whatif)]
     for name in ("seq_len", "global_batch", "framework", "tp_comm_overlap", "calibration"):
         assert all(s[name] is OPTIONS[name] for s in sigs), name
-    assert sigs[2]["gpus"] is OPTIONS["gpus:range"] and sigs[0]["gpus"] is OPTIONS["gpus"]
+    assert sigs[2]["gpus"] is OPTIONS["gpus"] and sigs[0]["gpus"] is OPTIONS["gpus:one"]
 
 
 def test_a_study_written_by_main_resumes(tmp_path: Path):

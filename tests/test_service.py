@@ -15,6 +15,7 @@ pytest.importorskip("fastapi", reason="the serve extra (scripts/setup.sh test in
 from fastapi.testclient import TestClient  # noqa: E402
 
 from autopar.cli import app as cli_app  # noqa: E402
+from autopar.problem import WorkloadConfig  # noqa: E402
 from autopar.service.api import Settings, create_app  # noqa: E402
 from autopar.service.commands import params, request_model, to_argv  # noqa: E402
 
@@ -167,6 +168,9 @@ def test_openapi_descriptions_are_the_clis_help(client: TestClient) -> None:
     props = request_model("estimate").model_json_schema()["properties"]
     help_of = {p.name: p.help for p in params("estimate")}
     assert props["gpus"]["description"] == help_of["gpus"]
+    # the text is the problem tree's (autopar/problem.py), as typed there: no rich-markup escapes
+    assert props["global_batch"]["description"] == WorkloadConfig.model_fields["global_batch"].description
+    assert props["global_batch"]["description"].endswith("[default: 512].")
 
 
 def test_ingest_writes_once_and_lists(client: TestClient) -> None:

@@ -70,7 +70,7 @@ _COMPARE = (
             typer.Argument(help="Strategy labels as optimize prints them, e.g. 'TP4+SP PP2v2 DP8/Z1 mb1'"),
         ],
     ),
-    *(_GPU if key == "gpu" else key for key in SINGLE),
+    *(_GPU if key == "gpu:one" else key for key in SINGLE),
     "allow_uneven",
     "prices",
     *CALIBRATION,

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.evaluation import label_strategy
-from autopar.cli.options import CLUSTER, SHAPE, Flags, opt, single_problem, with_options
+from autopar.cli.options import CLUSTER, SHAPE, Flags, OptionSpec, opt, single_problem, with_options
 from autopar.errors import DataError
 from autopar.files import write_atomic
 
@@ -165,9 +165,9 @@ def _run(flags: dict[str, Any], torch_version: str) -> dict[str, Any]:
     }
 
 
-_DRYRUN = (
+_DRYRUN: tuple[OptionSpec, ...] = (
     opt("strategy", Annotated[str, typer.Option("--strategy", help="strategy label, as optimize prints it")]),
-    *("model", "gpu", "gpus", *CLUSTER, *SHAPE, "precision", "framework"),
+    *("model", "gpu:one", "gpus:one", *CLUSTER, *SHAPE, "precision:one", "framework"),
     opt(
         "device", Annotated[str, typer.Option(help="auto (GPUs when PyTorch sees any), cuda or cpu")], "auto"
     ),

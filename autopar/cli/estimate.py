@@ -14,7 +14,16 @@ from autopar.calibration.verdict import OOM, UNCERTAIN
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import knob_strategy, resolve_calibration
 from autopar.cli.evaluation import evaluate, label_strategy
-from autopar.cli.options import CALIBRATION, KNOBS, SINGLE, Flags, opt, single_problem, with_options
+from autopar.cli.options import (
+    CALIBRATION,
+    KNOBS,
+    SINGLE,
+    Flags,
+    OptionSpec,
+    opt,
+    single_problem,
+    with_options,
+)
 from autopar.errors import DataError, SpecError
 from autopar.files import write_atomic_with
 from autopar.knobs import KNOB_NAMES, implied_schedule
@@ -206,7 +215,7 @@ def _reject_knobs_with_label(given: dict[str, Any], label: str) -> None:
         )
 
 
-_ESTIMATE = (
+_ESTIMATE: tuple[OptionSpec, ...] = (
     *SINGLE,
     *KNOBS,
     "allow_uneven",

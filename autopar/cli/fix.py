@@ -20,6 +20,7 @@ from autopar.cli.options import (
     STACK,
     WORKLOAD_EXTRAS,
     Flags,
+    OptionSpec,
     opt,
     single_problem,
     with_options,
@@ -380,7 +381,7 @@ def _doc(plan: Plan, nb: Any, found: list[Found], further: Found | None) -> dict
 
 
 # The options of `autopar fix` besides the problem options it shares with `estimate` (autopar.cli.options).
-_FIX = (
+_FIX: tuple[OptionSpec, ...] = (
     opt(
         "strategy",
         Annotated[
@@ -404,7 +405,17 @@ _FIX = (
         ],
         None,
     ),
-    *("model", "gpu", "gpus:fix", *CLUSTER, *WORKLOAD_EXTRAS, *SHAPE, "precision", *STACK, "allow_uneven"),
+    *(
+        "model",
+        "gpu:one",
+        "gpus:fix",
+        *CLUSTER,
+        *WORKLOAD_EXTRAS,
+        *SHAPE,
+        "precision:one",
+        *STACK,
+        "allow_uneven",
+    ),
     opt(
         "max_changes",
         Annotated[

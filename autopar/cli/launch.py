@@ -107,7 +107,7 @@ def _int(name: str, text: str, default: int) -> inspect.Parameter:
 # launch's own options: the strategy's knobs as a launch sets them (each with a value; the problem options
 # come from autopar.cli.options).
 _LAUNCH = (
-    *("model", "gpu", "gpus", "seq_len", "global_batch"),
+    *("model", "gpu:one", "gpus:one", "seq_len", "global_batch"),
     opt(
         "strategy",
         Annotated[
@@ -152,7 +152,7 @@ _LAUNCH = (
         ],
         None,
     ),
-    *("precision", "fp8_recipe", "optimizer", "master_weights", "finetune", "lora_rank"),
+    *("precision:one", "fp8_recipe", "optimizer", "master_weights", "finetune", "lora_rank"),
     opt(
         "tokens",
         Annotated[

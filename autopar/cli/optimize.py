@@ -19,6 +19,7 @@ from autopar.cli.app import NOTE_STYLE, command, console, emit_json, styled
 from autopar.cli.common import check_explain, check_plotly, explain_option, resolve_calibration
 from autopar.cli.options import (
     CALIBRATION,
+    CLUSTER,
     STACK,
     WORKLOAD_EXTRAS,
     Flags,
@@ -326,35 +327,17 @@ def _first_sentence(text: str) -> str:
 
 
 _OPTIMIZE = (
-    *("model", "gpu:list", "gpus:range", "gpus_per_node", "nvlink_domain", *WORKLOAD_EXTRAS, "cluster_name"),
+    *("model", "gpu", "gpus", *CLUSTER, *WORKLOAD_EXTRAS, "cluster_name"),
     *(
-        "internode_gbps",
-        "transport",
         "seq_len",
         "global_batch",
-        "precision:list",
+        "precision",
         "tokens",
         "budget",
         "objectives",
         "seed",
     ),
-    "sampler",
-    opt(
-        "storage",
-        Annotated[
-            str | None,
-            typer.Option(
-                help="Keep the study: a journal file path (fast, no server), sqlite:///study.db, or "
-                "postgresql://user:password@host/db for workers on several hosts. Re-running resumes."
-            ),
-        ],
-        None,
-    ),
-    opt(
-        "study_name",
-        Annotated[str | None, typer.Option(help="Study name in --storage (resume/share).")],
-        None,
-    ),
+    *("sampler", "storage", "study_name"),
     opt(
         "workers",
         Annotated[
@@ -362,22 +345,9 @@ _OPTIMIZE = (
         ],
         1,
     ),
-    opt(
-        "heartbeat",
-        Annotated[
-            int | None,
-            typer.Option(
-                help="Seconds between heartbeats of a database-server worker; a trial silent for 3x this "
-                "is marked FAILED \\[default: 10]."
-            ),
-        ],
-        None,
-    ),
-    opt("timeout", Annotated[float | None, typer.Option(help="Stop after this many seconds.")], None),
+    *("heartbeat", "timeout"),
     *("min_headroom", "memory_band"),
-    opt(
-        "max_cost", Annotated[float | None, typer.Option(help="Constraint: max $ per million tokens.")], None
-    ),
+    "max_cost",
     *("fix", "forbid", "prices", "tier", *CALIBRATION, *STACK, "memory_savers"),
     opt("top", Annotated[int, typer.Option(help="Pareto rows to print.")], 15),
     explain_option(),

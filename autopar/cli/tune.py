@@ -20,9 +20,11 @@ from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import check_plotly, resolve_calibration
 from autopar.cli.options import (
     CALIBRATION,
+    CLUSTER,
     STACK,
     WORKLOAD_EXTRAS,
     Flags,
+    OptionSpec,
     detect,
     opt,
     problem_of,
@@ -32,23 +34,20 @@ from autopar.errors import AutoparError, MissingExtraError, SpecError
 
 _PROBLEM = (
     "model",
-    "gpu:list",
-    "gpus:range",
-    "gpus_per_node",
-    "nvlink_domain",
+    "gpu",
+    "gpus",
+    *CLUSTER,
     *WORKLOAD_EXTRAS,
     "cluster_name",
-    "internode_gbps",
-    "transport",
     "seq_len",
     "global_batch",
-    "precision:list",
+    "precision",
     *STACK,
 )
 _SEARCH = ("budget", "seed", "min_headroom", "memory_band", "fix", "forbid")
 _NAMES = {"cluster_name": "--cluster"}
 
-_TUNE = (
+_TUNE: tuple[OptionSpec, ...] = (
     opt(
         "runner",
         Annotated[

@@ -23,7 +23,17 @@ from autopar.cli.app import (
     warning_text,
 )
 from autopar.cli.common import check_plotly, resolve_calibration
-from autopar.cli.options import CALIBRATION, CLUSTER, STACK, Flags, detect, opt, problem_of, with_options
+from autopar.cli.options import (
+    CALIBRATION,
+    CLUSTER,
+    STACK,
+    Flags,
+    OptionSpec,
+    detect,
+    opt,
+    problem_of,
+    with_options,
+)
 from autopar.costs.bands import BAND_NAME, duration_range, usd_range
 from autopar.costs.figures import (
     format_duration,
@@ -338,7 +348,7 @@ def _hardware_options(
     return Hardware([f"{c.gpu}:{c.gpus}"], c.gpus_per_node, c.nvlink_domain, c.internode_gbps, c.transport)
 
 
-_WHATIF = (
+_WHATIF: tuple[OptionSpec, ...] = (
     opt(
         "tokens",
         Annotated[str, typer.Option("--tokens", "-t", help="Tokens to train: 2T, 500B, 1.5T, 300M, 10K.")],
@@ -382,7 +392,7 @@ _WHATIF = (
         ],
         None,
     ),
-    *("precision:list", *CLUSTER, "cluster_name", "internode_gbps", "transport", "tier", "prices"),
+    *("precision", *CLUSTER, "cluster_name", "tier", "prices"),
     *("optimizer", "master_weights", "finetune", "lora_rank"),  # what is trained: each option's workload
     opt(
         "deadline",

@@ -86,7 +86,8 @@ def _param(p: Any) -> Param:
         kind = "flag" if p.is_flag else "multi" if p.multiple else "value"
     flag = "" if p.param_type_name == "argument" else p.opts[0]
     negative = p.secondary_opts[0] if getattr(p, "secondary_opts", None) else ""
-    return Param(p.name, flag, negative, kind, annotation, (getattr(p, "help", "") or "").strip(), p.required)
+    text = (getattr(p, "help", "") or "").strip().replace("\\[", "[")  # the CLI escapes rich markup's `[`
+    return Param(p.name, flag, negative, kind, annotation, text, p.required)
 
 
 @cache
