@@ -186,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loso, _, _ = within_problem_sd(problems, exclude=own)  # the layout spread of the other sources
         p = prior_of(cands, loso)
         r = replay(cands, measured, p)
-        noup = replay(cands, measured, replace(p, offset_sd=1e-6, config_sd=1e-6))
-        off = replay(cands, measured, replace(p, config_sd=1e-6))
+        noup = replay(cands, measured, replace(p, offset_sd=1e-6, config_sd=1e-6, config_log_sd=0.0))
+        off = replay(cands, measured, replace(p, config_sd=1e-6, config_log_sd=0.0))
         t = statistics.fmean(tpe(cands, measured, s) for s in range(TPE_SEEDS))
         n = len(cands)
         row = (

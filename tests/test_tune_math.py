@@ -70,6 +70,59 @@ def test_gp_posterior_by_hand():
     assert sd[1] == pytest.approx(math.sqrt(var_far), rel=1e-6)
 
 
+def _one_run_by_hand(o: float, c: float, n: float, y: float, far: bool) -> tuple[float, float, float]:
+    """(log marginal likelihood of one run y, posterior mean, posterior variance) at the run's point or far away."""
+    v = o**2 + c**2 + n**2
+    k = o**2 if far else o**2 + c**2
+    return -0.5 * y**2 / v - 0.5 * math.log(2 * math.pi * v), k * y / v, o**2 + c**2 - k**2 / v
+
+
+def test_uncertain_layout_spread_is_averaged_by_hand():
+    # config_sd uncertain (log sd 0.5): the posterior is the mixture of the GPs on the grid c_k = 0.15 e^(0.5 k),
+    # k = -2..2 in 9 steps, weights N(k; 0, 1) x the run's marginal likelihood; moments mixed by hand.
+    o, n, y = 0.1, 0.012, -0.2
+    p = bf.Prior(offset_sd=o, config_sd=0.15, length=2.0, noise_sd=n, config_log_sd=0.5)
+    mean, sd = bf.throughput_posterior(p, np.array([[0.0], [100.0]]), [0], [y])
+    ks = np.linspace(-2.0, 2.0, 9)
+    for i, far in enumerate((False, True)):
+        parts = [_one_run_by_hand(o, max(0.15 * math.exp(0.5 * k), n), n, y, far) for k in ks]
+        logw = np.array([-0.5 * k**2 + ml for k, (ml, _, _) in zip(ks, parts, strict=True)])
+        w = np.exp(logw - logw.max()) / np.exp(logw - logw.max()).sum()
+        m = sum(wi * mi for wi, (_, mi, _) in zip(w, parts, strict=True))
+        second = sum(wi * (vi + mi**2) for wi, (_, mi, vi) in zip(w, parts, strict=True))
+        assert mean[i] == pytest.approx(m, rel=1e-6)
+        assert sd[i] == pytest.approx(math.sqrt(second - m**2), rel=1e-6)
+
+
+def test_runs_on_the_model_shrink_the_layout_spread():
+    # Four runs that sit exactly on one common offset make the small layout spreads likelier: an unmeasured
+    # layout's sd falls below the fixed-kernel GP's; four runs that scatter raise it.
+    p = bf.Prior(offset_sd=0.1, config_sd=0.15, config_log_sd=0.5)
+    fixed = bf.Prior(offset_sd=0.1, config_sd=0.15)
+    z = np.array([[0.0], [3.0], [6.0], [9.0], [4.5]])
+    on = [-0.1, -0.1, -0.1, -0.1]
+    off = [-0.4, 0.2, -0.3, 0.25]
+    sd_fixed = bf.throughput_posterior(fixed, z, [0, 1, 2, 3], on)[1][4]
+    assert bf.throughput_posterior(p, z, [0, 1, 2, 3], on)[1][4] < sd_fixed
+    sd_fixed_off = bf.throughput_posterior(fixed, z, [0, 1, 2, 3], off)[1][4]
+    assert bf.throughput_posterior(p, z, [0, 1, 2, 3], off)[1][4] > sd_fixed_off
+
+
+def test_the_spread_of_layout_spreads_is_measured():
+    # autopar/data/tune_prior.json by_source within-problem sds: sd of their logs (ddof 1)
+    import json
+
+    from autopar.data import data_path
+
+    doc = json.loads(data_path(bf.TUNE_PRIOR_FILE).read_text(encoding="utf-8"))
+    logs = [math.log(v["within_problem_sd"]) for v in doc["by_source"].values()]
+    mu = sum(logs) / len(logs)
+    assert bf.between_sources_log_sd() == pytest.approx(
+        math.sqrt(sum((x - mu) ** 2 for x in logs) / (len(logs) - 1))
+    )
+    assert bf.prior_from_bands([0.1], [0.1]).config_log_sd == bf.between_sources_log_sd()
+
+
 def test_memory_fit_without_evidence_is_the_normal_cdf_of_the_room():
     p = bf.Prior(offset_sd=0.1, config_sd=0.1, memory_sd=0.1)
     rooms = np.array([-0.1, 0.0, 0.05, 0.2])

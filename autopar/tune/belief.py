@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,8 @@ class Prior:
     length: float = LENGTH_SCALE
     noise_sd: float = NOISE_SD
     memory_sd: float = UNCALIBRATED_MEMORY_SD
+    # How far this problem's layout spread may sit from config_sd (log sd of config_sd itself; 0: known exactly).
+    config_log_sd: float = 0.0
 
 
 def band_sd(lo: float, hi: float) -> float:
@@ -65,13 +68,27 @@ def band_sd(lo: float, hi: float) -> float:
     return math.log(hi / lo) / (2 * Z80)
 
 
-def within_problem_sd() -> float:
-    """The layout part of the prior (log sd), as measured on published sweeps (autopar/data/tune_prior.json)."""
+def _tune_prior() -> dict[str, Any]:
     import json
 
     from autopar.data import data_path
 
-    return float(json.loads(data_path(TUNE_PRIOR_FILE).read_text(encoding="utf-8"))["within_problem_sd"])
+    doc: dict[str, Any] = json.loads(data_path(TUNE_PRIOR_FILE).read_text(encoding="utf-8"))
+    return doc
+
+
+def within_problem_sd() -> float:
+    """The layout part of the prior (log sd), as measured on published sweeps (autopar/data/tune_prior.json)."""
+    return float(_tune_prior()["within_problem_sd"])
+
+
+def between_sources_log_sd() -> float:
+    """How much the layout spread differs from one source to the next: the sd of log(within-problem sd) over
+    the sources of autopar/data/tune_prior.json (each a team, stack and cluster of its own). A problem's own
+    spread is as uncertain as that before its runs say more."""
+    sds = [float(v["within_problem_sd"]) for v in _tune_prior()["by_source"].values()]
+    logs = np.log([x for x in sds if x > 0])
+    return float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
 
 
 def prior_from_bands(
@@ -87,6 +104,7 @@ def prior_from_bands(
         offset_sd=between,
         config_sd=config,
         memory_sd=float(np.median(mem)) if mem else UNCALIBRATED_MEMORY_SD,
+        config_log_sd=between_sources_log_sd(),
     )
 
 
@@ -103,14 +121,44 @@ def _gp(prior: Prior):  # noqa: ANN202 - sklearn type, imported lazily
 def throughput_posterior(
     prior: Prior, z: np.ndarray, measured_idx: Sequence[int], y: Sequence[float]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, sd) of y at every candidate (rows of `z`) given the measured y at `measured_idx`."""
+    """(mean, sd) of y at every candidate (rows of `z`) given the measured y at `measured_idx`.
+
+    The layout spread config_sd is itself uncertain (`Prior.config_log_sd`): the posterior averages the GPs of
+    a grid of config_sd values (log-normal around `prior.config_sd`), each weighted by its prior density times
+    the marginal likelihood of the runs (Bayesian model averaging). Runs that sit close to the model after the
+    common offset make the small spreads likelier, so the tune stops exploring layouts the model already ranks
+    well; runs that scatter make the large spreads likelier."""
     z = np.asarray(z, float)
     if not len(measured_idx):
         sd = math.sqrt(prior.offset_sd**2 + prior.config_sd**2)
         return np.zeros(len(z)), np.full(len(z), sd)
-    gp = _gp(prior).fit(z[list(measured_idx)], np.asarray(y, float))
-    mean, sd = gp.predict(z, return_std=True)
-    return np.asarray(mean, float), np.maximum(np.asarray(sd, float), 1e-9)
+    zs, ys = z[list(measured_idx)], np.asarray(y, float)
+    grid, log_w = _config_grid(prior)
+    preds = []
+    for i, config_sd in enumerate(grid):
+        gp = _gp(replace(prior, config_sd=float(config_sd))).fit(zs, ys)
+        log_w[i] += gp.log_marginal_likelihood_value_
+        preds.append(gp.predict(z, return_std=True))
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    means = np.array([m for m, _ in preds])
+    second = np.array([sd**2 + m**2 for m, sd in preds])
+    mean = w @ means
+    var = np.maximum(w @ second - mean**2, 0.0)
+    return np.asarray(mean, float), np.maximum(np.sqrt(var), 1e-9)
+
+
+CONFIG_GRID_POINTS = 9  # config_sd values averaged, spanning +-2 of config_log_sd
+
+
+def _config_grid(prior: Prior) -> tuple[np.ndarray, np.ndarray]:
+    """(config_sd values, log prior weights): log-normal around prior.config_sd, no lower than the run noise;
+    one point when the spread is known exactly."""
+    if prior.config_log_sd <= 0:
+        return np.array([prior.config_sd]), np.zeros(1)
+    k = np.linspace(-2.0, 2.0, CONFIG_GRID_POINTS)
+    grid = np.maximum(prior.config_sd * np.exp(k * prior.config_log_sd), prior.noise_sd)
+    return grid, -0.5 * k**2
 
 
 @dataclass(frozen=True)
