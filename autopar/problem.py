@@ -46,7 +46,15 @@ from autopar.defaults import (
 from autopar.errors import AutoparError, SpecError, close_hint
 from autopar.layouts import EP_OVERLAP_STACKS
 from autopar.parse import check_positive_finite, check_seed, parse_count, parse_gib
-from autopar.specs import FINETUNE_MODES, GRAD_REDUCE_DTYPES, ClusterSpec, ModelSpec, Workload
+from autopar.specs import (
+    FINETUNE_MODES,
+    GRAD_REDUCE_DTYPES,
+    LORA_BASES,
+    LORA_TARGETS,
+    ClusterSpec,
+    ModelSpec,
+    Workload,
+)
 from autopar.units import expand_count_suffixes, parse_seq_len
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
@@ -258,6 +266,20 @@ def build_clusters(
     return out, skipped
 
 
+def check_lora_targets(names: Sequence[str] | str) -> tuple[str, ...]:
+    """Validate LoRA target modules, a comma list or a sequence (one-line error naming the allowed values)."""
+    items = names.split(",") if isinstance(names, str) else names
+    out = tuple(dict.fromkeys(x.strip() for x in items if x.strip()))
+    bad = [x for x in out if x not in LORA_TARGETS]
+    if bad or not out:
+        name = bad[0] if bad else ""
+        raise SpecError(
+            f"--lora-targets {name!r}: expected a comma list of {', '.join(LORA_TARGETS)}"
+            + close_hint(name, LORA_TARGETS)
+        )
+    return out
+
+
 def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
     """Validate memory savers, a comma list or a sequence (one-line error naming the allowed values)."""
     from autopar.layouts import MEMORY_SAVERS
@@ -368,6 +390,20 @@ class WorkloadConfig(_Config):
     lora_rank: Annotated[int | None, CliInput()] = Field(
         default=None, description="LoRA adapter rank, with --finetune lora [default: 32, Megatron-Bridge's]."
     )
+    lora_targets: Annotated[tuple[str, ...] | None, CliInput(type=str | None, read=check_lora_targets)] = (
+        Field(
+            default=None,
+            description="The linear layers LoRA wraps, with --finetune lora: a comma list of linear_qkv, linear_proj, "
+            "linear_fc1, linear_fc2 (Megatron-Core's names; torchtune's q/k/v_proj, output_proj, w1/w3, w2) "
+            "[default: all four, as Megatron-Bridge's LoRA].",
+        )
+    )
+    lora_base: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="How the frozen base weights are stored, with --finetune lora: bf16, or nf4 (QLoRA: 4-bit "
+        "NormalFloat with double-quantised scales, 4.127 bits a weight, dequantised for each GEMM; torchtune and "
+        "Hugging Face PEFT on --framework fsdp, dense models) [default: bf16].",
+    )
 
     def precisions(self) -> list[str]:
         """The precision(s) searched, first = the workload's."""
@@ -400,28 +436,59 @@ class WorkloadConfig(_Config):
         )
         return check_savers_take_effect(model, wl)
 
-    def _finetune(self) -> dict[str, Any]:
-        """finetune / lora_dim of the Workload; a rank without LoRA cannot take effect: an error."""
+    def _finetune(self, model: ModelSpec) -> dict[str, Any]:
+        """finetune / lora_dim / lora_targets / lora_base of the Workload; a LoRA setting without LoRA, or NF4
+        where no stack ships it, cannot take effect: an error."""
         out: dict[str, Any] = {}
         if self.finetune is not None:
             if self.finetune not in FINETUNE_MODES:
+                qlora = " (QLoRA: --finetune lora --lora-base nf4)" if "q" in self.finetune.lower() else ""
                 raise SpecError(
                     f"--finetune {self.finetune}: expected one of {', '.join(FINETUNE_MODES)}"
-                    f"{close_hint(self.finetune, FINETUNE_MODES)}"
+                    f"{close_hint(self.finetune, FINETUNE_MODES)}{qlora}"
                 )
             out["finetune"] = self.finetune
+        lora = {
+            "--lora-rank": self.lora_rank,
+            "--lora-targets": self.lora_targets,
+            "--lora-base": self.lora_base,
+        }
+        for flag, value in lora.items():
+            if value is not None and self.finetune != "lora":
+                shown = ",".join(value) if isinstance(value, tuple) else value
+                raise SpecError(f"{flag} {shown}: takes effect with --finetune lora only")
         if self.lora_rank is not None:
-            if self.finetune != "lora":
-                raise SpecError(f"--lora-rank {self.lora_rank}: takes effect with --finetune lora only")
             if self.lora_rank <= 0:
                 raise SpecError(f"--lora-rank {self.lora_rank}: must be a positive whole number")
             out["lora_dim"] = self.lora_rank
+        if self.lora_targets is not None:
+            out["lora_targets"] = check_lora_targets(self.lora_targets)
+        if self.lora_base is not None:
+            out["lora_base"] = self._lora_base(model)
         return out
+
+    def _lora_base(self, model: ModelSpec) -> str:
+        """A --lora-base value that can take effect here (one-line errors otherwise)."""
+        from autopar.perf.finetune import NF4_STACKS
+
+        base = str(self.lora_base)
+        if base not in LORA_BASES:
+            raise SpecError(
+                f"--lora-base {base}: expected one of {', '.join(LORA_BASES)}{close_hint(base, LORA_BASES)}"
+            )
+        if base == "nf4" and self.framework not in NF4_STACKS:
+            raise SpecError(
+                f"--lora-base nf4 takes effect on --framework {', '.join(NF4_STACKS)} (torchtune's QLoRA, Hugging "
+                f"Face PEFT + bitsandbytes); {self.framework} has no NF4 base weights"
+            )
+        if base == "nf4" and model.is_moe:
+            raise SpecError(f"--lora-base nf4: QLoRA of MoE models is not modelled; {model.name} is MoE")
+        return base
 
     def _extras(self, model: ModelSpec, precisions: list[str]) -> dict[str, Any]:
         """The FP8/MoE/CUDA-graph fields that were stated; one that cannot take effect is an error."""
         out: dict[str, Any] = {"cuda_graphs": True} if self.cuda_graphs else {}
-        out.update(self._finetune())
+        out.update(self._finetune(model))
         if self.grad_reduce_dtype is not None:
             if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
                 raise SpecError(

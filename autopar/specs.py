@@ -337,6 +337,13 @@ GRAD_REDUCE_DTYPES: tuple[str, ...] = get_args(GradReduceDtype)
 # What a step trains (Workload.finetune; its costs: perf/finetune.py)
 FinetuneMode = Literal["full", "lora"]
 FINETUNE_MODES: tuple[str, ...] = get_args(FinetuneMode)
+# How LoRA's frozen base weights are stored (Workload.lora_base; bytes and stacks: perf/finetune.py): bf16, or
+# NF4 4-bit with double-quantised scales (QLoRA, Dettmers et al. 2023)
+LoraBase = Literal["bf16", "nf4"]
+LORA_BASES: tuple[str, ...] = get_args(LoraBase)
+# The linear layers LoRA can wrap, by Megatron-Core's module names (torchtune: q/k/v_proj, output_proj, w1/w3, w2)
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+LORA_TARGETS: tuple[LoraTarget, ...] = get_args(LoraTarget)
 
 
 class Workload(_Frozen):
@@ -444,6 +451,16 @@ class Workload(_Frozen):
         "adapters trained (no base weight gradients, optimizer states or weight-gradient GEMMs)",
     )
     lora_dim: int = Field(default=LORA_DIM_DEFAULT, gt=0, description="LoRA adapter rank (finetune=lora)")
+    lora_targets: tuple[LoraTarget, ...] = Field(
+        default=LORA_TARGETS,
+        min_length=1,
+        description="the linear layers LoRA wraps (finetune=lora); default all four, as Megatron-Bridge's LoRA",
+    )
+    lora_base: LoraBase = Field(
+        default="bf16",
+        description="how the frozen base weights are stored (finetune=lora): bf16, or nf4 (QLoRA: 4-bit NF4 "
+        "with double-quantised scales, dequantised to bf16 for each GEMM)",
+    )
     # --- what the stack did that changes memory (issue 44; a run record's stack columns) ---
     attention_kernel: Literal["", "flash", "cudnn", "unfused"] = Field(
         default="",

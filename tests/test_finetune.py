@@ -236,3 +236,98 @@ def test_whatif_plans_lora_where_full_training_does_not_fit() -> None:
     lora = {o["gpu"]: o["tokens_per_s"] for o in _cli_json(*args, "--finetune", "lora")["options"]}
     assert full["H100-SXM"] is None and lora["H100-SXM"] > 0
     assert lora["H200"] > full["H200"] > 0
+
+
+# ---- LoRA targets and QLoRA (frozen NF4 base weights) -------------------------------------------------------
+
+
+def test_adapter_params_of_chosen_targets_by_hand() -> None:
+    # rank 16 x [(8192 + 80*128) (linear_qkv) + (8192 + 2*28672) (linear_fc1)] = 16 x 83968
+    assert adapter_params_per_layer(LLAMA3_70B, 16, ("linear_qkv", "linear_fc1")) == 16 * 83968
+
+
+def test_nf4_is_the_qlora_papers_4_127_bits() -> None:
+    from autopar.perf.finetune import NF4_BITS_PER_WEIGHT
+
+    # Dettmers et al. 2023 §3: double quantisation brings the constants from 0.5 to 0.127 bits a parameter
+    assert pytest.approx(4.127, abs=5e-4) == NF4_BITS_PER_WEIGHT
+
+
+def _qlora(model: str, gpu: str, gpus: int, base: str, **wl: object):  # noqa: ANN202 - (model, cluster, workload)
+    from autopar.problem import ClusterConfig, Problem, WorkloadConfig
+
+    w = WorkloadConfig(framework="fsdp", finetune="lora", lora_base=base, **wl)  # type: ignore[arg-type]
+    return Problem(model=model, cluster=ClusterConfig(gpu=gpu, gpus=str(gpus)), workload=w).build_one()
+
+
+def test_qlora_weights_of_llama_405b_by_hand() -> None:
+    # Llama-3.1-405B on 8 GPUs, ZeRO-3: each GPU holds 1/8 of the weights. Block linears per layer: QKV
+    # 16384 x (128 + 2*8) x 128 + proj 128*128 x 16384 = 570,425,344; SwiGLU 3 x 16384 x 53248 = 2,617,245,696;
+    # x 126 layers = 401,646,551,040 at 4.126953125 / 8 B. In bf16: two norms 2 x 16384 x 126, untied embedding
+    # and output 2 x 128256 x 16384, final norm 16384.
+    from autopar.perf.estimate import estimate
+    from autopar.specs import Strategy
+
+    m, c, w = _qlora("llama-3.1-405b", "A100-80GB", 8, "nf4", seq_len=2048, global_batch=16)
+    e = estimate(m, c, w, Strategy(tp=1, pp=1, zero=3, micro_batch=2, recompute="full"))
+    linear = 126 * (570_425_344 + 2_617_245_696)
+    bf16 = 2 * 16384 * 126 + 2 * 128256 * 16384 + 16384
+    assert e.memory.weights == pytest.approx((linear * 4.126953125 / 8 + 2 * bf16) / 8, rel=1e-9)
+
+
+def test_qlora_step_pays_one_dequantisation_per_gemm_pass_by_hand() -> None:
+    # Llama-3.1-8B, 1 GPU, no recompute, 4 micro-batches: each layer's linears (QKV 4096 x 48 x 128 + proj
+    # 4096 x 4096 + SwiGLU 3 x 4096 x 14336 = 218,103,808; x 32 layers) are read as NF4 and written as bf16
+    # (0.51587 + 2 B) twice a micro-batch (forward, dgrad) at the GPU's achievable HBM bandwidth.
+    from autopar.perf.context import perf_context
+    from autopar.perf.estimate import estimate
+    from autopar.specs import Strategy
+
+    s = Strategy(tp=1, pp=1, micro_batch=1, zero=0, recompute="none")
+    times = {}
+    for base in ("bf16", "nf4"):
+        m, c, w = _qlora("llama-3.1-8b", "A100-80GB", 1, base, seq_len=2048, global_batch=4)
+        times[base] = estimate(m, c, w, s).step_time_s
+    hbm = perf_context(m, c, w).hbm
+    dq = 32 * 218_103_808 * (4.126953125 / 8 + 2) / hbm
+    assert times["nf4"] - times["bf16"] == pytest.approx(4 * 2 * dq, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lora-base", "nf4"], "error: --lora-base nf4: takes effect with --finetune lora only"),
+        (
+            ["--finetune", "lora", "--lora-base", "nf4"],
+            "error: --lora-base nf4 takes effect on --framework fsdp",
+        ),
+        (
+            ["--finetune", "lora", "--lora-targets", "linear_qv"],
+            "error: --lora-targets 'linear_qv': expected a comma list of linear_qkv, linear_proj, linear_fc1, "
+            "linear_fc2; did you mean linear_qkv",
+        ),
+        (
+            ["--model", "mixtral-8x7b", "--framework", "fsdp", "--finetune", "lora", "--lora-base", "nf4"],
+            "error: --lora-base nf4: QLoRA of MoE models is not modelled; Mixtral-8x7B is MoE",
+        ),
+        (["--finetune", "qlora"], "did you mean lora? (QLoRA: --finetune lora --lora-base nf4)"),
+        (["--finetune", "lora", "--lora-base", "int4"], "error: --lora-base int4: expected one of bf16, nf4"),
+    ],
+)
+def test_qlora_settings_that_cannot_take_effect_are_one_line(args: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    res = CliRunner().invoke(app, ["estimate", "--gpus", "8", *args])
+    assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, (
+        res.output
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sets(st.sampled_from(("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")), min_size=1))
+def test_adapters_add_up_over_targets(targets: set[str]) -> None:
+    # the adapters of a set of targets are the sum of each target's own
+    total = adapter_params_per_layer(LLAMA3_70B, 8, tuple(sorted(targets)))
+    assert total == sum(adapter_params_per_layer(LLAMA3_70B, 8, (t,)) for t in targets)

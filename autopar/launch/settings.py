@@ -126,13 +126,22 @@ def _no_act_offload(s: Strategy, stack: str) -> list[str]:
 
 
 def _lora_note(workload: Workload) -> tuple[str, ...]:
-    """LoRA: the files below train every weight; the adapters are Megatron-Bridge's PEFT config."""
+    """LoRA: the files below train every weight; the adapters are Megatron-Bridge's PEFT config (QLoRA:
+    torchtune's, whose base weights are NF4)."""
     if workload.finetune != "lora":
         return ()
+    targets = ", ".join(workload.lora_targets)
+    if workload.lora_base == "nf4":
+        return (
+            "QLoRA: these files train every weight in bf16; run the layout with torchtune's "
+            "lora_finetune_distributed and a qlora_* model builder (NF4 base weights, torchao), or Hugging Face "
+            f"PEFT with bitsandbytes 4-bit NF4, LoRA rank {workload.lora_dim} on {targets}, the adapters the "
+            "estimate priced",
+        )
     return (
         "LoRA: Megatron-LM, torchtitan and DeepSpeed train every weight, so these files run the layout as full "
-        "training; run it with Megatron-Bridge's PEFT (peft=LoRA(target_modules=[linear_qkv, linear_proj, "
-        f"linear_fc1, linear_fc2], dim={workload.lora_dim})), the adapters the estimate priced",
+        f"training; run it with Megatron-Bridge's PEFT (peft=LoRA(target_modules=[{targets}], "
+        f"dim={workload.lora_dim})), the adapters the estimate priced",
     )
 
 

@@ -25,7 +25,7 @@ from autopar.layouts import family_runs_te_cp, stack_notes
 from autopar.perf import act_offload, comm, cp, fsdp, memory, offload, pipeline
 from autopar.perf.arith import Num, maximum, ratio, where
 from autopar.perf.context import PerfContext, perf_context, usable_memory_bytes
-from autopar.perf.finetune import trainable_fraction
+from autopar.perf.finetune import base_weight_bytes, trainable_fraction
 from autopar.perf.layers import (
     OVERLAP_SLOWDOWN,
     LayerCosts,
@@ -322,6 +322,7 @@ def sharding_of(
         grad_bytes=memory.GRAD_BYTES[ctx.w.grad_reduce_dtype],
         zero3_grad_bytes=zero3_grad_bytes(ctx) if ctx.sw.zero3_reduces_main_grads else 2.0,
         keep_gathered=ctx.w.reshard_after_forward is False,
+        base_bytes=base_weight_bytes(ctx.w),
     )
 
 
@@ -416,8 +417,14 @@ UnitFn = Callable[[Num, Num, fsdp.DpGroups, int], fsdp.Zero3Unit]
 
 
 def _unit_of(ctx: PerfContext) -> UnitFn:
-    gb = zero3_grad_bytes(ctx)
-    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, gb, n_coll)
+    wb, gb = zero3_comm_bytes(ctx)
+    return lambda ne, ex, g, n_coll: fsdp.zero3_unit(ne, ex, g, ctx.links, gb, n_coll, wb)
+
+
+def zero3_comm_bytes(ctx: PerfContext) -> tuple[float, float]:
+    """(bytes gathered, bytes reduced) per parameter of a ZeRO-3 unit: the weights as stored (QLoRA's NF4:
+    perf/finetune.py) and the gradients of the trainable share only (LoRA: the adapters')."""
+    return base_weight_bytes(ctx.w), zero3_grad_bytes(ctx) * trainable_fraction(ctx.model, ctx.w, ctx.pc)
 
 
 def zero3_grad_bytes(ctx: PerfContext) -> float:

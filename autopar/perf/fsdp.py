@@ -187,21 +187,28 @@ def flat_ring(nbytes: float, size: int, stride: int, links: comm.Links, proto: s
 
 
 def zero3_unit(
-    unit_ne: float, unit_ex: float, g: DpGroups, links: comm.Links, grad_bytes: float, n_coll: int
+    unit_ne: float,
+    unit_ex: float,
+    g: DpGroups,
+    links: comm.Links,
+    grad_bytes: float,
+    n_coll: int,
+    weight_bytes: float = 2.0,
 ) -> Zero3Unit:
     """Per-unit collective times. n_coll > 1: DeepSpeed-style per-tensor collectives, each a flat ring over
     the whole group (no node-local hierarchy): the block's bulk in one large call, the other n_coll − 1
-    tensors as small (latency-bound, NCCL LL) calls."""
+    tensors as small (latency-bound, NCCL LL) calls. `weight_bytes`: per gathered parameter (bf16: 2; QLoRA's
+    NF4 blocks: perf/finetune.py); `grad_bytes`: per parameter reduced (LoRA: only the adapters have any)."""
     if n_coll > 1:
-        ag = flat_ring(2.0 * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
-        ag += flat_ring(2.0 * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
+        ag = flat_ring(weight_bytes * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
+        ag += flat_ring(weight_bytes * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
         rs = flat_ring(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links, "Simple")
         rs += flat_ring(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links, "Simple")
         small = (n_coll - 1) * flat_ring(0.0, g.n_shard, g.shard_stride, links, "LL")
         ag, rs = ag + small, rs + small
     else:
-        ag = comm.all_gather(2.0 * unit_ne, g.n_shard, g.shard_stride, links)
-        ag += comm.all_gather(2.0 * unit_ex, g.n_edp, g.edp_stride, links)
+        ag = comm.all_gather(weight_bytes * unit_ne, g.n_shard, g.shard_stride, links)
+        ag += comm.all_gather(weight_bytes * unit_ex, g.n_edp, g.edp_stride, links)
         rs = comm.reduce_scatter(grad_bytes * unit_ne, g.n_shard, g.shard_stride, links)
         rs += comm.reduce_scatter(grad_bytes * unit_ex, g.n_edp, g.edp_stride, links)
     ar = (

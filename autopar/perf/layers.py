@@ -18,7 +18,7 @@ from autopar.layouts import ep_overlap_applies
 from autopar.perf import comm
 from autopar.perf.context import PerfContext, perf_context
 from autopar.perf.efficiency import host_issue_time
-from autopar.perf.finetune import weight_grad_gemms
+from autopar.perf.finetune import dequantise_time, weight_grad_gemms
 from autopar.perf.flops import attention_context
 from autopar.perf.fp8 import quantise_time
 from autopar.perf.moe import MoECompute, ep_exposed, issue_bound_layer, routed_expert_costs, routed_load
@@ -459,9 +459,11 @@ def _fp8_quantise(ctx: PerfContext, g: _Shard) -> tuple[float, float, float, flo
 def _layer_times(ctx: PerfContext, g: _Shard, at: _Attention, mlp: _Mlp, elem_fwd: float) -> _Times:
     """Forward / backward / recompute of a dense and a MoE layer, before communication."""
     q_fd, q_bd, q_fm, q_bm = _fp8_quantise(ctx, g)
+    # QLoRA: each dense layer's NF4 weights are dequantised for the forward and again for the dgrad
+    dq = dequantise_time((ctx.pc.attention + ctx.pc.dense_mlp) / g.t, ctx.w, ctx.hbm)
     wg, eb = g.wg, ELEMENTWISE_BWD_RATIO
-    dense_fwd = at.gemm + at.fwd + mlp.dense_gemm + elem_fwd + q_fd
-    dense_bwd = wg * (at.gemm + mlp.dense_gemm) + at.bwd + eb * elem_fwd + q_bd
+    dense_fwd = at.gemm + at.fwd + mlp.dense_gemm + elem_fwd + q_fd + dq
+    dense_bwd = wg * (at.gemm + mlp.dense_gemm) + at.bwd + eb * elem_fwd + q_bd + dq
     moe_fwd = at.gemm + at.fwd + mlp.moe_gemm + elem_fwd + q_fm + mlp.moe_fwd_extra
     moe_bwd = wg * (at.gemm + mlp.moe_gemm) + at.bwd + eb * elem_fwd + q_bm + mlp.moe_bwd_extra
     if g.rec == "full":

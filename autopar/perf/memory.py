@@ -97,6 +97,10 @@ class StageParams:
     non_expert: Num
     expert: Num
     biggest_layer: Num  # the largest single layer (ZeRO-3 gathers units of this size)
+    linear: Num = (
+        0.0  # the non-expert part's block linear weights (QLoRA stores them in NF4: perf/finetune.py)
+    )
+    largest_linear: Num = 0.0  # the largest single linear weight (QLoRA dequantises one at a time to bf16)
 
 
 def stage_params(
@@ -122,7 +126,9 @@ def stage_params(
     experts_layer = model.experts * pc.expert / (e * te)
     ex = nm * experts_layer
     biggest = maximum(where(nd > 0, dense_layer, 0.0), where(nm > 0, moe_layer_ne + experts_layer, 0.0))
-    return StageParams(ne, ex, biggest)
+    linear = nd * (attn + pc.dense_mlp / t) + nm * (attn + pc.shared_expert / t)
+    largest = max(model.hidden * model.ffn_hidden, model.hidden * model.heads * model.dh) / t
+    return StageParams(ne, ex, biggest, linear, largest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,23 @@ class Sharding:
     # free, torch.distributed.fsdp._fully_shard._fsdp_state.FSDPState._post_forward), so the stage's whole
     # unsharded parameters are alive when the backward starts
     keep_gathered: bool = False
+    base_bytes: float = (
+        2.0  # bytes of a frozen block linear weight (QLoRA NF4: perf/finetune.base_weight_bytes)
+    )
+
+
+def _weights(sp: StageParams, sh: Sharding, ne: Num, ex: Num) -> Num:
+    """Bytes of `ne` non-expert and `ex` expert parameters of the stage, of which the block linears (the share
+    sp.linear / sp.non_expert of ne, all of ex) are stored at sh.base_bytes and the rest in bf16."""
+    if sh.base_bytes == 2.0:
+        return 2.0 * (ne + ex)
+    share = sp.linear / maximum(sp.non_expert, 1.0)
+    return 2.0 * (ne + ex) - (2.0 - sh.base_bytes) * (share * ne + ex)
+
+
+def _dequantised(sp: StageParams, sh: Sharding) -> Num:
+    """The bf16 copy of the largest frozen linear that a QLoRA GEMM dequantises into (0 outside QLoRA)."""
+    return 0.0 if sh.base_bytes == 2.0 else 2.0 * sp.largest_linear
 
 
 def model_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -170,10 +193,16 @@ def _zero3_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
     # the reduce dtype (FSDP2 upcasts them: torch.distributed.fsdp._fully_shard._fsdp_param.FSDPParam.
     # to_accumulated_grad_if_needed) + an fp32 reduce buffer of one layer. Without: gathered bf16 units
     # (current + prefetched) + bf16 unsharded grad + fp32 reduce buffer.
-    per_unit = big * sh.unit_fraction * (2.0 * sh.zero3_units + 2.0 + 4.0)
-    kept = (ne + ex) * 2.0 + big * sh.unit_fraction * (2.0 + 4.0) if sh.keep_gathered else per_unit
-    buf = where(sh.stage_gathered, (ne + ex) * (2.0 + sh.accum_grad_bytes) + big * 4.0, kept)
-    return 2.0 * local, sh.zero3_grad_bytes * local * sh.trainable, opt, buf
+    # QLoRA gathers NF4 units (a layer is its linears but for 2 norms, < 0.01%); LoRA: only the adapters have
+    # gradients to hold and reduce
+    unit_g = (2.0 + 4.0) * sh.trainable
+    per_unit = big * sh.unit_fraction * (sh.base_bytes * sh.zero3_units + unit_g)
+    stage_w = _weights(sp, sh, ne, ex)
+    kept = stage_w + big * sh.unit_fraction * unit_g if sh.keep_gathered else per_unit
+    stage_g = ((ne + ex) * sh.accum_grad_bytes + big * 4.0) * sh.trainable
+    buf = where(sh.stage_gathered, stage_w + stage_g, kept)
+    w_local = _weights(sp, sh, ne / sh.n_shard, ex / sh.n_eshard)
+    return w_local, sh.zero3_grad_bytes * local * sh.trainable, opt, buf + _dequantised(sp, sh)
 
 
 def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
@@ -183,10 +212,10 @@ def _replicated_states(sp: StageParams, sh: Sharding) -> tuple[Num, ...]:
     n_opt = where(sh.zero >= 1, sh.n_shard, 1), where(sh.zero >= 1, sh.n_eshard, 1)
     sharded = grads_sharded(sh)
     n_grd = where(sharded, sh.n_shard, 1), where(sharded, sh.n_eshard, 1)
-    wts = 2.0 * (ne + ex)
+    wts = _weights(sp, sh, ne, ex)
     grd = sh.grad_bytes * (ne / n_grd[0] + ex / n_grd[1]) * sh.trainable
     opt = sh.state_bytes * (ne / n_opt[0] + ex / n_opt[1]) * (1.0 - sh.offload) * sh.trainable
-    buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0)
+    buf = DDP_BUCKET_BYTES + where(sh.fp8_weight_copies, 2.0 * sp.biggest_layer, 0.0) + _dequantised(sp, sh)
     return wts, grd, opt, buf
 
 

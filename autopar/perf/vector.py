@@ -161,7 +161,7 @@ def _time_breakdown(
     rows, slot = _slowest(times, st.valid)
     slow = StageTime(*(getattr(times, f)[rows, slot] for f in StageTime.__slots__))
     st0 = StageTime(*(getattr(times, f)[:, 0] for f in StageTime.__slots__))
-    p0 = StageParams(params.non_expert[:, 0], params.expert[:, 0], params.biggest_layer[:, 0])
+    p0 = StageParams(*(getattr(_slot0(params), f.name)[:, 0] for f in fields(StageParams)))
     dp_exposed, dp_overlapped = dp_time(ctx, r, g, p0, st0)
     bubble, pp_comm = _pipeline(ctx, r, lt, mean_total(r.p, np.where(st.valid, times.total, 0.0)))
     opt = optimizer_time(ctx, _slot0(params), sh, (slow.comp - slow.fwd)[:, None])[:, 0]
@@ -187,7 +187,9 @@ def _pipeline(ctx: PerfContext, r: Rows, lt: LayerTable, mean: np.ndarray) -> tu
 
 def _slot0(params: StageParams) -> StageParams:
     """The first stage's parameters as (n, 1) columns."""
-    return StageParams(params.non_expert[:, :1], params.expert[:, :1], params.biggest_layer[:, :1])
+    return StageParams(
+        *(np.broadcast_to(getattr(params, f.name), params.non_expert.shape)[:, :1] for f in fields(params))
+    )
 
 
 def _act_offload(ctx: PerfContext, r: Rows, lt: LayerTable, st: StageSlots) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from autopar.perf import fsdp
 from autopar.perf.arith import Num
 from autopar.perf.context import PerfContext
-from autopar.perf.estimate import StageTime, UnitFn, ddp_dp_time, zero3_dp_time, zero3_grad_bytes
+from autopar.perf.estimate import StageTime, UnitFn, ddp_dp_time, zero3_comm_bytes, zero3_dp_time
 from autopar.perf.fsdp import DpGroups, Zero3Unit
 from autopar.perf.memory import StageParams
 from autopar.perf.vector_keys import memo, per_key_floats
@@ -49,7 +49,8 @@ def _unit(ctx: PerfContext) -> UnitFn:
             key = (a, b, grp, n_coll)
             hit = cache.get(key)
             if hit is None:
-                u = fsdp.zero3_unit(a, b, DpGroups(*grp), ctx.links, zero3_grad_bytes(ctx), n_coll)
+                wb, gb = zero3_comm_bytes(ctx)
+                u = fsdp.zero3_unit(a, b, DpGroups(*grp), ctx.links, gb, n_coll, wb)
                 hit = cache[key] = (u.ag, u.rs, u.ar)
             return hit
 

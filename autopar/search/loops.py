@@ -27,7 +27,7 @@ from autopar.search.margin import MemoryMargin
 from autopar.search.pareto import FrontTracker
 from autopar.search.progress import SearchProgress
 from autopar.search.space import Point, Space
-from autopar.specs import ClusterSpec, ModelSpec, Workload
+from autopar.specs import LORA_TARGETS, ClusterSpec, ModelSpec, Workload
 
 EXPLORE_FRACTION = 0.2  # budget fraction explored by NSGA-II alone before local search starts
 
@@ -109,6 +109,8 @@ _LATER_WORKLOAD_DEFAULTS = {
     "master_weights": "fp32",
     "recompute_method": "uniform",
     "recompute_num_layers": 1,
+    "lora_targets": list(LORA_TARGETS),  # as model_dump(mode="json") writes the tuple
+    "lora_base": "bf16",
 }
 
 
