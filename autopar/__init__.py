@@ -51,8 +51,8 @@ _LAZY: dict[str, str] = {
     # launch
     "launch_settings": "autopar.launch",
     # run records and calibration
-    "read_run_records": "autopar.calibration.runs",
-    "batch_estimate": "autopar.calibration.records",
+    "read_run_records": "autopar.calibration.ingest.tables",
+    "batch_estimate": "autopar.calibration.records.estimate",
     "load_default_calibration": "autopar.calibration.apply",
 }
 

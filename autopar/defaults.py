@@ -55,7 +55,7 @@ PLOTLY_MODES = ("inline", "cdn")
 # `CommOverlapConfig(tp_comm_overlap=bool(tensor_model_parallel_size > 1))` on every system, and the
 # library recipes (src/megatron/bridge/recipes/llama/llama3.py) carry a CommOverlapConfig with
 # tp_comm_overlap=True for the TP > 1 models; NeMo 2 did the same (MegatronCommOverlapCallback,
-# calibration/records.py _nemo_tp_overlap). Megatron-LM's own argument defaults to off (megatron-legacy),
+# calibration/records/workload_spec.py _nemo_tp_overlap). Megatron-LM's own argument defaults to off (megatron-legacy),
 # as do torchtitan's async TP (parallelism.enable_async_tensor_parallel = false), FSDP and DeepSpeed.
 # DP grad-reduce / param-gather overlap is on in the model for every stack already (perf/comm.py dp_time);
 # MoE dispatch/combine overlap stays off: the Megatron-Bridge DeepSeek-V3 H100/GB200/B200 BF16 and FP8-CS
@@ -77,7 +77,7 @@ def tp_comm_overlap_default(framework: str, stated: bool | None = None) -> bool:
 # performance recipes did from 25.04 (`pretrain_performance_optimizations`: plugins.grad_reduce_in_fp32 = False);
 # Megatron-Core >= 0.17 also defaults Megatron-FSDP's main gradients to the parameters' dtype. Megatron-LM's own
 # argument default (accumulate and reduce in fp32 for bf16 training: megatron-legacy), torchtitan's FSDP2
-# reduce dtype, DeepSpeed and plain FSDP stay fp32 (calibration/records.py states fp32 for runs that do not say).
+# reduce dtype, DeepSpeed and plain FSDP stay fp32 (calibration/records/workload_spec.py states fp32 for runs that do not say).
 GRAD_REDUCE_DTYPE_BY_STACK: dict[str, str] = {"megatron": "bf16"}
 
 

@@ -59,7 +59,7 @@ class NoPriceError(AutoparError):
 
 
 # The optional extra (pyproject.toml) that brings scikit-learn and SciPy: fitting a calibration model needs
-# them; applying one (calibration/predictor.py) and everything else autopar does needs neither.
+# them; applying one (calibration/models/predictor.py) and everything else autopar does needs neither.
 CALIBRATE_EXTRA = "calibrate"
 
 

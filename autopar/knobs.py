@@ -134,7 +134,7 @@ OPTIMIZER_KINDS: dict[str, OptimizerKind] = {
 # Stacks autopar has no kernel profile for (issue 43): named so that a run on one is never read as a Megatron
 # run. Such a stack is estimated with the SURROGATE_PROFILE's mechanics (the most general stack: every axis,
 # ZeRO stage and CP variant) and, through the calibration, the unprofiled-stack prior
-# (calibration/stack_prior.py: the between-source spread of the non-Megatron stacks autopar holds measured
+# (calibration/models/stack_prior.py: the between-source spread of the non-Megatron stacks autopar holds measured
 # against that surrogate), which moves the figure and widens its band. Name -> what it covers.
 UNPROFILED_STACKS: dict[str, str] = {
     "other": "a stack autopar has no kernel profile for",

@@ -4,7 +4,7 @@ Per source, side by side: the analytical model, the corrector in-sample (fitted 
 source's own cluster offset included) and the corrector leave-one-source-out (the whole fit redone
 without the source: ridge penalty and shrink re-selected by the gate on the remaining sources, what a
 new user's cluster gets). The one thing kept from the fit on every source is the shrink cap, which
-the nested gate (autopar.calibration.validation.nested_cap) chose so that exactly these refits are no
+the nested gate (autopar.calibration.evaluation.validation.nested_cap) chose so that exactly these refits are no
 worse on the source each leaves out; this column is therefore the gate's own evidence, and the cap
 (one of 11 values, chosen with all sources in view) is the only selection not redone per fold. Metrics: median and mean
 absolute percentage error (APE) of tokens/s/GPU, Spearman rho within the source over runs of the same
@@ -28,11 +28,11 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from autopar.calibration.apply import fit_calibration
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.features import build_training_set, group_of
-from autopar.calibration.records import measured_tokens_per_s_per_gpu
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.validation import adaptation, adaptation_summary, select_params
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.evaluation.validation import adaptation, adaptation_summary, select_params
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.features import build_training_set, group_of
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
 from autopar.data import published_runs_path
 
 MODES = ("ana", "in", "loso")

@@ -7,7 +7,7 @@ source and k, then the mean over sources, for each method:
 
 - `offsets`: what `calibrate fit --group` does (ridge x shrink chosen by the nested gate
   on the other sources, empirical-Bayes cluster offset, split-conformal band by group);
-- `hier`: the same global part, then the hierarchical adapter (autopar.calibration.hierarchy: offset +
+- `hier`: the same global part, then the hierarchical adapter (autopar.calibration.models.hierarchy: offset +
   slopes with priors learned from the spread between sources, band calibrated on left-out sources).
 
 Usage: python bench/adapt.py [--data bench/data/frontier_runs.csv] [--draws 3]
@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autopar.calibration.corrector import ThroughputCorrector, ape_of_log_error
-from autopar.calibration.features import FEATURE_NAMES, build_training_set
-from autopar.calibration.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, adapter_clusters
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.validation import COVERAGE, _band_without, select_params
+from autopar.calibration.evaluation.validation import COVERAGE, _band_without, select_params
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.corrector import ThroughputCorrector, ape_of_log_error
+from autopar.calibration.models.features import FEATURE_NAMES, build_training_set
+from autopar.calibration.models.hierarchy import SLOPE_FEATURES, HierarchicalAdapter, adapter_clusters
 from autopar.data import published_runs_path
 
 MIN_RUNS = 8  # a source needs this many runs to be scored for k up to 5 with some runs left

@@ -6,7 +6,7 @@ measured), and the 80% band a user on a stack the band never saw would get: its 
 sources' log residuals, every source weighted equally (calibration.corrector.conformal_band), so the band
 holds across sources and not only within the ones it was fitted on. Then the runs that ran (every row here
 did) that the model calls out of memory: on the point estimate, and on the verdict (oom only when the band's
-low end is over usable memory; calibration/verdict.py).
+low end is over usable memory; calibration/evaluation/verdict.py).
 
 Usage: python bench/memory.py [--data FILE ...] [--rows]
 Default files: the shipped dataset's torchtitan peaks and bench/data's memory sets (memory_runs*.csv,
@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.corrector import conformal_band
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.verdict import OOM, memory_verdict
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.evaluation.verdict import OOM, memory_verdict
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.corrector import conformal_band
 from autopar.data import published_runs_path
 
 ROOT = Path(__file__).resolve().parents[1]

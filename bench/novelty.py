@@ -1,4 +1,4 @@
-"""Band widening by novelty (autopar/calibration/novelty.py): fit and validate on left-out sources.
+"""Band widening by novelty (autopar/calibration/evaluation/novelty.py): fit and validate on left-out sources.
 
 Each run is predicted by a corrector that never saw its source: a public run (autopar/data/published_runs.csv)
 by the leave-one-source-out refit of bench/accuracy.py, a dev run (bench/data/frontier_runs.csv) and an
@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import load, predictions  # noqa: E402
 
-from autopar.calibration import novelty  # noqa: E402
 from autopar.calibration.apply import load_default_calibration  # noqa: E402
-from autopar.calibration.batch import calibrated_batch  # noqa: E402
-from autopar.calibration.corrector import group_weights  # noqa: E402
-from autopar.calibration.features import group_of  # noqa: E402
-from autopar.calibration.records import measured_tokens_per_s_per_gpu  # noqa: E402
+from autopar.calibration.apply.batch import calibrated_batch  # noqa: E402
+from autopar.calibration.evaluation import novelty  # noqa: E402
+from autopar.calibration.models.corrector import group_weights  # noqa: E402
+from autopar.calibration.models.features import group_of  # noqa: E402
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 UNSEEN = {"dev": DATA / "frontier_runs.csv", "ascend": DATA / "ascend_runs.csv"}
@@ -66,7 +66,7 @@ def _unseen_rows(name: str, path: Path) -> pd.DataFrame:
 
 def _steps(df: pd.DataFrame, exclude_own: bool) -> list[float]:
     """Novelty of each row against the published runs (of other sources when exclude_own)."""
-    from autopar.calibration.runs import read_run_records
+    from autopar.calibration.ingest.tables import read_run_records
     from autopar.data import published_runs_path
 
     pub = read_run_records(published_runs_path()).fillna("").to_dict("records")

@@ -43,11 +43,12 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from autopar.calibration import pairs as pair_record  # noqa: E402
 from autopar.calibration.apply import load_default_calibration  # noqa: E402
-from autopar.calibration.batch import calibrated_batch  # noqa: E402
-from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs  # noqa: E402
-from autopar.calibration.runs import read_run_records  # noqa: E402
+from autopar.calibration.apply.batch import calibrated_batch  # noqa: E402
+from autopar.calibration.evaluation import pairs as pair_record  # noqa: E402
+from autopar.calibration.ingest.tables import read_run_records  # noqa: E402
+from autopar.calibration.records.specs import row_to_specs  # noqa: E402
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.errors import AutoparError, DataError  # noqa: E402
 from autopar.perf import estimate  # noqa: E402
@@ -59,7 +60,7 @@ SEEN_SOURCES = ("torchtitan_bench", "narayanan2021")
 # Workload options that the sweeps vary from layout to layout (a team tunes them with the layout).
 LAYOUT_OPTIONS = ("tp_comm_overlap", "moe_ep_overlap", "moe_dispatcher")
 # A sweep row's notes state Megatron's --overlap-moe-expert-parallel-comm this way; the run-record reader
-# (calibration/records.py) has no field for it, so the benchmark sets Workload.moe_ep_overlap from it.
+# (calibration/records/specs.py) has no field for it, so the benchmark sets Workload.moe_ep_overlap from it.
 EP_OVERLAP_NOTE = "overlap_moe_expert_parallel_comm=true"
 TARGET_REGRET = 0.03  # issue 21: top-1 regret <= 3%
 TARGET_RHO = 0.9  # issue 21: Spearman >= 0.9
@@ -325,7 +326,7 @@ def pair_lines(groups: Sequence[pair_record.GainGroup]) -> list[str]:
 
 
 def export_pairs(path: Path, probs: Sequence[Problem]) -> None:
-    """Write the shipped record on measured pairs (autopar/calibration/pairs.py PAIRS_FILE)."""
+    """Write the shipped record on measured pairs (autopar/calibration/evaluation/pairs.py PAIRS_FILE)."""
     import json
 
     doc = pair_record.record_document(

@@ -20,7 +20,7 @@ set separately, and in each for tuned recipes and demonstrations apart: a page t
 something else (torchtitan's 1D-to-4D and async-TP benchmarks, a platform baseline: recipes.py
 DEMONSTRATION_PAGES) published a measurement, not a layout its team swept.
 
-Measured support (calibration/support.py): a pick that beats the recipe is backed where another measured
+Measured support (calibration/planning/support.py): a pick that beats the recipe is backed where another measured
 run of the same problem family (same network, GPU, precision, sequence and software as the record names it;
 GPU count within two doublings, sequences per GPU within one), or of its system on another stack at a
 precision no faster, ran faster per GPU than the recipe: the recipe was not the measured best there. Each
@@ -57,15 +57,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autopar.calibration.pairs import pair_record, quantile  # noqa: E402
-from autopar.calibration.recipes import Support, demonstration_of  # noqa: E402
-from autopar.calibration.records import (  # noqa: E402
-    measured_tokens_per_s_per_gpu,
-    row_to_specs,
-    stated_moe_options,
-)
-from autopar.calibration.runs import read_run_records  # noqa: E402
-from autopar.calibration.support import MeasuredRun, recipe_support, runs_from_rows  # noqa: E402
+from autopar.calibration.evaluation.pairs import pair_record, quantile  # noqa: E402
+from autopar.calibration.ingest.tables import read_run_records  # noqa: E402
+from autopar.calibration.planning.recipes import Support, demonstration_of  # noqa: E402
+from autopar.calibration.planning.support import MeasuredRun, recipe_support, runs_from_rows  # noqa: E402
+from autopar.calibration.records.specs import row_to_specs  # noqa: E402
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu  # noqa: E402
+from autopar.calibration.records.workload_spec import stated_moe_options  # noqa: E402
 from autopar.data import published_runs_path  # noqa: E402
 from autopar.defaults import tp_comm_overlap_default  # noqa: E402
 from autopar.errors import close_hint  # noqa: E402
@@ -207,7 +205,7 @@ def measured_runs() -> list[MeasuredRun]:
 
 
 def support_for(p: Problem, runs: list[MeasuredRun]) -> Support | None:
-    """The measured run backing a pick that beats p's recipe (calibration/support.py), or None."""
+    """The measured run backing a pick that beats p's recipe (calibration/planning/support.py), or None."""
     return recipe_support(p.row_id, runs)
 
 
@@ -232,7 +230,7 @@ def recipe_rows(problems: list[Problem], runs: list[MeasuredRun]) -> list[tuple]
 
 
 def export(path: Path) -> None:
-    """Write the recipe table the tool reads (autopar/calibration/recipes.py)."""
+    """Write the recipe table the tool reads (autopar/calibration/planning/recipes.py)."""
     import csv
 
     with path.open("w", newline="", encoding="utf-8") as f:
@@ -315,7 +313,7 @@ def _spread(r: list[float]) -> str:
 
 
 def _record_backed(ratios: list[float], above: float) -> int:
-    """How many ratios above `above` fall in a predicted-gain group whose record holds (calibration/pairs.py)."""
+    """How many ratios above `above` fall in a predicted-gain group whose record holds (calibration/evaluation/pairs.py)."""
     record = pair_record()
     groups = [record.for_gain(v) if record is not None else None for v in ratios if v > above]
     return sum(g is not None and g.holds for g in groups)

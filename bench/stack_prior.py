@@ -1,4 +1,4 @@
-"""The unprofiled-stack prior (autopar/calibration/stack_prior.py): measure it, check it on left-out sources.
+"""The unprofiled-stack prior (autopar/calibration/models/stack_prior.py): measure it, check it on left-out sources.
 
 Every measured source autopar holds whose stack is not Megatron (torchtitan, PyTorch FSDP / Composer, NeMo
 AutoModel, Megatron-DeepSpeed, MaxText on JAX/XLA) is estimated *as if its stack were unknown*: framework cell replaced by an
@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import autopar.calibration.apply as apply_mod
+import autopar.calibration.apply.model as apply_mod
 from autopar.calibration.apply import load_default_calibration
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.records import measured_tokens_per_s_per_gpu, stack_of
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.stack_prior import PRIOR_FILE, REGENERATE, StackPrior
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.stack_prior import PRIOR_FILE, REGENERATE, StackPrior
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
+from autopar.calibration.records.workload_spec import stack_of
 from autopar.data import published_runs_path
 
 DATA = Path(__file__).resolve().parent / "data"

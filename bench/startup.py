@@ -71,8 +71,8 @@ def batch_rate(path: Path, calibrated: bool, repeat: int) -> float:
     """Rows/s of read_run_records + calibrated_batch (the work of `estimate --batch`), best of `repeat`.
     Imports whatever `autopar` comes first on sys.path (bench/speed.py points PYTHONPATH at a revision)."""
     from autopar.calibration.apply import load_default_calibration
-    from autopar.calibration.batch import calibrated_batch
-    from autopar.calibration.runs import read_run_records
+    from autopar.calibration.apply.batch import calibrated_batch
+    from autopar.calibration.ingest.tables import read_run_records
 
     cal = load_default_calibration() if calibrated else None
     best = float("inf")

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.errors import InvalidStrategyError
 from autopar.launch.labels import parse_strategy_label

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autopar.calibration import novelty
 from autopar.calibration.apply import load_default_calibration
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.records import row_to_specs
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.evaluation import novelty
+from autopar.calibration.records.specs import row_to_specs
 from autopar.data import published_runs_path
 from autopar.perf import estimate
 from autopar.search.evidence import widen_for_novelty

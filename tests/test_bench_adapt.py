@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 from runfiles import load_bench
 
-from autopar.calibration.features import FEATURE_NAMES
+from autopar.calibration.models.features import FEATURE_NAMES
 
 
 def _bench():

@@ -141,7 +141,7 @@ def test_bands_table_counts_layouts_inside_the_widened_band() -> None:
     """--bands: per source, the share of measured layouts inside the shipped calibration's 80% band as
     `estimate --batch` widens it. The H800 sweep's 10 layouts are all far from the published runs (the steps
     median exceeds the widening's knee), and the table counts exactly the rows with a measurement."""
-    from autopar.calibration import novelty
+    from autopar.calibration.evaluation import novelty
 
     table = rk.band_table([SWEEPS], no_seen=True)
     df = pd.read_csv(SWEEPS, dtype=str, keep_default_na=False)

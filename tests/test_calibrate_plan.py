@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autopar.calibration.plan import (
+from autopar.calibration.planning.plan import (
     NOISE_SD,
     SHORT_RUN_MEASURED,
     SHORT_RUN_WARMUP,

@@ -13,19 +13,19 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autopar.calibration import apply as apply_mod
-from autopar.calibration.adapter import AdaptedCorrector
 from autopar.calibration.apply import (
-    REGENERATE,
     Calibration,
     CalibrationVersionError,
     fit_calibration,
     load_calibration,
     load_default_calibration,
 )
-from autopar.calibration.features import build_training_set
-from autopar.calibration.modelfile import write_model_doc
-from autopar.calibration.runs import check_file
+from autopar.calibration.apply import default as default_mod
+from autopar.calibration.apply.default import REGENERATE
+from autopar.calibration.ingest.ingest import check_file
+from autopar.calibration.models.adapter import AdaptedCorrector
+from autopar.calibration.models.features import FEATURE_NAMES, build_training_set
+from autopar.calibration.models.modelfile import write_model_doc
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.data import published_runs_path
@@ -68,7 +68,7 @@ def test_save_load_roundtrip_is_json(tmp_path, small_cal):
     p = small_cal.save(tmp_path / "m.json")
     doc = json.loads(p.read_text())
     assert doc["format"] == "autopar-calibration" and doc["meta"]["sklearn_version"]
-    assert doc["meta"]["feature_names"] == list(apply_mod.FEATURE_NAMES)
+    assert doc["meta"]["feature_names"] == list(FEATURE_NAMES)
     back = load_calibration(p)
     assert back.throughput_factor(*_specs()) == pytest.approx(small_cal.throughput_factor(*_specs()))
     assert back.meta == small_cal.meta
@@ -133,9 +133,9 @@ def test_default_calibration_never_reads_a_planted_cache_file(tmp_path, monkeypa
     """A stale packaged model means a refit on the shipped data; a model file planted under
     $AUTOPAR_HOME/cache with the right training fingerprint is never loaded as the default (issue: it
     used to replace the default corrector under its "(default)" label)."""
-    shipped = apply_mod.Calibration.load(apply_mod.default_artifact_path())
+    shipped = Calibration.load(default_mod.default_artifact_path())
     monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path))
-    monkeypatch.setattr(apply_mod, "default_artifact_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr(default_mod, "default_artifact_path", lambda: tmp_path / "none.json")
     fp = shipped.meta.training_fingerprint
     planted = json.loads(json.dumps(shipped.to_doc()))
     planted["throughput"]["intercept"] = 3.0  # within bounds: a hostile but well-formed model
@@ -143,9 +143,9 @@ def test_default_calibration_never_reads_a_planted_cache_file(tmp_path, monkeypa
     (tmp_path / "cache").mkdir()
     write_model_doc(tmp_path / "cache" / f"default_calibration-{fp[:16]}.json", planted)
     refit = object()
-    monkeypatch.setattr(apply_mod, "fit_training_set", lambda *a, **k: refit)
-    monkeypatch.setattr(apply_mod, "_default_fingerprint", lambda *a: fp)
-    monkeypatch.setattr(apply_mod, "published_training_sets", lambda: (None, None))
+    monkeypatch.setattr(default_mod, "fit_training_set", lambda *a, **k: refit)
+    monkeypatch.setattr(default_mod, "_default_fingerprint", lambda *a: fp)
+    monkeypatch.setattr(default_mod, "published_training_sets", lambda: (None, None))
     load_default_calibration.cache_clear()
     try:
         assert load_default_calibration() is refit
@@ -165,8 +165,8 @@ def test_default_model_is_no_worse_on_every_left_out_source():
 
 
 def test_shipped_default_matches_a_fresh_fit():
-    shipped = Calibration.load(apply_mod.default_artifact_path())
-    fresh = apply_mod.build_default_calibration()
+    shipped = Calibration.load(default_mod.default_artifact_path())
+    fresh = default_mod.build_default_calibration()
     hint = f"autopar/data/default_calibration.json is stale: regenerate it with `{REGENERATE}`"
     a, b = shipped.to_doc(), fresh.to_doc()
     assert a["meta"]["training_fingerprint"] == b["meta"]["training_fingerprint"], hint

@@ -9,9 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_report_fixtures import synthetic_training_set as _ts
 
-from autopar.calibration.corrector import ThroughputCorrector, conformal_band, eb_offsets, weighted_quantile
-from autopar.calibration.features import FEATURE_NAMES
-from autopar.calibration.validation import COVERAGE, adaptation, held_out, passes_gate, select_params
+from autopar.calibration.evaluation.validation import (
+    COVERAGE,
+    adaptation,
+    held_out,
+    passes_gate,
+    select_params,
+)
+from autopar.calibration.models.corrector import (
+    ThroughputCorrector,
+    conformal_band,
+    eb_offsets,
+    weighted_quantile,
+)
+from autopar.calibration.models.features import FEATURE_NAMES
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
@@ -80,7 +91,7 @@ def test_gate_shrinks_toward_one_when_a_group_is_adversarial():
     g = np.array(groups)
     choice = select_params(X, y, groups)
     assert not choice.unshrunk_passes and choice.shrink < 1.0
-    from autopar.calibration.validation import loso_raw
+    from autopar.calibration.evaluation.validation import loso_raw
 
     assert passes_gate(y, choice.shrink * loso_raw(X, y, g, choice.alpha), g)
     # without the adversary the full correction passes and is kept
@@ -167,7 +178,7 @@ def test_band_contains_the_center_and_params_round_trip(x):
 )
 def test_group_medians_equal_numpy_median_per_group(rows):
     """The one-sort group medians are np.median(values[groups == k]) bit for bit (even and odd sizes, ties)."""
-    from autopar.calibration.corrector import group_medians
+    from autopar.calibration.models.corrector import group_medians
 
     names, inv = np.unique(np.array([g for g, _ in rows]), return_inverse=True)
     v = np.array([x for _, x in rows])

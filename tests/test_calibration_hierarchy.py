@@ -1,4 +1,4 @@
-"""The hierarchical adapter (autopar.calibration.hierarchy) on synthetic clusters with known truth."""
+"""The hierarchical adapter (autopar.calibration.models.hierarchy) on synthetic clusters with known truth."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.hierarchy import HierarchicalAdapter, _nll, _stats
+from autopar.calibration.models.hierarchy import HierarchicalAdapter, _nll, _stats
 
 SD_OFFSET, SD_SLOPE, SD_RUN = 0.15, 0.05, 0.03  # between-cluster offset/slope sds, within-cluster sd
 
@@ -113,8 +113,8 @@ def test_scikit_learn_contract():
 
 def _adapted(seed: int = 7):
     """A ridge corrector (4 features, slopes on feature 0) adapted by the hierarchical adapter."""
-    from autopar.calibration.corrector import ThroughputCorrector
-    from autopar.calibration.hierarchy import adapt_corrector
+    from autopar.calibration.models.corrector import ThroughputCorrector
+    from autopar.calibration.models.hierarchy import adapt_corrector
 
     rng = np.random.default_rng(seed)
     X1, y, g = _clusters(rng, 12, 6)
@@ -128,7 +128,7 @@ def test_adapted_corrector_round_trips_through_json_params():
     the JSON parameters exactly, a known cluster gets its posterior, an unknown one the prior band."""
     import json
 
-    from autopar.calibration.adapter import corrector_from_params
+    from autopar.calibration.models.adapter import corrector_from_params
 
     m, X, _, g = _adapted()
     back = corrector_from_params(json.loads(json.dumps(m.to_params())), X.shape[1])
@@ -152,7 +152,7 @@ def test_adapted_corrector_round_trips_through_json_params():
     ],
 )
 def test_damaged_adapter_parameters_are_refused(path, value, why):
-    from autopar.calibration.adapter import corrector_from_params
+    from autopar.calibration.models.adapter import corrector_from_params
 
     m, X, _, _ = _adapted()
     p = m.to_params()
@@ -168,7 +168,7 @@ def test_learning_curve_of_a_shifted_cluster():
     """A new cluster 25% slower than the analytical model on every run (log ratio -0.288, run noise
     0.03): with no run of it the error is its whole shift; ten of its runs take the adapter (and the
     plain offset, tau = 0) to within the noise; the held-out counts and draws are as documented."""
-    from autopar.calibration.hierarchy import learning_curve
+    from autopar.calibration.models.hierarchy import learning_curve
 
     rng = np.random.default_rng(11)
     X, y, g = _clusters(rng, 20, 6, slope=False)
@@ -185,7 +185,7 @@ def test_learning_curve_of_a_shifted_cluster():
 
 
 def test_adapter_clusters_split_by_gpu_except_the_named_group():
-    from autopar.calibration.hierarchy import adapter_clusters
+    from autopar.calibration.models.hierarchy import adapter_clusters
 
     keys = adapter_clusters(["mine", "mine", "pub", "pub"], ["H100", "GB200", "H100", "GB200"], "mine")
     assert keys == ["mine", "mine", "pub@H100", "pub@GB200"]

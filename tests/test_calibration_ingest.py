@@ -12,17 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autopar.calibration import runs as runs_mod
-from autopar.calibration.runs import (
-    SCHEMA_COLUMNS,
-    InvalidRowsError,
-    check_file,
-    fingerprint,
-    ingest,
-    measured_tokens_per_s_per_gpu,
-    validate_rows,
-)
-from autopar.calibration.store import RunStore, default_store_path
+from autopar.calibration.ingest.ingest import InvalidRowsError, check_file, ingest
+from autopar.calibration.records.checks import validate_rows
+from autopar.calibration.records.columns import RECORD_COLUMNS
+from autopar.calibration.records.record import fingerprint
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
+from autopar.calibration.store.run_store import RunStore, default_store_path
 from autopar.cli import app
 from autopar.errors import DataError
 
@@ -63,7 +58,7 @@ def _row(**kw: object) -> dict[str, object]:
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
-    cols = list(SCHEMA_COLUMNS) + sorted({k for r in rows for k in r} - set(SCHEMA_COLUMNS))
+    cols = list(RECORD_COLUMNS) + sorted({k for r in rows for k in r} - set(RECORD_COLUMNS))
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
@@ -364,5 +359,5 @@ def test_cli_missing_file_and_bad_format(tmp_path):
 
 
 def test_module_exports_schema_of_public_csv():
-    assert runs_mod.SCHEMA_COLUMNS[0] == "id" and runs_mod.SCHEMA_COLUMNS[-1] == "notes"
-    assert len(runs_mod.SCHEMA_COLUMNS) == 42
+    assert RECORD_COLUMNS[0] == "id" and RECORD_COLUMNS[-1] == "notes"
+    assert len(RECORD_COLUMNS) == 42

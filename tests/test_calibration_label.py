@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from autopar.calibration.apply import provenance
+from autopar.calibration.apply.model import provenance
 from autopar.data import published_runs_path
 
 runner = CliRunner()

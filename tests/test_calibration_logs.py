@@ -9,16 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autopar.calibration.logs import (
+from autopar.calibration.ingest.ingest import check_file
+from autopar.calibration.ingest.log_files import load_sidecar
+from autopar.calibration.ingest.log_record import aggregate, warmup_count
+from autopar.calibration.ingest.log_steps import (
     LogSamples,
-    aggregate,
     parse_megatron_log,
     parse_torchtitan_log,
     sniff_log_format,
-    warmup_count,
 )
-from autopar.calibration.runs import check_file, load_sidecar
-from autopar.calibration.store import RunStore
+from autopar.calibration.store.run_store import RunStore
 from autopar.cli import app
 from autopar.errors import DataError
 

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autopar.calibration.logs import (
-    aggregate,
-    log_config,
-    merge_log_config,
-    parse_log,
-    sniff_log_format,
-)
+from autopar.calibration.ingest.log_config import log_config, merge_log_config
+from autopar.calibration.ingest.log_record import aggregate
+from autopar.calibration.ingest.log_steps import parse_log, sniff_log_format
 from autopar.errors import DataError
 
 REAL = Path(__file__).parent / "fixtures" / "logs"
@@ -170,7 +166,7 @@ def test_megatron_fp8_and_parallel_degrees_from_dump():
 
 
 def test_partial_log_is_one_line_naming_file_and_missing(tmp_path):
-    from autopar.calibration.runs import check_file
+    from autopar.calibration.ingest.ingest import check_file
 
     p = tmp_path / "partial.log"
     p.write_text((REAL / "torchtitan_fsdp_mesh.log").read_text())
@@ -184,7 +180,7 @@ def test_partial_log_is_one_line_naming_file_and_missing(tmp_path):
 def test_a_partial_log_among_good_ones_writes_nothing(tmp_path):
     from typer.testing import CliRunner
 
-    from autopar.calibration.store import RunStore
+    from autopar.calibration.store.run_store import RunStore
     from autopar.cli import app
 
     db = tmp_path / "runs.db"

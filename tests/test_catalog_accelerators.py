@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, gpu_notes
 from autopar.catalog.clusters import ClusterShape, parse_cluster
 from autopar.catalog.pricefile import default_price_book

@@ -120,7 +120,7 @@ def test_a_record_that_names_no_cp_variant_ran_its_stacks_default() -> None:
     Megatron one as --cp-comm-type's p2p (the record's own columns never name the variant)."""
     import csv
 
-    from autopar.calibration.records import row_to_specs
+    from autopar.calibration.records.specs import row_to_specs
     from autopar.data import published_runs_path
 
     with open(published_runs_path(), newline="", encoding="utf-8") as f:
@@ -191,7 +191,7 @@ def test_fsdp_custom_moe_keeps_transformer_engines_ring() -> None:
 def test_a_recipe_with_cp_takes_its_familys_variant() -> None:
     """A published recipe states no CP variant: it runs the stack's default, or its model family's where the
     family runs fewer (NeMo AutoModel's custom MoE: Transformer Engine's p2p only)."""
-    from autopar.calibration.recipes import Recipe
+    from autopar.calibration.planning.recipes import Recipe
     from autopar.catalog import get_model
 
     r = Recipe(

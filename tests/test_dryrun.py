@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autopar.calibration.rows import learnable, validate_rows
+from autopar.calibration.records.checks import learnable, validate_rows
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.dryrun.errors import INSTALL_HINT, require_torch

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autopar.calibration import novelty
-from autopar.calibration.recipes import match, recipes
+from autopar.calibration.evaluation import novelty
+from autopar.calibration.planning.recipes import match, recipes
 from autopar.catalog import get_gpu, get_model
 from autopar.objectives import REGISTRY
 from autopar.perf import estimate
@@ -250,7 +250,7 @@ def test_shipped_layout_table_is_current_and_read_without_pandas():
 
     assert _layouts_current(), "re-run python -m autopar.calibration.build_default"
     code = (
-        "import sys\nfrom autopar.calibration import novelty\n"
+        "import sys\nfrom autopar.calibration.evaluation import novelty\n"
         "pts = novelty.published_points()\nassert len(pts) > 100, len(pts)\n"
         "assert 'pandas' not in sys.modules\n"
     )
@@ -263,7 +263,7 @@ def test_a_calibrations_own_runs_are_evidence():
     away, where against the published runs alone (no Blackwell GPU among them) it is at least a GPU
     family away."""
     from autopar.calibration.apply import fit_calibration
-    from autopar.calibration.runs import check_file
+    from autopar.calibration.ingest.ingest import check_file
     from autopar.data import published_runs_path
     from autopar.search.evidence import reference_for
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.records import _account_options
+from autopar.calibration.records.strategy_spec import _account_options
 from autopar.perf.finetune import adapter_params_per_layer, weight_grad_gemms
 from autopar.specs import ModelSpec, Workload
 

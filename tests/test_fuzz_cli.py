@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_inputs import assert_clean, run_cli
 
-from autopar.calibration.store import RunStore
+from autopar.calibration.store.run_store import RunStore
 from autopar.catalog.loader import get_model
 from autopar.data import published_runs_path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from autopar.calibration.records import row_to_specs
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.perf.context import perf_context
 from autopar.perf.estimate import estimate, grad_accum_time

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.cli import app
 from autopar.data import published_runs_path
@@ -207,7 +207,7 @@ def _dump(**args: str) -> str:
     ],
 )  # fmt: skip
 def test_megatron_log_states_the_main_gradient_dtype(args: dict[str, str], dtype: str | None) -> None:
-    from autopar.calibration.logs import log_config
+    from autopar.calibration.ingest.log_config import log_config
 
     assert log_config(_dump(**args), "megatron-log").get("grad_reduce_dtype") == dtype
 
@@ -226,8 +226,8 @@ def test_a_record_column_states_the_dtype() -> None:
 
 
 def test_ingested_bf16_log_is_priced_bf16_and_reingests_as_a_duplicate(tmp_path) -> None:
-    from autopar.calibration.records import row_to_specs as specs_of
-    from autopar.calibration.store import RunStore
+    from autopar.calibration.records.specs import row_to_specs as specs_of
+    from autopar.calibration.store.run_store import RunStore
 
     # the plan example's first log: a run of autopar's megatron launch, whose dump states bf16 main gradients
     bf16 = Path(__file__).parent / "fixtures" / "plan" / "run1.log"
@@ -254,7 +254,7 @@ def test_ingested_bf16_log_is_priced_bf16_and_reingests_as_a_duplicate(tmp_path)
 def test_megatron_log_states_tp_comm_overlap() -> None:
     # Megatron-LM --tp-comm-overlap (dest tp_comm_overlap), which the megatron launch writes for TP + SP: read
     # into the record column; off (the record default for a Megatron-LM run) adds no column
-    from autopar.calibration.logs import log_config
+    from autopar.calibration.ingest.log_config import log_config
 
     on = log_config(_dump(bf16="True", tp_comm_overlap="True"), "megatron-log")
     off = log_config(_dump(bf16="True", tp_comm_overlap="False"), "megatron-log")

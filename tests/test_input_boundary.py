@@ -22,9 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.apply import default_artifact_path
-from autopar.calibration.runs import check_file, fingerprint
-from autopar.calibration.store import RunStore
+from autopar.calibration.apply.default import default_artifact_path
+from autopar.calibration.ingest.ingest import check_file
+from autopar.calibration.records.record import fingerprint
+from autopar.calibration.store.run_store import RunStore
 from autopar.cli import main
 from autopar.data import published_runs_path
 from autopar.inputs import (

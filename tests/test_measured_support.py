@@ -1,5 +1,5 @@
 """A recipe is the measured best of its problem unless a run of the same family ran faster per GPU
-(calibration/support.py): checked on published figures, then on the family's bounds one by one."""
+(calibration/planning/support.py): checked on published figures, then on the family's bounds one by one."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.records import measured_tokens_per_s_per_gpu, row_to_specs
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.support import (
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.planning.support import (
     BATCH_DOUBLINGS,
     SCALE_DOUBLINGS,
     MeasuredRun,
@@ -19,6 +18,8 @@ from autopar.calibration.support import (
     other_stack,
     same_family,
 )
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
 from autopar.data import published_runs_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +165,7 @@ def test_optimize_says_the_recipe_is_not_the_measured_best():
 def test_shipped_recipe_table_carries_the_support():
     """The tool reads the support from its recipe table (no run record at run time): a preset (no measured
     row) has none; TT25-ATP-08 carries torchtitan's FSDP-only run, gain 6,514 / 4,809.4 from the tables."""
-    from autopar.calibration.recipes import recipes
+    from autopar.calibration.planning.recipes import recipes
 
     table = {r.id: r for r in recipes()}
     assert table["LLAMA3_70B_PRETRAIN_CONFIG_H100_BF16_V1"].support is None

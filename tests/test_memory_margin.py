@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.apply import default_artifact_path
+from autopar.calibration.apply.default import default_artifact_path
 from autopar.catalog import get_gpu, get_model
 from autopar.search import build_space, optimize
 from autopar.search.evaluate import MEMORY_CONSTRAINT, Evaluator

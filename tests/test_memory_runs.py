@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from runfiles import cited_test_set
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.specs import row_to_specs
 from autopar.perf.estimate import estimate
 from autopar.perf.layers import activation_bytes_per_layer
 

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from runfiles import cited_test_set
 
-from autopar.calibration.records import estimate_row, measured_stage_memory, row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.estimate import estimate_row, measured_stage_memory
+from autopar.calibration.records.specs import row_to_specs
 from autopar.perf.estimate import estimate, stage_memories
 from autopar.perf.memory import as_measured
 from autopar.perf.pipeline import inflight_microbatches, interleaved_inflight
@@ -165,7 +166,7 @@ def test_last_stage_allocated_peaks_within_10_percent_low() -> None:
 def test_memory_calibration_learns_against_the_stated_stage() -> None:
     """A memory calibration fitted on these rows would learn log(measured / predicted) of the stage measured
     (and its features), not of the peak over stages (features.build_training_set, batch._row_features)."""
-    from autopar.calibration.features import build_training_set, record_features
+    from autopar.calibration.models.features import build_training_set, record_features
 
     row = _row(VPP_ROW)
     s = row_to_specs(row)

@@ -9,8 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autopar.calibration.apply import load_default_calibration
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.verdict import FITS, MEMORY_VERDICTS, OOM, UNCERTAIN, memory_verdict, memory_verdicts
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.evaluation.verdict import (
+    FITS,
+    MEMORY_VERDICTS,
+    OOM,
+    UNCERTAIN,
+    memory_verdict,
+    memory_verdicts,
+)
 from autopar.data import published_runs_path
 
 

@@ -399,7 +399,7 @@ def test_cluster_transport_input():
 
 
 def test_record_rows_state_the_transport():
-    from autopar.calibration.records import row_to_specs
+    from autopar.calibration.records.specs import row_to_specs
 
     base = {
         "id": "X",

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.records import row_to_specs
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.perf import estimate
 from autopar.perf.efficiency import HOST_OP_S, host_issue_time

@@ -1,5 +1,5 @@
 """scikit-learn (and SciPy with it) is the `calibrate` extra: every command applies the packaged calibration
-without it (autopar/calibration/predictor.py), and fitting a model without it is one line naming the extra.
+without it (autopar/calibration/models/predictor.py), and fitting a model without it is one line naming the extra.
 
 Each command runs in a fresh interpreter where `import sklearn` / `import scipy` fail, as on an install
 without the extra (`None` in sys.modules is how Python marks a module that cannot be imported)."""

@@ -26,11 +26,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autopar.calibration.fit_summary import half_width_pct
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.rows import FAR_OFF_FACTOR, far_off_warning, is_far_off
-from autopar.calibration.runs import check_file
-from autopar.calibration.store import RunStore
+from autopar.calibration.evaluation.fit_summary import half_width_pct
+from autopar.calibration.ingest.ingest import check_file
+from autopar.calibration.records.plausibility import FAR_OFF_FACTOR, far_off_warning, is_far_off
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.store.run_store import RunStore
 from autopar.cli import app
 from autopar.cli.calibrate import SAME_AS_ANALYTICAL, _loso_table
 from autopar.errors import DataError

@@ -1,4 +1,4 @@
-"""calibration/pairs.py: the model's record on measured layout pairs, grouped by predicted gain; the shipped
+"""calibration/evaluation/pairs.py: the model's record on measured layout pairs, grouped by predicted gain; the shipped
 table is what bench/ranking.py derives from the sweeps now; the recipe comparison quotes it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from runfiles import load_bench
 
-from autopar.calibration import pairs
+from autopar.calibration.evaluation import pairs
 from autopar.data import data_path
 from autopar.reports.decision import RecipeView, pair_sentence
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autopar.calibration.records import row_to_specs, stated_moe_options
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.records.workload_spec import stated_moe_options
 from autopar.specs import Workload
 
 ROW = {

@@ -262,8 +262,8 @@ def test_evidence_counts_the_calibration_runs_by_family_stack_and_scale():
 
 
 def test_widening_is_claimed_only_where_the_band_widened():
-    from autopar.calibration import novelty
     from autopar.calibration.apply import load_default_calibration
+    from autopar.calibration.evaluation import novelty
     from autopar.costs.evidence import option_evidence
 
     calib = load_default_calibration()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autopar.calibration.recipes import DEMONSTRATION_PAGES, demonstration_of, recipes
+from autopar.calibration.planning.recipes import DEMONSTRATION_PAGES, demonstration_of, recipes
 
 
 def test_each_torchtitan_benchmark_page_is_a_demonstration_and_no_vendor_summary_is():

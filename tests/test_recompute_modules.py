@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration.legacy_notes import notes_only_knobs
-from autopar.calibration.logs import log_config
+from autopar.calibration.ingest.log_config import log_config
+from autopar.calibration.records.legacy_notes import notes_only_knobs
 from autopar.catalog import get_gpu, get_model
 from autopar.knobs import (
     RECOMPUTE_BY_FRUGALITY,
@@ -248,7 +248,7 @@ def test_a_record_stating_modules_lets_the_search_choose_them():
     import csv
     from pathlib import Path
 
-    from autopar.calibration.records import row_to_specs
+    from autopar.calibration.records.specs import row_to_specs
 
     path = Path(__file__).parents[1] / "bench" / "data" / "frontier_runs.csv"
     rows = {r["id"]: r for r in csv.DictReader(path.open())}

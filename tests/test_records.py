@@ -7,14 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autopar.calibration.legacy_notes import LEGACY_READERS
-from autopar.calibration.records import (
-    framework_from_text,
-    measured_tokens_per_s_per_gpu,
-    row_to_specs,
-)
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.stack_columns import STACK_COLUMNS
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.legacy_notes import LEGACY_READERS
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.records.stack_columns import STACK_COLUMNS
+from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
+from autopar.calibration.records.workload_spec import framework_from_text
 from autopar.data import published_runs_path
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "groundtruth" / "public.csv"
@@ -92,7 +90,8 @@ def test_framework_mapping(text: str, expected: str):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from autopar.calibration.records import RECORD_COLUMNS, estimate_row  # noqa: E402
+from autopar.calibration.records.columns import RECORD_COLUMNS  # noqa: E402
+from autopar.calibration.records.estimate import estimate_row  # noqa: E402
 
 _CELL = st.one_of(
     st.none(),

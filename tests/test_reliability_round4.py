@@ -115,8 +115,8 @@ def test_an_implausible_stored_run_is_listed_and_removed(tmp_path):
     import csv
     import json
 
-    from autopar.calibration.rows import fingerprint
-    from autopar.calibration.store import RunStore
+    from autopar.calibration.records.record import fingerprint
+    from autopar.calibration.store.run_store import RunStore
     from autopar.data import published_runs_path
 
     with Path(published_runs_path()).open() as fh:
@@ -144,14 +144,14 @@ _READERS = {
 
 
 def _log_readers() -> dict:
-    from autopar.calibration import logs
+    from autopar.calibration.ingest import log_config, log_steps
 
     return {
-        "megatron-log": logs.parse_megatron_log,
-        "torchtitan-log": logs.parse_torchtitan_log,
-        "megatron-args": logs.megatron_config,
-        "torchtitan-lines": logs.torchtitan_config,
-        "sniff": logs.sniff_log_format,
+        "megatron-log": log_steps.parse_megatron_log,
+        "torchtitan-log": log_steps.parse_torchtitan_log,
+        "megatron-args": log_config.megatron_config,
+        "torchtitan-lines": log_config.torchtitan_config,
+        "sniff": log_steps.sniff_log_format,
     }
 
 
@@ -188,7 +188,7 @@ def test_every_text_reader_returns_or_says_one_line_within_a_bounded_time(case):
 
 
 def test_a_megatron_iteration_with_an_infinite_nan_count_is_skipped_not_a_traceback():
-    from autopar.calibration.logs import parse_megatron_log
+    from autopar.calibration.ingest.log_steps import parse_megatron_log
 
     line = (
         " [2024-01-01 00:00:00] iteration        5/      10 | consumed samples:          40 | elapsed time per "

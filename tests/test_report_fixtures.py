@@ -12,8 +12,8 @@ import itertools
 import numpy as np
 import pytest
 
-from autopar.calibration.features import TrainingSet
-from autopar.calibration.validation import HeldOut, held_out
+from autopar.calibration.evaluation.validation import HeldOut, held_out
+from autopar.calibration.models.features import TrainingSet
 from autopar.perf.types import Estimate, MemoryBreakdown, TimeBreakdown
 from autopar.search.result import ObjectiveInfo, Recommendation, SearchResult, TrialRecord
 from autopar.specs import ClusterSpec, GPUSpec, ModelSpec, Strategy, Workload

@@ -22,8 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autopar.calibration.runs import check_file, fingerprint
-from autopar.calibration.store import RunStore
+from autopar.calibration.ingest.ingest import check_file
+from autopar.calibration.records.record import fingerprint
+from autopar.calibration.store.run_store import RunStore
 from autopar.cli import app
 from autopar.cli.calibrate import gather_records
 from autopar.data import published_runs_path
@@ -193,7 +194,7 @@ def test_four_concurrent_cli_ingests_store_each_fingerprint_once(server, tmp_pat
 
 ADD_LOOP = """
 import random, sys, time
-from autopar.calibration.store import RunStore
+from autopar.calibration.store.run_store import RunStore
 url, at, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(seed)
 store = RunStore(url)

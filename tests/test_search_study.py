@@ -187,7 +187,7 @@ def test_cost_collapse_note_only_for_a_fixed_cluster():
 
 
 def test_recommendations():
-    from autopar.calibration import novelty
+    from autopar.calibration.evaluation import novelty
 
     m, c = get_model("Llama-3.1-70B"), ClusterSpec(gpu=get_gpu("H100-SXM"), num_gpus=64)
     w = Workload(seq_len=8192, global_batch=512)
@@ -343,8 +343,9 @@ def test_batched_calibration_equals_per_point_calibration():
     # Exhaustive mode calibrates a chunk of points with one prediction; it must match point-by-point.
     # The shipped default applies factor 1 outside its clusters (no global correction passes the no-worse
     # gate), so fit one that does correct: the published runs with no shrink toward 1.
-    from autopar.calibration.apply import Calibration, CalibrationMeta, published_training_sets
-    from autopar.calibration.corrector import ThroughputCorrector
+    from autopar.calibration.apply import Calibration, CalibrationMeta
+    from autopar.calibration.apply.default import published_training_sets
+    from autopar.calibration.models.corrector import ThroughputCorrector
 
     ts, _ = published_training_sets()
     corrector = ThroughputCorrector(alpha=1.0, shrink=1.0).fit(ts.X, ts.y)

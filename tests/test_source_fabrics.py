@@ -1,4 +1,4 @@
-"""A source's own cluster description sets its records' inter-node bandwidth (calibration/fabrics.py).
+"""A source's own cluster description sets its records' inter-node bandwidth (calibration/records/fabrics.py).
 
 BLOOM's nodes (bigscience-workshop/bigscience train/tr11-176B-ml/README.md, "Hardware"): 8 A100 80GB GPUs and
 4 Omni-Path links of 100 Gb/s each, so 4 x 100 / 8 / 8 bits = 6.25 GB/s per GPU per direction, a quarter of
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autopar.calibration.fabrics import parse_internode_gbps, parse_source_fabrics, source_fabrics
-from autopar.calibration.records import row_to_specs
+from autopar.calibration.records.fabrics import parse_internode_gbps, parse_source_fabrics, source_fabrics
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu
 from autopar.errors import DataError
 

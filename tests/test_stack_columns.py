@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autopar.calibration.legacy_notes import notes_only_knobs, upgrade
-from autopar.calibration.records import estimate_row, row_to_specs
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.stack_columns import ATTENTION_KERNELS, MEMORY_METRICS, stack_knobs
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.estimate import estimate_row
+from autopar.calibration.records.legacy_notes import notes_only_knobs, upgrade
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.records.stack_columns import ATTENTION_KERNELS, MEMORY_METRICS, stack_knobs
 from autopar.catalog import get_gpu, get_model
 from autopar.errors import DataError
 from autopar.perf.estimate import estimate
@@ -222,7 +223,7 @@ def test_memory_bench_reports_each_left_out_source(monkeypatch):
 
 
 def test_a_measured_oom_is_a_lower_bound_the_memory_calibration_learns():
-    from autopar.calibration.features import OOM_EVIDENCE, build_training_set
+    from autopar.calibration.models.features import OOM_EVIDENCE, build_training_set
 
     base = {**_zb_row(), "measured_mem_gb_per_gpu": "", "measured_oom": "true", "memory_metric": ""}
     base = {**base, "notes": "", "memory_stage": "", "dropout": "true", "attention_kernel": "unfused"}
@@ -242,7 +243,7 @@ def test_a_measured_oom_is_a_lower_bound_the_memory_calibration_learns():
 
 
 def test_logs_fill_the_stack_columns():
-    from autopar.calibration.logs import megatron_config, torchtitan_config
+    from autopar.calibration.ingest.log_config import megatron_config, torchtitan_config
 
     dump = (
         "------------------------ arguments ------------------------\n"
@@ -287,7 +288,7 @@ def test_hsdp_shard_group_column_by_hand():
 
 
 def test_torchtitan_mesh_line_gives_the_hsdp_shard_group():
-    from autopar.calibration.logs import torchtitan_config
+    from autopar.calibration.ingest.log_config import torchtitan_config
 
     line = "[titan] INFO - Building 2-D device mesh with ['dp_replicate', 'dp_shard'], [16, 8]"
     cfg = torchtitan_config(line)

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autopar.calibration.apply import load_default_calibration
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.records import row_to_specs, stack_of
-from autopar.calibration.runs import read_run_records
-from autopar.calibration.stack_prior import PRIOR_FILE, Z80, StackPrior, parse_prior, stack_prior
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.stack_prior import PRIOR_FILE, Z80, StackPrior, parse_prior, stack_prior
+from autopar.calibration.records.specs import row_to_specs
+from autopar.calibration.records.workload_spec import stack_of
 from autopar.cli.app import app
 from autopar.data import published_runs_path
 from autopar.errors import DataError

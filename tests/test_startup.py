@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autopar.calibration import apply as apply_mod
-from autopar.calibration.batch import calibrated_batch
-from autopar.calibration.corrector import ThroughputCorrector
-from autopar.calibration.features import FEATURE_NAMES
-from autopar.calibration.predictor import FittedCorrector
-from autopar.calibration.records import batch_estimate, estimate_row, unique_rows
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.apply import default as default_mod
+from autopar.calibration.apply.batch import calibrated_batch
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.models.corrector import ThroughputCorrector
+from autopar.calibration.models.features import FEATURE_NAMES
+from autopar.calibration.models.predictor import FittedCorrector
+from autopar.calibration.records.estimate import batch_estimate, estimate_row, unique_rows
 from autopar.data import published_runs_path
 
 HEAVY = ("pandas", "sklearn", "scipy", "optuna", "plotly")
@@ -95,22 +95,22 @@ def test_fitted_corrector_predicts_exactly_as_the_estimator(x):
 
 def test_remembered_fingerprint_is_the_computed_one(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOPAR_HOME", str(tmp_path))
-    apply_mod.load_default_calibration.cache_clear()
+    default_mod.load_default_calibration.cache_clear()
     try:
-        cal = apply_mod.load_default_calibration()
-        fp = apply_mod._default_fingerprint(*apply_mod.published_training_sets())
+        cal = default_mod.load_default_calibration()
+        fp = default_mod._default_fingerprint(*default_mod.published_training_sets())
         assert cal.meta.training_fingerprint == fp
-        assert apply_mod._known_fingerprint(apply_mod.inputs_digest()) == fp
-        apply_mod.load_default_calibration.cache_clear()
-        monkeypatch.setattr(apply_mod, "published_training_sets", lambda: pytest.fail("recomputed"))
-        assert apply_mod.load_default_calibration().meta.training_fingerprint == fp
+        assert default_mod._known_fingerprint(default_mod.inputs_digest()) == fp
+        default_mod.load_default_calibration.cache_clear()
+        monkeypatch.setattr(default_mod, "published_training_sets", lambda: pytest.fail("recomputed"))
+        assert default_mod.load_default_calibration().meta.training_fingerprint == fp
         # other inputs (another digest) have no remembered fingerprint: computed again
-        monkeypatch.setattr(apply_mod, "inputs_digest", lambda: "0" * 64)
-        apply_mod.load_default_calibration.cache_clear()
+        monkeypatch.setattr(default_mod, "inputs_digest", lambda: "0" * 64)
+        default_mod.load_default_calibration.cache_clear()
         with pytest.raises(pytest.fail.Exception, match="recomputed"):
-            apply_mod.load_default_calibration()
+            default_mod.load_default_calibration()
     finally:
-        apply_mod.load_default_calibration.cache_clear()
+        default_mod.load_default_calibration.cache_clear()
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_batch_sharing_completion_candidates_equals_each_row_alone(published):
 
 
 def test_calibrated_batch_of_repeats_matches_the_plain_file(published):
-    cal = apply_mod.load_default_calibration()
+    cal = default_mod.load_default_calibration()
     plain = calibrated_batch(published, cal).set_index("id")
     picks = [i % len(published) for i in range(3 * len(published))][::-1]
     rep = calibrated_batch(_repeated(published, picks), cal)
@@ -164,8 +164,8 @@ def test_calibrated_batch_of_repeats_matches_the_plain_file(published):
 
 
 def test_memoised_model_cells_build_what_the_row_builds(published):
-    from autopar.calibration.records import _build_model, _model_from_row
-    from autopar.calibration.stack_columns import stack_knobs
+    from autopar.calibration.records.model_spec import _build_model, model_from_row
+    from autopar.calibration.records.stack_columns import stack_knobs
 
     for row in published.to_dict(orient="records"):
         a, b = [], []
@@ -175,6 +175,6 @@ def test_memoised_model_cells_build_what_the_row_builds(published):
             direct = _build_model({**row, **said}, a)
         except Exception as e:  # noqa: BLE001 - the memoised path must fail the same way
             with pytest.raises(type(e)):
-                _model_from_row(row, knobs, b)
+                model_from_row(row, knobs, b)
             continue
-        assert _model_from_row(row, knobs, b) == direct and a == b
+        assert model_from_row(row, knobs, b) == direct and a == b

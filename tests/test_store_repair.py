@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
-from autopar.calibration.store import RunStore
+from autopar.calibration.store.run_store import RunStore
 from autopar.catalog import get_gpu
 from autopar.cli import app
 from autopar.errors import AutoparError, DataError, OutputError

@@ -17,7 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.calibration.apply import load_default_calibration
-from autopar.calibration.features import features, features_columns, memory_features, memory_features_columns
+from autopar.calibration.models.features import (
+    features,
+    features_columns,
+    memory_features,
+    memory_features_columns,
+)
 from autopar.catalog import get_gpu, get_model
 from autopar.perf import estimate
 from autopar.perf.vector import estimate_columns

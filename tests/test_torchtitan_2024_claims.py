@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autopar.calibration.records import row_to_specs
-from autopar.calibration.runs import read_run_records
+from autopar.calibration.ingest.tables import read_run_records
+from autopar.calibration.records.specs import row_to_specs
 from autopar.catalog import get_gpu, get_model
 from autopar.perf import estimate
 from autopar.specs import ClusterSpec, Strategy, Workload

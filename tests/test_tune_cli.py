@@ -371,7 +371,7 @@ def test_a_tune_killed_with_sigkill_is_resumed_and_its_run_reattached(home):
 
 def test_an_oom_run_is_stored_as_memory_evidence(home):
     """A run that ran out of memory is kept in the store (measured_oom, no throughput): the memory
-    calibration learns a lower bound from it (calibration/features.py OOM_EVIDENCE)."""
+    calibration learns a lower bound from it (calibration/models/features.py OOM_EVIDENCE)."""
     fake = _script(
         home / "oom.py",
         f"""\

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autopar.calibration.records import row_to_specs
+from autopar.calibration.records.specs import row_to_specs
 from autopar.perf import estimate
 from autopar.search.margin import band_margin
 from autopar.units import GiB

@@ -14,14 +14,14 @@ import json
 import sys
 import time
 
-from autopar.calibration import novelty
-from autopar.calibration.apply import (
+from autopar.calibration.apply.default import (
     _default_fingerprint,
     _try_load,
     build_default_calibration,
     default_artifact_path,
     published_training_sets,
 )
+from autopar.calibration.evaluation import novelty
 from autopar.data import data_path
 from autopar.files import write_atomic
 from autopar.units import format_duration

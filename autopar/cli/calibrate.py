@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from autopar.calibration.formats import FORMATS
-from autopar.calibration.store import RunStore
+from autopar.calibration.ingest.formats import FORMATS
+from autopar.calibration.store.run_store import RunStore
 from autopar.cli.app import app, command, console, emit_json, err_console, styled, warning_text
 from autopar.errors import DataError, SpecError
 from autopar.files import check_target, write_atomic
 from autopar.text import csv_cell, json_text
 
 if TYPE_CHECKING:
-    from autopar.calibration.runs import RowError
+    from autopar.calibration.records.checks import RowError
 
 calibrate_app = typer.Typer(
     help="Learn from measured runs: ingest logs/tables into a store, fit and evaluate the corrector.",
@@ -129,7 +129,7 @@ def ingest_cmd(
 
 def _run_ingest(files: list[Path], store: str | None, config: dict[str, Any], **opts: Any) -> Any:
     """Ingest into the store; a file rejected whole prints its invalid rows before the error."""
-    from autopar.calibration.runs import InvalidRowsError, ingest
+    from autopar.calibration.ingest.ingest import InvalidRowsError, ingest
 
     try:
         return ingest(files, RunStore(store), config=config or None, **opts)
@@ -142,7 +142,7 @@ def _run_ingest(files: list[Path], store: str | None, config: dict[str, Any], **
 
 def _ingest_config(sidecar: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
     """A log's run config: the sidecar YAML's, overridden by the command-line flags that are set."""
-    from autopar.calibration.runs import load_sidecar, normalize_config
+    from autopar.calibration.ingest.log_files import load_sidecar, normalize_config
 
     config = load_sidecar(sidecar) if sidecar else {}
     config.update(normalize_config(flags))
@@ -152,7 +152,7 @@ def _ingest_config(sidecar: Path | None, flags: dict[str, Any]) -> dict[str, Any
 def _print_ingest(report: Any, given_by: str) -> None:
     """`calibrate ingest`'s summary table (and each file's skipped rows), the source each file's runs got
     (`given_by`: the option that named it), far-off warnings and the counts line."""
-    from autopar.calibration.runs import GIVEN_SOURCE
+    from autopar.calibration.ingest.log_files import GIVEN_SOURCE
 
     summary = Table(title="ingest", title_justify="left")
     for col in ("file", "format", "rows", "valid", "invalid"):
@@ -239,8 +239,8 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the runs in the store (tokens/s per GPU marked * when derived from step time or TFLOP/s)."""
-    from autopar.calibration.rows import stored_record_problem
-    from autopar.calibration.runs import measured_tokens_per_s_per_gpu
+    from autopar.calibration.records.checks import stored_record_problem
+    from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
 
     runs = RunStore(store).runs()
     problems = {r.fingerprint: stored_record_problem(r.record) for r in runs} if implausible else {}
@@ -288,14 +288,14 @@ def list_cmd(
 
 def export_text(records: list[dict[str, Any]], fmt: str) -> str:
     """Records as CSV (schema columns first, then extras; header row) or JSON lines."""
-    from autopar.calibration.runs import SCHEMA_COLUMNS
+    from autopar.calibration.records.columns import RECORD_COLUMNS
 
     if fmt == "jsonl":
         return "".join(json_text(r) + "\n" for r in records)
-    extras = sorted({k for r in records for k in r} - set(SCHEMA_COLUMNS))
+    extras = sorted({k for r in records for k in r} - set(RECORD_COLUMNS))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    fields = [*SCHEMA_COLUMNS, *extras]
+    fields = [*RECORD_COLUMNS, *extras]
     w.writerow([csv_cell(f) for f in fields])
     for r in records:
         w.writerow([csv_cell("" if r.get(f) is None else r[f]) for f in fields])
@@ -339,8 +339,8 @@ def upgrade_cmd(
     """Move the stack knobs an older record file states only in its notes (stage=last, dropout 0.1,
     --untie-embeddings-and-output-weights, pp_schedule=..., attention unfused, the allocator statistic) into
     their columns; a filled column is never touched, so running it twice changes nothing."""
-    from autopar.calibration.legacy_notes import upgrade
-    from autopar.calibration.runs import read_run_records
+    from autopar.calibration.ingest.tables import read_run_records
+    from autopar.calibration.records.legacy_notes import upgrade
 
     if file.suffix.lower() != ".csv" or out.suffix.lower() != ".csv":
         raise DataError(f"calibrate upgrade reads and writes CSV; got {file.name} -> {out.name}")
@@ -367,7 +367,7 @@ DataOpt = Annotated[
 def _usable_stored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Stored records that today's ingest would accept; the others (stored by an older autopar: infinite
     or implausible measurements) are skipped with a note on stderr, so old stores never break fit/report."""
-    from autopar.calibration.rows import stored_record_problem
+    from autopar.calibration.records.checks import stored_record_problem
 
     usable, skipped = [], []
     for rec in records:
@@ -389,7 +389,7 @@ def _usable_stored(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _without_smoke(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Leave out CPU smoke records (autopar dryrun on CPU: not GPU measurements), with a note on stderr."""
-    from autopar.calibration.rows import learnable
+    from autopar.calibration.records.checks import learnable
 
     kept, smoke = learnable(records)
     if smoke:
@@ -409,7 +409,7 @@ def gather_records(store: str | None, public: bool, data: list[Path] | None) -> 
 @functools.lru_cache(maxsize=1)
 def _published_records() -> tuple[dict[str, Any], ...]:
     """The published runs shipped with autopar, validated like ingest (once per process)."""
-    from autopar.calibration.runs import check_file
+    from autopar.calibration.ingest.ingest import check_file
     from autopar.data import published_runs_path
 
     return tuple(check_file(published_runs_path()).records)
@@ -420,7 +420,8 @@ def training_records(
 ) -> tuple[list[dict[str, Any]], set[str]]:
     """gather_records' records, and the ids of those that are your runs: stored, and not one of the
     published runs the default calibration was fitted on."""
-    from autopar.calibration.runs import InvalidRowsError, check_file, fingerprint
+    from autopar.calibration.ingest.ingest import InvalidRowsError, check_file
+    from autopar.calibration.records.record import fingerprint
 
     if store is not None and not (given := RunStore(store)).exists():
         raise DataError(
@@ -518,8 +519,8 @@ GroupOpt = Annotated[
 
 def _default_group(store: str | None, groups: set[str]) -> str | None:
     """The store's single group (a team's own cluster), if its runs all share one."""
-    from autopar.calibration.features import group_of
-    from autopar.calibration.rows import learnable
+    from autopar.calibration.models.features import group_of
+    from autopar.calibration.records.checks import learnable
 
     mine = {group_of(r) for r in learnable(RunStore(store).records())[0]}
     return next(iter(mine)) if len(mine) == 1 and mine <= groups else None
@@ -527,8 +528,8 @@ def _default_group(store: str | None, groups: set[str]) -> str | None:
 
 def _memory_held_out(mem_ts: Any) -> Any:
     """Held-out peak-memory errors, when enough runs report memory (else None)."""
-    from autopar.calibration.apply import MIN_MEMORY_RUNS
-    from autopar.calibration.validation import held_out, select_params
+    from autopar.calibration.apply.fit import MIN_MEMORY_RUNS
+    from autopar.calibration.evaluation.validation import held_out, select_params
 
     if len(mem_ts) < MIN_MEMORY_RUNS:
         return None
@@ -538,9 +539,14 @@ def _memory_held_out(mem_ts: Any) -> Any:
 
 def _store_curve(store: str | None, ts: Any, ch: Any) -> tuple[str, list[dict[str, float]]] | None:
     """The learning curve of the store's own cluster (its single group), if it has one."""
-    from autopar.calibration.corrector import ThroughputCorrector
-    from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import MIN_CLUSTERS, adapter_clusters, group_curve, slope_columns
+    from autopar.calibration.models.corrector import ThroughputCorrector
+    from autopar.calibration.models.features import FEATURE_NAMES
+    from autopar.calibration.models.hierarchy import (
+        MIN_CLUSTERS,
+        adapter_clusters,
+        group_curve,
+        slope_columns,
+    )
 
     grp = _default_group(store, set(ts.groups))
     if grp is None or len(set(ts.groups) - {grp}) < MIN_CLUSTERS:
@@ -574,7 +580,7 @@ def _write_html(
 
 def _print_report(res: Any, curve: Any, memory: Any, reason: str) -> None:
     """`calibrate report`'s tables: per source, per family, adaptation lines, memory, the choice."""
-    from autopar.calibration.validation import adaptation_summary, error_table
+    from autopar.calibration.evaluation.validation import adaptation_summary, error_table
 
     console.print(_loso_table(error_table(res, "source"), "source"))
     console.print(_loso_table(error_table(res, "family"), "family"))
@@ -601,8 +607,8 @@ def _adapt(cal: Any, ts: Any, group: str) -> list[dict[str, float]]:
     """Replace the model's group offsets by the hierarchical adapter (per-cluster posteriors) and return
     `group`'s learning curve (its runs ingested -> error on its other runs); with fewer than MIN_CLUSTERS
     other clusters to learn the priors from, the model keeps its shrunken offsets and there is no curve."""
-    from autopar.calibration.features import FEATURE_NAMES
-    from autopar.calibration.hierarchy import (
+    from autopar.calibration.models.features import FEATURE_NAMES
+    from autopar.calibration.models.hierarchy import (
         MIN_CLUSTERS,
         adapt_corrector,
         adapter_clusters,
@@ -661,7 +667,7 @@ def fit_cmd(
     that predicts your held-out runs worse than the default is written with a warning, and never replaces
     an existing --out (a model that may be in use) unless --force."""
     from autopar.calibration.apply import fit_training_set
-    from autopar.calibration.features import build_training_set
+    from autopar.calibration.models.features import build_training_set
 
     if out.suffix.lower() in (".joblib", ".pkl", ".pickle"):
         raise DataError(f"--out {out}: models are saved as JSON (use a .json name), never pickle")
@@ -703,7 +709,7 @@ def _fit_group(
 ) -> tuple[str | None, str, Any, Any]:
     """The cluster the fit adapts to, why, and the training sets (regrouped when --group names none of the
     runs' groups: your runs without a `cluster` cell are then that one cluster)."""
-    from autopar.calibration.fit_summary import group_names
+    from autopar.calibration.evaluation.fit_summary import group_names
 
     mine = sorted({g for i, g in zip(ts.ids, ts.groups, strict=True) if i in own})
     if group is not None and (group in ts.groups or not mine):
@@ -739,7 +745,7 @@ def _regrouped(ts: Any, ids: set[str], group: str) -> Any:
 def _fit_summary(cal: Any, ts: Any, own: set[str], how: str, records: list[dict[str, Any]]) -> Any:
     """The fit's FitSummary against the default calibration, with the memory margins of your runs' stacks."""
     from autopar.calibration.apply import load_default_calibration
-    from autopar.calibration.fit_summary import own_mask, summarize
+    from autopar.calibration.evaluation.fit_summary import own_mask, summarize
 
     default = load_default_calibration()
     gpus = {str(r.get("id")): r.get("num_gpus") for r in records}
@@ -757,7 +763,7 @@ def _margin_text(m: Any) -> str:
 def _margin_change(default: Any, cal: Any, stack: str) -> Any:
     """The memory margin a search uses on `stack`, with the default calibration and with `cal`, and why it
     changed (search/margin.py band_margin)."""
-    from autopar.calibration.fit_summary import MarginChange
+    from autopar.calibration.evaluation.fit_summary import MarginChange
     from autopar.search.margin import band_margin
 
     before, after = band_margin(default, 0.0, stack), band_margin(cal, 0.0, stack)
@@ -818,14 +824,14 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Leave-one-source-out errors, band coverage and the adaptation curve, as tables + HTML."""
-    from autopar.calibration.features import build_training_set
-    from autopar.calibration.validation import (
+    from autopar.calibration.evaluation.validation import (
         adaptation,
         adaptation_summary,
         error_table,
         held_out,
         select_params,
     )
+    from autopar.calibration.models.features import build_training_set
 
     if plotlyjs not in ("inline", "cdn"):
         raise DataError(f"--plotlyjs={plotlyjs} (allowed: inline, cdn)")

@@ -1,7 +1,7 @@
 """CLI: `autopar calibrate plan`: the short profiling runs that most shrink the recommendation's uncertainty.
 
 The candidates are strategy labels (as `autopar optimize` prints them); the criterion and the model of what
-the cluster will measure are in autopar/calibration/plan.py. Each proposed run gets the files
+the cluster will measure are in autopar/calibration/planning/plan.py. Each proposed run gets the files
 `autopar launch` writes (a short run: its token budget sets --train-iters / training.steps) and the
 `calibrate ingest` command that brings its log back; re-running the plan then shows the narrower band.
 Registered on the `calibrate` group by autopar/cli/calibrate.py (this module does not import it: no cycle).
@@ -61,7 +61,7 @@ def _candidates(cal: Any, problem: tuple, labels: list[str], group: str | None) 
     """Estimate, calibrate and featurise every --strategy label (an invalid one: one line naming it)."""
     import numpy as np
 
-    from autopar.calibration.features import features
+    from autopar.calibration.models.features import features
     from autopar.errors import AutoparError
     from autopar.launch.labels import parse_strategy_label
     from autopar.perf.estimate import estimate
@@ -87,9 +87,9 @@ def _own_runs(cal: Any, store: str | None, group: str | None) -> tuple[Any, Any,
     """(standardised features, y = log(measured / calibrated prediction), count) of the group's stored runs."""
     import numpy as np
 
-    from autopar.calibration.features import group_of, record_features
-    from autopar.calibration.store import RunStore
-    from autopar.calibration.throughput import measured_tokens_per_s_per_gpu
+    from autopar.calibration.models.features import group_of, record_features
+    from autopar.calibration.records.throughput import measured_tokens_per_s_per_gpu
+    from autopar.calibration.store.run_store import RunStore
 
     if group is None:
         return np.zeros((0, len(cal.corrector.mean_))), np.zeros(0), 0
@@ -134,7 +134,7 @@ def _write_launch(out: Path, n: int, setup: _Setup, i: int, steps: int) -> Path:
 
 def _bands(setup: _Setup, mean: Any, cov: Any) -> list[tuple[float, float, float]]:
     """(center, low, high) tokens/s per GPU of each candidate under the posterior (80% band)."""
-    from autopar.calibration.plan import Z80
+    from autopar.calibration.planning.plan import Z80
 
     out = []
     for i, lp in enumerate(setup.log_pred):
@@ -145,7 +145,7 @@ def _bands(setup: _Setup, mean: Any, cov: Any) -> list[tuple[float, float, float
 
 def _ingest_hint(setup: _Setup, group: str, store: str | None) -> str:
     """The `calibrate ingest` command for a proposed run's log (the log's own dump gives the layout)."""
-    from autopar.calibration.plan import SHORT_RUN_WARMUP
+    from autopar.calibration.planning.plan import SHORT_RUN_WARMUP
     from autopar.launch.slurm import node_gpus
 
     words = [
@@ -173,7 +173,7 @@ def _ingest_hint(setup: _Setup, group: str, store: str | None) -> str:
 
 def plan_document(setup: _Setup, bands: list, props: list, n_own: int, group: str | None) -> dict[str, Any]:
     """The plan as one JSON-ready document (what --json prints and the table shows)."""
-    from autopar.calibration.plan import short_run_steps
+    from autopar.calibration.planning.plan import short_run_steps
 
     pick = max(range(len(bands)), key=lambda i: bands[i][0])
     cands = [
@@ -197,7 +197,7 @@ def plan_document(setup: _Setup, bands: list, props: list, n_own: int, group: st
 
 def _half_pct(b: tuple[float, float, float]) -> float:
     """The band's half-width as a percentage of its center (geometric: the band is symmetric in log)."""
-    from autopar.calibration.fit_summary import half_width_pct
+    from autopar.calibration.evaluation.fit_summary import half_width_pct
 
     return half_width_pct(b[1], b[2])
 
@@ -270,7 +270,7 @@ def plan_cmd(
 ) -> None:
     """Propose the few short profiling runs that most shrink the uncertainty of the recommendation."""
     from autopar.calibration.apply import load_calibration, load_default_calibration
-    from autopar.calibration.plan import posterior, prior_from_model, propose, short_run_steps
+    from autopar.calibration.planning.plan import posterior, prior_from_model, propose, short_run_steps
 
     if runs < 1:
         raise SpecError(f"--runs={runs}: must be >= 1")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autopar.calibration.assumptions import assumption_lines
+from autopar.calibration.evaluation.assumptions import assumption_lines
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import check_plotly, resolve_calibration
 from autopar.cli.evaluation import evaluate, label_strategy, on_demand_price

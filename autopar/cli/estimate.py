@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from autopar.calibration.assumptions import assumption_lines
-from autopar.calibration.verdict import OOM, UNCERTAIN
+from autopar.calibration.evaluation.assumptions import assumption_lines
+from autopar.calibration.evaluation.verdict import OOM, UNCERTAIN
 from autopar.cli.app import command, console, emit_json, styled
 from autopar.cli.common import knob_strategy, resolve_calibration
 from autopar.cli.evaluation import evaluate, label_strategy
@@ -48,8 +48,8 @@ def _write_table(df: Any, out: Path) -> None:
 def run_batch(batch: Path, out: Path | None, as_json: bool, calib: Any = None) -> None:
     """Evaluate every row of a run-record file (corrected + band when `calib`); bad rows get
     status=error and the rest still run."""
-    from autopar.calibration.batch import calibrated_batch
-    from autopar.calibration.runs import read_run_records
+    from autopar.calibration.apply.batch import calibrated_batch
+    from autopar.calibration.ingest.tables import read_run_records
 
     df = read_run_records(batch)
     preds = calibrated_batch(df, calib)

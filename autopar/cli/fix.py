@@ -170,7 +170,7 @@ def _seq(n: int) -> str:
 
 def _problem_text(plan: Plan) -> str:
     """What is wrong with the current strategy, as the head of an explanation ('OOM at 32k')."""
-    from autopar.calibration.verdict import FITS, OOM
+    from autopar.calibration.evaluation.verdict import FITS, OOM
 
     ev = plan.current
     if plan.goal == GPUS:

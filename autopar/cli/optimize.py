@@ -78,8 +78,8 @@ def _json_objective(o: Any) -> dict[str, Any]:
 
 
 def result_assumptions(result: Any) -> list[str]:
-    """What the search's figures assume that the problem did not state (calibration/assumptions.py)."""
-    from autopar.calibration.assumptions import search_assumptions
+    """What the search's figures assume that the problem did not state (calibration/evaluation/assumptions.py)."""
+    from autopar.calibration.evaluation.assumptions import search_assumptions
 
     return search_assumptions(result.clusters, result.workload, bool(result.calibration))
 
@@ -146,7 +146,7 @@ def print_result(result: Any, top: int, explain: bool = False) -> None:
     console.print(marks, style="dim")
     _print_counts(result)
     if result.calibration:
-        from autopar.calibration.apply import provenance
+        from autopar.calibration.apply.model import provenance
 
         cal = result.calibration
         named = provenance(str(cal.get("name")), cal.get("n_runs"), cal.get("sources"))

@@ -170,7 +170,7 @@ def _check(f: Flags) -> None:
     if f.no_store and (f.store is not None or f.cluster_tag is not None):
         raise SpecError("--no-store: --store and --cluster-tag cannot take effect with it")
     if not f.no_store:
-        from autopar.calibration.store import store_location
+        from autopar.calibration.store.run_store import store_location
 
         store_location(f.store)  # a URL of another kind is refused before the first run, not after it
     if f.candidates is not None:

@@ -1,8 +1,8 @@
 """The model's 80% band carried into money and time: every time and cost a what-if or a sizing shows has a
 low and a high end, and options whose bands overlap are a tie.
 
-The band comes from the calibration corrector (autopar/calibration/apply.py, predictor.py), widened for the
-layout's novelty (calibration/novelty.py): `Estimate.tokens_per_s_band`, the same band `optimize`'s Pareto
+The band comes from the calibration corrector (autopar/calibration/apply/model.py, models/predictor.py), widened for the
+layout's novelty (calibration/evaluation/novelty.py): `Estimate.tokens_per_s_band`, the same band `optimize`'s Pareto
 rows carry as `throughput_low`/`throughput_high`. Time and cost follow from throughput (costs/figures.py):
 
     time = tokens / (T x goodput)        cost = N x price x time / 3600

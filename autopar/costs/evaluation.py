@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autopar.calibration.verdict import memory_verdict
+from autopar.calibration.evaluation.verdict import memory_verdict
 from autopar.costs.bands import inverse_band, with_band
 from autopar.units import GiB, usd_per_mtoken
 

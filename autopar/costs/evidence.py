@@ -1,7 +1,7 @@
 """What the calibration has measured near each hardware option: runs of its GPU family, of its software
 stack and at its scale, said before the options' figures so a procurement answer shows what backs it.
 
-The measured runs are the ones novelty counts (calibration/novelty.py, search/evidence.py reference_for):
+The measured runs are the ones novelty counts (calibration/evaluation/novelty.py, search/evidence.py reference_for):
 the published runs the shipped calibration trains on plus the runs a user's calibration was fitted on. Each
 run is a LayoutPoint: its GPU family (GPUSpec.family: hopper for H100/H200, blackwell for B200/GB200, cdna3
 for MI300X, ...) and stack (Workload.stack or framework) are fields; its GPU and count are read from its
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autopar.calibration import novelty
+from autopar.calibration.evaluation import novelty
 
 _COUNT_RE = re.compile(r", (\d+) ([^,()]+), [^,()]*\)$")  # '..., 64 H100-SXM, TP8 PP1)'
 

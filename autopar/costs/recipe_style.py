@@ -1,7 +1,7 @@
 """RECIPE STYLE: whether a layout is one a published recipe would use, and the what-if's preference for one.
 
 Published tuned recipes (autopar/data/recipes.csv: Megatron-Bridge presets, the NeMo / Megatron-Bridge
-performance summaries, NeMo AutoModel and torchtitan benchmarks; calibration/recipes.py) share one style:
+performance summaries, NeMo AutoModel and torchtitan benchmarks; calibration/planning/recipes.py) share one style:
 
 - pipeline stages hold equal whole layers: PP divides the layer count, or, on a model no power of two
   divides (Llama 3.1 405B's 126 layers), a power-of-two PP divides the layers with the embedding and the

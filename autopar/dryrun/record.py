@@ -4,7 +4,7 @@ Two predictions: the slice that ran (its model, degrees and GPU count, estimated
 the like-for-like comparison —, and the full strategy's most loaded GPU (its memory is what decides whether
 the real run fits). A GPU run's record describes the configuration actually run, so it is an ordinary run
 record. A CPU run's record is a smoke record (`device` = cpu, `gpu` = cpu): ingest stores it without the GPU
-checks and `calibrate fit`/`report` never learn from it (autopar/calibration/rows.py SMOKE_DEVICE).
+checks and `calibrate fit`/`report` never learn from it (autopar/calibration/records/checks.py SMOKE_DEVICE).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from autopar.calibration.records import arch_columns
-from autopar.calibration.rows import SMOKE_DEVICE
+from autopar.calibration.records.checks import SMOKE_DEVICE
+from autopar.calibration.records.columns import arch_columns
 from autopar.dryrun.plan import SlicePlan
 from autopar.perf.estimate import estimate
 from autopar.perf.types import Estimate
@@ -103,7 +103,7 @@ def run_record(
     label: str,
     torch: str,
 ) -> dict[str, Any]:
-    """One run record of what ran (schema of autopar/calibration/records.py RECORD_COLUMNS, plus extras)."""
+    """One run record of what ran (schema of autopar/calibration/records/columns.py RECORD_COLUMNS, plus extras)."""
     d, world = plan.degrees, plan.degrees.world
     rec: dict[str, Any] = {
         "source": SOURCE,

@@ -1,6 +1,6 @@
 """The calibration report page: held-out (leave-one-source-out) errors, band coverage, adaptation curve.
 
-Renders what autopar.calibration.validation computed; computes nothing itself.
+Renders what autopar.calibration.evaluation.validation computed; computes nothing itself.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autopar.calibration.validation import HeldOut, error_table
+from autopar.calibration.evaluation.validation import HeldOut, error_table
 from autopar.files import write_atomic
 from autopar.reports import theme
 from autopar.reports.common import MODEBAR_MARGIN, PLOT_CONFIG, render_page

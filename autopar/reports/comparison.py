@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autopar.calibration.verdict import OOM
+from autopar.calibration.evaluation.verdict import OOM
 from autopar.costs.bands import BAND_NAME, inverse_band, number_range
 from autopar.units import GiB
 

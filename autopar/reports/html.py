@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autopar.calibration.assumptions import search_assumptions
+from autopar.calibration.evaluation.assumptions import search_assumptions
 from autopar.costs.figures import format_usd
 from autopar.errors import AutoparError
 from autopar.launch.settings import launch_settings

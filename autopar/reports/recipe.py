@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autopar.calibration.pairs import pair_record
-from autopar.calibration.recipes import Support
-from autopar.calibration.support import BATCH_DOUBLINGS, SCALE_DOUBLINGS
+from autopar.calibration.evaluation.pairs import pair_record
+from autopar.calibration.planning.recipes import Support
+from autopar.calibration.planning.support import BATCH_DOUBLINGS, SCALE_DOUBLINGS
 from autopar.perf.types import Estimate
 from autopar.reports.comparison import STEP_SPLIT
 from autopar.reports.names import cluster_label
@@ -41,7 +41,7 @@ class RecipeView:
     ratio: float | None  # pick / recipe, predicted
     reasons: tuple[str, ...]  # the step-time components that differ most, 'compute 52.9 s vs 56.1 s'
     remarks: tuple[str, ...]  # global batch or stack differences, the published measurement, evidence
-    record: str = ""  # the model's record on measured pairs separated by this much (calibration/pairs.py)
+    record: str = ""  # the model's record on measured pairs separated by this much (evaluation/pairs.py)
     against: str = (
         "the pick"  # what `ratio` compares: the pick, or the search's best on the recipe's hardware
     )
@@ -173,7 +173,7 @@ def _on_recipe_hardware(result: SearchResult, recipe: Any, pick: TrialRecord) ->
 
 
 def _beyond_support(ratio: float, support: Support | None) -> tuple[str, ...]:
-    """What the pick claims beyond the measured run that beat the recipe (calibration/support.py), if any."""
+    """What the pick claims beyond the measured run that beat the recipe (calibration/planning/support.py), if any."""
     if support is None or ratio <= 1.0:
         return ()
     return (
@@ -193,7 +193,7 @@ def pair_sentence(ratio: float) -> str:
 def recipe_json(result: SearchResult) -> dict[str, Any] | None:
     """The recipe beside the first recommendation as `optimize --json` gives it (None without one): the
     recipe, its prediction and band, pick/recipe, the step terms that differ, and the model's record on
-    measured pairs at that gain (calibration/pairs.py; null for a near-tie)."""
+    measured pairs at that gain (calibration/evaluation/pairs.py; null for a near-tie)."""
     if not result.recommended:
         return None
     view = recipe_view(result, result.recommended[0].trial)
@@ -227,7 +227,7 @@ def recipe_json(result: SearchResult) -> dict[str, Any] | None:
 
 
 def _support_json(result: SearchResult, ratio: float | None) -> dict[str, Any] | None:
-    """The published run measured faster than the recipe (calibration/support.py) and the pick's predicted
+    """The published run measured faster than the recipe (calibration/planning/support.py) and the pick's predicted
     gain over the recipe divided by it (`pick_beyond`; null without a prediction), or None."""
     sup = result.recipe.recipe.support if result.recipe is not None else None
     if sup is None:

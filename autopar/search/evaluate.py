@@ -155,8 +155,8 @@ class Evaluator:
             ]
         import numpy as np
 
-        from autopar.calibration.apply import scale_memory
-        from autopar.calibration.features import features, memory_features
+        from autopar.calibration.apply.model import scale_memory
+        from autopar.calibration.models.features import features, memory_features
 
         def stacked(fn: Callable[..., np.ndarray]) -> np.ndarray:
             return np.vstack([fn(self.model, *self._specs(points[i]), e) for i, e in pending])

@@ -1,5 +1,5 @@
 """The evidence behind the search's points: how far each lies from the measured runs (its band widened
-for that, autopar/calibration/novelty.py), the value it can defend, and the published recipe beside the pick.
+for that, autopar/calibration/evaluation/novelty.py), the value it can defend, and the published recipe beside the pick.
 
 - `evidence_of(model, hardware, calibration)`: a function TrialRecord -> novelty.Evidence (cached per point)
   against the published runs and those the calibration was fitted on.
@@ -8,7 +8,7 @@ for that, autopar/calibration/novelty.py), the value it can defend, and the publ
   (the band's low end for throughput and MFU, its high end for cost and step time). Without a corrector
   band the analytical value is taken at the novelty widening alone, so an uncalibrated search is also
   ranked by what the measured runs support.
-- `recipe_beside`: the published recipe matching the problem (calibration/recipes.py), estimated like the
+- `recipe_beside`: the published recipe matching the problem (calibration/planning/recipes.py), estimated like the
   searched points (same calibration, same widening); the recipe carries the measured run of its problem
   family that ran faster, if any (Recipe.support: then it is not the measured best).
 """
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autopar.calibration import novelty
-from autopar.calibration.recipes import Recipe, match
+from autopar.calibration.evaluation import novelty
+from autopar.calibration.planning.recipes import Recipe, match
 from autopar.perf.types import Estimate
 from autopar.search.result import TrialRecord
 from autopar.specs import ClusterSpec, ModelSpec, Strategy, Workload

@@ -3,7 +3,7 @@
 A strategy fits when the upper end of its peak-memory band, plus the extra margin the user asks for, is within
 usable memory: peak x factor + extra <= usable, with factor = exp(high end of the memory corrector's log band).
 The band is the calibration's (the user's, else the shipped default's): a split-conformal band fitted on runs
-that measured their peak, scored on runs left out of the fit (calibration/corrector.py). Its nominal coverage
+that measured their peak, scored on runs left out of the fit (calibration/models/corrector.py). Its nominal coverage
 is two-sided (0.8: 10th to 90th percentile of measured / predicted), so its upper end is a one-sided bound at
 (1 + coverage) / 2 = 90%: about one strategy in ten admitted at the very edge would exceed usable memory.
 The upper end alone is used because only an under-predicted peak makes a recommendation fail (OOM); an

@@ -198,7 +198,7 @@ def calibrated_arrays(
     head, fits = vest.headroom_bytes, vest.fits
     cal = ev.calibration
     if cal is not None:
-        from autopar.calibration.features import features_columns, memory_features_columns
+        from autopar.calibration.models.features import features_columns, memory_features_columns
 
         m, c, w = ev.model, hw.cluster, hw.workload
         f = cal.bands("throughput", features_columns(m, c, w, cols, vest), None, w.stack)[0]

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from autopar.calibration.plan import LENGTH_SCALE, NOISE_SD, Z80
+from autopar.calibration.planning.plan import LENGTH_SCALE, NOISE_SD, Z80
 
 # The prior when no calibration band is available (--no-calibration): the analytical model's error on sources
 # it never saw, x1.2 optimistic in the median with 80% bands that held 41% of the runs (issue 42's figures):

@@ -50,7 +50,7 @@ class Candidate:
     mem_lo: float
     mem_hi: float
     capacity_gib: float
-    verdict: str  # fits / uncertain / oom (autopar.calibration.verdict)
+    verdict: str  # fits / uncertain / oom (autopar.calibration.evaluation.verdict)
     usd_per_gpu_hour: float
     mfu: float = math.nan  # model FLOPs / dense peak at `predicted` (a measurement implies its own)
 
@@ -175,8 +175,8 @@ def from_labels(
 
 def from_records(path: Path, calib: Any) -> list[Candidate]:
     """One candidate per row of a run-record file, keyed by its `id` (measured columns ignored)."""
-    from autopar.calibration.records import row_to_specs
-    from autopar.calibration.runs import read_run_records
+    from autopar.calibration.ingest.tables import read_run_records
+    from autopar.calibration.records.specs import row_to_specs
     from autopar.errors import AutoparError
 
     df = read_run_records(path)

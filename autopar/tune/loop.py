@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from autopar.calibration.plan import SHORT_RUN_MEASURED, SHORT_RUN_WARMUP, Z80
+from autopar.calibration.planning.plan import SHORT_RUN_MEASURED, SHORT_RUN_WARMUP, Z80
 from autopar.tune import belief as bf
 from autopar.tune import decide
 from autopar.tune.candidates import Candidate, knob_matrix

@@ -1,4 +1,4 @@
-"""Every measured run of a tune goes into the calibration store (autopar/calibration/store.py), tagged with
+"""Every measured run of a tune goes into the calibration store (autopar/calibration/store/run_store.py), tagged with
 the cluster (`cluster` column: the group whose offset `calibrate fit` learns), so `autopar calibrate fit`
 and the next `optimize --calibration` on that cluster start from what the tune learned. Records are written
 as a run-record file in the run's folder and ingested through the same validation as `calibrate ingest`
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from autopar.calibration.records import arch_columns
+from autopar.calibration.records.columns import arch_columns
 from autopar.layouts import Axis
 from autopar.tune.candidates import Candidate
 from autopar.tune.runners.base import Outcome
@@ -20,7 +20,7 @@ _DEGREES = tuple(a.value for a in (Axis.TP, Axis.PP, Axis.DP, Axis.CP, Axis.EP, 
 
 
 def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[str, Any]:
-    """The run record of a measured run (schema of autopar/calibration/records.py)."""
+    """The run record of a measured run (schema of autopar/calibration/records/columns.py)."""
     s = c.strategy
     return {
         "id": run_id,
@@ -41,7 +41,7 @@ def run_record(c: Candidate, o: Outcome, run_id: str, cluster_tag: str) -> dict[
         "framework": c.workload.framework,
         "measured_tokens_per_s_per_gpu": o.tokens_per_s_per_gpu if o.status == "ok" else None,
         "measured_mem_gb_per_gpu": o.peak_mem_gib if o.status == "ok" else None,
-        # an OOM is memory evidence too: the peak was over usable memory (calibration/features.py OOM_EVIDENCE)
+        # an OOM is memory evidence too: the peak was over usable memory (calibration/models/features.py OOM_EVIDENCE)
         "measured_oom": "true" if o.status == "oom" else None,
         "notes": f"autopar tune run of '{c.label}'; {o.reason}",
     }
@@ -52,8 +52,8 @@ def store_run(
 ) -> int:
     """Ingest one measured run into the store; the number of records added (0 if it was there already). A
     dry-run ingests the record it wrote itself (a CPU one is a smoke record, never learned from)."""
-    from autopar.calibration.runs import ingest
-    from autopar.calibration.store import RunStore
+    from autopar.calibration.ingest.ingest import ingest
+    from autopar.calibration.store.run_store import RunStore
 
     if not (o.status == "ok" and o.tokens_per_s_per_gpu or o.status == "oom"):
         return 0

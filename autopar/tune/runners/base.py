@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autopar.calibration.logs import OOM_TEXT
+from autopar.calibration.ingest.log_record import OOM_TEXT
 from autopar.text import excerpt, one_line
 
 STATUSES = ("ok", "oom", "failed")
@@ -261,7 +261,8 @@ def read_result_file(path: Path) -> Outcome:
 def read_log(text: str, job: Job) -> Outcome | None:
     """A Megatron-LM or torchtitan training log as a measurement (warm-up left out); None if it is neither.
     An out-of-memory message with no step after it is an OOM."""
-    from autopar.calibration.logs import aggregate, parse_log, sniff_log_format
+    from autopar.calibration.ingest.log_record import aggregate
+    from autopar.calibration.ingest.log_steps import parse_log, sniff_log_format
     from autopar.errors import AutoparError
 
     fmt = sniff_log_format(text)
