@@ -357,7 +357,7 @@ class Knob:
     ordered: bool = False  # its values have an order: a search move goes to the next one up or down
 
 
-# Every Strategy field once (tests/test_knobs.py checks it), the report columns first in their order.
+# Every Strategy field once (tests/core/test_knobs.py checks it), the report columns first in their order.
 KNOBS: tuple[Knob, ...] = (
     Knob(Axis.TP, "TP", flag=True, column="TP", ordered=True),
     Knob(Axis.PP, "PP", flag=True, column="PP", ordered=True),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv-megatron/ (Python 3.12) holding Megatron-LM's own argument parser, which
-# tests/test_megatron_parser.py runs on the arguments autopar generates (tests/megatron_check.py). Idempotent:
+# tests/launch/test_megatron_parser.py runs on the arguments autopar generates (tests/megatron_check.py). Idempotent:
 # with the pins below already installed it returns at once.
 #
 # Pins:

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-# Python 3.12 venv with Megatron-LM's own argument parser (tests/test_megatron_parser.py); ~1.5 min the first time.
+# Python 3.12 venv with Megatron-LM's own argument parser (tests/launch/test_megatron_parser.py); ~1.5 min the first time.
 bash scripts/megatron_venv.sh
 .venv/bin/ruff check autopar tests bench
 .venv/bin/ruff format --check autopar tests bench

@@ -5,7 +5,7 @@ typer rebuilds autopar's whole click command tree from the annotated command fun
 ~25 commands: three quarters of a small in-process command's time, and the tests make hundreds of such
 calls (the fuzz tests one per example). The tree depends only on what is registered on the app, so it
 is built once per registration state here; every invocation still parses, validates and runs exactly
-as the console script does. Subprocess tests (tests/test_startup.py, the console-script tests) run the
+as the console script does. Subprocess tests (tests/cli/test_startup.py, the console-script tests) run the
 real entry point unmemoised.
 """
 
@@ -45,37 +45,38 @@ typer.testing._get_command = _memoised_get_command  # used by typer.testing.CliR
 # `python -m pytest -m "not slow"` is the quick developer loop; scripts/test.sh (the README's test command) and
 # CI run every test. A node id starting with one of these is slow (a module, a test, or one parametrisation).
 SLOW_TESTS = (
-    "tests/test_browser_report.py",
-    "tests/test_calibration_apply.py::test_cli_fit_with_own_cluster_and_report",
-    "tests/test_dryrun.py::test_parallel_layers_compute_the_unsharded_loss_and_gradients",
-    "tests/test_dryrun.py::test_cpu_dryrun_end_to_end_and_its_record_ingests_once",
-    "tests/test_fuzz_cli.py::test_fuzz_run_records",
-    "tests/test_fuzz_cli.py::test_fuzz_calibrate_args",
-    "tests/test_fuzz_cli.py::test_fuzz_optimize_args",
-    "tests/test_fuzz_inputs.py::test_ingest_killed_at_random_points_then_rerun_equals_clean",
-    "tests/test_launch_frameworks.py",
-    "tests/test_megatron_parser.py",
-    "tests/test_moe_fabric.py::test_optimize_qwen3_235b_on_64_gb200_feasible_and_domain_aware",
-    "tests/test_own_logs.py::test_worse_fit_warns_and_never_silently_replaces_a_model",
-    "tests/test_postgres_workers.py",
-    "tests/test_readme.py::test_readme_command_runs[python bench/",
-    "tests/test_readme.py::test_readme_command_runs[autopar dryrun",
-    "tests/test_readme.py::test_readme_command_runs[autopar calibrate ingest dryrun.csv",  # the record dryrun wrote
-    "tests/test_readme.py::test_readme_command_runs[autopar whatif --tokens 1T --deadline",
-    "tests/test_recommend_correction.py::test_flipped_ranking_is_reported_and_a_lead_inside_the_band_is_a_tie",
-    "tests/test_run_store_postgres.py",
-    "tests/test_service_browser.py",
-    "tests/test_service_slow_client.py",
-    "tests/test_study_faults.py::test_signals_stop_workers_without_orphans",
-    "tests/test_sweep.py::test_sweep_over_several_hardware_options",
-    "tests/test_tune_cli.py::test_dryrun_runner_on_cpu_measures_stops_and_reports",
-    "tests/test_tune_cli.py::test_a_tune_killed_with_sigkill_is_resumed_and_its_run_reattached",
-    "tests/test_tune_cli.py::test_two_tunes_on_one_study_share_the_work_and_launch_nothing_twice",
-    "tests/test_tune_fuzz.py::test_tune_killed_at_seeded_moments_then_resumed_ends_consistent",
-    "tests/test_tune_fuzz.py::test_a_run_ignoring_sigterm_is_killed_with_its_group_and_the_tune_ends",
-    "tests/test_tune_fuzz.py::test_a_tune_killed_before_it_stored_the_runs_handle_still_reattaches",
-    "tests/test_tune_fuzz.py::test_a_run_lost_while_the_tune_was_killed_is_stale_and_never_relaunched",
-    "tests/test_verdict_first.py::test_report_first_screen_shows_the_verdict",
+    "tests/reports/test_browser_report.py",
+    "tests/calibration/test_apply.py::test_cli_fit_with_own_cluster_and_report",
+    "tests/dryrun/test_dryrun.py::test_parallel_layers_compute_the_unsharded_loss_and_gradients",
+    "tests/dryrun/test_dryrun.py::test_cpu_dryrun_end_to_end_and_its_record_ingests_once",
+    "tests/cli/test_fuzz_cli.py::test_fuzz_run_records",
+    "tests/cli/test_fuzz_cli.py::test_fuzz_calibrate_args",
+    "tests/cli/test_fuzz_cli.py::test_fuzz_optimize_args",
+    "tests/cli/test_fuzz_inputs.py::test_ingest_killed_at_random_points_then_rerun_equals_clean",
+    "tests/launch/test_frameworks.py",
+    "tests/launch/test_megatron_parser.py",
+    "tests/perf/test_moe_fabric.py::test_optimize_qwen3_235b_on_64_gb200_feasible_and_domain_aware",
+    "tests/calibration/test_own_logs.py::test_worse_fit_warns_and_never_silently_replaces_a_model",
+    "tests/search/test_postgres_workers.py",
+    "tests/project/test_readme.py::test_readme_command_runs[python bench/",
+    "tests/project/test_readme.py::test_readme_command_runs[autopar dryrun",
+    # the record dryrun wrote
+    "tests/project/test_readme.py::test_readme_command_runs[autopar calibrate ingest dryrun.csv",
+    "tests/project/test_readme.py::test_readme_command_runs[autopar whatif --tokens 1T --deadline",
+    "tests/search/test_recommend_correction.py::test_flipped_ranking_is_reported_and_a_lead_inside_the_band_is_a_tie",
+    "tests/calibration/test_run_store_postgres.py",
+    "tests/service/test_browser.py",
+    "tests/service/test_slow_client.py",
+    "tests/search/test_study_faults.py::test_signals_stop_workers_without_orphans",
+    "tests/search/test_sweep.py::test_sweep_over_several_hardware_options",
+    "tests/tune/test_cli.py::test_dryrun_runner_on_cpu_measures_stops_and_reports",
+    "tests/tune/test_cli.py::test_a_tune_killed_with_sigkill_is_resumed_and_its_run_reattached",
+    "tests/tune/test_cli.py::test_two_tunes_on_one_study_share_the_work_and_launch_nothing_twice",
+    "tests/tune/test_fuzz.py::test_tune_killed_at_seeded_moments_then_resumed_ends_consistent",
+    "tests/tune/test_fuzz.py::test_a_run_ignoring_sigterm_is_killed_with_its_group_and_the_tune_ends",
+    "tests/tune/test_fuzz.py::test_a_tune_killed_before_it_stored_the_runs_handle_still_reattaches",
+    "tests/tune/test_fuzz.py::test_a_run_lost_while_the_tune_was_killed_is_stale_and_never_relaunched",
+    "tests/reports/test_verdict_first.py::test_report_first_screen_shows_the_verdict",
 )
 
 

@@ -1,7 +1,7 @@
 """Run Megatron-LM's own argument parser and validator on argument lists (Python 3.12, .venv-megatron).
 
 Run by .venv-megatron/bin/python (scripts/megatron_venv.sh: megatron-core 0.19.0, whose wheel ships
-megatron/training/arguments.py), not by the project's venv; tests/test_megatron_parser.py calls it.
+megatron/training/arguments.py), not by the project's venv; tests/launch/test_megatron_parser.py calls it.
 
 Input, a JSON list on stdin or in the file given as the only argument. Each item is an argv list (the words
 after pretrain_gpt.py) or an object {"argv": [...], "world_size": N, "env": {...}, "capability": [9, 0]}:

@@ -8,7 +8,7 @@ memory is the peak over the first, a middle and the last stage (the most loaded 
 One model for one strategy and for a block of them: the per-strategy formulas here and in memory.py,
 fsdp.py, pipeline.py, comm.py and offload.py run on floats (this `estimate`) and on numpy arrays (the
 block, perf/vector.py). A formula that depends on a per-strategy value branches with perf/arith.py
-(`where`, `choose`, `maximum`, ...), not `if`; tests/test_batch_model.py checks that a block row equals
+(`where`, `choose`, `maximum`, ...), not `if`; tests/perf/test_batch_model.py checks that a block row equals
 the single estimate bit for bit.
 """
 

@@ -8,7 +8,7 @@ functions of perf/estimate.py, memory.py, fsdp.py, pipeline.py, comm.py and offl
 floats or arrays (perf/arith.py); the heavy per-key pieces (layer costs, CP cost, stage specs, collectives)
 are called once per distinct key (perf/vector_keys.py). What this module and vector_*.py add is the block
 plumbing: stage slots, grouping, selection over slots, the ZeRO split. A row equals the single estimate
-bit for bit (tests/test_batch_model.py).
+bit for bit (tests/perf/test_batch_model.py).
 
 Rows with an unset knob (vpp, micro_batch, recompute, pp_schedule, zero, activation_offload_layers, or etp
 of an MoE model) need the completion search of perf/complete.py: they go through the single

@@ -219,7 +219,7 @@ def _learning_section(learning: tuple[str, pd.DataFrame] | None) -> str:
 
 def _figure(fig: go.Figure) -> str:
     """The scatter as an embedded figure drawn by the shared loader: the partial plotly.js bundle inline
-    (scatter with error bars and log axes are in it; tests/test_report_size.py checks the trace types),
+    (scatter with error bars and log axes are in it; tests/reports/test_size.py checks the trace types),
     as in the search and what-if reports."""
     fig.update_layout(modebar={"orientation": "v"}, margin={"r": MODEBAR_MARGIN})
     return figure_html(fig, "fig-calibration", PLOT_CONFIG)

@@ -1,5 +1,5 @@
 """The published recipe beside the pick (issue 21): what it is, its prediction, why the two differ, and the model's
-record on measured pairs at that gain. Free of plotly, so `optimize --json` can carry it (tests/test_startup.py)."""
+record on measured pairs at that gain. Free of plotly, so `optimize --json` can carry it (tests/cli/test_startup.py)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ class Evaluator:
         memory_margin: MemoryMargin | None = None,
     ):
         """space_points=True: every point comes from a Space, which holds only strategies that pass
-        validate_strategy (tests/test_search_space.py enumerates whole spaces against it), so the
+        validate_strategy (tests/search/test_space.py enumerates whole spaces against it), so the
         default rules are not checked again per point. `memory_margin`: what a fit must leave (default: no
         band, `min_headroom_gib` free); optimize passes the memory band's (search/margin.py)."""
         from autopar.perf import estimate, validate_strategy

@@ -34,7 +34,7 @@ FIXED_MARGIN_GIB = 2.0
 # memory_runs_mcore.csv, predicted -2% to +6%); no peak of a finer-grained MoE (top-k above this) was ever
 # published, and the two statements found both say the model falls short there: InternLM/xtuner's Qwen3-235B
 # guide (256 H800) OOMs TP2 PP8 EP8 once virtual stages are on, which the model fits at 72-77 of 79 GiB
-# (tests/test_xtuner_memory_claims.py), and NVIDIA runs Qwen3-235B TP1 PP8 EP8 at micro-batch 2 on B300 but 1 on
+# (tests/perf/test_xtuner_memory_claims.py), and NVIDIA runs Qwen3-235B TP1 PP8 EP8 at micro-batch 2 on B300 but 1 on
 # B200, where the model fits micro-batch 2 at 152 of 178 GiB. For such a layout the band's upper end, the one
 # measured spread of the memory model's error, stands in for the fixed margin (issue 21's eighth session).
 # Both statements are Megatron-Core's; on the PyTorch-FSDP stack NeMo AutoModel ran Qwen3-30B-A3B (top-8) where

@@ -7,7 +7,7 @@ virtual stages, schedule and split with pp = 1, the HSDP degree without ZeRO-3),
 differs. A group holds knobs that move together (cp with its variant, ZeRO with its HSDP degree, vpp with the
 schedule it implies). dp is not a knob: on a given GPU count it follows from tp·pp·cp, and the global batch
 stays fixed, so the gradient-accumulation count follows from dp·micro-batch. It is a Hamming distance on the
-canonical forms, hence a metric on them (tests/test_neighbourhood.py).
+canonical forms, hence a metric on them (tests/search/test_neighbourhood.py).
 
 **Search.** Every strategy of the space (only valid ones: the global batch divisible by dp·micro-batch, and
 every other rule of autopar.layouts) gets its distance on arrays; those within `max_changes` are estimated on

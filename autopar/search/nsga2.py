@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, TrialState
 
 # The reference (slower) path: moves enqueued into the private study and a stock NSGAIISampler, as
-# a plain Optuna user would write it; tests/test_search_batched.py checks both paths agree exactly.
+# a plain Optuna user would write it; tests/search/test_batched.py checks both paths agree exactly.
 REFERENCE_PATH = False
 CLAIM_MARGIN = 64  # server workers check claims on the last budget trials against the study
 WAIT_S = 0.25  # pause while other workers hold the rest of the budget
@@ -199,7 +199,7 @@ def _nsga2_sampler(space: Space, seed: int, population: int) -> NSGAIISampler:
        and how many trials it holds (full: the next one). The private study's trials become COMPLETE
        only through `tell` (after_trial sees them) or `add_trial` (absorbed from the stored study,
        counted by `_Loop.absorb`), so a running count per generation gives the same answer.
-    Both keep the proposals identical (tests/test_search_batched.py) and make the cost per trial
+    Both keep the proposals identical (tests/search/test_batched.py) and make the cost per trial
     independent of the study's size.
 
     Only NSGAIISampler's public methods are overridden (issue 23); the one private name involved, the
@@ -487,7 +487,7 @@ def _propose(st: _Loop, ev: Evaluator, odists: dict[str, BaseDistribution], budg
 
     Children of one generation depend only on the previous generations and the sampler's random
     numbers, never on their siblings' outcomes, so drawing them together and handling them in order
-    gives what asking and telling them one by one gives (tests/test_search_batched.py). With a stored
+    gives what asking and telling them one by one gives (tests/search/test_batched.py). With a stored
     study another worker's trials can arrive between two proposals, so there it draws one at a time.
     At most the budget left is evaluated ahead; local moves taking some of it can leave up to one
     generation of evaluations unused when the budget ends (never a strategy evaluated twice)."""
@@ -553,7 +553,7 @@ def _handle(
     NSGA-II generation, so it would never join a population nor change what NSGA-II samples (Optuna
     sets the generation in `sample_relative`, which a trial whose every parameter is fixed never
     calls). Skipping it saves the private study's per-trial cost and leaves every search unchanged
-    (bench/fronts.py, tests/test_search_batched.py). Its stored copy is built directly.
+    (bench/fronts.py, tests/search/test_batched.py). Its stored copy is built directly.
     """
     from optuna.trial import TrialState
 

@@ -1,7 +1,7 @@
 """Every use of Optuna internals in autopar, in one place (issue 23); written against Optuna 5.0.0.
 
 pyproject.toml bounds optuna to >=5,<6. Each name below stands for something Optuna 5.0.0 offers no
-public API for; tests/test_optuna_compat.py checks each against the installed Optuna (that it exists and
+public API for; tests/search/test_optuna_compat.py checks each against the installed Optuna (that it exists and
 does what is relied on), so an upgrade that changes one fails there, by name, instead of making searches
 silently differ. Everything else the search does with Optuna goes through its public API: `create_study`,
 `add_trial`, `create_trial`, storage methods, and NSGAIISampler's public methods (overridden by

@@ -49,7 +49,7 @@ def _strategy(**knobs: Any) -> Strategy:
 
     Copying a constructed template skips pydantic validation (a search builds tens of thousands of these); the
     result equals, and hashes like, `Strategy(**knobs)` (Strategy has no validators that normalise
-    values; tests/test_search_space.py checks equality over whole spaces).
+    values; tests/search/test_space.py checks equality over whole spaces).
     """
     return _TEMPLATE.model_copy(update=knobs)  # a shallow copy: ~3x cheaper than model_construct
 

@@ -499,7 +499,7 @@ def _write_failure(shown: str, e: OSError) -> str:
 
 
 # The records of an Optuna journal file, a stored format: one JSON object a line, with "op_code" (the
-# value of Optuna 5's JournalOperation, which is private; tests/test_store_repair.py checks these against
+# value of Optuna 5's JournalOperation, which is private; tests/search/test_store_repair.py checks these against
 # the installed Optuna), "worker_id" and the fields that replaying that operation reads.
 JOURNAL_FIELDS: dict[int, tuple[str, ...]] = {
     0: ("study_name", "directions"),  # CREATE_STUDY

@@ -7,7 +7,7 @@ registry's own functions applied to arrays. Nothing is kept per point; kept over
 running Pareto front, the feasible count, the objective bounds of the feasible points (ideal and nadir,
 for hypervolumes) and the indices of a stride sample of SAMPLE_KEPT points. The front and the sample
 are then evaluated again by the scalar evaluator, so every record a user sees comes from the one
-model (a block row equals the single estimate bit for bit, tests/test_batch_model.py); only which
+model (a block row equals the single estimate bit for bit, tests/perf/test_batch_model.py); only which
 points are on the front is decided on arrays, before the corrector's rows are re-run one by one.
 
 Smaller spaces keep every point's record (`loops.run_exhaustive`): the oracle the tests compare with.

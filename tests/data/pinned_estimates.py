@@ -1,4 +1,4 @@
-"""Corpus of strategies whose `estimate()` outputs tests/test_estimate_pinned.py pins (no-behaviour-change guard).
+"""Corpus of strategies whose `estimate()` outputs tests/perf/test_estimate_pinned.py pins (no-behaviour-change guard).
 
 Regenerate the JSON ONLY when a change to the model's predictions is intended (and say so in the commit):
 
