@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar import knobs
 from autopar.catalog.prices import TIERS
@@ -56,6 +56,7 @@ from autopar.specs import (
     Workload,
 )
 from autopar.units import expand_count_suffixes, parse_seq_len
+from autopar.workloads import with_profile
 
 FRAMEWORKS = knobs.FRAMEWORKS  # the software stacks (the knob registry, autopar/knobs.py)
 STACK_NAMES = knobs.STACK_NAMES  # what --framework accepts: FRAMEWORKS and knobs.UNPROFILED_STACKS
@@ -298,13 +299,30 @@ def check_memory_savers(names: Sequence[str] | str) -> tuple[str, ...]:
 class WorkloadConfig(_Config):
     """What is trained and on which software stack."""
 
-    seq_len: Annotated[int, CliInput(read=parse_seq_len, type=str)] = Field(
-        default=DEFAULT_SEQ_LEN, description="Sequence length in tokens: 8192, or 8k (binary: 8,192)."
+    workload: Annotated[str | None, CliInput()] = Field(
+        default=None,
+        description="What kind of run: pretrain or finetune (LoRA, 4096-token packed sequences, global batch "
+        "8, as Megatron-Bridge's fine-tuning recipes); it fills in what the other options leave unstated "
+        "(`autopar profile` lists each workload's defaults; rlhf and serve are not planned yet) "
+        "[default: pretrain].",
+    )
+    seq_len: Annotated[int, CliInput(read=parse_seq_len, type=str, default=UNSET)] = Field(
+        default=DEFAULT_SEQ_LEN,
+        description=f"Sequence length in tokens: 8192, or 8k (binary: 8,192) [default: {DEFAULT_SEQ_LEN}; "
+        "4096 with --workload finetune].",
     )
     global_batch: Annotated[int, CliInput(count="batch size in sequences", default=UNSET)] = Field(
         default=DEFAULT_GLOBAL_BATCH,
-        description=f"Global batch (sequences per step; 2K = 2,048) [default: {DEFAULT_GLOBAL_BATCH}].",
+        description=f"Global batch (sequences per step; 2K = 2,048) [default: {DEFAULT_GLOBAL_BATCH}; 8 with "
+        "--workload finetune].",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        """A stated workload fills in its defaults where the input is silent (autopar/workloads.py)."""
+        return with_profile(data) if isinstance(data, dict) else data
+
     precision: Annotated[str, CliInput(one=OneForm("GEMM precision: bf16 or fp8."))] = Field(
         default=DEFAULT_PRECISION, description="bf16, fp8 or bf16,fp8 (a search dimension)."
     )

@@ -221,3 +221,32 @@ def version(as_json: bool = _JSON) -> None:
     parts = [f"autopar {autopar.__version__}"] + [f"{k} {v or '(not installed)'}" for k, v in libs.items()]
     console.print(" · ".join(parts), highlight=False)
     console.print("launch targets: " + ", ".join(f"{k} {v}" for k, v in targets.items()), highlight=False)
+
+
+@command("profile")
+def profile(as_json: bool = _JSON) -> None:
+    """List the workloads `--workload` plans: what a step is, what the search optimises, the defaults each sets
+    (unless an option states them) and their source; rlhf and serve are listed but not planned yet."""
+    from autopar.workloads import WORKLOAD_PROFILES
+
+    if as_json:
+        emit_json([_profile_record(p) for p in WORKLOAD_PROFILES], indent=2)
+        return
+    table = Table(title="autopar workloads (--workload NAME)", title_justify="left", box=box.SIMPLE_HEAD)
+    for head in ("workload", "planned", "a step", "optimises", "defaults", "source"):
+        table.add_column(head, overflow="fold")
+    for p in WORKLOAD_PROFILES:
+        defaults = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in p.defaults.items())
+        table.add_row(p.name, "yes" if p.modelled else "not yet", p.step, p.optimises, defaults, p.source)
+    console.print(table)
+
+
+def _profile_record(p: Any) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "planned": p.modelled,
+        "step": p.step,
+        "optimises": p.optimises,
+        "defaults": dict(p.defaults),
+        "source": p.source,
+    }

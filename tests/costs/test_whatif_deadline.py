@@ -286,13 +286,15 @@ def test_whatif_takes_optimize_defaults():
     from autopar.cli.whatif import _batch
     from autopar.cli.whatif import whatif as whatif_cmd
     from autopar.defaults import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, DEFAULT_SEQ_LEN
+    from autopar.problem import Problem
 
     w, o = inspect.signature(whatif_cmd).parameters, inspect.signature(optimize_cmd).parameters
-    # --seq-len is read as text (8k suffixes, units.parse_seq_len) and defaults to the same 8192
-    assert w["seq_len"].default == o["seq_len"].default == str(DEFAULT_SEQ_LEN) == "8192"
+    # --seq-len is read as text (8k suffixes, units.parse_seq_len); unstated it is the tree's 8192 (or the
+    # --workload's: problem.py, workloads.py), the same option object in both commands
+    assert w["seq_len"] is o["seq_len"] and o["seq_len"].default is None
+    assert Problem().workload.seq_len == DEFAULT_SEQ_LEN == 8192
     assert _batch(None, None) == (DEFAULT_GLOBAL_BATCH, None) and o["global_batch"] is w["global_batch"]
     assert w["model"].default is o["model"].default is None  # optional: the tree's default (problem.py)
-    from autopar.problem import Problem
 
     assert Problem().model == DEFAULT_MODEL and Problem().workload.global_batch == DEFAULT_GLOBAL_BATCH == 512
 

@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
         "constraints",
         "parse",
         "cliinput",
+        "workloads",
     },
     {"catalog"},
     {"perf"},

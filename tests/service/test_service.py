@@ -170,7 +170,9 @@ def test_openapi_descriptions_are_the_clis_help(client: TestClient) -> None:
     assert props["gpus"]["description"] == help_of["gpus"]
     # the text is the problem tree's (autopar/problem.py), as typed there: no rich-markup escapes
     assert props["global_batch"]["description"] == WorkloadConfig.model_fields["global_batch"].description
-    assert props["global_batch"]["description"].endswith("[default: 512].")
+    assert props["global_batch"]["description"].startswith(
+        "Global batch (sequences per step; 2K = 2,048) [default: 512"
+    )
 
 
 def test_ingest_writes_once_and_lists(client: TestClient) -> None:
