@@ -152,7 +152,7 @@ _LAUNCH = (
         ],
         None,
     ),
-    *("precision:one", "fp8_recipe", "optimizer", "master_weights", "finetune", "lora_rank"),
+    *("precision:one", "fp8_recipe", "workload", "optimizer", "master_weights", "finetune", "lora_rank"),
     opt(
         "tokens",
         Annotated[

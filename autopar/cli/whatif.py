@@ -393,7 +393,8 @@ _WHATIF: tuple[OptionSpec, ...] = (
         None,
     ),
     *("precision", *CLUSTER, "cluster_name", "tier", "prices"),
-    *("optimizer", "master_weights", "finetune", "lora_rank"),  # what is trained: each option's workload
+    # what is trained: each option's workload
+    *("workload", "optimizer", "master_weights", "finetune", "lora_rank"),
     opt(
         "deadline",
         Annotated[
@@ -482,7 +483,8 @@ def whatif(f: Flags) -> None:
     gb, per_gpu = _batch(f.global_batch, f.batch_tokens_per_gpu)
     sizing = _sizing_options(f.option, f.cluster_name, f.gpus_per_node, f.nvlink_domain, deadline_s)
     hw = _hardware(f, sizing)
-    p = problem_of(f, global_batch=gb, tokens=None)
+    # the stated batch, else the tree's (or --workload's); with --batch-tokens-per-gpu each count sets its own
+    p = problem_of(f, global_batch=gb if per_gpu is not None else f.global_batch, tokens=None)
     from autopar.catalog import get_model
 
     spec = get_model(p.model)

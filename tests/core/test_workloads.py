@@ -83,3 +83,14 @@ def test_profile_lists_every_workload_and_what_is_planned() -> None:
         ("serve", False),
     ]
     assert doc[1]["defaults"] == {"finetune": "lora", "seq_len": 4096, "global_batch": 8}
+
+
+def test_whatif_and_launch_take_the_workload_too() -> None:
+    args = ["--model", "llama-3.1-8b", "--workload", "finetune", "--json"]
+    res = runner.invoke(app, ["whatif", "--tokens", "1B", "--option", "H100-SXM:8", "--budget", "30", *args])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["seq_len"], doc["global_batch"]) == (4096, 8)
+    res = runner.invoke(app, ["launch", "--gpus", "8", "--strategy", "TP1 DP8/Z1 mb1", *args])
+    assert res.exit_code == 0, res.output
+    assert "LoRA" in " ".join(json.loads(res.stdout)["notes"])
