@@ -77,6 +77,31 @@ SLOW_TESTS = (
     "tests/tune/test_fuzz.py::test_a_tune_killed_before_it_stored_the_runs_handle_still_reattaches",
     "tests/tune/test_fuzz.py::test_a_run_lost_while_the_tune_was_killed_is_stale_and_never_relaunched",
     "tests/reports/test_verdict_first.py::test_report_first_screen_shows_the_verdict",
+    # 2.5 s or more each in the developer loop (pytest --durations): exhaustive oracles and array-vs-scalar
+    # sweeps, fuzz rounds, service jobs, fits; CI runs them (issue 48: the loop under 5 minutes)
+    "tests/search/test_space.py::test_unvalidated_strategies_equal_validated_ones",
+    "tests/core/test_ep_overlap_rules.py::test_arrays_equal_the_scalar_model_with_overlap_requested",
+    "tests/calibration/test_corrector.py::test_conformal_band_covers_nominal_share_of_new_groups",
+    "tests/calibration/test_corrector.py::test_nested_gate_validates_the_selection_redone_without_each_group",
+    "tests/cli/test_fuzz_cli.py::test_fuzz_whatif_args",
+    "tests/tune/test_fuzz.py::test_a_tune_killed_before_it_launched_leaves_the_candidate_open",
+    "tests/service/test_service.py::test_an_optimize_job_keeps_its_study_to_follow_and_report",
+    "tests/service/test_service.py::test_a_training_log_in_then_a_fit_says_what_it_changed",
+    "tests/service/test_service.py::test_optimize_job_answers_the_verdict_and_its_report",
+    "tests/launch/test_schema.py::test_sweep_every_pareto_point_valid_for_every_framework[qwen3-235b-a22b-GB200",
+    "tests/core/test_layouts.py::test_oracle_per_stack_capabilities",
+    "tests/core/test_layouts.py::test_oracle_dense_space_including_zero_and_recompute",
+    "tests/search/test_sweep.py::test_sweep_finds_the_classic_front",
+    "tests/search/test_sweep.py::test_sweep_counts_reach_the_cli_summary",
+    "tests/search/test_constraints.py::test_fix_tp_and_forbid_cp_reach_every_pareto_row",
+    "tests/search/test_study.py::test_nsga2_with_budget_of_space_size_finds_exhaustive_front",
+    "tests/search/test_study_storage.py::test_stored_study_is_native_optuna[sqlite]",
+    "tests/cli/test_startup.py::test_optimize_json_loads_no_table_or_plotting_library",
+    "tests/calibration/test_apply.py::test_shipped_default_matches_a_fresh_fit",
+    "tests/calibration/test_own_logs.py::test_examples_summary_ratio_by_hand",
+    "tests/calibration/test_own_logs.py::test_a_new_group_name_fits_all_your_runs_as_one_cluster",
+    "tests/tune/test_leftovers.py::test_a_job_timeout_counts_from_when_it_runs_not_its_queue_wait",
+    "tests/tune/test_leftovers.py::test_a_hanging_slurm_call_times_out",
 )
 
 
