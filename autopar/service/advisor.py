@@ -97,10 +97,64 @@ def _slurm(doc: dict[str, Any], q: dict[str, str]) -> Any:
     return {"slurm": script, "nodes": doc.get("nodes"), "gpus_per_node": doc.get("gpus_per_node")}
 
 
+def _workload(doc: dict[str, Any], q: dict[str, str]) -> Any:
+    """The pick for a workload: the workload asked (pretrain unless stated) and the optimize verdict."""
+    return {"workload": q.get("workload", "pretrain"), "verdict": doc.get("verdict")}
+
+
+def _one_model(doc: Any, q: dict[str, str]) -> Any:
+    """The one model `models MODEL --json` listed (the catalog's record: architecture, parameter counts)."""
+    return doc[0] if isinstance(doc, list) and doc else doc
+
+
+ZERO_STAGES = (0, 1, 2, 3)  # DDP, distributed optimizer / ZeRO-1, ZeRO-2, ZeRO-3 / FSDP (autopar.knobs)
+
+
+def _sharding(doc: Any, q: dict[str, str]) -> Any:
+    """Memory per GPU of data parallelism over `dp` GPUs at each ZeRO stage (compare's rows, in stage order)."""
+    rows = doc if isinstance(doc, list) else []
+    return {
+        "dp": int(q[_DP]),
+        "stages": [
+            {"zero": z, "label": r.get("label"), "memory_gib": r.get("memory_gib"), "fits": r.get("runs")}
+            for z, r in zip(ZERO_STAGES, rows, strict=False)
+        ],
+    }
+
+
+def _models_compared(doc: Any, q: dict[str, str]) -> Any:
+    """The catalog records of the models `models=a,b` names (aliases resolved), side by side, in that order."""
+    from autopar.catalog import get_model
+    from autopar.errors import AutoparError
+
+    records = {r.get("name"): r for r in doc} if isinstance(doc, list) else {}
+    names = [x.strip() for x in q.get("models", "").split(",") if x.strip()]
+    if len(names) < 2:
+        raise AliasError(
+            "models", "models: name two or more models, comma separated (e.g. llama-7b,llama-70b)"
+        )
+    out = []
+    for name in names:
+        try:
+            out.append(records[get_model(name).name])
+        except (AutoparError, KeyError) as e:
+            raise AliasError("models", f"models: {e}") from None
+    return {"models": out}
+
+
 _PROBLEM = {"model": "model", "gpu": "gpu", "gpus": "gpus", "seq": "seq_len", "batch": "global_batch"}
+# Commands that take no problem: run as `COMMAND [query argument] --json`
+CATALOG_COMMANDS = ("models", "clusters", "profile")
 _LAYOUT = {_TP: _TP, _PP: _PP}  # query parameter -> the estimate option of the same name
 ALIASES = (
     Alias("presets", "The model presets", "models", {}),
+    Alias("analyze-model", "One model's architecture and parameter counts (model= a preset or alias)", "models",
+          {"model": ""}, _one_model),
+    Alias("profiles", "The workload profiles: what each plans, optimises and its defaults", "profile", {}),
+    Alias("compare", "Models side by side: architecture and parameter counts (models=a,b)", "models",
+          {"models": ""}, _models_compared),
+    Alias("profile", "The recommended strategy for a workload (pretrain or finetune)", "optimize",
+          {**_PROBLEM, "workload": "workload"}, _workload),
     Alias("topology", "The cluster shorthands (GPU, host size, NVLink domain)", "clusters", {}),
     Alias("recommend", "The recommended strategy", "optimize", dict(_PROBLEM), lambda d, _: d.get("verdict")),
     Alias("pareto", "The Pareto set", "optimize", dict(_PROBLEM), lambda d, _: d.get("pareto")),
@@ -110,6 +164,8 @@ ALIASES = (
           {**_PROBLEM, **_LAYOUT, _CP: _CP, _DP: "", "tokens": ""}, _time_to_train),
     Alias("validate", "Whether a layout is valid and fits", "estimate",
           {**_PROBLEM, **_LAYOUT, _DP: ""}, _validate),
+    Alias("sharding", "Memory per GPU of data parallelism over dp GPUs at each ZeRO stage", "compare",
+          {"model": "model", "gpu": "gpu", _DP: "", "seq": "seq_len", "batch": "global_batch"}, _sharding),
     Alias("launch", "Launch settings of a layout", "launch",
           {"model": "model", "nodes": "", "gpus": "", **_LAYOUT, "gpu": "gpu"}),
     Alias("slurm", "The SLURM script of a layout", "launch",
@@ -131,8 +187,12 @@ def body_of(a: Alias, q: dict[str, str]) -> dict[str, Any]:
             )
     body: dict[str, Any] = {a.query[k]: v for k, v in q.items() if a.query.get(k)}
     gpus = _gpus(a, q)
-    if gpus is not None and a.command != "models" and a.command != "clusters":
+    if gpus is not None and a.command not in CATALOG_COMMANDS:
         body["gpus"] = gpus
+    if a.name == "sharding":
+        if _DP not in q:
+            raise AliasError(_DP, f"{_DP}: required (the data-parallel size, e.g. {_DP}=8)")
+        body["labels"] = [f"DP{_int(q, _DP)}/Z{z}" for z in ZERO_STAGES]
     if a.command == "launch":
         body["strategy"] = " ".join(f"{k.upper()}{q[k]}" for k in (_TP, _PP) if k in q) or "TP1"
         body.pop(_TP, None), body.pop(_PP, None)
@@ -158,14 +218,25 @@ def advisor_routes(app: FastAPI, answer: Answer) -> None:
         )
 
 
+def _catalog_argv(a: Alias, q: dict[str, str]) -> list[str]:
+    """`models MODEL --json` for analyze-model (the model is required), else `COMMAND --json`."""
+    if a.name != "analyze-model":
+        return [a.command, "--json"]
+    if not q.get("model"):
+        raise AliasError(
+            "model", "model: required (a preset or alias, e.g. llama-3.1-70b; see /api/parallelism/presets)"
+        )
+    return [a.command, q["model"], "--json"]
+
+
 def _endpoint(a: Alias, answer: Answer) -> Callable[[Request], Awaitable[JSONResponse]]:
     async def endpoint(request: Request) -> JSONResponse:
         q = dict(request.query_params)
         try:
             body = body_of(a, q)
+            argv = _catalog_argv(a, q) if a.command in CATALOG_COMMANDS else to_argv(a.command, body)
         except AliasError as e:
             return JSONResponse(error_body(str(e), e.field, "query"), status_code=422)
-        argv = [a.command, "--json"] if a.command in ("models", "clusters") else to_argv(a.command, body)
         outcome = await request.app.state.workers.call(argv)
         response = answer(a.command, outcome)
         if response.status_code != 200 or a.shape is None:

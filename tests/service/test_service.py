@@ -159,7 +159,28 @@ def test_advisor_aliases_answer_with_the_commands_numbers(client: TestClient) ->
         "pareto",
         "slurm",
         "launch",
+        "profile",
+        "profiles",
+        "analyze-model",
     }
+
+
+def test_advisor_workload_and_model_aliases_are_the_commands(client: TestClient) -> None:
+    # profiles = `autopar profile --json`; profile = optimize with --workload; analyze-model = `models MODEL`
+    profiles = client.get("/api/parallelism/profiles")
+    assert profiles.status_code == 200 and profiles.json() == _cli("profile")
+    pick = client.get(
+        "/api/parallelism/profile", params={"model": "llama-3.1-8b", "gpus": 8, "workload": "finetune"}
+    )
+    cli = _cli("optimize", "--model", "llama-3.1-8b", "--gpus", "8", "--workload", "finetune")
+    assert pick.status_code == 200 and pick.json() == {"workload": "finetune", "verdict": cli["verdict"]}
+    model = client.get("/api/parallelism/analyze-model", params={"model": "qwen-72b"})
+    assert model.status_code == 200 and model.json() == _cli("models", "qwen-72b")[0]
+    assert model.json()["total_params"] == 72_287_920_128  # the hand count of tests/catalog/test_catalog.py
+    missing = client.get("/api/parallelism/analyze-model")
+    assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["query", "model"]
+    rlhf = client.get("/api/parallelism/profile", params={"model": "llama-3.1-8b", "workload": "rlhf"})
+    assert rlhf.status_code == 422 and "not planned yet" in rlhf.json()["detail"][0]["msg"]
 
 
 def test_openapi_descriptions_are_the_clis_help(client: TestClient) -> None:
@@ -313,3 +334,29 @@ def test_a_tune_sharing_the_storage_is_listed_with_its_runs(client: TestClient, 
     assert runs == _cli("study", "runs", "--storage", storage, "--study-name", "team-tune")
     assert runs["runs"][0]["measured"] == 1000 and runs["stopped"]["rule"] in ("confident", "exhausted")
     assert client.get("/api/tunes/no-such-tune").status_code == 404
+
+
+def test_advisor_sharding_is_compare_over_the_zero_stages(client: TestClient) -> None:
+    # sharding?model=&dp= = `compare DP8/Z0 DP8/Z1 DP8/Z2 DP8/Z3` on dp GPUs: the memory each ZeRO stage leaves
+    res = client.get("/api/parallelism/sharding", params={"model": "llama-3.1-8b", "dp": 8})
+    assert res.status_code == 200, res.text
+    doc = res.json()
+    cli = _cli("compare", "DP8/Z0", "DP8/Z1", "DP8/Z2", "DP8/Z3", "--model", "llama-3.1-8b", "--gpus", "8")
+    assert [s["memory_gib"] for s in doc["stages"]] == [r["memory_gib"] for r in cli]
+    optimizer = [s["memory_gib"]["optimizer"] for s in doc["stages"]]
+    # ZeRO-1 shards the optimizer states over the 8 ranks: 1/8 of DDP's (the stages' completions may differ
+    # in other knobs, never in what the optimizer holds)
+    assert optimizer[1] == pytest.approx(optimizer[0] / 8, rel=1e-6) and optimizer[3] <= optimizer[1]
+    missing = client.get("/api/parallelism/sharding", params={"model": "llama-3.1-8b"})
+    assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["query", "dp"]
+
+
+def test_advisor_compare_sets_models_side_by_side(client: TestClient) -> None:
+    res = client.get("/api/parallelism/compare", params={"models": "llama-7b,qwen-72b"})
+    assert res.status_code == 200, res.text
+    assert res.json()["models"] == [_cli("models", "llama-7b")[0], _cli("models", "qwen-72b")[0]]
+    typo = client.get("/api/parallelism/compare", params={"models": "llama-7b,qwen-27b"})
+    assert typo.status_code == 422 and typo.json()["detail"][0]["loc"] == ["query", "models"]
+    assert "did you mean" in typo.json()["detail"][0]["msg"]
+    one = client.get("/api/parallelism/compare", params={"models": "llama-7b"})
+    assert one.status_code == 422 and "two or more" in one.json()["detail"][0]["msg"]
