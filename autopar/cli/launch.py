@@ -153,6 +153,7 @@ _LAUNCH = (
         None,
     ),
     *("precision:one", "fp8_recipe", "workload", "optimizer", "master_weights", "finetune", "lora_rank"),
+    "lora_targets",  # no --lora-base: none of the stacks launch writes for runs QLoRA
     opt(
         "tokens",
         Annotated[

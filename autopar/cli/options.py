@@ -71,9 +71,8 @@ def _cli_default(default: Any, spec: CliInput) -> Any:
 
 
 def _tree_option(key: str, typ: Any, help_text: str, spec: CliInput, default: Any) -> tuple[str, Any, Any]:
-    decls = (
-        spec.flag or "--" + key.partition(":")[0].replace("_", "-"),
-    )  # a bool: no --no- form unless named
+    # the flag stated, so a bool gets no --no- form unless the mark names one
+    decls = (spec.flag or "--" + key.partition(":")[0].replace("_", "-"),)
     info = typer.Option(*decls, help=_help(help_text), min=spec.minimum, show_default=spec.show_default)
     return key, Annotated[typ, info], default
 
@@ -92,6 +91,11 @@ def _tree_options(node: type[BaseModel]) -> list[tuple[str, Any, Any]]:
             typ = int | None if spec.one.count else field.annotation
             out.append(_tree_option(f"{key}:one", typ, spec.one.help, spec, default))
     return out
+
+
+def _tree_keys(node: type[BaseModel]) -> list[str]:
+    """The registry keys of a tree node's marked fields, in field order (their single-value forms left out)."""
+    return [spec.param or name for name, f in node.model_fields.items() if (spec := cli_input(f.metadata))]
 
 
 def _tree_counts(node: type[BaseModel]) -> dict[str, tuple[str, dict[str, int]]]:
@@ -325,13 +329,9 @@ SHAPE = ("cluster_name", "seq_len", "global_batch")
 STACK = ("framework", "tp_comm_overlap")
 CALIBRATION = ("calibration", "no_calibration")
 _CLUSTER_NAMED = ("cluster_name", "gpu", "gpus")
-CLUSTER: tuple[str, ...] = tuple(
-    k for k, _, _ in _tree_options(ClusterConfig) if k.partition(":")[0] not in _CLUSTER_NAMED
-)
+CLUSTER: tuple[str, ...] = tuple(k for k in _tree_keys(ClusterConfig) if k not in _CLUSTER_NAMED)
 _WORKLOAD_NAMED = (*SHAPE, *STACK, "precision", "tokens", "memory_savers")
-WORKLOAD_EXTRAS = tuple(
-    k for k, _, _ in _tree_options(WorkloadConfig) if k.partition(":")[0] not in _WORKLOAD_NAMED
-)
+WORKLOAD_EXTRAS: tuple[str, ...] = tuple(k for k in _tree_keys(WorkloadConfig) if k not in _WORKLOAD_NAMED)
 # The options of one problem evaluated on one cluster (estimate, compare, fix): model, cluster, workload.
 SINGLE = ("model", "gpu:one", "gpus:one", *CLUSTER, *WORKLOAD_EXTRAS, *SHAPE, "precision:one", *STACK)
 KNOBS = (

@@ -394,7 +394,7 @@ _WHATIF: tuple[OptionSpec, ...] = (
     ),
     *("precision", *CLUSTER, "cluster_name", "tier", "prices"),
     # what is trained: each option's workload
-    *("workload", "optimizer", "master_weights", "finetune", "lora_rank"),
+    *("workload", "optimizer", "master_weights", "finetune", "lora_rank", "lora_targets", "lora_base"),
     opt(
         "deadline",
         Annotated[

@@ -43,13 +43,13 @@ def _collective(ctx: PerfContext) -> fsdp.Collective:
 def _unit(ctx: PerfContext) -> UnitFn:
     """fsdp.zero3_unit on arrays, once per distinct input (memoised)."""
     cache = memo(ctx, "zero3_unit")
+    wb, gb = zero3_comm_bytes(ctx)  # per problem, not per key
 
     def rows(ne: Num, ex: Num, g: DpGroups, n_coll: int) -> Zero3Unit:
         def one(a: float, b: float, *grp: int) -> tuple[float, float, float]:
             key = (a, b, grp, n_coll)
             hit = cache.get(key)
             if hit is None:
-                wb, gb = zero3_comm_bytes(ctx)
                 u = fsdp.zero3_unit(a, b, DpGroups(*grp), ctx.links, gb, n_coll, wb)
                 hit = cache[key] = (u.ag, u.rs, u.ar)
             return hit

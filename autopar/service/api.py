@@ -58,7 +58,11 @@ class Settings:
 def _field_of(message: str, command: str) -> str | None:
     """The input a CLI message names first ('gpus=abc: …', 'seq-len: …'), when it is one of the command's."""
     names = {p.name for p in params(command)}
-    m = re.match(r"([a-z][a-z0-9_-]*)\s*[=:]", message) or re.match(r"unknown (\w+) ", message, re.IGNORECASE)
+    m = (
+        re.match(r"([a-z][a-z0-9_-]*)\s*[=:]", message)
+        or re.match(r"--([a-z][a-z0-9_-]*)[ =]", message)  # '--workload rlhf: …', the CLI's own flag words
+        or re.match(r"unknown (\w+) ", message, re.IGNORECASE)
+    )
     name = m[1].lower().replace("-", "_") if m else ""
     name = UNKNOWN_NAMES.get(name, name)
     return name if name in names else None

@@ -360,3 +360,18 @@ def test_advisor_compare_sets_models_side_by_side(client: TestClient) -> None:
     assert "did you mean" in typo.json()["detail"][0]["msg"]
     one = client.get("/api/parallelism/compare", params={"models": "llama-7b"})
     assert one.status_code == 422 and "two or more" in one.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"workload": "rlhf"}, "workload"),
+        ({"finetune": "lora", "lora_targets": "linear_qv"}, "lora_targets"),
+        ({"lora_base": "nf4"}, "lora_base"),
+    ],
+)
+def test_a_refused_new_input_names_its_field(client: TestClient, body: dict, field: str) -> None:
+    # the CLI's one-line refusal ('--workload rlhf: ...') answers 422 at the body field it names
+    res = client.post("/api/estimate", json={**SMALL, **body})
+    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["body", field]
+    assert res.json()["detail"][0]["msg"].startswith(f"--{field.replace('_', '-')} ")
