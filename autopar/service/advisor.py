@@ -114,7 +114,7 @@ def _sharding(doc: Any, q: dict[str, str]) -> Any:
     """Memory per GPU of data parallelism over `dp` GPUs at each ZeRO stage (compare's rows, in stage order)."""
     rows = doc if isinstance(doc, list) else []
     return {
-        "dp": int(q[_DP]),
+        _DP: int(q[_DP]),
         "stages": [
             {"zero": z, "label": r.get("label"), "memory_gib": r.get("memory_gib"), "fits": r.get("runs")}
             for z, r in zip(ZERO_STAGES, rows, strict=False)
